@@ -1,0 +1,67 @@
+"""Deterministic text generation for the lab server: right answers to a few probe questions.
+
+No model runs in the lab; this module answers "capital of France", simple arithmetic and anything
+else with a plausible generic sentence, and counts tokens with a crude word/punctuation split.
+"""
+
+from __future__ import annotations
+
+import re
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+_ARITH_RE = re.compile(r"(-?\d+(?:\.\d+)?)\s*([-+*/x×])\s*(-?\d+(?:\.\d+)?)")
+
+GENERIC_ANSWER = (
+    "I'm happy to help. Could you give me a little more detail about what you would like to know, "
+    "so that I can give you a precise and useful answer?"
+)
+
+
+def count_tokens(text: str) -> int:
+    """Approximate token count: words and punctuation marks (at least 1 for non-empty text)."""
+    n = len(_TOKEN_RE.findall(text))
+    return max(n, 1) if text else 0
+
+
+def answer(prompt: str) -> str:
+    """The full (untruncated) answer to a prompt."""
+    low = prompt.lower()
+    if "capital" in low and "france" in low:
+        if low.rstrip().endswith(" is") or low.rstrip().endswith("is:"):
+            return " Paris. It is also the largest city in France."
+        return "The capital of France is Paris."
+    m = _ARITH_RE.search(prompt)
+    if m:
+        a, op, b = float(m.group(1)), m.group(2), float(m.group(3))
+        result: float | None
+        if op == "+":
+            result = a + b
+        elif op == "-":
+            result = a - b
+        elif op in ("*", "x", "×"):
+            result = a * b
+        else:
+            result = a / b if b != 0 else None
+        if result is None:
+            return "Division by zero is undefined."
+        shown = str(int(result)) if float(result).is_integer() else f"{result:.6g}"
+        return f"{m.group(1)} {op} {m.group(3)} = {shown}. The answer is {shown}."
+    if "hello" in low or low.strip() in ("hi", "hey"):
+        return "Hello! How can I help you today?"
+    return GENERIC_ANSWER
+
+
+def truncate(text: str, max_tokens: int) -> tuple[str, bool]:
+    """Cut text after `max_tokens` approximate tokens. Returns (text, was_truncated)."""
+    if max_tokens <= 0:
+        return "", bool(text)
+    pieces = list(_TOKEN_RE.finditer(text))
+    if len(pieces) <= max_tokens:
+        return text, False
+    return text[: pieces[max_tokens - 1].end()], True
+
+
+def degenerate(pattern: str, max_tokens: int) -> str:
+    """Degenerate output of a broken model: `pattern` repeated once per token."""
+    pattern = pattern or "!"
+    return pattern * max(1, min(max_tokens, 2048))

@@ -1,0 +1,764 @@
+"""World and version files of the lab: loading, validation, and the data they hold.
+
+A *world* (`lab/worlds/<name>/world.toml`) describes one simulated host: hardware, model, the SGLang
+version it imitates, timing, memory, auto-resolution rules, fault rules and the ground truth. A
+*version* file (`lab/versions/<version>.toml`) holds the command-line flags of one imitated SGLang
+release plus version-wide default rules, so worlds share them. The format is documented in
+`lab/README.md`; this module turns the TOML into frozen dataclasses and rejects mistakes with a
+one-line `WorldError` that names the file and the field.
+
+Standard library only: the lab is also installed on remote hosts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LAB_DIR = Path(__file__).resolve().parent
+WORLDS_DIR = LAB_DIR / "worlds"
+VERSIONS_DIR = LAB_DIR / "versions"
+
+ENV_WORLD = "HYPOLOOP_LAB_WORLD"
+ENV_TIME_SCALE = "HYPOLOOP_LAB_TIME_SCALE"
+
+EFFECTS = (
+    "launch_error",
+    "load_error",
+    "capture_error",
+    "crash_at_first_decode",
+    "wrong_output",
+    "hang",
+    "warning",
+)
+# Where in the start-up sequence an effect may fire (first entry = default).
+EFFECT_POINTS: dict[str, tuple[str, ...]] = {
+    "launch_error": ("args",),
+    "load_error": ("weights", "init", "kv_pool"),
+    "capture_error": ("capture",),
+    "crash_at_first_decode": ("first_decode",),
+    "wrong_output": ("first_decode",),
+    "hang": ("init", "weights", "kv_pool", "capture", "warmup", "first_decode"),
+    "warning": ("init", "args", "weights", "kv_pool", "capture", "warmup", "ready", "first_decode"),
+}
+DEFAULT_EXIT_CODES = {"launch_error": 1, "load_error": 1, "capture_error": 1, "crash_at_first_decode": -9}
+
+OPERATORS = (
+    "eq",
+    "ne",
+    "in",
+    "not_in",
+    "gt",
+    "ge",
+    "lt",
+    "le",
+    "contains",
+    "not_contains",
+    "is_set",
+    "matches",
+)
+SOURCES = ("scheduler", "server", "raw")
+LEVELS = ("debug", "info", "warning", "error", "critical")
+HW_KEYS = (
+    "gpu_name",
+    "gpu_count",
+    "compute_capability",
+    "cc_major",
+    "cc_minor",
+    "arch",
+    "memory_mib",
+    "memory_gb",
+    "driver_version",
+    "cuda_version",
+)
+MEM_KEYS = ("total_gb", "avail_gb", "weights_gb", "kv_gb", "graph_gb", "max_total_num_tokens")
+# Bare names that templates and conditions may use besides flag dests.
+EXTRA_KEYS = ("version", "pid", "rank", "max_total_num_tokens", "context_len", "max_running_requests")
+
+_KEY_RE = re.compile(r"^(?:(args|user|hw|model|env|mem)\.)?([A-Za-z_][A-Za-z0-9_.]*)$")
+TEMPLATE_RE = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_.]*)(?::([^{}]*))?\}")
+
+
+class WorldError(Exception):
+    """A world, version or case file is missing or malformed; the message is one line."""
+
+
+@dataclass(frozen=True)
+class FlagDef:
+    """One `launch_server` flag of an imitated SGLang version (argparse semantics)."""
+
+    name: str
+    aliases: tuple[str, ...]
+    dest: str
+    type: str  # "str" | "int" | "float"; ignored for store_true
+    action: str  # "store" | "store_true"
+    choices: tuple[str, ...] | None
+    default: Any
+    help: str
+    nargs: str | None
+    required: bool
+    metavar: str | None
+
+
+@dataclass(frozen=True)
+class Clause:
+    """`key <op> operand`; key is a context key such as `kv_cache_dtype` or `hw.cc_major`."""
+
+    key: str
+    op: str
+    operand: Any
+
+
+@dataclass(frozen=True)
+class Condition:
+    """Any-of alternatives, each an all-of list of clauses. No alternatives means always true."""
+
+    alternatives: tuple[tuple[Clause, ...], ...] = ()
+
+
+@dataclass(frozen=True)
+class LineSpec:
+    """A log record template: first line gets the source's prefix, further lines are printed raw."""
+
+    text: str
+    source: str = "scheduler"
+    level: str = "info"
+    ranks: str = "0"  # "0" (TP0 only) or "all"
+
+
+@dataclass(frozen=True)
+class ResolveRule:
+    """An auto-resolution rule: when the condition holds, set values and print log lines."""
+
+    name: str
+    when: Condition
+    unless: Condition | None
+    set: dict[str, Any]
+    set_default: dict[str, Any]
+    log: tuple[LineSpec, ...]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault rule: a condition on the effective configuration and the effect it has."""
+
+    id: str
+    when: Condition
+    unless: Condition | None
+    effect: str
+    at: str
+    progress: float
+    lines: tuple[LineSpec, ...]
+    exit_code: int | None
+    output: str
+
+
+@dataclass(frozen=True)
+class Hardware:
+    gpu_name: str
+    gpu_count: int
+    compute_capability: str
+    memory_mib: int
+    driver_version: str
+    cuda_version: str
+    memory_used_mib: int = 0
+    power_limit_w: float = 600.0
+
+    @property
+    def cc_major(self) -> int:
+        return int(self.compute_capability.split(".")[0])
+
+    @property
+    def cc_minor(self) -> int:
+        parts = self.compute_capability.split(".")
+        return int(parts[1]) if len(parts) > 1 else 0
+
+    def context(self) -> dict[str, Any]:
+        """Values visible to conditions and templates as `hw.<key>`."""
+        return {
+            "gpu_name": self.gpu_name,
+            "gpu_count": self.gpu_count,
+            "compute_capability": float(self.compute_capability),
+            "cc_major": self.cc_major,
+            "cc_minor": self.cc_minor,
+            "arch": f"sm{self.cc_major}{self.cc_minor}",
+            "memory_mib": self.memory_mib,
+            "memory_gb": round(self.memory_mib / 1024, 2),
+            "driver_version": self.driver_version,
+            "cuda_version": self.cuda_version,
+        }
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Simulated durations in seconds (multiplied by HYPOLOOP_LAB_TIME_SCALE when run)."""
+
+    init_s: float = 20.0
+    load_s: float = 60.0
+    kv_pool_s: float = 3.0
+    capture_s: float = 30.0
+    warmup_s: float = 5.0
+    prefill_tokens_per_s: float = 5000.0
+    decode_tokens_per_s: float = 50.0
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Per-GPU memory model in GB (1 GB = 2**30 bytes, as SGLang prints it)."""
+
+    init_overhead_gb: float = 1.0
+    weights_gb_total: float = 16.0
+    weights_gb_replicated: float = 0.0
+    graph_gb: float = 1.0
+    kv_bytes_per_token: dict[str, int] = field(default_factory=lambda: {"default": 131072})
+    k_fraction: float = 0.5
+    enforce: bool = True
+
+
+@dataclass(frozen=True)
+class Model:
+    path: str
+    aliases: tuple[str, ...]
+    architecture: str
+    model_type: str
+    dtype: str
+    context_length: int
+    checkpoint_shards: int
+    features: tuple[str, ...]
+    fields: dict[str, Any]  # every key of [model], for `model.<key>` conditions and templates
+
+
+@dataclass(frozen=True)
+class Truth:
+    root_cause: str
+    component: str
+    fixes: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class VersionDef:
+    version: str
+    path: Path
+    flags: tuple[FlagDef, ...]
+    resolve: tuple[ResolveRule, ...]
+
+    @property
+    def dests(self) -> tuple[str, ...]:
+        return tuple(f.dest for f in self.flags)
+
+
+@dataclass(frozen=True)
+class World:
+    name: str
+    path: Path
+    description: str
+    hardware: Hardware
+    model: Model
+    version: VersionDef
+    timing: Timing
+    memory: Memory
+    resolve: tuple[ResolveRule, ...]
+    faults: tuple[Fault, ...]
+    truth: Truth | None
+
+
+# ----------------------------------------------------------------------------------------- loading
+
+
+def world_path(spec: str) -> Path:
+    """Map a world name (`lab/worlds/<name>/world.toml`) or a path to a world.toml / its directory."""
+    candidate = Path(spec)
+    if spec.endswith(".toml") or os.sep in spec or candidate.is_absolute():
+        path = candidate / "world.toml" if candidate.is_dir() else candidate
+    else:
+        path = WORLDS_DIR / spec / "world.toml"
+    return path
+
+
+def load_world_from_env(environ: dict[str, str] | None = None) -> World:
+    """Load the world named by HYPOLOOP_LAB_WORLD.
+
+    Raises:
+        WorldError: the variable is unset, names no world, or the world is malformed.
+    """
+    env = os.environ if environ is None else environ
+    spec = env.get(ENV_WORLD, "").strip()
+    if not spec:
+        raise WorldError(f"{ENV_WORLD} is not set (a world name under lab/worlds/ or a path to a world.toml)")
+    return load_world(spec)
+
+
+def time_scale_from_env(environ: dict[str, str] | None = None) -> float:
+    """HYPOLOOP_LAB_TIME_SCALE as a positive float (default 1.0). Raises WorldError if invalid."""
+    env = os.environ if environ is None else environ
+    raw = env.get(ENV_TIME_SCALE, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise WorldError(f"{ENV_TIME_SCALE}={raw!r} is not a number") from None
+    if not value > 0:
+        raise WorldError(f"{ENV_TIME_SCALE}={raw!r} must be > 0")
+    return value
+
+
+def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise WorldError(f"{what} not found: {path}")
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise WorldError(f"{path}: invalid TOML: {exc}") from None
+
+
+def load_world(spec: str) -> World:
+    """Load and validate a world by name or path. Raises WorldError (one line) on any problem."""
+    path = world_path(spec)
+    if not path.is_file():
+        known = (
+            sorted(p.name for p in WORLDS_DIR.iterdir() if (p / "world.toml").is_file())
+            if WORLDS_DIR.is_dir()
+            else []
+        )
+        raise WorldError(
+            f"unknown lab world {spec!r}: {path} does not exist (known: {', '.join(known) or 'none'})"
+        )
+    data = _read_toml(path, "world file")
+    ctx = _Ctx(path)
+    version_name = (
+        ctx.req_str(data, "sglang", "version") if "sglang" in data else ctx.req_str(data, "", "version")
+    )
+    version = load_version(version_name)
+    hardware = _parse_hardware(ctx, data.get("hardware"))
+    model = _parse_model(ctx, data.get("model"))
+    timing = _parse_dataclass(ctx, data.get("timing", {}), Timing, "timing")
+    memory = _parse_memory(ctx, data.get("memory", {}))
+    keys = _KeyCheck(version, model)
+    resolve = tuple(
+        _parse_resolve(ctx, keys, item, f"resolve[{i}]") for i, item in enumerate(ctx.list(data, "resolve"))
+    )
+    faults = tuple(
+        _parse_fault(ctx, keys, item, f"fault[{i}]") for i, item in enumerate(ctx.list(data, "fault"))
+    )
+    seen: set[str] = set()
+    for fault in faults:
+        if fault.id in seen:
+            raise WorldError(f"{path}: fault id {fault.id!r} is used twice")
+        seen.add(fault.id)
+    truth = _parse_truth(ctx, data.get("truth"))
+    return World(
+        name=str(data.get("name", path.parent.name)),
+        path=path,
+        description=str(data.get("description", "")),
+        hardware=hardware,
+        model=model,
+        version=version,
+        timing=timing,
+        memory=memory,
+        resolve=resolve,
+        faults=faults,
+        truth=truth,
+    )
+
+
+def load_version(version: str) -> VersionDef:
+    """Load `lab/versions/<version>.toml`. Raises WorldError on any problem."""
+    if not re.fullmatch(r"[A-Za-z0-9._+-]+", version):
+        raise WorldError(f"invalid SGLang version name {version!r}")
+    path = VERSIONS_DIR / f"{version}.toml"
+    data = _read_toml(path, f"flag definitions for SGLang {version}")
+    ctx = _Ctx(path)
+    flags: list[FlagDef] = []
+    seen: set[str] = set()
+    for i, item in enumerate(ctx.list(data, "flag")):
+        flag = _parse_flag(ctx, item, f"flag[{i}]")
+        for opt in (flag.name, *flag.aliases):
+            if opt in seen:
+                raise WorldError(f"{path}: flag[{i}]: option {opt} is defined twice")
+            seen.add(opt)
+        flags.append(flag)
+    if not flags:
+        raise WorldError(f"{path}: no [[flag]] entries")
+    partial = VersionDef(version=str(data.get("version", version)), path=path, flags=tuple(flags), resolve=())
+    keys = _KeyCheck(partial, None)
+    rules = tuple(
+        _parse_resolve(ctx, keys, item, f"resolve[{i}]") for i, item in enumerate(ctx.list(data, "resolve"))
+    )
+    return VersionDef(version=partial.version, path=path, flags=partial.flags, resolve=rules)
+
+
+# ------------------------------------------------------------------------------------ parse helpers
+
+
+class _Ctx:
+    """Error-reporting helper bound to one file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, msg: str) -> WorldError:
+        return WorldError(f"{self.path}: {where}: {msg}")
+
+    def table(self, value: Any, where: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected a table, got {type(value).__name__}")
+        return value
+
+    def list(self, data: dict[str, Any], key: str) -> list[dict[str, Any]]:
+        value = data.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+            raise self.fail(key, f"expected an array of tables ([[{key}]])")
+        return value
+
+    def req_str(self, data: dict[str, Any], section: str, key: str) -> str:
+        table = data.get(section, {}) if section else data
+        where = f"{section}.{key}" if section else key
+        value = table.get(key) if isinstance(table, dict) else None
+        if not isinstance(value, str) or not value:
+            raise self.fail(where, "expected a non-empty string")
+        return value
+
+
+def _parse_flag(ctx: _Ctx, item: dict[str, Any], where: str) -> FlagDef:
+    name = item.get("name")
+    if not isinstance(name, str) or not name.startswith("--"):
+        raise ctx.fail(f"{where}.name", "expected a string starting with '--'")
+    where = f"{where} ({name})"
+    aliases = item.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a.startswith("-") for a in aliases):
+        raise ctx.fail(f"{where}.aliases", "expected a list of option strings")
+    action = item.get("action", "store")
+    if action not in ("store", "store_true"):
+        raise ctx.fail(f"{where}.action", "expected 'store' or 'store_true'")
+    ftype = item.get("type", "str")
+    if ftype not in ("str", "int", "float"):
+        raise ctx.fail(f"{where}.type", "expected 'str', 'int' or 'float'")
+    choices = item.get("choices")
+    if choices is not None and (
+        not isinstance(choices, list) or not all(isinstance(c, str) for c in choices)
+    ):
+        raise ctx.fail(f"{where}.choices", "expected a list of strings")
+    nargs = item.get("nargs")
+    if nargs is not None and nargs not in ("+", "*", "?"):
+        raise ctx.fail(f"{where}.nargs", "expected '+', '*' or '?'")
+    default = item.get("default", False if action == "store_true" else None)
+    dest = item.get("dest", name[2:].replace("-", "_"))
+    return FlagDef(
+        name=name,
+        aliases=tuple(aliases),
+        dest=str(dest),
+        type=ftype,
+        action=action,
+        choices=tuple(choices) if choices is not None else None,
+        default=default,
+        help=str(item.get("help", "")),
+        nargs=nargs,
+        required=bool(item.get("required", False)),
+        metavar=item.get("metavar"),
+    )
+
+
+def _parse_hardware(ctx: _Ctx, raw: Any) -> Hardware:
+    data = ctx.table(raw, "hardware")
+    try:
+        hw = Hardware(
+            gpu_name=str(data["gpu_name"]),
+            gpu_count=int(data["gpu_count"]),
+            compute_capability=str(data["compute_capability"]),
+            memory_mib=int(data["memory_mib"]),
+            driver_version=str(data.get("driver_version", "580.95.05")),
+            cuda_version=str(data.get("cuda_version", "13.0")),
+            memory_used_mib=int(data.get("memory_used_mib", 0)),
+            power_limit_w=float(data.get("power_limit_w", 600.0)),
+        )
+    except KeyError as exc:
+        raise ctx.fail("hardware", f"missing field {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise ctx.fail("hardware", f"bad value: {exc}") from None
+    if not re.fullmatch(r"\d+\.\d+", hw.compute_capability):
+        raise ctx.fail("hardware.compute_capability", "expected a string like '12.0'")
+    return hw
+
+
+def _parse_model(ctx: _Ctx, raw: Any) -> Model:
+    data = ctx.table(raw, "model")
+    for key in ("path", "architecture"):
+        if not isinstance(data.get(key), str):
+            raise ctx.fail(f"model.{key}", "expected a string")
+    features = data.get("features", [])
+    if not isinstance(features, list):
+        raise ctx.fail("model.features", "expected a list of strings")
+    return Model(
+        path=data["path"],
+        aliases=tuple(data.get("aliases", [])),
+        architecture=data["architecture"],
+        model_type=str(data.get("model_type", "")),
+        dtype=str(data.get("dtype", "torch.bfloat16")),
+        context_length=int(data.get("context_length", 32768)),
+        checkpoint_shards=max(1, int(data.get("checkpoint_shards", 4))),
+        features=tuple(str(f) for f in features),
+        fields=dict(data),
+    )
+
+
+def _parse_dataclass(ctx: _Ctx, raw: Any, cls: type, where: str) -> Any:
+    data = ctx.table(raw, where)
+    allowed = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in allowed:
+            raise ctx.fail(f"{where}.{key}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+    try:
+        return cls(**{k: float(v) for k, v in data.items()})
+    except (TypeError, ValueError) as exc:
+        raise ctx.fail(where, f"bad value: {exc}") from None
+
+
+def _parse_memory(ctx: _Ctx, raw: Any) -> Memory:
+    data = dict(ctx.table(raw, "memory"))
+    kv = data.pop("kv_bytes_per_token", None)
+    enforce = data.pop("enforce", True)
+    base = _parse_dataclass(ctx, {k: v for k, v in data.items()}, Memory, "memory")
+    if kv is None:
+        kv = {"default": 131072}
+    if isinstance(kv, int):
+        kv = {"default": kv}
+    if not isinstance(kv, dict) or not all(isinstance(v, int) and v > 0 for v in kv.values()):
+        raise ctx.fail("memory.kv_bytes_per_token", "expected an integer or a table of dtype = integer")
+    return Memory(
+        init_overhead_gb=base.init_overhead_gb,
+        weights_gb_total=base.weights_gb_total,
+        weights_gb_replicated=base.weights_gb_replicated,
+        graph_gb=base.graph_gb,
+        kv_bytes_per_token=dict(kv),
+        k_fraction=base.k_fraction,
+        enforce=bool(enforce),
+    )
+
+
+def _parse_truth(ctx: _Ctx, raw: Any) -> Truth | None:
+    if raw is None:
+        return None
+    data = ctx.table(raw, "truth")
+    fixes = data.get("fixes", [])
+    if not isinstance(fixes, list) or not all(isinstance(f, dict) for f in fixes):
+        raise ctx.fail("truth.fixes", "expected an array of tables {kind, name, value}")
+    for i, fix in enumerate(fixes):
+        if fix.get("kind") not in ("flag", "env") or not isinstance(fix.get("name"), str):
+            raise ctx.fail(f"truth.fixes[{i}]", "expected kind = 'flag'|'env' and a name")
+    return Truth(
+        root_cause=str(data.get("root_cause", "")),
+        component=str(data.get("component", "")),
+        fixes=tuple(fixes),
+    )
+
+
+class _KeyCheck:
+    """Validates context keys used in conditions, `set` tables and templates."""
+
+    def __init__(self, version: VersionDef, model: Model | None) -> None:
+        self.dests = set(version.dests)
+        self.model_keys = set(model.fields) if model is not None else None
+
+    def check(self, key: str, *, settable: bool = False) -> str | None:
+        """Return an error message, or None if the key is valid."""
+        m = _KEY_RE.match(key)
+        if not m:
+            return f"invalid key {key!r}"
+        prefix, name = m.group(1), m.group(2)
+        if settable:
+            if prefix not in (None, "args") or name not in self.dests:
+                return f"{key!r} is not a flag dest of this SGLang version"
+            return None
+        if prefix in (None, "args", "user"):
+            if name in self.dests or (prefix is None and name in EXTRA_KEYS):
+                return None
+            return f"unknown key {key!r} (not a flag dest of this SGLang version)"
+        if prefix == "hw" and name not in HW_KEYS:
+            return f"unknown hardware key {key!r} (allowed: {', '.join(HW_KEYS)})"
+        if prefix == "mem" and name not in MEM_KEYS:
+            return f"unknown memory key {key!r} (allowed: {', '.join(MEM_KEYS)})"
+        if prefix == "model" and self.model_keys is not None and name not in self.model_keys:
+            return f"unknown model key {key!r} (not in [model])"
+        return None
+
+
+def _parse_condition(ctx: _Ctx, keys: _KeyCheck, raw: Any, where: str) -> Condition:
+    if raw is None:
+        return Condition()
+    alternatives_raw = raw if isinstance(raw, list) else [raw]
+    alternatives: list[tuple[Clause, ...]] = []
+    for j, alt in enumerate(alternatives_raw):
+        alt_where = f"{where}[{j}]" if isinstance(raw, list) else where
+        if not isinstance(alt, dict):
+            raise ctx.fail(alt_where, "expected a table of key = condition")
+        clauses: list[Clause] = []
+        for key, spec in alt.items():
+            err = keys.check(key)
+            if err:
+                raise ctx.fail(alt_where, err)
+            if isinstance(spec, dict):
+                if not spec:
+                    raise ctx.fail(f"{alt_where}.{key}", "empty operator table")
+                for op, operand in spec.items():
+                    if op not in OPERATORS:
+                        raise ctx.fail(
+                            f"{alt_where}.{key}", f"unknown operator {op!r} (allowed: {', '.join(OPERATORS)})"
+                        )
+                    if op in ("in", "not_in") and not isinstance(operand, list):
+                        raise ctx.fail(f"{alt_where}.{key}.{op}", "expected a list")
+                    if op in ("gt", "ge", "lt", "le") and (
+                        isinstance(operand, bool) or not isinstance(operand, int | float)
+                    ):
+                        raise ctx.fail(f"{alt_where}.{key}.{op}", "expected a number")
+                    if op == "is_set" and not isinstance(operand, bool):
+                        raise ctx.fail(f"{alt_where}.{key}.{op}", "expected true or false")
+                    if op == "matches":
+                        try:
+                            re.compile(str(operand))
+                        except re.error as exc:
+                            raise ctx.fail(f"{alt_where}.{key}.{op}", f"bad regex: {exc}") from None
+                    clauses.append(Clause(key, op, operand))
+            elif isinstance(spec, list):
+                clauses.append(Clause(key, "in", spec))
+            else:
+                clauses.append(Clause(key, "eq", spec))
+        alternatives.append(tuple(clauses))
+    return Condition(tuple(alternatives))
+
+
+def _check_template(ctx: _Ctx, keys: _KeyCheck, text: str, where: str) -> None:
+    for m in TEMPLATE_RE.finditer(text):
+        if m.group(1) is None:
+            continue
+        err = keys.check(m.group(1))
+        if err:
+            raise ctx.fail(where, f"template: {err} (write {{{{ and }}}} for literal braces)")
+    stripped = TEMPLATE_RE.sub("", text)
+    if "{" in stripped or "}" in stripped:
+        raise ctx.fail(where, "template has an unmatched brace (write {{ and }} for literal braces)")
+
+
+def _parse_lines(
+    ctx: _Ctx, keys: _KeyCheck, raw: Any, where: str, *, source: str, level: str
+) -> tuple[LineSpec, ...]:
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise ctx.fail(where, "expected a list of strings or tables {text, source, level, ranks}")
+    out: list[LineSpec] = []
+    for i, item in enumerate(raw):
+        w = f"{where}[{i}]"
+        if isinstance(item, str):
+            spec = LineSpec(text=item, source=source, level=level)
+        elif isinstance(item, dict) and isinstance(item.get("text"), str):
+            spec = LineSpec(
+                text=item["text"],
+                source=str(item.get("source", source)),
+                level=str(item.get("level", level)),
+                ranks=str(item.get("ranks", "0")),
+            )
+        else:
+            raise ctx.fail(w, "expected a string or a table with a 'text' string")
+        if spec.source not in SOURCES:
+            raise ctx.fail(w, f"source must be one of {', '.join(SOURCES)}")
+        if spec.level not in LEVELS:
+            raise ctx.fail(w, f"level must be one of {', '.join(LEVELS)}")
+        if spec.ranks not in ("0", "all"):
+            raise ctx.fail(w, "ranks must be '0' or 'all'")
+        _check_template(ctx, keys, spec.text, w)
+        out.append(spec)
+    return tuple(out)
+
+
+def _parse_set(ctx: _Ctx, keys: _KeyCheck, raw: Any, where: str) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    data = ctx.table(raw, where)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        err = keys.check(key, settable=True)
+        if err:
+            raise ctx.fail(where, err)
+        if isinstance(value, str):
+            _check_template(ctx, keys, value, f"{where}.{key}")
+        out[key.removeprefix("args.")] = value
+    return out
+
+
+def _parse_resolve(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -> ResolveRule:
+    allowed = {"name", "when", "unless", "set", "set_default", "log", "level", "source"}
+    for key in item:
+        if key not in allowed:
+            raise ctx.fail(f"{where}.{key}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+    name = str(item.get("name", where))
+    level = str(item.get("level", "warning"))
+    source = str(item.get("source", "server"))
+    return ResolveRule(
+        name=name,
+        when=_parse_condition(ctx, keys, item.get("when"), f"{where}.when"),
+        unless=_parse_condition(ctx, keys, item["unless"], f"{where}.unless") if "unless" in item else None,
+        set=_parse_set(ctx, keys, item.get("set"), f"{where}.set"),
+        set_default=_parse_set(ctx, keys, item.get("set_default"), f"{where}.set_default"),
+        log=_parse_lines(ctx, keys, item.get("log"), f"{where}.log", source=source, level=level),
+    )
+
+
+def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -> Fault:
+    allowed = {
+        "id",
+        "when",
+        "unless",
+        "effect",
+        "at",
+        "progress",
+        "lines",
+        "exit_code",
+        "output",
+        "source",
+        "level",
+    }
+    for key in item:
+        if key not in allowed:
+            raise ctx.fail(f"{where}.{key}", f"unknown field (allowed: {', '.join(sorted(allowed))})")
+    effect = item.get("effect")
+    if effect not in EFFECTS:
+        raise ctx.fail(f"{where}.effect", f"expected one of {', '.join(EFFECTS)}")
+    points = EFFECT_POINTS[effect]
+    at = str(item.get("at", points[0]))
+    if at not in points:
+        raise ctx.fail(f"{where}.at", f"effect {effect} can happen at: {', '.join(points)}")
+    progress = item.get("progress", 0.0)
+    if isinstance(progress, bool) or not isinstance(progress, int | float) or not 0.0 <= progress <= 1.0:
+        raise ctx.fail(f"{where}.progress", "expected a number between 0 and 1")
+    exit_code = item.get("exit_code", DEFAULT_EXIT_CODES.get(effect))
+    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
+        raise ctx.fail(f"{where}.exit_code", "expected an integer (-9 = killed by SIGKILL)")
+    default_level = "warning" if effect in ("warning", "wrong_output") else "error"
+    default_source = "raw" if effect == "launch_error" else "scheduler"
+    return Fault(
+        id=str(item.get("id", where)),
+        when=_parse_condition(ctx, keys, item.get("when"), f"{where}.when"),
+        unless=_parse_condition(ctx, keys, item["unless"], f"{where}.unless") if "unless" in item else None,
+        effect=effect,
+        at=at,
+        progress=float(progress),
+        lines=_parse_lines(
+            ctx,
+            keys,
+            item.get("lines"),
+            f"{where}.lines",
+            source=str(item.get("source", default_source)),
+            level=str(item.get("level", default_level)),
+        ),
+        exit_code=exit_code,
+        output=str(item.get("output", "!")),
+    )
