@@ -1,0 +1,176 @@
+"""Probes against a real fake server over HTTP: ok, wrong answer, degenerate, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tools.host import LocalHost, terminate_all
+from tools.probes import (
+    DEFAULT_PROBES,
+    Probe,
+    classify_text,
+    degeneracy_reason,
+    get_server_info,
+    run_probe,
+)
+from tools.server import ServerSession, render_command
+from tools.signatures import SignatureMatcher, load_signatures
+
+FAKE_SERVER = str(Path(__file__).parent / "fakes" / "fake_server.py")
+SIGS = load_signatures()
+CHAT, GENERATE = DEFAULT_PROBES
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Start a fake server with extra args; returns its base URL. Everything is stopped afterwards."""
+    host = LocalHost()
+    sessions: list[ServerSession] = []
+
+    def start(*args: str) -> str:
+        port = host.free_port()
+        argv = render_command(
+            ["{python}", FAKE_SERVER, *args, "--then", "serve"], "m", {}, host="127.0.0.1", port=port
+        )
+        s = ServerSession(
+            host,
+            argv,
+            log_path=str(tmp_path / f"server{len(sessions)}.log"),
+            port=port,
+            matcher=SignatureMatcher(SIGS),
+            ready_timeout_s=30.0,
+            stop_grace_s=1.0,
+        )
+        sessions.append(s)
+        result = s.wait_ready()
+        assert result.status == "ready" and result.base_url
+        return result.base_url
+
+    yield start
+    for s in sessions:
+        assert s.stop() is True
+    assert terminate_all() == []
+
+
+def test_default_probes_ask_for_paris() -> None:
+    assert CHAT.kind == "chat" and CHAT.expect == "Paris"
+    assert CHAT.prompt == "What is the capital of France? Answer in one word."
+    assert GENERATE.kind == "generate" and GENERATE.prompt == "The capital of France is"
+
+
+@pytest.mark.parametrize("probe", DEFAULT_PROBES, ids=lambda p: p.kind)
+def test_correct_answer_is_ok(serve: Callable[..., str], probe: Probe) -> None:
+    url = serve("--answer", " Paris.")
+    r = run_probe(url, probe, model="m", timeout_s=10)
+    assert (r.status, r.ok, r.http_status, r.text) == ("ok", True, 200, " Paris.")
+    assert 0 < r.latency_s < 10
+
+
+@pytest.mark.parametrize("probe", DEFAULT_PROBES, ids=lambda p: p.kind)
+def test_wrong_answer_is_classified(serve: Callable[..., str], probe: Probe) -> None:
+    url = serve("--answer", "Berlin")
+    r = run_probe(url, probe, model="m", timeout_s=10)
+    assert r.status == "wrong_answer" and not r.ok and r.text == "Berlin"
+
+
+@pytest.mark.parametrize(
+    "answer", ["!!!!!!!!!!!!!!!!!!!!!!!!", "Paris Paris Paris Paris Paris Paris", "\ufffd\ufffd\ufffd\ufffd"]
+)
+@pytest.mark.parametrize("probe", DEFAULT_PROBES, ids=lambda p: p.kind)
+def test_degenerate_text_is_classified_even_if_it_contains_the_answer(
+    serve: Callable[..., str], probe: Probe, answer: str
+) -> None:
+    url = serve("--answer", answer)
+    r = run_probe(url, probe, model="m", timeout_s=10)
+    assert r.status == "degenerate", r
+    assert r.error
+
+
+@pytest.mark.parametrize("probe", DEFAULT_PROBES, ids=lambda p: p.kind)
+def test_empty_answer_is_classified(serve: Callable[..., str], probe: Probe) -> None:
+    url = serve("--answer", "")
+    assert run_probe(url, probe, model="m", timeout_s=10).status == "empty"
+
+
+@pytest.mark.parametrize("probe", DEFAULT_PROBES, ids=lambda p: p.kind)
+def test_http_error_keeps_the_status_code(serve: Callable[..., str], probe: Probe) -> None:
+    url = serve("--on-request", "error")
+    r = run_probe(url, probe, model="m", timeout_s=10)
+    assert (r.status, r.http_status) == ("http_error", 500)
+    assert r.error
+
+
+@pytest.mark.parametrize("probe", DEFAULT_PROBES, ids=lambda p: p.kind)
+def test_server_dying_mid_request_is_a_connection_error(serve: Callable[..., str], probe: Probe) -> None:
+    url = serve("--on-request", "crash")
+    r = run_probe(url, probe, model="m", timeout_s=10)
+    assert r.status == "connection_error", r
+    assert r.error
+
+
+@pytest.mark.parametrize("probe", DEFAULT_PROBES, ids=lambda p: p.kind)
+def test_refused_connection_is_a_connection_error(probe: Probe) -> None:
+    port = LocalHost().free_port()
+    r = run_probe(f"http://127.0.0.1:{port}", probe, model="m", timeout_s=5)
+    assert r.status == "connection_error" and r.http_status is None
+    assert r.latency_s < 5
+
+
+@pytest.mark.parametrize("probe", DEFAULT_PROBES, ids=lambda p: p.kind)
+def test_hanging_request_is_a_timeout(serve: Callable[..., str], probe: Probe) -> None:
+    url = serve("--on-request", "hang")
+    r = run_probe(url, probe, model="m", timeout_s=0.5)
+    assert r.status == "timeout", r
+    assert 0.4 < r.latency_s < 5
+
+
+def test_get_server_info(serve: Callable[..., str]) -> None:
+    url = serve()
+    info = get_server_info(url)
+    assert info is not None and info["version"] == "0.0-fake"
+    port = LocalHost().free_port()
+    assert get_server_info(f"http://127.0.0.1:{port}", timeout_s=2) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Paris",
+        "Paris.",
+        "The capital of France is Paris.",
+        "Sure! The capital of France is **Paris**.",
+        "The capital of France is Paris. The capital of France is Paris. The capital of France is Paris.",
+        "1, 2, 3, 4, 5, 6, 7, 8",
+        "巴黎是法国的首都。",
+    ],
+)
+def test_ordinary_text_is_not_degenerate(text: str) -> None:
+    assert degeneracy_reason(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "!!!!!!!!!!!!!!!!",
+        "Paris!!!!!!!!!!!!!!!!!!",
+        "the the the the the the the the",
+        "Paris. Paris. Paris. Paris.",
+        "ababababababababab",
+        "\ufffd\ufffd\ufffd",
+        "的的的的的的的的的的的的的的的的",
+    ],
+)
+def test_garbage_and_repetition_are_degenerate(text: str) -> None:
+    assert degeneracy_reason(text) is not None
+
+
+def test_classify_text_order() -> None:
+    assert classify_text(None, "Paris")[0] == "empty"
+    assert classify_text("   ", None)[0] == "empty"
+    assert classify_text("Paris Paris Paris Paris Paris", "paris")[0] == "degenerate"
+    assert classify_text("berlin", "Paris")[0] == "wrong_answer"
+    assert classify_text("PARIS", "paris") == ("ok", None)
+    assert classify_text("anything sensible", None) == ("ok", None)

@@ -1,0 +1,496 @@
+"""Hosts: where commands run and servers live.
+
+A `Host` runs short commands, spawns long-lived servers in their own process group with a log file,
+reads that log incrementally, and stops what it started (TERM the group, wait, KILL, verify gone).
+`LocalHost` does all of this with `subprocess` on this machine. Every process a `LocalHost` spawns is
+tracked in a module registry so `terminate_all()` (also registered with `atexit`) can stop anything
+still running when the orchestrator exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+TIME_SCALE_ENV = "HYPOLOOP_LAB_TIME_SCALE"
+
+
+class CommandResult(BaseModel):
+    """The result of a finished short command. `duration_s` is wall time in seconds."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    duration_s: float
+
+
+class ProcessHandle(BaseModel):
+    """A spawned, detached process group. `pgid` equals `pid` (the process leads its own session).
+
+    `started_wall` is `time.time()` and `started_monotonic` is `time.monotonic()` at spawn, on the
+    orchestrator's clock; `log_path` is the path on the host that receives stdout and stderr.
+    """
+
+    pid: int
+    pgid: int
+    argv: list[str]
+    log_path: str
+    started_wall: float
+    started_monotonic: float
+
+
+class HostError(Exception):
+    """The host could not do what was asked: unreachable, command not found, timeout, bad setting.
+
+    The message is one line a user can act on.
+    """
+
+
+class CommandTimeout(HostError):
+    """`Host.run` hit its timeout; the command's whole process group was killed.
+
+    `result` holds what the command printed before it was killed (returncode is -9).
+    """
+
+    def __init__(self, message: str, result: CommandResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@runtime_checkable
+class Host(Protocol):
+    """Where commands run. Implementations: `LocalHost` (this machine), `SSHHost` (remote)."""
+
+    name: str
+    python: str
+    time_scale: float
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 60.0, env: Mapping[str, str] | None = None
+    ) -> CommandResult: ...
+
+    def spawn(
+        self, argv: Sequence[str], *, log_path: str, env: Mapping[str, str] | None = None
+    ) -> ProcessHandle: ...
+
+    def read_from(self, path: str, offset: int, max_bytes: int = 1 << 20) -> bytes: ...
+
+    def is_alive(self, handle: ProcessHandle) -> bool: ...
+
+    def exit_code(self, handle: ProcessHandle) -> int | None: ...
+
+    def terminate(self, handle: ProcessHandle, grace_s: float = 10.0) -> bool: ...
+
+    def forward_port(self, port: int) -> int: ...
+
+    def free_port(self) -> int: ...
+
+    def workdir(self, run_id: str) -> str: ...
+
+    def close(self) -> None: ...
+
+
+def expand_argv(argv: Sequence[str], host: Host) -> list[str]:
+    """Return `argv` with every `{python}` (whole item or inside an item) replaced by `host.python`."""
+    return [str(a).replace("{python}", host.python) for a in argv]
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """Collapse `text` to one line of at most `limit` characters (for error messages)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+# --- process inspection (Linux /proc; falls back to signals elsewhere) ---------------------------
+
+_PROC = Path("/proc")
+
+
+def _proc_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, pgrp) of `pid` from /proc/<pid>/stat, or None if it is gone or unreadable."""
+    try:
+        raw = (_PROC / str(pid) / "stat").read_bytes().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses; fields after the last ')' are fixed.
+    rest = raw[raw.rfind(")") + 2 :].split()
+    if len(rest) < 3:
+        return None
+    return rest[0], int(rest[1]), int(rest[2])
+
+
+def _all_pids() -> list[int]:
+    try:
+        return [int(p.name) for p in _PROC.iterdir() if p.name.isdigit()]
+    except OSError:
+        return []
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while any non-zombie process is in process group `pgid`."""
+    if _PROC.is_dir():
+        for pid in _all_pids():
+            st = _proc_stat(pid)
+            if st is not None and st[2] == pgid and st[0] not in ("Z", "X"):
+                return True
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _pid_alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    st = _proc_stat(pid)
+    if st is not None:
+        return st[0] not in ("Z", "X")
+    if _PROC.is_dir():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _descendants_outside_group(root: int, pgid: int) -> list[int]:
+    """Descendants of `root` that moved to another process group (e.g. called setsid)."""
+    if not _PROC.is_dir():
+        return []
+    children: dict[int, list[int]] = {}
+    groups: dict[int, int] = {}
+    for pid in _all_pids():
+        st = _proc_stat(pid)
+        if st is None:
+            continue
+        children.setdefault(st[1], []).append(pid)
+        groups[pid] = st[2]
+    out: list[int] = []
+    stack = [root]
+    seen = {root}
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child in seen:
+                continue
+            seen.add(child)
+            stack.append(child)
+            if groups.get(child) != pgid:
+                out.append(child)
+    return out
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _signal_pid(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+# --- registry of everything spawned, for terminate_all / atexit ----------------------------------
+
+_REGISTRY_LOCK = threading.Lock()
+_REGISTRY: dict[int, tuple[LocalHost, ProcessHandle]] = {}
+
+
+def terminate_all(grace_s: float = 2.0) -> list[int]:
+    """Stop every process group spawned by any `LocalHost` of this process that is still running.
+
+    `grace_s` seconds between SIGTERM and SIGKILL. Returns the pids that were still running. Runs at
+    interpreter exit (atexit); a CLI that turns SIGTERM into KeyboardInterrupt gets the same cleanup.
+    """
+    with _REGISTRY_LOCK:
+        entries = list(_REGISTRY.values())
+    stopped: list[int] = []
+    for host, handle in entries:
+        if host.is_alive(handle) or _group_alive(handle.pgid):
+            stopped.append(handle.pid)
+        host.terminate(handle, grace_s=grace_s)
+    return stopped
+
+
+atexit.register(terminate_all)
+
+
+class LocalHost:
+    """This machine, driven by `subprocess`.
+
+    Host environment: `os.environ` overlaid with the constructor's `env`, except that keys already set
+    in `os.environ` win (so a test or user can override e.g. HYPOLOOP_LAB_TIME_SCALE). Per-call `env`
+    mappings are merged over the host environment. `time_scale` is HYPOLOOP_LAB_TIME_SCALE of the host
+    environment (default 1.0). `{python}` expands to `sys.executable`.
+
+    Raises `HostError` if HYPOLOOP_LAB_TIME_SCALE is not a positive number.
+    """
+
+    name: str
+    python: str
+    time_scale: float
+
+    def __init__(self, env: Mapping[str, str] | None = None, *, root: str | None = None) -> None:
+        self.name = "local"
+        self.python = sys.executable
+        self._extra_env = {str(k): str(v) for k, v in (env or {}).items()}
+        self._root = root
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._lock = threading.Lock()
+        raw = self.host_env().get(TIME_SCALE_ENV, "1.0")
+        try:
+            scale = float(raw)
+        except ValueError:
+            raise HostError(f"{TIME_SCALE_ENV}={raw!r} is not a number") from None
+        if not scale > 0:
+            raise HostError(f"{TIME_SCALE_ENV}={raw!r} must be > 0")
+        self.time_scale = scale
+
+    # -- environment ------------------------------------------------------------------------------
+
+    def host_env(self) -> dict[str, str]:
+        """The host environment: constructor env overlaid by `os.environ` (process env wins)."""
+        return {**self._extra_env, **os.environ}
+
+    def _merged_env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        merged = self.host_env()
+        if env:
+            merged.update({str(k): str(v) for k, v in env.items()})
+        return merged
+
+    # -- commands ---------------------------------------------------------------------------------
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float = 60.0, env: Mapping[str, str] | None = None
+    ) -> CommandResult:
+        """Run `argv` to completion in its own process group; capture stdout/stderr as text.
+
+        `timeout` in seconds. Any process the command left behind in its group is killed afterwards.
+        Raises `HostError` if the command is not found or not executable, `CommandTimeout` (a
+        `HostError`) if it exceeds `timeout` — its whole process group is then SIGKILLed.
+        """
+        cmd = expand_argv(argv, self)
+        if not cmd:
+            raise HostError("empty command")
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self._merged_env(env),
+                start_new_session=True,
+            )
+        except FileNotFoundError:
+            raise HostError(f"command not found: {cmd[0]}") from None
+        except PermissionError:
+            raise HostError(f"command not executable: {cmd[0]}") from None
+        except OSError as exc:
+            raise HostError(f"cannot run {cmd[0]}: {_one_line(str(exc))}") from None
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            try:
+                out, err = proc.communicate(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                # A process that escaped the group still holds the pipes; give up on its output.
+                proc.kill()
+                out, err = b"", b""
+            result = CommandResult(
+                argv=cmd,
+                returncode=proc.returncode if proc.returncode is not None else -9,
+                stdout=out.decode("utf-8", "replace"),
+                stderr=err.decode("utf-8", "replace"),
+                duration_s=time.monotonic() - start,
+            )
+            raise CommandTimeout(f"command timed out after {timeout:g} s: {cmd[0]}", result) from None
+        except BaseException:
+            _signal_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        # Nothing a short command started may outlive it.
+        _signal_group(proc.pid, signal.SIGKILL)
+        return CommandResult(
+            argv=cmd,
+            returncode=proc.returncode,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            duration_s=time.monotonic() - start,
+        )
+
+    def spawn(
+        self, argv: Sequence[str], *, log_path: str, env: Mapping[str, str] | None = None
+    ) -> ProcessHandle:
+        """Start `argv` detached in a new session/process group; stdout+stderr go to `log_path`.
+
+        The log file is created (with parent directories) or truncated. `env` is merged over the host
+        environment; PYTHONUNBUFFERED=1 is added unless set, so a Python server's lines reach the file
+        as they are printed. Raises `HostError` if the command is not found or cannot start.
+        """
+        cmd = expand_argv(argv, self)
+        if not cmd:
+            raise HostError("empty command")
+        path = os.path.abspath(log_path)
+        merged = self._merged_env(env)
+        merged.setdefault("PYTHONUNBUFFERED", "1")
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed below
+        except OSError as exc:
+            raise HostError(f"cannot open log file {path}: {_one_line(str(exc))}") from None
+        self._reap()
+        try:
+            with log:
+                proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=merged,
+                    start_new_session=True,
+                    close_fds=True,
+                )
+        except FileNotFoundError:
+            raise HostError(f"command not found: {cmd[0]}") from None
+        except PermissionError:
+            raise HostError(f"command not executable: {cmd[0]}") from None
+        except OSError as exc:
+            raise HostError(f"cannot start {cmd[0]}: {_one_line(str(exc))}") from None
+        handle = ProcessHandle(
+            pid=proc.pid,
+            pgid=proc.pid,
+            argv=cmd,
+            log_path=path,
+            started_wall=time.time(),
+            started_monotonic=time.monotonic(),
+        )
+        with self._lock:
+            self._procs[proc.pid] = proc
+        with _REGISTRY_LOCK:
+            _REGISTRY[proc.pid] = (self, handle)
+        return handle
+
+    def read_from(self, path: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
+        """Up to `max_bytes` bytes of `path` starting at byte `offset`; b"" if nothing new or missing."""
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                return f.read(max_bytes)
+        except FileNotFoundError:
+            return b""
+        except OSError as exc:
+            raise HostError(f"cannot read {path}: {_one_line(str(exc))}") from None
+
+    # -- liveness ---------------------------------------------------------------------------------
+
+    def _reap(self) -> None:
+        """Collect exit statuses of spawned children that ended (no zombies left behind)."""
+        with self._lock:
+            procs = list(self._procs.values())
+        for proc in procs:
+            proc.poll()
+
+    def is_alive(self, handle: ProcessHandle) -> bool:
+        """True while the spawned process (the group leader) runs; a zombie counts as exited."""
+        proc = self._procs.get(handle.pid)
+        if proc is not None:
+            return proc.poll() is None
+        return _pid_alive(handle.pid)
+
+    def exit_code(self, handle: ProcessHandle) -> int | None:
+        """The leader's exit code (negative = killed by that signal), None while running or unknown."""
+        proc = self._procs.get(handle.pid)
+        if proc is None:
+            return None
+        return proc.poll()
+
+    def terminate(self, handle: ProcessHandle, grace_s: float = 10.0) -> bool:
+        """Stop the whole process group: SIGTERM, wait up to `grace_s` seconds, SIGKILL, verify.
+
+        Descendants that left the group (setsid) are signalled too. Reaps the leader. Returns True when
+        no process of the group (and no such descendant) remains, False if something survived 5 s
+        after SIGKILL. Safe to call repeatedly and on a process that already exited.
+        """
+        strays = _descendants_outside_group(handle.pid, handle.pgid)
+        proc = self._procs.get(handle.pid)
+
+        def gone() -> bool:
+            if proc is not None:
+                proc.poll()
+            return not _group_alive(handle.pgid) and not any(_pid_alive(p) for p in strays)
+
+        if not gone():
+            _signal_group(handle.pgid, signal.SIGTERM)
+            for pid in strays:
+                _signal_pid(pid, signal.SIGTERM)
+            deadline = time.monotonic() + max(0.0, grace_s)
+            while not gone() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        if not gone():
+            strays += [p for p in _descendants_outside_group(handle.pid, handle.pgid) if p not in strays]
+            _signal_group(handle.pgid, signal.SIGKILL)
+            for pid in strays:
+                _signal_pid(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 5.0
+            while not gone() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        ok = gone()
+        if ok:
+            with _REGISTRY_LOCK:
+                _REGISTRY.pop(handle.pid, None)
+        return ok
+
+    # -- network and files ------------------------------------------------------------------------
+
+    def forward_port(self, port: int) -> int:
+        """A port on this machine that reaches `port` on the host; locally the same port."""
+        return port
+
+    def free_port(self) -> int:
+        """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    def workdir(self, run_id: str) -> str:
+        """A per-run directory (created): `<root>/<run_id>`, root defaulting to ./.hypoloop/runs.
+
+        Raises `HostError` if `run_id` is not a plain name or the directory cannot be created.
+        """
+        if not run_id or "/" in run_id or run_id in (".", "..") or "\x00" in run_id:
+            raise HostError(f"invalid run id {run_id!r}: expected a plain name")
+        root = self._root or os.path.join(os.getcwd(), ".hypoloop", "runs")
+        path = os.path.join(os.path.abspath(root), run_id)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            raise HostError(f"cannot create work dir {path}: {_one_line(str(exc))}") from None
+        return path
+
+    def close(self) -> None:
+        """Stop every process this host spawned that still runs (2 s grace) and forget them."""
+        with _REGISTRY_LOCK:
+            mine = [h for (host, h) in _REGISTRY.values() if host is self]
+        for handle in mine:
+            self.terminate(handle, grace_s=2.0)
+        self._reap()

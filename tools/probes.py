@@ -1,0 +1,264 @@
+"""Probes: small requests that tell a working server from a broken one.
+
+A chat probe goes through the OpenAI-compatible API (`openai` client, /v1/chat/completions); a generate
+probe POSTs SGLang's native /generate. The answer is classified, first failing check wins:
+connection_error (refused, reset, dropped: the server died or is not up), timeout, http_error (status
+>= 400, or a body that is not a valid answer), empty, degenerate (repetition loops, NaN-like garbage),
+wrong_answer (`expect` not contained, case-insensitive), ok.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from typing import Any, Literal
+
+import httpx
+import openai
+from pydantic import BaseModel
+
+ProbeStatus = Literal[
+    "ok", "http_error", "connection_error", "timeout", "empty", "degenerate", "wrong_answer"
+]
+
+
+class Probe(BaseModel):
+    """One request. `expect` is a case-insensitive substring of a correct answer (None: any non-garbage
+    text passes). `max_tokens` caps the generated tokens."""
+
+    id: str
+    kind: Literal["chat", "generate"]
+    prompt: str
+    max_tokens: int = 32
+    expect: str | None = None
+
+
+class ProbeResult(BaseModel):
+    """Outcome of one probe. `latency_s` is wall seconds from request to answer or error."""
+
+    probe_id: str
+    ok: bool
+    status: ProbeStatus
+    http_status: int | None = None
+    text: str | None = None
+    latency_s: float
+    error: str | None = None
+
+
+DEFAULT_PROBES: list[Probe] = [
+    Probe(
+        id="chat-capital",
+        kind="chat",
+        prompt="What is the capital of France? Answer in one word.",
+        expect="Paris",
+    ),
+    Probe(id="generate-capital", kind="generate", prompt="The capital of France is", expect="Paris"),
+]
+
+
+# --- text checks -----------------------------------------------------------------------------------
+
+_WORD = re.compile(r"\w+|[^\w\s]+")
+
+
+def _longest_char_run(text: str) -> tuple[str, int]:
+    best_c, best_n, cur_c, cur_n = "", 0, "", 0
+    for ch in text:
+        if ch == cur_c:
+            cur_n += 1
+        else:
+            cur_c, cur_n = ch, 1
+        if cur_n > best_n and not ch.isspace():
+            best_c, best_n = cur_c, cur_n
+    return best_c, best_n
+
+
+def degeneracy_reason(text: str) -> str | None:
+    """Why `text` looks like broken-model output, or None if it looks like language.
+
+    Checks (tuned for short probe answers of up to a few hundred tokens): Unicode replacement
+    characters; one non-space character repeated 8+ times in a row and filling >= 30% of the text
+    ("!!!!!!!!" is what NaN logits often decode to); very low character variety; one word making up
+    >= 50% of 6+ words; one 1-4-token n-gram repeated 4+ times covering >= 60% of the tokens; a short
+    character period (<= 8) repeating through >= 80% of a text without spaces. Longer n-grams are left
+    alone on purpose: healthy models at temperature 0 often loop on a whole sentence ("The capital of
+    France is Paris. The capital of ..."), which is not a sign of broken numerics.
+    """
+    stripped = text.strip()
+    if not stripped:
+        return None
+    compact = "".join(stripped.split())
+    n = len(compact)
+    bad = stripped.count("\ufffd")
+    if bad >= 3 or (bad and bad / n >= 0.2):
+        return f"{bad} replacement characters"
+    ch, run = _longest_char_run(stripped)
+    if run >= 8 and run / n >= 0.3:
+        return f"{ch!r} repeated {run} times"
+    if n >= 16 and len(set(compact)) <= 2:
+        return f"only {len(set(compact))} distinct characters"
+    tokens = _WORD.findall(stripped.lower())
+    words = [t for t in tokens if t[0].isalnum() or t[0] == "_"]
+    if len(words) >= 6:
+        word, count = Counter(words).most_common(1)[0]
+        if count / len(words) >= 0.5:
+            return f"token {word!r} is {count} of {len(words)} words"
+    for size in (1, 2, 3, 4):
+        if len(tokens) < size * 4:
+            break
+        grams = Counter(tuple(tokens[i : i + size]) for i in range(len(tokens) - size + 1))
+        gram, reps = grams.most_common(1)[0]
+        if reps >= 4 and reps * size / len(tokens) >= 0.6:
+            return f"{' '.join(gram)!r} repeated {reps} times"
+    if " " not in stripped and n >= 16:
+        for period in range(1, 9):
+            if n < period * 4:
+                break
+            same = sum(1 for i in range(n - period) if compact[i] == compact[i + period])
+            if same / (n - period) >= 0.8:
+                return f"a {period}-character pattern repeats"
+    return None
+
+
+def classify_text(text: str | None, expect: str | None) -> tuple[ProbeStatus, str | None]:
+    """Status for a successful HTTP answer's text: empty, degenerate, wrong_answer or ok (with reason)."""
+    if text is None or not text.strip():
+        return "empty", None
+    reason = degeneracy_reason(text)
+    if reason is not None:
+        return "degenerate", reason
+    if expect is not None and expect.lower() not in text.lower():
+        return "wrong_answer", f"expected {expect!r}"
+    return "ok", None
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _result(probe: Probe, status: ProbeStatus, start: float, **kw: Any) -> ProbeResult:
+    return ProbeResult(
+        probe_id=probe.id, ok=status == "ok", status=status, latency_s=time.monotonic() - start, **kw
+    )
+
+
+def _finish(probe: Probe, text: str | None, start: float, http_status: int | None) -> ProbeResult:
+    status, reason = classify_text(text, probe.expect)
+    return _result(probe, status, start, http_status=http_status, text=text, error=reason)
+
+
+# --- requests --------------------------------------------------------------------------------------
+
+
+def _run_chat(base_url: str, probe: Probe, model: str, timeout_s: float, start: float) -> ProbeResult:
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="EMPTY", max_retries=0, timeout=timeout_s)
+    try:
+        resp = client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": probe.prompt}],
+            max_tokens=probe.max_tokens,
+            temperature=0,
+        )
+    except openai.APITimeoutError as exc:
+        return _result(probe, "timeout", start, error=_one_line(f"no answer within {timeout_s:g} s: {exc}"))
+    except openai.APIConnectionError as exc:
+        cause = exc.__cause__ or exc
+        return _result(probe, "connection_error", start, error=_one_line(f"{type(cause).__name__}: {cause}"))
+    except openai.APIStatusError as exc:
+        return _result(
+            probe, "http_error", start, http_status=exc.status_code, error=_one_line(str(exc.message))
+        )
+    except openai.APIError as exc:  # e.g. a 200 whose body is not a chat completion
+        return _result(probe, "http_error", start, http_status=200, error=_one_line(f"bad response: {exc}"))
+    finally:
+        client.close()
+    if not resp.choices:
+        return _result(probe, "empty", start, http_status=200, text="", error="no choices in response")
+    choice = resp.choices[0]
+    text = choice.message.content if choice.message is not None else None
+    return _finish(probe, text, start, 200)
+
+
+def _run_generate(base_url: str, probe: Probe, timeout_s: float, start: float) -> ProbeResult:
+    payload = {
+        "text": probe.prompt,
+        "sampling_params": {"max_new_tokens": probe.max_tokens, "temperature": 0},
+    }
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+            resp = client.post(f"{base_url}/generate", json=payload)
+    except httpx.TimeoutException as exc:
+        return _result(probe, "timeout", start, error=_one_line(f"no answer within {timeout_s:g} s: {exc!r}"))
+    except httpx.TransportError as exc:
+        return _result(probe, "connection_error", start, error=_one_line(f"{type(exc).__name__}: {exc}"))
+    if resp.status_code >= 400:
+        return _result(
+            probe,
+            "http_error",
+            start,
+            http_status=resp.status_code,
+            error=_one_line(resp.text or resp.reason_phrase),
+        )
+    try:
+        body = resp.json()
+    except ValueError:
+        return _result(probe, "http_error", start, http_status=resp.status_code, error="response is not JSON")
+    if isinstance(body, list):
+        body = body[0] if body else {}
+    if not isinstance(body, dict):
+        return _result(
+            probe, "http_error", start, http_status=resp.status_code, error="unexpected JSON shape"
+        )
+    finish = (body.get("meta_info") or {}).get("finish_reason")
+    if isinstance(finish, dict) and finish.get("type") == "abort":
+        return _result(
+            probe,
+            "http_error",
+            start,
+            http_status=resp.status_code,
+            text=body.get("text"),
+            error=_one_line(f"request aborted: {finish.get('message', '')}"),
+        )
+    text = body.get("text")
+    return _finish(probe, text if isinstance(text, str) else None, start, resp.status_code)
+
+
+def run_probe(base_url: str, probe: Probe, *, model: str, timeout_s: float = 60) -> ProbeResult:
+    """Send `probe` to the server at `base_url` (e.g. "http://127.0.0.1:30000") and classify the answer.
+
+    `model` is the served model name for chat probes (SGLang accepts the model path). `timeout_s` bounds
+    the whole request in seconds. No retries. Never raises for server-side problems: they are statuses.
+    Chat: `openai.OpenAI(base_url=base_url + "/v1", api_key="EMPTY", max_retries=0)`, temperature 0.
+    Generate: POST /generate {"text", "sampling_params": {"max_new_tokens", "temperature": 0}} (SGLang's
+    native API), read "text" and an abort in meta_info.finish_reason.
+    """
+    start = time.monotonic()
+    base = base_url.rstrip("/")
+    if probe.kind == "chat":
+        return _run_chat(base, probe, model, timeout_s, start)
+    return _run_generate(base, probe, timeout_s, start)
+
+
+def get_server_info(base_url: str, *, timeout_s: float = 10.0) -> dict[str, Any] | None:
+    """The server's effective configuration: GET /get_server_info, then /server_info (newer SGLang).
+
+    Returns the JSON object, or None if neither answers 200 with a JSON object within `timeout_s` s.
+    """
+    base = base_url.rstrip("/")
+    with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+        for path in ("/get_server_info", "/server_info"):
+            try:
+                resp = client.get(base + path)
+            except httpx.HTTPError:
+                continue
+            if resp.status_code != 200:
+                continue
+            try:
+                body = resp.json()
+            except ValueError:
+                continue
+            if isinstance(body, dict):
+                return body
+    return None

@@ -1,0 +1,414 @@
+"""Server lifecycle: launch an inference server on a host, watch its log, probe it, stop it.
+
+`ServerSession` spawns the server through a `Host`, tails its log with a `LogWatcher` every
+`poll_interval_s`, feeds each line to a `SignatureMatcher`, and stops waiting the moment the log shows a
+ready or fatal signature or the process exits. It always stops what it started.
+
+Signals: the CLI should turn SIGTERM into KeyboardInterrupt (for example
+`signal.signal(signal.SIGTERM, lambda *_: _raise(KeyboardInterrupt()))`) so that `with ServerSession(...)`
+blocks unwind and `__exit__` stops the server; `tools.host.terminate_all` (registered with atexit) stops
+anything left at interpreter exit. Nothing can clean up after SIGKILL of the orchestrator itself.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shlex
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
+
+import httpx
+from pydantic import BaseModel, Field
+
+from tools.host import Host, HostError, ProcessHandle, expand_argv
+from tools.logwatch import LogLine, LogWatcher
+from tools.probes import Probe, ProbeResult, run_probe
+from tools.signatures import SignatureMatch, SignatureMatcher
+
+_SESSION_FLAGS = ("--model-path", "--host", "--port")
+
+EventKind = Literal["line", "ready", "fatal", "exited", "timeout", "stalled"]
+LaunchStatus = Literal["ready", "crashed", "exited", "timeout", "stalled", "launch_failed"]
+
+
+def render_command(
+    launcher_argv: Sequence[str],
+    model_path: str,
+    flags: Mapping[str, str | bool | int | float | None],
+    *,
+    host: str,
+    port: int,
+) -> list[str]:
+    """The launch argv: launcher, `--model-path M`, flags in order, then `--host H --port P`.
+
+    True renders a bare flag, False/None omits it, other values become `str(value)` as one argv item
+    (no shell is involved, so no quoting is needed). `--model-path`, `--host` and `--port` in `flags`
+    are dropped because the session owns them. `{python}` in the launcher is left for `expand_argv`.
+    Raises ValueError for a flag name that does not start with "-".
+    """
+    argv = [str(a) for a in launcher_argv] + ["--model-path", str(model_path)]
+    for name, value in flags.items():
+        if not name.startswith("-"):
+            raise ValueError(f"flag {name!r} must start with '-' (e.g. '--tp-size')")
+        if name in _SESSION_FLAGS or value is None or value is False:
+            continue
+        argv.append(name)
+        if value is not True:
+            argv.append(str(value))
+    return argv + ["--host", host, "--port", str(port)]
+
+
+def command_line(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
+    """A copy-pasteable shell line: `VAR=value ... argv`, every item shell-quoted (for reports)."""
+    prefix = [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()]
+    return " ".join(prefix + [shlex.quote(str(a)) for a in argv])
+
+
+class WatchEvent(BaseModel):
+    """Something the session saw. `line` is set for line/ready/fatal events; `at_monotonic` is when."""
+
+    kind: EventKind
+    line: LogLine | None = None
+    at_monotonic: float
+
+
+class LaunchResult(BaseModel):
+    """What a launch came to.
+
+    status: ready (ready signature seen), crashed (fatal signature seen; the process may still be
+    running), exited (process ended without a fatal signature), timeout (neither within
+    `ready_timeout_s`), stalled (no log growth for `stall_timeout_s`), launch_failed (could not start
+    the process at all; `error` says why). Times are seconds since spawn on the orchestrator's monotonic
+    clock: `t_ready_s` when the ready line was read, `t_end_s` when waiting ended for any other status.
+    `detection_delays_s[i]` is an upper bound, in seconds, on how long line i sat in the log before it
+    was read (see `ServerSession`). `health_status` is the HTTP status of GET /health right after the
+    ready line (None if not checked or no answer).
+    """
+
+    status: LaunchStatus
+    handle: ProcessHandle | None
+    lines: list[LogLine] = Field(default_factory=list)
+    matches: list[SignatureMatch] = Field(default_factory=list)
+    facts: dict[str, str] = Field(default_factory=dict)
+    t_ready_s: float | None = None
+    t_end_s: float | None = None
+    exit_code: int | None = None
+    detection_delays_s: list[float] = Field(default_factory=list)
+    base_url: str | None = None
+    health_status: int | None = None
+    error: str | None = None
+
+
+class ServerSession:
+    """One server launch on a host, as a context manager that always stops what it started.
+
+    `argv` is the full launch command (see `render_command`); `{python}` is expanded for the host.
+    `env` is merged over the host environment. `port` is where the server listens on the host; requests
+    go to `base_url` (through `host.forward_port`). `on_event` receives every `WatchEvent` (each log
+    line, then ready/fatal/exited/timeout/stalled) on the calling thread. Durations are seconds:
+    `ready_timeout_s` counts from spawn; `stall_timeout_s` (None = off) is the longest the log may go
+    without growing; `fatal_grace_s` (capped at 2 s) is how long a crashing process may keep writing its
+    traceback before `wait_ready`/`watch` return; `health_timeout_s` bounds the GET /health that confirms
+    a ready line; `stop_grace_s` is the SIGTERM-to-SIGKILL grace of `stop()`.
+
+    Detection delay: the time a line was written is unknown, but a complete line read by poll k cannot
+    have been complete when poll k-1 started reading (it would have been read then). So for each line
+    the session records `seen_monotonic - start of the previous read` (the spawn time for the first
+    read): an upper bound on write-to-seen delay, about one `poll_interval_s` plus read time.
+
+    Usage: `with ServerSession(...) as s: r = s.wait_ready(); ...; s.watch(2.0)`. `start()` is called by
+    `wait_ready()` if needed. `__exit__` calls `stop()` on normal exit, exceptions and KeyboardInterrupt
+    (a second KeyboardInterrupt during the stop escalates to an immediate SIGKILL of the group).
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        log_path: str,
+        port: int,
+        matcher: SignatureMatcher,
+        on_event: Callable[[WatchEvent], None] | None = None,
+        ready_timeout_s: float,
+        stall_timeout_s: float | None = None,
+        poll_interval_s: float = 0.05,
+        fatal_grace_s: float = 2.0,
+        health_timeout_s: float = 5.0,
+        stop_grace_s: float = 10.0,
+    ) -> None:
+        self.host = host
+        self.argv = expand_argv(argv, host)
+        self.env = dict(env or {})
+        self.log_path = log_path
+        self.port = port
+        self.matcher = matcher
+        self.on_event = on_event
+        self.ready_timeout_s = ready_timeout_s
+        self.stall_timeout_s = stall_timeout_s
+        self.poll_interval_s = poll_interval_s
+        self.fatal_grace_s = min(max(fatal_grace_s, 0.0), 2.0)
+        self.health_timeout_s = health_timeout_s
+        self.stop_grace_s = stop_grace_s
+
+        self.handle: ProcessHandle | None = None
+        self.base_url: str | None = None
+        self.error: str | None = None
+        self.lines: list[LogLine] = []
+        self.detection_delays_s: list[float] = []
+        self._status: LaunchStatus | None = None
+        self._t_end: float | None = None
+        self.health_status: int | None = None
+        self._watcher: LogWatcher | None = None
+        self._prev_read_start = 0.0
+        self._started = False
+        self._ready_at: float | None = None
+        self._fatal_at: float | None = None
+        self._exit_seen = False
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn the server (idempotent). A spawn failure is recorded, not raised: `wait_ready()` then
+        returns status "launch_failed" with the error."""
+        if self._started:
+            return
+        self._started = True
+        try:
+            self.handle = self.host.spawn(self.argv, log_path=self.log_path, env=self.env)
+        except HostError as exc:
+            self.error = str(exc)
+            return
+        self._watcher = LogWatcher(self.host, self.handle.log_path)
+        self._prev_read_start = self.handle.started_monotonic
+        self.base_url = f"http://127.0.0.1:{self.host.forward_port(self.port)}"
+
+    def __enter__(self) -> ServerSession:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            self.stop()
+        except KeyboardInterrupt:
+            if self.handle is not None:
+                self.host.terminate(self.handle, grace_s=0.0)
+            raise
+
+    def stop(self, grace_s: float | None = None) -> bool:
+        """Stop the server's whole process group (TERM, `grace_s` s, KILL) and verify it is gone.
+
+        `grace_s` defaults to the session's `stop_grace_s` (10 s; SGLang usually exits within a few).
+
+        Reads the log one last time. Idempotent; returns True when nothing of the group remains (also
+        when nothing was started). Raises `HostError` only if the host itself cannot be reached.
+        """
+        if self.handle is None:
+            return True
+        ok = self.host.terminate(self.handle, grace_s=self.stop_grace_s if grace_s is None else grace_s)
+        self._pump(flush=True)
+        return ok
+
+    # -- watching ---------------------------------------------------------------------------------
+
+    def _emit(self, kind: EventKind, line: LogLine | None = None) -> None:
+        if self.on_event is not None:
+            self.on_event(WatchEvent(kind=kind, line=line, at_monotonic=time.monotonic()))
+
+    def _pump(self, *, flush: bool = False) -> list[LogLine]:
+        """Read new complete lines (and the unterminated tail if `flush`), match and report them."""
+        if self._watcher is None:
+            return []
+        read_start = time.monotonic()
+        new = self._watcher.flush() if flush else self._watcher.poll()
+        for line in new:
+            self.detection_delays_s.append(max(0.0, line.seen_monotonic - self._prev_read_start))
+            self.lines.append(line)
+            hits = self.matcher.feed(line.lineno, line.text)
+            self._emit("line", line)
+            if any(h.kind == "fatal" for h in hits):
+                if self._fatal_at is None:
+                    self._fatal_at = line.seen_monotonic
+                self._emit("fatal", line)
+            if self._ready_at is None and any(h.kind == "ready" for h in hits):
+                self._ready_at = line.seen_monotonic
+                self._emit("ready", line)
+        self._prev_read_start = read_start
+        return new
+
+    def _alive(self) -> bool:
+        return self.handle is not None and self.host.is_alive(self.handle)
+
+    def _sleep_until(self, deadline: float) -> None:
+        time.sleep(max(0.0, min(self.poll_interval_s, deadline - time.monotonic())))
+
+    def _drain_after_fatal(self) -> None:
+        """Let a crashing process finish its traceback: poll until it exits, at most `fatal_grace_s`."""
+        deadline = time.monotonic() + self.fatal_grace_s
+        while time.monotonic() < deadline:
+            alive = self._alive()
+            self._pump()
+            if not alive:
+                self._note_exit()
+                return
+            self._sleep_until(deadline)
+        self._pump()
+
+    def _note_exit(self) -> None:
+        self._pump(flush=True)
+        if not self._exit_seen:
+            self._exit_seen = True
+            self._emit("exited")
+
+    def _last_progress(self) -> float:
+        assert self.handle is not None
+        grew = self._watcher.last_growth_monotonic if self._watcher is not None else None
+        return max(self.handle.started_monotonic, grew or 0.0)
+
+    def _finish(self, status: LaunchStatus, t_end: float | None) -> LaunchResult:
+        self._status = status
+        self._t_end = t_end
+        return self.result()
+
+    def result(self) -> LaunchResult:
+        """The launch as seen so far: latest status, all lines and matches, facts, times, exit code.
+
+        The status is the one `wait_ready` returned, changed by `watch` to "crashed"/"exited" when the
+        server died later; our own `stop()` does not change it. Before `wait_ready` returns, it is
+        "crashed"/"exited"/"ready" if that was already seen, else "timeout" (nothing decisive yet).
+        """
+        status = self._status
+        if status is None:
+            if self.error is not None:
+                status = "launch_failed"
+            elif self._fatal_at is not None:
+                status = "crashed"
+            elif self._exit_seen:
+                status = "exited"
+            elif self._ready_at is not None:
+                status = "ready"
+            else:
+                status = "timeout"
+        start = self.handle.started_monotonic if self.handle is not None else 0.0
+        return LaunchResult(
+            status=status,
+            handle=self.handle,
+            lines=list(self.lines),
+            matches=self.matcher.matches(),
+            facts=self.matcher.facts(),
+            t_ready_s=(self._ready_at - start) if self._ready_at is not None else None,
+            t_end_s=(self._t_end - start) if self._t_end is not None else None,
+            exit_code=self.host.exit_code(self.handle) if self.handle is not None else None,
+            detection_delays_s=list(self.detection_delays_s),
+            base_url=self.base_url,
+            health_status=self.health_status,
+            error=self.error,
+        )
+
+    def _check_health(self) -> None:
+        if self.base_url is None:
+            return
+        try:
+            with httpx.Client(timeout=self.health_timeout_s, trust_env=False) as client:
+                self.health_status = client.get(f"{self.base_url}/health").status_code
+        except httpx.HTTPError:
+            self.health_status = None
+
+    def wait_ready(self) -> LaunchResult:
+        """Watch the log until ready, fatal, exit, stall or `ready_timeout_s` after spawn.
+
+        Returns at the first poll that sees a ready-kind line (then confirms with one GET /health,
+        recorded in `health_status`), a fatal-kind line (after letting the process finish its
+        traceback for at most `fatal_grace_s`), or the process's exit. On timeout or stall the process
+        is left running for inspection; `stop()` (or the context manager) ends it.
+        """
+        self.start()
+        if self.handle is None:
+            return self._finish("launch_failed", None)
+        deadline = self.handle.started_monotonic + self.ready_timeout_s
+        while True:
+            alive = self._alive()  # checked before reading so lines written before an exit are read
+            self._pump()
+            if self._fatal_at is not None:
+                self._drain_after_fatal()
+                return self._finish("crashed", self._fatal_at)
+            if self._ready_at is not None:
+                self._check_health()
+                return self._finish("ready", None)
+            if not alive:
+                self._note_exit()
+                return self._finish("crashed" if self._fatal_at is not None else "exited", time.monotonic())
+            now = time.monotonic()
+            if self.stall_timeout_s is not None and now - self._last_progress() >= self.stall_timeout_s:
+                self._emit("stalled")
+                return self._finish("stalled", now)
+            if now >= deadline:
+                self._emit("timeout")
+                return self._finish("timeout", now)
+            self._sleep_until(deadline)
+
+    def watch(self, seconds: float, *, until: Callable[[], bool] | None = None) -> list[LogLine]:
+        """Keep tailing for up to `seconds` (e.g. while probes run); returns the lines read meanwhile.
+
+        Returns early when a new fatal-kind line appears (after the `fatal_grace_s` drain), when the
+        process exits, or when `until()` becomes true. Then `result()` reports "crashed"/"exited".
+        """
+        if self.handle is None:
+            return []
+        first = len(self.lines)
+        fatal_before = self._fatal_at
+        end = time.monotonic() + seconds
+        while True:
+            alive = self._alive()
+            self._pump()
+            if self._fatal_at is not None and fatal_before is None:
+                self._drain_after_fatal()
+                self._finish("crashed", self._fatal_at)
+                break
+            if not alive:
+                self._note_exit()
+                if self._status in (None, "ready", "timeout", "stalled"):
+                    self._finish("crashed" if self._fatal_at is not None else "exited", time.monotonic())
+                break
+            if (until is not None and until()) or time.monotonic() >= end:
+                self._pump()
+                break
+            self._sleep_until(end)
+        return self.lines[first:]
+
+    @property
+    def fatal_seen(self) -> bool:
+        """True once any fatal-kind line was read."""
+        return self._fatal_at is not None
+
+    @property
+    def ready_seen(self) -> bool:
+        """True once a ready-kind line was read."""
+        return self._ready_at is not None
+
+
+def run_probes_watching(
+    session: ServerSession,
+    probes: Sequence[Probe],
+    *,
+    model: str,
+    timeout_s: float = 60.0,
+    settle_s: float = 0.5,
+) -> tuple[list[ProbeResult], list[LogLine]]:
+    """Run `probes` one after another against `session.base_url` while the session keeps tailing.
+
+    Each probe runs on a worker thread; the calling thread watches the log until the probe returns (at
+    most `timeout_s` s plus a little), then for up to `settle_s` s more so a crash the request caused is
+    in the lines. Returns the probe results and the log lines read meanwhile.
+    """
+    results: list[ProbeResult] = []
+    lines: list[LogLine] = []
+    base_url = session.base_url or f"http://127.0.0.1:{session.port}"
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as pool:
+        for probe in probes:
+            future = pool.submit(run_probe, base_url, probe, model=model, timeout_s=timeout_s)
+            lines += session.watch(timeout_s + 5.0, until=future.done)
+            results.append(future.result())
+            lines += session.watch(settle_s)
+    return results, lines

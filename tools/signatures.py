@@ -1,0 +1,271 @@
+"""Log signatures: known log lines of SGLang, CUDA, NCCL and Python, matched line by line.
+
+Signatures are data (`knowledge/signatures.toml`, see the comment at its top for the format). A
+`SignatureMatcher` searches every line against every signature and aggregates hits with their 1-based
+line numbers; named regex groups fill fact templates (e.g. the effective KV-cache dtype). Matching is
+cheap per line: patterns are compiled once, and each pattern's longest required literal (derived from
+the regex) is checked with a substring test before the regex runs.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+Severity = Literal["info", "warning", "error", "fatal"]
+Kind = Literal["progress", "ready", "fatal", "warning", "fact", "error"]
+Stage = Literal["launch", "load", "capture", "serve", "decode", "request"]
+
+DEFAULT_SIGNATURES_PATH = Path(__file__).resolve().parent.parent / "knowledge" / "signatures.toml"
+
+
+class SignatureError(ValueError):
+    """A signature file is unreadable or an entry is invalid; the message names file, entry and field."""
+
+
+class Signature(BaseModel):
+    """One known log line. `pattern` is a Python regex searched in each line; `facts` maps a fact key
+    to a template where `{name}` is a named group of `pattern` and other text is literal."""
+
+    id: str
+    pattern: str
+    severity: Severity
+    kind: Kind
+    stage: Stage
+    components: list[str] = Field(default_factory=list)
+    meaning: str
+    source: str
+    facts: dict[str, str] = Field(default_factory=dict)
+
+
+class SignatureMatch(BaseModel):
+    """Hits of one signature: every matching line number (1-based), the first matching line's text, and
+    the facts it set (for an aggregated match, the latest value of each fact)."""
+
+    signature_id: str
+    kind: Kind
+    severity: Severity
+    stage: Stage
+    components: list[str]
+    meaning: str
+    line_numbers: list[int]
+    first_line: str
+    facts: dict[str, str] = Field(default_factory=dict)
+
+
+def _template_fields(template: str) -> list[str]:
+    """Names referenced by `{name}` in a fact template; raises ValueError on anything fancier."""
+    names: list[str] = []
+    for _, field, spec, conv in string.Formatter().parse(template):
+        if field is None:
+            continue
+        if not field.isidentifier() or spec or conv:
+            raise ValueError(f"template {template!r}: use plain {{group}} references only")
+        names.append(field)
+    return names
+
+
+def _required_literal(pattern: str) -> str | None:
+    """The longest literal text (>= 3 chars) every match of `pattern` must contain, or None.
+
+    Uses the stdlib regex parser (`re._parser`, Python 3.11+); any surprise there just disables the
+    prefilter for that pattern, never changes what matches.
+    """
+    try:
+        from re import _constants as c  # type: ignore[attr-defined]
+        from re import _parser as p  # type: ignore[attr-defined]
+
+        parsed = p.parse(pattern)
+    except Exception:
+        return None
+    if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
+        return None
+    best = ""
+
+    def walk(seq: Any) -> None:
+        nonlocal best
+        run: list[str] = []
+
+        def flush() -> None:
+            nonlocal best
+            text = "".join(run)
+            if len(text) > len(best):
+                best = text
+            run.clear()
+
+        op: Any
+        av: Any
+        for op, av in seq:
+            if op is c.LITERAL:
+                run.append(chr(av))
+                continue
+            flush()
+            if op is c.SUBPATTERN:
+                _group, add_flags, _del_flags, sub = av
+                if not add_flags & re.IGNORECASE:
+                    walk(sub)
+            elif op in (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT):
+                low, _high, sub = av
+                if low >= 1:
+                    walk(sub)
+        flush()
+
+    try:
+        walk(parsed)
+    except Exception:
+        return None
+    return best if len(best) >= 3 else None
+
+
+class _Compiled:
+    __slots__ = ("sig", "regex", "literal", "fields")
+
+    def __init__(self, sig: Signature) -> None:
+        self.sig = sig
+        self.regex = re.compile(sig.pattern)
+        self.literal = _required_literal(sig.pattern)
+        self.fields = {key: _template_fields(tpl) for key, tpl in sig.facts.items()}
+
+    def facts_of(self, m: re.Match[str]) -> dict[str, str]:
+        groups = m.groupdict()
+        out: dict[str, str] = {}
+        for key, template in self.sig.facts.items():
+            names = self.fields[key]
+            if any(groups.get(n) is None for n in names):
+                continue  # an optional group that did not take part sets nothing
+            value = template.format(**{n: groups[n].strip() for n in names})
+            if value:
+                out[key] = value
+        return out
+
+
+def _check(sig: Signature, where: str) -> None:
+    try:
+        regex = re.compile(sig.pattern)
+    except re.error as exc:
+        raise SignatureError(f"{where}: pattern is not a valid Python regex: {exc}") from None
+    for key, template in sig.facts.items():
+        try:
+            names = _template_fields(template)
+        except ValueError as exc:
+            raise SignatureError(f"{where}: facts.{key}: {exc}") from None
+        missing = [n for n in names if n not in regex.groupindex]
+        if missing:
+            raise SignatureError(
+                f"{where}: facts.{key} uses {{{missing[0]}}} but the pattern has no group (?P<{missing[0]}>...)"
+            )
+
+
+def _load_file(path: Path) -> list[Signature]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SignatureError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SignatureError(f"{path}: invalid TOML: {exc}") from None
+    entries = data.get("signature", [])
+    if not isinstance(entries, list):
+        raise SignatureError(f"{path}: expected [[signature]] tables")
+    out: list[Signature] = []
+    for i, entry in enumerate(entries, 1):
+        ident = entry.get("id") if isinstance(entry, dict) else None
+        where = f"{path}: signature #{i}" + (f" ({ident})" if ident else "")
+        try:
+            sig = Signature.model_validate(entry)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(x) for x in err["loc"]) or "entry"
+            raise SignatureError(f"{where}: field {field}: {err['msg']}") from None
+        _check(sig, where)
+        out.append(sig)
+    return out
+
+
+def load_signatures(path: Path | None = None) -> list[Signature]:
+    """Load signatures from a TOML file, or from every `*.toml` in a directory (sorted by name).
+
+    Default: `knowledge/signatures.toml` of this repository. Raises `SignatureError` naming the file,
+    the entry (number and id) and the field for unreadable files, invalid TOML, missing/invalid fields,
+    bad regexes, fact templates that reference missing groups, and duplicate ids.
+    """
+    base = Path(path) if path is not None else DEFAULT_SIGNATURES_PATH
+    files = sorted(base.glob("*.toml")) if base.is_dir() else [base]
+    sigs: list[Signature] = []
+    seen: dict[str, Path] = {}
+    for f in files:
+        for sig in _load_file(f):
+            if sig.id in seen:
+                raise SignatureError(f"{f}: signature {sig.id!r} is already defined in {seen[sig.id]}")
+            seen[sig.id] = f
+            sigs.append(sig)
+    return sigs
+
+
+class SignatureMatcher:
+    """Feeds log lines through all signatures; keeps aggregated matches and the facts read so far."""
+
+    def __init__(self, signatures: Iterable[Signature]) -> None:
+        self._compiled = [_Compiled(s) for s in signatures]
+        self._matches: dict[str, SignatureMatch] = {}
+        self._facts: dict[str, str] = {}
+
+    def feed(self, lineno: int, text: str) -> list[SignatureMatch]:
+        """Match one line (`lineno` 1-based); returns this line's hits, one per matching signature."""
+        hits: list[SignatureMatch] = []
+        for comp in self._compiled:
+            if comp.literal is not None and comp.literal not in text:
+                continue
+            m = comp.regex.search(text)
+            if m is None:
+                continue
+            sig = comp.sig
+            facts = comp.facts_of(m) if sig.facts else {}
+            hit = SignatureMatch(
+                signature_id=sig.id,
+                kind=sig.kind,
+                severity=sig.severity,
+                stage=sig.stage,
+                components=list(sig.components),
+                meaning=sig.meaning,
+                line_numbers=[lineno],
+                first_line=text,
+                facts=facts,
+            )
+            hits.append(hit)
+            agg = self._matches.get(sig.id)
+            if agg is None:
+                self._matches[sig.id] = hit.model_copy(deep=True)
+            else:
+                agg.line_numbers.append(lineno)
+                agg.facts.update(facts)
+            self._facts.update(facts)
+        return hits
+
+    def matches(self) -> list[SignatureMatch]:
+        """Aggregated matches in order of first appearance (copies; line numbers accumulated)."""
+        return [m.model_copy(deep=True) for m in self._matches.values()]
+
+    def facts(self) -> dict[str, str]:
+        """Every fact read so far; when a key was set more than once the last value wins."""
+        return dict(self._facts)
+
+
+def scan_text(text: str, signatures: Iterable[Signature]) -> tuple[list[SignatureMatch], dict[str, str]]:
+    """Match a whole log text (e.g. an existing crash log); line numbers are 1-based.
+
+    Lines are split on "\\n" with a trailing "\\r" removed, exactly like `LogWatcher`, so line numbers
+    agree with a live watch of the same file.
+    """
+    matcher = SignatureMatcher(signatures)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for lineno, line in enumerate(lines, 1):
+        matcher.feed(lineno, line.removesuffix("\r"))
+    return matcher.matches(), matcher.facts()
