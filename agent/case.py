@@ -1,0 +1,164 @@
+"""Case files: what to debug, where, from which baseline, within which budget.
+
+A case is a TOML file (format in README.md, "Case file"). ``lab:WORLD`` names the case shipped with a lab
+world; it is located on disk (``lab/worlds/WORLD/case.toml``) without importing the lab.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from agent.models import Baseline, FlagValue
+from tools.probes import DEFAULT_PROBES, Probe
+
+
+class CaseError(ValueError):
+    """A case file that cannot be used; the message is one line naming the file and field."""
+
+
+class HostSpec(BaseModel):
+    """Where the server runs: ``local`` or ``ssh://user@host[:port]``; ``env`` is the host environment."""
+
+    target: str = "local"
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: str) -> str:
+        if v != "local" and not v.startswith("ssh://"):
+            raise ValueError("expected 'local' or 'ssh://user@host[:port]'")
+        return v
+
+
+class LauncherSpec(BaseModel):
+    """Commands on the host: the server launcher, its version query and the GPU query (argv lists)."""
+
+    argv: list[str] = Field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])
+    version_argv: list[str] = Field(
+        default_factory=lambda: ["python", "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
+    )
+    gpu_query_argv: list[str] = Field(default_factory=lambda: ["nvidia-smi"])
+
+    @field_validator("argv")
+    @classmethod
+    def _argv(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("expected a non-empty list of strings")
+        return v
+
+
+class ModelSpec(BaseModel):
+    """The model under test; ``features`` are optional hints such as moe, dsa, mla, nvfp4, fp8."""
+
+    path: str
+    features: list[str] = Field(default_factory=list)
+
+
+class BudgetSpec(BaseModel):
+    """Limits of a run: experiments (launches, confirmation included) and modelled host-seconds."""
+
+    experiments: int = Field(default=8, ge=1)
+    host_seconds: float = Field(default=4 * 3600, gt=0)
+    ready_timeout_s: float = Field(default=3600, gt=0)
+    stall_timeout_s: float | None = Field(default=None, gt=0)
+
+
+class Case(BaseModel):
+    """A debugging case (DESIGN.md, "Case")."""
+
+    name: str
+    description: str = ""
+    host: HostSpec = Field(default_factory=HostSpec)
+    launcher: LauncherSpec = Field(default_factory=LauncherSpec)
+    model: ModelSpec
+    baseline: Baseline = Field(default_factory=Baseline)
+    probes: list[Probe] = Field(default_factory=lambda: list(DEFAULT_PROBES))
+    knowledge: list[str] = Field(default_factory=list)
+    observed_log: str | None = None
+    budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    approval: Literal["each", "auto"] = "each"
+    source_path: str | None = None
+
+    @field_validator("baseline", mode="before")
+    @classmethod
+    def _baseline(cls, v: Any) -> Any:
+        if isinstance(v, dict) and isinstance(v.get("flags"), dict):
+            flags: dict[str, FlagValue] = {}
+            for name, value in v["flags"].items():
+                key = name if name.startswith("-") else f"--{name}"
+                if isinstance(value, bool):
+                    flags[key] = True if value else None
+                elif isinstance(value, int | float | str):
+                    flags[key] = str(value)
+                else:
+                    raise ValueError(
+                        f"flag {key}: expected a string, number or true, got {type(value).__name__}"
+                    )
+            v = {**v, "flags": {k: f for k, f in flags.items() if f is not None}}
+        return v
+
+    def resolve_path(self, p: str) -> Path:
+        """A path from the case file, relative to the case file's folder."""
+        base = Path(self.source_path).parent if self.source_path else Path.cwd()
+        path = Path(p).expanduser()
+        return path if path.is_absolute() else base / path
+
+
+def lab_worlds_dir() -> Path | None:
+    """The folder of lab worlds, found on disk without importing the lab package (``None`` if absent)."""
+    spec = importlib.util.find_spec("lab")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "worlds"
+
+
+def resolve_case_path(ref: str) -> Path:
+    """Turn ``lab:WORLD`` or a path into a case-file path; raises CaseError if there is none."""
+    if ref.startswith("lab:"):
+        world = ref[4:]
+        worlds = lab_worlds_dir()
+        if worlds is None:
+            raise CaseError(f"{ref}: the lab is not installed (pip install -e . from the repository)")
+        path = worlds / world / "case.toml"
+        if not path.is_file():
+            known = sorted(p.parent.name for p in worlds.glob("*/case.toml"))
+            raise CaseError(f"{ref}: no such lab world; known worlds: {', '.join(known) or 'none'}")
+        return path
+    path = Path(ref).expanduser()
+    if not path.is_file():
+        raise CaseError(f"{ref}: case file not found")
+    return path
+
+
+def load_case(ref: str) -> Case:
+    """Load and validate a case file (``lab:WORLD`` or a TOML path).
+
+    Raises CaseError with one line: the file, and the TOML line or the field and what was expected.
+    """
+    path = resolve_case_path(ref)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise CaseError(f"{path}: TOML error: {exc}") from None
+    except OSError as exc:
+        raise CaseError(f"{path}: cannot read: {exc.strerror}") from None
+    data["source_path"] = str(path)
+    try:
+        case = Case.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise CaseError(f"{path}: field '{field}': {msg}{more}") from None
+    for i, k in enumerate(case.knowledge):
+        if not case.resolve_path(k).is_file():
+            raise CaseError(f"{path}: field 'knowledge.{i}': {k}: file not found")
+    if case.observed_log and not case.resolve_path(case.observed_log).is_file():
+        raise CaseError(f"{path}: field 'observed_log': {case.observed_log}: file not found")
+    return case

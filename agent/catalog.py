@@ -1,0 +1,182 @@
+"""The hypothesis catalog: general causes of bring-up failures, as data (``knowledge/hypotheses.toml``).
+
+Each entry says when it applies (signatures seen, effective-config facts, host facts, model features),
+how much weight it starts with, and which one-variable interventions test it. The format is documented
+at the top of the TOML file. A user adds knowledge by adding entries, not code.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from agent.models import Intervention
+
+
+class CatalogError(ValueError):
+    """A catalog file that cannot be used; one line naming the file, the entry and the field."""
+
+
+class Condition(BaseModel):
+    """One test against the evidence context. All given parts must hold.
+
+    ``signature``: a signature id that must have matched. ``fact`` + ``matches``: an effective-config
+    fact whose value must match the regex (``matches`` absent: the fact must be known). ``feature``: a
+    model feature (moe, dsa, mla, nvfp4, fp8, dense). ``compute_capability_in`` / ``_not_in``: host GPU
+    compute capability such as "12.0". ``stage``: the furthest stage the failing run reached.
+    """
+
+    signature: str | None = None
+    fact: str | None = None
+    matches: str | None = None
+    feature: str | None = None
+    compute_capability_in: list[str] | None = None
+    compute_capability_not_in: list[str] | None = None
+    stage: list[str] | None = None
+
+    def holds(self, ctx: EvidenceContext) -> bool:
+        """Whether every part of the condition holds in ``ctx``."""
+        if self.signature is not None and self.signature not in ctx.signatures:
+            return False
+        if self.fact is not None:
+            value = ctx.facts.get(self.fact)
+            if value is None:
+                return False
+            if self.matches is not None and not re.search(self.matches, str(value)):
+                return False
+        if self.feature is not None and self.feature not in ctx.features:
+            return False
+        cc = ctx.compute_capability
+        if self.compute_capability_in is not None and (cc is None or cc not in self.compute_capability_in):
+            return False
+        if self.compute_capability_not_in is not None and (
+            cc is None or cc in self.compute_capability_not_in
+        ):
+            return False
+        if self.stage is not None and ctx.stage not in self.stage:
+            return False
+        return True
+
+    def describe(self) -> str:
+        """A short human text of the condition, for evidence entries."""
+        parts = []
+        if self.signature:
+            parts.append(f"signature {self.signature}")
+        if self.fact:
+            parts.append(f"{self.fact}~/{self.matches}/" if self.matches else f"{self.fact} known")
+        if self.feature:
+            parts.append(f"model feature {self.feature}")
+        if self.compute_capability_in:
+            parts.append(f"compute capability in {self.compute_capability_in}")
+        if self.compute_capability_not_in:
+            parts.append(f"compute capability not in {self.compute_capability_not_in}")
+        if self.stage:
+            parts.append(f"stage in {self.stage}")
+        return ", ".join(parts)
+
+
+class Boost(Condition):
+    """A condition that multiplies an entry's weight by ``factor`` (below 1 lowers it), with a reason."""
+
+    factor: float = Field(gt=0)
+    why: str = ""
+
+
+class EvidenceContext(BaseModel):
+    """What a failing run showed, as the catalog's conditions see it."""
+
+    signatures: set[str] = Field(default_factory=set)
+    facts: dict[str, str] = Field(default_factory=dict)
+    features: set[str] = Field(default_factory=set)
+    compute_capability: str | None = None
+    gpu_name: str | None = None
+    stage: str | None = None
+
+
+class CatalogEntry(BaseModel):
+    """One cause in the catalog (see ``knowledge/hypotheses.toml`` for the field meanings)."""
+
+    id: str
+    statement: str
+    statement_by_feature: dict[str, str] = Field(default_factory=dict)
+    component: str
+    component_by_feature: dict[str, str] = Field(default_factory=dict)
+    rationale: str
+    source: str = ""
+    prior: float = Field(gt=0, le=1)
+    stage: str | None = None
+    when_any: list[Condition] = Field(default_factory=list)
+    when_all: list[Condition] = Field(default_factory=list)
+    boost: list[Boost] = Field(default_factory=list)
+    cause_signatures: list[str] = Field(default_factory=list)
+    intervention: list[Intervention] = Field(default_factory=list)
+
+    def triggered(self, ctx: EvidenceContext) -> list[Condition] | None:
+        """The conditions that made this entry apply to ``ctx``, or ``None`` when it does not apply."""
+        if any(not c.holds(ctx) for c in self.when_all):
+            return None
+        fired = [c for c in self.when_any if c.holds(ctx)]
+        if self.when_any and not fired:
+            return None
+        return fired + list(self.when_all)
+
+    def weight(self, ctx: EvidenceContext) -> tuple[float, list[Boost]]:
+        """The entry's unnormalised weight in ``ctx`` and the boosts that applied."""
+        w, applied = self.prior, []
+        for b in self.boost:
+            if b.holds(ctx):
+                w *= b.factor
+                applied.append(b)
+        return w, applied
+
+    def render(self, ctx: EvidenceContext) -> tuple[str, str]:
+        """The statement and component for ``ctx``: feature-specific variants, ``{fact}`` placeholders filled."""
+        statement, component = self.statement, self.component
+        for feature, text in self.statement_by_feature.items():
+            if feature in ctx.features:
+                statement = text
+                break
+        for feature, comp in self.component_by_feature.items():
+            if feature in ctx.features:
+                component = comp
+                break
+        values: dict[str, str] = {
+            **{k: str(v) for k, v in ctx.facts.items()},
+            "compute_capability": ctx.compute_capability or "?",
+            "gpu_name": ctx.gpu_name or "this GPU",
+        }
+        statement = re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), statement)
+        return statement, component
+
+
+def default_catalog_path() -> Path:
+    """``knowledge/hypotheses.toml`` of the repository."""
+    return Path(__file__).resolve().parent.parent / "knowledge" / "hypotheses.toml"
+
+
+def load_catalog(path: Path | None = None) -> list[CatalogEntry]:
+    """Load the hypothesis catalog; raises CatalogError naming the file, entry and field."""
+    path = path or default_catalog_path()
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CatalogError(f"{path}: {exc}") from None
+    entries = []
+    for i, raw in enumerate(data.get("hypothesis", [])):
+        try:
+            entries.append(CatalogEntry.model_validate(raw))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"])
+            raise CatalogError(
+                f"{path}: hypothesis #{i + 1} ({raw.get('id', '?')}): field '{field}': {err['msg']}"
+            ) from None
+    ids = [e.id for e in entries]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        raise CatalogError(f"{path}: duplicate hypothesis ids: {', '.join(sorted(dup))}")
+    return entries

@@ -1,0 +1,785 @@
+"""The LangGraph state machine of a run (DESIGN.md, "The state machine").
+
+    START → intake → analyze → hypothesize → design ──► approve ──► execute → analyze …
+                                              │          │  reject(reason) → design
+                                              │          └  stop → conclude
+                                              └ nothing left worth testing / budget spent → conclude → END
+
+Nodes are plain functions ``state -> partial update``; routing is in edges or ``Command(goto=...)``.
+State is JSON-plain (``model_dump(mode="json")``), so a checkpoint can be resumed by any process. Side
+effects on the host happen only in ``intake`` (read-only queries) and ``execute`` (launches), never
+before the ``interrupt()`` in ``approve`` returns.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+
+from agent.case import Case
+from agent.catalog import CatalogEntry, load_catalog
+from agent.guard import GuardError, check_experiment
+from agent.models import (
+    Baseline,
+    Conclusion,
+    Experiment,
+    Hypothesis,
+    Outcome,
+    Rejection,
+    Timings,
+)
+from agent.planner import PlannerView, RelevantFinding, RulePlanner, model_features
+from agent.transcript import Transcript
+from tools.fingerprint import HostFingerprint, fingerprint
+from tools.flags import FlagCatalog, FlagError
+from tools.flags import load_catalog as load_flag_catalog
+from tools.host import Host, HostError, LocalHost, expand_argv
+from tools.knowledge import KnowledgeError, read_findings, relevance
+from tools.probes import get_server_info, run_probe
+from tools.server import ServerSession, render_command
+from tools.signatures import Signature, SignatureMatcher, load_signatures, scan_text
+
+#: Keys of ``/get_server_info`` copied into an outcome's facts (SGLang ServerArgs field names).
+SERVER_INFO_FACTS = (
+    "kv_cache_dtype",
+    "attention_backend",
+    "prefill_attention_backend",
+    "decode_attention_backend",
+    "nsa_prefill_backend",
+    "nsa_decode_backend",
+    "dsa_prefill_backend",
+    "dsa_decode_backend",
+    "fp8_gemm_backend",
+    "fp4_gemm_backend",
+    "moe_runner_backend",
+    "mem_fraction_static",
+    "quantization",
+    "disable_cuda_graph",
+    "cuda_graph_max_bs",
+    "sampling_backend",
+    "tp_size",
+    "max_total_num_tokens",
+)
+#: ``/get_server_info`` keys whose ServerArgs field name differs from the fact name (SGLang 0.5.9
+#: calls the FP8 GEMM backend ``fp8_gemm_runner_backend``).
+SERVER_INFO_ALIASES = {"fp8_gemm_runner_backend": "fp8_gemm_backend"}
+
+
+class RunState(TypedDict, total=False):
+    """The checkpointed state of a run (JSON-plain)."""
+
+    run_id: str
+    case: dict[str, Any]
+    approval: str
+    fingerprint: dict[str, Any] | None
+    findings: list[dict[str, Any]]
+    experiments: list[dict[str, Any]]
+    outcomes: list[dict[str, Any]]
+    rejections: list[dict[str, Any]]
+    hypotheses: list[dict[str, Any]]
+    baseline: dict[str, Any]
+    pending: dict[str, Any] | None
+    raw: dict[str, Any] | None
+    launches: int
+    host_seconds: float
+    conclude_reason: str | None
+    status: str | None
+    error: str | None
+    conclusion: dict[str, Any] | None
+
+
+@dataclass
+class Runtime:
+    """The non-JSON parts of a run, rebuilt by each process: host connection, catalogs, transcript.
+
+    ``state_dir`` holds the flag-catalog cache. Hosts are connected lazily and closed by ``close()``.
+    """
+
+    transcript: Transcript
+    state_dir: Path
+    _host: Host | None = None
+    _flags: FlagCatalog | None = None
+    _signatures: list[Signature] | None = None
+    _catalog: list[CatalogEntry] | None = None
+    sessions: list[ServerSession] = field(default_factory=list)
+
+    def host(self, case: Case) -> Host:
+        """The case's host, connected on first use. Raises HostError."""
+        if self._host is None:
+            if case.host.target != "local":
+                raise HostError(f"{case.host.target}: only local hosts are supported in this version")
+            self._host = LocalHost(env=case.host.env, root=str(self.state_dir / "runs"))
+        return self._host
+
+    def flags(self, case: Case, version: str | None) -> FlagCatalog:
+        """The host's flag catalog from ``launch_server --help`` (cached per host + version)."""
+        if self._flags is None:
+            host = self.host(case)
+            self._flags = load_flag_catalog(
+                host,
+                expand_argv(case.launcher.argv, host),
+                cache_dir=self.state_dir / "flag-cache",
+                version=version,
+            )
+        return self._flags
+
+    @property
+    def signatures(self) -> list[Signature]:
+        """Log signatures from ``knowledge/signatures.toml``."""
+        if self._signatures is None:
+            self._signatures = load_signatures()
+        return self._signatures
+
+    @property
+    def catalog(self) -> list[CatalogEntry]:
+        """The hypothesis catalog from ``knowledge/hypotheses.toml``."""
+        if self._catalog is None:
+            self._catalog = load_catalog()
+        return self._catalog
+
+    def close(self) -> None:
+        """Stop anything still running and close the host connection."""
+        for s in self.sessions:
+            s.stop()
+        if self._host is not None:
+            self._host.close()
+
+
+def _case(state: RunState) -> Case:
+    return Case.model_validate(state["case"])
+
+
+def _view(state: RunState) -> PlannerView:
+    return PlannerView(
+        case=_case(state),
+        fingerprint=HostFingerprint.model_validate(state["fingerprint"])
+        if state.get("fingerprint")
+        else None,
+        findings=[RelevantFinding.model_validate(f) for f in state.get("findings", [])],
+        experiments=[Experiment.model_validate(e) for e in state.get("experiments", [])],
+        outcomes=[Outcome.model_validate(o) for o in state.get("outcomes", [])],
+        rejections=[Rejection.model_validate(r) for r in state.get("rejections", [])],
+        launches=state.get("launches", 0),
+        host_seconds=state.get("host_seconds", 0.0),
+    )
+
+
+def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
+    """Compile the run graph; the nodes close over ``rt`` for host access and the transcript."""
+    tr = rt.transcript
+
+    def planner(state: RunState) -> RulePlanner:
+        case = _case(state)
+        version = (state.get("fingerprint") or {}).get("sglang_version")
+        return RulePlanner(rt.catalog, rt.flags(case, version))
+
+    # ------------------------------------------------------------------ intake
+    def intake(state: RunState) -> Command[Literal["analyze", "conclude"]]:
+        case = _case(state)
+        tr.emit(
+            "run.started",
+            {
+                "case": case.name,
+                "case_file": case.source_path,
+                "host": case.host.target,
+                "approval": state.get("approval"),
+                "budget": case.budget.model_dump(),
+            },
+            node="intake",
+        )
+        try:
+            host = rt.host(case)
+            tr.emit(
+                "tool.call",
+                {"tool": "fingerprint", "argv": expand_argv(case.launcher.gpu_query_argv, host)},
+                node="intake",
+            )
+            fp = fingerprint(
+                host,
+                gpu_query_argv=expand_argv(case.launcher.gpu_query_argv, host),
+                version_argv=expand_argv(case.launcher.version_argv, host),
+            )
+            tr.emit("host.fingerprint", fp.model_dump(mode="json"), node="intake")
+            flags = rt.flags(case, fp.sglang_version)
+            tr.emit(
+                "tool.result",
+                {
+                    "tool": "flag_catalog",
+                    "flags": len(flags.flags),
+                    "version": flags.version,
+                    "source": flags.source,
+                },
+                node="intake",
+            )
+            baseline = Baseline(env=dict(case.baseline.env))
+            for name, value in case.baseline.flags.items():
+                canon, norm = flags.validate(name, value)
+                baseline.flags[canon] = norm
+        except (HostError, FlagError) as exc:
+            where = f"{case.source_path}: baseline: " if isinstance(exc, FlagError) else ""
+            msg = f"{where}{exc}"
+            tr.emit("error", {"message": msg}, node="intake")
+            return Command(goto="conclude", update={"status": "error", "error": msg})
+        case.baseline = baseline
+        findings: list[RelevantFinding] = []
+        features = model_features(case)
+        for p in case.knowledge:
+            path = case.resolve_path(p)
+            try:
+                found = read_findings(path)
+            except KnowledgeError as exc:
+                msg = f"{case.source_path}: knowledge: {exc}"
+                tr.emit("error", {"message": msg}, node="intake")
+                return Command(goto="conclude", update={"status": "error", "error": msg})
+            for f in found:
+                r = relevance(f, model=case.model.path, features=features, gpu_name=fp.gpu_name)
+                findings.append(RelevantFinding(finding=f, relevance=r))
+            tr.emit(
+                "knowledge.read",
+                {
+                    "path": str(path),
+                    "findings": [
+                        {
+                            "title": f.finding.title,
+                            "outcome": f.finding.outcome,
+                            "relevance": round(f.relevance, 2),
+                        }
+                        for f in findings
+                        if f.finding.source == str(path)
+                    ],
+                },
+                node="intake",
+            )
+        update: dict[str, Any] = {
+            "case": case.model_dump(mode="json"),
+            "fingerprint": fp.model_dump(mode="json"),
+            "findings": [f.model_dump(mode="json") for f in findings],
+            "baseline": baseline.model_dump(mode="json"),
+        }
+        if case.observed_log:
+            update["raw"], exp = _ingest_log(case, baseline, rt.signatures)
+            update["experiments"] = [exp.model_dump(mode="json")]
+            tr.emit("observation", {"source": case.observed_log, "experiment_id": exp.id}, node="intake")
+        return Command(goto="analyze", update=update)
+
+    # ------------------------------------------------------------------ analyze
+    def analyze(state: RunState) -> dict[str, Any]:
+        raw = state.get("raw")
+        if not raw:
+            return {}
+        outcome = classify_outcome(raw)
+        tr.emit("outcome", outcome.model_dump(mode="json"), node="analyze")
+        experiments = [dict(e) for e in state.get("experiments", [])]
+        for e in experiments:
+            if e["id"] == outcome.experiment_id:
+                e["status"] = "done"
+        return {
+            "raw": None,
+            "outcomes": [*state.get("outcomes", []), outcome.model_dump(mode="json")],
+            "experiments": experiments,
+        }
+
+    # ------------------------------------------------------------------ hypothesize
+    def hypothesize(state: RunState) -> dict[str, Any]:
+        if state.get("status") == "error":
+            return {}
+        hist = planner(state).history(_view(state))
+        old = {h["id"]: h for h in state.get("hypotheses", [])}
+        for h in hist.hypotheses:
+            prev = old.get(h.id)
+            if prev is None:
+                tr.emit("hypothesis.added", h.model_dump(mode="json"), node="hypothesize")
+            elif prev["status"] != h.status:
+                tr.emit(
+                    f"hypothesis.{h.status}",
+                    {
+                        "id": h.id,
+                        "statement": h.statement,
+                        "posterior": h.posterior,
+                        "evidence": [e.model_dump(mode="json") for e in h.evidence[-1:]],
+                    },
+                    node="hypothesize",
+                )
+            elif abs(prev["posterior"] - h.posterior) > 1e-3:
+                tr.emit(
+                    "hypothesis.updated",
+                    {"id": h.id, "posterior": h.posterior, "prior": h.prior, "before": prev["posterior"]},
+                    node="hypothesize",
+                )
+        baseline = hist.baseline.model_dump(mode="json")
+        if baseline != state.get("baseline"):
+            tr.emit(
+                "baseline.changed",
+                {"baseline": baseline, "adoption": hist.adoptions[-1] if hist.adoptions else None},
+                node="hypothesize",
+            )
+        return {"hypotheses": [h.model_dump(mode="json") for h in hist.hypotheses], "baseline": baseline}
+
+    # ------------------------------------------------------------------ design
+    def design(state: RunState) -> Command[Literal["approve", "conclude"]]:
+        if state.get("status") == "error":
+            return Command(goto="conclude")
+        view = _view(state)
+        pl = planner(state)
+        hist = pl.history(view)
+        proposal = pl.propose(view, hist)
+        if proposal.experiment is None:
+            tr.emit(
+                "design.none",
+                {"reason": proposal.conclude_reason, "considered": proposal.considered},
+                node="design",
+            )
+            return Command(goto="conclude", update={"conclude_reason": proposal.conclude_reason})
+        exp = proposal.experiment
+        try:
+            check_experiment(exp, view=view, flags=pl.flags)
+        except GuardError as exc:  # a planner bug: never execute, say so, conclude
+            tr.emit("error", {"message": f"planner proposal refused: {exc}"}, node="design")
+            return Command(goto="conclude", update={"conclude_reason": f"planner proposal refused: {exc}"})
+        tr.step = view.launches + 1
+        tr.emit(
+            "experiment.proposed",
+            {**exp.model_dump(mode="json"), "considered": proposal.considered[:12]},
+            node="design",
+        )
+        if state.get("approval") != "auto":
+            tr.emit("approval.requested", {"experiment_id": exp.id}, node="design")
+        return Command(goto="approve", update={"pending": exp.model_dump(mode="json")})
+
+    # ------------------------------------------------------------------ approve
+    def approve(state: RunState) -> Command[Literal["execute", "design", "conclude"]]:
+        exp = Experiment.model_validate(state["pending"])
+        if state.get("approval") == "auto":
+            answer: dict[str, Any] = {"decision": "approve", "by": "auto"}
+        else:
+            answer = interrupt({"experiment": exp.model_dump(mode="json"), "run_id": state["run_id"]})
+            if not isinstance(answer, dict):
+                answer = {"decision": str(answer)}
+        decision = answer.get("decision", "approve")
+        tr.emit("approval.decided", {"experiment_id": exp.id, **answer}, node="approve")
+        if decision == "approve":
+            exp.status = "approved"
+            return Command(goto="execute", update={"pending": exp.model_dump(mode="json")})
+        if decision == "reject":
+            rej = Rejection(
+                experiment_id=exp.id,
+                change_key=exp.change.key() if exp.change else None,
+                reason=str(answer.get("reason") or "no reason given"),
+            )
+            return Command(
+                goto="design",
+                update={
+                    "pending": None,
+                    "rejections": [*state.get("rejections", []), rej.model_dump(mode="json")],
+                },
+            )
+        return Command(
+            goto="conclude",
+            update={"pending": None, "status": "stopped", "conclude_reason": "stopped by the user"},
+        )
+
+    # ------------------------------------------------------------------ execute
+    def execute(state: RunState) -> dict[str, Any]:
+        exp = Experiment.model_validate(state["pending"])
+        case = _case(state)
+        if any(o["experiment_id"] == exp.id for o in state.get("outcomes", [])):
+            tr.emit(
+                "experiment.skipped", {"experiment_id": exp.id, "reason": "already executed"}, node="execute"
+            )
+            return {"pending": None}
+        try:
+            raw = run_experiment(rt, case, state["run_id"], exp)
+        except HostError as exc:
+            tr.emit("error", {"message": str(exc), "experiment_id": exp.id}, node="execute")
+            raw = {
+                "experiment_id": exp.id,
+                "status": "infra_error",
+                "error": str(exc),
+                "matches": [],
+                "facts": {},
+                "probes": [],
+                "timings": {},
+                "exit_code": None,
+                "log_path": None,
+                "launched": False,
+            }
+        exp.status = "running"
+        return {
+            "pending": None,
+            "raw": raw,
+            "experiments": [*state.get("experiments", []), exp.model_dump(mode="json")],
+            "launches": state.get("launches", 0) + (1 if raw.get("launched") else 0),
+            "host_seconds": round(
+                state.get("host_seconds", 0.0) + raw["timings"].get("host_seconds", 0.0), 3
+            ),
+        }
+
+    # ------------------------------------------------------------------ conclude
+    def conclude(state: RunState) -> dict[str, Any]:
+        c = build_conclusion(state)
+        tr.emit("conclusion", c.model_dump(mode="json"), node="conclude")
+        tr.emit(
+            "run.ended",
+            {"status": c.status, "launches": c.launches, "host_seconds": c.host_seconds},
+            node="conclude",
+        )
+        return {"conclusion": c.model_dump(mode="json"), "status": c.status}
+
+    g: StateGraph = StateGraph(RunState)
+    g.add_node("intake", intake)
+    g.add_node("analyze", analyze)
+    g.add_node("hypothesize", hypothesize)
+    g.add_node("design", design)
+    g.add_node("approve", approve)
+    g.add_node("execute", execute)
+    g.add_node("conclude", conclude)
+    g.add_edge(START, "intake")
+    g.add_edge("analyze", "hypothesize")
+    g.add_edge("hypothesize", "design")
+    g.add_edge("execute", "analyze")
+    g.add_edge("conclude", END)
+    return g.compile(checkpointer=checkpointer)
+
+
+# ---------------------------------------------------------------------- execution and analysis
+
+
+def run_experiment(rt: Runtime, case: Case, run_id: str, exp: Experiment) -> dict[str, Any]:
+    """Launch one experiment, watch it to ready/crash/timeout, probe it, stop it; return raw evidence.
+
+    The server is stopped (and verified gone) before this returns, also on KeyboardInterrupt.
+    Raises HostError when the host itself fails.
+    """
+    tr = rt.transcript
+    host = rt.host(case)
+    config = exp.config()
+    port = host.free_port()
+    argv = render_command(
+        expand_argv(case.launcher.argv, host), case.model.path, config.flags, host="127.0.0.1", port=port
+    )
+    log_path = f"{host.workdir(run_id)}/{exp.id}.log"
+    matcher = SignatureMatcher(rt.signatures)
+
+    def on_event(ev: Any) -> None:
+        if ev.kind == "line" and ev.line is not None:
+            return
+        if ev.kind in ("ready", "fatal") and ev.line is not None:
+            tr.emit(
+                "observation",
+                {
+                    "experiment_id": exp.id,
+                    "kind": ev.kind,
+                    "line": ev.line.lineno,
+                    "text": ev.line.text[:300],
+                },
+                node="execute",
+            )
+
+    session = ServerSession(
+        host,
+        argv,
+        env=config.env,
+        log_path=log_path,
+        port=port,
+        matcher=matcher,
+        on_event=on_event,
+        ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
+        stall_timeout_s=(
+            case.budget.stall_timeout_s * host.time_scale if case.budget.stall_timeout_s else None
+        ),
+    )
+    rt.sessions.append(session)
+    probes: list[dict[str, Any]] = []
+    server_info: dict[str, Any] | None = None
+    t0 = time.monotonic()
+    with session:
+        tr.emit(
+            "tool.call",
+            {"tool": "launch_server", "argv": argv, "env": config.env, "log": log_path},
+            node="execute",
+        )
+        session.start()
+        tr.emit("server.launched", {"experiment_id": exp.id, "port": port, "log": log_path}, node="execute")
+        res = session.wait_ready()
+        t_ready = res.t_ready_s
+        if res.status == "ready" and res.base_url:
+            tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
+            server_info = get_server_info(res.base_url)
+            for probe in case.probes:
+                pr = run_probe(res.base_url, probe, model=case.model.path)
+                probes.append(pr.model_dump(mode="json"))
+                tr.emit(
+                    "probe.result", {"experiment_id": exp.id, **pr.model_dump(mode="json")}, node="execute"
+                )
+                if pr.status in ("connection_error", "timeout"):
+                    break
+            session.watch(2.0 if any(not p["ok"] for p in probes) else 0.2)
+        else:
+            tr.emit(
+                "server.crashed" if res.status != "timeout" else "server.timeout",
+                {
+                    "experiment_id": exp.id,
+                    "status": res.status,
+                    "exit_code": res.exit_code,
+                    "after_s": res.t_end_s,
+                },
+                node="execute",
+            )
+        stopped = session.stop()
+    wall = time.monotonic() - t0
+    tr.emit(
+        "server.stopped",
+        {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3)},
+        node="execute",
+    )
+    facts = dict(matcher.facts())
+    if server_info:
+        for key, value in server_info.items():
+            fact = SERVER_INFO_ALIASES.get(key, key)
+            if fact in SERVER_INFO_FACTS and value is not None:
+                facts[fact] = str(value)
+    final = session.result()
+    delays = final.detection_delays_s
+    return {
+        "experiment_id": exp.id,
+        "launched": True,
+        "status": final.status if final.status != "ready" else "ready",
+        "matches": [m.model_dump(mode="json") for m in matcher.matches()],
+        "facts": facts,
+        "probes": probes,
+        "exit_code": final.exit_code,
+        "log_path": log_path,
+        "timings": {
+            "to_ready_s": None if t_ready is None else round(t_ready / host.time_scale, 3),
+            "to_end_s": None if final.t_end_s is None else round(final.t_end_s / host.time_scale, 3),
+            "host_seconds": round(wall / host.time_scale, 3),
+            "detection_delay_median_s": round(statistics.median(delays), 4) if delays else None,
+            "detection_delay_max_s": round(max(delays), 4) if delays else None,
+        },
+    }
+
+
+def _ingest_log(
+    case: Case, baseline: Baseline, signatures: list[Signature]
+) -> tuple[dict[str, Any], Experiment]:
+    """Treat a crash log the user already has as the baseline's first observation (no launch)."""
+    path = case.resolve_path(case.observed_log or "")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    matches, facts = scan_text(text, signatures)
+    exp = Experiment(
+        id=Experiment.make_id(baseline, None, "baseline"),
+        purpose="baseline",
+        baseline=baseline,
+        rationale=f"observed log {path}",
+        status="running",
+    )
+    raw = {
+        "experiment_id": exp.id,
+        "launched": False,
+        "status": "observed",
+        "matches": [m.model_dump(mode="json") for m in matches],
+        "facts": facts,
+        "probes": [],
+        "exit_code": None,
+        "log_path": str(path),
+        "timings": {},
+    }
+    return raw, exp
+
+
+def classify_outcome(raw: dict[str, Any]) -> Outcome:
+    """The furthest stage a launch reached, from its watch status, signatures and probe results.
+
+    Stages (DESIGN.md, Outcome): launch_failed (argument errors, exit before loading), load_failed (exit
+    or fatal before ready, CUDA-graph capture included), timeout (no ready line in time, or a stall),
+    request_failed (ready, then a request failed or the server crashed), wrong_output (answers
+    degenerate or wrong), ok (every probe passed and no fatal signature), infra_error (the host failed).
+    """
+    from tools.probes import ProbeResult
+    from tools.signatures import SignatureMatch
+
+    matches = [SignatureMatch.model_validate(m) for m in raw.get("matches", [])]
+    probes = [ProbeResult.model_validate(p) for p in raw.get("probes", [])]
+    status = raw.get("status")
+    kinds = {m.kind for m in matches}
+    stages = {m.stage for m in matches if m.kind in ("fatal", "error")}
+    ready = "ready" in kinds or status == "ready"
+    if status == "infra_error":
+        stage = "infra_error"
+    elif status in ("timeout", "stalled") and not ready:
+        stage = "timeout"
+    elif not ready:
+        stage = (
+            "launch_failed"
+            if ("launch" in stages or (not stages and raw.get("exit_code") == 2))
+            else "load_failed"
+        )
+    elif any(p.status in ("connection_error", "http_error", "timeout") for p in probes) or "fatal" in kinds:
+        stage = "request_failed"
+    elif any(p.status in ("empty", "degenerate", "wrong_answer") for p in probes):
+        stage = "wrong_output"
+    elif probes and all(p.ok for p in probes):
+        stage = "ok"
+    else:
+        stage = "ready"
+    # Probe findings become pseudo-signatures so that hypotheses can be triggered by them.
+    for p in probes:
+        if p.status in ("degenerate", "empty", "wrong_answer"):
+            sig = {
+                "degenerate": "degenerate_output",
+                "empty": "degenerate_output",
+                "wrong_answer": "wrong_answer",
+            }[p.status]
+            if sig not in {m.signature_id for m in matches}:
+                matches.append(
+                    SignatureMatch(
+                        signature_id=sig,
+                        kind="error",
+                        severity="error",
+                        stage="request",
+                        components=["output"],
+                        meaning=f"probe {p.probe_id}: {p.status}",
+                        line_numbers=[],
+                        first_line=(p.text or "")[:120],
+                        facts={},
+                    )
+                )
+    t = raw.get("timings", {})
+    summary = _summary(stage, matches, probes)
+    return Outcome(
+        experiment_id=raw["experiment_id"],
+        stage=stage,
+        matches=matches,
+        facts=raw.get("facts", {}),  # type: ignore[arg-type]
+        probes=probes,
+        timings=Timings(**{k: v for k, v in t.items() if v is not None}),
+        exit_code=raw.get("exit_code"),
+        log_path=raw.get("log_path"),
+        summary=summary,
+    )
+
+
+def _summary(stage: str, matches: list[Any], probes: list[Any]) -> str:
+    fatal = [m.signature_id for m in matches if m.kind in ("fatal", "error")]
+    bits = [stage]
+    if fatal:
+        bits.append("signatures: " + ", ".join(dict.fromkeys(fatal)))
+    if probes:
+        bits.append("probes: " + ", ".join(f"{p.probe_id}={p.status}" for p in probes))
+    return "; ".join(bits)
+
+
+# ---------------------------------------------------------------------- conclusion
+
+
+def build_conclusion(state: RunState) -> Conclusion:
+    """The run's ending: root cause and fix when a confirmed fix exists, else what was ruled out."""
+    hyps = [Hypothesis.model_validate(h) for h in state.get("hypotheses", [])]
+    experiments = {e["id"]: Experiment.model_validate(e) for e in state.get("experiments", [])}
+    outcomes = {o["experiment_id"]: Outcome.model_validate(o) for o in state.get("outcomes", [])}
+    launches, host_s = state.get("launches", 0), round(state.get("host_seconds", 0.0), 1)
+    refuted = [
+        {
+            "id": h.id,
+            "statement": h.statement,
+            "component": h.component,
+            "evidence": [e.model_dump(mode="json") for e in h.evidence if e.effect == "refutes"],
+        }
+        for h in hyps
+        if h.status == "refuted"
+    ]
+    base = Conclusion(status="not_isolated", refuted=refuted, launches=launches, host_seconds=host_s)
+    if state.get("status") == "error":
+        return base.model_copy(update={"status": "error", "reason": state.get("error") or "error"})
+    reason = state.get("conclude_reason") or ""
+    confirm = next(
+        (
+            e
+            for e in experiments.values()
+            if e.purpose == "confirm" and outcomes.get(e.id) and outcomes[e.id].stage == "ok"
+        ),
+        None,
+    )
+    fix_exp = next(
+        (
+            e
+            for e in reversed(list(experiments.values()))
+            if e.purpose == "test" and e.change and outcomes.get(e.id) and outcomes[e.id].stage == "ok"
+        ),
+        None,
+    )
+    untested = [
+        {
+            "id": h.id,
+            "statement": h.statement,
+            "posterior": h.posterior,
+            "why": "deprioritised: a confirmed fix explains the failure" if confirm else "not tested",
+        }
+        for h in hyps
+        if h.status == "open"
+    ]
+    if state.get("status") == "stopped":
+        return base.model_copy(update={"status": "stopped", "reason": reason, "untested": untested})
+    if confirm and fix_exp and fix_exp.change:
+        cause = max((h for h in hyps if h.status == "confirmed"), key=lambda h: h.posterior, default=None)
+        original = Case.model_validate(state["case"]).baseline
+        fix = fix_exp.change.model_copy(
+            update={"before": original.value(fix_exp.change.kind, fix_exp.change.name)}
+        )
+        root = {
+            "component": cause.component if cause else "unknown",
+            "statement": cause.statement if cause else f"the failure goes away with {fix.describe()}",
+            "hypothesis_id": cause.id if cause else None,
+        }
+        c = base.model_copy(
+            update={
+                "status": "isolated",
+                "root_cause": root,
+                "fix": fix,
+                "fix_experiment_id": fix_exp.id,
+                "confirmation_experiment_id": confirm.id,
+                "reason": reason,
+                "untested": untested,
+            }
+        )
+        c.findings_entry = findings_entry(state, c)
+        return c
+    return base.model_copy(update={"reason": reason or "no fix found", "untested": untested})
+
+
+def findings_entry(state: RunState, c: Conclusion) -> str:
+    """A FINDINGS.md section for an isolated run, in the style the knowledge reader parses."""
+    case = Case.model_validate(state["case"])
+    fp = state.get("fingerprint") or {}
+    baseline = Baseline.model_validate(state.get("baseline") or {})
+    cmd = ["python -m sglang.launch_server", f"--model-path {case.model.path}"]
+    for k, v in baseline.flags.items():
+        cmd.append(k if v is True else f"{k} {v}")
+    env = " ".join(f"{k}={v}" for k, v in baseline.env.items())
+    first = next((Outcome.model_validate(o) for o in state.get("outcomes", [])), None)
+    assert c.fix is not None and c.root_cause is not None
+    lines = [
+        f"## {time.strftime('%Y-%m-%d')} — {case.model.path} on {fp.get('gpu_count', '?')}x "
+        f"{fp.get('gpu_name', '?')}: works with {c.fix.describe()}",
+        "",
+        f"Symptom: {first.summary if first else 'see run'}.",
+        f"Root cause ({c.root_cause['component']}): {c.root_cause['statement']}.",
+        f"Fix: `{c.fix.describe()}`, confirmed by a re-run ({c.confirmation_experiment_id}).",
+        "",
+        "```bash",
+        (env + " " if env else "") + " \\\n  ".join(cmd),
+        "```",
+        "",
+    ]
+    if c.refuted:
+        lines.append("Ruled out: " + "; ".join(f"{r['id']} ({r['statement']})" for r in c.refuted) + ".")
+    lines.append(
+        f"hypoloop run {state.get('run_id')}: {c.launches} launches, {c.host_seconds:.0f} host-seconds."
+    )
+    return "\n".join(lines) + "\n"

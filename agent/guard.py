@@ -1,0 +1,59 @@
+"""Guard rails every proposal passes, whoever made it (rule planner, LLM planner, a person's edit).
+
+Exactly one change for a test (none for a baseline or confirmation run); a flag the host's catalog
+knows with a legal value; an env variable with a plain name and a value free of shell metacharacters;
+not an experiment already run; not a rejected one; within budget.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from agent.models import Experiment
+from tools.flags import FlagCatalog, FlagError
+
+if TYPE_CHECKING:
+    from agent.planner import PlannerView
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_./:,+=@%-]*$")
+
+
+class GuardError(ValueError):
+    """A proposal that must not run; the message says which rule it broke, in one line."""
+
+
+def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog | None) -> None:
+    """Raise GuardError unless ``exp`` may run now. Canonicalises nothing; the change must already be
+    in canonical form (the caller normalises edits through ``FlagCatalog.validate``)."""
+    if exp.purpose == "test" and exp.change is None:
+        raise GuardError("a test experiment needs exactly one change")
+    if exp.purpose != "test" and exp.change is not None:
+        raise GuardError(f"a {exp.purpose} run changes nothing; got {exp.change.describe()}")
+    if exp.change is not None:
+        ch = exp.change
+        if ch.kind == "flag":
+            if flags is not None:
+                try:
+                    canon, _ = flags.validate(ch.name, ch.after if ch.after is not None else None)
+                except FlagError as exc:
+                    raise GuardError(str(exc)) from None
+                if canon != ch.name:
+                    raise GuardError(f"{ch.name}: use the canonical flag name {canon}")
+        else:
+            if not _ENV_NAME.match(ch.name):
+                raise GuardError(f"env {ch.name!r}: expected a variable name like NCCL_P2P_DISABLE")
+            if ch.after is not None and not _SAFE_VALUE.match(str(ch.after)):
+                raise GuardError(
+                    f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret"
+                )
+        if exp.id != Experiment.make_id(exp.baseline, exp.change, exp.purpose):
+            raise GuardError(f"{exp.id}: id does not match the baseline and change")
+    done = {e.id for e in view.experiments if e.status == "done"}
+    if exp.id in done:
+        raise GuardError(f"{exp.id} was already run: {exp.change.describe() if exp.change else exp.purpose}")
+    if any(r.experiment_id == exp.id for r in view.rejections):
+        raise GuardError(f"{exp.id} was rejected earlier in this run")
+    if view.launches + 1 > view.case.budget.experiments:
+        raise GuardError(f"experiment budget spent ({view.launches} of {view.case.budget.experiments})")

@@ -1,0 +1,246 @@
+"""The data contracts of a hypoloop run (DESIGN.md, "Data contracts").
+
+Every model here is JSON-plain: the LangGraph state holds ``model_dump(mode="json")`` of these and each
+node re-validates what it reads, so any process (a resumed run, a report, a replay) can read a checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from tools.probes import ProbeResult
+from tools.signatures import SignatureMatch
+
+FlagValue = str | bool | None
+
+Stage = Literal[
+    "launch_failed", "load_failed", "timeout", "ready", "request_failed", "wrong_output", "ok", "infra_error"
+]
+
+#: How far a launch got. A change that moves the failure to a later stage is progress (DESIGN.md,
+#: "adopts a change into the baseline when it moves the failure past its previous stage"). A timeout
+#: or stall happens while loading, so it ranks with a load failure; infra errors say nothing about
+#: the deployment and rank below everything.
+STAGE_ORDER: dict[str, int] = {
+    "infra_error": -1,
+    "launch_failed": 0,
+    "load_failed": 1,
+    "timeout": 1,
+    "ready": 2,
+    "request_failed": 3,
+    "wrong_output": 4,
+    "ok": 5,
+}
+
+
+class Change(BaseModel):
+    """The one variable an experiment changes against the baseline.
+
+    ``kind`` is ``flag`` (a ``launch_server`` flag, canonical long name such as ``--kv-cache-dtype``) or
+    ``env`` (an environment variable of the server process). ``before`` is the baseline's value (``None``:
+    not set, so the server's default or auto-resolution applies); ``after`` is the new value (``True``
+    for a bare boolean flag, ``None`` to remove the flag or variable).
+    """
+
+    kind: Literal["flag", "env"]
+    name: str
+    before: FlagValue = None
+    after: FlagValue = None
+
+    def key(self) -> str:
+        """A stable text key of what is set, independent of ``before`` (for "never repeat" checks)."""
+        return f"{self.kind}:{self.name}={json.dumps(self.after)}"
+
+    def describe(self) -> str:
+        """``name: before → after`` as shown to people."""
+
+        def show(v: FlagValue) -> str:
+            return "(unset)" if v is None else ("(on)" if v is True else str(v))
+
+        return f"{self.name}: {show(self.before)} → {show(self.after)}"
+
+
+class Baseline(BaseModel):
+    """The configuration the next experiment starts from: flags in command-line order and env vars."""
+
+    flags: dict[str, FlagValue] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+
+    def apply(self, change: Change | None) -> Baseline:
+        """Return a new baseline with ``change`` applied (``None``: a copy)."""
+        flags, env = dict(self.flags), dict(self.env)
+        if change is not None:
+            target: dict[str, Any] = flags if change.kind == "flag" else env
+            if change.after is None or change.after is False:
+                target.pop(change.name, None)
+            else:
+                target[change.name] = change.after
+        return Baseline(flags=flags, env=env)
+
+    def value(self, kind: str, name: str) -> FlagValue:
+        """The baseline's current value of a flag or env var (``None`` when unset)."""
+        return (self.flags if kind == "flag" else self.env).get(name)
+
+
+class Prediction(BaseModel):
+    """What one hypothesis predicts an experiment will show.
+
+    ``expect``: ``fixed`` (the failure goes away), ``persists`` (the same symptom stays), ``may_fix``
+    (the change may or may not help if the hypothesis holds).
+    """
+
+    hypothesis_id: str
+    expect: Literal["fixed", "persists", "may_fix"]
+
+
+class Experiment(BaseModel):
+    """One launch: the current baseline plus at most one change.
+
+    ``purpose`` is ``baseline`` (reproduce the failure, no change), ``test`` (exactly one change) or
+    ``confirm`` (re-run the fixing configuration once). ``cost_estimate_s`` is in modelled host-seconds.
+    """
+
+    id: str
+    purpose: Literal["baseline", "test", "confirm"]
+    baseline: Baseline
+    change: Change | None = None
+    predictions: list[Prediction] = Field(default_factory=list)
+    rationale: str = ""
+    cost_estimate_s: float = 0.0
+    score: float = 0.0
+    proposed_by: str = "rules"
+    status: Literal["proposed", "approved", "rejected", "running", "done", "skipped"] = "proposed"
+
+    @staticmethod
+    def make_id(baseline: Baseline, change: Change | None, purpose: str) -> str:
+        """Stable id: a hash of the baseline, the change and the purpose (``exp-`` + 10 hex digits)."""
+        blob = json.dumps(
+            {
+                "flags": baseline.flags,
+                "env": baseline.env,
+                "change": None if change is None else [change.kind, change.name, change.after],
+                "purpose": purpose,
+            },
+            sort_keys=True,
+        )
+        return "exp-" + hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+    def config(self) -> Baseline:
+        """The configuration this experiment launches (baseline with the change applied)."""
+        return self.baseline.apply(self.change)
+
+
+class Timings(BaseModel):
+    """Seconds of wall time on the orchestrator and modelled seconds on the host."""
+
+    to_ready_s: float | None = None
+    to_end_s: float | None = None
+    host_seconds: float = 0.0
+    detection_delay_median_s: float | None = None
+    detection_delay_max_s: float | None = None
+
+
+class Outcome(BaseModel):
+    """What one experiment showed: the furthest stage reached and the evidence for it."""
+
+    experiment_id: str
+    stage: Stage
+    matches: list[SignatureMatch] = Field(default_factory=list)
+    facts: dict[str, str] = Field(default_factory=dict)
+    probes: list[ProbeResult] = Field(default_factory=list)
+    timings: Timings = Field(default_factory=Timings)
+    exit_code: int | None = None
+    log_path: str | None = None
+    summary: str = ""
+
+    def failure_signatures(self) -> list[str]:
+        """Ids of the matched signatures that name the symptom, in order of appearance.
+
+        Those of kind ``fatal`` or ``error`` that implicate a component; wrappers that only say "a process
+        died" (a traceback header, the scheduler's exception line: no component beyond the scheduler) are
+        left out unless nothing more specific matched.
+        """
+        failing = [m for m in self.matches if m.kind in ("fatal", "error")]
+        specific = [m.signature_id for m in failing if set(m.components) - {"scheduler"}]
+        return specific or [m.signature_id for m in failing]
+
+    def signature_ids(self) -> set[str]:
+        """Ids of every matched signature."""
+        return {m.signature_id for m in self.matches}
+
+
+class Evidence(BaseModel):
+    """One reference that moved a hypothesis: a signature with lines, a finding, a fact or an experiment."""
+
+    kind: Literal["signature", "finding", "fact", "experiment", "host", "rejection"]
+    detail: str
+    experiment_id: str | None = None
+    lines: list[int] = Field(default_factory=list)
+    effect: Literal["supports", "weakens", "refutes", "confirms", "neutral"] = "supports"
+
+
+class Intervention(BaseModel):
+    """A one-variable change that tests a hypothesis (from the hypothesis catalog or a finding).
+
+    ``names``: alternative spellings across SGLang releases; the first one the host's flag catalog knows
+    is used. ``values``: alternative spellings of the value; the first legal one is used. ``decisive``:
+    if the hypothesis holds, this change must fix the failure (a persisting symptom refutes it).
+    ``fact``: an effective-config fact this change sets; skipped when the fact already has the value.
+    """
+
+    kind: Literal["flag", "env"] = "flag"
+    names: list[str]
+    values: list[FlagValue] = Field(default_factory=lambda: list[FlagValue]([True]))
+    decisive: bool = True
+    fact: str | None = None
+    cost: Literal["none", "low", "medium", "high"] = "low"
+    note: str = ""
+
+
+class Hypothesis(BaseModel):
+    """A candidate cause, with its belief and the evidence behind it.
+
+    ``prior``/``posterior`` are probabilities in [0, 1] normalised over open hypotheses plus an
+    "unlisted cause" remainder. A refuted hypothesis stays refuted (DESIGN.md).
+    """
+
+    id: str
+    statement: str
+    component: str
+    rationale: str = ""
+    prior: float
+    posterior: float
+    status: Literal["open", "supported", "refuted", "confirmed"] = "open"
+    source: Literal["signature", "finding", "catalog", "model"] = "catalog"
+    evidence: list[Evidence] = Field(default_factory=list)
+    interventions: list[Intervention] = Field(default_factory=list)
+    cause_signatures: list[str] = Field(default_factory=list)
+    stage: str | None = None
+
+
+class Rejection(BaseModel):
+    """A proposal a person rejected, with the reason; the planner never proposes it again."""
+
+    experiment_id: str
+    change_key: str | None
+    reason: str
+
+
+class Conclusion(BaseModel):
+    """How a run ended and why (DESIGN.md, "conclude")."""
+
+    status: Literal["isolated", "not_isolated", "stopped", "error"]
+    root_cause: dict[str, Any] | None = None
+    fix: Change | None = None
+    fix_experiment_id: str | None = None
+    confirmation_experiment_id: str | None = None
+    refuted: list[dict[str, Any]] = Field(default_factory=list)
+    untested: list[dict[str, Any]] = Field(default_factory=list)
+    launches: int = 0
+    host_seconds: float = 0.0
+    reason: str = ""
+    findings_entry: str = ""

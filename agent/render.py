@@ -1,0 +1,193 @@
+"""Terminal rendering of transcript events with rich: the same view live (``run``) and later (``replay``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+
+from agent.transcript import TranscriptEvent
+
+_STATUS_STYLE = {"refuted": "red", "supported": "green", "confirmed": "bold green", "open": "yellow"}
+
+
+def _change_text(change: dict[str, Any] | None) -> str:
+    if not change:
+        return "no change"
+
+    def show(v: Any) -> str:
+        return "(unset)" if v is None else ("(on)" if v is True else str(v))
+
+    return f"{change['name']}: {show(change.get('before'))} → {show(change.get('after'))}"
+
+
+class EventRenderer:
+    """Prints one or a few lines per event; ``verbose`` adds hypothesis weight updates and tool calls."""
+
+    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+        self.console = console
+        self.verbose = verbose
+
+    def __call__(self, ev: TranscriptEvent) -> None:
+        handler = getattr(self, "_" + ev.type.replace(".", "_"), None)
+        if handler is not None:
+            handler(ev, ev.data)
+        elif self.verbose:
+            self.console.print(f"[dim]{ev.type} {escape(str(ev.data)[:200])}[/]")
+
+    def _p(self, text: str) -> None:
+        self.console.print(text, highlight=False)
+
+    def _run_started(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(
+            f"[bold]▶ run {ev.run_id}[/]  case [cyan]{escape(str(d.get('case')))}[/] on {d.get('host')}"
+            f"  (approval: {d.get('approval')})"
+        )
+
+    def _host_fingerprint(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(
+            f"  host: {d.get('gpu_count')} × {escape(str(d.get('gpu_name')))} (compute capability "
+            f"{d.get('compute_capability')}, {d.get('memory_total_mib')} MiB), driver {d.get('driver_version')}, "
+            f"SGLang {d.get('sglang_version')}"
+        )
+
+    def _tool_result(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        if d.get("tool") == "flag_catalog":
+            self._p(f"  flag catalog: {d.get('flags')} flags from launch_server --help")
+
+    def _knowledge_read(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        items = ", ".join(
+            escape(f"{f['title'][:60]} [{f['outcome']}, relevance {f['relevance']}]")
+            for f in d.get("findings", [])
+        )
+        self._p(f"  knowledge: {escape(str(d.get('path')))}: {items or 'no findings'}")
+
+    def _hypothesis_added(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(
+            f"  [yellow]+ hypothesis[/] {d['id']} [dim]({d['component']})[/] p={d['posterior']:.2f}: "
+            f"{escape(d['statement'])}"
+        )
+
+    def _status(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        status = ev.type.split(".", 1)[1]
+        ev_text = ""
+        if d.get("evidence"):
+            e = d["evidence"][-1]
+            ev_text = f" — {escape(e['detail'][:200])}"
+            if e.get("lines"):
+                ev_text += f" (log lines {', '.join(map(str, e['lines']))})"
+        self._p(
+            f"  [{_STATUS_STYLE.get(status, 'white')}]{status}[/] {d['id']} p={d.get('posterior', 0):.2f}{ev_text}"
+        )
+
+    _hypothesis_refuted = _status
+    _hypothesis_supported = _status
+    _hypothesis_confirmed = _status
+    _hypothesis_open = _status
+
+    def _hypothesis_updated(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        if self.verbose:
+            self._p(f"  [dim]~ {d['id']} p {d['before']:.2f} → {d['posterior']:.2f}[/]")
+
+    def _baseline_changed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        a = d.get("adoption") or {}
+        self._p(
+            f"  [bold blue]baseline adopts[/] {escape(_change_text(a.get('change')))} "
+            f"({a.get('from_stage')} → {a.get('to_stage')})"
+        )
+
+    def _experiment_proposed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        what = {"baseline": "reproduce the baseline", "confirm": "confirm the fix"}.get(
+            d["purpose"], _change_text(d.get("change"))
+        )
+        self.console.print()
+        self._p(
+            f"[bold]experiment {ev.step}[/] [dim]{d['id']}[/]  [bold magenta]{escape(what)}[/]  "
+            f"~{d.get('cost_estimate_s', 0):.0f} host-s"
+        )
+        self._p(f"  [dim]{escape(d.get('rationale', ''))}[/]")
+
+    def _approval_decided(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        reason = f": {escape(str(d['reason']))}" if d.get("reason") else ""
+        self._p(f"  approval: {d.get('decision')} ({d.get('by', 'user')}){reason}")
+
+    def _server_launched(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(f"  ⏵ server launched on port {d.get('port')} [dim](log {escape(str(d.get('log')))})[/]")
+
+    def _server_ready(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(f"  [green]✓ ready[/] after {d.get('after_s', 0):.2f} s wall")
+
+    def _server_crashed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(f"  [red]✗ {d.get('status')}[/] before ready (exit code {d.get('exit_code')})")
+
+    _server_timeout = _server_crashed
+
+    def _server_stopped(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(
+            f"  ■ server stopped ({'verified' if d.get('verified') else '[red]NOT verified[/]'}), "
+            f"{d.get('wall_s')} s wall"
+        )
+
+    def _observation(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        if "line" in d:
+            style = "green" if d.get("kind") == "ready" else "red"
+            self._p(f"    [{style}]log:{d['line']}[/] {escape(d.get('text', '')[:150])}")
+
+    def _probe_result(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        style = "green" if d.get("ok") else "red"
+        text = escape((d.get("text") or d.get("error") or "")[:80].replace("\n", " "))
+        self._p(f"  probe {d.get('probe_id')}: [{style}]{d.get('status')}[/] {text}")
+
+    def _outcome(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        style = "green" if d["stage"] == "ok" else "red"
+        t = d.get("timings", {})
+        self._p(
+            f"  outcome: [{style}]{d['stage']}[/]  {escape(d.get('summary', ''))}  "
+            f"[dim]({t.get('host_seconds', 0):.0f} host-s)[/]"
+        )
+        facts = d.get("facts") or {}
+        shown = {
+            k: facts[k]
+            for k in ("kv_cache_dtype", "attention_backend", "nsa_decode_backend", "fp8_gemm_backend")
+            if k in facts
+        }
+        if shown:
+            self._p(f"  [dim]effective: {', '.join(f'{k}={v}' for k, v in shown.items())}[/]")
+
+    def _design_none(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(f"  design: nothing more to run — {escape(str(d.get('reason')))}")
+
+    def _error(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(f"  [bold red]error:[/] {escape(str(d.get('message')))}")
+
+    def _conclusion(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self.console.print(conclusion_panel(d))
+
+
+def conclusion_panel(d: dict[str, Any]) -> Panel:
+    """A rich panel of a conclusion dict (``Conclusion.model_dump()``)."""
+    t = Table.grid(padding=(0, 1))
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("status", d["status"])
+    if d.get("root_cause"):
+        t.add_row(
+            "root cause", f"{escape(d['root_cause']['statement'])} [dim]({d['root_cause']['component']})[/]"
+        )
+    if d.get("fix"):
+        t.add_row("fix", escape(_change_text(d["fix"])))
+    if d.get("confirmation_experiment_id"):
+        t.add_row("confirmed by", d["confirmation_experiment_id"])
+    for r in d.get("refuted", []):
+        why = r["evidence"][0]["detail"] if r.get("evidence") else ""
+        t.add_row("ruled out", f"{r['id']}: {escape(why[:160])}")
+    for u in d.get("untested", [])[:6]:
+        t.add_row("untested", f"{u['id']} (p={u['posterior']:.2f}, {u['why']})")
+    if d.get("reason"):
+        t.add_row("reason", escape(d["reason"]))
+    t.add_row("cost", f"{d['launches']} launches, {d['host_seconds']:.0f} host-seconds")
+    style = {"isolated": "green", "not_isolated": "yellow", "stopped": "yellow", "error": "red"}[d["status"]]
+    return Panel(t, title="conclusion", border_style=style)

@@ -1,0 +1,276 @@
+"""The rule planner and the guard rails, on synthetic run histories (no launches)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.case import Case
+from agent.catalog import load_catalog
+from agent.guard import GuardError, check_experiment
+from agent.models import Baseline, Change, Experiment, Outcome, Rejection
+from agent.planner import PlannerView, RulePlanner, classify_observation
+from tools.fingerprint import HostFingerprint
+from tools.flags import parse_help
+from tools.signatures import SignatureMatch, load_signatures
+
+DATA = Path(__file__).parent / "data"
+FLAGS = parse_help((DATA / "help_sglang_0.5.9.txt").read_text(), source="fixture")
+SIGS = {s.id: s for s in load_signatures()}
+FP = HostFingerprint(
+    gpu_name="NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    gpu_count=8,
+    compute_capability="12.0",
+    memory_total_mib=97887,
+    driver_version="580.95.05",
+    sglang_version="0.5.9",
+)
+NAN = ["probability_tensor_nan", "device_side_assert", "scheduler_exception"]
+
+
+def _case(**kw: object) -> Case:
+    return Case.model_validate(
+        {
+            "name": "t",
+            "model": {"path": "org/Big-MoE-NVFP4", "features": ["moe", "dsa", "nvfp4"]},
+            "baseline": {"flags": {"--tp-size": "8", "--quantization": "modelopt_fp4"}},
+            **kw,
+        }
+    )
+
+
+def _match(sig_id: str, line: int) -> SignatureMatch:
+    s = SIGS.get(sig_id)
+    if s is None:
+        return SignatureMatch(
+            signature_id=sig_id,
+            kind="error",
+            severity="error",
+            stage="request",
+            components=["output"],
+            meaning="",
+            line_numbers=[line],
+            first_line="",
+        )
+    return SignatureMatch(
+        signature_id=s.id,
+        kind=s.kind,
+        severity=s.severity,
+        stage=s.stage,
+        components=s.components,
+        meaning=s.meaning,
+        line_numbers=[line],
+        first_line=f"... {s.id} ...",
+    )
+
+
+def _outcome(exp_id: str, stage: str, sigs: list[str], **facts: str) -> Outcome:
+    return Outcome(
+        experiment_id=exp_id,
+        stage=stage,
+        matches=[_match(s, 10 + i) for i, s in enumerate(sigs)],  # type: ignore[arg-type]
+        facts=facts,
+    )
+
+
+class History:
+    """Builds a run history step by step, the way the graph does."""
+
+    def __init__(self, case: Case | None = None) -> None:
+        self.view = PlannerView(case=case or _case(), fingerprint=FP)
+        self.planner = RulePlanner(load_catalog(), FLAGS)
+
+    def propose(self) -> Experiment | None:
+        p = self.planner.propose(self.view, self.planner.history(self.view))
+        if p.experiment is not None:
+            check_experiment(p.experiment, view=self.view, flags=FLAGS)
+        return p.experiment
+
+    def record(self, exp: Experiment, outcome: Outcome) -> None:
+        exp = exp.model_copy(update={"status": "done"})
+        self.view.experiments.append(exp)
+        self.view.outcomes.append(outcome.model_copy(update={"experiment_id": exp.id}))
+        self.view.launches += 1
+
+    def ledger(self) -> dict[str, object]:
+        return {h.id: h for h in self.planner.history(self.view).hypotheses}
+
+
+def _nan_baseline(h: History, **facts: str) -> None:
+    exp = h.propose()
+    assert exp is not None and exp.purpose == "baseline" and exp.change is None
+    facts = {
+        "kv_cache_dtype": "fp8_e4m3",
+        "nsa_decode_backend": "flashmla_kv",
+        "fp8_gemm_backend": "deep_gemm",
+        **facts,
+    }
+    h.record(exp, _outcome(exp.id, "request_failed", ["deepgemm_scale_fmt_warning", *NAN], **facts))
+
+
+def test_first_proposal_is_the_baseline_run() -> None:
+    exp = History().propose()
+    assert exp is not None and exp.purpose == "baseline" and exp.change is None
+
+
+def test_nan_with_fp8_kv_cache_on_new_gpu_tests_kv_cache_dtype_first() -> None:
+    h = History()
+    _nan_baseline(h)
+    exp = h.propose()
+    assert exp is not None and exp.change is not None
+    assert (exp.change.name, exp.change.after) == ("--kv-cache-dtype", "bf16")
+    ledger = h.ledger()
+    assert "fp8-gemm-scale-format" in ledger  # the warning is a hypothesis, just a weaker one
+    assert ledger["lowprec-kv-cache-attention-numerics"].posterior > ledger["fp8-gemm-scale-format"].posterior  # type: ignore[attr-defined]
+
+
+def test_kv_cache_hypothesis_is_weak_when_the_kv_cache_is_already_bf16() -> None:
+    h = History()
+    _nan_baseline(h, kv_cache_dtype="bf16")
+    exp = h.propose()
+    assert exp is not None and exp.change is not None
+    assert exp.change.name != "--kv-cache-dtype"
+
+
+def test_every_proposal_changes_exactly_one_variable_and_none_repeats() -> None:
+    h = History()
+    _nan_baseline(h)
+    seen: set[str] = set()
+    for _ in range(30):
+        exp = h.propose()
+        if exp is None:
+            break
+        diff = [
+            k
+            for k in set(exp.config().flags) | set(exp.baseline.flags)
+            if exp.config().flags.get(k) != exp.baseline.flags.get(k)
+        ]
+        diff += [
+            k
+            for k in set(exp.config().env) | set(exp.baseline.env)
+            if exp.config().env.get(k) != exp.baseline.env.get(k)
+        ]
+        assert len(diff) == 1, diff
+        assert exp.id not in seen and exp.change is not None
+        seen.add(exp.id)
+        h.record(exp, _outcome(exp.id, "request_failed", NAN))  # nothing helps
+    else:
+        pytest.fail("the planner never concluded")
+    assert h.view.launches <= h.view.case.budget.experiments
+
+
+def test_refuted_hypothesis_stays_refuted_and_is_never_retested() -> None:
+    h = History()
+    _nan_baseline(h)
+    first = h.propose()
+    assert first is not None and first.change is not None and first.change.name == "--kv-cache-dtype"
+    h.record(first, _outcome(first.id, "request_failed", NAN, kv_cache_dtype="bf16"))
+    assert h.ledger()["lowprec-kv-cache-attention-numerics"].status == "refuted"  # type: ignore[attr-defined]
+    for _ in range(5):
+        exp = h.propose()
+        if exp is None:
+            break
+        assert exp.change is not None and exp.change.name != "--kv-cache-dtype"
+        h.record(exp, _outcome(exp.id, "request_failed", NAN))
+        ledger = h.ledger()
+        assert ledger["lowprec-kv-cache-attention-numerics"].status == "refuted"  # type: ignore[attr-defined]
+        assert ledger["lowprec-kv-cache-attention-numerics"].posterior == 0  # type: ignore[attr-defined]
+
+
+def test_earlier_failure_does_not_refute() -> None:
+    h = History()
+    _nan_baseline(h)
+    exp = h.propose()
+    assert exp is not None
+    h.record(exp, _outcome(exp.id, "load_failed", ["assertion_error_bare"]))
+    assert h.ledger()["lowprec-kv-cache-attention-numerics"].status == "open"  # type: ignore[attr-defined]
+
+
+def test_fix_is_adopted_then_confirmed_and_warning_in_healthy_run_refutes_its_hypothesis() -> None:
+    h = History()
+    _nan_baseline(h)
+    fix = h.propose()
+    assert fix is not None
+    h.record(fix, _outcome(fix.id, "ok", ["deepgemm_scale_fmt_warning"], kv_cache_dtype="bf16"))
+    ledger = h.ledger()
+    assert ledger["lowprec-kv-cache-attention-numerics"].status == "supported"  # type: ignore[attr-defined]
+    gemm = ledger["fp8-gemm-scale-format"]
+    assert gemm.status == "refuted"  # type: ignore[attr-defined]
+    assert any(e.effect == "refutes" and e.experiment_id == fix.id for e in gemm.evidence)  # type: ignore[attr-defined]
+    confirm = h.propose()
+    assert confirm is not None and confirm.purpose == "confirm" and confirm.change is None
+    assert confirm.baseline.flags["--kv-cache-dtype"] == "bf16"
+    h.record(confirm, _outcome(confirm.id, "ok", ["deepgemm_scale_fmt_warning"], kv_cache_dtype="bf16"))
+    assert h.ledger()["lowprec-kv-cache-attention-numerics"].status == "confirmed"  # type: ignore[attr-defined]
+    assert h.propose() is None
+
+
+def test_rejected_change_is_not_proposed_again() -> None:
+    h = History()
+    _nan_baseline(h)
+    exp = h.propose()
+    assert exp is not None and exp.change is not None
+    h.view.rejections.append(
+        Rejection(experiment_id=exp.id, change_key=exp.change.key(), reason="shared box, no")
+    )
+    nxt = h.propose()
+    assert nxt is not None and nxt.change is not None and nxt.change.key() != exp.change.key()
+
+
+def test_budget_leaves_room_for_the_confirmation() -> None:
+    h = History(_case(budget={"experiments": 2}))
+    _nan_baseline(h)
+    p = h.planner.propose(h.view, h.planner.history(h.view))
+    assert p.experiment is None and "budget" in (p.conclude_reason or "")
+
+
+def test_observation_classes() -> None:
+    ref = _outcome("a", "request_failed", NAN)
+    assert classify_observation(_outcome("b", "ok", []), ref) == "fixed"
+    assert classify_observation(_outcome("b", "request_failed", NAN), ref) == "persists"
+    assert classify_observation(_outcome("b", "load_failed", ["assertion_error_bare"]), ref) == "different"
+    assert classify_observation(_outcome("b", "wrong_output", ["degenerate_output"]), ref) == "advanced"
+    assert classify_observation(_outcome("b", "request_failed", ["illegal_memory_access"]), ref) == "changed"
+
+
+# ----- guard rails -------------------------------------------------------------------------------------
+
+
+def _view() -> PlannerView:
+    return PlannerView(case=_case(), fingerprint=FP)
+
+
+def _test_exp(change: Change) -> Experiment:
+    b = Baseline(flags={"--tp-size": "8"})
+    return Experiment(id=Experiment.make_id(b, change, "test"), purpose="test", baseline=b, change=change)
+
+
+def test_guard_rejects_a_test_without_a_change() -> None:
+    b = Baseline()
+    exp = Experiment(id=Experiment.make_id(b, None, "test"), purpose="test", baseline=b)
+    with pytest.raises(GuardError, match="exactly one change"):
+        check_experiment(exp, view=_view(), flags=FLAGS)
+
+
+@pytest.mark.parametrize(
+    "change,msg",
+    [
+        (Change(kind="flag", name="--kv-cache-dtipe", after="bf16"), "kv-cache-dtipe"),
+        (Change(kind="flag", name="--kv-cache-dtype", after="fp9"), "fp9"),
+        (Change(kind="flag", name="--kv-cache-dtype", after="bf16; rm -rf ~"), "kv-cache-dtype"),
+        (Change(kind="env", name="NCCL_P2P_DISABLE", after="1; rm -rf ~"), "shell"),
+        (Change(kind="env", name="A B", after="1"), "variable name"),
+    ],
+)
+def test_guard_rejects_unknown_flags_illegal_values_and_shell_text(change: Change, msg: str) -> None:
+    with pytest.raises(GuardError, match=msg):
+        check_experiment(_test_exp(change), view=_view(), flags=FLAGS)
+
+
+def test_guard_rejects_a_repeat() -> None:
+    exp = _test_exp(Change(kind="flag", name="--kv-cache-dtype", after="bf16"))
+    view = _view()
+    view.experiments.append(exp.model_copy(update={"status": "done"}))
+    with pytest.raises(GuardError, match="already run"):
+        check_experiment(exp, view=view, flags=FLAGS)
