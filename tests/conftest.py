@@ -1,0 +1,81 @@
+"""Shared fixtures."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --- sshd: a throwaway OpenSSH server on 127.0.0.1 (see .ci/sshd.py) ---------------------------------
+
+
+def load_sshd_helper() -> ModuleType:
+    """The `.ci/sshd.py` module (it is a script directory, not a package)."""
+    name = "hypoloop_ci_sshd"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / ".ci" / "sshd.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _require_sshd(helper: ModuleType) -> None:
+    """Skip when no OpenSSH server can exist here; under CI=true fail instead (.ci/run installs it)."""
+    if helper.sshd_available():
+        return
+    message = f"no OpenSSH server ({helper.SSHD}) or ssh-keygen on this machine"
+    if _in_ci():
+        pytest.fail(message + "; .ci/run installs openssh-server, so under CI this is an error")
+    pytest.skip(message + " (apt-get install -y openssh-server)")
+
+
+def _start_sshd(helper: ModuleType, workdir: Path) -> Any:
+    """Start sshd; where it cannot run (e.g. not root: /run/sshd), skip outside CI, fail under CI."""
+    try:
+        return helper.start_sshd(workdir)
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+        if _in_ci():
+            raise
+        pytest.skip(f"cannot start a test sshd here: {exc}")
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A running sshd for the whole test session: `.target`, `.key`, `.wrong_key`, `.known_hosts`,
+    `.cut_connections()`; stopped at the end."""
+    helper = load_sshd_helper()
+    _require_sshd(helper)
+    server = _start_sshd(helper, tmp_path_factory.mktemp("sshd"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def own_sshd(tmp_path: Path) -> Iterator[Any]:
+    """A separate sshd for one test, for tests that stop and restart it."""
+    helper = load_sshd_helper()
+    _require_sshd(helper)
+    server = _start_sshd(helper, tmp_path / "sshd")
+    try:
+        yield server
+    finally:
+        server.stop()
