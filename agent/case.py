@@ -14,7 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from agent.models import Baseline, FlagValue
+from tools.host import HostError
 from tools.probes import DEFAULT_PROBES, Probe
+from tools.ssh import parse_target
 
 
 class CaseError(ValueError):
@@ -22,16 +24,33 @@ class CaseError(ValueError):
 
 
 class HostSpec(BaseModel):
-    """Where the server runs: ``local`` or ``ssh://user@host[:port]``; ``env`` is the host environment."""
+    """Where the server runs: ``local`` or ``ssh://user@host[:port]``; ``env`` is the host environment.
+
+    SSH hosts only: ``ssh_key`` and ``known_hosts`` are paths (relative to the case file),
+    ``insecure_accept_host_key`` skips the host-key check, ``remote_python`` is what ``{python}`` means
+    there (default ``python3``), ``remote_workdir`` where per-run directories go there,
+    ``reconnect_timeout_s`` how long a dropped connection is retried.
+    """
 
     target: str = "local"
     env: dict[str, str] = Field(default_factory=dict)
+    ssh_key: str | None = None
+    known_hosts: str | None = None
+    insecure_accept_host_key: bool = False
+    remote_python: str | None = None
+    remote_workdir: str = "~/.hypoloop/runs"
+    reconnect_timeout_s: float = Field(default=60.0, ge=0)
 
     @field_validator("target")
     @classmethod
     def _target(cls, v: str) -> str:
         if v != "local" and not v.startswith("ssh://"):
             raise ValueError("expected 'local' or 'ssh://user@host[:port]'")
+        if v.startswith("ssh://"):
+            try:
+                parse_target(v)
+            except HostError as exc:
+                raise ValueError(str(exc)) from None
         return v
 
 
@@ -81,7 +100,7 @@ class Case(BaseModel):
     knowledge: list[str] = Field(default_factory=list)
     observed_log: str | None = None
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
-    approval: Literal["each", "auto"] = "each"
+    approval: Literal["each", "risky", "auto"] = "each"
     source_path: str | None = None
 
     @field_validator("baseline", mode="before")

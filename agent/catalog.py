@@ -28,6 +28,7 @@ class Condition(BaseModel):
     fact whose value must match the regex (``matches`` absent: the fact must be known). ``feature``: a
     model feature (moe, dsa, mla, nvfp4, fp8, dense). ``compute_capability_in`` / ``_not_in``: host GPU
     compute capability such as "12.0". ``stage``: the furthest stage the failing run reached.
+    ``gpu_name_matches``: a regex searched in the host's GPU name.
     """
 
     signature: str | None = None
@@ -37,6 +38,7 @@ class Condition(BaseModel):
     compute_capability_in: list[str] | None = None
     compute_capability_not_in: list[str] | None = None
     stage: list[str] | None = None
+    gpu_name_matches: str | None = None
 
     def holds(self, ctx: EvidenceContext) -> bool:
         """Whether every part of the condition holds in ``ctx``."""
@@ -59,6 +61,8 @@ class Condition(BaseModel):
             return False
         if self.stage is not None and ctx.stage not in self.stage:
             return False
+        if self.gpu_name_matches is not None and not re.search(self.gpu_name_matches, ctx.gpu_name or ""):
+            return False
         return True
 
     def describe(self) -> str:
@@ -76,6 +80,8 @@ class Condition(BaseModel):
             parts.append(f"compute capability not in {self.compute_capability_not_in}")
         if self.stage:
             parts.append(f"stage in {self.stage}")
+        if self.gpu_name_matches:
+            parts.append(f"GPU name ~/{self.gpu_name_matches}/")
         return ", ".join(parts)
 
 

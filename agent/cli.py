@@ -1,11 +1,13 @@
 """The ``hypoloop`` command line: run, analyze, flags, replay.
 
 Exit codes: 0 finished (isolated, not isolated or stopped), 1 the run ended in error, 2 bad input
-(case file, log file, flags), 3 waiting for an approval with no terminal attached, 130 interrupted.
+(case file, log file, flags, a refused answer), 3 waiting for an approval with no terminal attached, 4 the
+run is in use by another hypoloop process, 130 interrupted.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -20,21 +22,33 @@ from typing import Annotated, Any, NoReturn
 import typer
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent.case import Case, CaseError, load_case
+from agent.approval import (
+    APPROVAL_MODES,
+    ApprovalAnswer,
+    ApprovalRequest,
+    EditError,
+    approval_panel,
+    ask,
+    describe_experiment,
+)
+from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case
 from agent.catalog import CatalogError
-from agent.graph import Runtime, build_graph, classify_outcome
+from agent.graph import Runtime, build_graph, classify_outcome, edit_experiment, ssh_options
+from agent.llm_planner import describe_usage, llm_notices, planner_spec_from_options
 from agent.models import Baseline, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
-from agent.render import EventRenderer, _change_text
+from agent.render import EventRenderer
+from agent.runs import RunError, RunInfo, RunInUse, RunLock, list_runs, load_run, open_checkpointer
 from agent.transcript import Transcript, TranscriptError, read_transcript
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError, parse_help
 from tools.flags import load_catalog as load_flag_catalog
-from tools.host import HostError, LocalHost, expand_argv
+from tools.host import HostError, connect_host, expand_argv
 from tools.knowledge import infer_features
 from tools.signatures import load_signatures, scan_text
 
@@ -48,7 +62,8 @@ err_console = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    # soft_wrap: a one-line error stays one line however long its paths are.
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -64,23 +79,229 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def _ask(proposal: dict[str, Any], console: Console) -> dict[str, Any]:
-    exp = proposal["experiment"]
-    what = {"baseline": "reproduce the baseline", "confirm": "confirm the fix"}.get(
-        exp["purpose"], _change_text(exp.get("change"))
+def _pause(
+    tr: Transcript,
+    request: ApprovalRequest,
+    console: Console,
+    *,
+    json_out: bool,
+    why: str,
+    code: int = 3,
+    panel: bool = True,
+) -> NoReturn:
+    """Leave the run waiting for approval (its state is already checkpointed) and exit with ``code``."""
+    exp = request.experiment
+    tr.emit("run.paused", {"waiting_for": exp.id, "reason": why}, node="approve")
+    if panel:
+        console.print(approval_panel(request))
+    console.print(
+        f"run [bold]{request.run_id}[/] waits for approval of {exp.id} ({escape(describe_experiment(exp))}); "
+        f"{why}. Answer with: hypoloop resume {request.run_id} --decision approve|reject|stop "
+        "[--reason TEXT] [--set NAME=VALUE]",
+        highlight=False,
     )
-    while True:
-        console.print(
-            f"[bold]Run experiment {exp['id']} ({escape(what)})?[/] [y]es / [n]o (reject) / [s]top: ", end=""
+    if json_out:
+        print(
+            json.dumps(
+                {
+                    "run_id": request.run_id,
+                    "status": "waiting_for_approval",
+                    "pending": {
+                        "experiment_id": exp.id,
+                        "purpose": exp.purpose,
+                        "change": exp.change.model_dump(mode="json") if exp.change else None,
+                        "tests": request.tests,
+                        "risky": request.risky,
+                        "error": request.error,
+                    },
+                    "launches": request.launches,
+                    "host_seconds": request.host_seconds,
+                    "transcript": str(tr.path),
+                }
+            )
         )
-        answer = sys.stdin.readline().strip().lower()
-        if answer in ("y", "yes", ""):
-            return {"decision": "approve", "by": "user"}
-        if answer in ("n", "no"):
-            console.print("reason: ", end="")
-            return {"decision": "reject", "by": "user", "reason": sys.stdin.readline().strip() or "rejected"}
-        if answer in ("s", "stop", "q"):
-            return {"decision": "stop", "by": "user"}
+    raise typer.Exit(code)
+
+
+def _drive(
+    graph: Any,
+    config: dict[str, Any],
+    first: Any,
+    *,
+    rt: Runtime,
+    console: Console,
+    json_out: bool,
+    mode: str | None = None,
+) -> dict[str, Any]:
+    """Run the graph and answer its approval requests until the run ends.
+
+    At a terminal each request shows the approval screen and waits for an answer (an edit is checked
+    before it is sent, and asked again if refused). With no terminal, or at end of input, the run is
+    left waiting (exit 3); Ctrl-C at the prompt leaves it waiting too (exit 130). ``mode`` switches the
+    approval mode with the first answer.
+    """
+    result: dict[str, Any] = graph.invoke(first, config)
+    while result.get("__interrupt__"):
+        request = ApprovalRequest.model_validate(result["__interrupt__"][0].value)
+        if not sys.stdin.isatty():
+            _pause(rt.transcript, request, console, json_out=json_out, why="no terminal is attached")
+        values = graph.get_state(config).values
+        try:
+            answer = ask(
+                request,
+                console,
+                check_edit=functools.partial(edit_experiment, rt, values, request.experiment),  # type: ignore[arg-type]
+            )
+        except (EOFError, KeyboardInterrupt) as exc:
+            console.print()
+            eof = isinstance(exc, EOFError)
+            _pause(
+                rt.transcript,
+                request,
+                console,
+                json_out=json_out,
+                why="the terminal closed its input" if eof else "interrupted at the prompt",
+                code=3 if eof else 130,
+                panel=False,
+            )
+        if mode:
+            answer.mode, mode = mode, None  # type: ignore[assignment]
+        result = graph.invoke(Command(resume=answer.model_dump(mode="json", exclude_none=True)), config)
+    return result
+
+
+def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool, console: Console) -> None:
+    """Print how the run ended (a JSON line with ``--json``); exit 1 if it ended in error."""
+    conclusion = result.get("conclusion") or {}
+    status = conclusion.get("status", "error")
+    llm_usage = conclusion.get("llm_usage")
+    if llm_usage:  # the tokens the LLM planner spent (stderr with --json, so stdout stays one JSON line)
+        console.print(escape(describe_usage(llm_usage)), highlight=False)
+    if json_out:
+        root = conclusion.get("root_cause")
+        fix = conclusion.get("fix")
+        out = {
+            "run_id": run_id,
+            "status": status,
+            "root_cause": None
+            if not root
+            else {
+                "component": root["component"],
+                "statement": root["statement"],
+                "fix": {k: fix[k] for k in ("kind", "name", "before", "after")} if fix else None,
+            },
+            "launches": conclusion.get("launches", 0),
+            "host_seconds": conclusion.get("host_seconds", 0.0),
+            "transcript": str(tpath),
+            "rejected": conclusion.get("rejected", []),
+            "edited": conclusion.get("edited", []),
+        }
+        if llm_usage:
+            out["llm_usage"] = llm_usage
+        if status == "error":
+            out["error"] = conclusion.get("reason")
+        print(json.dumps(out))
+    else:
+        console.print(f"transcript: {tpath}")
+    if status == "error":
+        if not json_out:
+            err_console.print(f"[bold red]error:[/] {escape(str(conclusion.get('reason')))}")
+        raise typer.Exit(1)
+
+
+# Host options shared by `run` and `flags`; they win over the case file's [host] fields.
+_HostOpt = Annotated[
+    str | None,
+    typer.Option("--host", help="local or ssh://[USER@]HOST[:PORT] (HOST may be an ~/.ssh/config alias)"),
+]
+_KeyOpt = Annotated[Path | None, typer.Option("--ssh-key", help="private key for the SSH host")]
+_KnownOpt = Annotated[
+    Path | None, typer.Option("--known-hosts", help="known_hosts file to check the SSH host key against")
+]
+_InsecureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--insecure-accept-host-key",
+        help="accept any SSH host key (throwaway hosts only; written to the transcript)",
+    ),
+]
+_PythonOpt = Annotated[
+    str | None, typer.Option("--remote-python", help="what {python} means on the SSH host (default python3)")
+]
+
+
+def _with_host_options(
+    c: Case,
+    host: str | None,
+    ssh_key: Path | None,
+    known_hosts: Path | None,
+    insecure: bool,
+    remote_python: str | None,
+) -> Case:
+    """The case with the command line's host settings applied (paths made absolute)."""
+    update: dict[str, Any] = {}
+    if host is not None:
+        update["target"] = host
+    if ssh_key is not None:
+        update["ssh_key"] = str(ssh_key.expanduser().resolve())
+    if known_hosts is not None:
+        update["known_hosts"] = str(known_hosts.expanduser().resolve())
+    if insecure:
+        update["insecure_accept_host_key"] = True
+    if remote_python is not None:
+        update["remote_python"] = remote_python
+    if not update:
+        return c
+    try:
+        spec = HostSpec.model_validate({**c.host.model_dump(), **update})
+    except ValidationError as exc:
+        _fail(f"--host {host}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}")
+    return c.model_copy(update={"host": spec})
+
+
+def _host_notices(console: Console) -> Any:
+    """A transcript listener that shows what happens to the connection and to orphaned servers."""
+
+    def show(ev: Any) -> None:
+        d = ev.data
+        if ev.type == "host.connected" and not d.get("host_key_checked", True):
+            console.print(
+                f"[yellow]warning:[/] host key of {escape(str(d.get('hostname')))} NOT checked "
+                f"(--insecure-accept-host-key): {escape(str(d.get('host_key')))}"
+            )
+        elif ev.type == "host.connection_lost":
+            console.print(
+                f"[yellow]connection to the host lost[/] ({escape(str(d.get('reason')))}); reconnecting"
+            )
+        elif ev.type == "host.reconnected":
+            console.print("[green]reconnected[/] to the host")
+        elif ev.type == "host.orphans" and d.get("orphans"):
+            for o in d["orphans"]:
+                console.print(
+                    f"[yellow]orphaned server[/] on the host: process group {o['pgid']}, log {escape(o['log_path'])}"
+                    f" ({escape(o['why'])})"
+                )
+        elif ev.type == "host.orphans_left":
+            console.print(f"left {d.get('count')} orphaned server(s) running: {escape(str(d.get('reason')))}")
+        elif ev.type == "host.orphan_stopped":
+            console.print(
+                f"stopped orphaned server (process group {d.get('pgid')})"
+                + ("" if d.get("verified") else " [red]but could not verify it is gone[/]")
+            )
+
+    return show
+
+
+def _confirm_orphans(orphans: list[dict[str, Any]]) -> bool:
+    """Ask at the terminal whether to stop the orphaned servers just listed."""
+    err_console.print(f"stop the {len(orphans)} orphaned server(s)? [y/N]: ", end="")
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _approval_mode(approve: str | None, auto: bool) -> str | None:
+    if approve is not None and approve not in APPROVAL_MODES:
+        _fail(f"--approve {approve}: expected one of {', '.join(APPROVAL_MODES)}")
+    return "auto" if auto else approve
 
 
 @app.command()
@@ -88,7 +309,17 @@ def run(
     case: Annotated[
         str, typer.Argument(help="a case TOML file, or lab:WORLD for a case shipped with the lab")
     ],
-    auto: Annotated[bool, typer.Option("--auto", help="approve every experiment without asking")] = False,
+    auto: Annotated[
+        bool, typer.Option("--auto", help="approve every experiment without asking (--approve auto)")
+    ] = False,
+    approve: Annotated[
+        str | None,
+        typer.Option(
+            "--approve",
+            help="each: ask before every launch (default); risky: ask only for changes knowledge/risky.toml "
+            "marks risky; auto: never ask",
+        ),
+    ] = None,
     json_out: Annotated[
         bool, typer.Option("--json", help="print the result as one JSON line at the end")
     ] = False,
@@ -96,52 +327,94 @@ def run(
         "transcripts"
     ),
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates too")] = False,
+    host: _HostOpt = None,
+    ssh_key: _KeyOpt = None,
+    known_hosts: _KnownOpt = None,
+    insecure_accept_host_key: _InsecureOpt = False,
+    remote_python: _PythonOpt = None,
+    planner: Annotated[
+        str, typer.Option("--planner", help="rules (default, no network) or llm (an OpenAI-compatible endpoint)")
+    ] = "rules",
+    model: Annotated[str | None, typer.Option("--model", help="llm: the model name the endpoint serves")] = None,
+    base_url: Annotated[
+        str | None,
+        typer.Option("--base-url", help="llm: OpenAI-compatible URL ending in /v1 (default api.openai.com)"),
+    ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option("--api-key-env", help="llm: variable holding the API key (OPENAI_API_KEY)")
+    ] = None,
+    llm_context_tokens: Annotated[
+        int | None, typer.Option("--llm-context-tokens", help="llm: prompt budget per request (12000)")
+    ] = None,
+    llm_token_budget: Annotated[
+        int | None, typer.Option("--llm-token-budget", help="llm: tokens the whole run may spend (300000)")
+    ] = None,
+    llm_timeout: Annotated[
+        float | None, typer.Option("--llm-timeout", help="llm: seconds per request (180)")
+    ] = None,
+    redact_hosts: Annotated[
+        bool, typer.Option("--redact-hosts", help="llm: also mask host names and IP addresses it is sent")
+    ] = False,
 ) -> None:
     """Debug a deployment: hypothesize, run one-change experiments, conclude with the root cause."""
+    mode = _approval_mode(approve, auto)
+    try:
+        planner_spec = planner_spec_from_options(
+            planner,
+            model=model,
+            base_url=base_url,
+            api_key_env=api_key_env,
+            context_tokens=llm_context_tokens,
+            token_budget=llm_token_budget,
+            timeout_s=llm_timeout,
+            redact_hosts=redact_hosts,
+        )
+    except ValueError as exc:
+        _fail(str(exc))
     try:
         c = load_case(case)
     except CaseError as exc:
         _fail(str(exc))
+    c = _with_host_options(c, host, ssh_key, known_hosts, insecure_accept_host_key, remote_python)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
     tpath = transcript_dir / f"{run_id}.jsonl"
+    sdir = state_dir()
+    sdir.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(sdir, run_id).acquire()  # `runs` shows it running; a concurrent `resume` is refused
     try:
         tr = Transcript(tpath, run_id)
     except OSError as exc:
         _fail(f"{transcript_dir}: cannot write the transcript: {exc.strerror}")
     console = Console(stderr=json_out)
     tr.listeners.append(EventRenderer(console, verbose=verbose))
-    sdir = state_dir()
-    sdir.mkdir(parents=True, exist_ok=True)
+    tr.listeners.append(_host_notices(err_console))
+    tr.listeners.append(llm_notices(console))
     rt = Runtime(tr, sdir)
+    # Servers that crashed runs left on the host: stopped with --auto, else after a yes at the terminal.
+    rt.stop_orphans = auto
+    rt.confirm_orphans = _confirm_orphans if sys.stdin.isatty() else None
     conn = sqlite3.connect(sdir / "checkpoints.sqlite", check_same_thread=False)
     graph = build_graph(rt, SqliteSaver(conn))
     config: dict[str, Any] = {"configurable": {"thread_id": run_id}, "recursion_limit": 1000}
     _sigterm_as_interrupt()
     result: dict[str, Any] = {}
     try:
-        result = graph.invoke(
-            {
-                "run_id": run_id,
-                "case": c.model_dump(mode="json"),
-                "approval": "auto" if auto else c.approval,
-                "launches": 0,
-                "host_seconds": 0.0,
-                "experiments": [],
-                "outcomes": [],
-                "rejections": [],
-                "hypotheses": [],
-            },
-            config,
-        )
-        while result.get("__interrupt__"):
-            proposal = result["__interrupt__"][0].value
-            if not sys.stdin.isatty():
-                console.print(
-                    f"waiting for approval of {proposal['experiment']['id']} in run {run_id}; "
-                    "no terminal attached (use --auto to approve every experiment)"
-                )
-                raise typer.Exit(3)
-            result = graph.invoke(Command(resume=_ask(proposal, console)), config)
+        initial = {
+            "run_id": run_id,
+            "case": c.model_dump(mode="json"),
+            "approval": mode or c.approval,
+            "transcript": str(tpath.resolve()),
+            "launches": 0,
+            "host_seconds": 0.0,
+            "experiments": [],
+            "outcomes": [],
+            "rejections": [],
+            "hypotheses": [],
+            "edits": [],
+            "approval_seq": 0,
+            "planner": planner_spec,
+        }
+        result = _drive(graph, config, initial, rt=rt, console=console, json_out=json_out)
     except KeyboardInterrupt:
         rt.close()
         tr.emit("run.ended", {"status": "interrupted", "reason": "interrupted (Ctrl-C or SIGTERM)"})
@@ -163,34 +436,8 @@ def run(
         rt.close()
         tr.close()
         conn.close()
-    conclusion = result.get("conclusion") or {}
-    status = conclusion.get("status", "error")
-    if json_out:
-        root = conclusion.get("root_cause")
-        fix = conclusion.get("fix")
-        out = {
-            "run_id": run_id,
-            "status": status,
-            "root_cause": None
-            if not root
-            else {
-                "component": root["component"],
-                "statement": root["statement"],
-                "fix": {k: fix[k] for k in ("kind", "name", "before", "after")} if fix else None,
-            },
-            "launches": conclusion.get("launches", 0),
-            "host_seconds": conclusion.get("host_seconds", 0.0),
-            "transcript": str(tpath),
-        }
-        if status == "error":
-            out["error"] = conclusion.get("reason")
-        print(json.dumps(out))
-    else:
-        console.print(f"transcript: {tpath}")
-    if status == "error":
-        if not json_out:
-            err_console.print(f"[bold red]error:[/] {escape(str(conclusion.get('reason')))}")
-        raise typer.Exit(1)
+        lock.release()
+    _report(result, run_id, tpath, json_out=json_out, console=console)
 
 
 @app.command()
@@ -329,9 +576,7 @@ def _model_from_log(text: str) -> Any:
 
 @app.command()
 def flags(
-    host: Annotated[
-        str | None, typer.Option("--host", help="local (ssh:// arrives with SSH support)")
-    ] = None,
+    host: _HostOpt = None,
     from_file: Annotated[
         Path | None, typer.Option("--from-file", help="a saved `launch_server --help` output")
     ] = None,
@@ -340,6 +585,10 @@ def flags(
         str, typer.Option(help="launcher command on the host")
     ] = "python -m sglang.launch_server",
     json_out: Annotated[bool, typer.Option("--json")] = False,
+    ssh_key: _KeyOpt = None,
+    known_hosts: _KnownOpt = None,
+    insecure_accept_host_key: _InsecureOpt = False,
+    remote_python: _PythonOpt = None,
 ) -> None:
     """The flag catalog of a host's SGLang, parsed from `launch_server --help`."""
     try:
@@ -351,13 +600,20 @@ def flags(
             except OSError as exc:
                 _fail(f"{from_file}: cannot read: {exc.strerror}")
         elif case is not None or host is not None:
-            c = load_case(case) if case else None
-            target = c.host.target if c else (host or "local")
-            if target != "local":
-                _fail(f"{target}: only local hosts are supported in this version")
-            h = LocalHost(env=c.host.env if c else None)
-            argv = expand_argv(c.launcher.argv if c else launcher.split(), h)
-            catalog = load_flag_catalog(h, argv, cache_dir=state_dir() / "flag-cache", version=None)
+            c = (
+                load_case(case)
+                if case
+                else Case(
+                    name="flags", model=ModelSpec(path="-"), launcher=LauncherSpec(argv=launcher.split())
+                )
+            )
+            c = _with_host_options(c, host, ssh_key, known_hosts, insecure_accept_host_key, remote_python)
+            h = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c))
+            try:
+                argv = expand_argv(c.launcher.argv, h)
+                catalog = load_flag_catalog(h, argv, cache_dir=state_dir() / "flag-cache", version=None)
+            finally:
+                h.close()
         else:
             _fail("give --host HOST, --case CASE or --from-file HELP.txt")
     except (CaseError, FlagError, HostError) as exc:
@@ -380,16 +636,423 @@ def flags(
 @app.command()
 def replay(
     transcript: Annotated[Path, typer.Argument(help="a transcript JSONL file")],
+    step: Annotated[int, typer.Option("--step", help="jump to this experiment step", min=0)] = 0,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep showing a run still being written, until it ends")
+    ] = False,
+    speed: Annotated[
+        float | None,
+        typer.Option(help="replay with the recorded timing, this many times faster (pauses capped at 3 s)"),
+    ] = None,
+    redecide: Annotated[
+        bool,
+        typer.Option(
+            "--redecide",
+            help="feed the recorded observations to the current planner and compare its decisions with the "
+            "recorded ones (exit 0 when all match, 1 at the first divergence)",
+        ),
+    ] = False,
+    planner: Annotated[str, typer.Option(help="the planner to re-decide with: rules or llm")] = "rules",
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """Print a recorded run step by step."""
+    """A recorded run step by step as it looked live, with the evidence behind each hypothesis and the
+    alternatives each step weighed; or (--redecide) checked against the current planner."""
+    from agent.replay import replay as replay_run
+
     console = Console()
-    render = EventRenderer(console, verbose=verbose)
+    if redecide:
+        _redecide(transcript, planner, console, verbose=verbose)
+        return
+    if speed is not None and speed <= 0:
+        _fail(f"--speed {speed}: expected a positive number")
+    if speed is not None and follow:
+        _fail("--speed replays a finished recording; --follow shows a live run at its own pace")
+    if not follow and not transcript.is_file():
+        _fail(f"{transcript}: no such transcript")
+    if follow and not transcript.exists():
+        err_console.print(f"waiting for {transcript} to appear (Ctrl-C to stop)")
     try:
-        for ev in read_transcript(transcript):
-            render(ev)
+        summary = replay_run(transcript, console, from_step=step, follow=follow, speed=speed, verbose=verbose)
     except TranscriptError as exc:
         _fail(str(exc))
+    except KeyboardInterrupt:
+        err_console.print(f"stopped following {transcript}")
+        raise typer.Exit(130) from None
+    if step and summary.shown == 0:
+        raise typer.Exit(2)
+
+
+def _redecide(transcript: Path, planner_name: str, console: Console, *, verbose: bool) -> None:
+    from agent.recorded import RecordedRun
+    from agent.replay import RedecideError, make_planner, redecide_table
+    from agent.replay import redecide as redecide_run
+
+    try:
+        recorded = RecordedRun.load(transcript)
+        planner, flags, warnings = make_planner(planner_name, recorded)
+        result = redecide_run(recorded, planner, flags, warnings=warnings)
+    except (TranscriptError, RedecideError) as exc:
+        _fail(str(exc))
+    for w in result.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
+    console.print(redecide_table(result, verbose=verbose))
+    if result.unfinished:
+        console.print("[yellow]the run is unfinished (no run.ended): only the decisions recorded so far are compared[/]")
+    if result.matched:
+        console.print(f"[green]all {len(result.decisions)} decisions match[/] ({result.planner} planner)")
+        return
+    console.print(
+        f"[bold red]diverges at seq {result.stopped_at}[/]: stopped there, since later observations were made "
+        "under the recorded decision and no longer apply to this planner",
+        highlight=False,
+    )
+    raise typer.Exit(1)
+
+
+@app.command()
+def report(
+    transcript: Annotated[Path, typer.Argument(help="a transcript JSONL file")],
+    fmt: Annotated[str, typer.Option("--format", help="md or html")] = "md",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="write here instead of stdout")] = None,
+) -> None:
+    """A review document of a run: root cause, fix, evidence with log excerpts, experiments, timelines."""
+    from agent.recorded import RecordedRun
+    from agent.report import render
+
+    if fmt not in ("md", "html"):
+        _fail(f"--format {fmt}: expected md or html")
+    try:
+        text = render(RecordedRun.load(transcript), fmt)
+    except TranscriptError as exc:
+        _fail(str(exc))
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"{output}: cannot write: {exc.strerror}")
+    err_console.print(f"report written to {output}")
+
+
+findings_app = typer.Typer(
+    no_args_is_help=True, help="FINDINGS.md notes: append what a run found, in the style the reader parses."
+)
+app.add_typer(findings_app, name="findings")
+
+
+@findings_app.command("add")
+def findings_add(
+    transcript: Annotated[Path, typer.Argument(help="the transcript of a run that isolated a fix")],
+    to: Annotated[Path, typer.Option("--to", help="the FINDINGS.md file to append to (created if missing)")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the entry, write nothing")] = False,
+) -> None:
+    """Append a dated entry (model, hardware, symptom, root cause, working command, ruled-out ideas, the
+    run) to a findings file, never changing what is already there."""
+    from agent.findings import FindingsWriteError, add_finding
+    from agent.recorded import RecordedRun
+
+    try:
+        entry, finding = add_finding(RecordedRun.load(transcript), to, dry_run=dry_run)
+    except (TranscriptError, FindingsWriteError) as exc:
+        _fail(str(exc))
+    sys.stdout.write(entry)
+    flags = " ".join(k if v is True else f"{k} {v}" for k, v in finding.flags.items())
+    what = "would read back" if dry_run else f"appended to {to}; it reads back"
+    err_console.print(
+        f"{what} as: outcome {finding.outcome}, model {finding.model}, hardware {finding.hardware}, flags {flags}",
+        highlight=False,
+    )
+
+
+_STATUS_STYLE = {
+    "running": "cyan",
+    "waiting for approval": "bold yellow",
+    "finished": "green",
+    "interrupted": "red",
+}
+
+
+def _run_detail(info: RunInfo) -> str:
+    if info.pending:
+        req = ApprovalRequest.model_validate(info.pending)
+        return f"{req.experiment.id}: {describe_experiment(req.experiment)}"
+    if info.status == "running":
+        return f"pid {info.holder}" if info.holder and info.holder > 0 else ""
+    if info.status == "interrupted":
+        return f"hypoloop resume {info.run_id}"
+    return info.result or ""
+
+
+@app.command("runs")
+def runs_(
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON list")] = False,
+) -> None:
+    """List the runs in $HYPOLOOP_HOME: running, waiting for approval, interrupted or finished."""
+    home = state_dir()
+    infos = list_runs(home)
+    if json_out:
+        print(json.dumps([i.model_dump(mode="json", exclude={"values"}) for i in infos]))
+        return
+    console = Console()
+    if not infos:
+        console.print(f"no runs in {home}")
+        return
+    t = Table("run", "case", "status", "waiting for / result", "launches", "updated", title=f"runs in {home}")
+    for i in infos:
+        style = _STATUS_STYLE.get(i.status, "white")
+        t.add_row(
+            i.run_id,
+            escape(i.case),
+            f"[{style}]{i.status}[/]",
+            escape(_run_detail(i)),
+            str(i.launches),
+            i.updated[:19].replace("T", " "),
+        )
+    console.print(t)
+
+
+@app.command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="a run id (see `hypoloop runs`)")],
+    json_out: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """A run's story so far (from its transcript) and the approval it waits for, if any."""
+    try:
+        info = load_run(state_dir(), run_id)
+    except RunError as exc:
+        _fail(str(exc))
+    if json_out:
+        out = info.model_dump(mode="json", exclude={"values"})
+        out["conclusion"] = info.values.get("conclusion")
+        out["rejections"] = info.values.get("rejections", [])
+        out["edits"] = info.values.get("edits", [])
+        print(json.dumps(out))
+        return
+    console = Console()
+    render = EventRenderer(console, verbose=verbose)
+    if info.transcript and Path(info.transcript).exists():
+        try:
+            for ev in read_transcript(Path(info.transcript)):
+                render(ev)
+        except TranscriptError as exc:
+            err_console.print(f"[yellow]warning:[/] {escape(str(exc))}")
+    else:
+        console.print(f"[dim](no transcript at {escape(str(info.transcript))})[/]")
+    console.print()
+    style = _STATUS_STYLE.get(info.status, "white")
+    console.print(
+        f"run [bold]{info.run_id}[/] ({escape(info.case)}): [{style}]{info.status}[/], "
+        f"{info.launches} launches, {info.host_seconds:.0f} host-seconds; transcript {escape(str(info.transcript))}",
+        highlight=False,
+    )
+    if info.pending:
+        console.print(approval_panel(ApprovalRequest.model_validate(info.pending)))
+        console.print(
+            f"answer with: hypoloop resume {info.run_id} [--decision approve|reject|stop] "
+            "[--reason TEXT] [--set NAME=VALUE]"
+        )
+    elif info.status == "interrupted":
+        console.print(f"nothing is driving it: continue with hypoloop resume {info.run_id}")
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="a run id (see `hypoloop runs`)")],
+    decision: Annotated[
+        str | None,
+        typer.Option(
+            help="approve, edit, reject or stop the experiment waiting for approval; without it, ask at "
+            "the terminal"
+        ),
+    ] = None,
+    reason: Annotated[str | None, typer.Option(help="why (required to reject; recorded)")] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="edit: the one change to run instead: NAME=VALUE for an env var, --flag=VALUE, or a bare "
+            "value for the proposed variable",
+        ),
+    ] = None,
+    experiment: Annotated[
+        str | None,
+        typer.Option(help="answer only if this experiment is the one waiting (guards a repeated answer)"),
+    ] = None,
+    approve: Annotated[
+        str | None, typer.Option("--approve", help="switch the approval mode: each, risky or auto")
+    ] = None,
+    auto: Annotated[bool, typer.Option("--auto", help="approve the rest without asking")] = False,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="print the result as one JSON line at the end")
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates too")] = False,
+) -> None:
+    """Continue a run: answer the approval it waits for, or pick it up where an ended process left it."""
+    mode = _approval_mode(approve, auto)
+    edits = list(set_ or [])
+    if decision is not None and decision not in ("approve", "edit", "reject", "stop"):
+        _fail(f"--decision {decision}: expected approve, edit, reject or stop")
+    if edits and decision in ("reject", "stop"):
+        _fail(f"--set edits the experiment to run; it cannot go with --decision {decision}")
+    if decision == "edit" and not edits:
+        _fail("--decision edit needs the change: --set NAME=VALUE")
+    if decision == "reject" and not reason:
+        _fail("a rejection needs a reason: --reason TEXT (the planner is told why)")
+    if edits and decision is None:
+        decision = "edit"
+    home = state_dir()
+    try:
+        load_run(home, run_id)
+        lock = RunLock(home, run_id).acquire()
+    except RunInUse as exc:
+        _fail(str(exc), code=4)
+    except RunError as exc:
+        _fail(str(exc))
+    try:
+        _resume_locked(
+            home,
+            run_id,
+            decision=decision,
+            reason=reason,
+            edits=edits,
+            experiment=experiment,
+            mode=mode,
+            json_out=json_out,
+            verbose=verbose,
+        )
+    finally:
+        lock.release()
+
+
+def _resume_locked(
+    home: Path,
+    run_id: str,
+    *,
+    decision: str | None,
+    reason: str | None,
+    edits: list[str],
+    experiment: str | None,
+    mode: str | None,
+    json_out: bool,
+    verbose: bool,
+) -> None:
+    info = load_run(home, run_id)  # read again under the lock: another process may have moved it on
+    request = ApprovalRequest.model_validate(info.pending) if info.pending else None
+    waiting = f"{request.experiment.id} ({describe_experiment(request.experiment)})" if request else None
+    if info.status == "finished":
+        msg = f"run {run_id} has finished ({info.result}); nothing waits for a decision"
+        if decision or experiment:
+            _fail(msg)
+        err_console.print(msg)
+        _report(info.values, run_id, Path(info.transcript or "?"), json_out=json_out, console=Console())
+        return
+    if experiment and (request is None or request.experiment.id != experiment):
+        now = f"waiting: {waiting}" if waiting else "it waits for no approval"
+        _fail(f"{experiment} is not waiting for approval in run {run_id} ({now}); nothing was decided")
+    if request is None and (decision or mode):
+        _fail(
+            f"run {run_id} is not waiting for an approval (it stopped in the middle of a step); "
+            f"continue it with: hypoloop resume {run_id}"
+        )
+    if not info.transcript:
+        _fail(f"run {run_id}: its checkpoint names no transcript; it cannot be resumed by this version")
+    tpath = Path(info.transcript)
+    try:
+        tr = Transcript(tpath, run_id)
+    except (OSError, TranscriptError) as exc:
+        _fail(f"{tpath}: cannot continue the transcript: {exc}")
+    tr.step = info.launches + 1
+    console = Console(stderr=json_out)
+    tr.listeners.append(EventRenderer(console, verbose=verbose))
+    tr.listeners.append(llm_notices(console))
+    rt = Runtime(tr, home)
+    config: dict[str, Any] = {"configurable": {"thread_id": run_id}, "recursion_limit": 1000}
+    _sigterm_as_interrupt()
+    result: dict[str, Any] = {}
+    try:
+        with open_checkpointer(home) as saver:
+            graph = build_graph(rt, saver)
+            first: Any = None
+            if request is not None and decision is not None:
+                answer = ApprovalAnswer(
+                    decision=decision,  # type: ignore[arg-type]
+                    reason=reason,
+                    set=edits,
+                    experiment_id=request.experiment.id,
+                    mode=mode,  # type: ignore[arg-type]
+                    by="user",
+                )
+                if answer.decision == "edit":
+                    try:
+                        edit_experiment(rt, info.values, request.experiment, answer.set)  # type: ignore[arg-type]
+                    except EditError as exc:
+                        _fail(f"edit refused: {exc}; run {run_id} still waits for approval of {waiting}")
+                first = Command(resume=answer.model_dump(mode="json", exclude_none=True))
+            elif request is not None and not sys.stdin.isatty():
+                _pause_quietly(request, console, json_out=json_out, tpath=tpath)
+            tr.emit(
+                "run.resumed",
+                {
+                    "pid": os.getpid(),
+                    "status_before": info.status,
+                    "answer": first.resume if first is not None else None,
+                },
+            )
+            result = _drive(graph, config, first, rt=rt, console=console, json_out=json_out, mode=mode)
+    except KeyboardInterrupt:
+        rt.close()
+        tr.emit("run.ended", {"status": "interrupted", "reason": "interrupted (Ctrl-C or SIGTERM)"})
+        err_console.print(f"interrupted; every server this run launched is stopped. transcript: {tpath}")
+        raise typer.Exit(130) from None
+    except (CatalogError, CaseError) as exc:
+        rt.close()
+        tr.emit("error", {"message": str(exc)})
+        tr.emit("run.ended", {"status": "error", "reason": str(exc)})
+        _fail(str(exc))
+    except typer.Exit:
+        raise
+    except Exception as exc:  # a bug: keep the details in the transcript, tell the user in one line
+        rt.close()
+        tr.emit("error", {"message": f"internal error: {exc!r}", "traceback": traceback.format_exc()})
+        tr.emit("run.ended", {"status": "error", "reason": f"internal error: {exc!r}"})
+        _fail(f"internal error: {exc!r} (traceback in {tpath})", code=1)
+    finally:
+        rt.close()
+        tr.close()
+    _report(result, run_id, tpath, json_out=json_out, console=console)
+
+
+def _pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool, tpath: Path) -> NoReturn:
+    """`resume` without --decision and without a terminal: show what waits, change nothing, exit 3."""
+    console.print(approval_panel(request))
+    console.print(
+        f"run {request.run_id} still waits for approval; no terminal is attached. Answer with: "
+        f"hypoloop resume {request.run_id} --decision approve|reject|stop [--reason TEXT] [--set NAME=VALUE]"
+    )
+    if json_out:
+        exp = request.experiment
+        print(
+            json.dumps(
+                {
+                    "run_id": request.run_id,
+                    "status": "waiting_for_approval",
+                    "pending": {
+                        "experiment_id": exp.id,
+                        "purpose": exp.purpose,
+                        "change": exp.change.model_dump(mode="json") if exp.change else None,
+                        "tests": request.tests,
+                        "risky": request.risky,
+                        "error": request.error,
+                    },
+                    "launches": request.launches,
+                    "host_seconds": request.host_seconds,
+                    "transcript": str(tpath),
+                }
+            )
+        )
+    raise typer.Exit(3)
 
 
 def main() -> None:

@@ -13,18 +13,31 @@ before the ``interrupt()`` in ``approve`` returns.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
+from langgraph.config import get_config
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
+from agent.approval import (
+    ApprovalAnswer,
+    EditError,
+    apply_edit,
+    build_request,
+    load_risk_rules,
+    must_ask,
+    risky_reasons,
+)
 from agent.case import Case
 from agent.catalog import CatalogEntry, load_catalog
 from agent.guard import GuardError, check_experiment
+from agent.llm_planner import LLMPlanner, make_planner, planner_checkpoint, usage_summary
 from agent.models import (
     Baseline,
     Conclusion,
@@ -32,18 +45,30 @@ from agent.models import (
     Hypothesis,
     Outcome,
     Rejection,
+    Stage,
     Timings,
 )
 from agent.planner import PlannerView, RelevantFinding, RulePlanner, model_features
+from agent.runs import emit_once, recover, save_result, seed_state
 from agent.transcript import Transcript
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.flags import load_catalog as load_flag_catalog
-from tools.host import Host, HostError, LocalHost, expand_argv
+from tools.host import (
+    FindsOrphans,
+    Host,
+    HostError,
+    HostUnreachable,
+    ProcessHandle,
+    connect_host,
+    expand_argv,
+)
 from tools.knowledge import KnowledgeError, read_findings, relevance
 from tools.probes import get_server_info, run_probe
 from tools.server import ServerSession, render_command
 from tools.signatures import Signature, SignatureMatcher, load_signatures, scan_text
+from tools.ssh import SSHOptions
+from tools.stall import StallWatch
 
 #: Keys of ``/get_server_info`` copied into an outcome's facts (SGLang ServerArgs field names).
 SERVER_INFO_FACTS = (
@@ -92,6 +117,13 @@ class RunState(TypedDict, total=False):
     status: str | None
     error: str | None
     conclusion: dict[str, Any] | None
+    transcript: str | None
+    case_ref: str | None
+    approval_seq: int
+    approval_error: str | None
+    edits: list[dict[str, Any]]
+    #: Which planner decides, with its options and memory (agent.llm_planner.PlannerSpec; None: rules).
+    planner: dict[str, Any] | None
 
 
 @dataclass
@@ -108,14 +140,56 @@ class Runtime:
     _signatures: list[Signature] | None = None
     _catalog: list[CatalogEntry] | None = None
     sessions: list[ServerSession] = field(default_factory=list)
+    #: Stop servers that earlier runs left on the host (their orchestrator is gone) without asking.
+    stop_orphans: bool = False
+    #: Asked (with the orphans as JSON) whether to stop them when ``stop_orphans`` is off; None: don't.
+    confirm_orphans: Callable[[list[dict[str, Any]]], bool] | None = None
+    unstopped: list[str] = field(default_factory=list)
 
     def host(self, case: Case) -> Host:
-        """The case's host, connected on first use. Raises HostError."""
+        """The case's host, connected on first use (local or ``ssh://``). Raises HostError.
+
+        Right after an SSH host connects, servers that earlier runs left there are reported and, with
+        ``stop_orphans`` or a yes from ``confirm_orphans``, stopped (this run's own are left for it).
+        """
         if self._host is None:
-            if case.host.target != "local":
-                raise HostError(f"{case.host.target}: only local hosts are supported in this version")
-            self._host = LocalHost(env=case.host.env, root=str(self.state_dir / "runs"))
+            self._host = connect_host(
+                case.host.target,
+                env=case.host.env,
+                local_root=str(self.state_dir / "runs"),
+                ssh=ssh_options(case),
+                on_event=lambda type_, data: self.transcript.emit(type_, data, node="host"),
+            )
+            self._handle_orphans(self._host)
         return self._host
+
+    def _handle_orphans(self, host: Host) -> None:
+        if not isinstance(host, FindsOrphans):
+            return
+        tr = self.transcript
+        try:
+            orphans = [o for o in host.find_orphans() if Path(o.pid_file).parent.name != tr.run_id]
+        except HostError as exc:
+            tr.emit("host.orphans", {"error": f"could not look for orphaned servers: {exc}"}, node="host")
+            return
+        if not orphans:
+            return
+        listed = [o.model_dump(mode="json") for o in orphans]
+        tr.emit("host.orphans", {"orphans": listed}, node="host")
+        if not (self.stop_orphans or (self.confirm_orphans is not None and self.confirm_orphans(listed))):
+            tr.emit(
+                "host.orphans_left",
+                {"count": len(orphans), "reason": "not confirmed (run with --auto to stop them)"},
+                node="host",
+            )
+            return
+        for o in orphans:
+            ok = host.stop_orphan(o)
+            tr.emit(
+                "host.orphan_stopped",
+                {"pgid": o.pgid, "pid_file": o.pid_file, "port": o.port, "verified": ok},
+                node="host",
+            )
 
     def flags(self, case: Case, version: str | None) -> FlagCatalog:
         """The host's flag catalog from ``launch_server --help`` (cached per host + version)."""
@@ -144,11 +218,34 @@ class Runtime:
         return self._catalog
 
     def close(self) -> None:
-        """Stop anything still running and close the host connection."""
+        """Stop anything still running and close the host connection.
+
+        Never raises HostError: a server that cannot be stopped because the host is unreachable stays
+        there (the run already ended in error saying so) and the next start on that host reports it as an
+        orphan; the reasons are kept in ``unstopped``.
+        """
         for s in self.sessions:
-            s.stop()
+            try:
+                s.stop()
+            except HostError as exc:
+                self.unstopped.append(str(exc))
         if self._host is not None:
             self._host.close()
+
+
+def ssh_options(case: Case) -> SSHOptions | None:
+    """The case's SSH settings (paths relative to the case file), or None for a local host."""
+    spec = case.host
+    if not spec.target.startswith("ssh://"):
+        return None
+    return SSHOptions(
+        key_path=str(case.resolve_path(spec.ssh_key)) if spec.ssh_key else None,
+        known_hosts=str(case.resolve_path(spec.known_hosts)) if spec.known_hosts else None,
+        insecure_accept_host_key=spec.insecure_accept_host_key,
+        python=spec.remote_python or "python3",
+        workdir_root=spec.remote_workdir,
+        reconnect_timeout_s=spec.reconnect_timeout_s,
+    )
 
 
 def _case(state: RunState) -> Case:
@@ -174,13 +271,16 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
     """Compile the run graph; the nodes close over ``rt`` for host access and the transcript."""
     tr = rt.transcript
 
-    def planner(state: RunState) -> RulePlanner:
+    def planner(state: RunState) -> RulePlanner | LLMPlanner:
         case = _case(state)
         version = (state.get("fingerprint") or {}).get("sglang_version")
-        return RulePlanner(rt.catalog, rt.flags(case, version))
+        return make_planner(state.get("planner"), rt.catalog, rt.flags(case, version), transcript=tr)
 
     # ------------------------------------------------------------------ intake
     def intake(state: RunState) -> Command[Literal["analyze", "conclude"]]:
+        # LangGraph Studio starts a run from {"case_ref": "lab:WORLD"} alone; the CLI gives the full state.
+        seed = seed_state(dict(state), get_config().get("configurable", {}).get("thread_id"))
+        state = {**state, **seed}  # type: ignore[typeddict-item]
         case = _case(state)
         tr.emit(
             "run.started",
@@ -190,6 +290,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                 "host": case.host.target,
                 "approval": state.get("approval"),
                 "budget": case.budget.model_dump(),
+                "case_data": case.model_dump(mode="json"),  # for `hypoloop replay --redecide`
             },
             node="intake",
         )
@@ -214,6 +315,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                     "flags": len(flags.flags),
                     "version": flags.version,
                     "source": flags.source,
+                    "catalog": flags.model_dump(mode="json"),  # a re-decided run checks names with it
                 },
                 node="intake",
             )
@@ -249,6 +351,8 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                             "title": f.finding.title,
                             "outcome": f.finding.outcome,
                             "relevance": round(f.relevance, 2),
+                            "relevance_exact": f.relevance,
+                            "finding": f.finding.model_dump(mode="json"),
                         }
                         for f in findings
                         if f.finding.source == str(path)
@@ -257,6 +361,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                 node="intake",
             )
         update: dict[str, Any] = {
+            **seed,
             "case": case.model_dump(mode="json"),
             "fingerprint": fp.model_dump(mode="json"),
             "findings": [f.model_dump(mode="json") for f in findings],
@@ -329,60 +434,143 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
         pl = planner(state)
         hist = pl.history(view)
         proposal = pl.propose(view, hist)
+        # The LLM planner's memory (its hypotheses, tokens spent) is checkpointed with the step.
+        memo = planner_checkpoint(pl)
+        kept: dict[str, Any] = {"planner": memo} if memo is not None else {}
         if proposal.experiment is None:
             tr.emit(
                 "design.none",
                 {"reason": proposal.conclude_reason, "considered": proposal.considered},
                 node="design",
             )
-            return Command(goto="conclude", update={"conclude_reason": proposal.conclude_reason})
+            return Command(goto="conclude", update={**kept, "conclude_reason": proposal.conclude_reason})
         exp = proposal.experiment
         try:
             check_experiment(exp, view=view, flags=pl.flags)
         except GuardError as exc:  # a planner bug: never execute, say so, conclude
             tr.emit("error", {"message": f"planner proposal refused: {exc}"}, node="design")
-            return Command(goto="conclude", update={"conclude_reason": f"planner proposal refused: {exc}"})
+            return Command(
+                goto="conclude", update={**kept, "conclude_reason": f"planner proposal refused: {exc}"}
+            )
         tr.step = view.launches + 1
         tr.emit(
             "experiment.proposed",
             {**exp.model_dump(mode="json"), "considered": proposal.considered[:12]},
             node="design",
         )
-        if state.get("approval") != "auto":
-            tr.emit("approval.requested", {"experiment_id": exp.id}, node="design")
-        return Command(goto="approve", update={"pending": exp.model_dump(mode="json")})
+        return Command(goto="approve", update={**kept, "pending": exp.model_dump(mode="json")})
 
     # ------------------------------------------------------------------ approve
-    def approve(state: RunState) -> Command[Literal["execute", "design", "conclude"]]:
+    def approve(state: RunState) -> Command[Literal["execute", "design", "conclude", "approve"]]:
+        # LangGraph re-runs this node from its first line when a paused run is resumed, so nothing
+        # before interrupt() may have a side effect, except the approval.requested event, which is
+        # written once per request (keyed by the request's sequence number in the state).
         exp = Experiment.model_validate(state["pending"])
-        if state.get("approval") == "auto":
-            answer: dict[str, Any] = {"decision": "approve", "by": "auto"}
+        seq = state.get("approval_seq", 0) + 1
+        mode = state.get("approval") or "each"
+        tr.step = state.get("launches", 0) + 1
+        risky = risky_reasons(exp, load_risk_rules())
+        if not must_ask(mode, risky):
+            answer = ApprovalAnswer(decision="approve", by="auto" if mode == "auto" else "policy")
         else:
-            answer = interrupt({"experiment": exp.model_dump(mode="json"), "run_id": state["run_id"]})
-            if not isinstance(answer, dict):
-                answer = {"decision": str(answer)}
-        decision = answer.get("decision", "approve")
-        tr.emit("approval.decided", {"experiment_id": exp.id, **answer}, node="approve")
-        if decision == "approve":
+            case = _case(state)
+            request = build_request(
+                run_id=state["run_id"],
+                exp=exp,
+                hypotheses=[Hypothesis.model_validate(h) for h in state.get("hypotheses", [])],
+                launches=state.get("launches", 0),
+                host_seconds=state.get("host_seconds", 0.0),
+                budget_launches=case.budget.experiments,
+                budget_host_seconds=case.budget.host_seconds,
+                mode=mode,
+                risky=risky,
+                error=state.get("approval_error"),
+            )
+            emit_once(
+                tr,
+                "approval.requested",
+                {"experiment_id": exp.id, "request": seq, "mode": mode, "risky": risky},
+                node="approve",
+                key=("experiment_id", "request"),
+            )
+            raw_answer = interrupt(request.model_dump(mode="json"))
+            # The answer is in: everything below runs once per request.
+            try:
+                answer = ApprovalAnswer.parse(raw_answer)
+            except ValueError as exc:
+                return _refuse(exp, seq, str(exc), raw_answer)
+            if answer.experiment_id not in (None, exp.id):
+                return _refuse(
+                    exp,
+                    seq,
+                    f"the answer is for {answer.experiment_id}, but {exp.id} is waiting for approval",
+                    raw_answer,
+                )
+        done: dict[str, Any] = {"pending": None, "approval_seq": seq, "approval_error": None}
+        if answer.mode:
+            done["approval"] = answer.mode
+        decided: dict[str, Any] = {"experiment_id": exp.id, "request": seq, "by": answer.by}
+        if answer.mode:
+            decided["mode"] = answer.mode
+        if answer.by == "policy":
+            decided["why"] = "--approve risky: no rule in knowledge/risky.toml marks this change risky"
+        if answer.decision == "edit":
+            try:
+                new = edit_experiment(rt, state, exp, answer.set, by=answer.by)
+            except EditError as exc:
+                return _refuse(exp, seq, f"edit refused: {exc}", answer.model_dump(exclude_none=True))
+            if new.id != exp.id:
+                new.status = "approved"
+                assert new.change is not None
+                edit = {
+                    "experiment_id": exp.id,
+                    "proposed": exp.change.model_dump(mode="json") if exp.change else None,
+                    "edited_experiment_id": new.id,
+                    "change": new.change.model_dump(mode="json"),
+                    "by": answer.by,
+                }
+                tr.emit(
+                    "approval.decided",
+                    {
+                        **decided,
+                        "decision": "edit",
+                        "set": answer.set,
+                        **edit,
+                        **({"reason": answer.reason} if answer.reason else {}),
+                    },
+                    node="approve",
+                )
+                done["edits"] = [*state.get("edits", []), edit]
+                return Command(goto="execute", update={**done, "pending": new.model_dump(mode="json")})
+            answer.decision = "approve"  # the "edit" asked for exactly what was proposed
+        tr.emit(
+            "approval.decided",
+            {**decided, "decision": answer.decision, **({"reason": answer.reason} if answer.reason else {})},
+            node="approve",
+        )
+        if answer.decision == "approve":
             exp.status = "approved"
-            return Command(goto="execute", update={"pending": exp.model_dump(mode="json")})
-        if decision == "reject":
+            return Command(goto="execute", update={**done, "pending": exp.model_dump(mode="json")})
+        if answer.decision == "reject":
             rej = Rejection(
                 experiment_id=exp.id,
                 change_key=exp.change.key() if exp.change else None,
-                reason=str(answer.get("reason") or "no reason given"),
+                change=exp.change,
+                reason=answer.reason or "no reason given",
             )
-            return Command(
-                goto="design",
-                update={
-                    "pending": None,
-                    "rejections": [*state.get("rejections", []), rej.model_dump(mode="json")],
-                },
-            )
-        return Command(
-            goto="conclude",
-            update={"pending": None, "status": "stopped", "conclude_reason": "stopped by the user"},
+            done["rejections"] = [*state.get("rejections", []), rej.model_dump(mode="json")]
+            return Command(goto="design", update=done)
+        why = "stopped by the user" + (f": {answer.reason}" if answer.reason else "")
+        return Command(goto="conclude", update={**done, "status": "stopped", "conclude_reason": why})
+
+    def _refuse(exp: Experiment, seq: int, reason: str, answer: Any) -> Command[Any]:
+        """Refuse an answer that cannot be carried out; the same experiment is asked about again."""
+        tr.emit(
+            "approval.refused",
+            {"experiment_id": exp.id, "request": seq, "answer": answer, "reason": reason},
+            node="approve",
         )
+        return Command(goto="approve", update={"approval_seq": seq, "approval_error": reason})
 
     # ------------------------------------------------------------------ execute
     def execute(state: RunState) -> dict[str, Any]:
@@ -393,10 +581,23 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                 "experiment.skipped", {"experiment_id": exp.id, "reason": "already executed"}, node="execute"
             )
             return {"pending": None}
+        tr.step = state.get("launches", 0) + 1
+        unreachable: dict[str, Any] = {}
         try:
-            raw = run_experiment(rt, case, state["run_id"], exp)
+            # An earlier process of this run may have finished this experiment, or left its server
+            # running when it died: reuse the result or adopt the server, never launch a duplicate.
+            raw, adopt, record = recover(rt, rt.host(case), state["run_id"], exp.id)
+            if raw is None:
+                raw = run_experiment(rt, case, state["run_id"], exp, adopt=adopt, record=record)
+                save_result(rt.state_dir, state["run_id"], raw)
         except HostError as exc:
             tr.emit("error", {"message": str(exc), "experiment_id": exp.id}, node="execute")
+            if isinstance(exc, HostUnreachable):  # nothing more can be learned there: end the run
+                unreachable = {
+                    "status": "error",
+                    "error": f"experiment {exp.id}: {exc} (a server left running there is reported and "
+                    "stopped by the next run on that host)",
+                }
             raw = {
                 "experiment_id": exp.id,
                 "status": "infra_error",
@@ -411,6 +612,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
             }
         exp.status = "running"
         return {
+            **unreachable,
             "pending": None,
             "raw": raw,
             "experiments": [*state.get("experiments", []), exp.model_dump(mode="json")],
@@ -447,26 +649,70 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
     return g.compile(checkpointer=checkpointer)
 
 
+def edit_experiment(
+    rt: Runtime, state: RunState, exp: Experiment, items: list[str], *, by: str = "user"
+) -> Experiment:
+    """The experiment a person's edit of the proposal ``exp`` asks for, checked like a planner's
+    proposal (one change, known flag, legal value, not run or rejected before, within budget).
+
+    Used by the approve node and, to ask again at once, by the CLI before it answers. Raises EditError.
+    """
+    case = _case(state)
+    version = (state.get("fingerprint") or {}).get("sglang_version")
+    try:
+        flags = rt.flags(case, version)
+    except (HostError, FlagError) as exc:
+        raise EditError(f"cannot check the edit against the host's flag catalog: {exc}") from None
+    planner = RulePlanner(rt.catalog, flags)
+    return apply_edit(
+        exp,
+        items,
+        view=_view(state),
+        flags=flags,
+        hypotheses=[Hypothesis.model_validate(h) for h in state.get("hypotheses", [])],
+        predict=planner.prediction,
+        by=by,
+    )
+
+
 # ---------------------------------------------------------------------- execution and analysis
 
 
-def run_experiment(rt: Runtime, case: Case, run_id: str, exp: Experiment) -> dict[str, Any]:
+def run_experiment(
+    rt: Runtime,
+    case: Case,
+    run_id: str,
+    exp: Experiment,
+    *,
+    adopt: ProcessHandle | None = None,
+    record: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Launch one experiment, watch it to ready/crash/timeout, probe it, stop it; return raw evidence.
 
-    The server is stopped (and verified gone) before this returns, also on KeyboardInterrupt.
-    Raises HostError when the host itself fails.
+    ``adopt``: instead of launching, take over this server, which an earlier process of the run
+    launched (``record`` is its ``server.launched`` event data: port, log). The server is stopped (and
+    verified gone) before this returns, also on KeyboardInterrupt. Raises HostError when the host
+    itself fails.
     """
     tr = rt.transcript
     host = rt.host(case)
     config = exp.config()
-    port = host.free_port()
+    port = int(record["port"]) if adopt is not None and record else host.free_port()
     argv = render_command(
         expand_argv(case.launcher.argv, host), case.model.path, config.flags, host="127.0.0.1", port=port
     )
-    log_path = f"{host.workdir(run_id)}/{exp.id}.log"
+    log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{exp.id}.log"
     matcher = SignatureMatcher(rt.signatures)
+    # Stall = no log progress for a stage-appropriate time (tools/stall.py); the case's stall_timeout_s,
+    # when given, caps it.
+    stall = StallWatch(
+        rt.signatures,
+        time_scale=host.time_scale,
+        ceiling_s=case.budget.stall_timeout_s * host.time_scale if case.budget.stall_timeout_s else None,
+    )
 
     def on_event(ev: Any) -> None:
+        stall.observe(ev)
         if ev.kind == "line" and ev.line is not None:
             return
         if ev.kind in ("ready", "fatal") and ev.line is not None:
@@ -490,28 +736,60 @@ def run_experiment(rt: Runtime, case: Case, run_id: str, exp: Experiment) -> dic
         matcher=matcher,
         on_event=on_event,
         ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
-        stall_timeout_s=(
-            case.budget.stall_timeout_s * host.time_scale if case.budget.stall_timeout_s else None
-        ),
+        stall_timeout_s=stall.limit,
     )
     rt.sessions.append(session)
     probes: list[dict[str, Any]] = []
     server_info: dict[str, Any] | None = None
     t0 = time.monotonic()
     with session:
-        tr.emit(
-            "tool.call",
-            {"tool": "launch_server", "argv": argv, "env": config.env, "log": log_path},
-            node="execute",
-        )
-        session.start()
-        tr.emit("server.launched", {"experiment_id": exp.id, "port": port, "log": log_path}, node="execute")
+        if adopt is not None:
+            tr.emit(
+                "server.adopted",
+                {
+                    "experiment_id": exp.id,
+                    "pid": adopt.pid,
+                    "pgid": adopt.pgid,
+                    "port": port,
+                    "log": log_path,
+                    "started_wall": adopt.started_wall,
+                    "reason": f"launched by an earlier hypoloop process (pid {(record or {}).get('orchestrator_pid')}) "
+                    "that ended while the server was running; this process takes the server over "
+                    "instead of launching a duplicate",
+                },
+                node="execute",
+            )
+            session.adopt(adopt)
+            t0 = adopt.started_monotonic
+        else:
+            tr.emit(
+                "tool.call",
+                {"tool": "launch_server", "argv": argv, "env": config.env, "log": log_path},
+                node="execute",
+            )
+            session.start()
+            # The launch record is on disk before anything waits on the server, so a process that
+            # resumes this run after a crash can find the server (runs.recover) and adopt it.
+            handle = session.handle
+            tr.emit(
+                "server.launched",
+                {
+                    "experiment_id": exp.id,
+                    "port": port,
+                    "log": log_path,
+                    "pid": handle.pid if handle else None,
+                    "pgid": handle.pgid if handle else None,
+                    "started_wall": handle.started_wall if handle else None,
+                    "orchestrator_pid": os.getpid(),
+                },
+                node="execute",
+            )
         res = session.wait_ready()
         t_ready = res.t_ready_s
         if res.status == "ready" and res.base_url:
             tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
             server_info = get_server_info(res.base_url)
-            for probe in case.probes:
+            for probe in [*case.probes, *exp.probes]:
                 pr = run_probe(res.base_url, probe, model=case.model.path)
                 probes.append(pr.model_dump(mode="json"))
                 tr.emit(
@@ -522,7 +800,7 @@ def run_experiment(rt: Runtime, case: Case, run_id: str, exp: Experiment) -> dic
             session.watch(2.0 if any(not p["ok"] for p in probes) else 0.2)
         else:
             tr.emit(
-                "server.crashed" if res.status != "timeout" else "server.timeout",
+                "server.crashed" if res.status not in ("timeout", "stalled") else "server.timeout",
                 {
                     "experiment_id": exp.id,
                     "status": res.status,
@@ -545,6 +823,9 @@ def run_experiment(rt: Runtime, case: Case, run_id: str, exp: Experiment) -> dic
             if fact in SERVER_INFO_FACTS and value is not None:
                 facts[fact] = str(value)
     final = session.result()
+    if final.status == "stalled":
+        facts["stalled_after"] = stall.last_progress or "start"
+        facts["stall_stage"] = stall.stage or "launch"
     delays = final.detection_delays_s
     return {
         "experiment_id": exp.id,
@@ -610,6 +891,7 @@ def classify_outcome(raw: dict[str, Any]) -> Outcome:
     kinds = {m.kind for m in matches}
     stages = {m.stage for m in matches if m.kind in ("fatal", "error")}
     ready = "ready" in kinds or status == "ready"
+    stage: Stage
     if status == "infra_error":
         stage = "infra_error"
     elif status in ("timeout", "stalled") and not ready:
@@ -694,7 +976,22 @@ def build_conclusion(state: RunState) -> Conclusion:
         for h in hyps
         if h.status == "refuted"
     ]
-    base = Conclusion(status="not_isolated", refuted=refuted, launches=launches, host_seconds=host_s)
+    base = Conclusion(
+        status="not_isolated",
+        refuted=refuted,
+        launches=launches,
+        host_seconds=host_s,
+        rejected=[
+            {
+                "experiment_id": r.experiment_id,
+                "change": r.change.describe() if r.change else None,
+                "reason": r.reason,
+            }
+            for r in (Rejection.model_validate(r) for r in state.get("rejections", []))
+        ],
+        edited=list(state.get("edits", [])),
+        llm_usage=usage_summary(state.get("planner")),
+    )
     if state.get("status") == "error":
         return base.model_copy(update={"status": "error", "reason": state.get("error") or "error"})
     reason = state.get("conclude_reason") or ""

@@ -48,7 +48,7 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
                 raise GuardError(
                     f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret"
                 )
-        if exp.id != Experiment.make_id(exp.baseline, exp.change, exp.purpose):
+        if exp.id != exp.expected_id():
             raise GuardError(f"{exp.id}: id does not match the baseline and change")
     done = {e.id for e in view.experiments if e.status == "done"}
     if exp.id in done:

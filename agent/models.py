@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from tools.probes import ProbeResult
+from tools.probes import Probe, ProbeResult
 from tools.signatures import SignatureMatch
 
 FlagValue = str | bool | None
@@ -102,6 +102,8 @@ class Experiment(BaseModel):
 
     ``purpose`` is ``baseline`` (reproduce the failure, no change), ``test`` (exactly one change) or
     ``confirm`` (re-run the fixing configuration once). ``cost_estimate_s`` is in modelled host-seconds.
+    ``attempt`` numbers repeats of the same launch (a flaky outcome, a second confirmation); ``probes``
+    are requests sent in addition to the case's probes (e.g. a concurrency probe).
     """
 
     id: str
@@ -114,20 +116,36 @@ class Experiment(BaseModel):
     score: float = 0.0
     proposed_by: str = "rules"
     status: Literal["proposed", "approved", "rejected", "running", "done", "skipped"] = "proposed"
+    attempt: int = Field(default=1, ge=1)
+    probes: list[Probe] = Field(default_factory=list)
 
     @staticmethod
-    def make_id(baseline: Baseline, change: Change | None, purpose: str) -> str:
-        """Stable id: a hash of the baseline, the change and the purpose (``exp-`` + 10 hex digits)."""
-        blob = json.dumps(
-            {
-                "flags": baseline.flags,
-                "env": baseline.env,
-                "change": None if change is None else [change.kind, change.name, change.after],
-                "purpose": purpose,
-            },
-            sort_keys=True,
-        )
+    def make_id(
+        baseline: Baseline,
+        change: Change | None,
+        purpose: str,
+        *,
+        attempt: int = 1,
+        probes: list[Probe] | None = None,
+    ) -> str:
+        """Stable id: a hash of the baseline, the change, the purpose and (when not the default) the
+        attempt number and extra probes (``exp-`` + 10 hex digits)."""
+        key: dict[str, Any] = {
+            "flags": baseline.flags,
+            "env": baseline.env,
+            "change": None if change is None else [change.kind, change.name, change.after],
+            "purpose": purpose,
+        }
+        if attempt != 1:
+            key["attempt"] = attempt
+        if probes:
+            key["probes"] = [p.model_dump(mode="json") for p in probes]
+        blob = json.dumps(key, sort_keys=True)
         return "exp-" + hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+    def expected_id(self) -> str:
+        """The id this experiment must have (``make_id`` of its own fields)."""
+        return self.make_id(self.baseline, self.change, self.purpose, attempt=self.attempt, probes=self.probes)
 
     def config(self) -> Baseline:
         """The configuration this experiment launches (baseline with the change applied)."""
@@ -190,6 +208,11 @@ class Intervention(BaseModel):
     is used. ``values``: alternative spellings of the value; the first legal one is used. ``decisive``:
     if the hypothesis holds, this change must fix the failure (a persisting symptom refutes it).
     ``fact``: an effective-config fact this change sets; skipped when the fact already has the value.
+    ``derive``: the name of a rule that computes the value from the evidence (memory figures in the log,
+    the GPU's memory) instead of taking it from ``values``, which are then only the fallback; a derived
+    intervention matches any change of that variable in the rule's direction. ``workaround``: the change
+    avoids the broken component instead of repairing the cause (e.g. ``--disable-cuda-graph``); a root
+    fix is preferred over it.
     """
 
     kind: Literal["flag", "env"] = "flag"
@@ -199,6 +222,8 @@ class Intervention(BaseModel):
     fact: str | None = None
     cost: Literal["none", "low", "medium", "high"] = "low"
     note: str = ""
+    derive: str | None = None
+    workaround: bool = False
 
 
 class Hypothesis(BaseModel):
@@ -228,6 +253,7 @@ class Rejection(BaseModel):
     experiment_id: str
     change_key: str | None
     reason: str
+    change: Change | None = None
 
 
 class Conclusion(BaseModel):
@@ -244,3 +270,7 @@ class Conclusion(BaseModel):
     host_seconds: float = 0.0
     reason: str = ""
     findings_entry: str = ""
+    rejected: list[dict[str, Any]] = Field(default_factory=list)
+    edited: list[dict[str, Any]] = Field(default_factory=list)
+    #: The LLM planner's spending over the run (requests, tokens, refusals, fallbacks); None for rules.
+    llm_usage: dict[str, Any] | None = None

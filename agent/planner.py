@@ -11,10 +11,27 @@ multiplies the hypothesis's weight by a likelihood (``_LIKELIHOOD``), i.e. Bayes
 hypotheses plus an "unlisted cause" remainder. Choice of experiment: the probability that the change
 fixes the symptom, divided by its estimated cost in host-seconds — the classic ratio rule for
 sequential search, which minimises the expected cost of finding the fix when tests are independent.
+A workaround (a change that avoids the broken component, e.g. ``--disable-cuda-graph``) scores half,
+so root-cause fixes are tested first.
+
+Beyond one change at a time:
+- Values: an intervention may derive its value from the evidence (``agent/values.py``: memory figures
+  in the log and the GPU size), e.g. the smallest ``--mem-fraction-static`` that leaves a KV cache.
+- Progress: a change after which the launch got further (a later stage, or the same stage with progress
+  lines the reference never reached) is adopted into the baseline.
+- Several fixes: when the first fix found is a workaround or costly, cheaper root-cause candidates are
+  tested from the same failing baseline while the budget allows; the best fix (root over workaround,
+  then cheapest) is the one confirmed.
+- Flakiness: a baseline that serves correctly although a failure was reported is launched again (with a
+  concurrency probe first when the case's symptom speaks of load); a fix whose confirmation fails is
+  dropped and its decisive hypotheses refuted; once the run has seen a flaky outcome, a fix needs two
+  passing confirmations.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
@@ -34,9 +51,11 @@ from agent.models import (
     Prediction,
     Rejection,
 )
+from agent.values import ValueEvidence, derive, moves_in_direction
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge import Finding, infer_features
+from tools.probes import Probe
 
 #: P(observation | prediction). Rows: what the hypothesis predicts; columns: what was observed.
 #: "different" = the run failed earlier than the reference (the symptom's stage was never reached),
@@ -51,6 +70,28 @@ _LIKELIHOOD: dict[str, dict[str, float]] = {
 _UNLISTED_WEIGHT = 0.1
 #: Performance cost of keeping a fix, as a multiplier on its score (DESIGN: prefer cheap fixes).
 _PERF_FACTOR = {"none": 1.0, "low": 1.0, "medium": 0.85, "high": 0.5}
+_COST_ORDER = {"none": 0, "low": 1, "medium": 2, "high": 3}
+#: Score multiplier of a workaround: it avoids the symptom without naming its cause.
+_WORKAROUND_FACTOR = 0.5
+#: An alternative to a workaround fix is worth a launch only with at least this probability of fixing.
+_MIN_ALTERNATIVE_P = 0.05
+#: Probe ids of the concurrency probes this planner adds start with this prefix.
+LOAD_PROBE_PREFIX = "load:"
+#: A case description that speaks of load: concurrent users, parallel requests, a burst, a benchmark.
+_LOAD_WORDS = re.compile(
+    r"concurren|in parallel|parallel requests|simultaneous|under (?:heavy |high )?load|load test|"
+    r"many (?:users|requests|clients)|several requests|multiple requests|\bqps\b|benchmark|burst|stress",
+    re.IGNORECASE,
+)
+_LOAD_LEVEL = re.compile(
+    r"(\d+)\s*(?:concurrent|parallel|simultaneous|users|clients|requests)", re.IGNORECASE
+)
+#: A case description that says the failure does not always happen.
+_FLAKY_WORDS = re.compile(
+    r"intermittent|sometimes|flaky|randomly|occasional|now and then|not always|not every|"
+    r"every (?:few|other)|\b\d+\s*(?:of|in|out of)\s*\d+\s*(?:launches|runs|starts|attempts|times)",
+    re.IGNORECASE,
+)
 #: Minimum relevance (tools.knowledge.relevance) for a known-good finding's differences to count as
 #: evidence: same hardware alone scores 0.55, so this also asks for a model of a similar kind.
 _FINDING_MIN_RELEVANCE = 0.6
@@ -105,8 +146,29 @@ class PlannerView(BaseModel):
         return next((o for o in self.outcomes if o.experiment_id == experiment_id), None)
 
 
+class Fix(BaseModel):
+    """A change that made the failing configuration serve correctly, and how good a fix it is."""
+
+    experiment_id: str
+    change: Change
+    config: Baseline
+    workaround: bool = False
+    cost: Literal["none", "low", "medium", "high"] = "low"
+
+    def rank(self) -> tuple[int, int]:
+        """Smaller is better: root fixes before workarounds, then cheaper in performance."""
+        return (1 if self.workaround else 0, _COST_ORDER[self.cost])
+
+
 class HistoryState(BaseModel):
-    """The ledger and baseline derived from a run's history."""
+    """The ledger and baseline derived from a run's history.
+
+    ``reference`` is the latest outcome of the current baseline (failing, or ``ok`` once a fix is
+    adopted). ``fixes`` are the changes that fixed ``failing_baseline`` (whose failing outcome is
+    ``failing_reference``); the best of them is the current baseline. ``flaky``: the same configuration
+    gave different outcomes. ``load_probe``: the failure shows only under concurrent requests, so every
+    experiment adds this probe. ``baseline_runs``: launches of the unchanged baseline so far.
+    """
 
     hypotheses: list[Hypothesis]
     baseline: Baseline
@@ -114,6 +176,28 @@ class HistoryState(BaseModel):
     confirmed_experiment_id: str | None = None
     confirm_failed: bool = False
     adoptions: list[dict[str, Any]] = Field(default_factory=list)
+    fixes: list[Fix] = Field(default_factory=list)
+    failing_baseline: Baseline | None = None
+    failing_reference: Outcome | None = None
+    confirmations: int = 0
+    flaky: bool = False
+    load_probe: Probe | None = None
+    load_tried: bool = False
+    baseline_runs: int = 0
+
+    @property
+    def best_fix(self) -> Fix | None:
+        """The fix to keep: root over workaround, then cheapest; the earliest among equals."""
+        return min(self.fixes, key=lambda f: f.rank()) if self.fixes else None
+
+    @property
+    def confirmations_needed(self) -> int:
+        """Passing re-runs a fix needs: two once the run has seen a flaky outcome, else one."""
+        return 2 if self.flaky else 1
+
+    def extra_probes(self) -> list[Probe]:
+        """Probes every experiment adds to the case's probes."""
+        return [self.load_probe] if self.load_probe is not None else []
 
 
 class Proposal(BaseModel):
@@ -142,7 +226,12 @@ def model_features(case: Case) -> set[str]:
 
 def classify_observation(outcome: Outcome, reference: Outcome) -> str:
     """How an outcome compares with the failing reference run: fixed, persists, changed, advanced,
-    different (failed earlier, symptom not reached) or infra (no information)."""
+    different (failed earlier, symptom not reached) or infra (no information).
+
+    Within start-up (load failures, stalls) a run that printed progress lines the reference never
+    reached got further ("advanced"); one that stopped short of the reference's progress with another
+    failure is "different".
+    """
     if outcome.stage == "ok":
         return "fixed"
     if outcome.stage == "infra_error" or reference.stage == "infra_error":
@@ -152,10 +241,54 @@ def classify_observation(outcome: Outcome, reference: Outcome) -> str:
         return "advanced"
     if so < sr:
         return "different"
+    po, pr = progress_ids(outcome), progress_ids(reference)
+    starting = outcome.stage in ("load_failed", "timeout")
+    if starting and po > pr:
+        return "advanced"
     fo, fr = set(outcome.failure_signatures()), set(reference.failure_signatures())
+    if starting and po < pr and not (fo & fr):
+        return "different"
     if (fo & fr) or (not fo and not fr):
         return "persists"
     return "changed"
+
+
+def progress_ids(outcome: Outcome) -> set[str]:
+    """Ids of the progress signatures a launch printed (how far its start-up got)."""
+    return {m.signature_id for m in outcome.matches if m.kind == "progress"}
+
+
+def load_level(case: Case) -> int | None:
+    """How many concurrent requests the case's symptom speaks of (8 when it names no number); None when
+    the description does not speak of load."""
+    text = case.description or ""
+    if not _LOAD_WORDS.search(text):
+        return None
+    m = _LOAD_LEVEL.search(text)
+    return max(2, min(int(m.group(1)), 64)) if m else 8
+
+
+def speaks_of_flakiness(case: Case) -> bool:
+    """Whether the case's description says the failure does not happen every time."""
+    return bool(_FLAKY_WORDS.search(case.description or ""))
+
+
+def load_probe_for(case: Case, level: int) -> Probe:
+    """The case's first probe, sent ``level`` times at once."""
+    base = case.probes[0]
+    return base.model_copy(update={"id": f"{LOAD_PROBE_PREFIX}{base.id}:x{level}", "concurrency": level})
+
+
+def failed_only_under_load(outcome: Outcome) -> bool:
+    """Single-request probes passed and a concurrency probe failed."""
+    single = [p for p in outcome.probes if not p.probe_id.startswith(LOAD_PROBE_PREFIX)]
+    load = [p for p in outcome.probes if p.probe_id.startswith(LOAD_PROBE_PREFIX)]
+    return bool(single) and all(p.ok for p in single) and any(not p.ok for p in load)
+
+
+def _key(baseline: Baseline) -> str:
+    """A key of a configuration (flags and env)."""
+    return Experiment.make_id(baseline, None, "config")
 
 
 class RulePlanner:
@@ -169,6 +302,7 @@ class RulePlanner:
     def __init__(self, catalog: list[CatalogEntry], flags: FlagCatalog | None) -> None:
         self.catalog = catalog
         self.flags = flags
+        self._diff_facts: dict[str, str] = {}
 
     # ----- names and values -------------------------------------------------------------------------
 
@@ -178,50 +312,88 @@ class RulePlanner:
             return name
         if self.flags is None:
             return name
-        try:
-            return self.flags.resolve(name).name
-        except FlagError:
-            return None
+        memo = _flag_memo(self.flags)
+        key = ("canon", name)
+        if key not in memo:
+            try:
+                memo[key] = self.flags.resolve(name).name
+            except FlagError:
+                memo[key] = None
+        return memo[key]
 
     def _legal(self, name: str, value: FlagValue) -> FlagValue | None:
         """The normalised value if legal for the flag on this host, else ``None``."""
         if self.flags is None:
             return value
-        try:
-            return self.flags.validate(name, value)[1]
-        except FlagError:
-            return None
+        memo = _flag_memo(self.flags)
+        key = ("legal", name, value)
+        if key not in memo:
+            try:
+                memo[key] = self.flags.validate(name, value)[1]
+            except FlagError:
+                memo[key] = None
+        return memo[key]
 
-    def _matches(self, change: Change, iv: Intervention) -> bool:
+    def _matches(self, change: Change, iv: Intervention, facts: dict[str, str] | None = None) -> bool:
+        """Whether ``change`` is the intervention ``iv``: same variable and one of its values, or for a
+        derived value, a move in the rule's direction (``facts`` give the effective value when the
+        change's ``before`` is unset)."""
         if change.kind != iv.kind:
             return False
         names = {self._canon(iv.kind, n) for n in iv.names}
         if change.name not in names:
             return False
-        return any(_same_value(change.after, v) for v in iv.values)
+        if any(_same_value(change.after, v) for v in iv.values):
+            return True
+        if iv.derive:
+            before: Any = change.before
+            if before is None and iv.fact and facts:
+                before = facts.get(iv.fact)
+            return moves_in_direction(iv.derive, before, change.after) is not False
+        return False
 
-    def realize(self, iv: Intervention, baseline: Baseline) -> tuple[Change | None, str]:
-        """Turn an intervention into a concrete change on this host, or say why it cannot be."""
+    def realize(
+        self, iv: Intervention, baseline: Baseline, evidence: ValueEvidence | None = None
+    ) -> tuple[Change | None, str]:
+        """Turn an intervention into a concrete change on this host, or say why it cannot be.
+
+        A derived value comes from ``evidence`` (see ``agent/values.py``); when the evidence lacks the
+        figures, the intervention's literal values are the fallback. For a derived change the returned
+        text says how the value was computed.
+        """
         name = next((c for n in iv.names if (c := self._canon(iv.kind, n))), None)
         if name is None:
             return None, f"no flag among {iv.names} on this host"
-        for value in iv.values:
+        candidates: list[FlagValue] = list(iv.values)
+        how = ""
+        if iv.derive:
+            derived, how = derive(iv.derive, evidence or ValueEvidence(flags=baseline.flags))
+            if derived is not None:
+                candidates = [derived]
+            elif not candidates:
+                return None, f"{name}: no value from the evidence ({how})"
+            else:
+                how = f"fallback value; the evidence gave none ({how})"
+        for value in candidates:
             legal = value if iv.kind == "env" else self._legal(name, value)
             if legal is None:
                 continue
             before = baseline.value(iv.kind, name)
             if _same_value(before, legal):
                 return None, f"{name} is already {legal} in the baseline"
-            return Change(kind=iv.kind, name=name, before=before, after=legal), ""
-        return None, f"none of {iv.values} is a legal value of {name}"
+            return Change(kind=iv.kind, name=name, before=before, after=legal), how
+        return None, f"none of {candidates} is a legal value of {name}"
 
     # ----- history -> ledger ------------------------------------------------------------------------
 
     def _context(self, view: PlannerView, outcome: Outcome) -> EvidenceContext:
         fp = view.fingerprint
+        facts = dict(outcome.facts)
+        if failed_only_under_load(outcome):
+            facts["failure_under_load"] = "true"
         return EvidenceContext(
             signatures=outcome.signature_ids(),
-            facts=dict(outcome.facts),
+            facts=facts,
             features=model_features(view.case),
             compute_capability=fp.compute_capability if fp else None,
             gpu_name=fp.gpu_name if fp else None,
@@ -271,7 +443,7 @@ class RulePlanner:
         return created
 
     def _condition_evidence(
-        self, detail: str, signature: str | None, outcome: Outcome, effect: str = "supports"
+        self, detail: str, signature: str | None, outcome: Outcome, effect: EvidenceEffect = "supports"
     ) -> Evidence:
         lines: list[int] = []
         kind: Literal["signature", "fact"] = "fact"
@@ -283,7 +455,7 @@ class RulePlanner:
                 detail = f"{detail}: {m.first_line.strip()[:160]}"
         return Evidence(
             kind=kind, detail=detail, experiment_id=outcome.experiment_id, lines=lines, effect=effect
-        )  # type: ignore[arg-type]
+        )
 
     def _finding_diffs(
         self, rf: RelevantFinding, ctx: EvidenceContext, baseline: Baseline
@@ -318,6 +490,7 @@ class RulePlanner:
     ) -> list[str]:
         created: list[str] = []
         baseline = view.case.baseline
+        self._diff_facts = dict(ctx.facts)
         for rf in view.findings:
             if rf.finding.outcome != "works" or rf.relevance < _FINDING_MIN_RELEVANCE:
                 continue
@@ -358,91 +531,183 @@ class RulePlanner:
     def _diff_matches(self, kind: str, name: str, value: FlagValue, iv: Intervention) -> bool:
         if kind == "fact":
             return iv.fact == name and any(_same_value(value, v) for v in iv.values)
-        return self._matches(Change(kind=kind, name=name, after=value), iv)  # type: ignore[arg-type]
+        change = Change(kind=kind, name=name, after=value)  # type: ignore[arg-type]
+        return self._matches(change, iv, self._diff_facts)
 
     def history(self, view: PlannerView) -> HistoryState:
         """Rebuild the ledger and the current baseline from the run's history (see module docstring)."""
         ledger: dict[str, Hypothesis] = {}
         weights: dict[str, float] = {}
-        baseline = view.case.baseline
-        reference: Outcome | None = None
-        confirmed: str | None = None
-        confirm_failed = False
-        adoptions: list[dict[str, Any]] = []
+        st = HistoryState(hypotheses=[], baseline=view.case.baseline)
+        refs: dict[str, Outcome] = {}  # configuration -> its failing outcome
         for exp in view.experiments:
             out = view.outcome_of(exp.id)
             if out is None or exp.status != "done":
                 continue
             if exp.purpose == "baseline":
-                reference = out
-                if out.stage != "ok":
-                    self._create(view, out, ledger, weights)
-                self._normalise(ledger, weights, set(ledger))
+                self._baseline_run(view, st, exp, out, ledger, weights, refs)
                 continue
-            if reference is None:
+            if st.reference is None:
                 continue
             if exp.purpose == "confirm":
-                if out.stage == "ok":
-                    confirmed = exp.id
-                    for h in ledger.values():
-                        if h.status == "supported":
-                            h.status = "confirmed"
-                            h.evidence.append(
-                                Evidence(
-                                    kind="experiment",
-                                    experiment_id=exp.id,
-                                    effect="confirms",
-                                    detail="the fixing configuration served correctly again",
-                                )
-                            )
-                else:
-                    confirm_failed = True
-                    for h in ledger.values():
-                        if h.status == "supported":
-                            h.status = "open"
-                            weights[h.id] *= 0.3
-                            h.evidence.append(
-                                Evidence(
-                                    kind="experiment",
-                                    experiment_id=exp.id,
-                                    effect="weakens",
-                                    detail=f"the fix did not reproduce: {out.stage}",
-                                )
-                            )
-                self._refute_by_cause_signature(ledger, out)
-                self._normalise(ledger, weights, set())
+                self._confirm_run(view, st, exp, out, ledger, weights)
                 continue
-            obs = classify_observation(out, reference)
-            self._update(ledger, weights, exp, out, obs)
+            ref = refs.get(_key(exp.baseline))
+            if ref is None:  # a test of a configuration this history never saw fail
+                continue
+            obs = classify_observation(out, ref)
+            self._update(ledger, weights, exp, out, obs, ref.facts)
             if out.stage == "ok":
                 self._refute_by_cause_signature(ledger, out)
-            if obs in ("fixed", "advanced"):
-                adoptions.append(
-                    {
-                        "experiment_id": exp.id,
-                        "change": exp.change.model_dump() if exp.change else None,
-                        "from_stage": reference.stage,
-                        "to_stage": out.stage,
-                    }
-                )
-                baseline = exp.config()
-                reference = out
+            if obs == "fixed" and exp.change is not None:
+                self._adopt_fix(st, exp, exp.change, ref, out, ledger)
+            elif obs == "advanced":
+                st.adoptions.append(self._adoption(exp, ref, out))
+                st.baseline, st.reference = exp.config(), out
+                refs[_key(st.baseline)] = out
+                st.fixes, st.failing_baseline, st.failing_reference = [], None, None
+                st.confirmations = 0
             created = self._create(view, out, ledger, weights) if out.stage != "ok" else []
             self._normalise(ledger, weights, set(created))
-        return HistoryState(
-            hypotheses=list(ledger.values()),
-            baseline=baseline,
-            reference=reference,
-            confirmed_experiment_id=confirmed,
-            confirm_failed=confirm_failed,
-            adoptions=adoptions,
-        )
+        st.hypotheses = list(ledger.values())
+        return st
 
-    def prediction(self, h: Hypothesis, change: Change | None) -> str:
+    def _baseline_run(
+        self,
+        view: PlannerView,
+        st: HistoryState,
+        exp: Experiment,
+        out: Outcome,
+        ledger: dict[str, Hypothesis],
+        weights: dict[str, float],
+        refs: dict[str, Outcome],
+    ) -> None:
+        """A launch of the unchanged baseline: the reference run, or a repeat after a passing one."""
+        st.baseline_runs += 1
+        st.load_tried = st.load_tried or bool(exp.probes)
+        if st.reference is not None and st.reference.stage != "ok":
+            return  # the failure is already reproduced; nothing new to learn here
+        passed_before = st.reference is not None
+        st.reference = out
+        if out.stage != "ok":
+            if passed_before and failed_only_under_load(out):
+                st.load_probe = next((p for p in exp.probes if p.concurrency > 1), None)
+            elif passed_before:
+                st.flaky = True
+            refs[_key(exp.baseline)] = out
+            self._create(view, out, ledger, weights)
+        self._normalise(ledger, weights, set(ledger))
+
+    def _confirm_run(
+        self,
+        view: PlannerView,
+        st: HistoryState,
+        exp: Experiment,
+        out: Outcome,
+        ledger: dict[str, Hypothesis],
+        weights: dict[str, float],
+    ) -> None:
+        """A re-run of the best fix: one more confirmation, or the fix did not hold (flaky)."""
+        best = st.best_fix
+        if best is None:
+            return
+        facts = st.failing_reference.facts if st.failing_reference else {}
+        backing = [h for h in ledger.values() if self.prediction(h, best.change, facts) != "persists"]
+        if out.stage == "ok":
+            st.confirmations += 1
+            if st.confirmations >= st.confirmations_needed:
+                st.confirmed_experiment_id = exp.id
+                for h in backing:
+                    if h.status == "supported":
+                        h.status = "confirmed"
+                        h.evidence.append(
+                            Evidence(
+                                kind="experiment",
+                                experiment_id=exp.id,
+                                effect="confirms",
+                                detail=f"the fixing configuration ({best.change.describe()}) served "
+                                "correctly again",
+                            )
+                        )
+            self._refute_by_cause_signature(ledger, out)
+            self._normalise(ledger, weights, set())
+            return
+        # The fix did not hold: the symptom came back with nothing changed, so the outcome is flaky.
+        st.confirm_failed = True
+        st.flaky = True
+        st.confirmations = 0
+        for h in backing:
+            if h.status in ("refuted", "confirmed"):
+                continue
+            decisive = self.prediction(h, best.change, facts) == "fixed"
+            h.status = "refuted" if decisive else "open"
+            weights[h.id] *= 0.02 if decisive else 0.3
+            h.evidence.append(
+                Evidence(
+                    kind="experiment",
+                    experiment_id=exp.id,
+                    effect="refutes" if decisive else "weakens",
+                    detail=f"{best.change.describe()} did not hold on a re-run ({out.stage}): its earlier "
+                    "success was luck in a flaky failure",
+                )
+            )
+        st.fixes = [f for f in st.fixes if f.experiment_id != best.experiment_id]
+        nxt = st.best_fix
+        if nxt is not None:
+            st.baseline = nxt.config
+        elif st.failing_baseline is not None:
+            st.baseline, st.reference = st.failing_baseline, st.failing_reference
+        self._create(view, out, ledger, weights)
+        self._normalise(ledger, weights, set())
+
+    def _adopt_fix(
+        self,
+        st: HistoryState,
+        exp: Experiment,
+        change: Change,
+        ref: Outcome,
+        out: Outcome,
+        ledger: dict[str, Hypothesis],
+    ) -> None:
+        """Record a fix of ``exp.baseline``; the best fix so far becomes the baseline."""
+        if st.failing_baseline is None or _key(st.failing_baseline) != _key(exp.baseline):
+            st.failing_baseline, st.failing_reference, st.fixes = exp.baseline, ref, []
+        workaround, cost = self._fix_kind(change, ledger, ref.facts)
+        before = st.best_fix
+        st.fixes.append(
+            Fix(experiment_id=exp.id, change=change, config=exp.config(), workaround=workaround, cost=cost)
+        )
+        best = st.best_fix
+        assert best is not None
+        if before is None or best.experiment_id != before.experiment_id:
+            st.adoptions.append(self._adoption(exp, ref, out))
+            st.baseline, st.reference = best.config, out
+            st.confirmations = 0
+
+    def _fix_kind(
+        self, change: Change, ledger: dict[str, Hypothesis], facts: dict[str, str]
+    ) -> tuple[bool, Literal["none", "low", "medium", "high"]]:
+        """Whether a change is a workaround and its performance cost, from the interventions it matches."""
+        ivs = [iv for h in ledger.values() for iv in h.interventions if self._matches(change, iv, facts)]
+        if not ivs:
+            return False, "low"
+        worst = max(ivs, key=lambda iv: _COST_ORDER[iv.cost])
+        return any(iv.workaround for iv in ivs), worst.cost
+
+    @staticmethod
+    def _adoption(exp: Experiment, ref: Outcome, out: Outcome) -> dict[str, Any]:
+        return {
+            "experiment_id": exp.id,
+            "change": exp.change.model_dump() if exp.change else None,
+            "from_stage": ref.stage,
+            "to_stage": out.stage,
+        }
+
+    def prediction(self, h: Hypothesis, change: Change | None, facts: dict[str, str] | None = None) -> str:
         """What ``h`` predicts for a change: fixed, may_fix or persists."""
         if change is not None:
             for iv in h.interventions:
-                if self._matches(change, iv):
+                if self._matches(change, iv, facts):
                     return "fixed" if iv.decisive else "may_fix"
         return "persists"
 
@@ -453,13 +718,14 @@ class RulePlanner:
         exp: Experiment,
         out: Outcome,
         obs: str,
+        facts: dict[str, str] | None = None,
     ) -> None:
         if obs == "infra":
             return
         for h in ledger.values():
             if h.status in ("refuted", "confirmed"):
                 continue
-            pred = self.prediction(h, exp.change)
+            pred = self.prediction(h, exp.change, facts)
             weights[h.id] *= _LIKELIHOOD[pred][obs]
             change = exp.change.describe() if exp.change else "no change"
             if pred == "fixed" and obs == "persists":
@@ -470,7 +736,7 @@ class RulePlanner:
                         experiment_id=exp.id,
                         effect="refutes",
                         detail=f"predicted {change} would fix the symptom; it persisted ({out.stage}: "
-                        f"{', '.join(out.failure_signatures()[:3]) or out.stage})",
+                        f"{', '.join(out.failure_signatures()[:3]) or _stall_text(out) or out.stage})",
                     )
                 )
             elif pred in ("fixed", "may_fix") and obs == "fixed":
@@ -550,6 +816,7 @@ class RulePlanner:
         done = {e.id for e in view.experiments if e.status == "done"}
         rejected_ids = {r.experiment_id for r in view.rejections}
         cost = ref.timings.host_seconds if ref and ref.timings.host_seconds > 0 else DEFAULT_LAUNCH_COST_S
+        probes = state.extra_probes()
 
         def within_budget(slots: int) -> str | None:
             if view.launches + slots > budget.experiments:
@@ -579,30 +846,39 @@ class RulePlanner:
                 )
             )
         if ref.stage == "ok":
-            if not state.adoptions:
-                return Proposal(
-                    conclude_reason="the baseline serves correctly: there is no failure to isolate"
-                )
+            if not state.fixes:
+                return self._reproduce(view, state, cost, within_budget, rejected_ids)
             if state.confirmed_experiment_id:
                 return Proposal(conclude_reason="fix found and confirmed")
-            if state.confirm_failed:
-                return Proposal(conclude_reason="the fix did not reproduce on its confirmation run")
-            exp_id = Experiment.make_id(baseline, None, "confirm")
+            alternative = self._alternative(view, state, cost, done, rejected_ids)
+            if alternative is not None:
+                return alternative
+            best = state.best_fix
+            assert best is not None
+            attempt = state.confirmations + 1
+            exp_id = Experiment.make_id(baseline, None, "confirm", attempt=attempt, probes=probes)
             if exp_id in rejected_ids:
                 return Proposal(conclude_reason="the confirmation run was rejected")
             if why := within_budget(1):
                 return Proposal(conclude_reason=why)
+            facts = state.failing_reference.facts if state.failing_reference else {}
+            nth = ""
+            if state.confirmations_needed > 1:
+                nth = f" ({attempt} of {state.confirmations_needed}: this run has seen a flaky outcome)"
             return Proposal(
                 experiment=Experiment(
                     id=exp_id,
                     purpose="confirm",
                     baseline=baseline,
+                    attempt=attempt,
+                    probes=probes,
                     cost_estimate_s=cost,
-                    rationale="re-run the fixing configuration once to confirm the fix is not luck",
+                    rationale=f"re-run the fixing configuration ({best.change.describe()}) to confirm the fix "
+                    f"is not luck{nth}",
                     predictions=[
                         Prediction(hypothesis_id=h.id, expect="fixed")
                         for h in state.hypotheses
-                        if h.status == "supported"
+                        if h.status == "supported" and self.prediction(h, best.change, facts) != "persists"
                     ],
                 )
             )
@@ -610,62 +886,144 @@ class RulePlanner:
             return Proposal(conclude_reason=why + " (a test needs room for its confirmation run)")
         return self._best_test(view, state, cost, done, rejected_ids)
 
-    def _best_test(
-        self, view: PlannerView, state: HistoryState, cost: float, done: set[str], rejected_ids: set[str]
+    def _reproduce(
+        self,
+        view: PlannerView,
+        state: HistoryState,
+        cost: float,
+        within_budget: Callable[[int], str | None],
+        rejected_ids: set[str],
     ) -> Proposal:
-        baseline, ref = state.baseline, state.reference
-        assert ref is not None
+        """The baseline served correctly although a failure was reported: launch it again, with a
+        concurrency probe first when the symptom speaks of load, else plainly (the failure may be
+        intermittent); after that, conclude that it could not be reproduced."""
+        case = view.case
+        runs = state.baseline_runs
+        level = load_level(case)
+        plain_runs = 3 if speaks_of_flakiness(case) else 2
+        probes: list[Probe] = []
+        if level is not None and not state.load_tried:
+            probes = [load_probe_for(case, level)]
+            why = (
+                f"single requests pass, but the symptom speaks of load: send {level} requests at once to "
+                "the unchanged baseline"
+            )
+        elif runs < plain_runs + (1 if state.load_tried else 0):
+            why = (
+                f"the baseline served correctly in {runs} launch{'es' if runs > 1 else ''} although a "
+                "failure was reported: launch it again in case the failure is intermittent"
+            )
+        else:
+            tried = " (one with a concurrency probe)" if state.load_tried else ""
+            return Proposal(
+                conclude_reason=f"the baseline served correctly in {runs} launches{tried}: the failure "
+                "could not be reproduced"
+            )
+        exp_id = Experiment.make_id(state.baseline, None, "baseline", attempt=runs + 1, probes=probes)
+        if exp_id in rejected_ids:
+            return Proposal(conclude_reason="the repeat of the baseline was rejected")
+        if why_not := within_budget(1):
+            return Proposal(conclude_reason=why_not)
+        return Proposal(
+            experiment=Experiment(
+                id=exp_id,
+                purpose="baseline",
+                baseline=state.baseline,
+                attempt=runs + 1,
+                probes=probes,
+                cost_estimate_s=cost,
+                rationale=why,
+            )
+        )
+
+    def _evidence(self, view: PlannerView, ref: Outcome, baseline: Baseline) -> ValueEvidence:
+        fp = view.fingerprint
+        total = fp.memory_total_mib / 1024 if fp and fp.memory_total_mib else None
+        return ValueEvidence(facts=dict(ref.facts), total_gib=total, flags=dict(baseline.flags))
+
+    def _candidates(
+        self,
+        view: PlannerView,
+        state: HistoryState,
+        baseline: Baseline,
+        ref: Outcome,
+        done: set[str],
+        rejected_ids: set[str],
+        considered: list[dict[str, Any]],
+    ) -> dict[str, tuple[Change, Intervention, str]]:
+        """Untested one-variable changes that an open or supported hypothesis predicts may fix ``ref``."""
         rejected_keys = {r.change_key for r in view.rejections if r.change_key}
+        probes = state.extra_probes()
+        evidence = self._evidence(view, ref, baseline)
         live = [h for h in state.hypotheses if h.status in ("open", "supported")]
-        candidates: dict[str, tuple[Change, Intervention]] = {}
-        considered: list[dict[str, Any]] = []
+        out: dict[str, tuple[Change, Intervention, str]] = {}
         for h in sorted(live, key=lambda h: -h.posterior):
             for iv in h.interventions:
-                if iv.fact and any(_same_value(ref.facts.get(iv.fact), v) for v in iv.values):
+                if (
+                    iv.fact
+                    and not iv.derive
+                    and any(_same_value(ref.facts.get(iv.fact), v) for v in iv.values)
+                ):
                     considered.append(
                         {"hypothesis": h.id, "skipped": f"{iv.fact} is already {ref.facts[iv.fact]}"}
                     )
                     continue
-                change, why = self.realize(iv, baseline)
+                change, how = self.realize(iv, baseline, evidence)
                 if change is None:
-                    considered.append({"hypothesis": h.id, "skipped": why})
+                    considered.append({"hypothesis": h.id, "skipped": how})
                     continue
-                exp_id = Experiment.make_id(baseline, change, "test")
+                exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
                 if exp_id in done:
                     continue
                 if exp_id in rejected_ids or change.key() in rejected_keys:
                     considered.append({"hypothesis": h.id, "skipped": f"{change.describe()} was rejected"})
                     continue
-                candidates.setdefault(change.key(), (change, iv))
-        if not candidates:
-            return Proposal(
-                conclude_reason="no untested change is left that an open hypothesis predicts would fix "
-                "the failure",
-                considered=considered,
-            )
-        scored = []
-        for order, (change, iv) in enumerate(candidates.values()):
-            p_fix = 0.0
-            for h in live:
-                pred = self.prediction(h, change)
-                p_fix += h.posterior * {"fixed": 0.9, "may_fix": 0.5, "persists": 0.0}[pred]
-            score = p_fix / max(cost, 1.0) * _PERF_FACTOR[iv.cost]
-            scored.append((score, -order, change, p_fix))
-            considered.append({"change": change.describe(), "p_fix": round(p_fix, 3), "score": score})
-        scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
-        score, _, change, p_fix = scored[0]
-        predictions = [Prediction(hypothesis_id=h.id, expect=self.prediction(h, change)) for h in live]  # type: ignore[arg-type]
+                out.setdefault(change.key(), (change, iv, how))
+        return out
+
+    def _score(
+        self, state: HistoryState, change: Change, iv: Intervention, cost: float, facts: dict[str, str]
+    ) -> tuple[float, float]:
+        """(score, P(fix)): P(fix) per host-second, times the performance factor, halved for workarounds."""
+        p_fix = 0.0
+        for h in state.hypotheses:
+            if h.status not in ("open", "supported"):
+                continue
+            pred = self.prediction(h, change, facts)
+            p_fix += h.posterior * {"fixed": 0.9, "may_fix": 0.5, "persists": 0.0}[pred]
+        score = p_fix / max(cost, 1.0) * _PERF_FACTOR[iv.cost]
+        if iv.workaround:
+            score *= _WORKAROUND_FACTOR
+        return score, p_fix
+
+    def _test(
+        self,
+        state: HistoryState,
+        baseline: Baseline,
+        scored: tuple[float, int, Change, float, str],
+        cost: float,
+        facts: dict[str, str],
+        why: str,
+        considered: list[dict[str, Any]],
+    ) -> Proposal:
+        score, _, change, p_fix, how = scored
+        live = [h for h in state.hypotheses if h.status in ("open", "supported")]
+        probes = state.extra_probes()
+        predictions = [
+            Prediction(hypothesis_id=h.id, expect=self.prediction(h, change, facts))  # type: ignore[arg-type]
+            for h in live
+        ]
         tested = [p.hypothesis_id for p in predictions if p.expect != "persists"]
-        rationale = (
-            f"tests {', '.join(tested)}: P(fix) = {p_fix:.2f} for ~{cost:.0f} host-seconds; "
-            f"the best probability per host-second among {len(scored)} candidate changes"
-        )
+        rationale = f"tests {', '.join(tested)}: P(fix) = {p_fix:.2f} for ~{cost:.0f} host-seconds; {why}"
+        if how:
+            rationale += f"; value: {how}"
         return Proposal(
             experiment=Experiment(
-                id=Experiment.make_id(baseline, change, "test"),
+                id=Experiment.make_id(baseline, change, "test", probes=probes),
                 purpose="test",
                 baseline=baseline,
                 change=change,
+                probes=probes,
                 predictions=predictions,
                 rationale=rationale,
                 cost_estimate_s=cost,
@@ -674,6 +1032,84 @@ class RulePlanner:
             ),
             considered=considered,
         )
+
+    def _best_test(
+        self, view: PlannerView, state: HistoryState, cost: float, done: set[str], rejected_ids: set[str]
+    ) -> Proposal:
+        baseline, ref = state.baseline, state.reference
+        assert ref is not None
+        considered: list[dict[str, Any]] = []
+        candidates = self._candidates(view, state, baseline, ref, done, rejected_ids, considered)
+        if not candidates:
+            reason = "no untested change is left that an open hypothesis predicts would fix the failure"
+            refuted = [h.id for h in state.hypotheses if h.status == "refuted"]
+            if refuted:
+                reason += (
+                    f"; each change tested alone left the symptom in place ({', '.join(refuted)}), so the "
+                    "failure may need several changes at once, or a cause outside the catalog"
+                )
+            return Proposal(conclude_reason=reason, considered=considered)
+        scored = []
+        for order, (change, iv, how) in enumerate(candidates.values()):
+            score, p_fix = self._score(state, change, iv, cost, ref.facts)
+            scored.append((score, -order, change, p_fix, how))
+            considered.append({"change": change.describe(), "p_fix": round(p_fix, 3), "score": score})
+        scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        why = f"the best probability per host-second among {len(scored)} candidate changes"
+        return self._test(state, baseline, scored[0], cost, ref.facts, why, considered)
+
+    def _alternative(
+        self, view: PlannerView, state: HistoryState, cost: float, done: set[str], rejected_ids: set[str]
+    ) -> Proposal | None:
+        """After a workaround (or a costly change) fixed the failure: the best untested root-cause change
+        from the same failing baseline, if one is likely enough and the budget leaves room for it and a
+        confirmation."""
+        best = state.best_fix
+        base, ref = state.failing_baseline, state.failing_reference
+        if best is None or base is None or ref is None or not (best.workaround or best.cost == "high"):
+            return None
+        budget = view.case.budget
+        if view.launches + 2 > budget.experiments or view.host_seconds + 2 * cost > budget.host_seconds:
+            return None
+        considered: list[dict[str, Any]] = []
+        candidates = self._candidates(view, state, base, ref, done, rejected_ids, considered)
+        scored = []
+        for order, (change, iv, how) in enumerate(candidates.values()):
+            if iv.workaround or _COST_ORDER[iv.cost] >= _COST_ORDER[best.cost]:
+                continue
+            score, p_fix = self._score(state, change, iv, cost, ref.facts)
+            if p_fix < _MIN_ALTERNATIVE_P:
+                continue
+            scored.append((score, -order, change, p_fix, how))
+        if not scored:
+            return None
+        scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        why = (
+            f"{best.change.describe()} fixed the failure but is a "
+            f"{'workaround' if best.workaround else 'costly change'}: a root-cause fix is tested first"
+        )
+        return self._test(state, base, scored[0], cost, ref.facts, why, considered)
+
+
+#: Flag-catalog lookups of the planner, per catalog object (held here, so its id is not reused while
+#: cached). The planner asks the same few dozen names on every step; ``FlagCatalog.resolve`` rebuilds
+#: its option index per call and computes close-match suggestions for unknown spellings.
+_FLAG_MEMOS: dict[int, tuple[FlagCatalog, dict[tuple[Any, ...], Any]]] = {}
+
+
+def _flag_memo(flags: FlagCatalog) -> dict[tuple[Any, ...], Any]:
+    entry = _FLAG_MEMOS.get(id(flags))
+    if entry is None or entry[0] is not flags:
+        if len(_FLAG_MEMOS) >= 8:
+            _FLAG_MEMOS.pop(next(iter(_FLAG_MEMOS)))
+        entry = (flags, {})
+        _FLAG_MEMOS[id(flags)] = entry
+    return entry[1]
+
+
+def _stall_text(out: Outcome) -> str:
+    after = out.facts.get("stalled_after")
+    return f"stalled after {after}" if after else ""
 
 
 def _same_value(a: Any, b: Any) -> bool:
@@ -685,5 +1121,7 @@ def _same_value(a: Any, b: Any) -> bool:
     sa, sb = str(a).strip().lower(), str(b).strip().lower()
     return _DTYPE_ALIASES.get(sa, sa) == _DTYPE_ALIASES.get(sb, sb)
 
+
+EvidenceEffect = Literal["supports", "weakens", "refutes", "confirms", "neutral"]
 
 _DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}

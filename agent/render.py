@@ -112,7 +112,37 @@ class EventRenderer:
 
     def _approval_decided(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         reason = f": {escape(str(d['reason']))}" if d.get("reason") else ""
-        self._p(f"  approval: {d.get('decision')} ({d.get('by', 'user')}){reason}")
+        edit = ""
+        if d.get("decision") == "edit":
+            edit = f" → runs [bold magenta]{escape(_change_text(d.get('change')))}[/] instead ({d.get('edited_experiment_id')})"
+        self._p(f"  approval: {d.get('decision')} ({d.get('by', 'user')}){edit}{reason}")
+
+    def _approval_refused(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(f"  [red]answer refused:[/] {escape(str(d.get('reason')))}; asking again")
+
+    def _run_paused(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(
+            f"  [yellow]⏸ paused[/], waiting for approval of {d.get('waiting_for')} ({escape(str(d.get('reason')))})"
+        )
+
+    def _run_resumed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        answer = d.get("answer") or {}
+        how = f" with answer {answer.get('decision')}" if answer else ""
+        self._p(f"[bold]▶ resumed[/] run {ev.run_id} (pid {d.get('pid')}){how}")
+
+    def _server_adopted(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(
+            f"  [bold yellow]⏵ server adopted[/] pid {d.get('pid')} on port {d.get('port')}: {escape(str(d.get('reason')))}"
+        )
+
+    def _server_lost(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(f"  [red]server lost[/] pid {d.get('pid')}: {escape(str(d.get('reason')))}")
+
+    def _experiment_relaunched(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(f"  [yellow]relaunching[/] {d.get('experiment_id')}: {escape(str(d.get('reason')))}")
+
+    def _experiment_recovered(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._p(f"  [yellow]recovered[/] {d.get('experiment_id')}: {escape(str(d.get('reason')))}")
 
     def _server_launched(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         self._p(f"  ⏵ server launched on port {d.get('port')} [dim](log {escape(str(d.get('log')))})[/]")
@@ -186,6 +216,13 @@ def conclusion_panel(d: dict[str, Any]) -> Panel:
         t.add_row("ruled out", f"{r['id']}: {escape(why[:160])}")
     for u in d.get("untested", [])[:6]:
         t.add_row("untested", f"{u['id']} (p={u['posterior']:.2f}, {u['why']})")
+    for r in d.get("rejected", []):
+        t.add_row("rejected", escape(f"{r.get('change') or r['experiment_id']}: {r['reason']}"))
+    for e in d.get("edited", []):
+        t.add_row(
+            "edited",
+            escape(f"ran {_change_text(e.get('change'))} (proposed: {_change_text(e.get('proposed'))})"),
+        )
     if d.get("reason"):
         t.add_row("reason", escape(d["reason"]))
     t.add_row("cost", f"{d['launches']} launches, {d['host_seconds']:.0f} host-seconds")

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from agent.events import validate_payload
+
 TRANSCRIPT_VERSION = 1
 
 
@@ -50,6 +52,7 @@ class Transcript:
         self.step = 0
         self.listeners: list[Listener] = []
         path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_torn_line(path)
         self.seq = _last_seq(path)
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
 
@@ -78,33 +81,81 @@ class Transcript:
             self._fh.close()
 
 
+def _drop_torn_line(path: Path) -> None:
+    """Cut a last line that a crash left without its newline, so a resumed run appends whole lines
+    (the cut line was never a complete event; readers skip it anyway)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        if not data.endswith(b"\n"):
+            fh.truncate(data.rfind(b"\n") + 1)
+
+
 def _last_seq(path: Path) -> int:
     if not path.exists():
         return 0
     last = 0
-    for ev in read_transcript(path):
+    for ev in read_transcript(path, payloads=False):  # only the seq matters here
         last = ev.seq
     return last
 
 
-def read_transcript(path: Path) -> Iterator[TranscriptEvent]:
-    """Events of a transcript in order. A truncated last line is skipped; any other malformed line raises
-    TranscriptError naming the file and the line number."""
+def parse_event(line: str | bytes, *, where: str, payloads: bool = True) -> TranscriptEvent:
+    """One transcript line -> its event, checked as an envelope and (``payloads``) against the payload
+    model of its type (``agent.events``). Raises TranscriptError: ``where``, the field and what was
+    expected, e.g. ``run.jsonl: line 12: outcome event (seq 12): field 'data.stage': Input should be ...``.
+    """
     try:
-        fh = open(path, encoding="utf-8")  # noqa: SIM115
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise TranscriptError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
+    except UnicodeDecodeError as exc:
+        raise TranscriptError(f"{where}: not UTF-8 text (byte {exc.start})") from None
+    if not isinstance(obj, dict):
+        raise TranscriptError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    try:
+        ev = TranscriptEvent.model_validate(obj)
+    except ValidationError as exc:
+        raise TranscriptError(f"{where}: not a transcript event: {_field_error(exc)}") from None
+    if ev.v > TRANSCRIPT_VERSION:
+        raise TranscriptError(
+            f"{where}: format version {ev.v} is newer than this hypoloop reads ({TRANSCRIPT_VERSION})"
+        )
+    if payloads:
+        try:
+            validate_payload(ev.type, ev.data)
+        except ValidationError as exc:
+            raise TranscriptError(f"{where}: {ev.type} event (seq {ev.seq}): {_field_error(exc, 'data')}") from None
+    return ev
+
+
+def _field_error(exc: ValidationError, prefix: str = "") -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+    got = "" if err["type"] == "missing" else f" (got {json.dumps(err.get('input'), default=str)[:60]})"
+    return f"field '{loc or '(top level)'}': {err['msg']}{got}"
+
+
+def read_transcript(path: Path, *, payloads: bool = True) -> Iterator[TranscriptEvent]:
+    """Events of a transcript in order, read line by line (memory does not grow with the file).
+
+    A truncated last line (no newline at the end, not a valid event: a write cut short by a crash) is
+    skipped; any other malformed line raises TranscriptError naming the file, the line number and the
+    field. ``payloads=False`` checks the envelope only.
+    """
+    try:
+        fh = open(path, "rb")  # noqa: SIM115
     except OSError as exc:
         raise TranscriptError(f"{path}: cannot read: {exc.strerror}") from None
     with fh:
-        lines = fh.readlines()
-    for i, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        last = i == len(lines)
-        try:
-            yield TranscriptEvent.model_validate_json(line)
-        except ValidationError as exc:
-            if last and not line.endswith("\n"):
-                return  # a write cut short by a crash
-            raise TranscriptError(
-                f"{path}: line {i}: not a transcript event ({exc.errors()[0]['msg']})"
-            ) from None
+        for i, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                ev = parse_event(raw, where=f"{path}: line {i}", payloads=payloads)
+            except TranscriptError:
+                if not raw.endswith(b"\n"):
+                    return  # a write cut short by a crash
+                raise
+            yield ev

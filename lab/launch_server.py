@@ -28,10 +28,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
 from lab import responder
+from lab.chance import is_live, launch_seed
+from lab.memory import MemoryPlan, capture_batch_sizes, default_cuda_graph_max_bs, plan_memory
 from lab.rules import Resolution, matching_faults, parse_command_line, render, resolve
 from lab.world import Fault, LineSpec, World, WorldError, load_world_from_env, time_scale_from_env
 
-GB = float(1 << 30)
+#: Wall seconds a decode request waits for others to join its batch, in worlds whose faults depend on
+#: `running_requests` (the simulated scheduler batches requests that arrive together).
+BATCH_WINDOW_S = 0.15
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _SITE = "/usr/local/lib/python3.12/dist-packages"
 
@@ -149,11 +153,14 @@ def _bar(frac: float, width: int = 10) -> str:
     return out.ljust(width)
 
 
-def _capture_batch_sizes(max_bs: int) -> list[int]:
-    """CUDA-graph batch sizes as SGLang 0.5.x generates them (1, 2, 4, 8, 12, then steps of 8/16)."""
-    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 1025, 16)]
-    out = [s for s in sizes if s <= max_bs]
-    return out or [1]
+_CAPTURE_SOLUTIONS = (
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+    "3. disable torch compile by not using --enable-torch-compile\n"
+    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose "
+)
 
 
 # ----------------------------------------------------------------------------------- the simulator
@@ -184,11 +191,25 @@ class StandIn:
         self.graph_on = not bool(self.args.get("disable_cuda_graph"))
         self.last_gen_throughput = 0.0
         self.ctx.extra["context_len"] = self.context_len
+        self.ctx.extra["running_requests"] = 0
+        # Flaky faults: drawn once per launch (lab/chance.py); a fault that is not live never fires.
+        self.seed = launch_seed(env)
+        self.dormant = {f.id for f in world.faults if not is_live(f, self.seed)}
+        self.load_sensitive = any(f.uses("running_requests") for f in world.faults)
+        self.in_flight = 0
+        self.load_lock = threading.Lock()
+        self.memory: MemoryPlan = plan_memory(
+            world, self.args, default_cuda_graph_max_bs(world, self.parsed_args, self.parsed_user, env)
+        )
 
     # --------------------------------------------------------------------------------- helpers
 
     def _faults(self, point: str) -> list[Fault]:
-        return [f for f in matching_faults(self.world, self.ctx, at=point) if f.id not in self.fired]
+        return [
+            f
+            for f in matching_faults(self.world, self.ctx, at=point)
+            if f.id not in self.fired and f.id not in self.dormant
+        ]
 
     def _emit_fault_lines(self, fault: Fault) -> None:
         for spec in fault.lines:
@@ -315,11 +336,8 @@ class StandIn:
     # --------------------------------------------------------------------------- phase: weights
 
     def _phase_weights(self) -> float:
-        mem = self.world.memory
-        total = self.world.hardware.memory_mib / 1024
-        avail_begin = total - mem.init_overhead_gb
-        weights = mem.weights_gb_total / self.tp + mem.weights_gb_replicated
-        weights = max(0.1, weights - float(self.args.get("cpu_offload_gb") or 0))
+        plan = self.memory
+        total, avail_begin, weights = plan.total_gb, plan.avail_begin_gb, plan.weights_gb
         self.ctx.mem.update(
             total_gb=round(total, 2), avail_gb=round(avail_begin, 2), weights_gb=round(weights, 2)
         )
@@ -329,9 +347,7 @@ class StandIn:
         shards = self.world.model.checkpoint_shards
         dummy = self.args.get("load_format") == "dummy"
         per_shard = self.world.timing.load_s / shards * (0.05 if dummy else 1.0)
-        oom_at = shards + 1
-        if mem.enforce and weights > avail_begin - 0.5:
-            oom_at = max(1, int(shards * (avail_begin - 0.5) / weights))
+        oom_at = plan.weights_oom_shard if plan.weights_oom_shard is not None else shards + 1
         start = self.log.sim_elapsed()
         if not dummy:
             self.log.progress(
@@ -352,7 +368,7 @@ class StandIn:
                     f"Loading safetensors checkpoint shards: {done * 100 // shards:3d}% Completed | {done}/{shards} "
                     f"[{_clock(elapsed)}<{_clock(rate * (shards - done))}, {_rate(rate)}]"
                 )
-        avail = avail_begin - weights
+        avail = plan.avail_after_load_gb
         self.ctx.mem["avail_gb"] = round(avail, 2)
         arch, dtype = self.world.model.architecture, self.world.model.dtype
         self.log.ranks(
@@ -392,18 +408,11 @@ class StandIn:
 
     def _phase_kv_pool(self, avail: float) -> float:
         mem = self.world.memory
-        total = self.world.hardware.memory_mib / 1024
-        frac = float(self.args.get("mem_fraction_static") or 0.88)
+        plan = self.memory
+        frac = plan.mem_fraction_static
         self._fire("kv_pool", 0, 1)
         self.log.sleep(self.world.timing.kv_pool_s * 0.5)
-        kv_gb = avail - total * (1 - frac)
-        dtype = str(self.args.get("kv_cache_dtype"))
-        per_token = mem.kv_bytes_per_token.get(dtype) or mem.kv_bytes_per_token.get("default") or 131072
-        page = max(1, int(self.args.get("page_size") or 1))
-        tokens = int(max(kv_gb, 0) * GB / per_token) // page * page
-        if self.args.get("max_total_tokens"):
-            tokens = min(tokens, int(self.args["max_total_tokens"]))
-            kv_gb = tokens * per_token / GB
+        kv_gb, tokens = plan.kv_gb, plan.kv_tokens
         if mem.enforce and tokens <= 0:
             frames = [
                 f'  File "{_SITE}/sglang/srt/managers/scheduler.py", line 3179, in run_scheduler_process',
@@ -446,11 +455,10 @@ class StandIn:
     def _phase_capture(self, avail: float) -> float:
         if not self.graph_on:
             return avail
-        explicit_bs = self.args.get("cuda_graph_bs")
-        max_bs = int(self.args.get("cuda_graph_max_bs") or 160)
-        bs_list = sorted(set(explicit_bs)) if explicit_bs else _capture_batch_sizes(max_bs)
-        default_list = _capture_batch_sizes(self._default_cuda_graph_max_bs())
-        per_batch = self.world.timing.capture_s / max(len(default_list), 1)
+        plan = self.memory
+        bs_list = plan.capture_batch_sizes
+        default_n = len(capture_batch_sizes(self._default_cuda_graph_max_bs()))
+        per_batch = self.world.timing.capture_s / max(default_n, 1)
         if self.args.get("enable_torch_compile"):
             per_batch *= 2.5
         start = self.log.sim_elapsed()
@@ -463,22 +471,26 @@ class StandIn:
         )
         self.log.line(f"Capture cuda graph bs {bs_list}", source="scheduler")
         n = len(bs_list)
-        graph_gb = self.world.memory.graph_gb * n / max(len(default_list), 1)
+        oom_at = plan.capture_oom_batch if self.world.memory.enforce else None
         for i in range(n + 1):
             self._fire("capture", i, n)
             if i == n:
                 break
+            if oom_at is not None and i + 1 == oom_at:
+                self.log.sleep(per_batch * 0.5)
+                self._capture_oom(avail, bs_list[::-1][i], i)
             self.log.sleep(per_batch)
             done = i + 1
             elapsed = self.log.sim_elapsed() - start
             rate = elapsed / done
             bs = bs_list[::-1][done - 1]
-            cur = avail - graph_gb * done / n
+            cur = avail - plan.capture_need_gb(done)
             self.log.progress(
                 f"Capturing batches (bs={bs} avail_mem={cur:.2f} GB): {done * 100 // n:3d}%|{_bar(done / n)}| "
                 f"{done}/{n} [{_clock(elapsed)}<{_clock(rate * (n - done))}, {_rate(rate)}]"
             )
         elapsed = self.log.sim_elapsed() - start
+        graph_gb = plan.graph_gb
         avail -= graph_gb
         self.ctx.mem.update(avail_gb=round(avail, 2), graph_gb=round(graph_gb, 2))
         self.log.ranks(
@@ -490,16 +502,36 @@ class StandIn:
         )
         return avail
 
+    def _capture_oom(self, avail: float, bs: int, captured: int) -> NoReturn:
+        """CUDA-graph capture ran out of memory at batch size `bs` (SGLang 0.5.x cuda_graph_runner)."""
+        plan = self.memory
+        free_gb = max(avail - plan.capture_need_gb(captured), 0.0)
+        want_gb = plan.graph_gb_per_batch * (1.0 + bs / max(plan.capture_batch_sizes[-1], 1))
+        free_mib = free_gb * 1024
+        oom = (
+            f"CUDA out of memory. Tried to allocate {want_gb:.2f} GiB. GPU 0 has a total capacity of "
+            f"{plan.total_gb:.2f} GiB of which {free_mib:.2f} MiB is free. Including non-PyTorch memory, this "
+            f"process has {plan.total_gb - free_gb:.2f} GiB memory in use. Of the allocated memory "
+            f"{plan.total_gb - avail + plan.capture_need_gb(captured) - 0.4:.2f} GiB is allocated by PyTorch, "
+            "and 402.11 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+            "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+            "documentation for Memory Management  (https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+        )
+        frames = [
+            f'  File "{_SITE}/sglang/srt/managers/scheduler.py", line 3179, in run_scheduler_process',
+            "    scheduler = Scheduler(",
+            f'  File "{_SITE}/sglang/srt/model_executor/model_runner.py", line 2188, in init_device_graphs',
+            "    self.graph_runner = graph_runners[self.device](self)",
+            f'  File "{_SITE}/sglang/srt/model_executor/cuda_graph_runner.py", line 423, in __init__',
+            "    raise Exception(",
+        ]
+        final = [f"Exception: Capture cuda graph failed: {oom}", *_CAPTURE_SOLUTIONS.split("\n")]
+        self._scheduler_exception(frames, final)
+        raise _Exit(1)
+
     def _default_cuda_graph_max_bs(self) -> int:
         """The max batch size the world resolves to when the user does not set one (timing baseline)."""
-        if not self.res.user.get("cuda_graph_max_bs") and not self.res.user.get("cuda_graph_bs"):
-            return int(self.args.get("cuda_graph_max_bs") or 160)
-        args = {**self.parsed_args, "cuda_graph_max_bs": None, "cuda_graph_bs": None}
-        user = {**self.parsed_user}
-        user.pop("cuda_graph_max_bs", None)
-        user.pop("cuda_graph_bs", None)
-        base, _ = resolve(self.world, args, user, self.env)
-        return int(base.args.get("cuda_graph_max_bs") or 160)
+        return default_cuda_graph_max_bs(self.world, self.parsed_args, self.parsed_user, self.env)
 
     # ----------------------------------------------------------------------------- phase: serve
 
@@ -554,7 +586,6 @@ class StandIn:
 
         Returns {"text", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "latency"}.
         """
-        timing = self.world.timing
         prompt_tokens = responder.count_tokens(prompt) + 1
         cached = 0
         if not self.args.get("disable_radix_cache") and prompt in self.seen_prompts:
@@ -562,9 +593,38 @@ class StandIn:
         self.seen_prompts.add(prompt)
         self._log_prefill(prompt_tokens, cached)
         max_new_tokens = max(1, int(max_new_tokens))
+        with self.load_lock:
+            self.in_flight += 1
+        try:
+            return self._generate(prompt, max_new_tokens, prompt_tokens, cached)
+        finally:
+            with self.load_lock:
+                self.in_flight -= 1
+
+    def _decode_faults(self) -> tuple[list[Fault], int]:
+        """First-decode faults that hold for the batch this request joins, and the batch size.
+
+        In worlds with load-dependent faults the request first waits `BATCH_WINDOW_S` so requests
+        sent together share a batch, the way SGLang's scheduler batches them.
+        """
+        if self.load_sensitive:
+            time.sleep(BATCH_WINDOW_S)
+        with self.load_lock:
+            running = max(1, self.in_flight)
+            self.ctx.extra["running_requests"] = running
+            faults = [
+                f
+                for f in matching_faults(self.world, self.ctx, at="first_decode")
+                if f.id not in self.dormant
+            ]
+        return faults, running
+
+    def _generate(self, prompt: str, max_new_tokens: int, prompt_tokens: int, cached: int) -> dict[str, Any]:
+        timing = self.world.timing
         degenerate: Fault | None = None
+        running = 1
         if max_new_tokens > 1:
-            faults = matching_faults(self.world, self.ctx, at="first_decode")
+            faults, running = self._decode_faults()
             for fault in faults:
                 if fault.effect == "warning" and fault.id not in self.fired:
                     self.fired.add(fault.id)
@@ -599,7 +659,7 @@ class StandIn:
                 self.log.sleep(step * interval)
                 self.last_gen_throughput = timing.decode_tokens_per_s
                 self.log.line(
-                    f"Decode batch, #running-req: 1, #token: {prompt_tokens + tok}, token usage: "
+                    f"Decode batch, #running-req: {running}, #token: {prompt_tokens + tok}, token usage: "
                     f"{(prompt_tokens + tok) / max(self.max_total_num_tokens, 1):.2f}, cuda graph: {self.graph_on}, "
                     f"gen throughput (token/s): {timing.decode_tokens_per_s:.2f}, #queue-req: 0, ",
                     source="scheduler",

@@ -26,6 +26,8 @@ VERSIONS_DIR = LAB_DIR / "versions"
 
 ENV_WORLD = "HYPOLOOP_LAB_WORLD"
 ENV_TIME_SCALE = "HYPOLOOP_LAB_TIME_SCALE"
+ENV_SEED = "HYPOLOOP_LAB_SEED"
+ENV_STATE = "HYPOLOOP_LAB_STATE"
 
 EFFECTS = (
     "launch_error",
@@ -77,8 +79,19 @@ HW_KEYS = (
     "cuda_version",
 )
 MEM_KEYS = ("total_gb", "avail_gb", "weights_gb", "kv_gb", "graph_gb", "max_total_num_tokens")
-# Bare names that templates and conditions may use besides flag dests.
-EXTRA_KEYS = ("version", "pid", "rank", "max_total_num_tokens", "context_len", "max_running_requests")
+# Bare names that templates and conditions may use besides flag dests. `running_requests` is the number
+# of requests decoded together in the batch being evaluated (first_decode faults only).
+EXTRA_KEYS = (
+    "version",
+    "pid",
+    "rank",
+    "max_total_num_tokens",
+    "context_len",
+    "max_running_requests",
+    "running_requests",
+)
+TRUTH_EXPECT = ("isolated", "not_isolated")
+FIX_COSTS = ("none", "low", "medium", "high")
 
 _KEY_RE = re.compile(r"^(?:(args|user|hw|model|env|mem)\.)?([A-Za-z_][A-Za-z0-9_.]*)$")
 TEMPLATE_RE = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_.]*)(?::([^{}]*))?\}")
@@ -156,6 +169,12 @@ class Fault:
     lines: tuple[LineSpec, ...]
     exit_code: int | None
     output: str
+    probability: float = 1.0  # chance that the fault is live on a given launch (drawn once per launch)
+
+    def uses(self, key: str) -> bool:
+        """True if the fault's conditions read `key` (e.g. `running_requests`)."""
+        conds = [self.when] + ([self.unless] if self.unless is not None else [])
+        return any(c.key == key for cond in conds for alt in cond.alternatives for c in alt)
 
 
 @dataclass(frozen=True)
@@ -214,7 +233,8 @@ class Memory:
     init_overhead_gb: float = 1.0
     weights_gb_total: float = 16.0
     weights_gb_replicated: float = 0.0
-    graph_gb: float = 1.0
+    graph_gb: float = 1.0  # CUDA graphs of the default batch-size list; scales with the list's length
+    capture_reserve_gb: float = 0.0  # workspace capture needs on top of the graphs (freed afterwards)
     kv_bytes_per_token: dict[str, int] = field(default_factory=lambda: {"default": 131072})
     k_fraction: float = 0.5
     enforce: bool = True
@@ -235,9 +255,15 @@ class Model:
 
 @dataclass(frozen=True)
 class Truth:
+    """Ground truth (lab tests and the bench only). `expect`: the honest ending of a good run
+    (`isolated`, or `not_isolated` when no single change fixes the failure). Each fix is
+    `{kind, name, value, root, cost, note}`: `root` false marks a workaround that avoids the broken
+    component, `cost` its performance cost (none, low, medium, high)."""
+
     root_cause: str
     component: str
     fixes: tuple[dict[str, Any], ...]
+    expect: str = "isolated"
 
 
 @dataclass(frozen=True)
@@ -536,6 +562,7 @@ def _parse_memory(ctx: _Ctx, raw: Any) -> Memory:
         weights_gb_total=base.weights_gb_total,
         weights_gb_replicated=base.weights_gb_replicated,
         graph_gb=base.graph_gb,
+        capture_reserve_gb=base.capture_reserve_gb,
         kv_bytes_per_token=dict(kv),
         k_fraction=base.k_fraction,
         enforce=bool(enforce),
@@ -552,10 +579,18 @@ def _parse_truth(ctx: _Ctx, raw: Any) -> Truth | None:
     for i, fix in enumerate(fixes):
         if fix.get("kind") not in ("flag", "env") or not isinstance(fix.get("name"), str):
             raise ctx.fail(f"truth.fixes[{i}]", "expected kind = 'flag'|'env' and a name")
+        if "root" in fix and not isinstance(fix["root"], bool):
+            raise ctx.fail(f"truth.fixes[{i}].root", "expected true or false")
+        if "cost" in fix and fix["cost"] not in FIX_COSTS:
+            raise ctx.fail(f"truth.fixes[{i}].cost", f"expected one of {', '.join(FIX_COSTS)}")
+    expect = str(data.get("expect", "isolated"))
+    if expect not in TRUTH_EXPECT:
+        raise ctx.fail("truth.expect", f"expected one of {', '.join(TRUTH_EXPECT)}")
     return Truth(
         root_cause=str(data.get("root_cause", "")),
         component=str(data.get("component", "")),
         fixes=tuple(fixes),
+        expect=expect,
     )
 
 
@@ -725,6 +760,7 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         "output",
         "source",
         "level",
+        "probability",
     }
     for key in item:
         if key not in allowed:
@@ -742,6 +778,13 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
     exit_code = item.get("exit_code", DEFAULT_EXIT_CODES.get(effect))
     if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
         raise ctx.fail(f"{where}.exit_code", "expected an integer (-9 = killed by SIGKILL)")
+    probability = item.get("probability", 1.0)
+    if (
+        isinstance(probability, bool)
+        or not isinstance(probability, int | float)
+        or not 0.0 < probability <= 1.0
+    ):
+        raise ctx.fail(f"{where}.probability", "expected a number in (0, 1]: the chance per launch")
     default_level = "warning" if effect in ("warning", "wrong_output") else "error"
     default_source = "raw" if effect == "launch_error" else "scheduler"
     return Fault(
@@ -761,4 +804,5 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         ),
         exit_code=exit_code,
         output=str(item.get("output", "!")),
+        probability=float(probability),
     )

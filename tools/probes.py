@@ -9,6 +9,7 @@ wrong_answer (`expect` not contained, case-insensitive), ok.
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import time
 from collections import Counter
@@ -16,7 +17,7 @@ from typing import Any, Literal
 
 import httpx
 import openai
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 ProbeStatus = Literal[
     "ok", "http_error", "connection_error", "timeout", "empty", "degenerate", "wrong_answer"
@@ -25,13 +26,15 @@ ProbeStatus = Literal[
 
 class Probe(BaseModel):
     """One request. `expect` is a case-insensitive substring of a correct answer (None: any non-garbage
-    text passes). `max_tokens` caps the generated tokens."""
+    text passes). `max_tokens` caps the generated tokens. `concurrency` > 1 sends that many copies at
+    once (a load probe): it passes only if every copy passes."""
 
     id: str
     kind: Literal["chat", "generate"]
     prompt: str
     max_tokens: int = 32
     expect: str | None = None
+    concurrency: int = Field(default=1, ge=1, le=256)
 
 
 class ProbeResult(BaseModel):
@@ -236,9 +239,40 @@ def run_probe(base_url: str, probe: Probe, *, model: str, timeout_s: float = 60)
     """
     start = time.monotonic()
     base = base_url.rstrip("/")
+    if probe.concurrency > 1:
+        return _run_concurrent(base, probe, model, timeout_s, start)
     if probe.kind == "chat":
         return _run_chat(base, probe, model, timeout_s, start)
     return _run_generate(base, probe, timeout_s, start)
+
+
+#: Which status wins when concurrent copies disagree: the most telling failure first.
+_SEVERITY: tuple[ProbeStatus, ...] = (
+    "connection_error",
+    "timeout",
+    "http_error",
+    "degenerate",
+    "empty",
+    "wrong_answer",
+    "ok",
+)
+
+
+def _run_concurrent(base: str, probe: Probe, model: str, timeout_s: float, start: float) -> ProbeResult:
+    """`probe.concurrency` copies at once on threads; the worst result stands for all of them."""
+    single = probe.model_copy(update={"concurrency": 1})
+    with concurrent.futures.ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
+        futures = [
+            pool.submit(run_probe, base, single, model=model, timeout_s=timeout_s)
+            for _ in range(probe.concurrency)
+        ]
+        results = [f.result() for f in futures]
+    worst = min(results, key=lambda r: _SEVERITY.index(r.status))
+    failed = sum(not r.ok for r in results)
+    error = worst.error
+    if failed:
+        error = f"{failed} of {probe.concurrency} concurrent requests failed" + (f": {error}" if error else "")
+    return worst.model_copy(update={"latency_s": time.monotonic() - start, "error": error})
 
 
 def get_server_info(base_url: str, *, timeout_s: float = 10.0) -> dict[str, Any] | None:

@@ -107,7 +107,8 @@ class ServerSession:
     `env` is merged over the host environment. `port` is where the server listens on the host; requests
     go to `base_url` (through `host.forward_port`). `on_event` receives every `WatchEvent` (each log
     line, then ready/fatal/exited/timeout/stalled) on the calling thread. Durations are seconds:
-    `ready_timeout_s` counts from spawn; `stall_timeout_s` (None = off) is the longest the log may go
+    `ready_timeout_s` counts from spawn; `stall_timeout_s` (None = off; a callable is asked at every
+    poll, e.g. `tools.stall.StallWatch.limit`) is the longest the log may go
     without growing; `fatal_grace_s` (capped at 2 s) is how long a crashing process may keep writing its
     traceback before `wait_ready`/`watch` return; `health_timeout_s` bounds the GET /health that confirms
     a ready line; `stop_grace_s` is the SIGTERM-to-SIGKILL grace of `stop()`.
@@ -133,7 +134,7 @@ class ServerSession:
         matcher: SignatureMatcher,
         on_event: Callable[[WatchEvent], None] | None = None,
         ready_timeout_s: float,
-        stall_timeout_s: float | None = None,
+        stall_timeout_s: float | Callable[[], float | None] | None = None,
         poll_interval_s: float = 0.05,
         fatal_grace_s: float = 2.0,
         health_timeout_s: float = 5.0,
@@ -184,6 +185,23 @@ class ServerSession:
         self._watcher = LogWatcher(self.host, self.handle.log_path)
         self._prev_read_start = self.handle.started_monotonic
         self.base_url = f"http://127.0.0.1:{self.host.forward_port(self.port)}"
+
+    def adopt(self, handle: ProcessHandle) -> None:
+        """Take over a server that an earlier orchestrator process spawned (instead of `start()`).
+
+        The log is read again from its first byte, so matches and facts cover the whole launch; lines
+        already written count no detection delay (they were written before this process watched). The
+        ready deadline counts from `handle.started_monotonic`. A session starts or adopts once.
+        """
+        if self._started:
+            return
+        self._started = True
+        self.handle = handle
+        self._watcher = LogWatcher(self.host, handle.log_path)
+        self._prev_read_start = time.monotonic()
+        self.base_url = f"http://127.0.0.1:{self.host.forward_port(self.port)}"
+        self._pump()
+        self.detection_delays_s.clear()
 
     def __enter__(self) -> ServerSession:
         return self
@@ -340,7 +358,8 @@ class ServerSession:
                 self._note_exit()
                 return self._finish("crashed" if self._fatal_at is not None else "exited", time.monotonic())
             now = time.monotonic()
-            if self.stall_timeout_s is not None and now - self._last_progress() >= self.stall_timeout_s:
+            stall_s = self.stall_timeout_s() if callable(self.stall_timeout_s) else self.stall_timeout_s
+            if stall_s is not None and now - self._last_progress() >= stall_s:
                 self._emit("stalled")
                 return self._finish("stalled", now)
             if now >= deadline:

@@ -1,0 +1,512 @@
+"""Approving experiments: when to ask, what a person sees, what they may answer.
+
+Modes (``--approve``): ``each`` asks before every launch (the default: a GPU host is expensive and
+shared), ``risky`` asks only when the experiment's change matches a rule in ``knowledge/risky.toml``,
+``auto`` never asks. The approve node ``interrupt()``s with an :class:`ApprovalRequest` (JSON-plain, so
+``hypoloop show``, a resumed process and LangGraph Studio all read the same thing) and resumes with an
+:class:`ApprovalAnswer`: approve, edit (a different value or variable: still exactly one change, and
+it passes the same guard rails as a planner's proposal), reject with a reason, or stop.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from agent.guard import GuardError, check_experiment
+from agent.models import Change, Experiment, FlagValue, Hypothesis, Prediction
+from agent.planner import PlannerView
+from tools.flags import FlagCatalog, FlagError
+
+ApprovalMode = Literal["each", "risky", "auto"]
+Decision = Literal["approve", "edit", "reject", "stop"]
+APPROVAL_MODES: tuple[str, ...] = ("each", "risky", "auto")
+
+#: An environment-variable assignment in an edit: upper-case names only, so that ``kv-cache-dtype=bf16``
+#: or ``kv_cache_dtype=bf16`` read as flags.
+_ENV_ASSIGN = re.compile(r"^(?P<name>[A-Z_][A-Z0-9_]*)=(?P<value>.*)$")
+_FLAG_ASSIGN = re.compile(r"^(?P<name>[a-z][a-z0-9_-]*)=(?P<value>.*)$")
+
+
+class RiskRulesError(ValueError):
+    """A risky-changes file that cannot be used; one line naming the file, the entry and the field."""
+
+
+class EditError(ValueError):
+    """An edit that cannot run; the message says why in one line and how to say it instead."""
+
+
+# ---------------------------------------------------------------------------------------- policy
+
+
+class RiskRule(BaseModel):
+    """One ``[[risky]]`` entry of ``knowledge/risky.toml`` (field meanings at the top of that file)."""
+
+    id: str
+    why: str
+    kind: Literal["flag", "env"] | None = None
+    name: str | None = None
+    name_matches: str | None = None
+    above: float | None = None
+    below: float | None = None
+    value_matches: str | None = None
+    unset: bool | None = None
+
+    def matches(self, change: Change) -> bool:
+        """Whether every condition this rule gives holds for ``change``."""
+        if self.kind is not None and change.kind != self.kind:
+            return False
+        if self.name is not None and change.name != self.name:
+            return False
+        if self.name_matches is not None and not re.search(self.name_matches, change.name):
+            return False
+        if self.unset is not None and (change.after is None) != self.unset:
+            return False
+        text = "" if change.after is None else str(change.after)
+        if self.value_matches is not None and not re.search(self.value_matches, text):
+            return False
+        if self.above is not None or self.below is not None:
+            try:
+                number = float(text)
+            except ValueError:
+                return False
+            if self.above is not None and not number > self.above:
+                return False
+            if self.below is not None and not number < self.below:
+                return False
+        return True
+
+
+def default_risk_rules_path() -> Path:
+    """``knowledge/risky.toml`` of the repository."""
+    return Path(__file__).resolve().parent.parent / "knowledge" / "risky.toml"
+
+
+_RULES_CACHE: dict[Path, list[RiskRule]] = {}
+
+
+def load_risk_rules(path: Path | None = None) -> list[RiskRule]:
+    """The risky-change rules (cached per path). Raises RiskRulesError naming the file, entry and field."""
+    path = path or default_risk_rules_path()
+    if path in _RULES_CACHE:
+        return _RULES_CACHE[path]
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise RiskRulesError(f"{path}: {exc}") from None
+    rules = []
+    for i, raw in enumerate(data.get("risky", [])):
+        try:
+            rule = RiskRule.model_validate(raw)
+            for pattern in (rule.name_matches, rule.value_matches):
+                if pattern is not None:
+                    re.compile(pattern)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"])
+            raise RiskRulesError(
+                f"{path}: risky #{i + 1} ({raw.get('id', '?')}): field '{field}': {err['msg']}"
+            ) from None
+        except re.error as exc:
+            raise RiskRulesError(f"{path}: risky #{i + 1} ({raw.get('id', '?')}): bad regex: {exc}") from None
+        rules.append(rule)
+    _RULES_CACHE[path] = rules
+    return rules
+
+
+def risky_reasons(exp: Experiment, rules: Sequence[RiskRule]) -> list[str]:
+    """``"id: why"`` of every rule the experiment's change matches (none for baseline/confirm runs)."""
+    if exp.change is None:
+        return []
+    return [f"{r.id}: {r.why}" for r in rules if r.matches(exp.change)]
+
+
+def must_ask(mode: str | None, risky: Sequence[str]) -> bool:
+    """Whether a person must answer before this experiment runs in approval ``mode``."""
+    if mode == "auto":
+        return False
+    if mode == "risky":
+        return bool(risky)
+    return True
+
+
+# ---------------------------------------------------------------------------------------- request
+
+
+class HypothesisLine(BaseModel):
+    """One open hypothesis as the approval screen shows it, with what it predicts for this experiment."""
+
+    id: str
+    statement: str
+    component: str
+    posterior: float
+    status: str
+    predicts: Literal["fixed", "may_fix", "persists"]
+
+
+class ApprovalRequest(BaseModel):
+    """What the approve node asks (the ``interrupt()`` value): everything needed to decide.
+
+    ``launches``/``host_seconds`` are spent so far, against ``budget_launches``/``budget_host_seconds``;
+    ``experiment.cost_estimate_s`` is this launch's estimate in modelled host-seconds. ``error`` says why
+    the previous answer to this request was refused (the person is asked again).
+    """
+
+    kind: Literal["approval"] = "approval"
+    run_id: str
+    experiment: Experiment
+    step: int
+    tests: list[str] = Field(default_factory=list)
+    hypotheses: list[HypothesisLine] = Field(default_factory=list)
+    launches: int = 0
+    budget_launches: int = 0
+    host_seconds: float = 0.0
+    budget_host_seconds: float = 0.0
+    mode: str = "each"
+    risky: list[str] = Field(default_factory=list)
+    error: str | None = None
+    choices: list[str] = Field(default_factory=lambda: ["approve", "edit", "reject", "stop"])
+    answer_format: str = (
+        '{"decision": "approve"} | {"decision": "edit", "set": ["--attention-backend=triton"]} | '
+        '{"decision": "reject", "reason": "..."} | {"decision": "stop"}'
+    )
+
+
+def build_request(
+    *,
+    run_id: str,
+    exp: Experiment,
+    hypotheses: Sequence[Hypothesis],
+    launches: int,
+    host_seconds: float,
+    budget_launches: int,
+    budget_host_seconds: float,
+    mode: str,
+    risky: Sequence[str],
+    error: str | None = None,
+) -> ApprovalRequest:
+    """The approval request for ``exp`` given the run's ledger and spending (pure; no I/O)."""
+    predicted = {p.hypothesis_id: p.expect for p in exp.predictions}
+    live = sorted((h for h in hypotheses if h.status in ("open", "supported")), key=lambda h: -h.posterior)
+    lines = [
+        HypothesisLine(
+            id=h.id,
+            statement=h.statement,
+            component=h.component,
+            posterior=h.posterior,
+            status=h.status,
+            predicts=predicted.get(h.id, "persists"),
+        )
+        for h in live
+    ]
+    tests = [ln.id for ln in lines if ln.predicts != "persists"]
+    return ApprovalRequest(
+        run_id=run_id,
+        experiment=exp,
+        step=launches + 1,
+        tests=tests,
+        hypotheses=lines,
+        launches=launches,
+        budget_launches=budget_launches,
+        host_seconds=round(host_seconds, 1),
+        budget_host_seconds=budget_host_seconds,
+        mode=mode,
+        risky=list(risky),
+        error=error,
+    )
+
+
+# ---------------------------------------------------------------------------------------- answer
+
+
+class ApprovalAnswer(BaseModel):
+    """A person's (or a policy's) answer to an approval request.
+
+    ``set``: for an edit, the one change as text: ``--flag VALUE``, ``--flag=VALUE``, ``NAME=VALUE`` for an
+    environment variable (``NAME=`` unsets it, ``--flag=`` removes the flag), or a bare value for the
+    proposed variable. ``decision="approve"`` with ``set`` is an edit. ``experiment_id``: the experiment
+    the answer is meant for; an answer for another one is refused (a stale or repeated answer never
+    approves whatever is waiting now). ``mode``: switch the approval mode for the rest of the run.
+    """
+
+    decision: Decision
+    reason: str | None = None
+    set: list[str] = Field(default_factory=list)
+    experiment_id: str | None = None
+    mode: ApprovalMode | None = None
+    by: str = "user"
+
+    @model_validator(mode="after")
+    def _edit(self) -> ApprovalAnswer:
+        if self.decision == "approve" and self.set:
+            self.decision = "edit"
+        return self
+
+    @classmethod
+    def parse(cls, raw: Any) -> ApprovalAnswer:
+        """An answer from what a client sent: a dict, or a word (``approve``, ``y``, ``reject``, ``stop``).
+
+        Raises ValueError with a one-line message for anything else.
+        """
+        if isinstance(raw, ApprovalAnswer):
+            return raw
+        if isinstance(raw, str):
+            word = raw.strip().lower()
+            words = {
+                "y": "approve",
+                "yes": "approve",
+                "a": "approve",
+                "n": "reject",
+                "no": "reject",
+                "s": "stop",
+            }
+            raw = {"decision": words.get(word, word)}
+        if not isinstance(raw, dict):
+            raise ValueError(f"expected an answer like {{'decision': 'approve'}}, got {raw!r}")
+        raw = dict(raw)
+        if isinstance(raw.get("set"), str):
+            raw["set"] = [raw["set"]]
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            field = ".".join(str(p) for p in err["loc"]) or "answer"
+            raise ValueError(f"answer field '{field}': {err['msg']}") from None
+
+
+# ---------------------------------------------------------------------------------------- edit
+
+
+def _show(v: FlagValue) -> str:
+    return "(unset)" if v is None else ("(on)" if v is True else str(v))
+
+
+def parse_edit(
+    items: Sequence[str], *, current: Change | None, flags: FlagCatalog | None
+) -> tuple[Literal["flag", "env"], str, FlagValue]:
+    """Read an edit's text into ``(kind, name, value)``; ``value`` ``None`` removes the flag/variable.
+
+    Accepts ``--flag VALUE``, ``--flag=VALUE``, a bare ``--switch``, ``flag-name=VALUE``, ``NAME=VALUE``
+    (upper-case: an environment variable) and, when ``current`` is given, a bare ``VALUE`` for the
+    proposed variable. Raises EditError when the text holds anything but exactly one change.
+    """
+    tokens: list[str] = []
+    for item in items:
+        try:
+            tokens += shlex.split(item)
+        except ValueError as exc:
+            raise EditError(f"cannot read {item!r}: {exc}") from None
+    if not tokens:
+        raise EditError("empty edit: give one change, e.g. --attention-backend triton or NCCL_P2P_DISABLE=1")
+    changes: list[tuple[Literal["flag", "env"], str, FlagValue]] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.startswith("-"):
+            name, eq, value = tok.partition("=")
+            if eq:
+                changes.append(("flag", name, value if value != "" else None))
+            else:
+                nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+                takes: bool | None = None
+                if flags is not None:
+                    try:
+                        takes = flags.resolve(name).takes_value
+                    except FlagError:
+                        takes = None
+                if (
+                    takes is not False
+                    and nxt is not None
+                    and not nxt.startswith("-")
+                    and not _ENV_ASSIGN.match(nxt)
+                ):
+                    changes.append(("flag", name, nxt))
+                    i += 1
+                else:
+                    changes.append(("flag", name, True))
+        elif m := _ENV_ASSIGN.match(tok):
+            changes.append(("env", m["name"], m["value"] if m["value"] != "" else None))
+        elif m := _FLAG_ASSIGN.match(tok):
+            changes.append(("flag", m["name"], m["value"] if m["value"] != "" else None))
+        elif len(tokens) == 1 and current is not None:
+            changes.append((current.kind, current.name, tok))
+        else:
+            raise EditError(f"{tok!r}: expected --flag VALUE, --flag=VALUE or NAME=VALUE")
+        i += 1
+    if len(changes) != 1:
+        named = ", ".join(name for _, name, _ in changes)
+        raise EditError(
+            f"an experiment changes exactly one variable; this edit changes {len(changes)} ({named}). "
+            "Give one change, e.g. --attention-backend triton or NCCL_P2P_DISABLE=1"
+        )
+    return changes[0]
+
+
+def apply_edit(
+    exp: Experiment,
+    items: Sequence[str],
+    *,
+    view: PlannerView,
+    flags: FlagCatalog | None,
+    hypotheses: Sequence[Hypothesis],
+    predict: Callable[[Hypothesis, Change | None], str],
+    by: str = "user",
+) -> Experiment:
+    """The experiment a person's edit of ``exp`` asks for: the same baseline, one different change.
+
+    The change is normalised through the host's flag catalog (canonical name, legal value) and the new
+    experiment passes ``check_experiment`` like any planner proposal; each open hypothesis's prediction
+    is recomputed with ``predict``. Raises EditError (one line) when it cannot run.
+    """
+    if exp.purpose != "test" or exp.change is None:
+        raise EditError(
+            f"a {exp.purpose} run changes nothing, so there is no change to edit; approve, reject or stop it"
+        )
+    kind, name, value = parse_edit(items, current=exp.change, flags=flags)
+    if kind == "flag":
+        try:
+            if value is None:
+                canon, after = (flags.resolve(name).name if flags else name), None
+            else:
+                canon, after = flags.validate(name, value) if flags else (name, value)
+        except FlagError as exc:
+            raise EditError(str(exc)) from None
+    else:
+        canon, after = name, value
+    if not isinstance(after, str | bool | type(None)):
+        after = str(after)
+    before = exp.baseline.value(kind, canon)
+    if (before is None and after is None) or (
+        before is not None and after is not None and str(before) == str(after)
+    ):
+        raise EditError(f"{canon} is already {_show(before)} in the baseline; an edit must change it")
+    change = Change(kind=kind, name=canon, before=before, after=after)
+    live = [h for h in hypotheses if h.status in ("open", "supported")]
+    new = Experiment(
+        id=Experiment.make_id(exp.baseline, change, "test"),
+        purpose="test",
+        baseline=exp.baseline,
+        change=change,
+        predictions=[
+            Prediction.model_validate({"hypothesis_id": h.id, "expect": predict(h, change)}) for h in live
+        ],
+        rationale=f"edited by {by}: proposed {exp.change.describe()}, runs {change.describe()} instead",
+        cost_estimate_s=exp.cost_estimate_s,
+        proposed_by=by,
+    )
+    try:
+        check_experiment(new, view=view, flags=flags)
+    except GuardError as exc:
+        raise EditError(str(exc)) from None
+    return new
+
+
+# ---------------------------------------------------------------------------------------- screen
+
+_PREDICTS = {"fixed": "[green]fixed[/]", "may_fix": "[yellow]may fix[/]", "persists": "[dim]persists[/]"}
+
+
+def describe_experiment(exp: Experiment) -> str:
+    """One line: the change as ``name: before → after``, or what a baseline/confirmation run does."""
+    if exp.change is not None:
+        return exp.change.describe()
+    return {
+        "baseline": "reproduce the failure on the baseline (no change)",
+        "confirm": "re-run the fix to confirm it (no change)",
+    }.get(exp.purpose, exp.purpose)
+
+
+def approval_panel(req: ApprovalRequest) -> Panel:
+    """The approval screen: what is tested, the change, each open hypothesis's prediction, the cost."""
+    exp = req.experiment
+    by_id = {h.id: h for h in req.hypotheses}
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    grid.add_row("change", f"[bold magenta]{escape(describe_experiment(exp))}[/]")
+    if req.tests:
+        tested = "; ".join(
+            f"{escape(h)} (p={by_id[h].posterior:.2f}): {escape(by_id[h].statement)}" for h in req.tests
+        )
+        grid.add_row("tests", tested)
+    elif exp.purpose == "baseline":
+        grid.add_row("tests", "nothing yet: collects the failing run's log evidence")
+    if exp.rationale:
+        grid.add_row("why", f"[dim]{escape(exp.rationale)}[/]")
+    grid.add_row(
+        "cost",
+        f"~{exp.cost_estimate_s:.0f} host-s for this launch; so far {req.launches} of "
+        f"{req.budget_launches} launches, {req.host_seconds:.0f} of {req.budget_host_seconds:.0f} host-s",
+    )
+    for r in req.risky:
+        grid.add_row("[red]risky[/]", escape(r))
+    parts: list[Any] = [grid]
+    if req.hypotheses:
+        t = Table("p", "hypothesis", "predicts", "statement", box=None, padding=(0, 1), header_style="bold")
+        for h in req.hypotheses:
+            t.add_row(f"{h.posterior:.2f}", escape(h.id), _PREDICTS[h.predicts], escape(h.statement))
+        parts.append(t)
+    if req.error:
+        parts.append(f"[bold red]previous answer refused:[/] {escape(req.error)}")
+    parts.append(escape("[a]pprove  [e]dit (one change)  [r]eject with a reason  [s]top the run"))
+    return Panel(
+        Group(*parts),
+        title=f"approve experiment {req.step}? [dim]{exp.id}[/]",
+        title_align="left",
+        border_style="red" if req.risky else "cyan",
+    )
+
+
+def ask(
+    req: ApprovalRequest,
+    console: Console,
+    *,
+    check_edit: Callable[[list[str]], Experiment],
+    read: Callable[[str], str] | None = None,
+) -> ApprovalAnswer:
+    """Show the approval screen and read an answer at the terminal; asks again after a refused edit.
+
+    ``check_edit`` validates an edit exactly as the approve node will (raising EditError). ``read``
+    defaults to ``console.input``; EOFError (Ctrl-D) and KeyboardInterrupt propagate to the caller.
+    """
+    reader = read or (lambda prompt: console.input(Text(prompt)))  # Text: no markup, no highlighting
+    console.print(approval_panel(req))
+    exp_id = req.experiment.id
+    while True:
+        word = reader("[a]pprove / [e]dit / [r]eject / [s]top: ").strip().lower()
+        if word in ("a", "approve", "y", "yes"):
+            return ApprovalAnswer(decision="approve", experiment_id=exp_id)
+        if word in ("e", "edit"):
+            text = reader(
+                "one change (e.g. --attention-backend triton, NCCL_P2P_DISABLE=1, or a new value; "
+                "empty: back): "
+            ).strip()
+            if not text:
+                continue
+            try:
+                new = check_edit([text])
+            except EditError as exc:
+                console.print(f"[bold red]edit refused:[/] {escape(str(exc))}", highlight=False)
+                continue
+            console.print(f"edited: [bold magenta]{escape(describe_experiment(new))}[/]", highlight=False)
+            return ApprovalAnswer(decision="edit", set=[text], experiment_id=exp_id)
+        if word in ("r", "reject", "n", "no"):
+            reason = reader("reason (recorded; this experiment will not be proposed again): ").strip()
+            if not reason:
+                console.print("a rejection needs a reason")
+                continue
+            return ApprovalAnswer(decision="reject", reason=reason, experiment_id=exp_id)
+        if word in ("s", "stop", "q", "quit"):
+            return ApprovalAnswer(decision="stop", experiment_id=exp_id)
+        console.print("answer a (approve), e (edit), r (reject) or s (stop)")

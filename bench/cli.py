@@ -1,0 +1,125 @@
+"""`python -m bench [--worlds NAME ...] [--json]`: the agent against baselines on the lab worlds.
+
+Prints a table for people (progress on stderr while it runs) or, with ``--json``, one JSON object for
+machines. Exit code 0 when the run finished (``all_targets_met`` in the JSON says whether every target
+was met), 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from bench.run import BenchResult, run_bench
+
+
+def render(result: BenchResult, console: Console) -> None:
+    """The rich tables: every world and method, then the targets with measured figures."""
+    t = Table(
+        title=f"hypoloop bench — lab time scale {result.time_scale:g}, random = mean of {result.seeds} seeds, "
+        f"{result.wall_s:.0f} s wall",
+        show_lines=False,
+    )
+    for col, just in (
+        ("world", "left"),
+        ("method", "left"),
+        ("correct root cause", "center"),
+        ("launches", "right"),
+        ("host-s (modelled)", "right"),
+        ("wall s", "right"),
+        ("fix found", "left"),
+    ):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for w in result.worlds:
+        for i, (name, m) in enumerate(w.methods.items()):
+            if m.correct_rate is not None:
+                correct = f"{'yes' if m.correct else 'no'} ({m.correct_rate * m.extra.get('seeds', 1):.0f}/{m.extra.get('seeds', 1)})"
+            else:
+                correct = "yes" if m.correct else "no"
+            style = "green" if m.correct else "red"
+            t.add_row(
+                w.world if i == 0 else "",
+                name,
+                f"[{style}]{correct}[/]",
+                f"{m.launches:.1f}" if m.correct_rate is not None else f"{m.launches:g}",
+                f"{m.host_s:,.0f}",
+                f"{m.wall_s:.1f}",
+                escape(m.found or m.status or "—"),
+                end_section=i == len(w.methods) - 1,
+            )
+    console.print(t)
+    g = Table(title="targets")
+    g.add_column("target")
+    g.add_column("measured")
+    g.add_column("met", justify="center")
+    for target in result.targets:
+        g.add_row(
+            escape(target.name), escape(target.measured), "[green]yes[/]" if target.met else "[red]NO[/]"
+        )
+    console.print(g)
+    console.print(
+        "host-s: modelled GPU-host seconds (wall seconds of each launch / time scale). random: a launch of a "
+        "configuration another seed already ran is replayed from that run (deterministic worlds only). "
+        "overhead per step: wall time between a server stopped and the next launch (analyse, update, design, "
+        "approve, checkpoint, transcript), host waits excluded.",
+        style="dim",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m bench``."""
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--worlds", nargs="+", metavar="WORLD", help="world names under lab/worlds (default: all)"
+    )
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    ap.add_argument("--seeds", type=int, default=5, help="random-baseline seeds (default 5)")
+    ap.add_argument("--time-scale", type=float, default=0.001, help="lab time scale (default 0.001)")
+    ap.add_argument(
+        "--methods",
+        nargs="+",
+        default=["agent", "random", "human", "ddmin"],
+        choices=["agent", "random", "human", "ddmin"],
+        help="methods to run (default: all)",
+    )
+    ap.add_argument("--keep", type=Path, metavar="DIR", help="keep logs and transcripts in DIR")
+    ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    args = ap.parse_args(argv)
+    if args.seeds < 1 or not args.time_scale > 0:
+        ap.error("--seeds must be >= 1 and --time-scale > 0")
+    err = Console(stderr=True)
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            err.print(f"[dim]bench:[/] {escape(msg)}", highlight=False)
+
+    try:
+        result = run_bench(
+            args.worlds,
+            seeds=args.seeds,
+            time_scale=args.time_scale,
+            methods=tuple(args.methods),
+            workdir=args.keep,
+            progress=progress,
+        )
+    except ValueError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        return 2
+    if args.json:
+        print(json.dumps(result.as_json()))
+    else:
+        out = Console()
+        if not out.is_terminal:
+            out = Console(width=160)
+        render(result, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Launch one configuration of a world the way the agent does, through ``tools``: ServerSession with the
+stall watch, then the case's probes; success means every probe passed and no fatal line appeared.
+
+Host-seconds are modelled like the agent's (wall seconds of the launch / the lab's time scale), so all
+methods are measured with the same clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.case import Case
+from agent.models import FlagValue
+from tools.host import LocalHost, expand_argv
+from tools.probes import run_probe
+from tools.server import ServerSession, render_command
+from tools.signatures import Signature, SignatureMatcher
+from tools.stall import StallWatch
+
+
+@dataclass
+class LaunchRecord:
+    """One launch: did it serve correctly, how far it got, what it cost."""
+
+    ok: bool
+    status: str
+    host_s: float
+    wall_s: float
+    signatures: list[str] = field(default_factory=list)
+    replayed: bool = False
+
+
+class Launcher:
+    """Launches configurations of one case on the local (lab) host. ``workdir`` receives the logs."""
+
+    def __init__(self, case: Case, signatures: list[Signature], workdir: Path) -> None:
+        self.case = case
+        self.signatures = signatures
+        self.workdir = workdir
+        self.host = LocalHost(env=case.host.env, root=str(workdir))
+        self.count = 0
+
+    def launch(self, flags: Mapping[str, FlagValue], env: dict[str, str]) -> LaunchRecord:
+        """Start the server with ``flags``/``env``, wait for ready/crash/stall, probe, stop."""
+        host, case = self.host, self.case
+        self.count += 1
+        port = host.free_port()
+        argv = render_command(
+            expand_argv(case.launcher.argv, host), case.model.path, flags, host="127.0.0.1", port=port
+        )
+        matcher = SignatureMatcher(self.signatures)
+        stall = StallWatch(
+            self.signatures,
+            time_scale=host.time_scale,
+            ceiling_s=case.budget.stall_timeout_s * host.time_scale if case.budget.stall_timeout_s else None,
+        )
+        log = self.workdir / f"launch-{self.count:04d}.log"
+        session = ServerSession(
+            host,
+            argv,
+            env=env,
+            log_path=str(log),
+            port=port,
+            matcher=matcher,
+            on_event=stall.observe,
+            ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
+            stall_timeout_s=stall.limit,
+        )
+        t0 = time.monotonic()
+        ok = False
+        with session:
+            res = session.wait_ready()
+            status: str = res.status
+            if res.status == "ready" and res.base_url:
+                results = []
+                for probe in case.probes:
+                    pr = run_probe(res.base_url, probe, model=case.model.path)
+                    results.append(pr)
+                    if pr.status in ("connection_error", "timeout"):
+                        break
+                session.watch(2.0 if any(not r.ok for r in results) else 0.2)
+                ok = bool(results) and all(r.ok for r in results) and not session.fatal_seen
+                status = "ok" if ok else "request_failed"
+            session.stop()
+        wall = time.monotonic() - t0
+        return LaunchRecord(
+            ok=ok,
+            status=status,
+            host_s=wall / host.time_scale,
+            wall_s=wall,
+            signatures=[m.signature_id for m in matcher.matches() if m.kind in ("fatal", "error")],
+        )
+
+    def close(self) -> None:
+        """Stop anything still running."""
+        self.host.close()

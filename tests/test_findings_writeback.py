@@ -1,0 +1,121 @@
+"""`hypoloop findings add`: a run's finding appended to a FINDINGS.md file, read back by the knowledge
+reader, and used by a later run on a similar case."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agent.findings import add_finding
+from agent.recorded import RecordedRun
+from agent.transcript import read_transcript
+from tools.knowledge import read_findings
+
+REPO = Path(__file__).resolve().parent.parent
+GLM5 = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
+REJECTED = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120-reject-kv.jsonl"
+WORLD = REPO / "lab" / "worlds" / "glm5-nvfp4-sm120"
+HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
+
+
+def _hypoloop(tmp_path: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    env = dict(
+        os.environ, HYPOLOOP_HOME=str(tmp_path / "home"), HYPOLOOP_LAB_TIME_SCALE="0.004", COLUMNS="200"
+    )
+    return subprocess.run(
+        [*HYPOLOOP, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _notes(tmp_path: Path) -> tuple[Path, bytes]:
+    path = tmp_path / "FINDINGS.md"
+    original = (WORLD / "FINDINGS.md").read_bytes()
+    path.write_bytes(original)
+    return path, original
+
+
+def test_entry_is_appended_and_reads_back(tmp_path: Path) -> None:
+    path, original = _notes(tmp_path)
+    r = _hypoloop(tmp_path, "findings", "add", str(GLM5), "--to", str(path))
+    assert r.returncode == 0, r.stderr
+    after = path.read_bytes()
+    assert after[: len(original)] == original  # nothing before the entry changed
+    assert len(after) > len(original)
+    findings = read_findings(path)
+    assert len(findings) == len(read_findings(WORLD / "FINDINGS.md")) + 1
+    new = findings[-1]
+    assert new.outcome == "works"
+    assert new.flags.get("--kv-cache-dtype") == "bf16"
+    assert new.flags.get("--quantization") == "modelopt_fp4"
+    assert new.model == "zai-org/GLM-5-NVFP4"
+    assert new.gpus == ["RTX PRO 6000"] and new.hardware == "8x RTX PRO 6000"
+    assert new.date and new.facts.get("kv_cache_dtype") == "bf16"
+    assert {"moe", "dsa", "nvfp4"} <= set(new.features)
+    run_id = RecordedRun.load(GLM5).run_id
+    assert "fp8-gemm-scale-format" in new.text and f"hypoloop run {run_id}" in new.text
+    assert "reads back as: outcome works" in r.stderr
+
+
+def test_second_add_of_the_same_run_changes_nothing(tmp_path: Path) -> None:
+    path, _ = _notes(tmp_path)
+    assert _hypoloop(tmp_path, "findings", "add", str(GLM5), "--to", str(path)).returncode == 0
+    once = path.read_bytes()
+    r = _hypoloop(tmp_path, "findings", "add", str(GLM5), "--to", str(path))
+    assert r.returncode == 2 and "already recorded" in r.stderr
+    assert path.read_bytes() == once
+
+
+def test_a_run_without_a_fix_is_not_written(tmp_path: Path) -> None:
+    path, original = _notes(tmp_path)
+    r = _hypoloop(tmp_path, "findings", "add", str(REJECTED), "--to", str(path))
+    assert r.returncode == 2 and "did not isolate a confirmed fix" in r.stderr
+    assert path.read_bytes() == original
+
+
+def test_dry_run_and_a_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "notes" / "FINDINGS.md"
+    entry, finding = add_finding(RecordedRun.load(GLM5), path, dry_run=True)
+    assert not path.exists() and finding.outcome == "works"
+    entry2, finding2 = add_finding(RecordedRun.load(GLM5), path)
+    assert entry2 == entry and path.read_text(encoding="utf-8") == entry
+    assert read_findings(path)[0].flags == finding2.flags
+
+
+def test_entry_follows_the_files_heading_level(tmp_path: Path) -> None:
+    path = tmp_path / "FINDINGS.md"
+    path.write_text("# Box notes\n\n### 2026-01-02 — something works\n\nIt works.\n", encoding="utf-8")
+    entry, _ = add_finding(RecordedRun.load(GLM5), path)
+    assert entry.startswith("### ")
+    assert path.read_text(encoding="utf-8").startswith(
+        "# Box notes\n\n### 2026-01-02 — something works\n\nIt works.\n\n### "
+    )
+
+
+def test_a_later_run_on_a_similar_case_uses_the_written_finding(tmp_path: Path) -> None:
+    notes, _ = _notes(tmp_path)
+    assert _hypoloop(tmp_path, "findings", "add", str(GLM5), "--to", str(notes)).returncode == 0
+    title = read_findings(notes)[-1].title
+    case = (WORLD / "case.toml").read_text(encoding="utf-8")
+    case = case.replace('knowledge = ["FINDINGS.md"]', f"knowledge = [{json.dumps(str(notes))}]")
+    case_path = tmp_path / "case.toml"
+    case_path.write_text(case, encoding="utf-8")
+    r = _hypoloop(
+        tmp_path, "run", str(case_path), "--auto", "--json", "--transcript-dir", str(tmp_path / "tr")
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    events = list(read_transcript(Path(json.loads(r.stdout.strip().splitlines()[-1])["transcript"])))
+    read = next(e for e in events if e.type == "knowledge.read").data
+    mine = next(f for f in read["findings"] if f["title"] == title)
+    assert mine["outcome"] == "works" and mine["relevance"] >= 0.9
+    # Its flags (and the effective KV-cache dtype it quotes) weigh on the ledger: the KV-cache hypothesis
+    # carries the finding as evidence and starts higher than it did without it.
+    added = {e.data["id"]: e.data for e in events if e.type == "hypothesis.added"}
+    kv = added["lowprec-kv-cache-attention-numerics"]
+    assert any(ev["kind"] == "finding" and title in ev["detail"] for ev in kv["evidence"])
+    before = next(
+        e.data for e in read_transcript(GLM5) if e.type == "hypothesis.added" and e.data["id"] == kv["id"]
+    )
+    assert kv["prior"] > before["prior"]

@@ -1,0 +1,325 @@
+"""Transcript reading, `hypoloop replay` (step, speed, follow) and `replay --redecide` against the
+reference transcripts in transcripts/reference/ (regenerate them with `python -m bench.make_reference`)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, get_args
+
+import pytest
+from rich.console import Console
+
+from agent.events import STAGES
+from agent.models import Change, Experiment, Stage
+from agent.planner import PlannerView, Proposal, RulePlanner
+from agent.recorded import RecordedRun
+from agent.replay import follow_events, make_planner, redecide, replay
+from agent.transcript import TranscriptError, read_transcript
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = REPO / "transcripts" / "reference"
+GLM5 = REFERENCE / "glm5-nvfp4-sm120.jsonl"
+REJECTED = REFERENCE / "glm5-nvfp4-sm120-reject-kv.jsonl"
+HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
+
+
+def _hypoloop(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(
+        os.environ, HYPOLOOP_HOME=str(tmp_path / "home"), HYPOLOOP_LAB_TIME_SCALE="0.004", COLUMNS="200"
+    )
+    return subprocess.run(
+        [*HYPOLOOP, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines(keepends=True)
+
+
+def _console() -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, width=200, color_system=None), buf
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+def test_reference_transcripts_exist() -> None:
+    assert GLM5.is_file() and REJECTED.is_file()
+
+
+def test_reader_skips_a_truncated_last_line(tmp_path: Path) -> None:
+    lines = _lines(GLM5)
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines) + lines[10][: len(lines[10]) // 2], encoding="utf-8")
+    events = list(read_transcript(path))
+    assert len(events) == len(lines)
+    assert RecordedRun.load(path).truncated_tail
+
+
+def test_malformed_middle_line_names_the_line(tmp_path: Path) -> None:
+    lines = _lines(GLM5)
+    lines[9] = lines[9][:40] + "\n"  # cut short, but followed by more lines: not a crash mid-write
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(TranscriptError, match=r"t\.jsonl: line 10: not JSON"):
+        list(read_transcript(path))
+    r = _hypoloop(tmp_path, "replay", str(path))
+    assert r.returncode == 2
+    assert "line 10" in r.stderr
+
+
+def test_payload_error_names_the_line_and_field(tmp_path: Path) -> None:
+    lines = _lines(GLM5)
+    n = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "outcome")
+    ev = json.loads(lines[n])
+    ev["data"]["stage"] = "exploded"
+    lines[n] = json.dumps(ev) + "\n"
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(TranscriptError) as info:
+        list(read_transcript(path))
+    msg = str(info.value)
+    assert f"line {n + 1}:" in msg and "outcome event" in msg and "'data.stage'" in msg and "exploded" in msg
+    # The envelope alone is still readable (a resumed run only needs the last seq).
+    assert len(list(read_transcript(path, payloads=False))) == len(lines)
+
+
+def test_missing_envelope_field_is_named(tmp_path: Path) -> None:
+    lines = _lines(GLM5)
+    ev = json.loads(lines[3])
+    del ev["seq"]
+    lines[3] = json.dumps(ev) + "\n"
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(TranscriptError, match=r"line 4: not a transcript event: field 'seq': Field required"):
+        list(read_transcript(path))
+
+
+def test_newer_format_version_is_refused(tmp_path: Path) -> None:
+    ev = json.loads(_lines(GLM5)[0])
+    ev["v"] = 2
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(ev) + "\n", encoding="utf-8")
+    with pytest.raises(TranscriptError, match="format version 2 is newer"):
+        list(read_transcript(path))
+
+
+def test_payload_literals_follow_the_models() -> None:
+    assert set(STAGES) == set(get_args(Stage))
+
+
+def test_a_fresh_run_validates_against_the_payload_models() -> None:
+    types = {ev.type for ev in read_transcript(GLM5)}
+    assert {"run.started", "host.fingerprint", "knowledge.read", "outcome", "experiment.proposed"} <= types
+    started = next(read_transcript(GLM5)).data
+    assert started["case_data"]["model"]["path"] == "zai-org/GLM-5-NVFP4"
+
+
+# ---------------------------------------------------------------------------------- replay
+
+
+def test_replay_shows_evidence_and_alternatives(tmp_path: Path) -> None:
+    r = _hypoloop(tmp_path, "replay", str(GLM5))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    # The live view's lines ...
+    assert "experiment 2" in out and "server launched" in out and "conclusion" in out
+    # ... plus why each hypothesis weighs what it does (signatures with log lines, boosts, findings) ...
+    assert "log lines 224, 225" in out
+    assert "(x3)" in out and "known-good" in out
+    # ... and the alternatives the design step weighed, with the chosen one marked.
+    assert "alternatives weighed" in out
+    assert "--fp8-gemm-backend" in out and "◀ chosen" in out
+    assert "run ended: isolated" in out
+    assert "unfinished" not in out
+
+
+def test_replay_jumps_to_a_step(tmp_path: Path) -> None:
+    r = _hypoloop(tmp_path, "replay", str(GLM5), "--step", "2")
+    assert r.returncode == 0, r.stderr
+    assert "jumped to step 2" in r.stdout.splitlines()[0]
+    assert "experiment 1 " not in r.stdout and "experiment 2 " in r.stdout
+    r = _hypoloop(tmp_path, "replay", str(GLM5), "--step", "99")
+    assert r.returncode == 2 and "no step 99" in r.stdout
+
+
+def test_unfinished_run_is_marked(tmp_path: Path) -> None:
+    lines = _lines(GLM5)
+    cut = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "server.ready")
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines[:cut]) + lines[cut][:30], encoding="utf-8")
+    r = _hypoloop(tmp_path, "replay", str(path))
+    assert r.returncode == 0, r.stderr
+    assert "unfinished" in r.stdout and "incomplete" in r.stdout
+
+
+def test_speed_scales_the_recorded_gaps() -> None:
+    events = list(read_transcript(GLM5))
+    naps: list[float] = []
+    console, _ = _console()
+    replay(GLM5, console, speed=4.0, sleep=naps.append)
+    expected = [
+        min((b.ts - a.ts) / 4.0, 3.0) for a, b in zip(events, events[1:], strict=False) if b.ts > a.ts
+    ]
+    assert naps == pytest.approx(expected)
+
+
+def _write_slowly(src: list[str], dest: Path, delay: float) -> None:
+    with open(dest, "a", encoding="utf-8") as fh:
+        for line in src:
+            half = len(line) // 2  # a line arrives in two writes: the reader must wait for the newline
+            fh.write(line[:half])
+            fh.flush()
+            time.sleep(delay)
+            fh.write(line[half:])
+            fh.flush()
+
+
+def test_follow_tails_a_growing_transcript(tmp_path: Path) -> None:
+    lines = _lines(GLM5)
+    path = tmp_path / "live.jsonl"
+    writer = threading.Thread(target=_write_slowly, args=(lines, path, 0.002))
+    writer.start()
+    try:
+        seen = [ev.seq for ev in follow_events(path, poll_s=0.01)]
+    finally:
+        writer.join()
+    assert seen == [json.loads(line)["seq"] for line in lines]  # every event once, ending at run.ended
+
+
+def test_follow_rereads_after_a_torn_line_is_cut(tmp_path: Path) -> None:
+    lines = _lines(GLM5)
+    path = tmp_path / "live.jsonl"
+    path.write_text("".join(lines[:5]) + lines[5][:20], encoding="utf-8")
+
+    def resume_later() -> None:
+        time.sleep(0.1)
+        with open(path, "rb+") as fh:  # what a resumed run does (Transcript._drop_torn_line) ...
+            data = fh.read()
+            fh.truncate(data.rfind(b"\n") + 1)
+        with open(path, "a", encoding="utf-8") as fh:  # ... before it appends whole lines again
+            fh.writelines(lines[5:])
+
+    t = threading.Thread(target=resume_later)
+    t.start()
+    try:
+        seen = [ev.seq for ev in follow_events(path, poll_s=0.01)]
+    finally:
+        t.join()
+    assert seen == [json.loads(line)["seq"] for line in lines]
+
+
+def test_follow_command_stops_at_run_ended(tmp_path: Path) -> None:
+    lines = _lines(GLM5)
+    path = tmp_path / "live.jsonl"
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.Popen(
+        [*HYPOLOOP, "replay", str(path), "--follow"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(0.3)
+        _write_slowly(lines, path, 0.001)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "run ended: isolated" in out
+
+
+# ---------------------------------------------------------------------------------- re-decide
+
+
+@pytest.mark.parametrize("path", sorted(REFERENCE.glob("*.jsonl")), ids=lambda p: p.stem)
+def test_reference_transcript_redecides_identically(tmp_path: Path, path: Path) -> None:
+    """A planner change that alters a decision on a recorded run fails here: regenerate the references
+    (python -m bench.make_reference) only if the new decisions are the intended ones."""
+    r = _hypoloop(tmp_path, "replay", str(path), "--redecide")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "decisions match" in r.stdout
+    assert "warning" not in r.stderr  # the reference holds everything a re-decision needs
+
+
+def test_redecide_replays_a_rejection() -> None:
+    run = RecordedRun.load(REJECTED)
+    assert run.rejections and run.rejections[0]["change"]["name"] == "--kv-cache-dtype"
+    planner, flags, warnings = make_planner("rules", run)
+    result = redecide(run, planner, flags, warnings=warnings)
+    assert result.matched
+    # After the rejection the planner moves on to the next idea, as recorded.
+    props = [d for d in result.decisions if d.what == "proposal"]
+    assert "--kv-cache-dtype" in props[1].recorded and "--kv-cache-dtype" not in props[2].decided
+
+
+class _PrefersAttentionBackend(RulePlanner):
+    """Deliberately different: tests the attention backend instead of whatever the rules pick."""
+
+    name = "diverging"
+
+    def propose(self, view: PlannerView, state: Any) -> Proposal:
+        p = super().propose(view, state)
+        if p.experiment is None or p.experiment.purpose != "test":
+            return p
+        change = Change(kind="flag", name="--attention-backend", before=None, after="flashinfer")
+        exp = Experiment(
+            id=Experiment.make_id(state.baseline, change, "test"),
+            purpose="test",
+            baseline=state.baseline,
+            change=change,
+        )
+        return Proposal(experiment=exp)
+
+
+def test_a_diverging_planner_stops_at_the_first_divergence() -> None:
+    run = RecordedRun.load(GLM5)
+    rules, flags, _ = make_planner("rules", run)
+    result = redecide(run, _PrefersAttentionBackend(rules.catalog, flags), flags)
+    assert not result.matched
+    last = result.decisions[-1]
+    assert not last.match and last.what == "proposal" and last.step == 2
+    assert "--kv-cache-dtype" in last.recorded and "--attention-backend" in last.decided
+    assert result.stopped_at == last.seq
+    assert all(d.match for d in result.decisions[:-1])  # nothing after the divergence was compared
+
+
+def test_redecide_exits_nonzero_when_the_recording_differs(tmp_path: Path) -> None:
+    # The same divergence seen from the command line: the recorded step-2 proposal is not what the
+    # current planner proposes.
+    lines = _lines(GLM5)
+    for i, line in enumerate(lines):
+        ev = json.loads(line)
+        if ev["type"] == "experiment.proposed" and ev["data"]["purpose"] == "test":
+            ev["data"]["change"] = {
+                "kind": "flag",
+                "name": "--attention-backend",
+                "before": None,
+                "after": "flashinfer",
+            }
+            ev["data"]["id"] = "exp-0000000000"
+            lines[i] = json.dumps(ev) + "\n"
+            break
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    r = _hypoloop(tmp_path, "replay", str(path), "--redecide")
+    assert r.returncode == 1
+    assert "diverges" in r.stdout
+
+
+def test_llm_planner_without_recorded_responses_is_a_clear_error(tmp_path: Path) -> None:
+    r = _hypoloop(tmp_path, "replay", str(GLM5), "--redecide", "--planner", "llm")
+    assert r.returncode == 2
+    assert "--planner llm is not available" in r.stderr

@@ -1,0 +1,126 @@
+"""`hypoloop report`: the review document of a run, in Markdown and as one self-contained HTML file."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from agent.recorded import RecordedRun
+from agent.report import build_report, render
+
+REPO = Path(__file__).resolve().parent.parent
+GLM5 = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
+REJECTED = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120-reject-kv.jsonl"
+HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
+
+
+def _hypoloop(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, HYPOLOOP_HOME=str(tmp_path / "home"), COLUMNS="200")
+    return subprocess.run(
+        [*HYPOLOOP, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_markdown_names_root_cause_fix_and_why_deepgemm_was_dropped() -> None:
+    md = render(RecordedRun.load(GLM5), "md")
+    summary = md.split("## How the run got there")[0]
+    assert (
+        "**root cause**: The sparse-attention (DSA/NSA) decode kernels read the fp8_e4m3 KV cache" in summary
+    )
+    assert "**fix**: --kv-cache-dtype: (unset) → bf16" in summary
+    assert "**confirmation**" in summary and "2/2 probes ok" in summary
+    # Ruled out, with the reason and where it was seen: the DeepGemm warning also appears in a run that
+    # served correctly.
+    assert "fp8-gemm-scale-format" in summary and "DeepGemm" in summary
+    assert "also appears in a run that served correctly" in summary and "log line" in summary
+    # Why the KV-cache dtype went first: the best P(fix) per host-second, the weight behind it.
+    assert "Chosen for the best probability of fixing per host-second" in md
+    assert "Next best: --fp8-gemm-backend" in md
+    # The DeepGemm hypothesis's own section says why it was dropped.
+    section = md.split("### `fp8-gemm-scale-format`")[1].split("### ")[0]
+    assert "Why it was dropped" in section and "ranked below the chosen change" in section
+    assert "Refuted at step 2" in section
+
+
+def test_report_has_experiment_table_and_probabilities() -> None:
+    md = render(RecordedRun.load(GLM5), "md")
+    table = md.split("## Experiments")[1].split("Timeline")[0]
+    rows = [r for r in table.splitlines() if re.match(r"\| \d ", r)]
+    assert len(rows) == 3
+    assert "request_failed" in rows[0] and "probability_tensor_nan (log line" in rows[0]
+    assert "min" in rows[0]  # time to ready / to crash in host time
+    assert "adopted into the baseline" in rows[1] and "confirms the fix" in rows[2]
+    assert "| hypothesis | after #1 | after #2 | after #3 |" in md
+
+
+def test_excerpts_fall_back_to_the_transcript_when_the_log_is_gone() -> None:
+    rep = build_report(RecordedRun.load(GLM5))
+    items = [e for h in rep.hypotheses for e in h.evidence if e.excerpt]
+    assert items
+    assert all("transcript" in e.excerpt.source for e in items if e.excerpt)
+    nan = next(e for e in items if 224 in e.line_numbers)
+    assert nan.excerpt and "probability tensor contains" in nan.excerpt.lines[0][1]
+
+
+def test_excerpts_come_from_the_server_log_when_it_exists(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("".join(f"log line number {n}\n" for n in range(1, 300)), encoding="utf-8")
+    lines = GLM5.read_text(encoding="utf-8").splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        ev = json.loads(line)
+        if ev["type"] == "outcome" and ev["data"]["stage"] != "ok":
+            ev["data"]["log_path"] = str(log)
+            lines[i] = json.dumps(ev) + "\n"
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines), encoding="utf-8")
+    rep = build_report(RecordedRun.load(path))
+    nan = next(e for h in rep.hypotheses for e in h.evidence if e.excerpt and 224 in e.line_numbers)
+    assert nan.excerpt is not None and str(log) in nan.excerpt.source
+    assert [(n, cited) for n, _, cited in nan.excerpt.lines] == [
+        (223, False),
+        (224, True),
+        (225, True),
+        (226, False),
+    ]
+    assert nan.excerpt.lines[1][1] == "log line number 224"
+
+
+def test_html_is_one_self_contained_file(tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    r = _hypoloop(tmp_path, "report", str(GLM5), "--format", "html", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    page = out.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert page.count("<svg") == 2  # the experiment timeline and the probabilities
+    for needle in ("<script", "<link", "@import", "url(", " src="):
+        assert needle not in page
+    assert not re.findall(r"https?://(?!www\.w3\.org/2000/svg)", page)  # nothing to fetch
+    assert "Why it was dropped" in page and "kv-cache-dtype" in page
+
+
+def test_markdown_to_stdout(tmp_path: Path) -> None:
+    r = _hypoloop(tmp_path, "report", str(REJECTED))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("# hypoloop run")
+    assert "Rejected: --kv-cache-dtype: (unset) → bf16 — a bf16 KV cache halves" in r.stdout
+    assert "**status**: not_isolated" in r.stdout
+
+
+def test_report_of_an_unfinished_run_says_so(tmp_path: Path) -> None:
+    lines = GLM5.read_text(encoding="utf-8").splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "hypothesis.supported")
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines[:cut]), encoding="utf-8")
+    md = render(RecordedRun.load(path), "md")
+    assert "**Unfinished run**" in md
+    html = render(RecordedRun.load(path), "html")
+    assert "Unfinished run" in html
+
+
+def test_bad_format_is_refused(tmp_path: Path) -> None:
+    r = _hypoloop(tmp_path, "report", str(GLM5), "--format", "pdf")
+    assert r.returncode == 2 and "expected md or html" in r.stderr

@@ -1,0 +1,365 @@
+"""Durable runs: pause with no terminal, answer from new processes, survive kill -9, one driver per run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.graph import Runtime
+from agent.runs import RunInUse, RunLock, emit_once, lock_holder, prior_launch, recover, save_result
+from agent.transcript import Transcript, read_transcript
+from tools.host import LocalHost
+
+HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
+CASE = "lab:glm5-nvfp4-sm120"
+
+
+def _env(tmp_path: Path, scale: str = "0.004") -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"HYPOLOOP_HOME": str(tmp_path / "home"), "HYPOLOOP_LAB_TIME_SCALE": scale, "COLUMNS": "160"})
+    return env
+
+
+def _hl(
+    tmp_path: Path, *args: str, scale: str = "0.004", timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """One hypoloop command in a new process, no terminal attached."""
+    return subprocess.run(
+        [*HYPOLOOP, *args],
+        cwd=tmp_path,
+        env=_env(tmp_path, scale),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _last_json(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [e.model_dump() for e in read_transcript(path)]
+
+
+def _lab_servers(marker: str) -> list[int]:
+    """Pids of live lab servers whose command line or log file mentions ``marker`` (a run id)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            log = os.readlink(f"/proc/{pid}/fd/1")
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] != "Z" and "lab.launch_server" in cmd and marker in log:
+            found.append(int(pid))
+    return found
+
+
+def _start_paused(tmp_path: Path, scale: str = "0.004") -> dict[str, Any]:
+    r = _hl(tmp_path, "run", CASE, "--json", "--transcript-dir", "tr", scale=scale)
+    assert r.returncode == 3, r.stderr[-3000:]
+    out = _last_json(r)
+    assert out["status"] == "waiting_for_approval" and out["pending"]["purpose"] == "baseline"
+    return out
+
+
+# ------------------------------------------------------------------------------------------ scripted
+
+
+def test_scripted_session_reaches_a_conclusion_with_a_rejection_and_an_edit(tmp_path: Path) -> None:
+    first = _start_paused(tmp_path)
+    run_id, baseline_id = first["run_id"], first["pending"]["experiment_id"]
+    transcript = tmp_path / first["transcript"]
+    shown = _hl(tmp_path, "show", run_id).stdout
+    assert "waiting for approval" in shown and "approve experiment 1?" in shown and baseline_id in shown
+
+    with RunLock(tmp_path / "home", run_id):  # another process is driving the run
+        r = _hl(tmp_path, "resume", run_id, "--decision", "approve")
+        assert r.returncode == 4 and "is in use by another hypoloop process" in r.stderr
+
+    # Two processes answer at once: one drives the run, the other is told it is in use (or, if it
+    # came late, that the experiment no longer waits); either way the baseline is launched once.
+    procs = [
+        subprocess.Popen(
+            [*HYPOLOOP, "resume", run_id, "--decision", "approve", "--experiment", baseline_id, "--json"],
+            cwd=tmp_path,
+            env=_env(tmp_path),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    codes = [p.returncode for p in procs]
+    assert sorted(codes) in ([3, 4], [2, 3]), outs
+    winner, loser = (outs[0], outs[1]) if codes[0] == 3 else (outs[1], outs[0])
+    assert "in use" in loser[1] or "not waiting for approval" in loser[1]
+    proposal = json.loads(winner[0].strip().splitlines()[-1])["pending"]
+    assert proposal["purpose"] == "test" and proposal["change"]
+
+    # The same answer again (a retried script): refused, nothing launched twice.
+    again = _hl(tmp_path, "resume", run_id, "--decision", "approve", "--experiment", baseline_id)
+    assert again.returncode == 2 and "not waiting for approval" in again.stderr
+
+    reason = "keep the FP8 KV cache if at all possible"
+    r = _hl(tmp_path, "resume", run_id, "--decision", "reject", "--reason", reason, "--json")
+    assert r.returncode == 3, r.stderr[-3000:]
+    rejected, pending = proposal, _last_json(r)["pending"]
+    assert pending["experiment_id"] != rejected["experiment_id"] and pending["change"] != rejected["change"]
+
+    # A two-change edit is refused; the run keeps waiting for the same experiment.
+    r = _hl(
+        tmp_path,
+        "resume",
+        run_id,
+        "--decision",
+        "approve",
+        "--set",
+        "--kv-cache-dtype=bf16",
+        "--set",
+        "NCCL_P2P_DISABLE=1",
+    )
+    assert r.returncode == 2 and "exactly one variable" in r.stderr
+    runs = json.loads(_hl(tmp_path, "runs", "--json").stdout)
+    assert [(i["run_id"], i["status"]) for i in runs] == [(run_id, "waiting for approval")]
+    assert runs[0]["pending"]["experiment"]["id"] == pending["experiment_id"]
+
+    # Edit the waiting proposal into the 16-bit KV cache, spelled unlike anything proposed so far.
+    kv = {c["after"] for c in (rejected["change"], pending["change"]) if c["name"] == "--kv-cache-dtype"}
+    value = next(v for v in ("bfloat16", "bf16") if v not in kv)
+    r = _hl(
+        tmp_path, "resume", run_id, "--decision", "approve", "--set", f"--kv-cache-dtype={value}", "--json"
+    )
+    assert r.returncode == 3, r.stderr[-3000:]
+    assert _last_json(r)["pending"]["purpose"] == "confirm"
+
+    r = _hl(tmp_path, "resume", run_id, "--decision", "approve", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = _last_json(r)
+    assert result["status"] == "isolated"
+    assert (
+        result["root_cause"]["fix"]["name"] == "--kv-cache-dtype"
+        and result["root_cause"]["fix"]["after"] == value
+    )
+    assert [(r["experiment_id"], r["reason"]) for r in result["rejected"]] == [
+        (rejected["experiment_id"], reason)
+    ]
+    assert result["rejected"][0]["change"].startswith(rejected["change"]["name"])
+    assert result["edited"][0]["experiment_id"] == pending["experiment_id"]
+    assert result["edited"][0]["change"]["after"] == value
+    assert result["launches"] == 3
+
+    events = _events(transcript)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))  # one file, continued
+    decided = [e["data"] for e in events if e["type"] == "approval.decided"]
+    assert [d["decision"] for d in decided] == ["approve", "reject", "edit", "approve"]
+    assert decided[1]["reason"] == reason and decided[2]["change"]["after"] == value
+    requested = [e["data"]["experiment_id"] for e in events if e["type"] == "approval.requested"]
+    # Written once each, though every resume ran the approve node again from its first line.
+    assert len(requested) == len(set(requested)) == 4
+    launched = [e["data"]["experiment_id"] for e in events if e["type"] == "server.launched"]
+    assert len(launched) == len(set(launched)) == 3 and rejected["experiment_id"] not in launched
+    assert sum(e["type"] == "run.resumed" for e in events) == 4  # refused answers change nothing
+    conclusion = next(e["data"] for e in events if e["type"] == "conclusion")
+    assert conclusion["rejected"][0]["reason"] == reason and conclusion["edited"]
+
+    done = _hl(tmp_path, "resume", run_id, "--decision", "approve")
+    assert done.returncode == 2 and "has finished" in done.stderr
+    assert len(_events(transcript)) == len(events)
+
+
+# ------------------------------------------------------------------------------------------ kill -9
+
+
+def _wait_for(path: Path, type_: str, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            for e in _events(path):
+                if e["type"] == type_:
+                    return e
+        time.sleep(0.05)
+    raise AssertionError(f"no {type_} in {path}")
+
+
+def _resume_and_kill(tmp_path: Path, run_id: str, transcript: Path, scale: str) -> dict[str, Any]:
+    """`resume --decision approve` in the background; kill -9 it while its server loads."""
+    proc = subprocess.Popen(
+        [*HYPOLOOP, "resume", run_id, "--decision", "approve"],
+        cwd=tmp_path,
+        env=_env(tmp_path, scale),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        launched = _wait_for(transcript, "server.launched")
+        time.sleep(0.3)
+        assert proc.poll() is None
+        assert not any(e["type"] == "server.ready" for e in _events(transcript)), "kill it while loading"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return launched["data"]
+
+
+def test_resume_after_kill_adopts_the_loading_server_and_does_not_relaunch(tmp_path: Path) -> None:
+    first = _start_paused(tmp_path)
+    run_id, transcript = first["run_id"], tmp_path / first["transcript"]
+    launched = _resume_and_kill(tmp_path, run_id, transcript, scale="0.012")  # loading takes ~5 s
+    try:
+        assert _lab_servers(run_id) == [launched["pid"]]  # the orphan keeps loading
+        status = {i["run_id"]: i["status"] for i in json.loads(_hl(tmp_path, "runs", "--json").stdout)}
+        assert status[run_id] == "interrupted"
+
+        r = _hl(tmp_path, "resume", run_id, "--json", scale="0.012")
+        assert r.returncode == 3, r.stderr[-3000:]  # the baseline finished; the next proposal waits
+        assert "server adopted" in r.stderr
+    finally:
+        for pid in _lab_servers(run_id):
+            os.killpg(pid, signal.SIGKILL)
+    events = _events(transcript)
+    exp_id = launched["experiment_id"]
+    adopted = [e["data"] for e in events if e["type"] == "server.adopted"]
+    assert (
+        len(adopted) == 1 and adopted[0]["pid"] == launched["pid"] and adopted[0]["experiment_id"] == exp_id
+    )
+    assert "instead of launching a duplicate" in adopted[0]["reason"]
+    assert [e["data"]["experiment_id"] for e in events if e["type"] == "server.launched"] == [exp_id]
+    assert not any(e["type"] == "experiment.relaunched" for e in events)
+    stopped = [e["data"] for e in events if e["type"] == "server.stopped"]
+    assert [s["experiment_id"] for s in stopped] == [exp_id] and stopped[0]["verified"]
+    outcome = next(e["data"] for e in events if e["type"] == "outcome")
+    assert outcome["experiment_id"] == exp_id and outcome["stage"] == "request_failed"
+    assert _last_json(r)["launches"] == 1
+    assert not _lab_servers(run_id)
+
+
+def test_resume_after_kill_says_so_when_it_launches_again(tmp_path: Path) -> None:
+    first = _start_paused(tmp_path)
+    run_id, transcript = first["run_id"], tmp_path / first["transcript"]
+    launched = _resume_and_kill(tmp_path, run_id, transcript, scale="0.01")
+    os.killpg(launched["pgid"], signal.SIGKILL)  # the server dies too while nobody watches
+    r = _hl(tmp_path, "resume", run_id, "--json", scale="0.004")
+    assert r.returncode == 3, r.stderr[-3000:]
+    events = _events(transcript)
+    types = [e["type"] for e in events]
+    assert "server.lost" in types and "experiment.relaunched" in types
+    assert types.index("experiment.relaunched") < max(
+        i for i, t in enumerate(types) if t == "server.launched"
+    )
+    relaunch = next(e["data"] for e in events if e["type"] == "experiment.relaunched")
+    assert relaunch["experiment_id"] == launched["experiment_id"] and relaunch["earlier_launches"] == 1
+    assert _last_json(r)["launches"] == 1  # the lost launch produced no evidence; one counted launch
+    assert not _lab_servers(run_id)
+
+
+# ------------------------------------------------------------------------------------------ one driver
+
+
+def test_run_lock_is_exclusive_and_names_its_holder(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with RunLock(home, "r1"):
+        assert lock_holder(home, "r1") == os.getpid()
+        with pytest.raises(
+            RunInUse, match=f"run r1 is in use by another hypoloop process \\(pid {os.getpid()}\\)"
+        ):
+            RunLock(home, "r1").acquire()
+        with RunLock(home, "r2"):  # other runs are not affected
+            pass
+    assert lock_holder(home, "r1") is None
+    RunLock(home, "r1").acquire().release()
+
+
+# ------------------------------------------------------------------------------------------ pieces
+
+
+def test_emit_once_writes_an_event_once_across_processes(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    for _ in range(2):  # two processes resuming the same node
+        tr = Transcript(path, "r")
+        emit_once(
+            tr,
+            "approval.requested",
+            {"experiment_id": "e1", "request": 1},
+            node="approve",
+            key=("experiment_id", "request"),
+        )
+        tr.close()
+    tr = Transcript(path, "r")
+    emit_once(
+        tr,
+        "approval.requested",
+        {"experiment_id": "e1", "request": 2},
+        node="approve",
+        key=("experiment_id", "request"),
+    )
+    tr.close()
+    assert [(e.seq, e.data["request"]) for e in read_transcript(path)] == [(1, 1), (2, 2)]
+
+
+def test_transcript_continues_after_a_torn_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    tr = Transcript(path, "r")
+    tr.emit("run.paused", {"waiting_for": "exp-a"})
+    tr.close()
+    with open(path, "a") as fh:
+        fh.write('{"v": 1, "seq": 2, "ts"')  # kill -9 in the middle of a write
+    tr = Transcript(path, "r")
+    tr.emit("run.resumed", {})
+    tr.close()
+    assert [(e.seq, e.type) for e in read_transcript(path)] == [(1, "run.paused"), (2, "run.resumed")]
+
+
+def test_recover_reuses_a_saved_result_and_finds_a_live_server(tmp_path: Path) -> None:
+    tr = Transcript(tmp_path / "t.jsonl", "run1")
+    rt = Runtime(tr, tmp_path / "home")
+    host = LocalHost()
+    save_result(rt.state_dir, "run1", {"experiment_id": "exp-a", "launched": True, "timings": {}})
+    raw, adopt, _ = recover(rt, host, "run1", "exp-a")
+    assert raw is not None and adopt is None
+    handle = host.spawn(
+        [sys.executable, "-c", "import time; time.sleep(30)"], log_path=str(tmp_path / "s.log")
+    )
+    try:
+        tr.emit(
+            "server.launched",
+            {
+                "experiment_id": "exp-b",
+                "pid": handle.pid,
+                "pgid": handle.pgid,
+                "port": 1,
+                "log": handle.log_path,
+                "started_wall": handle.started_wall,
+            },
+        )
+        raw, adopt, record = recover(rt, host, "run1", "exp-b")
+        assert (
+            raw is None and adopt is not None and adopt.pid == handle.pid and record and record["port"] == 1
+        )
+        assert prior_launch(tr.path, "exp-b").attempts == 1
+    finally:
+        host.terminate(handle, grace_s=0.5)
+    raw, adopt, _ = recover(rt, host, "run1", "exp-b")  # now it is gone: launch again, and say so
+    assert raw is None and adopt is None
+    types = [e.type for e in read_transcript(tr.path)]
+    assert types[-2:] == ["server.lost", "experiment.relaunched"] and "experiment.recovered" in types
+    tr.close()
