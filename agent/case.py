@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agent.models import Baseline, FlagValue
 from tools.host import HostError
@@ -19,11 +19,17 @@ from tools.probes import DEFAULT_PROBES, Probe
 from tools.ssh import parse_target
 
 
+class _Strict(BaseModel):
+    """Case-file sections refuse unknown keys, so a typo (``knowlege``, ``[budjet]``) is an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class CaseError(ValueError):
     """A case file that cannot be used; the message is one line naming the file and field."""
 
 
-class HostSpec(BaseModel):
+class HostSpec(_Strict):
     """Where the server runs: ``local`` or ``ssh://user@host[:port]``; ``env`` is the host environment.
 
     SSH hosts only: ``ssh_key`` and ``known_hosts`` are paths (relative to the case file),
@@ -54,7 +60,7 @@ class HostSpec(BaseModel):
         return v
 
 
-class LauncherSpec(BaseModel):
+class LauncherSpec(_Strict):
     """Commands on the host: the server launcher, its version query and the GPU query (argv lists)."""
 
     argv: list[str] = Field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])
@@ -71,14 +77,14 @@ class LauncherSpec(BaseModel):
         return v
 
 
-class ModelSpec(BaseModel):
+class ModelSpec(_Strict):
     """The model under test; ``features`` are optional hints such as moe, dsa, mla, nvfp4, fp8."""
 
-    path: str
+    path: str = Field(min_length=1)
     features: list[str] = Field(default_factory=list)
 
 
-class BudgetSpec(BaseModel):
+class BudgetSpec(_Strict):
     """Limits of a run: experiments (launches, confirmation included) and modelled host-seconds."""
 
     experiments: int = Field(default=8, ge=1)
@@ -87,7 +93,7 @@ class BudgetSpec(BaseModel):
     stall_timeout_s: float | None = Field(default=None, gt=0)
 
 
-class Case(BaseModel):
+class Case(_Strict):
     """A debugging case (DESIGN.md, "Case")."""
 
     name: str

@@ -45,7 +45,7 @@ from agent.planner import PlannerView, RulePlanner, model_features
 from agent.render import EventRenderer
 from agent.runs import RunError, RunInfo, RunInUse, RunLock, list_runs, load_run, open_checkpointer
 from agent.transcript import Transcript, TranscriptError, read_transcript
-from tools.fingerprint import HostFingerprint
+from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError, parse_help
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import HostError, connect_host, expand_argv
@@ -68,8 +68,29 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 
 
 def state_dir() -> Path:
-    """Where checkpoints and caches live: ``$HYPOLOOP_HOME`` or ``~/.hypoloop``."""
-    return Path(os.environ.get("HYPOLOOP_HOME", "~/.hypoloop")).expanduser()
+    """Where checkpoints, locks, run logs and caches live: ``$HYPOLOOP_HOME`` or ``~/.hypoloop``.
+
+    Created if missing; an unusable location is a one-line error (exit 2)."""
+    home = Path(os.environ.get("HYPOLOOP_HOME", "~/.hypoloop")).expanduser()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        probe = home / ".write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        _fail(f"HYPOLOOP_HOME={home}: cannot use it as hypoloop's state folder: {exc.strerror or exc}")
+    return home
+
+
+def _interrupted(rt: Runtime, tr: Transcript, tpath: Path, run_id: str, *, json_out: bool) -> NoReturn:
+    """End a run cut short by Ctrl-C or SIGTERM: stop its servers (recorded), say so, exit 130."""
+    rt.close()
+    tr.emit("run.ended", {"status": "interrupted", "reason": "interrupted (Ctrl-C or SIGTERM)"})
+    err_console.print(f"interrupted; every server this run launched is stopped. transcript: {tpath}")
+    if json_out:  # the promised last line; "stopped" because the user ended it
+        print(json.dumps({"run_id": run_id, "status": "stopped", "reason": "interrupted", "root_cause": None,
+                          "transcript": str(tpath)}))
+    raise typer.Exit(130)
 
 
 def _sigterm_as_interrupt() -> None:
@@ -204,9 +225,10 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
     else:
         console.print(f"transcript: {tpath}")
     if status == "error":
-        if not json_out:
-            err_console.print(f"[bold red]error:[/] {escape(str(conclusion.get('reason')))}")
-        raise typer.Exit(1)
+        if result.get("error_kind") == "input":
+            # Nothing was launched: the case's host, launcher or baseline is unusable as written.
+            _fail(str(conclusion.get("reason")))
+        raise typer.Exit(1)  # the error itself was printed as it happened
 
 
 # Host options shared by `run` and `flags`; they win over the case file's [host] fields.
@@ -379,14 +401,13 @@ def run(
     run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
     tpath = transcript_dir / f"{run_id}.jsonl"
     sdir = state_dir()
-    sdir.mkdir(parents=True, exist_ok=True)
     lock = RunLock(sdir, run_id).acquire()  # `runs` shows it running; a concurrent `resume` is refused
     try:
         tr = Transcript(tpath, run_id)
     except OSError as exc:
         _fail(f"{transcript_dir}: cannot write the transcript: {exc.strerror}")
     console = Console(stderr=json_out)
-    tr.listeners.append(EventRenderer(console, verbose=verbose))
+    tr.listeners.append(EventRenderer(console, verbose=verbose, show_input_errors=False))
     tr.listeners.append(_host_notices(err_console))
     tr.listeners.append(llm_notices(console))
     rt = Runtime(tr, sdir)
@@ -416,10 +437,7 @@ def run(
         }
         result = _drive(graph, config, initial, rt=rt, console=console, json_out=json_out)
     except KeyboardInterrupt:
-        rt.close()
-        tr.emit("run.ended", {"status": "interrupted", "reason": "interrupted (Ctrl-C or SIGTERM)"})
-        err_console.print(f"interrupted; every server this run launched is stopped. transcript: {tpath}")
-        raise typer.Exit(130) from None
+        _interrupted(rt, tr, tpath, run_id, json_out=json_out)
     except (CatalogError, CaseError) as exc:
         rt.close()
         tr.emit("error", {"message": str(exc)})
@@ -451,12 +469,16 @@ def analyze(
         str | None, typer.Option(help="the host's GPU compute capability, e.g. 12.0")
     ] = None,
     gpu_name: Annotated[str | None, typer.Option(help="the host's GPU name")] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="also list progress and fact signatures")] = False,
 ) -> None:
-    """Read a log without launching anything: signatures, stage, facts, ranked hypotheses, first experiment."""
-    try:
-        text = logfile.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        _fail(f"{logfile}: cannot read: {exc.strerror}")
+    """Read a log without launching anything: signatures, stage, facts, ranked hypotheses, first experiment.
+
+    With --case, the case's host is asked for its GPUs (a query, no launch) unless --compute-capability
+    or --gpu-name is given, and the case's knowledge files count as evidence.
+    """
+    text = _read_text(logfile, what="log")
+    if not text.strip():
+        _fail(f"{logfile}: the log is empty")
     try:
         c = load_case(case) if case else Case(name=logfile.name, model=_model_from_log(text))
         sigs = load_signatures()
@@ -486,14 +508,21 @@ def analyze(
             "log_path": str(logfile),
         }
     )
-    fp = HostFingerprint(
-        gpu_name=gpu_name,
-        gpu_count=None,
-        compute_capability=compute_capability,
-        memory_total_mib=None,
-        driver_version=None,
-        sglang_version=None,
-    )
+    fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability)
+    notes: list[str] = []
+    if case and not (gpu_name or compute_capability):
+        try:
+            qhost = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c))
+            try:
+                fp = fingerprint(
+                    qhost, gpu_query_argv=expand_argv(c.launcher.gpu_query_argv, qhost), version_argv=None
+                )
+            finally:
+                qhost.close()
+            notes.append(f"host {c.host.target}: {fp.gpu_count} x {fp.gpu_name} (compute capability "
+                         f"{fp.compute_capability})")
+        except HostError as exc:
+            notes.append(f"could not ask the case's host for its GPUs ({exc}); give --compute-capability")
     findings = []
     if case:
         from agent.planner import RelevantFinding
@@ -505,7 +534,7 @@ def analyze(
                     RelevantFinding(
                         finding=f,
                         relevance=relevance(
-                            f, model=c.model.path, features=model_features(c), gpu_name=gpu_name
+                            f, model=c.model.path, features=model_features(c), gpu_name=fp.gpu_name
                         ),
                     )
                 )
@@ -514,12 +543,14 @@ def analyze(
     hist = planner.history(view)
     proposal = planner.propose(view, hist)
     ranked = sorted(hist.hypotheses, key=lambda h: -h.posterior)
+    verdict = _log_verdict(outcome)
     if json_out:
         print(
             json.dumps(
                 {
                     "log": str(logfile),
                     "stage": outcome.stage,
+                    "verdict": verdict,
                     "signatures": [
                         {"id": m.signature_id, "kind": m.kind, "lines": m.line_numbers, "text": m.first_line}
                         for m in outcome.matches
@@ -543,19 +574,31 @@ def analyze(
         )
         return
     console = Console()
-    console.print(f"[bold]{escape(str(logfile))}[/]: stage reached [bold]{outcome.stage}[/]")
-    t = Table("signature", "kind", "lines", "first line", title="signatures")
-    for m in outcome.matches:
-        t.add_row(
-            m.signature_id, m.kind, ",".join(map(str, m.line_numbers[:6])), escape(m.first_line.strip()[:90])
+    console.print(f"[bold]{escape(str(logfile))}[/]: stage reached [bold]{outcome.stage}[/] — {verdict}")
+    for note in notes:
+        console.print(f"[dim]{escape(note)}[/]")
+    shown = [m for m in outcome.matches if m.kind in ("fatal", "error", "warning", "ready") or show_all]
+    console.print("\n[bold]signatures[/] (first line number, kind, id: first matching line)")
+    for m in shown:
+        style = {"fatal": "red", "error": "red", "warning": "yellow", "ready": "green"}.get(m.kind, "dim")
+        more = f" (+{len(m.line_numbers) - 1} more)" if len(m.line_numbers) > 1 else ""
+        console.print(
+            f"  L{m.line_numbers[0] if m.line_numbers else '?':<5} [{style}]{m.kind:<8}[/] {m.signature_id}{more}: "
+            f"[dim]{escape(m.first_line.strip()[:120])}[/]",
+            highlight=False,
         )
-    console.print(t)
+    hidden = len(outcome.matches) - len(shown)
+    if hidden:
+        console.print(f"  [dim]({hidden} progress and fact signatures not shown; --all shows them)[/]")
     if outcome.facts:
-        console.print("effective config: " + ", ".join(f"{k}={v}" for k, v in outcome.facts.items()))
-    h = Table("p", "hypothesis", "component", "statement", title="hypotheses")
+        console.print("\n[bold]effective config[/]")
+        for k, v in outcome.facts.items():
+            console.print(f"  {k} = {escape(str(v)[:100])}", highlight=False)
+    console.print("\n[bold]hypotheses[/] (probability, id, component)")
     for hy in ranked:
-        h.add_row(f"{hy.posterior:.2f}", hy.id, hy.component, escape(hy.statement))
-    console.print(h)
+        console.print(f"  {hy.posterior:.2f}  {hy.id}  [dim]({hy.component})[/]", highlight=False)
+        console.print(f"        {escape(hy.statement)}", highlight=False)
+    console.print()
     if proposal.experiment and proposal.experiment.change:
         console.print(
             f"first experiment: [bold magenta]{escape(proposal.experiment.change.describe())}[/] — "
@@ -563,6 +606,29 @@ def analyze(
         )
     else:
         console.print(f"no experiment to propose: {proposal.conclude_reason}")
+
+
+def _read_text(path: Path, *, what: str) -> str:
+    """A text file's content, or a one-line error (exit 2) for a missing, unreadable or binary file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        _fail(f"{path}: cannot read: {exc.strerror or exc}")
+    if b"\0" in data[:65536]:
+        _fail(f"{path}: not a text file (expected a {what})")
+    return data.decode("utf-8", errors="replace")
+
+
+def _log_verdict(outcome: Any) -> str:
+    """One sentence on what a log alone shows (no probes were sent, so "ready" is as far as it can tell)."""
+    failing = outcome.failure_signatures()
+    if outcome.stage == "ready" and not failing:
+        return "the server reached ready and no failure signature appears"
+    if outcome.stage == "load_failed" and not failing:
+        return "the log ends before the server was ready and shows no error (still loading, or cut off)"
+    if failing:
+        return f"failure: {', '.join(dict.fromkeys(failing))}"
+    return "no failure signature found"
 
 
 def _model_from_log(text: str) -> Any:
@@ -593,12 +659,9 @@ def flags(
     """The flag catalog of a host's SGLang, parsed from `launch_server --help`."""
     try:
         if from_file is not None:
-            try:
-                catalog: FlagCatalog = parse_help(
-                    from_file.read_text(encoding="utf-8"), source=str(from_file)
-                )
-            except OSError as exc:
-                _fail(f"{from_file}: cannot read: {exc.strerror}")
+            catalog: FlagCatalog = parse_help(_read_text(from_file, what="help text"), source=str(from_file))
+            if not catalog.has("--model-path"):
+                _fail(f"{from_file}: no --model-path flag: expected the output of `launch_server --help`")
         elif case is not None or host is not None:
             c = (
                 load_case(case)
@@ -1002,10 +1065,7 @@ def _resume_locked(
             )
             result = _drive(graph, config, first, rt=rt, console=console, json_out=json_out, mode=mode)
     except KeyboardInterrupt:
-        rt.close()
-        tr.emit("run.ended", {"status": "interrupted", "reason": "interrupted (Ctrl-C or SIGTERM)"})
-        err_console.print(f"interrupted; every server this run launched is stopped. transcript: {tpath}")
-        raise typer.Exit(130) from None
+        _interrupted(rt, tr, tpath, run_id, json_out=json_out)
     except (CatalogError, CaseError) as exc:
         rt.close()
         tr.emit("error", {"message": str(exc)})

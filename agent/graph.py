@@ -116,6 +116,7 @@ class RunState(TypedDict, total=False):
     conclude_reason: str | None
     status: str | None
     error: str | None
+    error_kind: str | None
     conclusion: dict[str, Any] | None
     transcript: str | None
     case_ref: str | None
@@ -139,7 +140,7 @@ class Runtime:
     _flags: FlagCatalog | None = None
     _signatures: list[Signature] | None = None
     _catalog: list[CatalogEntry] | None = None
-    sessions: list[ServerSession] = field(default_factory=list)
+    sessions: dict[str, ServerSession] = field(default_factory=dict)  # experiment id -> running session
     #: Stop servers that earlier runs left on the host (their orchestrator is gone) without asking.
     stop_orphans: bool = False
     #: Asked (with the orphans as JSON) whether to stop them when ``stop_orphans`` is off; None: don't.
@@ -224,11 +225,21 @@ class Runtime:
         there (the run already ended in error saying so) and the next start on that host reports it as an
         orphan; the reasons are kept in ``unstopped``.
         """
-        for s in self.sessions:
+        for exp_id, s in self.sessions.items():  # sessions an interrupt or error cut short
             try:
-                s.stop()
+                verified = s.stop()
             except HostError as exc:
                 self.unstopped.append(str(exc))
+                verified = False
+            if s.handle is not None:
+                self.transcript.emit(
+                    "server.stopped",
+                    {"experiment_id": exp_id, "pid": s.handle.pid, "log": s.log_path, "verified": verified,
+                     "interrupted": True,
+                     "wall_s": round(time.monotonic() - s.handle.started_monotonic, 3)},
+                    node="execute",
+                )
+        self.sessions.clear()
         if self._host is not None:
             self._host.close()
 
@@ -294,8 +305,11 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
             },
             node="intake",
         )
+        where = case.source_path or case.name
+        step = "host.target"
         try:
             host = rt.host(case)
+            step = "launcher.gpu_query_argv / launcher.version_argv"
             tr.emit(
                 "tool.call",
                 {"tool": "fingerprint", "argv": expand_argv(case.launcher.gpu_query_argv, host)},
@@ -307,6 +321,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                 version_argv=expand_argv(case.launcher.version_argv, host),
             )
             tr.emit("host.fingerprint", fp.model_dump(mode="json"), node="intake")
+            step = "launcher.argv (its --help gives the flag catalog)"
             flags = rt.flags(case, fp.sglang_version)
             tr.emit(
                 "tool.result",
@@ -319,15 +334,16 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                 },
                 node="intake",
             )
+            step = "baseline.flags"
             baseline = Baseline(env=dict(case.baseline.env))
             for name, value in case.baseline.flags.items():
                 canon, norm = flags.validate(name, value)
                 baseline.flags[canon] = norm
         except (HostError, FlagError) as exc:
-            where = f"{case.source_path}: baseline: " if isinstance(exc, FlagError) else ""
-            msg = f"{where}{exc}"
-            tr.emit("error", {"message": msg}, node="intake")
-            return Command(goto="conclude", update={"status": "error", "error": msg})
+            # Nothing was launched: the case's host, launcher or baseline cannot be used as written.
+            msg = f"{where}: {step}: {exc}"
+            tr.emit("error", {"message": msg, "kind": "input"}, node="intake")
+            return Command(goto="conclude", update={"status": "error", "error": msg, "error_kind": "input"})
         case.baseline = baseline
         findings: list[RelevantFinding] = []
         features = model_features(case)
@@ -337,8 +353,8 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                 found = read_findings(path)
             except KnowledgeError as exc:
                 msg = f"{case.source_path}: knowledge: {exc}"
-                tr.emit("error", {"message": msg}, node="intake")
-                return Command(goto="conclude", update={"status": "error", "error": msg})
+                tr.emit("error", {"message": msg, "kind": "input"}, node="intake")
+                return Command(goto="conclude", update={"status": "error", "error": msg, "error_kind": "input"})
             for f in found:
                 r = relevance(f, model=case.model.path, features=features, gpu_name=fp.gpu_name)
                 findings.append(RelevantFinding(finding=f, relevance=r))
@@ -738,7 +754,7 @@ def run_experiment(
         ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
         stall_timeout_s=stall.limit,
     )
-    rt.sessions.append(session)
+    rt.sessions[exp.id] = session
     probes: list[dict[str, Any]] = []
     server_info: dict[str, Any] | None = None
     t0 = time.monotonic()
@@ -816,6 +832,7 @@ def run_experiment(
         {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3)},
         node="execute",
     )
+    rt.sessions.pop(exp.id, None)  # stopped and recorded; Runtime.close() handles only interrupted ones
     facts = dict(matcher.facts())
     if server_info:
         for key, value in server_info.items():
@@ -1011,14 +1028,22 @@ def build_conclusion(state: RunState) -> Conclusion:
         ),
         None,
     )
+    rejections = [Rejection.model_validate(r) for r in state.get("rejections", [])]
+
+    def why_open(h: Hypothesis) -> str:
+        for r in rejections:
+            if r.change is not None and any(
+                r.change.kind == iv.kind and r.change.name in iv.names for iv in h.interventions
+            ):
+                return f"its test ({r.change.describe()}) was rejected: {r.reason}"
+        tried = [e for e in h.evidence if e.kind == "experiment" and e.experiment_id]
+        if tried:
+            return f"tested without a verdict ({tried[-1].experiment_id}: {tried[-1].detail})"
+        return "deprioritised: a confirmed fix explains the failure" if confirm else "not tested"
+
     untested = [
-        {
-            "id": h.id,
-            "statement": h.statement,
-            "posterior": h.posterior,
-            "why": "deprioritised: a confirmed fix explains the failure" if confirm else "not tested",
-        }
-        for h in hyps
+        {"id": h.id, "statement": h.statement, "posterior": h.posterior, "why": why_open(h)}
+        for h in sorted(hyps, key=lambda h: -h.posterior)
         if h.status == "open"
     ]
     if state.get("status") == "stopped":

@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from tools.probes import Probe, ProbeResult
 from tools.signatures import SignatureMatch
@@ -66,6 +66,8 @@ class Change(BaseModel):
 
 class Baseline(BaseModel):
     """The configuration the next experiment starts from: flags in command-line order and env vars."""
+
+    model_config = ConfigDict(extra="forbid")
 
     flags: dict[str, FlagValue] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)

@@ -27,9 +27,10 @@ def _change_text(change: dict[str, Any] | None) -> str:
 class EventRenderer:
     """Prints one or a few lines per event; ``verbose`` adds hypothesis weight updates and tool calls."""
 
-    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+    def __init__(self, console: Console, *, verbose: bool = False, show_input_errors: bool = True) -> None:
         self.console = console
         self.verbose = verbose
+        self.show_input_errors = show_input_errors
 
     def __call__(self, ev: TranscriptEvent) -> None:
         handler = getattr(self, "_" + ev.type.replace(".", "_"), None)
@@ -78,7 +79,8 @@ class EventRenderer:
             e = d["evidence"][-1]
             ev_text = f" — {escape(e['detail'][:200])}"
             if e.get("lines"):
-                ev_text += f" (log lines {', '.join(map(str, e['lines']))})"
+                where = f" of {e['experiment_id']}" if e.get("experiment_id") else ""
+                ev_text += f" (log line{'s' if len(e['lines']) > 1 else ''} {', '.join(map(str, e['lines']))}{where})"
         self._p(
             f"  [{_STATUS_STYLE.get(status, 'white')}]{status}[/] {d['id']} p={d.get('posterior', 0):.2f}{ev_text}"
         )
@@ -191,9 +193,13 @@ class EventRenderer:
         self._p(f"  design: nothing more to run — {escape(str(d.get('reason')))}")
 
     def _error(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        if d.get("kind") == "input" and not self.show_input_errors:
+            return  # the CLI reports bad input itself, as one line on stderr
         self._p(f"  [bold red]error:[/] {escape(str(d.get('message')))}")
 
     def _conclusion(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        if d.get("status") == "error":  # the error event already said what went wrong
+            return
         self.console.print(conclusion_panel(d))
 
 
@@ -214,8 +220,8 @@ def conclusion_panel(d: dict[str, Any]) -> Panel:
     for r in d.get("refuted", []):
         why = r["evidence"][0]["detail"] if r.get("evidence") else ""
         t.add_row("ruled out", f"{r['id']}: {escape(why[:160])}")
-    for u in d.get("untested", [])[:6]:
-        t.add_row("untested", f"{u['id']} (p={u['posterior']:.2f}, {u['why']})")
+    for u in d.get("untested", []):
+        t.add_row("open", escape(f"{u['id']} (p={u['posterior']:.2f}, {u['why']})"))
     for r in d.get("rejected", []):
         t.add_row("rejected", escape(f"{r.get('change') or r['experiment_id']}: {r['reason']}"))
     for e in d.get("edited", []):
@@ -225,6 +231,7 @@ def conclusion_panel(d: dict[str, Any]) -> Panel:
         )
     if d.get("reason"):
         t.add_row("reason", escape(d["reason"]))
-    t.add_row("cost", f"{d['launches']} launches, {d['host_seconds']:.0f} host-seconds")
+    n = d["launches"]
+    t.add_row("cost", f"{n} launch{'' if n == 1 else 'es'}, {d['host_seconds']:.0f} host-seconds")
     style = {"isolated": "green", "not_isolated": "yellow", "stopped": "yellow", "error": "red"}[d["status"]]
     return Panel(t, title="conclusion", border_style=style)

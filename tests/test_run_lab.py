@@ -179,7 +179,8 @@ def _lab_case(tmp_path: Path, flags: str, argv: str = '["{python}", "-m", "lab.l
 def test_unknown_baseline_flag_is_caught_before_any_launch(tmp_path: Path) -> None:
     case = _lab_case(tmp_path, '{ "--tp-size" = 8, "--kv-cache-dtipe" = "bf16" }')
     r = _hypoloop(tmp_path, "run", str(case), "--auto", "--json", "--transcript-dir", "tr")
-    assert r.returncode == 1
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("error: ") and "baseline.flags" in r.stderr
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["status"] == "error" and "--kv-cache-dtipe" in result["error"] and result["launches"] == 0
     assert not any(e["type"] == "server.launched" for e in _events(tmp_path / result["transcript"]))
@@ -190,7 +191,8 @@ def test_unreachable_launcher_is_a_clear_error(tmp_path: Path) -> None:
         tmp_path, '{ "--tp-size" = 8 }', argv='["/nonexistent/python", "-m", "sglang.launch_server"]'
     )
     r = _hypoloop(tmp_path, "run", str(case), "--auto")
-    assert r.returncode == 1
+    assert r.returncode == 2
+    assert "launcher.argv" in r.stderr
     assert "/nonexistent/python" in r.stderr and "Traceback" not in r.stderr
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import httpx
 import openai
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 ProbeStatus = Literal[
     "ok", "http_error", "connection_error", "timeout", "empty", "degenerate", "wrong_answer"
@@ -28,6 +28,8 @@ class Probe(BaseModel):
     """One request. `expect` is a case-insensitive substring of a correct answer (None: any non-garbage
     text passes). `max_tokens` caps the generated tokens. `concurrency` > 1 sends that many copies at
     once (a load probe): it passes only if every copy passes."""
+
+    model_config = ConfigDict(extra="forbid")  # a case file's typo in a probe is an error, not ignored
 
     id: str
     kind: Literal["chat", "generate"]
