@@ -147,7 +147,9 @@ class Experiment(BaseModel):
 
     def expected_id(self) -> str:
         """The id this experiment must have (``make_id`` of its own fields)."""
-        return self.make_id(self.baseline, self.change, self.purpose, attempt=self.attempt, probes=self.probes)
+        return self.make_id(
+            self.baseline, self.change, self.purpose, attempt=self.attempt, probes=self.probes
+        )
 
     def config(self) -> Baseline:
         """The configuration this experiment launches (baseline with the change applied)."""

@@ -87,13 +87,11 @@ def in_process_start(path: Path) -> tuple[float, float]:
     return (buf.first or end) - t0, end - t0
 
 
-def command_start(path: Path) -> tuple[float, float]:
-    """(seconds from process start to the first stdout byte, seconds to exit) of `hypoloop replay`."""
+def command_start(path: Path, command: list[str]) -> tuple[float, float]:
+    """(seconds from process start to the first stdout byte, seconds to exit) of a replay command."""
     env = dict(os.environ, COLUMNS="160")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [*HYPOLOOP, "replay", str(path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
-    )
+    proc = subprocess.Popen([*command, str(path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     assert proc.stdout is not None
     proc.stdout.read(1)
     first = time.perf_counter() - t0
@@ -124,12 +122,13 @@ def follow_rss(events: list[dict[str, Any]], tmp: Path, samples: int = 8) -> lis
         time.sleep(2.0)  # let it import and reach the tail loop
         step = max(1, len(events) // samples)
         with open(path, "a", encoding="utf-8") as fh:
-            for i, e in enumerate(events, start=1):
+            for i, e in enumerate(events[:-1], start=1):  # the last one, run.ended, makes it exit
                 fh.write(json.dumps(e, ensure_ascii=False) + "\n")
                 fh.flush()
-                if i % step == 0 or i == len(events):
+                if i % step == 0 or i == len(events) - 1:
                     _wait_caught_up(proc.pid, path)
                     rows.append((i, path.stat().st_size / 2**20, _rss_kib(proc.pid)))
+            fh.write(json.dumps(events[-1], ensure_ascii=False) + "\n")
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
@@ -195,10 +194,20 @@ def main(argv: list[str] | None = None) -> int:
         write_events(big, synthetic_events(args.events))
         print(f"transcript: {args.events} events, {big.stat().st_size / 2**20:.1f} MiB")
         first, total = in_process_start(big)
-        print(f"in process : first output after {first * 1000:.1f} ms, whole replay {total:.2f} s")
-        first, total = command_start(big)
+        print(f"{'in process':<24}: first output after {first * 1000:.1f} ms, whole replay {total:.2f} s")
+        for name, command in (
+            ("hypoloop replay", [*HYPOLOOP, "replay"]),
+            ("python -m agent.replay", [sys.executable, "-m", "agent.replay"]),
+        ):
+            first, total = command_start(big, command)
+            print(
+                f"{name:<24}: first output after {first:.2f} s (process start and imports included), exit {total:.2f} s"
+            )
+        small = tmp / "small.jsonl"
+        write_events(small, synthetic_events(60))
+        first, _ = command_start(small, [*HYPOLOOP, "replay"])
         print(
-            f"command    : first output after {first:.2f} s (Python start + CLI imports included), exit after {total:.2f} s"
+            f"{'hypoloop replay, 60 ev.':<24}: first output after {first:.2f} s (the CLI's import cost alone)"
         )
         follow = synthetic_events(args.follow_events)
         print(f"\nfollowing a growing transcript of {args.follow_events} events (hypoloop replay --follow):")

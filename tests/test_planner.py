@@ -274,3 +274,221 @@ def test_guard_rejects_a_repeat() -> None:
     view.experiments.append(exp.model_copy(update={"status": "done"}))
     with pytest.raises(GuardError, match="already run"):
         check_experiment(exp, view=view, flags=FLAGS)
+
+
+# ----- issue 7: values from evidence, stalls, several fixes, flakiness, load ---------------------------
+
+H200 = HostFingerprint(
+    gpu_name="NVIDIA H200",
+    gpu_count=8,
+    compute_capability="9.0",
+    memory_total_mib=143771,
+    driver_version="570.158.01",
+    sglang_version="0.5.9",
+)
+
+
+def _history(fp: HostFingerprint = FP, **case: object) -> History:
+    h = History(_case(**case))
+    h.view.fingerprint = fp
+    return h
+
+
+def _baseline_outcome(h: History, stage: str, sigs: list[str], **facts: str) -> None:
+    exp = h.propose()
+    assert exp is not None and exp.purpose == "baseline"
+    h.record(exp, _outcome(exp.id, stage, sigs, **facts))
+
+
+def test_memory_fraction_is_chosen_from_the_log_figures() -> None:
+    h = _history(
+        H200,
+        model={"path": "org/Big-FP8", "features": ["moe", "fp8"]},
+        baseline={"flags": {"--tp-size": "8", "--mem-fraction-static": "0.88"}},
+    )
+    _baseline_outcome(
+        h,
+        "load_failed",
+        ["load_weight_end", "not_enough_memory_kv", "scheduler_exception"],
+        weights_avail_mem_gb="12.25",
+        mem_fraction_static="0.88",
+    )
+    exp = h.propose()
+    assert exp is not None and exp.change is not None
+    assert (exp.change.name, exp.change.after) == ("--mem-fraction-static", "0.92")
+    assert "12.25 GB free after the weights" in exp.rationale
+
+
+def test_no_fraction_is_proposed_when_the_weights_leave_nothing() -> None:
+    h = _history(H200, baseline={"flags": {"--tp-size": "8", "--mem-fraction-static": "0.88"}})
+    _baseline_outcome(h, "load_failed", ["not_enough_memory_kv"], weights_avail_mem_gb="0.6")
+    exp = h.propose()
+    assert exp is None or exp.change is None or exp.change.name != "--mem-fraction-static"
+
+
+CAPTURE_FACTS = {
+    "mem_fraction_static": "0.9",
+    "weights_avail_mem_gb": "25.94",
+    "capture_avail_mem_gb": "4.50",
+    "cuda_graph_bs_list": "1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160",
+    "capture_first_avail_mem_gb": "2.76",
+    "capture_last_avail_mem_gb": "0.07",
+    "capture_batches_done": "20",
+    "capture_batches_total": "24",
+}
+L40S = FP.model_copy(
+    update={"gpu_name": "NVIDIA L40S", "compute_capability": "8.9", "memory_total_mib": 46068}
+)
+
+
+def test_capture_oom_derives_a_smaller_max_batch_size_and_fraction_not_the_workaround() -> None:
+    h = _history(
+        L40S,
+        model={"path": "org/Llama-70B-FP8", "features": ["dense", "fp8"]},
+        baseline={"flags": {"--tp-size": "4", "--mem-fraction-static": "0.9"}},
+    )
+    _baseline_outcome(h, "load_failed", ["cuda_graph_capture_failed", "cuda_out_of_memory"], **CAPTURE_FACTS)
+    exp = h.propose()
+    assert exp is not None and exp.change is not None
+    assert exp.change.name in ("--cuda-graph-max-bs", "--mem-fraction-static")
+    if exp.change.name == "--cuda-graph-max-bs":
+        assert exp.change.after == "112"  # 18 of 24 graphs fit in 95 % of 4.5 GB after 1.6 GB of workspace
+    else:
+        assert exp.change.after == "0.87"
+    assert "per graph" in exp.rationale
+
+
+def test_stall_after_process_group_init_tests_nccl_p2p_first() -> None:
+    h = _history(
+        model={"path": "Qwen/Qwen3-32B", "features": ["dense"]}, baseline={"flags": {"--tp-size": "2"}}
+    )
+    _baseline_outcome(
+        h,
+        "timeout",
+        ["init_torch_distributed_begin", "init_torch_distributed_end"],
+        stalled_after="init_torch_distributed_end",
+        stall_stage="load",
+        tp_size="2",
+    )
+    exp = h.propose()
+    assert exp is not None and exp.change is not None
+    assert (exp.change.kind, exp.change.name, exp.change.after) == ("env", "NCCL_P2P_DISABLE", "1")
+
+
+PTXAS = ["cuda_graph_capture_failed", "ptxas_unknown_gpu_arch", "scheduler_exception"]
+
+
+def _ptxas_baseline(h: History) -> None:
+    _baseline_outcome(h, "load_failed", PTXAS, attention_backend="triton")
+
+
+def test_root_cause_fix_is_tested_before_the_workaround() -> None:
+    h = _history(
+        model={"path": "Qwen/Qwen3-8B", "features": ["dense"]},
+        baseline={"flags": {"--attention-backend": "triton"}},
+    )
+    _ptxas_baseline(h)
+    exp = h.propose()
+    assert exp is not None and exp.change is not None
+    assert (exp.change.kind, exp.change.name) == ("env", "TRITON_PTXAS_PATH")
+
+
+def test_after_a_workaround_fixes_it_a_root_fix_is_still_tested_and_preferred() -> None:
+    h = _history(
+        model={"path": "Qwen/Qwen3-8B", "features": ["dense"]},
+        baseline={"flags": {"--attention-backend": "triton"}},
+    )
+    _ptxas_baseline(h)
+    base = h.view.experiments[0].baseline
+    workaround = Change(kind="flag", name="--disable-cuda-graph", before=None, after=True)
+    exp = Experiment(
+        id=Experiment.make_id(base, workaround, "test"), purpose="test", baseline=base, change=workaround
+    )
+    h.record(exp, _outcome(exp.id, "ok", []))
+    nxt = h.propose()
+    assert nxt is not None and nxt.purpose == "test" and nxt.change is not None
+    assert nxt.change.name == "TRITON_PTXAS_PATH" and nxt.baseline == base  # from the failing baseline
+    assert "workaround" in nxt.rationale
+    h.record(nxt, _outcome(nxt.id, "ok", []))
+    confirm = h.propose()
+    assert confirm is not None and confirm.purpose == "confirm"
+    assert confirm.baseline.env == {"TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas"}
+    assert "--disable-cuda-graph" not in confirm.baseline.flags  # the root fix is kept, not the workaround
+    h.record(confirm, _outcome(confirm.id, "ok", []))
+    assert h.ledger()["triton-ptxas-too-old"].status == "confirmed"  # type: ignore[attr-defined]
+    assert h.propose() is None
+
+
+def test_a_fix_that_does_not_hold_is_dropped_and_the_next_needs_two_confirmations() -> None:
+    h = History()
+    _nan_baseline(h)
+    fix = h.propose()
+    assert fix is not None and fix.change is not None and fix.change.name == "--kv-cache-dtype"
+    h.record(fix, _outcome(fix.id, "ok", [], kv_cache_dtype="bf16"))
+    confirm = h.propose()
+    assert confirm is not None and confirm.purpose == "confirm"
+    h.record(confirm, _outcome(confirm.id, "request_failed", NAN, kv_cache_dtype="bf16"))
+    state = h.planner.history(h.view)
+    assert state.flaky and state.confirm_failed and not state.fixes
+    assert h.ledger()["lowprec-kv-cache-attention-numerics"].status == "refuted"  # type: ignore[attr-defined]
+    nxt = h.propose()
+    assert nxt is not None and nxt.purpose == "test" and nxt.change is not None
+    assert nxt.baseline == h.view.case.baseline  # back on the failing configuration
+    h.record(nxt, _outcome(nxt.id, "ok", []))
+    first = h.propose()
+    assert first is not None and first.purpose == "confirm" and first.attempt == 1
+    h.record(first, _outcome(first.id, "ok", []))
+    second = h.propose()
+    assert second is not None and second.purpose == "confirm" and second.attempt == 2
+    assert second.id != first.id
+    h.record(second, _outcome(second.id, "ok", []))
+    assert h.propose() is None
+
+
+def test_passing_baseline_is_repeated_with_a_load_probe_when_the_symptom_speaks_of_load() -> None:
+    h = _history(description="crashes when 12 users send requests concurrently")
+    exp = h.propose()
+    assert exp is not None
+    ok = _outcome(exp.id, "ok", [])
+    h.record(exp, ok)
+    again = h.propose()
+    assert again is not None and again.purpose == "baseline" and again.attempt == 2
+    assert [p.concurrency for p in again.probes] == [12]
+    from tools.probes import ProbeResult
+
+    under_load = _outcome(again.id, "request_failed", ["illegal_memory_access"]).model_copy(
+        update={
+            "probes": [
+                ProbeResult(probe_id="chat-capital", ok=True, status="ok", latency_s=0.1),
+                ProbeResult(probe_id=again.probes[0].id, ok=False, status="connection_error", latency_s=0.1),
+            ]
+        }
+    )
+    h.record(again, under_load)
+    state = h.planner.history(h.view)
+    assert state.load_probe is not None and state.load_probe.concurrency == 12
+    ledger = h.ledger()
+    assert "overlap-scheduler-batching" in ledger
+    test = h.propose()
+    assert test is not None and test.purpose == "test" and test.probes == again.probes
+
+
+def test_passing_baseline_without_load_words_is_repeated_once_then_not_reproduced() -> None:
+    h = _history(description="the server crashes at start-up")
+    for attempt in (1, 2):
+        exp = h.propose()
+        assert exp is not None and exp.purpose == "baseline" and exp.attempt == attempt and not exp.probes
+        h.record(exp, _outcome(exp.id, "ok", []))
+    p = h.planner.propose(h.view, h.planner.history(h.view))
+    assert p.experiment is None and "could not be reproduced" in (p.conclude_reason or "")
+
+
+def test_further_progress_at_the_same_stage_is_advanced() -> None:
+    ref = _outcome("a", "load_failed", ["load_weight_begin", "not_enough_memory_kv"])
+    further = _outcome(
+        "b", "load_failed", ["load_weight_begin", "memory_pool_end", "cuda_graph_capture_failed"]
+    )
+    assert classify_observation(further, ref) == "advanced"
+    assert classify_observation(ref, further) == "different"
+    same = _outcome("c", "timeout", ["init_torch_distributed_end"])
+    assert classify_observation(same, _outcome("d", "timeout", ["init_torch_distributed_end"])) == "persists"

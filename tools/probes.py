@@ -273,7 +273,9 @@ def _run_concurrent(base: str, probe: Probe, model: str, timeout_s: float, start
     failed = sum(not r.ok for r in results)
     error = worst.error
     if failed:
-        error = f"{failed} of {probe.concurrency} concurrent requests failed" + (f": {error}" if error else "")
+        error = f"{failed} of {probe.concurrency} concurrent requests failed" + (
+            f": {error}" if error else ""
+        )
     return worst.model_copy(update={"latency_s": time.monotonic() - start, "error": error})
 
 
