@@ -225,7 +225,13 @@ class Runtime:
         there (the run already ended in error saying so) and the next start on that host reports it as an
         orphan; the reasons are kept in ``unstopped``.
         """
-        for exp_id, s in self.sessions.items():  # sessions an interrupt or error cut short
+        self.stop_sessions()
+        if self._host is not None:
+            self._host.close()
+
+    def stop_sessions(self) -> None:
+        """Stop (and record stopping) the servers an interrupt or an error left running. Never raises."""
+        for exp_id, s in self.sessions.items():
             try:
                 verified = s.stop()
             except HostError as exc:
@@ -240,8 +246,6 @@ class Runtime:
                     node="execute",
                 )
         self.sessions.clear()
-        if self._host is not None:
-            self._host.close()
 
 
 def ssh_options(case: Case) -> SSHOptions | None:
@@ -609,6 +613,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
         except HostError as exc:
             tr.emit("error", {"message": str(exc), "experiment_id": exp.id}, node="execute")
             if isinstance(exc, HostUnreachable):  # nothing more can be learned there: end the run
+                rt.sessions.pop(exp.id, None)  # it cannot be stopped now; the next run there stops it
                 unreachable = {
                     "status": "error",
                     "error": f"experiment {exp.id}: {exc} (a server left running there is reported and "
@@ -640,6 +645,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
 
     # ------------------------------------------------------------------ conclude
     def conclude(state: RunState) -> dict[str, Any]:
+        rt.stop_sessions()  # nothing outlives its run, and the stop is recorded before the run's end
         c = build_conclusion(state)
         tr.emit("conclusion", c.model_dump(mode="json"), node="conclude")
         tr.emit(

@@ -436,7 +436,7 @@ def test_hostile_flag_value_is_refused_before_any_shell(
         "--transcript-dir",
         "tr",
     )
-    assert r.returncode == 1
+    assert r.returncode == 2  # bad input: refused before anything reached the host
     result = json.loads(r.stdout.strip().splitlines()[-1])
     remote_runs.append(result["run_id"])
     assert (
