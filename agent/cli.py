@@ -730,8 +730,8 @@ def replay(
         _fail(f"--speed {speed}: expected a positive number")
     if speed is not None and follow:
         _fail("--speed replays a finished recording; --follow shows a live run at its own pace")
-    if not follow and not transcript.is_file():
-        _fail(f"{transcript}: no such transcript")
+    if (not follow or transcript.exists()) and not transcript.is_file():
+        _fail(f"{transcript}: no such transcript file")
     if follow and not transcript.exists():
         err_console.print(f"waiting for {transcript} to appear (Ctrl-C to stop)")
     try:

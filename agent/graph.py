@@ -1043,6 +1043,10 @@ def build_conclusion(state: RunState) -> Conclusion:
             ):
                 return f"its test ({r.change.describe()}) was rejected: {r.reason}"
         tried = [e for e in h.evidence if e.kind == "experiment" and e.experiment_id]
+        if tried and tried[-1].detail.startswith("confounded: "):
+            return f"not separated from the fix ({tried[-1].experiment_id}): {tried[-1].detail[12:]}"
+        if tried and tried[-1].effect == "weakens":
+            return f"deprioritised: {tried[-1].detail} ({tried[-1].experiment_id})"
         if tried:
             return f"tested without a verdict ({tried[-1].experiment_id}: {tried[-1].detail})"
         return "deprioritised: a confirmed fix explains the failure" if confirm else "not tested"
@@ -1107,6 +1111,9 @@ def findings_entry(state: RunState, c: Conclusion) -> str:
     ]
     if c.refuted:
         lines.append("Ruled out: " + "; ".join(f"{r['id']} ({r['statement']})" for r in c.refuted) + ".")
+    unseparated = [u for u in c.untested if str(u.get("why", "")).startswith("not separated")]
+    for u in unseparated:
+        lines.append(f"Not separated from the fix: {u['id']} — {u['why']}.")
     lines.append(
         f"hypoloop run {state.get('run_id')}: {c.launches} launches, {c.host_seconds:.0f} host-seconds."
     )

@@ -726,8 +726,23 @@ class RulePlanner:
             if h.status in ("refuted", "confirmed"):
                 continue
             pred = self.prediction(h, exp.change, facts)
-            weights[h.id] *= _LIKELIHOOD[pred][obs]
             change = exp.change.describe() if exp.change else "no change"
+            side = self._side_change(h, facts or {}, out.facts) if pred == "persists" else None
+            if side is not None:
+                # Auto-resolution moved this hypothesis's own variable too: the run cannot tell the two
+                # causes apart, so it neither supports nor refutes this one on its own.
+                weights[h.id] *= _LIKELIHOOD["may_fix"][obs]
+                h.evidence.append(
+                    Evidence(
+                        kind="experiment",
+                        experiment_id=exp.id,
+                        effect="neutral",
+                        detail=f"confounded: {change} also changed {side} (auto-resolved), which this "
+                        f"hypothesis implicates; the run does not separate the two ({out.stage})",
+                    )
+                )
+                continue
+            weights[h.id] *= _LIKELIHOOD[pred][obs]
             if pred == "fixed" and obs == "persists":
                 h.status = "refuted"
                 h.evidence.append(
@@ -776,6 +791,15 @@ class RulePlanner:
                         detail=f"{change} failed earlier ({out.stage}); the symptom was not reached",
                     )
                 )
+
+    @staticmethod
+    def _side_change(h: Hypothesis, before: dict[str, str], after: dict[str, str]) -> str | None:
+        """``fact old → new`` when an experiment changed, as a side effect, an effective-config fact that
+        one of ``h``'s interventions sets (e.g. a bf16 KV cache also switching the sparse decode backend)."""
+        for iv in h.interventions:
+            if iv.fact and iv.fact in before and iv.fact in after and not _same_value(before[iv.fact], after[iv.fact]):
+                return f"{iv.fact} {before[iv.fact]} → {after[iv.fact]}"
+        return None
 
     def _refute_by_cause_signature(self, ledger: dict[str, Hypothesis], out: Outcome) -> None:
         seen = out.signature_ids()

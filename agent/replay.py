@@ -28,7 +28,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent.render import EventRenderer, _change_text
-from agent.transcript import TranscriptEvent, parse_event, read_transcript
+from agent.transcript import TranscriptError, TranscriptEvent, parse_event, read_transcript
 
 if TYPE_CHECKING:
     from agent.case import Case
@@ -68,7 +68,11 @@ def follow_events(
     lineno = 0
     done = 0  # bytes of whole lines consumed
     buf = b""
-    with open(path, "rb") as fh:
+    try:
+        fh = open(path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise TranscriptError(f"{path}: cannot read: {exc.strerror}") from None
+    with fh:
         while True:
             chunk = fh.read(1 << 16)
             if not chunk:
@@ -159,7 +163,7 @@ class ReplayRenderer(EventRenderer):
                 h["status"] = kind
         elif ev.type == "baseline.changed":
             self.baseline = d.get("baseline")
-        elif ev.type == "outcome" and d.get("stage") != "infra_error":
+        elif ev.type == "server.launched":
             self.launches += 1
 
     def _tests(self, change_text: str) -> list[str]:
@@ -389,7 +393,8 @@ def make_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | No
     """The planner to re-decide with, the host's flag catalog as recorded, and warnings.
 
     ``rules``: the current rule planner with the current hypothesis catalog (knowledge/hypotheses.toml).
-    ``llm``: the LLM planner replaying its recorded responses, when agent.llm_planner offers that.
+    ``llm``: the LLM planner answering from the transcript's recorded model responses, in order
+    (``LLMPlanner.from_recorded``; no network); once they are used up it falls back to the rules.
     Raises RedecideError.
     """
     from agent.catalog import CatalogError, load_catalog
@@ -411,10 +416,26 @@ def make_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | No
         except CatalogError as exc:
             raise RedecideError(str(exc)) from None
     if name == "llm":
-        raise RedecideError(
-            "--planner llm is not available: agent.llm_planner offers no planner that replays recorded "
-            "responses yet, and a live model would not re-decide the same way twice"
-        )
+        try:
+            from agent.llm_planner import LLMPlanner
+        except ImportError:
+            LLMPlanner = None  # type: ignore[assignment,misc]  # noqa: N806
+        if LLMPlanner is None or not hasattr(LLMPlanner, "from_recorded"):
+            raise RedecideError(
+                "--planner llm is not available: agent.llm_planner offers no planner that replays recorded "
+                "responses, and a live model would not re-decide the same way twice"
+            )
+        events = [ev.model_dump() for ev in read_transcript(run.path)]
+        if not any(e["type"] == "llm.request" for e in events):
+            raise RedecideError(
+                f"--planner llm: {run.path} holds no llm.request events (the run was decided by "
+                "another planner), so there are no model answers to replay; use --planner rules"
+            )
+        try:
+            llm = LLMPlanner.from_recorded(events, catalog=load_catalog(), flags=flags)
+        except (ValueError, CatalogError) as exc:
+            raise RedecideError(f"--planner llm: {exc}") from None
+        return llm, flags, warnings
     raise RedecideError(f"--planner {name}: expected one of {', '.join(PLANNERS)}")
 
 
@@ -674,3 +695,45 @@ def redecide_table(result: RedecideResult, *, verbose: bool = False) -> Table:
         decided = escape(d.decided) + "".join(f"\n[dim]{escape(n)}[/]" for n in notes)
         t.add_row(str(d.step), str(d.seq), d.what, escape(d.recorded), decided, mark)
     return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agent.replay TRANSCRIPT [--step N] [--follow] [--speed X] [-v]``: the terminal replay
+    without the CLI's imports (the planner, LangGraph, the SSH and HTTP clients), so it starts at once.
+    Exit codes as ``hypoloop replay``."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m agent.replay", description=main.__doc__)
+    ap.add_argument("transcript", type=Path)
+    ap.add_argument("--step", type=int, default=0)
+    ap.add_argument("--follow", "-f", action="store_true")
+    ap.add_argument("--speed", type=float, default=None)
+    ap.add_argument("--verbose", "-v", action="store_true")
+    args = ap.parse_args(argv)
+    console = Console()
+    if args.speed is not None and (args.speed <= 0 or args.follow):
+        print(
+            "error: --speed needs a positive number and a finished recording (not --follow)", file=sys.stderr
+        )
+        return 2
+    try:
+        summary = replay(
+            args.transcript,
+            console,
+            from_step=args.step,
+            follow=args.follow,
+            speed=args.speed,
+            verbose=args.verbose,
+        )
+    except TranscriptError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"stopped following {args.transcript}", file=sys.stderr)
+        return 130
+    return 2 if args.step and summary.shown == 0 else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

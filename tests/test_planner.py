@@ -492,3 +492,18 @@ def test_further_progress_at_the_same_stage_is_advanced() -> None:
     assert classify_observation(ref, further) == "different"
     same = _outcome("c", "timeout", ["init_torch_distributed_end"])
     assert classify_observation(same, _outcome("d", "timeout", ["init_torch_distributed_end"])) == "persists"
+
+
+def test_a_fix_that_also_moves_another_hypothesis_variable_leaves_it_open_as_confounded() -> None:
+    h = History()
+    _nan_baseline(h)
+    fix = h.propose()
+    assert fix is not None and fix.change is not None and fix.change.name == "--kv-cache-dtype"
+    # With a bf16 KV cache, auto-resolution also switches the sparse decode backend.
+    h.record(fix, _outcome(fix.id, "ok", [], kv_cache_dtype="bf16", nsa_decode_backend="tilelang"))
+    ledger = h.ledger()
+    assert ledger["lowprec-kv-cache-attention-numerics"].status == "supported"  # type: ignore[attr-defined]
+    backend = ledger["sparse-decode-backend-kernel"]
+    assert backend.status == "open"  # type: ignore[attr-defined]
+    assert any("confounded" in e.detail and "flashmla_kv → tilelang" in e.detail for e in backend.evidence)  # type: ignore[attr-defined]
+    assert backend.posterior > 0.01  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@ reference transcripts in transcripts/reference/ (regenerate them with `python -m
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -30,12 +31,21 @@ REJECTED = REFERENCE / "glm5-nvfp4-sm120-reject-kv.jsonl"
 HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
 
 
-def _hypoloop(tmp_path: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _hypoloop(
+    tmp_path: Path, *args: str, timeout: float = 120, **extra: str
+) -> subprocess.CompletedProcess[str]:
     env = dict(
         os.environ, HYPOLOOP_HOME=str(tmp_path / "home"), HYPOLOOP_LAB_TIME_SCALE="0.004", COLUMNS="200"
     )
+    env.update(extra)
     return subprocess.run(
-        [*HYPOLOOP, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+        [*HYPOLOOP, *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
     )
 
 
@@ -319,7 +329,84 @@ def test_redecide_exits_nonzero_when_the_recording_differs(tmp_path: Path) -> No
     assert "diverges" in r.stdout
 
 
-def test_llm_planner_without_recorded_responses_is_a_clear_error(tmp_path: Path) -> None:
+def test_llm_planner_needs_recorded_model_answers(tmp_path: Path) -> None:
     r = _hypoloop(tmp_path, "replay", str(GLM5), "--redecide", "--planner", "llm")
     assert r.returncode == 2
-    assert "--planner llm is not available" in r.stderr
+    assert "holds no llm.request events" in r.stderr
+
+
+def _scripted_openai() -> Any:
+    name = "hypoloop_fake_openai"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "tests" / "fakes" / "openai_server.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name].ScriptedOpenAI
+
+
+def _model_says(name: str, value: str, tests: str) -> dict[str, Any]:
+    experiment = {
+        "change": {"kind": "flag", "name": name, "value": value},
+        "tests": [tests],
+        "rationale": "scripted",
+    }
+    return {
+        "json": {
+            "reasoning": "scripted",
+            "new_hypotheses": [],
+            "notes": [],
+            "action": "experiment",
+            "experiment": experiment,
+            "conclusion": None,
+        }
+    }
+
+
+def test_redecide_an_llm_run_from_its_recorded_answers(tmp_path: Path) -> None:
+    # The model tries the FP8 GEMM backend first (refuted), then the KV-cache dtype (the fix).
+    script = [
+        _model_says("--fp8-gemm-backend", "cutlass", "fp8-gemm-scale-format"),
+        _model_says("--kv-cache-dtype", "bf16", "lowprec-kv-cache-attention-numerics"),
+    ]
+    with _scripted_openai()(script) as server:
+        r = _hypoloop(
+            tmp_path,
+            "run",
+            "lab:glm5-nvfp4-sm120",
+            "--auto",
+            "--json",
+            "--transcript-dir",
+            str(tmp_path / "tr"),
+            "--planner",
+            "llm",
+            "--model",
+            "scripted",
+            "--base-url",
+            server.base_url,
+            timeout=240,
+            OPENAI_API_KEY="sk-test-0123456789abcdefghij",
+        )
+    assert r.returncode == 0, r.stderr[-3000:]
+    transcript = json.loads(r.stdout.strip().splitlines()[-1])["transcript"]
+    # No network from here on: the recorded answers decide again, the same way.
+    llm = _hypoloop(tmp_path, "replay", transcript, "--redecide", "--planner", "llm")
+    assert llm.returncode == 0, llm.stdout[-4000:] + llm.stderr[-2000:]
+    # The rule planner would have tested the KV-cache dtype first: it diverges at step 2.
+    rules = _hypoloop(tmp_path, "replay", transcript, "--redecide", "--planner", "rules")
+    assert rules.returncode == 1
+    assert "diverges" in rules.stdout and "--fp8-gemm-backend" in rules.stdout
+
+
+def test_module_entry_point_replays_without_the_cli(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "agent.replay", str(GLM5), "--step", "3"],
+        cwd=tmp_path,
+        env=dict(os.environ, COLUMNS="200"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "jumped to step 3" in r.stdout and "run ended: isolated" in r.stdout
