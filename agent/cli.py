@@ -17,11 +17,9 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from langgraph.checkpoint.sqlite import SqliteSaver
-from langgraph.types import Command
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
@@ -38,12 +36,9 @@ from agent.approval import (
 )
 from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case
 from agent.catalog import CatalogError
-from agent.graph import Runtime, build_graph, classify_outcome, edit_experiment, ssh_options
-from agent.llm_planner import describe_usage, llm_notices, planner_spec_from_options
 from agent.models import Baseline, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
 from agent.render import EventRenderer
-from agent.runs import RunError, RunInfo, RunInUse, RunLock, list_runs, load_run, open_checkpointer
 from agent.transcript import Transcript, TranscriptError, read_transcript
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError, parse_help
@@ -51,6 +46,10 @@ from tools.flags import load_catalog as load_flag_catalog
 from tools.host import HostError, connect_host, expand_argv
 from tools.knowledge import infer_features
 from tools.signatures import load_signatures, scan_text
+
+if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
+    from agent.graph import Runtime
+    from agent.runs import RunInfo
 
 app = typer.Typer(
     add_completion=False,
@@ -161,6 +160,9 @@ def _drive(
     left waiting (exit 3); Ctrl-C at the prompt leaves it waiting too (exit 130). ``mode`` switches the
     approval mode with the first answer.
     """
+    from langgraph.types import Command
+
+    from agent.graph import edit_experiment
     result: dict[str, Any] = graph.invoke(first, config)
     while result.get("__interrupt__"):
         request = ApprovalRequest.model_validate(result["__interrupt__"][0].value)
@@ -193,6 +195,7 @@ def _drive(
 
 def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool, console: Console) -> None:
     """Print how the run ended (a JSON line with ``--json``); exit 1 if it ended in error."""
+    from agent.llm_planner import describe_usage
     conclusion = result.get("conclusion") or {}
     status = conclusion.get("status", "error")
     llm_usage = conclusion.get("llm_usage")
@@ -379,6 +382,11 @@ def run(
     ] = False,
 ) -> None:
     """Debug a deployment: hypothesize, run one-change experiments, conclude with the root cause."""
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    from agent.graph import Runtime, build_graph
+    from agent.llm_planner import llm_notices, planner_spec_from_options
+    from agent.runs import RunLock
     mode = _approval_mode(approve, auto)
     try:
         planner_spec = planner_spec_from_options(
@@ -476,6 +484,7 @@ def analyze(
     With --case, the case's host is asked for its GPUs (a query, no launch) unless --compute-capability
     or --gpu-name is given, and the case's knowledge files count as evidence.
     """
+    from agent.graph import classify_outcome, ssh_options
     text = _read_text(logfile, what="log")
     if not text.strip():
         _fail(f"{logfile}: the log is empty")
@@ -657,6 +666,7 @@ def flags(
     remote_python: _PythonOpt = None,
 ) -> None:
     """The flag catalog of a host's SGLang, parsed from `launch_server --help`."""
+    from agent.graph import ssh_options
     try:
         if from_file is not None:
             catalog: FlagCatalog = parse_help(_read_text(from_file, what="help text"), source=str(from_file))
@@ -852,6 +862,7 @@ def runs_(
     json_out: Annotated[bool, typer.Option("--json", help="one JSON list")] = False,
 ) -> None:
     """List the runs in $HYPOLOOP_HOME: running, waiting for approval, interrupted or finished."""
+    from agent.runs import list_runs
     home = state_dir()
     infos = list_runs(home)
     if json_out:
@@ -882,6 +893,7 @@ def show(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """A run's story so far (from its transcript) and the approval it waits for, if any."""
+    from agent.runs import RunError, load_run
     try:
         info = load_run(state_dir(), run_id)
     except RunError as exc:
@@ -953,6 +965,7 @@ def resume(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates too")] = False,
 ) -> None:
     """Continue a run: answer the approval it waits for, or pick it up where an ended process left it."""
+    from agent.runs import RunError, RunInUse, RunLock, load_run
     mode = _approval_mode(approve, auto)
     edits = list(set_ or [])
     if decision is not None and decision not in ("approve", "edit", "reject", "stop"):
@@ -1001,6 +1014,11 @@ def _resume_locked(
     json_out: bool,
     verbose: bool,
 ) -> None:
+    from langgraph.types import Command
+
+    from agent.graph import Runtime, build_graph, edit_experiment
+    from agent.llm_planner import llm_notices
+    from agent.runs import load_run, open_checkpointer
     info = load_run(home, run_id)  # read again under the lock: another process may have moved it on
     request = ApprovalRequest.model_validate(info.pending) if info.pending else None
     waiting = f"{request.experiment.id} ({describe_experiment(request.experiment)})" if request else None

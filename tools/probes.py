@@ -16,7 +16,6 @@ from collections import Counter
 from typing import Any, Literal
 
 import httpx
-import openai
 from pydantic import BaseModel, ConfigDict, Field
 
 ProbeStatus = Literal[
@@ -158,6 +157,8 @@ def _finish(probe: Probe, text: str | None, start: float, http_status: int | Non
 
 
 def _run_chat(base_url: str, probe: Probe, model: str, timeout_s: float, start: float) -> ProbeResult:
+    import openai  # here, not at the top: it takes ~0.35 s to import and most commands never probe
+
     client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="EMPTY", max_retries=0, timeout=timeout_s)
     try:
         resp = client.chat.completions.create(
