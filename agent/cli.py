@@ -193,6 +193,40 @@ def _drive(
     return result
 
 
+def _drive_guarded(
+    graph: Any,
+    config: dict[str, Any],
+    first: Any,
+    *,
+    rt: Runtime,
+    tr: Transcript,
+    tpath: Path,
+    run_id: str,
+    console: Console,
+    json_out: bool,
+    mode: str | None = None,
+) -> dict[str, Any]:
+    """``_drive``, ending the run properly when it is cut short: on Ctrl-C/SIGTERM (exit 130), unusable
+    knowledge (exit 2) or a bug (exit 1, traceback kept in the transcript), the run's servers are stopped
+    and ``run.ended`` says why."""
+    try:
+        return _drive(graph, config, first, rt=rt, console=console, json_out=json_out, mode=mode)
+    except KeyboardInterrupt:
+        _interrupted(rt, tr, tpath, run_id, json_out=json_out)
+    except (CatalogError, CaseError) as exc:
+        rt.close()
+        tr.emit("error", {"message": str(exc)})
+        tr.emit("run.ended", {"status": "error", "reason": str(exc)})
+        _fail(str(exc))
+    except typer.Exit:
+        raise
+    except Exception as exc:  # a bug: keep the details in the transcript, tell the user in one line
+        rt.close()
+        tr.emit("error", {"message": f"internal error: {exc!r}", "traceback": traceback.format_exc()})
+        tr.emit("run.ended", {"status": "error", "reason": f"internal error: {exc!r}"})
+        _fail(f"internal error: {exc!r} (traceback in {tpath})", code=1)
+
+
 def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool, console: Console) -> None:
     """Print how the run ended (a JSON line with ``--json``); exit 1 if it ended in error."""
     from agent.llm_planner import describe_usage
@@ -443,21 +477,8 @@ def run(
             "approval_seq": 0,
             "planner": planner_spec,
         }
-        result = _drive(graph, config, initial, rt=rt, console=console, json_out=json_out)
-    except KeyboardInterrupt:
-        _interrupted(rt, tr, tpath, run_id, json_out=json_out)
-    except (CatalogError, CaseError) as exc:
-        rt.close()
-        tr.emit("error", {"message": str(exc)})
-        tr.emit("run.ended", {"status": "error", "reason": str(exc)})
-        _fail(str(exc))
-    except typer.Exit:
-        raise
-    except Exception as exc:  # a bug: keep the details in the transcript, tell the user in one line
-        rt.close()
-        tr.emit("error", {"message": f"internal error: {exc!r}", "traceback": traceback.format_exc()})
-        tr.emit("run.ended", {"status": "error", "reason": f"internal error: {exc!r}"})
-        _fail(f"internal error: {exc!r} (traceback in {tpath})", code=1)
+        result = _drive_guarded(graph, config, initial, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
+                                console=console, json_out=json_out)
     finally:
         rt.close()
         tr.close()
@@ -1081,21 +1102,8 @@ def _resume_locked(
                     "answer": first.resume if first is not None else None,
                 },
             )
-            result = _drive(graph, config, first, rt=rt, console=console, json_out=json_out, mode=mode)
-    except KeyboardInterrupt:
-        _interrupted(rt, tr, tpath, run_id, json_out=json_out)
-    except (CatalogError, CaseError) as exc:
-        rt.close()
-        tr.emit("error", {"message": str(exc)})
-        tr.emit("run.ended", {"status": "error", "reason": str(exc)})
-        _fail(str(exc))
-    except typer.Exit:
-        raise
-    except Exception as exc:  # a bug: keep the details in the transcript, tell the user in one line
-        rt.close()
-        tr.emit("error", {"message": f"internal error: {exc!r}", "traceback": traceback.format_exc()})
-        tr.emit("run.ended", {"status": "error", "reason": f"internal error: {exc!r}"})
-        _fail(f"internal error: {exc!r} (traceback in {tpath})", code=1)
+            result = _drive_guarded(graph, config, first, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
+                                    console=console, json_out=json_out, mode=mode)
     finally:
         rt.close()
         tr.close()
