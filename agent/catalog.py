@@ -152,7 +152,7 @@ class CatalogEntry(BaseModel):
                 break
         values: dict[str, str] = {
             **{k: str(v) for k, v in ctx.facts.items()},
-            "compute_capability": ctx.compute_capability or "?",
+            "compute_capability": ctx.compute_capability or "unknown",
             "gpu_name": ctx.gpu_name or "this GPU",
         }
         statement = re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), statement)

@@ -116,7 +116,7 @@ def _pause(
         console.print(approval_panel(request))
     console.print(
         f"run [bold]{request.run_id}[/] waits for approval of {exp.id} ({escape(describe_experiment(exp))}); "
-        f"{why}. Answer with: hypoloop resume {request.run_id} --decision approve|reject|stop "
+        f"{why}. Answer with: hypoloop resume {request.run_id} --decision approve|edit|reject|stop "
         "[--reason TEXT] [--set NAME=VALUE]",
         highlight=False,
     )
@@ -894,6 +894,7 @@ def runs_(
         console.print(f"no runs in {home}")
         return
     t = Table("run", "case", "status", "waiting for / result", "launches", "updated", title=f"runs in {home}")
+    t.columns[0].no_wrap = True  # a run id is what the user copies into `resume`: never cut it
     for i in infos:
         style = _STATUS_STYLE.get(i.status, "white")
         t.add_row(
@@ -946,7 +947,7 @@ def show(
     if info.pending:
         console.print(approval_panel(ApprovalRequest.model_validate(info.pending)))
         console.print(
-            f"answer with: hypoloop resume {info.run_id} [--decision approve|reject|stop] "
+            f"answer with: hypoloop resume {info.run_id} [--decision approve|edit|reject|stop] "
             "[--reason TEXT] [--set NAME=VALUE]"
         )
     elif info.status == "interrupted":
@@ -1115,7 +1116,7 @@ def _pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool
     console.print(approval_panel(request))
     console.print(
         f"run {request.run_id} still waits for approval; no terminal is attached. Answer with: "
-        f"hypoloop resume {request.run_id} --decision approve|reject|stop [--reason TEXT] [--set NAME=VALUE]"
+        f"hypoloop resume {request.run_id} --decision approve|edit|reject|stop [--reason TEXT] [--set NAME=VALUE]"
     )
     if json_out:
         exp = request.experiment

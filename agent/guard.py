@@ -7,8 +7,11 @@ not an experiment already run; not a rejected one; within budget.
 
 from __future__ import annotations
 
+import functools
 import re
-from typing import TYPE_CHECKING
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agent.models import Experiment
 from tools.flags import FlagCatalog, FlagError
@@ -18,6 +21,30 @@ if TYPE_CHECKING:
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_./:,+=@%-]*$")
+
+
+@functools.cache
+def _limits() -> dict[str, dict[str, Any]]:
+    """Value ranges from ``knowledge/limits.toml`` by flag name (empty if the file is absent)."""
+    path = Path(__file__).resolve().parent.parent / "knowledge" / "limits.toml"
+    if not path.is_file():
+        return {}
+    return {item["flag"]: item for item in tomllib.loads(path.read_text(encoding="utf-8")).get("limit", [])}
+
+
+def _check_range(name: str, value: object) -> None:
+    limit = _limits().get(name)
+    if limit is None or value is None or isinstance(value, bool):
+        return
+    try:
+        x = float(str(value))
+    except ValueError:
+        return  # the flag catalog already judged the type
+    lo, hi = limit.get("min"), limit.get("max")
+    too_low = lo is not None and (x <= lo if limit.get("min_exclusive") else x < lo)
+    if too_low or (hi is not None and x > hi) or x != x:
+        low = f"more than {lo}" if limit.get("min_exclusive") else f"at least {lo}"
+        raise GuardError(f"{name}: {value} is out of range (expected {low} and at most {hi}: {limit.get('why', '')})")
 
 
 class GuardError(ValueError):
@@ -41,6 +68,7 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
                     raise GuardError(str(exc)) from None
                 if canon != ch.name:
                     raise GuardError(f"{ch.name}: use the canonical flag name {canon}")
+            _check_range(ch.name, ch.after)
         else:
             if not _ENV_NAME.match(ch.name):
                 raise GuardError(f"env {ch.name!r}: expected a variable name like NCCL_P2P_DISABLE")
@@ -55,5 +83,10 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
         raise GuardError(f"{exp.id} was already run: {exp.change.describe() if exp.change else exp.purpose}")
     if any(r.experiment_id == exp.id for r in view.rejections):
         raise GuardError(f"{exp.id} was rejected earlier in this run")
+    # A planner must not come back with a rejected change spelled differently; a person who edits their
+    # way back to it has changed their mind, and that is theirs to do.
+    by_planner = exp.proposed_by in ("rules", "llm")
+    if by_planner and exp.change is not None and any(r.change_key == exp.change.key() for r in view.rejections):
+        raise GuardError(f"{exp.change.describe()} was rejected earlier in this run (the same value, spelled differently)")
     if view.launches + 1 > view.case.budget.experiments:
         raise GuardError(f"experiment budget spent ({view.launches} of {view.case.budget.experiments})")

@@ -37,6 +37,10 @@ STAGE_ORDER: dict[str, int] = {
 }
 
 
+#: Spellings SGLang accepts for one value (``--kv-cache-dtype bf16`` and ``bfloat16``; server_args.py).
+VALUE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+
+
 class Change(BaseModel):
     """The one variable an experiment changes against the baseline.
 
@@ -52,8 +56,12 @@ class Change(BaseModel):
     after: FlagValue = None
 
     def key(self) -> str:
-        """A stable text key of what is set, independent of ``before`` (for "never repeat" checks)."""
-        return f"{self.kind}:{self.name}={json.dumps(self.after)}"
+        """A stable text key of what is set, independent of ``before`` and of spelling (``bfloat16`` and
+        ``bf16`` are one dtype), for "never repeat" and "never propose a rejected change" checks."""
+        after = self.after
+        if isinstance(after, str):
+            after = VALUE_ALIASES.get(after.strip().lower(), after.strip().lower())
+        return f"{self.kind}:{self.name}={json.dumps(after)}"
 
     def describe(self) -> str:
         """``name: before → after`` as shown to people."""

@@ -40,6 +40,7 @@ from agent.case import Case
 from agent.catalog import CatalogEntry, EvidenceContext
 from agent.models import (
     STAGE_ORDER,
+    VALUE_ALIASES,
     Baseline,
     Change,
     Evidence,
@@ -1148,4 +1149,4 @@ def _same_value(a: Any, b: Any) -> bool:
 
 EvidenceEffect = Literal["supports", "weakens", "refutes", "confirms", "neutral"]
 
-_DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+_DTYPE_ALIASES = VALUE_ALIASES

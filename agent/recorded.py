@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.transcript import TranscriptEvent, read_transcript
+from agent.transcript import TranscriptError, TranscriptEvent, read_transcript
 
 _VERDICTS = ("supported", "refuted", "confirmed", "open")
 
@@ -160,8 +160,12 @@ class RecordedRun:
     def load(cls, path: Path) -> RecordedRun:
         """Read and fold a transcript; raises TranscriptError on a malformed line."""
         run = cls(path=Path(path))
+        count = 0
         for ev in read_transcript(run.path):
             run.add(ev)
+            count += 1
+        if count == 0:
+            raise TranscriptError(f"{path}: no transcript events (the file is empty or not a transcript)")
         try:
             with open(run.path, "rb") as fh:
                 fh.seek(0, 2)

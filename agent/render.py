@@ -60,9 +60,8 @@ class EventRenderer:
             self._p(f"  flag catalog: {d.get('flags')} flags from launch_server --help")
 
     def _knowledge_read(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
-        items = ", ".join(
-            escape(f"{f['title'][:60]} [{f['outcome']}, relevance {f['relevance']}]")
-            for f in d.get("findings", [])
+        items = "; ".join(
+            escape(f"{f['title']} [{f['outcome']}, relevance {f['relevance']}]") for f in d.get("findings", [])
         )
         self._p(f"  knowledge: {escape(str(d.get('path')))}: {items or 'no findings'}")
 

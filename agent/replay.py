@@ -57,7 +57,8 @@ def follow_events(
     path: Path, *, poll_s: float = 0.2, sleep: Callable[[float], None] = time.sleep
 ) -> Iterator[TranscriptEvent]:
     """Events of a transcript that may still be growing: everything written so far, then each new
-    event as it is appended, until ``run.ended`` (or the caller stops iterating, e.g. on Ctrl-C).
+    event as it is appended, until a ``run.ended`` that nothing follows (a resumed run appends after its
+    earlier ``run.ended``), or until the caller stops iterating (e.g. on Ctrl-C).
 
     Only whole lines are parsed: a line still being written waits for its newline. A file that
     shrinks (a resumed run cuts a torn last line) is re-read from the last whole line. Memory holds one
@@ -72,10 +73,13 @@ def follow_events(
         fh = open(path, "rb")  # noqa: SIM115
     except OSError as exc:
         raise TranscriptError(f"{path}: cannot read: {exc.strerror}") from None
+    ended = False  # a run.ended was read; stop once nothing follows it (a resumed run writes on after one)
     with fh:
         while True:
             chunk = fh.read(1 << 16)
             if not chunk:
+                if ended and not buf:
+                    return
                 if os.fstat(fh.fileno()).st_size < done + len(buf):
                     fh.seek(done)  # the torn tail was cut; what follows is written from there
                     buf = b""
@@ -92,8 +96,7 @@ def follow_events(
                     continue
                 ev = parse_event(raw, where=f"{path}: line {lineno}")
                 yield ev
-                if ev.type == "run.ended":
-                    return
+                ended = ev.type == "run.ended"
             buf = buf[start:]
 
 
@@ -324,6 +327,8 @@ def replay(
                 sleep(min(gap, MAX_GAP_S))
         prev_ts = ev.ts
         render(ev)
+    if render.last_seq == 0 and not follow:
+        raise TranscriptError(f"{path}: no transcript events (the file is empty or not a transcript)")
     summary = ReplaySummary(render.shown, render.last_seq, render.ended, render.max_step)
     if from_step and render.shown == 0:
         console.print(f"[yellow]no step {from_step}[/]: the transcript has steps 0 to {render.max_step}")

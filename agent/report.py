@@ -574,8 +574,18 @@ def build_report(run: RecordedRun) -> Report:
         series={h.id: dict(h.series) for h in run.hypotheses.values()},
         knowledge=knowledge,
         notes=notes,
-        findings_entry=str(c.get("findings_entry") or ""),
+        findings_entry=_findings_entry(run, c),
     )
+
+
+def _findings_entry(run: RecordedRun, c: dict[str, Any]) -> str:
+    """The entry ``hypoloop findings add`` would append (the same text), for an isolated run."""
+    from agent.findings import FindingsWriteError, entry_for
+
+    try:
+        return entry_for(run)
+    except FindingsWriteError:
+        return str(c.get("findings_entry") or "")
 
 
 # ---------------------------------------------------------------------------------- Markdown

@@ -261,6 +261,8 @@ def test_guard_rejects_a_test_without_a_change() -> None:
         (Change(kind="flag", name="--kv-cache-dtype", after="bf16; rm -rf ~"), "kv-cache-dtype"),
         (Change(kind="env", name="NCCL_P2P_DISABLE", after="1; rm -rf ~"), "shell"),
         (Change(kind="env", name="A B", after="1"), "variable name"),
+        (Change(kind="flag", name="--mem-fraction-static", after="1e9"), "out of range"),
+        (Change(kind="flag", name="--mem-fraction-static", after="0"), "out of range"),
     ],
 )
 def test_guard_rejects_unknown_flags_illegal_values_and_shell_text(change: Change, msg: str) -> None:
@@ -507,3 +509,17 @@ def test_a_fix_that_also_moves_another_hypothesis_variable_leaves_it_open_as_con
     assert backend.status == "open"  # type: ignore[attr-defined]
     assert any("confounded" in e.detail and "flashmla_kv → tilelang" in e.detail for e in backend.evidence)  # type: ignore[attr-defined]
     assert backend.posterior > 0.01  # type: ignore[attr-defined]
+
+
+def test_planner_never_proposes_a_rejected_change_spelled_differently() -> None:
+    h = History()
+    _nan_baseline(h)
+    exp = h.propose()
+    assert exp is not None and exp.change is not None and exp.change.after == "bf16"
+    h.view.rejections.append(Rejection(experiment_id=exp.id, change_key=exp.change.key(), reason="keep FP8"))
+    for _ in range(10):
+        nxt = h.propose()
+        if nxt is None:
+            break
+        assert nxt.change is None or nxt.change.name != "--kv-cache-dtype", nxt.change
+        h.record(nxt, _outcome(nxt.id, "request_failed", NAN))
