@@ -248,6 +248,19 @@ class Runtime:
         self.sessions.clear()
 
 
+def _without_secrets(case_data: dict[str, Any]) -> dict[str, Any]:
+    """The case as written to the transcript: values of secret-named env variables (HF_TOKEN, *_PASSWORD,
+    ...) in the host and baseline env replaced by ``<redacted>``; transcripts are shared with reviewers."""
+    from agent.redact import REDACTED, is_secret_name
+
+    for section in ("host", "baseline"):
+        env = (case_data.get(section) or {}).get("env") or {}
+        for name in env:
+            if is_secret_name(name):
+                env[name] = REDACTED
+    return case_data
+
+
 def ssh_options(case: Case) -> SSHOptions | None:
     """The case's SSH settings (paths relative to the case file), or None for a local host."""
     spec = case.host
@@ -305,7 +318,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                 "host": case.host.target,
                 "approval": state.get("approval"),
                 "budget": case.budget.model_dump(),
-                "case_data": case.model_dump(mode="json"),  # for `hypoloop replay --redecide`
+                "case_data": _without_secrets(case.model_dump(mode="json")),  # for `replay --redecide`
             },
             node="intake",
         )
@@ -603,11 +616,13 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
             return {"pending": None}
         tr.step = state.get("launches", 0) + 1
         unreachable: dict[str, Any] = {}
+        earlier = 0  # an earlier attempt of this experiment that launched a server and was lost or stopped
         try:
             # An earlier process of this run may have finished this experiment, or left its server
             # running when it died: reuse the result or adopt the server, never launch a duplicate.
             raw, adopt, record = recover(rt, rt.host(case), state["run_id"], exp.id)
             if raw is None:
+                earlier = 1 if (record is not None and adopt is None) else 0
                 raw = run_experiment(rt, case, state["run_id"], exp, adopt=adopt, record=record)
                 save_result(rt.state_dir, state["run_id"], raw)
         except HostError as exc:
@@ -637,7 +652,8 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
             "pending": None,
             "raw": raw,
             "experiments": [*state.get("experiments", []), exp.model_dump(mode="json")],
-            "launches": state.get("launches", 0) + (1 if raw.get("launched") else 0),
+            # Every server start counts against the budget, the lost or interrupted ones too.
+            "launches": state.get("launches", 0) + (1 if raw.get("launched") else 0) + earlier,
             "host_seconds": round(
                 state.get("host_seconds", 0.0) + raw["timings"].get("host_seconds", 0.0), 3
             ),

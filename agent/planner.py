@@ -765,6 +765,15 @@ class RulePlanner:
                         detail=f"{change} fixed the symptom, as predicted",
                     )
                 )
+            elif pred == "may_fix" and obs in ("persists", "changed"):
+                h.evidence.append(
+                    Evidence(
+                        kind="experiment",
+                        experiment_id=exp.id,
+                        effect="weakens",
+                        detail=f"{change} did not fix the symptom ({out.stage}); this hypothesis allowed that",
+                    )
+                )
             elif pred in ("fixed", "may_fix") and obs == "advanced":
                 h.evidence.append(
                     Evidence(
@@ -1063,6 +1072,15 @@ class RulePlanner:
     ) -> Proposal:
         baseline, ref = state.baseline, state.reference
         assert ref is not None
+        # Signatures whose component is the case itself (a wrong model path, say) name a fault no launch
+        # flag can fix: spending GPU time on flag changes would only repeat the same failure.
+        case_faults = [m for m in ref.matches if m.kind in ("fatal", "error")
+                       and any(c.startswith("case.") for c in m.components)]
+        if case_faults:
+            m = case_faults[0]
+            lines = f" (log line {m.line_numbers[0]})" if m.line_numbers else ""
+            return Proposal(conclude_reason=f"the failure is in the case, not the server's configuration: "
+                            f"{m.meaning}{lines}; fix the case and run again")
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, baseline, ref, done, rejected_ids, considered)
         if not candidates:

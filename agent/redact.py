@@ -58,7 +58,12 @@ _SECRET_OPTION = re.compile(
     r"(?i)(--(?:[a-z0-9]+-)*(?:api-key|key|token|secret|password|passwd|credentials?))(=|\s+)([\"']?)([^\s\"']+)\3"
 )
 #: ``name=value``, ``name: value``, ``"name": "value"``; the name decides (``is_secret_name``).
-_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*)([\"']?)(\s*[=:]\s*)([\"']?)([^\s\"',;)}\]]+)\4")
+# The value may not itself be an assignment: in "RuntimeError: HF_TOKEN=hf_..." the match must be the
+# inner HF_TOKEN=..., not "RuntimeError: <everything after>", which would hide the secret from the check.
+_ASSIGNMENT = re.compile(
+    r"([A-Za-z_][A-Za-z0-9_.\-]*)([\"']?)(\s*[=:]\s*)([\"']?)"
+    r"(?![A-Za-z_][A-Za-z0-9_.\-]*[\"']?\s*[=:])([^\s\"',;)}\]]+)\4"
+)
 
 _IPV4 = re.compile(r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])")
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{0,4}:){2,7}[0-9A-Fa-f]{0,4}(?![\w:])")

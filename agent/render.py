@@ -152,7 +152,9 @@ class EventRenderer:
         self._p(f"  [green]✓ ready[/] after {d.get('after_s', 0):.2f} s wall")
 
     def _server_crashed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
-        self._p(f"  [red]✗ {d.get('status')}[/] before ready (exit code {d.get('exit_code')})")
+        code = d.get("exit_code")
+        how = f"exit code {code}" if code is not None else "still running; stopped by hypoloop"
+        self._p(f"  [red]✗ {d.get('status')}[/] before ready ({how})")
 
     _server_timeout = _server_crashed
 

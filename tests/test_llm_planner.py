@@ -739,3 +739,12 @@ def test_scripted_model_reaches_the_rule_planners_conclusion_on_the_lab(server: 
     assert result["launches"] == 3
     assert len(server.requests) == 1 and server.requests[0]["model"] == "scripted"
     assert "probability_tensor_nan" in _sent_text(server.requests[0])
+
+
+def test_secret_assignment_inside_an_error_message_is_redacted() -> None:
+    from agent.redact import Redactor
+
+    redact = Redactor.for_env({}, include_process_env=False)
+    assert "hf_logplanted" not in redact("RuntimeError: HF_TOKEN=hf_logplantedtoken2 while loading")
+    assert "s3cr3tvalue9" not in redact("ValueError: password=s3cr3tvalue9")
+    assert redact("kv_cache_dtype=fp8_e4m3") == "kv_cache_dtype=fp8_e4m3"

@@ -523,3 +523,12 @@ def test_planner_never_proposes_a_rejected_change_spelled_differently() -> None:
             break
         assert nxt.change is None or nxt.change.name != "--kv-cache-dtype", nxt.change
         h.record(nxt, _outcome(nxt.id, "request_failed", NAN))
+
+
+def test_a_fault_in_the_case_itself_ends_the_run_without_flag_experiments() -> None:
+    h = History()
+    exp = h.propose()
+    assert exp is not None
+    h.record(exp, _outcome(exp.id, "launch_failed", ["model_path_not_found", "python_traceback"]))
+    p = h.planner.propose(h.view, h.planner.history(h.view))
+    assert p.experiment is None and "model path" in (p.conclude_reason or "")
