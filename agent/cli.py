@@ -99,6 +99,28 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _waiting_json(request: ApprovalRequest, transcript: Path) -> str:
+    """The ``--json`` line of a run that waits for an approval (exit 3), as the README documents it."""
+    exp = request.experiment
+    return json.dumps(
+        {
+            "run_id": request.run_id,
+            "status": "waiting_for_approval",
+            "pending": {
+                "experiment_id": exp.id,
+                "purpose": exp.purpose,
+                "change": exp.change.model_dump(mode="json") if exp.change else None,
+                "tests": request.tests,
+                "risky": request.risky,
+                "error": request.error,
+            },
+            "launches": request.launches,
+            "host_seconds": request.host_seconds,
+            "transcript": str(transcript),
+        }
+    )
+
+
 def _pause(
     tr: Transcript,
     request: ApprovalRequest,
@@ -121,25 +143,7 @@ def _pause(
         highlight=False,
     )
     if json_out:
-        print(
-            json.dumps(
-                {
-                    "run_id": request.run_id,
-                    "status": "waiting_for_approval",
-                    "pending": {
-                        "experiment_id": exp.id,
-                        "purpose": exp.purpose,
-                        "change": exp.change.model_dump(mode="json") if exp.change else None,
-                        "tests": request.tests,
-                        "risky": request.risky,
-                        "error": request.error,
-                    },
-                    "launches": request.launches,
-                    "host_seconds": request.host_seconds,
-                    "transcript": str(tr.path),
-                }
-            )
-        )
+        print(_waiting_json(request, tr.path))
     raise typer.Exit(code)
 
 
@@ -1119,26 +1123,7 @@ def _pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool
         f"hypoloop resume {request.run_id} --decision approve|edit|reject|stop [--reason TEXT] [--set NAME=VALUE]"
     )
     if json_out:
-        exp = request.experiment
-        print(
-            json.dumps(
-                {
-                    "run_id": request.run_id,
-                    "status": "waiting_for_approval",
-                    "pending": {
-                        "experiment_id": exp.id,
-                        "purpose": exp.purpose,
-                        "change": exp.change.model_dump(mode="json") if exp.change else None,
-                        "tests": request.tests,
-                        "risky": request.risky,
-                        "error": request.error,
-                    },
-                    "launches": request.launches,
-                    "host_seconds": request.host_seconds,
-                    "transcript": str(tpath),
-                }
-            )
-        )
+        print(_waiting_json(request, tpath))
     raise typer.Exit(3)
 
 

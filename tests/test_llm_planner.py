@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from clirun import run_cli as _hypoloop
 
 from agent.case import Case
 from agent.catalog import load_catalog
@@ -46,7 +45,6 @@ from tools.signatures import load_signatures, scan_text
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data"
 FINDINGS = REPO / "lab" / "worlds" / "glm5-nvfp4-sm120" / "FINDINGS.md"
-HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
 
 HF_SECRET = "hf_secret123"
 SK_SECRET = "sk-proj-PLANTED0123456789abcdefXYZ"
@@ -514,28 +512,8 @@ def test_planner_options_and_spec() -> None:
 # ------------------------------------------------------------------------------------------ end to end
 
 
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("OPENAI_API_KEY", None)
-    env.update(
-        {"HYPOLOOP_HOME": str(tmp_path / "home"), "HYPOLOOP_LAB_TIME_SCALE": "0.004", "COLUMNS": "160"}
-    )
-    env.update(extra)
-    return env
 
 
-def _hypoloop(
-    tmp_path: Path, *args: str, timeout: float = 180, **env: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*HYPOLOOP, *args],
-        cwd=tmp_path,
-        env=_env(tmp_path, **env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def _planted_case(tmp_path: Path) -> Path:

@@ -11,34 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+from clirun import HYPOLOOP
+from clirun import cli_env as _env
+from clirun import run_cli as _hypoloop
 
 from agent.transcript import read_transcript
 
 REPO = Path(__file__).resolve().parent.parent
-HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
-
-
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {"HYPOLOOP_HOME": str(tmp_path / "home"), "HYPOLOOP_LAB_TIME_SCALE": "0.004", "COLUMNS": "160"}
-    )
-    env.update(extra)
-    return env
-
-
-def _hypoloop(
-    tmp_path: Path, *args: str, timeout: float = 120, **env: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*HYPOLOOP, *args],
-        cwd=tmp_path,
-        env=_env(tmp_path, **env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def _lab_processes(marker: str) -> list[str]:

@@ -21,6 +21,9 @@ from typing import Any
 
 import httpx
 import pytest
+from clirun import HYPOLOOP
+from clirun import cli_env as _env
+from clirun import run_cli as _hypoloop
 
 from agent.transcript import read_transcript
 from tools.host import CommandTimeout, Host, HostError, connect_host
@@ -30,7 +33,7 @@ from tools.ssh import SSHHost, SSHOptions, parse_target
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_SERVER = str(REPO / "tests" / "fakes" / "fake_server.py")
-HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
+
 REMOTE_RUNS = Path("~/.hypoloop/runs").expanduser()  # the default work dir root on the "remote" host
 
 
@@ -323,27 +326,8 @@ def test_log_is_read_incrementally_never_twice(sshd: Any, tmp_path: Path, follow
 # --- the whole agent over SSH -----------------------------------------------------------------------------
 
 
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        {"HYPOLOOP_HOME": str(tmp_path / "home"), "HYPOLOOP_LAB_TIME_SCALE": "0.004", "COLUMNS": "160"}
-    )
-    env.update(extra)
-    return env
 
 
-def _hypoloop(
-    tmp_path: Path, *args: str, timeout: float = 120, **env: str
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*HYPOLOOP, *args],
-        cwd=tmp_path,
-        env=_env(tmp_path, **env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def _ssh_args(sshd: Any) -> list[str]:

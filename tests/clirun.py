@@ -1,0 +1,32 @@
+"""Running the ``hypoloop`` command as a user does, for the end-to-end tests (a real process each time)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
+
+
+def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a test run: its own HYPOLOOP_HOME, a fast lab clock, no real OpenAI key."""
+    env = dict(os.environ)
+    env.pop("OPENAI_API_KEY", None)
+    env.update({"HYPOLOOP_HOME": str(tmp_path / "home"), "HYPOLOOP_LAB_TIME_SCALE": "0.004", "COLUMNS": "160"})
+    env.update(extra)
+    return env
+
+
+def run_cli(tmp_path: Path, *args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess[str]:
+    """``hypoloop ARGS`` in ``tmp_path`` with no stdin (so never a terminal); output captured as text."""
+    return subprocess.run(
+        [*HYPOLOOP, *args],
+        cwd=tmp_path,
+        env=cli_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
