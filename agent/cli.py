@@ -424,7 +424,7 @@ def run(
 
     from agent.graph import Runtime, build_graph
     from agent.llm_planner import llm_notices, planner_spec_from_options
-    from agent.runs import RunLock
+    from agent.runs import RunLock, initial_state
     mode = _approval_mode(approve, auto)
     try:
         planner_spec = planner_spec_from_options(
@@ -466,21 +466,13 @@ def run(
     _sigterm_as_interrupt()
     result: dict[str, Any] = {}
     try:
-        initial = {
-            "run_id": run_id,
-            "case": c.model_dump(mode="json"),
-            "approval": mode or c.approval,
-            "transcript": str(tpath.resolve()),
-            "launches": 0,
-            "host_seconds": 0.0,
-            "experiments": [],
-            "outcomes": [],
-            "rejections": [],
-            "hypotheses": [],
-            "edits": [],
-            "approval_seq": 0,
-            "planner": planner_spec,
-        }
+        initial = initial_state(
+            run_id,
+            c.model_dump(mode="json"),
+            approval=mode or c.approval,
+            transcript=str(tpath.resolve()),
+            planner=planner_spec,
+        )
         result = _drive_guarded(graph, config, initial, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
                                 console=console, json_out=json_out)
     finally:

@@ -260,16 +260,29 @@ def seed_state(state: dict[str, Any], thread_id: str | None) -> dict[str, Any]:
     if state.get("case") or not state.get("case_ref"):
         return {}
     case = load_case(str(state["case_ref"]))
+    return initial_state(
+        state.get("run_id") or thread_id or time.strftime("%Y%m%d-%H%M%S"),
+        case.model_dump(mode="json"),
+        approval=state.get("approval") or case.approval,
+    )
+
+
+def initial_state(run_id: str, case: dict[str, Any], *, approval: str, **extra: Any) -> dict[str, Any]:
+    """The state a new run starts from (one shape for the CLI and LangGraph Studio); ``extra`` adds keys
+    such as the transcript path and the planner spec."""
     return {
-        "run_id": state.get("run_id") or thread_id or time.strftime("%Y%m%d-%H%M%S"),
-        "case": case.model_dump(mode="json"),
-        "approval": state.get("approval") or case.approval,
+        "run_id": run_id,
+        "case": case,
+        "approval": approval,
         "launches": 0,
         "host_seconds": 0.0,
         "experiments": [],
         "outcomes": [],
         "rejections": [],
         "hypotheses": [],
+        "edits": [],
+        "approval_seq": 0,
+        **extra,
     }
 
 

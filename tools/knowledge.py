@@ -313,19 +313,8 @@ def parse_launch_command(text: str) -> LaunchCommand | None:
     wrappers, ``# comments``, and stops at the first pipe, ``&&``/``;`` or redirection. Quoted values
     are unquoted the way a POSIX shell would. Only the first launch command in ``text`` is returned.
     """
-    env: dict[str, str] = {}
-    for line in _logical_lines(text):
-        if line.startswith("#"):
-            continue
-        if re.match(r"^export\s+", line):
-            env.update(_exports(line))
-            continue
-        if _LAUNCHER_RE.search(line):
-            cmd = _parse_command_line(line)
-            if cmd is not None:
-                cmd.env = {**env, **cmd.env}
-                return cmd
-    return None
+    commands = _commands_in_block(text)
+    return commands[0] if commands else None
 
 
 def _logical_lines(text: str) -> list[str]:
