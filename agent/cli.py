@@ -14,6 +14,7 @@ import secrets
 import signal
 import sqlite3
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -73,9 +74,10 @@ def state_dir() -> Path:
     home = Path(os.environ.get("HYPOLOOP_HOME", "~/.hypoloop")).expanduser()
     try:
         home.mkdir(parents=True, exist_ok=True)
-        probe = home / ".write-test"
-        probe.touch()
-        probe.unlink()
+        # A uniquely named probe, removed on close: concurrent hypoloop processes (two `resume`s
+        # answering the same run) must not delete each other's probe.
+        with tempfile.TemporaryFile(dir=home, prefix=".write-test-"):
+            pass
     except OSError as exc:
         _fail(f"HYPOLOOP_HOME={home}: cannot use it as hypoloop's state folder: {exc.strerror or exc}")
     return home
