@@ -289,6 +289,22 @@ def test_run_lock_is_exclusive_and_names_its_holder(tmp_path: Path) -> None:
     RunLock(home, "r1").acquire().release()
 
 
+def test_concurrent_commands_share_one_state_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two `resume`s answering one run start together; neither may fail on the other's start-up check."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agent.cli import state_dir
+
+    monkeypatch.setenv("HYPOLOOP_HOME", str(tmp_path / "home"))
+
+    def open_many(_: int) -> int:
+        return sum(state_dir() == tmp_path / "home" for _ in range(300))
+
+    with ThreadPoolExecutor(16) as pool:  # raises typer.Exit(2) if any start-up check fails
+        assert sum(pool.map(open_many, range(16))) == 16 * 300
+    assert not [p.name for p in (tmp_path / "home").iterdir()]  # no probe left behind
+
+
 # ------------------------------------------------------------------------------------------ pieces
 
 
