@@ -97,6 +97,9 @@ class DesignStep:
     alternatives: list[Alternative]
     skipped: list[tuple[str, str]]
     why: str
+    #: The ``seq`` of its ``experiment.proposed`` event: ids repeat (a proposal made again after an
+    #: edit ran something else under the same id), the event does not.
+    proposal_seq: int = 0
 
 
 @dataclass
@@ -264,7 +267,7 @@ def _design_steps(run: RecordedRun) -> list[DesignStep]:
         why = _why_chosen(run, d, alts, p.step)
         steps.append(
             DesignStep(
-                p.step, p.experiment_id, label, str(d.get("rationale", "")), decision, alts, skipped, why
+                p.step, p.experiment_id, label, str(d.get("rationale", "")), decision, alts, skipped, why, p.seq
             )
         )
     return steps
@@ -499,7 +502,7 @@ def build_report(run: RecordedRun) -> Report:
         line = f"Step {step.step} — {step.chosen}. {step.why}"
         if not step.decision.startswith("approve"):
             line += f" Approval: {step.decision}."
-        r = next((x for x in executed if x.proposal and x.proposal.experiment_id == step.experiment_id), None)
+        r = next((x for x in executed if x.proposal and x.proposal.seq == step.proposal_seq), None)
         if r and r.outcome:
             line += f" Outcome: {r.outcome.get('summary') or r.outcome.get('stage')}."
         narrative.append(line)

@@ -124,3 +124,30 @@ def test_report_of_an_unfinished_run_says_so(tmp_path: Path) -> None:
 def test_bad_format_is_refused(tmp_path: Path) -> None:
     r = _hypoloop(tmp_path, "report", str(GLM5), "--format", "pdf")
     assert r.returncode == 2 and "expected md or html" in r.stderr
+
+
+def test_a_proposal_made_again_after_an_edit_and_rejected_shows_no_outcome(tmp_path: Path) -> None:
+    """The planner proposes --kv-cache-dtype bf16, the user edits it into another change, the planner
+    proposes bf16 again under the same experiment id, and the user rejects it: the rejected step ran
+    nothing, so the report must not lend it the edited run's outcome."""
+    from clirun import run_cli
+
+    def answer(*args: str) -> dict[str, object]:
+        r = run_cli(tmp_path, *args, "--json")
+        assert r.returncode == 3, r.stderr[-2000:]
+        return dict(json.loads(r.stdout.strip().splitlines()[-1]))
+
+    first = answer("run", "lab:glm5-nvfp4-sm120", "--transcript-dir", "tr")
+    run_id = str(first["run_id"])
+    proposed = answer("resume", run_id, "--decision", "approve")["pending"]
+    repeated = answer("resume", run_id, "--decision", "edit", "--set", "--sampling-backend=pytorch")["pending"]
+    again = answer("resume", run_id, "--decision", "reject", "--reason", "bf16 halves the KV cache")
+    assert isinstance(proposed, dict) and proposed["change"]["name"] == "--kv-cache-dtype"
+    assert isinstance(repeated, dict) and repeated["experiment_id"] == proposed["experiment_id"]
+    md = render(RecordedRun.load(tmp_path / "tr" / f"{run_id}.jsonl"), "md")
+    steps = [line for line in md.splitlines() if re.match(r"\d+\. Step \d+ — ", line)]
+    edited = next(s for s in steps if "ran --sampling-backend" in s)
+    rejected = next(s for s in steps if "Approval: reject" in s)
+    assert "Outcome: request_failed" in edited  # the edited change ran and failed like the baseline
+    assert "bf16 halves the KV cache" in rejected and "Outcome:" not in rejected
+    assert again["pending"] is not None  # the run goes on with another proposal
