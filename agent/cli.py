@@ -474,6 +474,7 @@ def run(
             approval=mode or c.approval,
             transcript=str(tpath.resolve()),
             planner=planner_spec,
+            host_option=host,
         )
         result = _drive_guarded(graph, config, initial, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
                                 console=console, json_out=json_out)

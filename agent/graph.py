@@ -125,6 +125,8 @@ class RunState(TypedDict, total=False):
     edits: list[dict[str, Any]]
     #: Which planner decides, with its options and memory (agent.llm_planner.PlannerSpec; None: rules).
     planner: dict[str, Any] | None
+    #: The ``--host`` the user gave on the command line (it replaced the case's host.target), if any.
+    host_option: str | None
 
 
 @dataclass
@@ -359,6 +361,8 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
         except (HostError, FlagError) as exc:
             # Nothing was launched: the case's host, launcher or baseline cannot be used as written.
             msg = f"{where}: {step}: {exc}"
+            if step == "host.target" and state.get("host_option"):
+                msg = f"--host: {exc}"  # the user's option replaced the case's host.target
             tr.emit("error", {"message": msg, "kind": "input"}, node="intake")
             return Command(goto="conclude", update={"status": "error", "error": msg, "error_kind": "input"})
         case.baseline = baseline

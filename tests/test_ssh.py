@@ -192,6 +192,25 @@ def test_wrong_key_is_a_one_line_auth_error(sshd: Any, tmp_path: Path) -> None:
     assert "authentication failed for" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_bad_host_option_is_named_as_the_option_not_as_the_case_file(sshd: Any, tmp_path: Path) -> None:
+    r = _hypoloop(
+        tmp_path,
+        "run",
+        "lab:glm5-nvfp4-sm120",
+        "--auto",
+        "--host",
+        sshd.target,
+        "--ssh-key",
+        str(sshd.wrong_key),
+        "--known-hosts",
+        str(sshd.known_hosts),
+    )
+    assert r.returncode == 2, r.stderr[-2000:]
+    err = r.stderr.strip().splitlines()[-1]
+    assert err.startswith(f"error: --host: {sshd.target}") and "authentication failed for" in err, err
+    assert "case.toml" not in err
+
+
 def test_flags_command_reads_the_catalog_over_ssh(sshd: Any, tmp_path: Path) -> None:
     r = _hypoloop(
         tmp_path,

@@ -737,9 +737,10 @@ class SSHHost:
                 except HostUnreachable as exc:
                     if time.monotonic() + delay > deadline:
                         self._given_up = True
+                        within = f"within {budget:g} s" if budget else "(an earlier reconnect gave up)"
                         raise HostUnreachable(
-                            f"{self.name}: the connection was lost and could not be re-established within "
-                            f"{budget:g} s ({exc})"
+                            f"{self.name}: the connection was lost and could not be re-established {within} "
+                            f"({exc})"
                         ) from None
                     time.sleep(delay)
                     delay = min(delay * 2, 4.0)
