@@ -49,7 +49,7 @@ from agent.models import (
     Timings,
 )
 from agent.planner import PlannerView, RelevantFinding, RulePlanner, model_features
-from agent.runs import emit_once, recover, save_result, seed_state
+from agent.runs import emit_once, prior_launch, recover, save_result, seed_state
 from agent.transcript import Transcript
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError
@@ -620,13 +620,18 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
             return {"pending": None}
         tr.step = state.get("launches", 0) + 1
         unreachable: dict[str, Any] = {}
-        earlier = 0  # an earlier attempt of this experiment that launched a server and was lost or stopped
+        # Earlier attempts of this experiment that launched a server which was lost or stopped before
+        # its outcome was read: their launches and host time count against the budget too.
+        earlier, earlier_host_s = 0, 0.0
         try:
             # An earlier process of this run may have finished this experiment, or left its server
             # running when it died: reuse the result or adopt the server, never launch a duplicate.
-            raw, adopt, record = recover(rt, rt.host(case), state["run_id"], exp.id)
+            host = rt.host(case)
+            raw, adopt, record = recover(rt, host, state["run_id"], exp.id)
+            if raw is None and adopt is None:  # (an adopted server keeps its first launch's clock)
+                prior = prior_launch(tr.path, exp.id)
+                earlier, earlier_host_s = prior.attempts, prior.wall_s / host.time_scale
             if raw is None:
-                earlier = 1 if (record is not None and adopt is None) else 0
                 raw = run_experiment(rt, case, state["run_id"], exp, adopt=adopt, record=record)
                 save_result(rt.state_dir, state["run_id"], raw)
         except HostError as exc:
@@ -659,7 +664,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
             # Every server start counts against the budget, the lost or interrupted ones too.
             "launches": state.get("launches", 0) + (1 if raw.get("launched") else 0) + earlier,
             "host_seconds": round(
-                state.get("host_seconds", 0.0) + raw["timings"].get("host_seconds", 0.0), 3
+                state.get("host_seconds", 0.0) + raw["timings"].get("host_seconds", 0.0) + earlier_host_s, 3
             ),
         }
 

@@ -341,30 +341,47 @@ class PriorLaunch:
 
     ``open``: the last ``server.launched``/``server.adopted`` record that no ``server.stopped`` followed
     (the process driving it ended mid-way), else ``None``. ``attempts``: launches recorded so far.
+    ``wall_s``: wall-clock seconds those launches are known to have run (seconds), from each launch to its
+    ``server.stopped``, or to the last event recorded while it was being watched when nobody stopped it.
     """
 
     open: dict[str, Any] | None
     attempts: int
+    wall_s: float = 0.0
 
 
 def prior_launch(transcript: Path, experiment_id: str) -> PriorLaunch:
     """Read the transcript for earlier launches of ``experiment_id`` (a missing transcript: none)."""
     record: dict[str, Any] | None = None
     attempts = 0
+    wall = 0.0
+    start: float | None = None  # wall-clock start of the attempt being followed
+    last = 0.0  # the latest event seen while it ran
     try:
         for ev in read_transcript(transcript):
             if ev.data.get("experiment_id") != experiment_id:
                 continue
+            if ev.type in ("server.lost", "experiment.relaunched", "experiment.recovered"):
+                continue  # written by a later process: not time the server was seen running
             if ev.type == "server.launched":
+                if start is not None:
+                    wall += max(0.0, last - start)
                 attempts += 1
                 record = dict(ev.data)
+                start = float(ev.data.get("started_wall") or ev.ts)
             elif ev.type == "server.adopted":
                 record = dict(ev.data)
             elif ev.type == "server.stopped":
                 record = None
+            last = max(last, ev.ts)
+            if ev.type == "server.stopped" and start is not None:
+                wall += max(0.0, last - start)
+                start = None
+        if start is not None:
+            wall += max(0.0, last - start)
     except TranscriptError:
         pass
-    return PriorLaunch(open=record, attempts=attempts)
+    return PriorLaunch(open=record, attempts=attempts, wall_s=round(wall, 3))
 
 
 def handle_from_record(record: dict[str, Any]) -> ProcessHandle | None:

@@ -268,7 +268,10 @@ def test_resume_after_kill_says_so_when_it_launches_again(tmp_path: Path) -> Non
     )
     relaunch = next(e["data"] for e in events if e["type"] == "experiment.relaunched")
     assert relaunch["experiment_id"] == launched["experiment_id"] and relaunch["earlier_launches"] == 1
-    assert _last_json(r)["launches"] == 1  # the lost launch produced no evidence; one counted launch
+    # The lost launch produced no evidence, but it used the host: both launches and its time are counted.
+    result = _last_json(r)
+    outcome = next(e["data"] for e in events if e["type"] == "outcome")
+    assert result["launches"] == 2 and result["host_seconds"] > outcome["timings"]["host_seconds"]
     assert not _lab_servers(run_id)
 
 
@@ -343,6 +346,25 @@ def test_transcript_continues_after_a_torn_last_line(tmp_path: Path) -> None:
     tr.emit("run.resumed", {})
     tr.close()
     assert [(e.seq, e.type) for e in read_transcript(path)] == [(1, "run.paused"), (2, "run.resumed")]
+
+
+def test_prior_launch_counts_the_time_lost_launches_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From each launch to its server.stopped, or to the last event seen while it was watched; the gap
+    until a later process noticed the loss is not host time the server was seen to use."""
+    clock = iter([100.0, 130.0, 160.0, 500.0, 501.0, 600.0, 900.0, 901.0])
+    monkeypatch.setattr("agent.transcript.time.time", lambda: next(clock))
+    tr = Transcript(tmp_path / "t.jsonl", "r")
+    tr.emit("server.launched", {"experiment_id": "e", "pid": 1, "started_wall": 90.0})  # ts 100
+    tr.emit("server.ready", {"experiment_id": "e", "after_s": 30.0})  # 130
+    tr.emit("server.stopped", {"experiment_id": "e", "verified": True})  # 160: 70 s since 90
+    tr.emit("server.launched", {"experiment_id": "e", "pid": 2, "started_wall": 500.0})  # 500
+    tr.emit("server.launched", {"experiment_id": "other", "pid": 3, "started_wall": 501.0})  # another experiment
+    tr.emit("server.ready", {"experiment_id": "e", "after_s": 100.0})  # 600: then its process died
+    tr.emit("server.lost", {"experiment_id": "e", "pid": 2})  # 900, by the next process
+    tr.emit("experiment.relaunched", {"experiment_id": "e", "earlier_launches": 2})  # 901
+    tr.close()
+    prior = prior_launch(tr.path, "e")
+    assert prior.attempts == 2 and prior.wall_s == 170.0 and prior.open is not None and prior.open["pid"] == 2
 
 
 def test_recover_reuses_a_saved_result_and_finds_a_live_server(tmp_path: Path) -> None:
