@@ -843,6 +843,7 @@ def findings_add(
     """Append a dated entry (model, hardware, symptom, root cause, working command, ruled-out ideas, the
     run) to a findings file, never changing what is already there."""
     from agent.findings import FindingsWriteError, add_finding
+    from agent.models import command_text
     from agent.recorded import RecordedRun
 
     try:
@@ -850,7 +851,7 @@ def findings_add(
     except (TranscriptError, FindingsWriteError) as exc:
         _fail(str(exc))
     sys.stdout.write(entry)
-    flags = " ".join(k if v is True else f"{k} {v}" for k, v in finding.flags.items())
+    flags = command_text(finding.flags)
     what = "would read back" if dry_run else f"appended to {to}; it reads back"
     err_console.print(
         f"{what} as: outcome {finding.outcome}, model {finding.model}, hardware {finding.hardware}, flags {flags}",

@@ -47,6 +47,7 @@ from agent.models import (
     Rejection,
     Stage,
     Timings,
+    command_text,
 )
 from agent.planner import PlannerView, RelevantFinding, RulePlanner, model_features
 from agent.runs import emit_once, prior_launch, recover, save_result, seed_state
@@ -1117,8 +1118,8 @@ def findings_entry(state: RunState, c: Conclusion) -> str:
     baseline = Baseline.model_validate(state.get("baseline") or {})
     cmd = ["python -m sglang.launch_server", f"--model-path {case.model.path}"]
     for k, v in baseline.flags.items():
-        cmd.append(k if v is True else f"{k} {v}")
-    env = " ".join(f"{k}={v}" for k, v in baseline.env.items())
+        cmd.append(command_text({k: v}))
+    env = command_text({}, baseline.env)
     first = next((Outcome.model_validate(o) for o in state.get("outcomes", [])), None)
     assert c.fix is not None and c.root_cause is not None
     lines = [

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from agent.models import Experiment, FlagValue, Outcome
+from agent.models import Experiment, FlagValue, Outcome, command_text
 from agent.planner import HistoryState, PlannerView, Proposal
 from tools.flags import FlagCatalog, FlagError, FlagSpec
 from tools.signatures import SignatureMatch
@@ -106,7 +106,7 @@ def _show(v: FlagValue) -> str:
 
 
 def _flags_text(flags: dict[str, FlagValue]) -> str:
-    return " ".join(k if v is True else f"{k} {v}" for k, v in flags.items()) or "(none)"
+    return command_text(flags) or "(none)"
 
 
 def _case_section(view: PlannerView, state: HistoryState, cost: float) -> str:
@@ -265,7 +265,7 @@ def _findings_section(view: PlannerView) -> str:
         if f.hardware:
             meta.append(f"hardware {f.hardware}")
         if f.flags:
-            meta.append("flags " + " ".join(k if v is True else f"{k} {v}" for k, v in f.flags.items()))
+            meta.append("flags " + command_text(f.flags))
         if f.env:
             meta.append("env " + " ".join(f"{k}={v}" for k, v in f.env.items()))
         if f.facts:

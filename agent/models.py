@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -70,6 +71,16 @@ class Change(BaseModel):
             return "(unset)" if v is None else ("(on)" if v is True else str(v))
 
         return f"{self.name}: {show(self.before)} → {show(self.after)}"
+
+
+def command_text(flags: dict[str, Any], env: dict[str, Any] | None = None) -> str:
+    """Flags (and env assignments before them) as a shell would take them: a switch alone, a value
+    flag followed by its value, every value ``shlex``-quoted where it needs it (a JSON value of
+    ``--json-model-override-args`` stays one word). ``""`` when both are empty."""
+    parts = [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()]
+    for k, v in flags.items():
+        parts.append(k if v is True else f"{k} {shlex.quote(str(v))}")
+    return " ".join(parts)
 
 
 class Baseline(BaseModel):

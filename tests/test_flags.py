@@ -298,6 +298,18 @@ def test_refuses_shell_metacharacters_and_whitespace(sglang: FlagCatalog, value:
     assert "refused" in message
 
 
+def test_a_flag_that_takes_json_accepts_a_json_object_kept_as_spelled(sglang: FlagCatalog) -> None:
+    """SGLang's help: "A dictionary in JSON string format used to override default model configurations"."""
+    value = '{"index_topk_pattern": "FFSS", "rope_scaling": {"factor": 4.0}}'
+    assert sglang.validate("--json-model-override-args", value) == ("--json-model-override-args", value)
+    assert sglang.validate("--json-model-override-args", "[1, 2]")[1] == "[1, 2]"
+    for bad in ("{not json", '"a string"', '{"a": 1}; rm -rf ~', '{"a":\n1}'):
+        with pytest.raises(InvalidFlagValueError, match="not a one-line JSON object or array"):
+            sglang.validate("--json-model-override-args", bad)
+    with pytest.raises(InvalidFlagValueError, match="refused"):  # other flags still take plain words only
+        sglang.validate("--model-path", '{"a": 1}')
+
+
 def test_parses_and_normalises_numbers(sglang: FlagCatalog) -> None:
     assert sglang.validate("--tp", 8) == ("--tensor-parallel-size", "8")
     assert sglang.validate("--tp", "08") == ("--tensor-parallel-size", "8")

@@ -454,6 +454,34 @@ def test_hostile_flag_value_is_refused_before_any_shell(
     assert Path("~").expanduser().is_dir()
 
 
+def test_a_json_flag_value_reaches_the_server_as_one_literal_argument(
+    sshd: Any, tmp_path: Path, remote_runs: list[str]
+) -> None:
+    """--json-model-override-args takes JSON (quotes, spaces, braces); over SSH it is shell-quoted as one
+    word, so even shell syntax inside the JSON arrives literally and runs nothing."""
+    mark = tmp_path / "PWNED"
+    value = json.dumps({"index_topk_pattern": "FF SS", "note": f"$(touch {mark}); touch {mark} `id`"})
+    src = (REPO / "lab" / "worlds" / "glm5-nvfp4-sm120" / "case.toml").read_text()
+    case = tmp_path / "case.toml"
+    case.write_text(
+        src.replace('"--tp-size" = 8,', f'"--tp-size" = 8, "--json-model-override-args" = {json.dumps(value)},')
+        .replace('knowledge = ["FINDINGS.md"]', "")
+    )
+    r = _hypoloop(tmp_path, "run", str(case), "--auto", *_ssh_args(sshd), "--json", "--transcript-dir", "tr")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    remote_runs.append(result["run_id"])
+    _assert_isolated_like_local(result)
+    assert not mark.exists()
+    events = _events(tmp_path / result["transcript"])
+    launched = [e["data"] for e in events if e["type"] == "server.launched"]
+    for ev in launched:  # what the server itself parsed (its server_args= line), once per launch
+        log = Path(ev["log"]).read_text()
+        assert f"json_model_override_args={value!r}" in log
+    entry = next(e["data"] for e in events if e["type"] == "conclusion")["findings_entry"]
+    assert f"--json-model-override-args '{value}'" in entry  # quoted for a shell, so it reads back
+
+
 def _start(tmp_path: Path, *args: str, scale: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*HYPOLOOP, *args],

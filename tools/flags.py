@@ -207,7 +207,10 @@ class FlagCatalog(BaseModel):
         ``repr``), choices are matched exactly like argparse. A flag whose value is optional (nargs
         ``?``) also accepts ``True`` (bare flag). Values with whitespace, control characters or shell
         metacharacters (``;|&$`<>()``, quotes, backslash, glob/brace characters), empty values, and values
-        starting with ``-`` that are not numbers are refused.
+        starting with ``-`` that are not numbers are refused, with one exception: a flag whose name or
+        help says it takes JSON (SGLang's ``--json-model-override-args``, "A dictionary in JSON string
+        format ...") accepts a one-line JSON object or array, kept as spelled. Such a value is one argv
+        element locally and shell-quoted as one word over SSH (``tools/server.py``, ``tools/ssh.py``).
 
         Raises UnknownFlagError / AmbiguousFlagError (from ``resolve``) or InvalidFlagValueError.
         """
@@ -228,7 +231,15 @@ class FlagCatalog(BaseModel):
                 f"{flag}: expects a value ({_expected(spec)}), got {_show(value)}", flag=flag
             )
         text = _value_text(spec, value)
+        if _takes_json(spec) and _is_json_document(text):
+            return flag, text
         bad = _first_unsafe_char(text)
+        if bad is not None and _takes_json(spec):
+            raise InvalidFlagValueError(
+                f"{flag}: {_show(text)} is not a one-line JSON object or array (expected JSON such as "
+                '\'{"key": "value"}\'; other values must be free of shell metacharacters and whitespace)',
+                flag=flag,
+            )
         if bad is not None:
             raise InvalidFlagValueError(
                 f"{flag}: {_show(text)} contains {bad!r}; shell metacharacters, quotes, whitespace and "
@@ -563,6 +574,31 @@ def _value_text(spec: FlagSpec, value: str | int | float) -> str:
             return str(int(value))
         return repr(value)
     return str(value)
+
+
+# "JSON" in a name or help, but not "Path to the JSON file ..." (--quantization-param-path).
+_JSON_WORD_RE = re.compile(r"\bjson\b(?![\s-]+files?\b)", re.IGNORECASE)
+
+
+def _takes_json(spec: FlagSpec) -> bool:
+    """Whether a value flag takes JSON: its name or help says so (SGLang's ``--json-model-override-args``:
+    "A dictionary in JSON string format ..."), or its default is an empty JSON object or array
+    (``--model-loader-extra-config``, default ``{}``)."""
+    if spec.value_type != "str":
+        return False
+    return spec.default in ("{}", "[]") or bool(
+        _JSON_WORD_RE.search(f"{spec.name.replace('-', ' ')} {spec.help}")
+    )
+
+
+def _is_json_document(text: str) -> bool:
+    """A one-line, printable JSON object or array (what JSON-taking SGLang flags expect)."""
+    if not text.lstrip().startswith(("{", "[")) or not all(ch.isprintable() for ch in text):
+        return False
+    try:
+        return isinstance(json.loads(text), dict | list)
+    except ValueError:
+        return False
 
 
 def _first_unsafe_char(text: str) -> str | None:
