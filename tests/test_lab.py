@@ -294,7 +294,7 @@ def test_bf16_kv_cache_serves_paris_and_stops_on_sigterm(start: Callable[..., Se
     t0 = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=5) == 0
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 3.0  # promptly: well inside the 5 s wait
     assert "Finished server process" in server.text()
 
 
@@ -314,7 +314,7 @@ def test_sigterm_during_load_exits_promptly(start: Callable[..., Server]) -> Non
     t0 = time.monotonic()
     server.proc.send_signal(signal.SIGTERM)
     code = server.proc.wait(timeout=5)
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 3.0  # promptly: well inside the 5 s wait
     assert code == -signal.SIGTERM
     assert server.health() is None
 
@@ -549,7 +549,7 @@ def test_field_case_shapes_are_expressible_as_data(
         t0 = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
         server.proc.wait(timeout=5)
-        assert time.monotonic() - t0 < 1.0
+        assert time.monotonic() - t0 < 3.0  # promptly: well inside the 5 s wait
     else:
         assert server.proc.wait(timeout=10) == outcome
         assert "Uvicorn running" not in server.text()

@@ -183,7 +183,7 @@ def test_fatal_line_returns_promptly_even_if_the_process_lingers(host: LocalHost
         result = s.wait_ready()
         elapsed = time.monotonic() - start
         assert result.status == "crashed"
-        assert elapsed < 2.0 + 1.5  # the bounded traceback grace, not the 60 s timeout
+        assert elapsed < 15  # the bounded traceback grace (2 s), not the 60 s timeout
         ids = {m.signature_id for m in result.matches}
         assert {"scheduler_exception", "assertion_error_bare"} <= ids
         assert [e.kind for e in events if e.kind != "line"][0] == "fatal"
@@ -304,7 +304,7 @@ def test_watch_keeps_tailing_and_returns_after_the_given_time(host: LocalHost, t
         assert any("POST /generate" in x.text for x in lines)
         start = time.monotonic()
         assert s.watch(0.3) == []
-        assert 0.25 <= time.monotonic() - start < 2.0
+        assert 0.25 <= time.monotonic() - start < 5.0
 
 
 LAB = ROOT / "lab" / "launch_server.py"
