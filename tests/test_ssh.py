@@ -306,6 +306,18 @@ def test_terminate_kills_the_group_and_verifies_the_port_is_free(host: SSHHost, 
         httpx.get(f"http://127.0.0.1:{port}/health", timeout=1)
 
 
+def test_a_proc_entry_that_fails_at_read_time_reads_as_gone(host: SSHHost) -> None:
+    """A server that exits between the SFTP open and read of /proc/PID/stat makes the SFTP server answer a
+    bare "Failure"; that means the process is gone, not that the host failed. /proc/PID/mem of a live
+    process fails the same way at read time (address 0 is not mapped), deterministically."""
+    sleeper = host.run(["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"]).stdout.strip()
+    try:
+        assert host._sftp_small(f"/proc/{sleeper}/mem", 16) is None
+        assert host._sftp_small(f"/proc/{sleeper}/stat", 4096)  # and the connection still works
+    finally:
+        host.run(["kill", sleeper])
+
+
 def test_exit_code_of_a_server_that_ended(host: SSHHost) -> None:
     handle, _ = _fake_server(host, "exit", "--line", "bye", "--then", "exit", "--exit-code", "3")
     assert _wait_for(lambda: not host.is_alive(handle), 10)

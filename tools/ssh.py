@@ -927,15 +927,19 @@ class SSHHost:
                 self.stats.sftp_requests += 1
                 self.stats.round_trips += 1
                 try:
-                    f = sftp.open(path, "rb")
-                except FileNotFoundError:
+                    with sftp.open(path, "rb") as f:
+                        data = f.read(limit)
+                        self.stats.sftp_requests += 3  # read, read to EOF, close
+                        self.stats.round_trips += 3
+                except (FileNotFoundError, PermissionError):
                     return None
-                except PermissionError:
-                    return None
-                with f:
-                    data = f.read(limit)
-                    self.stats.sftp_requests += 3  # read, read to EOF, close
-                    self.stats.round_trips += 3
+                except OSError:
+                    # A process that exits between the open and the read takes its /proc entry with it;
+                    # the SFTP server then answers a bare "Failure" (SSH_FX_FAILURE). That is "gone", not a
+                    # host error, as long as the connection itself is fine.
+                    if path.startswith("/proc/") and transport.is_active():
+                        return None
+                    raise
                 return bytes(data)
 
         return self._call(op)
