@@ -253,6 +253,11 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
                 "component": root["component"],
                 "statement": root["statement"],
                 "fix": {k: fix[k] for k in ("kind", "name", "before", "after")} if fix else None,
+                # other changes that avoid it: root fixes first, then cheapest in performance
+                "alternatives": [
+                    {k: a.get(k) for k in ("change", "workaround", "cost", "result")}
+                    for a in conclusion.get("alternatives", [])
+                ],
             },
             "launches": conclusion.get("launches", 0),
             "host_seconds": conclusion.get("host_seconds", 0.0),

@@ -311,6 +311,7 @@ class ConclusionData(Payload):
     host_seconds: float = 0.0
     reason: str = ""
     findings_entry: str = ""
+    alternatives: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class RunEnded(Payload):

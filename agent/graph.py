@@ -40,9 +40,11 @@ from agent.guard import GuardError, check_experiment
 from agent.llm_planner import LLMPlanner, make_planner, planner_checkpoint, usage_summary
 from agent.models import (
     Baseline,
+    Change,
     Conclusion,
     Experiment,
     Hypothesis,
+    Intervention,
     Outcome,
     Rejection,
     Stage,
@@ -50,6 +52,7 @@ from agent.models import (
     command_text,
 )
 from agent.planner import PlannerView, RelevantFinding, RulePlanner, model_features
+from agent.render import alternative_text
 from agent.runs import emit_once, prior_launch, recover, save_result, seed_state
 from agent.transcript import Transcript
 from tools.fingerprint import HostFingerprint, fingerprint
@@ -1104,11 +1107,103 @@ def build_conclusion(state: RunState) -> Conclusion:
                 "confirmation_experiment_id": confirm.id,
                 "reason": reason,
                 "untested": untested,
+                "alternatives": _alternatives(cause, fix_exp, hyps, experiments, outcomes),
             }
         )
         c.findings_entry = findings_entry(state, c)
         return c
     return base.model_copy(update={"reason": reason or "no fix found", "untested": untested})
+
+
+_COST_RANK = {"none": 0, "low": 1, "medium": 2, "high": 3}
+
+
+def _alternatives(
+    cause: Hypothesis | None,
+    fix_exp: Experiment,
+    hyps: list[Hypothesis],
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> list[dict[str, Any]]:
+    """Other changes that avoid the failure, for the conclusion (see ``Conclusion.alternatives``).
+
+    From the root cause's catalog interventions other than the fix (with what this run saw of them) and
+    from other tested changes that also fixed the failure. Sorted root fix first, then by performance cost.
+    """
+    assert fix_exp.change is not None
+    fixed = fix_exp.change
+
+    def intervention_of(kind: str, name: str) -> Intervention | None:
+        for h in ([cause] if cause else []) + hyps:
+            for iv in h.interventions:
+                if iv.kind == kind and name in iv.names:
+                    return iv
+        return None
+
+    def tried(kind: str, names: list[str]) -> tuple[Experiment, Outcome] | None:
+        """The last test of this variable from the same baseline as the fix (comparable), with its outcome."""
+        found = None
+        for e in experiments.values():
+            o = outcomes.get(e.id)
+            if e.purpose == "test" and e.change and e.change.kind == kind and e.change.name in names and o:
+                if e.baseline == fix_exp.baseline:
+                    found = (e, o)
+        return found
+
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = {(fixed.kind, fixed.name)}
+    for iv in cause.interventions if cause else []:
+        if any((iv.kind, n) in seen for n in iv.names):
+            continue
+        seen.update((iv.kind, n) for n in iv.names)
+        hit = tried(iv.kind, iv.names)
+        if hit:
+            e, o = hit
+            assert e.change is not None
+            change, result, eid = e.change.describe(), ("fixed" if o.stage == "ok" else "did not fix"), e.id
+        else:
+            before = fix_exp.baseline.value(iv.kind, iv.names[0])
+            after = "(a value from the evidence)" if iv.derive or not iv.values else iv.values[0]
+            change = Change(kind=iv.kind, name=iv.names[0], before=before, after=after).describe()
+            result, eid = "not tested", None
+        if result == "did not fix":
+            continue  # a change that left the failure in place is no alternative
+        out.append(
+            {
+                "change": change,
+                "kind": iv.kind,
+                "name": iv.names[0],
+                "workaround": iv.workaround,
+                "cost": iv.cost,
+                "note": iv.note,
+                "experiment_id": eid,
+                "result": result,
+            }
+        )
+    for e in experiments.values():
+        ran = outcomes.get(e.id)
+        if e.purpose != "test" or not e.change or e.id == fix_exp.id or not ran or ran.stage != "ok":
+            continue
+        if e.baseline != fix_exp.baseline:  # fixed a different configuration: not a like-for-like alternative
+            continue
+        if (e.change.kind, e.change.name) in seen:
+            continue
+        seen.add((e.change.kind, e.change.name))
+        known = intervention_of(e.change.kind, e.change.name)
+        out.append(
+            {
+                "change": e.change.describe(),
+                "kind": e.change.kind,
+                "name": e.change.name,
+                "workaround": bool(known and known.workaround),
+                "cost": known.cost if known else "low",
+                "note": known.note if known else "",
+                "experiment_id": e.id,
+                "result": "fixed",
+            }
+        )
+    out.sort(key=lambda a: (a["workaround"], _COST_RANK.get(a["cost"], 1)))
+    return out
 
 
 def findings_entry(state: RunState, c: Conclusion) -> str:
@@ -1137,6 +1232,8 @@ def findings_entry(state: RunState, c: Conclusion) -> str:
     ]
     if c.refuted:
         lines.append("Ruled out: " + "; ".join(f"{r['id']} ({r['statement']})" for r in c.refuted) + ".")
+    for a in c.alternatives:
+        lines.append(f"Also avoids it: {alternative_text(a)}.")
     unseparated = [u for u in c.untested if str(u.get("why", "")).startswith("not separated")]
     for u in unseparated:
         lines.append(f"Not separated from the fix: {u['id']} — {u['why']}.")

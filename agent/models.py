@@ -295,5 +295,11 @@ class Conclusion(BaseModel):
     findings_entry: str = ""
     rejected: list[dict[str, Any]] = Field(default_factory=list)
     edited: list[dict[str, Any]] = Field(default_factory=list)
+    #: Other changes known to avoid the failure, root fixes first, then cheapest in performance: the
+    #: root cause's other interventions from the catalog (e.g. ``--disable-cuda-graph`` as a workaround)
+    #: and other changes that also fixed it in this run. Each: ``change`` (text), ``kind``, ``name``,
+    #: ``workaround``, ``cost`` (none/low/medium/high performance cost), ``note``, ``experiment_id`` and
+    #: ``result`` ("fixed", "did not fix", or "not tested").
+    alternatives: list[dict[str, Any]] = Field(default_factory=list)
     #: The LLM planner's spending over the run (requests, tokens, refusals, fallbacks); None for rules.
     llm_usage: dict[str, Any] | None = None

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.recorded import ExperimentRun, HypothesisRecord, RecordedRun
-from agent.render import _change_text
+from agent.render import _change_text, alternative_text
 
 #: Lines of context on each side of a cited log line, and the most lines one excerpt shows.
 _CONTEXT = 1
@@ -469,6 +469,8 @@ def build_report(run: RecordedRun) -> Report:
                 f"({sum(1 for p in probes if p.get('ok'))}/{len(probes)} probes ok)"
             )
         summary.append(("fix", _change_text(c["fix"]) + how))
+        for a in c.get("alternatives", []):
+            summary.append(("also avoids it", alternative_text(a)))
     if c.get("confirmation_experiment_id"):
         conf = run.run_of(c["confirmation_experiment_id"])
         if conf and conf.outcome:

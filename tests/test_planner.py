@@ -420,6 +420,23 @@ def test_after_a_workaround_fixes_it_a_root_fix_is_still_tested_and_preferred() 
     assert h.ledger()["triton-ptxas-too-old"].status == "confirmed"  # type: ignore[attr-defined]
     assert h.propose() is None
 
+    # The conclusion keeps the root fix and names the workaround that also fixed it, with its cost.
+    from agent.graph import build_conclusion
+
+    c = build_conclusion(
+        {
+            "case": h.view.case.model_dump(mode="json"),
+            "hypotheses": [x.model_dump(mode="json") for x in h.planner.history(h.view).hypotheses],
+            "experiments": [e.model_dump(mode="json") for e in h.view.experiments],
+            "outcomes": [o.model_dump(mode="json") for o in h.view.outcomes],
+            "launches": h.view.launches,
+        }
+    )
+    assert c.status == "isolated" and c.fix is not None and c.fix.name == "TRITON_PTXAS_PATH"
+    assert [(a["name"], a["workaround"], a["cost"], a["result"], a["experiment_id"]) for a in c.alternatives] == [
+        ("--disable-cuda-graph", True, "high", "fixed", exp.id)
+    ]
+
 
 def test_a_fix_that_does_not_hold_is_dropped_and_the_next_needs_two_confirmations() -> None:
     h = History()

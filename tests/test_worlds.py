@@ -321,6 +321,22 @@ def test_agent_picks_a_fraction_from_the_memory_figures(tmp_path: Path) -> None:
     assert "free after the weights" in test["rationale"]
 
 
+def test_agent_names_the_root_fix_and_the_costlier_workaround(tmp_path: Path) -> None:
+    """Field case 4: TRITON_PTXAS_PATH is the root fix; --disable-cuda-graph also avoids the failure but
+    costs decode speed, and a good report says which is which."""
+    result, events = _agent(tmp_path, "lab:triton-ptxas-sm120")
+    assert result["status"] == "isolated" and result["launches"] == 3
+    assert result["root_cause"]["fix"]["name"] == "TRITON_PTXAS_PATH"
+    alternatives = result["root_cause"]["alternatives"]
+    assert alternatives == [
+        {"change": "--disable-cuda-graph: (unset) → (on)", "workaround": True, "cost": "high", "result": "not tested"}
+    ]
+    conclusion = next(e["data"] for e in events if e["type"] == "conclusion")
+    assert "Also avoids it: --disable-cuda-graph: (unset) → (on) (workaround, performance cost high" in (
+        conclusion["findings_entry"]
+    )
+
+
 def test_agent_detects_a_stall_and_disables_p2p(tmp_path: Path) -> None:
     result, events = _agent(tmp_path, "lab:nccl-p2p-hang")
     assert result["status"] == "isolated" and result["launches"] == 3
