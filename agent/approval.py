@@ -292,6 +292,11 @@ def _show(v: FlagValue) -> str:
     return "(unset)" if v is None else ("(on)" if v is True else str(v))
 
 
+#: ``--flag={"k": "v"}`` or ``--flag {"k": "v"}``: a JSON object or array as one flag's value, as a shell
+#: passes ``--set '--json-model-override-args={"a": 1}'`` or a person types it at the prompt.
+_JSON_SETTING = re.compile(r"^\s*(?P<name>--[A-Za-z0-9][\w-]*)(?:=|\s+)(?P<value>[\[{].*?)\s*$", re.DOTALL)
+
+
 def parse_edit(
     items: Sequence[str], *, current: Change | None, flags: FlagCatalog | None
 ) -> tuple[Literal["flag", "env"], str, FlagValue]:
@@ -303,6 +308,9 @@ def parse_edit(
     """
     tokens: list[str] = []
     for item in items:
+        if m := _JSON_SETTING.match(item):  # JSON keeps its quotes and spaces: no shell-style split
+            tokens.append(f"{m['name']}={m['value']}")
+            continue
         try:
             tokens += shlex.split(item)
         except ValueError as exc:
