@@ -36,8 +36,25 @@ _VERDICT_WORD = {
     "confirmed": "confirmed (root cause)",
     "supported": "supported",
     "refuted": "refuted",
-    "open": "not tested",
+    "open": "open",
 }
+#: An open hypothesis's verdict, from the start of the conclusion's ``untested[].why``
+#: (``agent.graph.build_conclusion``): it may have been tested without a verdict, or never.
+_OPEN_WORD = (
+    ("its test", "open — its test was rejected"),
+    ("not separated", "open — not separated from the fix"),
+    ("tested without a verdict", "open — tested, no verdict"),
+    ("deprioritised", "open — deprioritised"),
+    ("not tested", "not tested"),
+)
+
+
+def _verdict(status: str, why_open: str | None) -> str:
+    if status == "open" and why_open:
+        if why_open.startswith("deprioritised") and " did not fix " in why_open:
+            return "open — tested: did not fix it, which it allowed"
+        return next((word for start, word in _OPEN_WORD if why_open.startswith(start)), "open")
+    return _VERDICT_WORD.get(status, status)
 
 
 # ---------------------------------------------------------------------------------- model
@@ -76,6 +93,8 @@ class HypothesisView:
     status: str
     evidence: list[EvidenceItem]
     why_dropped: list[str] = field(default_factory=list)
+    #: The verdict as shown: refuted / confirmed ..., and for an open one whether it was tested at all.
+    verdict: str = ""
 
 
 @dataclass
@@ -501,7 +520,10 @@ def build_report(run: RecordedRun) -> Report:
 
     # How the run got there, one sentence per step.
     for step in design:
-        line = f"Step {step.step} — {step.chosen}. {step.why}"
+        # A rejected proposal ran nothing: the next proposal carries the same step (launch) number.
+        label = f"Step {step.step}" + (", rejected proposal" if step.decision.startswith("reject") else "")
+        why = step.why.rstrip()
+        line = f"{label} — {step.chosen}. {why}" + ("" if not why or why[-1] in ".!?" else ".")
         if not step.decision.startswith("approve"):
             line += f" Approval: {step.decision}."
         r = next((x for x in executed if x.proposal and x.proposal.seq == step.proposal_seq), None)
@@ -517,6 +539,7 @@ def build_report(run: RecordedRun) -> Report:
         )
 
     hypotheses: list[HypothesisView] = []
+    why_open = {str(u.get("id")): str(u.get("why") or "") for u in c.get("untested", [])}
     order = {"confirmed": 0, "supported": 1, "refuted": 2, "open": 3}
     for h in sorted(run.hypotheses.values(), key=lambda x: (order.get(x.status, 4), -x.posterior)):
         view = HypothesisView(
@@ -529,6 +552,7 @@ def build_report(run: RecordedRun) -> Report:
             posterior=h.posterior,
             status=h.status,
             evidence=_evidence(run, h.evidence),
+            verdict=_verdict(h.status, why_open.get(h.id)),
         )
         if h.status == "refuted":
             view.why_dropped = _why_dropped(run, h, design)
@@ -556,7 +580,9 @@ def build_report(run: RecordedRun) -> Report:
             f"Rejected: {_change_text(rj['change']) if rj.get('change') else rj['experiment_id']} — {rj['reason']}"
         )
     for u in c.get("untested", []):
-        notes.append(f"Not tested: {u.get('id')} (p={float(u.get('posterior', 0)):.2f}, {u.get('why')})")
+        notes.append(
+            f"Still open: {u.get('id')} (p={float(u.get('posterior', 0)):.2f}, {u.get('why')})"
+        )
     for e in run.errors:
         notes.append(f"Error at step {e.step}: {e.data.get('message')}")
     return Report(
@@ -635,7 +661,7 @@ def render_markdown(rep: Report) -> str:
     out.append("|---|---|---|---|---|")
     for h in rep.hypotheses:
         out.append(
-            f"| `{h.id}` | {h.component} | {_VERDICT_WORD.get(h.status, h.status)} | {h.prior:.2f} | {h.posterior:.2f} |"
+            f"| `{h.id}` | {h.component} | {h.verdict} | {h.prior:.2f} | {h.posterior:.2f} |"
         )
     if rep.steps:
         out += ["", "Probability over the steps (after each experiment):", ""]
@@ -645,7 +671,7 @@ def render_markdown(rep: Report) -> str:
             vals = _carry(rep.series.get(h.id, {}), rep.steps)
             out.append(f"| `{h.id}` | " + " | ".join("" if v is None else f"{v:.2f}" for v in vals) + " |")
     for h in rep.hypotheses:
-        out += ["", f"### `{h.id}` — {_VERDICT_WORD.get(h.status, h.status)}", ""]
+        out += ["", f"### `{h.id}` — {h.verdict}", ""]
         out.append(f"{h.statement} *({h.component}; from {h.source}; p {h.prior:.2f} → {h.posterior:.2f})*")
         if h.rationale:
             out += ["", f"Why it was considered: {h.rationale}"]
@@ -814,7 +840,7 @@ def render_html(rep: Report) -> str:
     for h in rep.hypotheses:
         parts.append(
             f"<tr><td><code>{_e(h.id)}</code><br><span class=src>{_e(h.statement)}</span></td><td>{_e(h.component)}</td>"
-            f'<td><span class="badge {h.status}">{_e(_VERDICT_WORD.get(h.status, h.status))}</span></td>'
+            f'<td><span class="badge {h.status}">{_e(h.verdict)}</span></td>'
             f"<td class=num>{h.prior:.2f}</td><td class=num>{h.posterior:.2f}</td></tr>"
         )
     parts.append("</table>")
@@ -824,7 +850,7 @@ def render_html(rep: Report) -> str:
     for h in rep.hypotheses:
         parts.append(f'<div class="box" id="h-{_e(h.id)}">')
         parts.append(
-            f'<h3><code>{_e(h.id)}</code> <span class="badge {h.status}">{_e(_VERDICT_WORD.get(h.status, h.status))}</span>'
+            f'<h3><code>{_e(h.id)}</code> <span class="badge {h.status}">{_e(h.verdict)}</span>'
             f' <span class="meta">p {h.prior:.2f} → {h.posterior:.2f} · {_e(h.component)} · from {_e(h.source)}</span></h3>'
         )
         parts.append(f"<div>{_e(h.statement)}</div>")

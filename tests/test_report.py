@@ -145,9 +145,22 @@ def test_a_proposal_made_again_after_an_edit_and_rejected_shows_no_outcome(tmp_p
     assert isinstance(proposed, dict) and proposed["change"]["name"] == "--kv-cache-dtype"
     assert isinstance(repeated, dict) and repeated["experiment_id"] == proposed["experiment_id"]
     md = render(RecordedRun.load(tmp_path / "tr" / f"{run_id}.jsonl"), "md")
-    steps = [line for line in md.splitlines() if re.match(r"\d+\. Step \d+ — ", line)]
+    steps = [line for line in md.splitlines() if re.match(r"\d+\. Step \d+(, rejected proposal)? — ", line)]
     edited = next(s for s in steps if "ran --sampling-backend" in s)
     rejected = next(s for s in steps if "Approval: reject" in s)
     assert "Outcome: request_failed" in edited  # the edited change ran and failed like the baseline
     assert "bf16 halves the KV cache" in rejected and "Outcome:" not in rejected
     assert again["pending"] is not None  # the run goes on with another proposal
+
+
+def test_open_hypotheses_say_whether_they_were_tested() -> None:
+    """A person rejected the KV-cache change; other hypotheses were tested and did not fix it, which they
+    allowed. The report must not call those "not tested", and a rejected proposal is labelled as such."""
+    md = render(RecordedRun.load(REJECTED), "md")
+    ledger = md.split("| hypothesis | component | verdict |", 1)[1].split("\n\n", 1)[0]
+    rows = {m[1]: m[2].strip() for m in re.finditer(r"^\| `([^`]+)` \| [^|]+ \| ([^|]+) \|", ledger, re.M)}
+    assert rows["lowprec-kv-cache-attention-numerics"] == "open — its test was rejected"
+    assert rows["attention-backend-arch"] == "open — tested: did not fix it, which it allowed"
+    assert rows["fp8-gemm-scale-format"] == "refuted" and "not tested" not in rows.values()
+    assert "Step 2, rejected proposal — --kv-cache-dtype: (unset) → bf16." in md
+    assert "Not tested:" not in md and "- Still open: moe-kernel-numerics (p=" in md
