@@ -121,8 +121,14 @@ class Case(_Strict):
                 elif isinstance(value, int | float | str):
                     flags[key] = str(value)
                 else:
+                    hint = (
+                        "; a JSON value is written as a TOML string, e.g. "
+                        f"\"{key}\" = '{{\"key\": \"value\"}}'"
+                        if isinstance(value, dict | list)
+                        else ""
+                    )
                     raise ValueError(
-                        f"flag {key}: expected a string, number or true, got {type(value).__name__}"
+                        f"flag {key}: expected a string, number or true, got {type(value).__name__}{hint}"
                     )
             v = {**v, "flags": {k: f for k, f in flags.items() if f is not None}}
         return v
@@ -160,8 +166,9 @@ def resolve_case_path(ref: str) -> Path:
     return path
 
 
-def load_case(ref: str) -> Case:
-    """Load and validate a case file (``lab:WORLD`` or a TOML path).
+def load_case(ref: str, *, host_target: str | None = None) -> Case:
+    """Load and validate a case file (``lab:WORLD`` or a TOML path); ``host_target`` (the command line's
+    ``--host``) replaces the file's ``host.target`` before validation.
 
     Raises CaseError with one line: the file, and the TOML line or the field and what was expected.
     """
@@ -173,6 +180,11 @@ def load_case(ref: str) -> Case:
     except OSError as exc:
         raise CaseError(f"{path}: cannot read: {exc.strerror}") from None
     data["source_path"] = str(path)
+    if host_target is not None:
+        if isinstance(data.get("host"), dict):
+            data["host"]["target"] = host_target
+        else:
+            data["host"] = {"target": host_target}
     try:
         case = Case.model_validate(data)
     except ValidationError as exc:

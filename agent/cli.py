@@ -61,9 +61,20 @@ app = typer.Typer(
 err_console = Console(stderr=True)
 
 
+class _JsonResult:
+    """Whether this command promised a JSON result line (``run``/``resume`` with ``--json``) that has
+    not been printed yet: a failure then prints ``{"status": "error", "error", "exit_code"}`` as that
+    line, so a script reading the last stdout line always finds one."""
+
+    pending = False
+
+
 def _fail(message: str, code: int = 2) -> NoReturn:
     # soft_wrap: a one-line error stays one line however long its paths are.
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    if _JsonResult.pending:
+        _JsonResult.pending = False
+        print(json.dumps({"run_id": None, "status": "error", "error": message, "exit_code": code}))
     raise typer.Exit(code)
 
 
@@ -242,6 +253,7 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
     if llm_usage:  # the tokens the LLM planner spent (stderr with --json, so stdout stays one JSON line)
         console.print(escape(describe_usage(llm_usage)), highlight=False)
     if json_out:
+        _JsonResult.pending = False  # this is the line; an error exit after it adds none
         root = conclusion.get("root_cause")
         fix = conclusion.get("fix")
         out = {
@@ -325,8 +337,37 @@ def _with_host_options(
     try:
         spec = HostSpec.model_validate({**c.host.model_dump(), **update})
     except ValidationError as exc:
-        _fail(f"--host {host}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}")
+        _fail(_host_option_error(exc))
     return c.model_copy(update={"host": spec})
+
+
+_HOST_OPTIONS = {
+    "target": "--host",
+    "ssh_key": "--ssh-key",
+    "known_hosts": "--known-hosts",
+    "remote_python": "--remote-python",
+}
+
+
+def _host_option_error(exc: ValidationError) -> str:
+    """One line naming the command-line option behind a host setting that does not validate."""
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err["loc"] else "target"
+    return f"{_HOST_OPTIONS.get(field, 'host.' + field)}: {err['msg'].removeprefix('Value error, ')}"
+
+
+def _load_case(ref: str, host: str | None) -> Case:
+    """The case file, with ``--host`` (checked first, so its errors name the option) in place of the
+    file's host.target: a host given on the command line wins even over an unusable one in the file."""
+    if host is not None:
+        try:
+            HostSpec.model_validate({"target": host})
+        except ValidationError as exc:
+            _fail(_host_option_error(exc))
+    try:
+        return load_case(ref, host_target=host)
+    except CaseError as exc:
+        _fail(str(exc))
 
 
 def _host_notices(console: Console) -> Any:
@@ -427,6 +468,7 @@ def run(
     ] = False,
 ) -> None:
     """Debug a deployment: hypothesize, run one-change experiments, conclude with the root cause."""
+    _JsonResult.pending = json_out
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from agent.graph import Runtime, build_graph
@@ -446,10 +488,7 @@ def run(
         )
     except ValueError as exc:
         _fail(str(exc))
-    try:
-        c = load_case(case)
-    except CaseError as exc:
-        _fail(str(exc))
+    c = _load_case(case, host)
     c = _with_host_options(c, host, ssh_key, known_hosts, insecure_accept_host_key, remote_python)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
     tpath = transcript_dir / f"{run_id}.jsonl"
@@ -699,7 +738,7 @@ def flags(
                 _fail(f"{from_file}: no --model-path flag: expected the output of `launch_server --help`")
         elif case is not None or host is not None:
             c = (
-                load_case(case)
+                _load_case(case, host)
                 if case
                 else Case(
                     name="flags", model=ModelSpec(path="-"), launcher=LauncherSpec(argv=launcher.split())
@@ -992,6 +1031,7 @@ def resume(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates too")] = False,
 ) -> None:
     """Continue a run: answer the approval it waits for, or pick it up where an ended process left it."""
+    _JsonResult.pending = json_out
     from agent.runs import RunError, RunInUse, RunLock, load_run
     mode = _approval_mode(approve, auto)
     edits = list(set_ or [])

@@ -211,6 +211,29 @@ def test_a_bad_host_option_is_named_as_the_option_not_as_the_case_file(sshd: Any
     assert "case.toml" not in err
 
 
+def test_the_host_option_wins_over_an_unusable_host_in_the_case_file(sshd: Any, tmp_path: Path) -> None:
+    src = (REPO / "lab" / "worlds" / "glm5-nvfp4-sm120" / "case.toml").read_text()
+    case = tmp_path / "case.toml"
+    case.write_text(
+        src.replace('[host]\ntarget = "local"\n', '[host]\ntarget = "ssh://nobody@host:99999"\n').replace(
+            'knowledge = ["FINDINGS.md"]', ""
+        )
+    )
+    r = _hypoloop(tmp_path, "run", str(case), "--auto", "--json")
+    assert r.returncode == 2 and "field 'host.target'" in r.stderr  # the file alone is unusable
+    assert json.loads(r.stdout.strip().splitlines()[-1])["status"] == "error"  # --json: still a result line
+    bad = _hypoloop(tmp_path, "run", str(case), "--auto", "--json", "--host", "ssh://x:99999")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1] == (
+        "error: --host: ssh://x:99999: the port is not a number in 1-65535"
+    )
+    # A working --host replaces it: the run reaches the host (here: refused by its key check, exit 2).
+    r = _hypoloop(
+        tmp_path, "run", str(case), "--auto", "--host", sshd.target, "--ssh-key", str(sshd.wrong_key),
+        "--known-hosts", str(sshd.known_hosts),
+    )  # fmt: skip
+    assert r.returncode == 2 and "authentication failed for" in r.stderr and "host.target" not in r.stderr
+
+
 def test_flags_command_reads_the_catalog_over_ssh(sshd: Any, tmp_path: Path) -> None:
     r = _hypoloop(
         tmp_path,
@@ -241,6 +264,8 @@ def test_ssh_config_alias_is_honoured(sshd: Any, tmp_path: Path) -> None:
         h.close()
     with pytest.raises(HostError, match="expected ssh://"):
         parse_target("ssh://gpubox/path")
+    with pytest.raises(HostError, match="more than one '@'"):
+        parse_target("ssh://a@b@gpubox:22")
 
 
 # --- servers, logs, forwarding, reconnect -----------------------------------------------------------------
