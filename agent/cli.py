@@ -276,6 +276,7 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
             "transcript": str(tpath),
             "rejected": conclusion.get("rejected", []),
             "edited": conclusion.get("edited", []),
+            "reason": conclusion.get("reason", ""),  # why the run ended as it did
         }
         if llm_usage:
             out["llm_usage"] = llm_usage

@@ -1085,6 +1085,11 @@ def build_conclusion(state: RunState) -> Conclusion:
         for h in sorted(hyps, key=lambda h: -h.posterior)
         if h.status == "open"
     ]
+    if fix_exp and fix_exp.change and not confirm:  # a working change the run did not get to confirm
+        unconfirmed = (
+            f"{fix_exp.change.describe()} served correctly in {fix_exp.id} but was not confirmed by a re-run"
+        )
+        reason = f"{reason}; {unconfirmed}" if reason else unconfirmed
     if state.get("status") == "stopped":
         return base.model_copy(update={"status": "stopped", "reason": reason, "untested": untested})
     if confirm and fix_exp and fix_exp.change:

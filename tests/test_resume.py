@@ -401,3 +401,17 @@ def test_recover_reuses_a_saved_result_and_finds_a_live_server(tmp_path: Path) -
     types = [e.type for e in read_transcript(tr.path)]
     assert types[-2:] == ["server.lost", "experiment.relaunched"] and "experiment.recovered" in types
     tr.close()
+
+
+def test_rejecting_the_confirmation_still_names_the_change_that_served(tmp_path: Path) -> None:
+    first = _start_paused(tmp_path)
+    run_id = first["run_id"]
+    for _ in range(2):  # the baseline, then the planner's first change
+        assert _hl(tmp_path, "resume", run_id, "--decision", "approve", "--json").returncode == 3
+    r = _hl(tmp_path, "resume", run_id, "--decision", "reject", "--reason", "no time to confirm", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = _last_json(r)
+    assert out["status"] == "not_isolated" and out["root_cause"] is None
+    assert "confirmation run was rejected" in out["reason"]
+    assert "--kv-cache-dtype: (unset) → bf16 served correctly in exp-" in out["reason"]
+    assert "not confirmed" in out["reason"] and "not confirmed" in r.stderr
