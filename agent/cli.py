@@ -267,7 +267,7 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
                 "fix": {k: fix[k] for k in ("kind", "name", "before", "after")} if fix else None,
                 # other changes that avoid it: root fixes first, then cheapest in performance
                 "alternatives": [
-                    {k: a.get(k) for k in ("change", "workaround", "cost", "result")}
+                    {k: a.get(k) for k in ("kind", "name", "change", "workaround", "cost", "decisive", "result")}
                     for a in conclusion.get("alternatives", [])
                 ],
             },

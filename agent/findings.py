@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.recorded import RecordedRun
+from agent.render import alternative_text
 from tools.knowledge import Finding, gpu_names, infer_features, parse_findings
 
 
@@ -107,6 +108,8 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     fact = _fix_fact(run, fix)
     if fact:
         lines.append(f"- Effective config of the working run: {fact[0]}={fact[1]}")
+    for a in c.get("alternatives") or []:  # root fixes first, then by performance cost
+        lines.append(f"- Alternative: {_plain(alternative_text(a))}")
     flags, env = working_config(run)
     launcher = _launcher(run, case)
     cmd = [
@@ -141,6 +144,12 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
                 f"- {r.get('id')}: {_plain(str(r.get('statement', '')))} — {why}"
                 + (f" ({'; '.join(where)})" if where else "")
             )
+        lines.append("")
+    unseparated = [u for u in c.get("untested") or [] if str(u.get("why", "")).startswith("not separated")]
+    for u in unseparated:  # why: "not separated from the fix (EXP): DETAIL"
+        head, _, detail = str(u.get("why")).partition(": ")
+        lines.append(f"Not separated from the fix ({head.rsplit('(', 1)[-1].rstrip(')')}): {u.get('id')} — {_plain(detail)}.")
+    if unseparated:
         lines.append("")
     host_s = float(c.get("host_seconds") or 0.0)
     lines.append(

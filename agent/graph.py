@@ -49,12 +49,11 @@ from agent.models import (
     Rejection,
     Stage,
     Timings,
-    command_text,
 )
 from agent.planner import PlannerView, RelevantFinding, RulePlanner, model_features
-from agent.render import alternative_text
 from agent.runs import emit_once, prior_launch, recover, save_result, seed_state
 from agent.transcript import Transcript
+from agent.values import ValueEvidence, derive
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.flags import load_catalog as load_flag_catalog
@@ -1112,7 +1111,9 @@ def build_conclusion(state: RunState) -> Conclusion:
                 "confirmation_experiment_id": confirm.id,
                 "reason": reason,
                 "untested": untested,
-                "alternatives": _alternatives(cause, fix_exp, hyps, experiments, outcomes),
+                "alternatives": _alternatives(
+                    cause, fix_exp, hyps, experiments, outcomes, state.get("fingerprint")
+                ),
             }
         )
         c.findings_entry = findings_entry(state, c)
@@ -1129,14 +1130,32 @@ def _alternatives(
     hyps: list[Hypothesis],
     experiments: dict[str, Experiment],
     outcomes: dict[str, Outcome],
+    fingerprint: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Other changes that avoid the failure, for the conclusion (see ``Conclusion.alternatives``).
 
-    From the root cause's catalog interventions other than the fix (with what this run saw of them) and
-    from other tested changes that also fixed the failure. Sorted root fix first, then by performance cost.
+    From the root cause's catalog interventions other than the fix (with what this run saw of them; an
+    untested one's value derived from the failing run's evidence, as the planner would choose it) and
+    from other tested changes that also fixed the failure. ``decisive`` False marks a change the catalog
+    says may help, not must. Sorted root fix first, then by performance cost.
     """
     assert fix_exp.change is not None
     fixed = fix_exp.change
+    # The failing run of the fix's baseline: the evidence a derived value is computed from.
+    failing = next(
+        (
+            outcomes[e.id]
+            for e in experiments.values()
+            if e.baseline == fix_exp.baseline and e.id in outcomes and outcomes[e.id].stage != "ok"
+        ),
+        None,
+    )
+    mib = (fingerprint or {}).get("memory_total_mib")
+    evidence = ValueEvidence(
+        facts=dict(failing.facts) if failing else {},
+        total_gib=float(mib) / 1024 if mib else None,
+        flags=dict(fix_exp.baseline.flags),
+    )
 
     def intervention_of(kind: str, name: str) -> Intervention | None:
         for h in ([cause] if cause else []) + hyps:
@@ -1168,7 +1187,10 @@ def _alternatives(
             change, result, eid = e.change.describe(), ("fixed" if o.stage == "ok" else "did not fix"), e.id
         else:
             before = fix_exp.baseline.value(iv.kind, iv.names[0])
-            after = "(a value from the evidence)" if iv.derive or not iv.values else iv.values[0]
+            after = iv.values[0] if iv.values else True
+            if iv.derive:
+                derived, _ = derive(iv.derive, evidence)
+                after = derived if derived is not None else after
             change = Change(kind=iv.kind, name=iv.names[0], before=before, after=after).describe()
             result, eid = "not tested", None
         if result == "did not fix":
@@ -1181,6 +1203,7 @@ def _alternatives(
                 "workaround": iv.workaround,
                 "cost": iv.cost,
                 "note": iv.note,
+                "decisive": iv.decisive,
                 "experiment_id": eid,
                 "result": result,
             }
@@ -1203,6 +1226,7 @@ def _alternatives(
                 "workaround": bool(known and known.workaround),
                 "cost": known.cost if known else "low",
                 "note": known.note if known else "",
+                "decisive": True,  # it did fix it here
                 "experiment_id": e.id,
                 "result": "fixed",
             }
@@ -1212,37 +1236,19 @@ def _alternatives(
 
 
 def findings_entry(state: RunState, c: Conclusion) -> str:
-    """A FINDINGS.md section for an isolated run, in the style the knowledge reader parses."""
-    case = Case.model_validate(state["case"])
-    fp = state.get("fingerprint") or {}
-    baseline = Baseline.model_validate(state.get("baseline") or {})
-    cmd = ["python -m sglang.launch_server", f"--model-path {case.model.path}"]
-    for k, v in baseline.flags.items():
-        cmd.append(command_text({k: v}))
-    env = command_text({}, baseline.env)
-    first = next((Outcome.model_validate(o) for o in state.get("outcomes", [])), None)
-    assert c.fix is not None and c.root_cause is not None
-    lines = [
-        f"## {time.strftime('%Y-%m-%d')} — {case.model.path} on {fp.get('gpu_count', '?')}x "
-        f"{fp.get('gpu_name', '?')}: works with {c.fix.describe()}",
-        "",
-        f"Symptom: {first.summary if first else 'see run'}.",
-        f"Root cause ({c.root_cause['component']}): {c.root_cause['statement']}.",
-        f"Fix: `{c.fix.describe()}`, confirmed by a re-run ({c.confirmation_experiment_id}).",
-        "",
-        "```bash",
-        (env + " " if env else "") + " \\\n  ".join(cmd),
-        "```",
-        "",
-    ]
-    if c.refuted:
-        lines.append("Ruled out: " + "; ".join(f"{r['id']} ({r['statement']})" for r in c.refuted) + ".")
-    for a in c.alternatives:
-        lines.append(f"Also avoids it: {alternative_text(a)}.")
-    unseparated = [u for u in c.untested if str(u.get("why", "")).startswith("not separated")]
-    for u in unseparated:
-        lines.append(f"Not separated from the fix: {u['id']} — {u['why']}.")
-    lines.append(
-        f"hypoloop run {state.get('run_id')}: {c.launches} launches, {c.host_seconds:.0f} host-seconds."
-    )
-    return "\n".join(lines) + "\n"
+    """The FINDINGS.md entry of an isolated run: the one ``hypoloop findings add`` appends
+    (``agent.findings.entry_for``), built from the run's transcript with this conclusion. ``""`` when the
+    transcript cannot be read (e.g. a state assembled without one)."""
+    from agent.findings import FindingsWriteError, entry_for
+    from agent.recorded import RecordedRun
+    from agent.transcript import TranscriptError
+
+    path = state.get("transcript")
+    if not path:
+        return ""
+    try:
+        run = RecordedRun.load(Path(path))
+        run.conclusion = c.model_dump(mode="json")
+        return entry_for(run)
+    except (OSError, TranscriptError, FindingsWriteError):
+        return ""

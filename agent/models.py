@@ -298,8 +298,9 @@ class Conclusion(BaseModel):
     #: Other changes known to avoid the failure, root fixes first, then cheapest in performance: the
     #: root cause's other interventions from the catalog (e.g. ``--disable-cuda-graph`` as a workaround)
     #: and other changes that also fixed it in this run. Each: ``change`` (text), ``kind``, ``name``,
-    #: ``workaround``, ``cost`` (none/low/medium/high performance cost), ``note``, ``experiment_id`` and
-    #: ``result`` ("fixed", "did not fix", or "not tested").
+    #: ``workaround``, ``cost`` (none/low/medium/high performance cost), ``note``, ``decisive`` (False: the
+    #: catalog says it may help, not that it must), ``experiment_id`` and ``result`` ("fixed" or
+    #: "not tested"; a change that did not fix it is no alternative).
     alternatives: list[dict[str, Any]] = Field(default_factory=list)
     #: The LLM planner's spending over the run (requests, tokens, refusals, fallbacks); None for rules.
     llm_usage: dict[str, Any] | None = None

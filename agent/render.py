@@ -208,7 +208,12 @@ def alternative_text(a: dict[str, Any]) -> str:
     """One line for an entry of ``Conclusion.alternatives``: the change, whether it is a workaround, its
     performance cost, and what this run saw of it."""
     kind = "workaround" if a.get("workaround") else "root fix"
-    seen = f"also fixed it in {a['experiment_id']}" if a.get("result") == "fixed" else "not tested in this run"
+    if a.get("result") == "fixed":
+        seen = f"also fixed it in {a['experiment_id']}"
+    elif a.get("decisive", True):
+        seen = "not tested in this run"
+    else:
+        seen = "may help, not certain; not tested in this run"
     note = f": {a['note']}" if a.get("note") else ""
     return f"{a['change']} ({kind}, performance cost {a.get('cost')}{note}; {seen})"
 
@@ -228,7 +233,7 @@ def conclusion_panel(d: dict[str, Any]) -> Panel:
     if d.get("confirmation_experiment_id"):
         t.add_row("confirmed by", d["confirmation_experiment_id"])
     for a in d.get("alternatives", []):
-        t.add_row("also avoids it", escape(alternative_text(a)))
+        t.add_row("alternative", escape(alternative_text(a)))
     for r in d.get("refuted", []):
         why = r["evidence"][0]["detail"] if r.get("evidence") else ""
         t.add_row("ruled out", f"{r['id']}: {escape(why[:160])}")

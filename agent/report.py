@@ -489,7 +489,7 @@ def build_report(run: RecordedRun) -> Report:
             )
         summary.append(("fix", _change_text(c["fix"]) + how))
         for a in c.get("alternatives", []):
-            summary.append(("also avoids it", alternative_text(a)))
+            summary.append(("alternative", alternative_text(a)))
     if c.get("confirmation_experiment_id"):
         conf = run.run_of(c["confirmation_experiment_id"])
         if conf and conf.outcome:

@@ -119,3 +119,17 @@ def test_a_later_run_on_a_similar_case_uses_the_written_finding(tmp_path: Path) 
         e.data for e in read_transcript(GLM5) if e.type == "hypothesis.added" and e.data["id"] == kv["id"]
     )
     assert kv["prior"] > before["prior"]
+
+
+def test_the_conclusion_entry_is_what_findings_add_writes_with_its_alternatives(tmp_path: Path) -> None:
+    """One entry writer: the conclusion's FINDINGS entry is the text `findings add` appends, and it names
+    the other changes that avoid the failure (ptxas case: --disable-cuda-graph, a costlier workaround)."""
+    run = _hypoloop(tmp_path, "run", "lab:triton-ptxas-sm120", "--auto", "--json", "--transcript-dir", "tr")
+    assert run.returncode == 0, run.stderr[-2000:]
+    ptxas = tmp_path / json.loads(run.stdout.strip().splitlines()[-1])["transcript"]
+    r = _hypoloop(tmp_path, "findings", "add", str(ptxas), "--to", str(tmp_path / "F.md"), "--dry-run")
+    assert r.returncode == 0, r.stderr
+    recorded = RecordedRun.load(ptxas).conclusion or {}
+    assert r.stdout == recorded["findings_entry"]
+    assert "- Alternative: --disable-cuda-graph: (unset) → (on) (workaround, performance cost high" in r.stdout
+    assert not (tmp_path / "F.md").exists()  # --dry-run writes nothing

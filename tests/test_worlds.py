@@ -329,12 +329,30 @@ def test_agent_names_the_root_fix_and_the_costlier_workaround(tmp_path: Path) ->
     assert result["root_cause"]["fix"]["name"] == "TRITON_PTXAS_PATH"
     alternatives = result["root_cause"]["alternatives"]
     assert alternatives == [
-        {"change": "--disable-cuda-graph: (unset) → (on)", "workaround": True, "cost": "high", "result": "not tested"}
+        {
+            "kind": "flag",
+            "name": "--disable-cuda-graph",
+            "change": "--disable-cuda-graph: (unset) → (on)",
+            "workaround": True,
+            "cost": "high",
+            "decisive": False,
+            "result": "not tested",
+        }
     ]
     conclusion = next(e["data"] for e in events if e["type"] == "conclusion")
-    assert "Also avoids it: --disable-cuda-graph: (unset) → (on) (workaround, performance cost high" in (
+    assert "Alternative: --disable-cuda-graph: (unset) → (on) (workaround, performance cost high" in (
         conclusion["findings_entry"]
     )
+
+
+def test_an_untested_alternative_gets_a_value_from_the_evidence(tmp_path: Path) -> None:
+    """cuda-graph-oom: the fix is a smaller --cuda-graph-max-bs; a smaller static fraction would also leave
+    room for the graphs, with a value derived from the log's memory figures (not a placeholder)."""
+    result, _ = _agent(tmp_path, "lab:cuda-graph-oom")
+    assert result["status"] == "isolated"
+    fraction = next(a for a in result["root_cause"]["alternatives"] if a["name"] == "--mem-fraction-static")
+    before, after = fraction["change"].split(": ", 1)[1].split(" → ")
+    assert float(after) < float(before) and fraction["result"] == "not tested" and not fraction["workaround"]
 
 
 def test_agent_detects_a_stall_and_disables_p2p(tmp_path: Path) -> None:
