@@ -934,12 +934,15 @@ def runs_(
     if json_out:
         print(json.dumps([i.model_dump(mode="json", exclude={"values"}) for i in infos]))
         return
-    console = Console()
+    # Piped or captured (no terminal, so no width to fit): wide enough that nothing is cut.
+    console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
     if not infos:
         console.print(f"no runs in {home}")
         return
     t = Table("run", "case", "status", "waiting for / result", "launches", "updated", title=f"runs in {home}")
-    t.columns[0].no_wrap = True  # a run id is what the user copies into `resume`: never cut it
+    for col in t.columns:  # ids are what the user copies into `resume --experiment`: wrap, never cut
+        col.overflow = "fold"
+    t.columns[0].no_wrap = True
     for i in infos:
         style = _STATUS_STYLE.get(i.status, "white")
         t.add_row(
