@@ -632,9 +632,9 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
             # running when it died: reuse the result or adopt the server, never launch a duplicate.
             host = rt.host(case)
             time_scale = host.time_scale
-            raw, adopt, record = recover(rt, host, state["run_id"], exp.id)
+            prior = prior_launch(tr.path, exp.id)  # one read of the transcript serves both
+            raw, adopt, record = recover(rt, host, state["run_id"], exp.id, prior=prior)
             if raw is None and adopt is None:  # (an adopted server keeps its first launch's clock)
-                prior = prior_launch(tr.path, exp.id)
                 earlier, earlier_host_s = prior.attempts, prior.wall_s / host.time_scale
             if raw is None:
                 raw = run_experiment(rt, case, state["run_id"], exp, adopt=adopt, record=record)

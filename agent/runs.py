@@ -404,7 +404,7 @@ def handle_from_record(record: dict[str, Any]) -> ProcessHandle | None:
 
 
 def recover(
-    rt: Runtime, host: Any, run_id: str, experiment_id: str
+    rt: Runtime, host: Any, run_id: str, experiment_id: str, *, prior: PriorLaunch | None = None
 ) -> tuple[dict[str, Any] | None, ProcessHandle | None, dict[str, Any] | None]:
     """Before executing an experiment: what an earlier process of this run left behind.
 
@@ -428,7 +428,7 @@ def recover(
             node="execute",
         )
         return raw, None, None
-    prior = prior_launch(tr.path, experiment_id)
+    prior = prior or prior_launch(tr.path, experiment_id)  # the caller may have read it already
     if prior.open is not None:
         handle = handle_from_record(prior.open)
         if handle is not None and host.is_alive(handle):
