@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.guard import GuardError, check_experiment
-from agent.models import Change, Experiment, FlagValue, Hypothesis, Prediction
+from agent.models import Change, Experiment, FlagValue, Hypothesis, Prediction, value_key
 from agent.planner import PlannerView
 from tools.flags import FlagCatalog, FlagError
 
@@ -347,7 +347,7 @@ def parse_edit(
             changes.append(("env", m["name"], m["value"] if m["value"] != "" else None))
         elif m := _FLAG_ASSIGN.match(tok):
             changes.append(("flag", m["name"], m["value"] if m["value"] != "" else None))
-        elif len(tokens) == 1 and current is not None:
+        elif len(tokens) == 1 and current is not None and not tok.startswith("="):
             changes.append((current.kind, current.name, tok))
         else:
             raise EditError(f"{tok!r}: expected --flag VALUE, --flag=VALUE or NAME=VALUE")
@@ -396,7 +396,7 @@ def apply_edit(
         after = str(after)
     before = exp.baseline.value(kind, canon)
     if (before is None and after is None) or (
-        before is not None and after is not None and str(before) == str(after)
+        before is not None and after is not None and value_key(before) == value_key(after)
     ):
         raise EditError(f"{canon} is already {_show(before)} in the baseline; an edit must change it")
     change = Change(kind=kind, name=canon, before=before, after=after)

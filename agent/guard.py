@@ -63,7 +63,10 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
         if ch.kind == "flag":
             if flags is not None:
                 try:
-                    canon, _ = flags.validate(ch.name, ch.after if ch.after is not None else None)
+                    if ch.after is None:  # removing the flag from the baseline: only the name must exist
+                        canon = flags.resolve(ch.name).name
+                    else:
+                        canon, _ = flags.validate(ch.name, ch.after)
                 except FlagError as exc:
                     raise GuardError(str(exc)) from None
                 if canon != ch.name:
@@ -81,6 +84,23 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
     done = {e.id for e in view.experiments if e.status == "done"}
     if exp.id in done:
         raise GuardError(f"{exp.id} was already run: {exp.change.describe() if exp.change else exp.purpose}")
+    if exp.change is not None and exp.purpose == "test":
+        same = next(
+            (
+                e
+                for e in view.experiments
+                if e.status == "done"
+                and e.purpose == "test"
+                and e.change is not None
+                and e.baseline == exp.baseline
+                and e.change.key() == exp.change.key()
+            ),
+            None,
+        )
+        if same is not None:
+            raise GuardError(
+                f"{exp.change.describe()} was already run as {same.id} (the same value, spelled differently)"
+            )
     if any(r.experiment_id == exp.id for r in view.rejections):
         raise GuardError(f"{exp.id} was rejected earlier in this run")
     # A planner must not come back with a rejected change spelled differently; a person who edits their

@@ -42,6 +42,26 @@ STAGE_ORDER: dict[str, int] = {
 VALUE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
 
+def value_key(value: FlagValue) -> FlagValue:
+    """A value's spelling-independent form: dtype aliases (``bfloat16`` is ``bf16``), numbers (``0.930``
+    is ``0.93``) and JSON documents (``{"a":1}`` is ``{"a": 1}``) compare equal; other text lower-cased."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text[:1] in ("{", "["):
+        try:
+            return json.dumps(json.loads(text), sort_keys=True)
+        except ValueError:
+            pass
+    try:
+        number = float(text)
+    except ValueError:
+        number = None
+    if number is not None and number == number and abs(number) != float("inf"):
+        return repr(number)
+    return VALUE_ALIASES.get(text.lower(), text.lower())
+
+
 class Change(BaseModel):
     """The one variable an experiment changes against the baseline.
 
@@ -59,10 +79,7 @@ class Change(BaseModel):
     def key(self) -> str:
         """A stable text key of what is set, independent of ``before`` and of spelling (``bfloat16`` and
         ``bf16`` are one dtype), for "never repeat" and "never propose a rejected change" checks."""
-        after = self.after
-        if isinstance(after, str):
-            after = VALUE_ALIASES.get(after.strip().lower(), after.strip().lower())
-        return f"{self.kind}:{self.name}={json.dumps(after)}"
+        return f"{self.kind}:{self.name}={json.dumps(value_key(self.after))}"
 
     def describe(self) -> str:
         """``name: before → after`` as shown to people."""

@@ -205,6 +205,22 @@ def test_edit_passes_the_same_guard_rails_as_a_proposal(
         )
 
 
+def test_an_edit_removes_a_flag_refuses_a_stray_equals_and_a_respelled_repeat(flags: FlagCatalog) -> None:
+    def edit(items: list[str], view: PlannerView | None = None) -> Experiment:
+        return apply_edit(
+            _test_exp("--attention-backend", "fa3"), items, view=view or _view(), flags=flags, hypotheses=HYPS,
+            predict=_predict,
+        )  # fmt: skip
+
+    removed = edit(["--quantization="])  # README: "--flag= removes a flag"
+    assert removed.change == Change(kind="flag", name="--quantization", before="modelopt_fp4", after=None)
+    with pytest.raises(EditError, match="expected --flag VALUE"):  # a typo, not the value "=1"
+        edit(["=1"])
+    ran = edit(["--mem-fraction-static", "0.93"]).model_copy(update={"status": "done"})
+    with pytest.raises(EditError, match="already run as .*spelled differently"):
+        edit(["--mem-fraction-static=0.930"], _view(experiments=[ran]))
+
+
 def test_baseline_run_cannot_be_edited(flags: FlagCatalog) -> None:
     exp = Experiment(id="exp-b", purpose="baseline", baseline=BASE)
     with pytest.raises(EditError, match="baseline run changes nothing"):

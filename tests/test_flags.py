@@ -303,7 +303,8 @@ def test_a_flag_that_takes_json_accepts_a_json_object_kept_as_spelled(sglang: Fl
     value = '{"index_topk_pattern": "FFSS", "rope_scaling": {"factor": 4.0}}'
     assert sglang.validate("--json-model-override-args", value) == ("--json-model-override-args", value)
     assert sglang.validate("--json-model-override-args", "[1, 2]")[1] == "[1, 2]"
-    for bad in ("{not json", '"a string"', '{"a": 1}; rm -rf ~', '{"a":\n1}'):
+    assert sglang.validate("--json-model-override-args", '{"a":1}')[1] == '{"a": 1}'  # one spelling
+    for bad in ("{not json", '"a string"', '{"a": 1}; rm -rf ~', '{"a":\n1}', "12", "x"):
         with pytest.raises(InvalidFlagValueError, match="not a one-line JSON object or array"):
             sglang.validate("--json-model-override-args", bad)
     with pytest.raises(InvalidFlagValueError, match="refused"):  # other flags still take plain words only

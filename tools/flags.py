@@ -209,8 +209,9 @@ class FlagCatalog(BaseModel):
         metacharacters (``;|&$`<>()``, quotes, backslash, glob/brace characters), empty values, and values
         starting with ``-`` that are not numbers are refused, with one exception: a flag whose name or
         help says it takes JSON (SGLang's ``--json-model-override-args``, "A dictionary in JSON string
-        format ...") accepts a one-line JSON object or array, kept as spelled. Such a value is one argv
-        element locally and shell-quoted as one word over SSH (``tools/server.py``, ``tools/ssh.py``).
+        format ...") takes only a one-line JSON object or array, returned in ``json.dumps`` spelling. Such
+        a value is one argv element locally and shell-quoted as one word over SSH (``tools/server.py``,
+        ``tools/ssh.py``).
 
         Raises UnknownFlagError / AmbiguousFlagError (from ``resolve``) or InvalidFlagValueError.
         """
@@ -232,12 +233,12 @@ class FlagCatalog(BaseModel):
             )
         text = _value_text(spec, value)
         if _takes_json(spec) and _is_json_document(text):
-            return flag, text
+            return flag, json.dumps(json.loads(text))  # one spelling: {"a":1} and {"a": 1} are one value
         bad = _first_unsafe_char(text)
-        if bad is not None and _takes_json(spec):
+        if _takes_json(spec):
             raise InvalidFlagValueError(
-                f"{flag}: {_show(text)} is not a one-line JSON object or array (expected JSON such as "
-                '\'{"key": "value"}\'; other values must be free of shell metacharacters and whitespace)',
+                f"{flag}: {_show(text)} is not a one-line JSON object or array (this flag takes JSON, "
+                'e.g. \'{"key": "value"}\')',
                 flag=flag,
             )
         if bad is not None:
