@@ -475,7 +475,12 @@ def build_report(run: RecordedRun) -> Report:
         summary.append(
             (
                 "root cause",
-                f"{rc.get('statement')} [{rc.get('component')}; hypothesis {rc.get('hypothesis_id')}]",
+                f"{rc.get('statement')} [{rc.get('component')}; "
+                + (
+                    f"hypothesis {rc['hypothesis_id']}]"
+                    if rc.get("hypothesis_id")
+                    else "no hypothesis of the catalog explains it: the fix is known, the mechanism is not]"
+                ),
             )
         )
     if c.get("fix"):
@@ -1077,7 +1082,7 @@ def probability_svg(rep: Report) -> str:
         out.append(f'<rect x="{legend_x}" y="{ly - 9}" width="16" height="4" fill="{color}"/>')
         out.append(
             f'<text x="{legend_x + 22}" y="{ly - 3}" fill="#111827">{_e(h.id[:40])} '
-            f'<tspan fill="#6b7280">({_e(h.status if h.status != "open" else "not tested")}, {h.prior:.2f} → {h.posterior:.2f})</tspan></text>'
+            f'<tspan fill="#6b7280">({_e(h.verdict or h.status)}, {h.prior:.2f} → {h.posterior:.2f})</tspan></text>'
         )
     out.append(f'<text x="{left}" y="{top - 6}" fill="#6b7280">posterior probability</text>')
     out.append("</svg>")
