@@ -7,11 +7,12 @@ world; it is located on disk (``lab/worlds/WORLD/case.toml``) without importing 
 from __future__ import annotations
 
 import importlib.util
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.models import Baseline, FlagValue
 from tools.host import HostError
@@ -93,6 +94,9 @@ class BudgetSpec(_Strict):
     stall_timeout_s: float | None = Field(default=None, gt=0)
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 class Case(_Strict):
     """A debugging case (DESIGN.md, "Case")."""
 
@@ -108,6 +112,16 @@ class Case(_Strict):
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     approval: Literal["each", "risky", "auto"] = "each"
     source_path: str | None = None
+
+    @model_validator(mode="after")
+    def _env_names(self) -> Case:
+        # An environment name is a shell word (NAME=value before the command); anything else would
+        # break the launch over SSH and the FINDINGS entry's command line.
+        for where, env in (("host.env", self.host.env), ("baseline.env", self.baseline.env)):
+            for name in env:
+                if not _ENV_NAME.match(name):
+                    raise ValueError(f"{where}: {name!r} is not a variable name (expected e.g. NCCL_P2P_DISABLE)")
+        return self
 
     @field_validator("baseline", mode="before")
     @classmethod
@@ -192,7 +206,8 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
         field = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise CaseError(f"{path}: field '{field}': {msg}{more}") from None
+        where = f"field '{field}': " if err["loc"] else ""  # a check across fields names them itself
+        raise CaseError(f"{path}: {where}{msg}{more}") from None
     for i, k in enumerate(case.knowledge):
         if not case.resolve_path(k).is_file():
             raise CaseError(f"{path}: field 'knowledge.{i}': {k}: file not found")
