@@ -266,6 +266,10 @@ def test_ssh_config_alias_is_honoured(sshd: Any, tmp_path: Path) -> None:
         parse_target("ssh://gpubox/path")
     with pytest.raises(HostError, match="more than one '@'"):
         parse_target("ssh://a@b@gpubox:22")
+    with pytest.raises(HostError, match="1-65535"):
+        parse_target("ssh://gpubox:0")
+    with pytest.raises(HostError, match="no spaces"):
+        parse_target("ssh://gpu box")
 
 
 # --- servers, logs, forwarding, reconnect -----------------------------------------------------------------

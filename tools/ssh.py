@@ -138,6 +138,10 @@ def parse_target(target: str) -> SSHTarget:
         raise HostError(f"{target}: expected ssh://[USER@]HOST[:PORT] and nothing after it")
     if not parts.hostname:
         raise HostError(f"{target}: no host name")
+    if port == 0:
+        raise HostError(f"{target}: the port is not a number in 1-65535")
+    if any(ch.isspace() for ch in parts.netloc):
+        raise HostError(f"{target}: a host name has no spaces")
     if parts.netloc.count("@") > 1:
         raise HostError(f"{target}: more than one '@': expected ssh://[USER@]HOST[:PORT]")
     return SSHTarget(user=parts.username or None, host=parts.hostname, port=port)
