@@ -1103,7 +1103,7 @@ def _resume_locked(
     if experiment and (request is None or request.experiment.id != experiment):
         now = f"waiting: {waiting}" if waiting else "it waits for no approval"
         _fail(f"{experiment} is not waiting for approval in run {run_id} ({now}); nothing was decided")
-    if request is None and (decision or mode):
+    if request is None and decision:
         _fail(
             f"run {run_id} is not waiting for an approval (it stopped in the middle of a step); "
             f"continue it with: hypoloop resume {run_id}"
@@ -1120,6 +1120,8 @@ def _resume_locked(
     tr.listeners.append(EventRenderer(console, verbose=verbose))
     tr.listeners.append(llm_notices(console))
     rt = Runtime(tr, home)
+    if request is None:  # continuing an interrupted run: --auto / --approve apply from the next approval
+        rt.approval_override = mode
     config: dict[str, Any] = {"configurable": {"thread_id": run_id}, "recursion_limit": 1000}
     _sigterm_as_interrupt()
     result: dict[str, Any] = {}

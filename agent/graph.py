@@ -150,6 +150,9 @@ class Runtime:
     stop_orphans: bool = False
     #: Asked (with the orphans as JSON) whether to stop them when ``stop_orphans`` is off; None: don't.
     confirm_orphans: Callable[[list[dict[str, Any]]], bool] | None = None
+    #: An approval mode given when a run is continued without an answer (``resume RUN --auto``): it
+    #: applies from the next approval on and is saved into the run's state there.
+    approval_override: str | None = None
     unstopped: list[str] = field(default_factory=list)
 
     def host(self, case: Case) -> Host:
@@ -507,7 +510,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
         # written once per request (keyed by the request's sequence number in the state).
         exp = Experiment.model_validate(state["pending"])
         seq = state.get("approval_seq", 0) + 1
-        mode = state.get("approval") or "each"
+        mode = rt.approval_override or state.get("approval") or "each"
         tr.step = state.get("launches", 0) + 1
         risky = risky_reasons(exp, load_risk_rules())
         if not must_ask(mode, risky):
@@ -547,8 +550,8 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                     raw_answer,
                 )
         done: dict[str, Any] = {"pending": None, "approval_seq": seq, "approval_error": None}
-        if answer.mode:
-            done["approval"] = answer.mode
+        if answer.mode or rt.approval_override:
+            done["approval"] = answer.mode or rt.approval_override
         decided: dict[str, Any] = {"experiment_id": exp.id, "request": seq, "by": answer.by}
         if answer.mode:
             decided["mode"] = answer.mode

@@ -416,3 +416,21 @@ def test_rejecting_the_confirmation_still_names_the_change_that_served(tmp_path:
     assert "confirmation run was rejected" in out["reason"]
     assert "--kv-cache-dtype: (unset) → bf16 served correctly in exp-" in out["reason"]
     assert "not confirmed" in out["reason"] and "not confirmed" in r.stderr
+
+
+def test_an_interrupted_run_continues_with_auto_approval(tmp_path: Path) -> None:
+    """`resume RUN --auto` on a run cut off in the middle of a step: no answer is pending, the mode applies
+    from the next approval on, and the run goes to its end."""
+    first = _start_paused(tmp_path)
+    run_id, transcript = first["run_id"], tmp_path / first["transcript"]
+    _resume_and_kill(tmp_path, run_id, transcript, scale="0.01")
+    try:
+        r = _hl(tmp_path, "resume", run_id, "--auto", "--json", scale="0.004")
+    finally:
+        for pid in _lab_servers(run_id):
+            os.killpg(pid, signal.SIGKILL)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = _last_json(r)
+    assert out["status"] == "isolated" and out["root_cause"]["fix"]["name"] == "--kv-cache-dtype"
+    decided = [e["data"] for e in _events(transcript) if e["type"] == "approval.decided"]
+    assert decided[-1]["by"] == "auto"
