@@ -939,6 +939,17 @@ def runs_(
     if not infos:
         console.print(f"no runs in {home}")
         return
+    if console.width < 110:  # a narrow terminal: two lines per run, so no id is ever cut or split
+        console.print(f"runs in {home}", style="bold")
+        for i in infos:
+            style = _STATUS_STYLE.get(i.status, "white")
+            console.print(
+                f"{i.run_id}  {escape(i.case)}  [{style}]{i.status}[/]  {i.launches} launches  "
+                f"{i.updated[:19].replace('T', ' ')}",
+                soft_wrap=True,
+            )
+            console.print(f"  {escape(_run_detail(i))}", soft_wrap=True, highlight=False)
+        return
     t = Table("run", "case", "status", "waiting for / result", "launches", "updated", title=f"runs in {home}")
     for col in t.columns:  # ids are what the user copies into `resume --experiment`: wrap, never cut
         col.overflow = "fold"
