@@ -67,6 +67,7 @@ class _JsonResult:
     line, so a script reading the last stdout line always finds one."""
 
     pending = False
+    run_id: str | None = None
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -74,7 +75,7 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     if _JsonResult.pending:
         _JsonResult.pending = False
-        print(json.dumps({"run_id": None, "status": "error", "error": message, "exit_code": code}))
+        print(json.dumps({"run_id": _JsonResult.run_id, "status": "error", "error": message, "exit_code": code}))
     raise typer.Exit(code)
 
 
@@ -492,7 +493,8 @@ def run(
     c = _load_case(case, host)
     c = _with_host_options(c, host, ssh_key, known_hosts, insecure_accept_host_key, remote_python)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-    tpath = transcript_dir / f"{run_id}.jsonl"
+    tpath = (transcript_dir / f"{run_id}.jsonl").absolute()  # printed and recorded: usable from anywhere
+    _JsonResult.run_id = run_id
     sdir = state_dir()
     lock = RunLock(sdir, run_id).acquire()  # `runs` shows it running; a concurrent `resume` is refused
     try:
@@ -1046,7 +1048,7 @@ def resume(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates too")] = False,
 ) -> None:
     """Continue a run: answer the approval it waits for, or pick it up where an ended process left it."""
-    _JsonResult.pending = json_out
+    _JsonResult.pending, _JsonResult.run_id = json_out, run_id
     from agent.runs import RunError, RunInUse, RunLock, load_run
     mode = _approval_mode(approve, auto)
     edits = list(set_ or [])
