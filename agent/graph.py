@@ -640,7 +640,9 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
             if raw is None and adopt is None:  # (an adopted server keeps its first launch's clock)
                 earlier, earlier_host_s = prior.attempts, prior.wall_s / host.time_scale
             if raw is None:
-                raw = run_experiment(rt, case, state["run_id"], exp, adopt=adopt, record=record)
+                raw = run_experiment(
+                    rt, case, state["run_id"], exp, adopt=adopt, record=record, launch_no=prior.attempts + 1
+                )
                 save_result(rt.state_dir, state["run_id"], raw)
         except HostError as exc:
             tr.emit("error", {"message": str(exc), "experiment_id": exp.id}, node="execute")
@@ -745,13 +747,15 @@ def run_experiment(
     *,
     adopt: ProcessHandle | None = None,
     record: dict[str, Any] | None = None,
+    launch_no: int = 1,
 ) -> dict[str, Any]:
     """Launch one experiment, watch it to ready/crash/timeout, probe it, stop it; return raw evidence.
 
     ``adopt``: instead of launching, take over this server, which an earlier process of the run
-    launched (``record`` is its ``server.launched`` event data: port, log). The server is stopped (and
-    verified gone) before this returns, also on KeyboardInterrupt. Raises HostError when the host
-    itself fails.
+    launched (``record`` is its ``server.launched`` event data: port, log). ``launch_no``: which launch
+    of this experiment this is (a relaunch after a lost one writes a new log, ``EXP.launchN.log``, and
+    leaves the earlier log as it was). The server is stopped (and verified gone) before this returns,
+    also on KeyboardInterrupt. Raises HostError when the host itself fails.
     """
     tr = rt.transcript
     host = rt.host(case)
@@ -760,7 +764,8 @@ def run_experiment(
     argv = render_command(
         expand_argv(case.launcher.argv, host), case.model.path, config.flags, host="127.0.0.1", port=port
     )
-    log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{exp.id}.log"
+    name = exp.id if launch_no <= 1 else f"{exp.id}.launch{launch_no}"
+    log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{name}.log"
     matcher = SignatureMatcher(rt.signatures)
     # Stall = no log progress for a stage-appropriate time (tools/stall.py); the case's stall_timeout_s,
     # when given, caps it.

@@ -268,6 +268,9 @@ def test_resume_after_kill_says_so_when_it_launches_again(tmp_path: Path) -> Non
     )
     relaunch = next(e["data"] for e in events if e["type"] == "experiment.relaunched")
     assert relaunch["experiment_id"] == launched["experiment_id"] and relaunch["earlier_launches"] == 1
+    logs = [e["data"]["log"] for e in events if e["type"] == "server.launched"]
+    assert len(logs) == 2 and logs[1].endswith(".launch2.log")  # the lost launch's log is kept as it was
+    assert Path(logs[0]).read_text() and Path(logs[0]).stat().st_size < Path(logs[1]).stat().st_size
     # The lost launch produced no evidence, but it used the host: it counts as a launch (its host time is
     # what the transcript saw of it; killed 0.3 s after its launch, that is next to nothing here).
     result = _last_json(r)
