@@ -178,9 +178,8 @@ def _symptom(run: RecordedRun) -> str:
         return "see the run's transcript"
     o = base.outcome
     text = str(o.get("stage"))
-    fatal = [m for m in o.get("matches", []) if m.get("kind") == "fatal"]
-    if fatal:
-        m = fatal[0]
+    m = run.telling_match(o)
+    if m is not None:
         line = m["line_numbers"][0] if m.get("line_numbers") else "?"
         text += f': "{_plain(str(m.get("first_line", "")))[:200]}" (log line {line})'
     bad = [p for p in o.get("probes", []) if not p.get("ok")]

@@ -393,6 +393,23 @@ class RecordedRun:
     def hypothesis(self, hid: str | None) -> HypothesisRecord | None:
         return self.hypotheses.get(hid) if hid else None
 
+    def telling_match(self, outcome: dict[str, Any]) -> dict[str, Any] | None:
+        """The log match that best states an outcome's failure: the one the root-cause hypothesis took
+        as its signature evidence (e.g. ``ptxas fatal : Value 'sm_120' is not defined``), else the first
+        fatal match (which may be a generic one such as "Scheduler hit an exception"); None if none."""
+        matches = [m for m in outcome.get("matches", []) if m.get("kind") in ("fatal", "error")]
+        root = self.hypothesis(((self.conclusion or {}).get("root_cause") or {}).get("hypothesis_id"))
+        cited = [
+            str(e.get("detail", ""))[len("signature ") :].split(":", 1)[0]
+            for e in (root.evidence if root else [])
+            if e.get("kind") == "signature" and e.get("effect") == "supports"
+        ]
+        for sig in cited:
+            found = next((m for m in matches if m.get("signature_id") == sig), None)
+            if found is not None:
+                return dict(found)
+        return next((dict(m) for m in matches if m.get("kind") == "fatal"), None)
+
     def steps(self) -> list[int]:
         """Step numbers that have a hypothesize result, in order."""
         return sorted({s for h in self.hypotheses.values() for s in h.series})

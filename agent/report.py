@@ -457,10 +457,9 @@ def build_report(run: RecordedRun) -> Report:
     symptom = "—"
     if baseline_run and baseline_run.outcome:
         o = baseline_run.outcome
-        fatal = [m for m in o.get("matches", []) if m.get("kind") == "fatal"]
         symptom = f"{o.get('stage')}"
-        if fatal:
-            m = fatal[0]
+        m = run.telling_match(o)
+        if m is not None:
             line = m["line_numbers"][0] if m.get("line_numbers") else "?"
             symptom += (
                 f": {m.get('first_line', '').strip()[:200]} (log line {line} of {_exp_label(baseline_run)})"

@@ -133,3 +133,5 @@ def test_the_conclusion_entry_is_what_findings_add_writes_with_its_alternatives(
     assert r.stdout == recorded["findings_entry"]
     assert "- Alternative: --disable-cuda-graph: (unset) → (on) (workaround, performance cost high" in r.stdout
     assert not (tmp_path / "F.md").exists()  # --dry-run writes nothing
+    # The symptom quotes the line that names the cause, not the generic "Scheduler hit an exception".
+    assert "- Symptom: load_failed: \"ptxas fatal : Value 'sm_120' is not defined" in r.stdout
