@@ -496,19 +496,21 @@ def ask(
         if word in ("a", "approve", "y", "yes"):
             return ApprovalAnswer(decision="approve", experiment_id=exp_id)
         if word in ("e", "edit"):
-            text = reader(
-                "one change (e.g. --attention-backend triton, NCCL_P2P_DISABLE=1, or a new value; "
-                "empty: back): "
-            ).strip()
-            if not text:
-                continue
-            try:
-                new = check_edit([text])
-            except EditError as exc:
-                console.print(f"[bold red]edit refused:[/] {escape(str(exc))}", highlight=False)
-                continue
-            console.print(f"edited: [bold magenta]{escape(describe_experiment(new))}[/]", highlight=False)
-            return ApprovalAnswer(decision="edit", set=[text], experiment_id=exp_id)
+            while True:  # a refused edit asks for the change again; empty goes back to the menu
+                text = reader(
+                    "one change (e.g. --attention-backend triton, NCCL_P2P_DISABLE=1, or a new value; "
+                    "empty: back): "
+                ).strip()
+                if not text:
+                    break
+                try:
+                    new = check_edit([text])
+                except EditError as exc:
+                    console.print(f"[bold red]edit refused:[/] {escape(str(exc))}", highlight=False)
+                    continue
+                console.print(f"edited: [bold magenta]{escape(describe_experiment(new))}[/]", highlight=False)
+                return ApprovalAnswer(decision="edit", set=[text], experiment_id=exp_id)
+            continue
         if word in ("r", "reject", "n", "no"):
             reason = reader("reason (recorded; this experiment will not be proposed again): ").strip()
             if not reason:
