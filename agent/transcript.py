@@ -109,7 +109,7 @@ def parse_event(line: str | bytes, *, where: str, payloads: bool = True) -> Tran
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise TranscriptError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
+        raise TranscriptError(f"{where}: not JSON ({exc.msg.removesuffix(' at')}, column {exc.colno})") from None
     except UnicodeDecodeError as exc:
         raise TranscriptError(f"{where}: not UTF-8 text (byte {exc.start})") from None
     if not isinstance(obj, dict):
