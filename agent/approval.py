@@ -292,9 +292,11 @@ def _show(v: FlagValue) -> str:
     return "(unset)" if v is None else ("(on)" if v is True else str(v))
 
 
-#: ``--flag={"k": "v"}`` or ``--flag {"k": "v"}``: a JSON object or array as one flag's value, as a shell
+#: ``--flag={"k": "v"}``, ``flag={"k": "v"}`` or ``--flag {"k": "v"}``: a JSON object or array as one flag's value, as a shell
 #: passes ``--set '--json-model-override-args={"a": 1}'`` or a person types it at the prompt.
-_JSON_SETTING = re.compile(r"^\s*(?P<name>--[A-Za-z0-9][\w-]*)(?:=|\s+)(?P<value>[\[{].*?)\s*$", re.DOTALL)
+_JSON_SETTING = re.compile(
+    r"^\s*(?P<name>(?:--)?[A-Za-z0-9][\w-]*)(?:=|\s+)(?P<value>[\[{].*?)\s*$", re.DOTALL
+)
 
 
 def parse_edit(

@@ -142,8 +142,13 @@ def test_edit_grammar(flags: FlagCatalog) -> None:
     )
     # JSON keeps its quotes and spaces, typed at the prompt or passed as one --set argument.
     override = '{"index_topk_pattern": "FF SS", "rope": [1, 2]}'
-    for typed in (f"--json-model-override-args={override}", f"--json-model-override-args {override}"):
-        assert parse_edit([typed], current=cur, flags=flags) == ("flag", "--json-model-override-args", override)
+    for typed in (
+        f"--json-model-override-args={override}",
+        f"--json-model-override-args {override}",
+        f"json-model-override-args={override}",  # the lower-case flag-name=VALUE form
+    ):
+        kind, name, value = parse_edit([typed], current=cur, flags=flags)
+        assert (kind, name.lstrip("-"), value) == ("flag", "json-model-override-args", override)
 
 
 def test_rejects_edit_with_two_changes(flags: FlagCatalog) -> None:
