@@ -217,6 +217,11 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
     else:
         status = "running" if holder else "interrupted"
     conclusion = values.get("conclusion") or {}
+    launches = int(values.get("launches", 0))
+    if status in ("interrupted", "running") and values.get("transcript"):
+        # A launch made after the last checkpoint (its process was killed, or is still watching it)
+        # is only in the transcript yet; it is counted in the state when the run continues.
+        launches = max(launches, _launches_in(Path(values["transcript"])))
     return RunInfo(
         run_id=run_id,
         status=status,
@@ -225,11 +230,19 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
         transcript=values.get("transcript"),
         pending=pending,
         result=conclusion.get("status") or values.get("status"),
-        launches=values.get("launches", 0),
+        launches=launches,
         host_seconds=values.get("host_seconds", 0.0),
         holder=holder,
         values=values,
     )
+
+
+def _launches_in(transcript: Path) -> int:
+    """Servers launched according to a transcript (``server.launched`` events; 0 if it is unreadable)."""
+    try:
+        return sum(1 for ev in read_transcript(transcript) if ev.type == "server.launched")
+    except (OSError, TranscriptError):
+        return 0
 
 
 def list_runs(home: Path) -> list[RunInfo]:

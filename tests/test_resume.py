@@ -227,8 +227,9 @@ def test_resume_after_kill_adopts_the_loading_server_and_does_not_relaunch(tmp_p
     launched = _resume_and_kill(tmp_path, run_id, transcript, scale="0.012")  # loading takes ~5 s
     try:
         assert _lab_servers(run_id) == [launched["pid"]]  # the orphan keeps loading
-        status = {i["run_id"]: i["status"] for i in json.loads(_hl(tmp_path, "runs", "--json").stdout)}
-        assert status[run_id] == "interrupted"
+        listed = {i["run_id"]: i for i in json.loads(_hl(tmp_path, "runs", "--json").stdout)}
+        assert listed[run_id]["status"] == "interrupted"
+        assert listed[run_id]["launches"] == 1  # launched after the last checkpoint: from the transcript
 
         r = _hl(tmp_path, "resume", run_id, "--json", scale="0.012")
         assert r.returncode == 3, r.stderr[-3000:]  # the baseline finished; the next proposal waits
