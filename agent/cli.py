@@ -945,10 +945,9 @@ def runs_(
         console.print(f"runs in {home}", style="bold")
         for i in infos:
             style = _STATUS_STYLE.get(i.status, "white")
+            console.print(f"{i.run_id}  [{style}]{i.status}[/]  {i.launches} launches", soft_wrap=True)
             console.print(
-                f"{i.run_id}  {escape(i.case)}  [{style}]{i.status}[/]  {i.launches} launches  "
-                f"{i.updated[:19].replace('T', ' ')}",
-                soft_wrap=True,
+                f"  {escape(i.case)}, updated {i.updated[:19].replace('T', ' ')}", soft_wrap=True, highlight=False
             )
             console.print(f"  {escape(_run_detail(i))}", soft_wrap=True, highlight=False)
         return

@@ -228,9 +228,8 @@ class FlagCatalog(BaseModel):
         if value is True and spec.nargs == "?":
             return flag, True
         if value is None or isinstance(value, bool):
-            raise InvalidFlagValueError(
-                f"{flag}: expects a value ({_expected(spec)}), got {_show(value)}", flag=flag
-            )
+            got = "no value" if value in (None, True) else _show(value)
+            raise InvalidFlagValueError(f"{flag}: expects a value ({_expected(spec)}), got {got}", flag=flag)
         text = _value_text(spec, value)
         if _takes_json(spec) and _is_json_document(text):
             return flag, json.dumps(json.loads(text))  # one spelling: {"a":1} and {"a": 1} are one value
