@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent.models import command_text
 from agent.recorded import RecordedRun
 from agent.render import alternative_text
 from tools.knowledge import Finding, gpu_names, infer_features, parse_findings
@@ -31,10 +32,6 @@ class FindingsWriteError(ValueError):
 
 def _show(value: Any) -> str:
     return "(unset)" if value is None else ("(on)" if value is True else str(value))
-
-
-def _flag_text(name: str, value: Any) -> str:
-    return name if value is True else f"{name} {shlex.quote(str(value))}"
 
 
 def _plain(text: str) -> str:
@@ -84,11 +81,8 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     count = fp.get("gpu_count")
     hardware = f"{count}x {short_gpu}" if count else short_gpu
     date = time.strftime("%Y-%m-%d", time.localtime(run.first_ts or time.time()))
-    fix_text = (
-        _flag_text(fix["name"], fix.get("after"))
-        if fix.get("kind") == "flag"
-        else f"{fix['name']}={fix.get('after')}"
-    )
+    fixed = {fix["name"]: fix.get("after")}
+    fix_text = command_text(fixed) if fix.get("kind") == "flag" else command_text({}, fixed)
     lines = [f"{'#' * level} {date} — {model} on {hardware}: works with {fix_text}", ""]
     lines.append(f"Written by `hypoloop findings add` from run {run.run_id}.")
     lines.append("")
@@ -115,9 +109,9 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     cmd = [
         " ".join(launcher),
         f"--model-path {shlex.quote(model)}",
-        *(_flag_text(k, v) for k, v in flags.items()),
+        *(command_text({k: v}) for k, v in flags.items()),
     ]
-    prefix = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
+    prefix = command_text({}, env)
     lines += [
         "",
         "```bash",

@@ -50,7 +50,7 @@ from agent.models import (
     Stage,
     Timings,
 )
-from agent.planner import PlannerView, RelevantFinding, RulePlanner, model_features
+from agent.planner import COST_ORDER, PlannerView, RelevantFinding, RulePlanner, model_features
 from agent.runs import emit_once, prior_launch, recover, save_result, seed_state
 from agent.transcript import Transcript
 from agent.values import ValueEvidence, derive
@@ -1135,9 +1135,6 @@ def build_conclusion(state: RunState) -> Conclusion:
     return base.model_copy(update={"reason": reason or "no fix found", "untested": untested})
 
 
-_COST_RANK = {"none": 0, "low": 1, "medium": 2, "high": 3}
-
-
 def _alternatives(
     cause: Hypothesis | None,
     fix_exp: Experiment,
@@ -1245,7 +1242,7 @@ def _alternatives(
                 "result": "fixed",
             }
         )
-    out.sort(key=lambda a: (a["workaround"], _COST_RANK.get(a["cost"], 1)))
+    out.sort(key=lambda a: (a["workaround"], COST_ORDER.get(a["cost"], 1)))
     return out
 
 

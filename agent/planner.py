@@ -71,7 +71,8 @@ _LIKELIHOOD: dict[str, dict[str, float]] = {
 _UNLISTED_WEIGHT = 0.1
 #: Performance cost of keeping a fix, as a multiplier on its score (DESIGN: prefer cheap fixes).
 _PERF_FACTOR = {"none": 1.0, "low": 1.0, "medium": 0.85, "high": 0.5}
-_COST_ORDER = {"none": 0, "low": 1, "medium": 2, "high": 3}
+#: Ranking of performance costs, cheapest first (fixes and a conclusion's alternatives are sorted by it).
+COST_ORDER = {"none": 0, "low": 1, "medium": 2, "high": 3}
 #: Score multiplier of a workaround: it avoids the symptom without naming its cause.
 _WORKAROUND_FACTOR = 0.5
 #: An alternative to a workaround fix is worth a launch only with at least this probability of fixing.
@@ -158,7 +159,7 @@ class Fix(BaseModel):
 
     def rank(self) -> tuple[int, int]:
         """Smaller is better: root fixes before workarounds, then cheaper in performance."""
-        return (1 if self.workaround else 0, _COST_ORDER[self.cost])
+        return (1 if self.workaround else 0, COST_ORDER[self.cost])
 
 
 class HistoryState(BaseModel):
@@ -692,7 +693,7 @@ class RulePlanner:
         ivs = [iv for h in ledger.values() for iv in h.interventions if self._matches(change, iv, facts)]
         if not ivs:
             return False, "low"
-        worst = max(ivs, key=lambda iv: _COST_ORDER[iv.cost])
+        worst = max(ivs, key=lambda iv: COST_ORDER[iv.cost])
         return any(iv.workaround for iv in ivs), worst.cost
 
     @staticmethod
@@ -1118,7 +1119,7 @@ class RulePlanner:
         candidates = self._candidates(view, state, base, ref, done, rejected_ids, considered)
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
-            if iv.workaround or _COST_ORDER[iv.cost] >= _COST_ORDER[best.cost]:
+            if iv.workaround or COST_ORDER[iv.cost] >= COST_ORDER[best.cost]:
                 continue
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
             if p_fix < _MIN_ALTERNATIVE_P:
