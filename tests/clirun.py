@@ -30,3 +30,27 @@ def run_cli(tmp_path: Path, *args: str, timeout: float = 180, **env: str) -> sub
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+def live_processes(marker: str, *, only: str | None = None) -> dict[int, str]:
+    """``{pid: command line}`` of live (not zombie or dead) processes, other than this one and pytest,
+    whose command line or stdout file mentions ``marker`` (a run id); ``only``: text the command line
+    must contain too (``"lab.launch_server"`` for lab servers)."""
+    found: dict[int, str] = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rfind(")") + 2] in "ZX" or "pytest" in cmd or (only is not None and only not in cmd):
+            continue
+        try:
+            out = os.readlink(f"/proc/{pid}/fd/1")
+        except OSError:
+            out = ""
+        if marker in cmd or marker in out:
+            found[int(pid)] = cmd
+    return found

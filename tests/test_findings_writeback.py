@@ -4,10 +4,10 @@ reader, and used by a later run on a similar case."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
+
+from clirun import run_cli
 
 from agent.findings import add_finding
 from agent.recorded import RecordedRun
@@ -18,16 +18,11 @@ REPO = Path(__file__).resolve().parent.parent
 GLM5 = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
 REJECTED = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120-reject-kv.jsonl"
 WORLD = REPO / "lab" / "worlds" / "glm5-nvfp4-sm120"
-HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
 
 
-def _hypoloop(tmp_path: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = dict(
-        os.environ, HYPOLOOP_HOME=str(tmp_path / "home"), HYPOLOOP_LAB_TIME_SCALE="0.004", COLUMNS="200"
-    )
-    return subprocess.run(
-        [*HYPOLOOP, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
-    )
+def _hypoloop(tmp_path: Path, *args: str, timeout: float = 180, **env: str) -> subprocess.CompletedProcess[str]:
+    """``hypoloop ARGS`` as a user runs it (tests/clirun.py), 200 columns wide."""
+    return run_cli(tmp_path, *args, timeout=timeout, **{"COLUMNS": "200", **env})
 
 
 def _notes(tmp_path: Path) -> tuple[Path, bytes]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 import pytest
+from clirun import HYPOLOOP, run_cli
 from rich.console import Console
 
 from agent.events import STAGES
@@ -28,25 +29,11 @@ REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "transcripts" / "reference"
 GLM5 = REFERENCE / "glm5-nvfp4-sm120.jsonl"
 REJECTED = REFERENCE / "glm5-nvfp4-sm120-reject-kv.jsonl"
-HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
 
 
-def _hypoloop(
-    tmp_path: Path, *args: str, timeout: float = 120, **extra: str
-) -> subprocess.CompletedProcess[str]:
-    env = dict(
-        os.environ, HYPOLOOP_HOME=str(tmp_path / "home"), HYPOLOOP_LAB_TIME_SCALE="0.004", COLUMNS="200"
-    )
-    env.update(extra)
-    return subprocess.run(
-        [*HYPOLOOP, *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+def _hypoloop(tmp_path: Path, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """``hypoloop ARGS`` as a user runs it (tests/clirun.py), 200 columns wide."""
+    return run_cli(tmp_path, *args, timeout=timeout, **{"COLUMNS": "200", **env})
 
 
 def _lines(path: Path) -> list[str]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
+
+from clirun import run_cli
 
 from agent.recorded import RecordedRun
 from agent.report import build_report, render
@@ -15,14 +15,11 @@ from agent.report import build_report, render
 REPO = Path(__file__).resolve().parent.parent
 GLM5 = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
 REJECTED = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120-reject-kv.jsonl"
-HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
 
 
-def _hypoloop(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, HYPOLOOP_HOME=str(tmp_path / "home"), COLUMNS="200")
-    return subprocess.run(
-        [*HYPOLOOP, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
+def _hypoloop(tmp_path: Path, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
+    """``hypoloop ARGS`` as a user runs it (tests/clirun.py), 200 columns wide."""
+    return run_cli(tmp_path, *args, timeout=timeout, **{"COLUMNS": "200", **env})
 
 
 def test_markdown_names_root_cause_fix_and_why_deepgemm_was_dropped() -> None:
@@ -130,8 +127,6 @@ def test_a_proposal_made_again_after_an_edit_and_rejected_shows_no_outcome(tmp_p
     """The planner proposes --kv-cache-dtype bf16, the user edits it into another change, the planner
     proposes bf16 again under the same experiment id, and the user rejects it: the rejected step ran
     nothing, so the report must not lend it the edited run's outcome."""
-    from clirun import run_cli
-
     def answer(*args: str) -> dict[str, object]:
         r = run_cli(tmp_path, *args, "--json")
         assert r.returncode == 3, r.stderr[-2000:]

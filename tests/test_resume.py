@@ -12,35 +12,25 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clirun import HYPOLOOP, cli_env, live_processes, run_cli
 
 from agent.graph import Runtime
 from agent.runs import RunInUse, RunLock, emit_once, lock_holder, prior_launch, recover, save_result
 from agent.transcript import Transcript, read_transcript
 from tools.host import LocalHost
 
-HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
 CASE = "lab:glm5-nvfp4-sm120"
 
 
 def _env(tmp_path: Path, scale: str = "0.004") -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({"HYPOLOOP_HOME": str(tmp_path / "home"), "HYPOLOOP_LAB_TIME_SCALE": scale, "COLUMNS": "160"})
-    return env
+    return cli_env(tmp_path, HYPOLOOP_LAB_TIME_SCALE=scale)
 
 
 def _hl(
     tmp_path: Path, *args: str, scale: str = "0.004", timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
     """One hypoloop command in a new process, no terminal attached."""
-    return subprocess.run(
-        [*HYPOLOOP, *args],
-        cwd=tmp_path,
-        env=_env(tmp_path, scale),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_cli(tmp_path, *args, timeout=timeout, HYPOLOOP_LAB_TIME_SCALE=scale)
 
 
 def _last_json(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -53,19 +43,7 @@ def _events(path: Path) -> list[dict[str, Any]]:
 
 def _lab_servers(marker: str) -> list[int]:
     """Pids of live lab servers whose command line or log file mentions ``marker`` (a run id)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            log = os.readlink(f"/proc/{pid}/fd/1")
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[1].split()[0] != "Z" and "lab.launch_server" in cmd and marker in log:
-            found.append(int(pid))
-    return found
+    return sorted(live_processes(marker, only="lab.launch_server"))
 
 
 def _start_paused(tmp_path: Path, scale: str = "0.004") -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from clirun import HYPOLOOP
+from clirun import HYPOLOOP, live_processes
 from clirun import cli_env as _env
 from clirun import run_cli as _hypoloop
 
@@ -22,24 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _lab_processes(marker: str) -> list[str]:
     """Command lines of live lab servers whose command line or log file (stdout) mentions ``marker``."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[1].split()[0] == "Z":
-            continue
-        try:
-            log = os.readlink(f"/proc/{pid}/fd/1")
-        except OSError:
-            log = ""
-        if "lab.launch_server" in cmd and (marker in cmd or marker in log):
-            found.append(cmd)
-    return found
+    return list(live_processes(marker, only="lab.launch_server").values())
 
 
 def _events(path: Path) -> list[dict]:

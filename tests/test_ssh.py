@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
-from clirun import HYPOLOOP
+from clirun import HYPOLOOP, live_processes
 from clirun import cli_env as _env
 from clirun import run_cli as _hypoloop
 
@@ -57,24 +57,7 @@ def host(sshd: Any, tmp_path: Path) -> Iterator[SSHHost]:
 
 def _processes(marker: str) -> list[str]:
     """Live (non-zombie) processes whose command line or stdout mentions `marker`."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        if stat[stat.rfind(")") + 2] in "ZX" or "pytest" in cmd:
-            continue
-        try:
-            out = os.readlink(f"/proc/{pid}/fd/1")
-        except OSError:
-            out = ""
-        if marker in cmd or marker in out:
-            found.append(f"{pid}: {cmd}")
-    return found
+    return [f"{pid}: {cmd}" for pid, cmd in live_processes(marker).items()]
 
 
 def _wait_for(predicate: Any, timeout: float = 10.0) -> bool:
