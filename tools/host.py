@@ -96,6 +96,8 @@ class Host(Protocol):
 
     def read_from(self, path: str, offset: int, max_bytes: int = 1 << 20) -> bytes: ...
 
+    def read_text(self, path: str, max_bytes: int = 4 << 20) -> str | None: ...
+
     def is_alive(self, handle: ProcessHandle) -> bool: ...
 
     def exit_code(self, handle: ProcessHandle) -> int | None: ...
@@ -440,6 +442,16 @@ class LocalHost:
             return b""
         except OSError as exc:
             raise HostError(f"cannot read {path}: {_one_line(str(exc))}") from None
+
+    def read_text(self, path: str, max_bytes: int = 4 << 20) -> str | None:
+        """The first `max_bytes` bytes of the file at `path` as text (UTF-8, undecodable bytes
+        replaced); None when it is missing, a directory or unreadable (e.g. an installed source file
+        named by a traceback that is not on this host)."""
+        try:
+            with open(path, "rb") as f:
+                return f.read(max_bytes).decode("utf-8", "replace")
+        except OSError:
+            return None
 
     # -- liveness ---------------------------------------------------------------------------------
 

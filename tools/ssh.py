@@ -1310,6 +1310,19 @@ class SSHHost:
         self._deliver()
         return data
 
+    def read_text(self, path: str, max_bytes: int = 4 << 20) -> str | None:
+        """The first `max_bytes` bytes of the file at `path` on the host as text (UTF-8, undecodable
+        bytes replaced), read over SFTP in one open; None when it is missing or unreadable (a
+        directory too). Raises `HostUnreachable` if the host cannot be reached."""
+        self._deliver()
+        try:
+            data = self._sftp_small(self._abs(path), limit=max_bytes)
+        except HostUnreachable:
+            raise
+        except (HostError, OSError):
+            return None
+        return None if data is None else data.decode("utf-8", "replace")
+
     # -- network ---------------------------------------------------------------------------------
 
     def _open_direct_tcpip(self, port: int, peer: tuple[str, int]) -> paramiko.Channel:

@@ -1,0 +1,183 @@
+"""Python tracebacks in a server log: their frames (innermost first) and what an import failure names.
+
+A log may hold several tracebacks: one per TP rank (usually identical), and chained ones ("During
+handling of the above exception ..."). `parse_tracebacks` returns each distinct one; `missing_import`
+reads the module, package or shared library an ``ImportError`` / ``ModuleNotFoundError`` / "could not
+load ... library" line names.
+
+Format read: CPython's ``traceback`` module (3.8-3.13): a ``Traceback (most recent call last):`` header,
+``  File "PATH", line N, in FUNCTION`` per frame (outermost first) optionally followed by the source line
+and ``^^^^`` markers, then ``ExceptionType: message``. SGLang logs the header after a prefix
+(``[2026-01-10 13:23:27 TP0] Scheduler hit an exception: Traceback (most recent call last):``,
+``srt/managers/scheduler.py``), so the header and frames are searched for anywhere in a line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+_HEADER = re.compile(r"Traceback \(most recent call last\):")
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S.*?)\s*$')
+_MARKERS = re.compile(r"^[\s~^\-]+$")
+#: ``ValueError: ...``, ``torch.OutOfMemoryError: ...``, ``triton.compiler.errors.CompilationError``.
+_EXCEPTION = re.compile(
+    r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure))(?::\s?(?P<msg>.*))?$"
+)
+_CHAIN = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
+
+
+class Frame(BaseModel):
+    """One traceback frame. `line` is the 1-based line in `path`; `code` the source line Python printed
+    under it (stripped; None when it printed none); `log_line` the 1-based log line of the ``File``
+    line."""
+
+    path: str
+    line: int
+    function: str
+    code: str | None = None
+    log_line: int = 0
+
+
+class Traceback(BaseModel):
+    """One Python traceback: frames innermost first, the exception type and its message (first line)."""
+
+    frames: list[Frame] = Field(default_factory=list)
+    exception: str | None = None
+    message: str = ""
+    log_line: int = 0
+
+    def key(self) -> tuple[object, ...]:
+        """Identity for de-duplication (the same traceback printed by every TP rank)."""
+        return (tuple((f.path, f.line, f.function) for f in self.frames), self.exception, self.message)
+
+
+class MissingImport(BaseModel):
+    """What a failed import names.
+
+    ``kind``: ``module`` (``No module named 'x.y'``), ``name`` (``cannot import name 'f' from 'pkg'``:
+    the package is there but lacks the name, usually a version mismatch) or ``library`` (a shared
+    library that could not be loaded: ``libcudnn.so.9``, or an extension module with an undefined
+    symbol). ``package`` is the top-level importable package (``deep_gemm`` for ``deep_gemm.jit``), or
+    the library's file name. ``text`` is the log line; ``log_line`` its 1-based number.
+    """
+
+    kind: Literal["module", "name", "library"]
+    module: str
+    package: str
+    text: str
+    log_line: int = 0
+
+
+def parse_tracebacks(text: str) -> list[Traceback]:
+    """Every distinct traceback in a log text, in order of appearance; frames innermost first.
+
+    Lines are split on ``\\n`` and ``\\r``. A traceback starts at its header (or at a ``File`` line with
+    no header before it, for a log cut at its start) and ends at its exception line or at the first
+    line that is neither a frame nor indented source. Identical tracebacks (one per rank) are kept once.
+    """
+    out: list[Traceback] = []
+    seen: set[tuple[object, ...]] = set()
+    frames: list[Frame] | None = None
+    start = 0
+
+    def close(exc: str | None, msg: str, lineno: int) -> None:
+        nonlocal frames
+        if frames:
+            tb = Traceback(
+                frames=list(reversed(frames)), exception=exc, message=msg, log_line=lineno or start
+            )
+            if tb.key() not in seen:
+                seen.add(tb.key())
+                out.append(tb)
+        frames = None
+
+    for lineno, raw in enumerate(re.split(r"\r\n|\r|\n", text), 1):
+        line = raw.rstrip()
+        if _HEADER.search(line):
+            close(None, "", 0)
+            frames, start = [], lineno
+            continue
+        m = _FRAME.search(line)
+        if m and (frames is not None or line.lstrip().startswith("File ")):
+            if frames is None:
+                frames, start = [], lineno
+            frames.append(
+                Frame(
+                    path=m.group("path"), line=int(m.group("line")), function=m.group("func"), log_line=lineno
+                )
+            )
+            continue
+        if frames is None:
+            continue
+        stripped = line.strip()
+        if not stripped or _MARKERS.match(line):
+            continue
+        if line[:1].isspace():
+            if frames and frames[-1].code is None and not stripped.startswith("["):
+                frames[-1].code = stripped
+            continue
+        e = _EXCEPTION.match(stripped)
+        if e:
+            close(e.group("type"), (e.group("msg") or "").strip(), lineno)
+        elif _CHAIN.match(stripped):
+            close(None, "", lineno)
+        else:
+            close(None, stripped[:300], lineno)
+    close(None, "", 0)
+    return out
+
+
+_NO_MODULE = re.compile(r"No module named '(?P<mod>[\w.]+)'")
+_NO_NAME = re.compile(r"cannot import name '(?P<name>\w+)' from '(?P<mod>[\w.]+)'")
+_NO_LIBRARY = re.compile(
+    r"(?P<lib>[\w./+-]*lib[\w.+-]*\.so(?:\.[\w.]+)?): cannot open shared object file"
+    r"|[Cc]ould not load (?:library |dynamic library )?(?P<lib2>\S+)"
+    r"|(?P<ext>/[\w./+-]+\.so): undefined symbol"
+)
+_SITE = re.compile(r"/(?:site|dist)-packages/(?P<pkg>[A-Za-z_]\w*)")
+
+
+def missing_import(text: str, tracebacks: list[Traceback] | None = None) -> MissingImport | None:
+    """The module, package or library a failed import names in the log `text`, or None.
+
+    Looks at each traceback's exception line first (``ModuleNotFoundError``, ``ImportError``,
+    ``OSError``), then at any log line with "No module named", "cannot import name", "cannot open
+    shared object file", "could not load ... library" or "undefined symbol". An extension module with an
+    undefined symbol is named by the package it lives in (``.../site-packages/sgl_kernel/common_ops.so``
+    is ``sgl_kernel``). Wording from CPython's import system and the dynamic loader's ``dlerror``.
+    """
+    candidates: list[tuple[str, int]] = []
+    for tb in tracebacks if tracebacks is not None else parse_tracebacks(text):
+        if tb.exception and tb.exception.split(".")[-1] in ("ModuleNotFoundError", "ImportError", "OSError"):
+            candidates.append((f"{tb.exception}: {tb.message}", tb.log_line))
+    for lineno, line in enumerate(re.split(r"\r\n|\r|\n", text), 1):
+        if "module named" in line or "cannot import name" in line or ".so" in line or "load" in line:
+            candidates.append((line.strip(), lineno))
+    for line, lineno in candidates:
+        if m := _NO_MODULE.search(line):
+            mod = m.group("mod")
+            return MissingImport(
+                kind="module", module=mod, package=mod.split(".")[0], text=line[:300], log_line=lineno
+            )
+        if m := _NO_NAME.search(line):
+            mod = m.group("mod")
+            return MissingImport(
+                kind="name",
+                module=f"{mod}.{m.group('name')}",
+                package=mod.split(".")[0],
+                text=line[:300],
+                log_line=lineno,
+            )
+        if m := _NO_LIBRARY.search(line):
+            lib = (m.group("lib") or m.group("lib2") or m.group("ext") or "").strip("'\"`.,:;")
+            if not lib or ("load" in line and "lib" not in lib.lower() and ".so" not in lib):
+                continue
+            site = _SITE.search(lib)
+            package = site.group("pkg") if site else lib.rsplit("/", 1)[-1]
+            return MissingImport(
+                kind="library", module=lib, package=package, text=line[:300], log_line=lineno
+            )
+    return None
