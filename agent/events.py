@@ -280,6 +280,9 @@ class OutcomeData(Payload):
     exit_code: int | None = None
     log_path: str | None = None
     summary: str = ""
+    #: Log lines kept as evidence: [{line, text}] (tracebacks, error lines and their surroundings,
+    #: warnings, the tail); absent in transcripts written before it was added.
+    log_excerpt: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class BaselineChanged(Payload):

@@ -36,6 +36,7 @@ from agent.approval import (
 )
 from agent.case import Case
 from agent.catalog import CatalogEntry, load_catalog
+from agent.generators.evidence import LogExcerpt, excerpt_of_text
 from agent.guard import GuardError, check_experiment
 from agent.llm_planner import LLMPlanner, make_planner, planner_checkpoint, usage_summary
 from agent.models import (
@@ -767,6 +768,7 @@ def run_experiment(
     name = exp.id if launch_no <= 1 else f"{exp.id}.launch{launch_no}"
     log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{name}.log"
     matcher = SignatureMatcher(rt.signatures)
+    excerpt = LogExcerpt()  # the lines kept as evidence (tracebacks, errors, warnings, the tail)
     # Stall = no log progress for a stage-appropriate time (tools/stall.py); the case's stall_timeout_s,
     # when given, caps it.
     stall = StallWatch(
@@ -778,6 +780,7 @@ def run_experiment(
     def on_event(ev: Any) -> None:
         stall.observe(ev)
         if ev.kind == "line" and ev.line is not None:
+            excerpt.feed(ev.line.lineno, ev.line.text)
             return
         if ev.kind in ("ready", "fatal") and ev.line is not None:
             tr.emit(
@@ -901,6 +904,7 @@ def run_experiment(
         "probes": probes,
         "exit_code": final.exit_code,
         "log_path": log_path,
+        "log_excerpt": [ll.model_dump() for ll in excerpt.lines()],
         "timings": {
             "to_ready_s": None if t_ready is None else round(t_ready / host.time_scale, 3),
             "to_end_s": None if final.t_end_s is None else round(final.t_end_s / host.time_scale, 3),
@@ -934,6 +938,7 @@ def _ingest_log(
         "probes": [],
         "exit_code": None,
         "log_path": str(path),
+        "log_excerpt": [ll.model_dump() for ll in excerpt_of_text(text)],
         "timings": {},
     }
     return raw, exp
@@ -1009,6 +1014,7 @@ def classify_outcome(raw: dict[str, Any]) -> Outcome:
         exit_code=raw.get("exit_code"),
         log_path=raw.get("log_path"),
         summary=summary,
+        log_excerpt=raw.get("log_excerpt", []),
     )
 
 

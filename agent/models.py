@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tools.knowledge import Finding
 from tools.probes import Probe, ProbeResult
 from tools.signatures import SignatureMatch
 
@@ -192,6 +193,20 @@ class Experiment(BaseModel):
         return self.baseline.apply(self.change)
 
 
+class LogLine(BaseModel):
+    """One log line kept as evidence: its 1-based number in the server log and its text."""
+
+    line: int
+    text: str
+
+
+class RelevantFinding(BaseModel):
+    """A finding with its relevance (0..1) to the case."""
+
+    finding: Finding
+    relevance: float
+
+
 class Timings(BaseModel):
     """Seconds of wall time on the orchestrator and modelled seconds on the host."""
 
@@ -214,6 +229,9 @@ class Outcome(BaseModel):
     exit_code: int | None = None
     log_path: str | None = None
     summary: str = ""
+    #: Log lines kept as evidence (fatal and error lines with their traceback and surroundings, warnings,
+    #: the tail), so generators and the LLM planner can read tracebacks without the log file.
+    log_excerpt: list[LogLine] = Field(default_factory=list)
 
     def failure_signatures(self) -> list[str]:
         """Ids of the matched signatures that name the symptom, in order of appearance.
@@ -280,11 +298,15 @@ class Hypothesis(BaseModel):
     prior: float
     posterior: float
     status: Literal["open", "supported", "refuted", "confirmed"] = "open"
-    source: Literal["signature", "finding", "catalog", "model"] = "catalog"
+    source: Literal["signature", "finding", "catalog", "model", "evidence"] = "catalog"
     evidence: list[Evidence] = Field(default_factory=list)
     interventions: list[Intervention] = Field(default_factory=list)
     cause_signatures: list[str] = Field(default_factory=list)
     stage: str | None = None
+    #: The candidate generator that proposed it (``agent/generators``), and the third-party package it
+    #: implicates (``flashinfer``, ``deep_gemm``, ...), if any.
+    generator: str | None = None
+    package: str | None = None
 
 
 class Rejection(BaseModel):

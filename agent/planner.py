@@ -51,11 +51,12 @@ from agent.models import (
     Outcome,
     Prediction,
     Rejection,
+    RelevantFinding,
 )
 from agent.values import ValueEvidence, derive, moves_in_direction
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
-from tools.knowledge import Finding, infer_features
+from tools.knowledge import infer_features
 from tools.probes import Probe
 
 #: P(observation | prediction). Rows: what the hypothesis predicts; columns: what was observed.
@@ -122,13 +123,6 @@ _IDENTITY_FLAGS = {
 _IDENTITY_ENV = {"CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}
 #: Estimated host-seconds of a launch before anything was measured (a large model's load).
 DEFAULT_LAUNCH_COST_S = 600.0
-
-
-class RelevantFinding(BaseModel):
-    """A finding with its relevance (0..1) to the case."""
-
-    finding: Finding
-    relevance: float
 
 
 class PlannerView(BaseModel):
