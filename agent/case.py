@@ -94,6 +94,15 @@ class BudgetSpec(_Strict):
     stall_timeout_s: float | None = Field(default=None, gt=0)
 
 
+class ReproduceSpec(_Strict):
+    """How the reported failure is reproduced: ``concurrency`` = how many requests at once show it (the
+    baseline's first launch sends that burst besides the single probes); ``intermittent`` = it does not
+    show on every launch (a fix then needs two passing confirmations)."""
+
+    concurrency: int | None = Field(default=None, ge=1, le=256)
+    intermittent: bool = False
+
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -110,6 +119,7 @@ class Case(_Strict):
     knowledge: list[str] = Field(default_factory=list)
     observed_log: str | None = None
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    reproduce: ReproduceSpec = Field(default_factory=ReproduceSpec)
     approval: Literal["each", "risky", "auto"] = "each"
     source_path: str | None = None
 

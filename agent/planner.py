@@ -37,8 +37,13 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from agent.case import Case
-from agent.catalog import CatalogEntry, EvidenceContext
+from agent.catalog import CatalogEntry
+from agent.generators import Candidate, CandidateGenerator, GeneratorInput
+from agent.generators.evidence import failure_evidence, parse_tracebacks
+from agent.generators.registry import default_generators
 from agent.models import (
+    IDENTITY_ENV,
+    IDENTITY_FLAGS,
     STAGE_ORDER,
     VALUE_ALIASES,
     Baseline,
@@ -80,15 +85,9 @@ _WORKAROUND_FACTOR = 0.5
 _MIN_ALTERNATIVE_P = 0.05
 #: Probe ids of the concurrency probes this planner adds start with this prefix.
 LOAD_PROBE_PREFIX = "load:"
-#: A case description that speaks of load: concurrent users, parallel requests, a burst, a benchmark.
-_LOAD_WORDS = re.compile(
-    r"concurren|in parallel|parallel requests|simultaneous|under (?:heavy |high )?load|load test|"
-    r"many (?:users|requests|clients)|several requests|multiple requests|\bqps\b|benchmark|burst|stress",
-    re.IGNORECASE,
-)
-_LOAD_LEVEL = re.compile(
-    r"(\d+)\s*(?:concurrent|parallel|simultaneous|users|clients|requests)", re.IGNORECASE
-)
+#: Burst sizes sent to a baseline that served single requests correctly, before concluding that the
+#: failure does not reproduce (one launch; the probes stop at the first burst that kills the server).
+BURST_LEVELS = (8, 32, 128)
 #: A case description that says the failure does not always happen.
 _FLAKY_WORDS = re.compile(
     r"intermittent|sometimes|flaky|randomly|occasional|now and then|not always|not every|"
@@ -101,26 +100,8 @@ _FINDING_MIN_RELEVANCE = 0.6
 #: What a deployment *is* rather than how it runs: the model, its checkpoint format, the parallel
 #: layout, the devices. A known-good finding of another model differs in these by necessity, so they
 #: are never proposed from a finding diff.
-_IDENTITY_FLAGS = {
-    "--model-path",
-    "--model",
-    "--served-model-name",
-    "--host",
-    "--port",
-    "--tokenizer-path",
-    "--quantization",
-    "--tp-size",
-    "--tensor-parallel-size",
-    "--dp-size",
-    "--data-parallel-size",
-    "--ep-size",
-    "--expert-parallel-size",
-    "--pp-size",
-    "--pipeline-parallel-size",
-    "--context-length",
-    "--revision",
-}
-_IDENTITY_ENV = {"CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}
+_IDENTITY_FLAGS = IDENTITY_FLAGS
+_IDENTITY_ENV = IDENTITY_ENV
 #: Estimated host-seconds of a launch before anything was measured (a large model's load).
 DEFAULT_LAUNCH_COST_S = 600.0
 
@@ -177,6 +158,7 @@ class HistoryState(BaseModel):
     failing_reference: Outcome | None = None
     confirmations: int = 0
     flaky: bool = False
+    intermittent: bool = False
     load_probe: Probe | None = None
     load_tried: bool = False
     baseline_runs: int = 0
@@ -188,8 +170,9 @@ class HistoryState(BaseModel):
 
     @property
     def confirmations_needed(self) -> int:
-        """Passing re-runs a fix needs: two once the run has seen a flaky outcome, else one."""
-        return 2 if self.flaky else 1
+        """Passing re-runs a fix needs: two once the run has seen a flaky outcome or the case says the
+        failure is intermittent, else one."""
+        return 2 if self.flaky or self.intermittent else 1
 
     def extra_probes(self) -> list[Probe]:
         """Probes every experiment adds to the case's probes."""
@@ -245,8 +228,21 @@ def classify_observation(outcome: Outcome, reference: Outcome) -> str:
     if starting and po < pr and not (fo & fr):
         return "different"
     if (fo & fr) or (not fo and not fr):
+        eo, er = exception_keys(outcome), exception_keys(reference)
+        if eo and er and not (eo & er):
+            return "changed"  # the same wrapper lines, but another exception underneath
         return "persists"
     return "changed"
+
+
+def exception_keys(outcome: Outcome) -> set[str]:
+    """The exception lines of an outcome's tracebacks with numbers blanked (``RuntimeError: size #``),
+    so the same error with other figures is the same error."""
+    return {
+        re.sub(r"\d+(?:\.\d+)?", "#", tb.exception)[:160]
+        for tb in parse_tracebacks(outcome.log_excerpt)
+        if tb.exception
+    }
 
 
 def progress_ids(outcome: Outcome) -> set[str]:
@@ -255,13 +251,10 @@ def progress_ids(outcome: Outcome) -> set[str]:
 
 
 def load_level(case: Case) -> int | None:
-    """How many concurrent requests the case's symptom speaks of (8 when it names no number); None when
-    the description does not speak of load."""
-    text = case.description or ""
-    if not _LOAD_WORDS.search(text):
-        return None
-    m = _LOAD_LEVEL.search(text)
-    return max(2, min(int(m.group(1)), 64)) if m else 8
+    """How many concurrent requests reproduce the failure, from the case (``[reproduce] concurrency``);
+    None when the case does not say."""
+    n = case.reproduce.concurrency
+    return n if n is not None and n > 1 else None
 
 
 def speaks_of_flakiness(case: Case) -> bool:
@@ -273,6 +266,13 @@ def load_probe_for(case: Case, level: int) -> Probe:
     """The case's first probe, sent ``level`` times at once."""
     base = case.probes[0]
     return base.model_copy(update={"id": f"{LOAD_PROBE_PREFIX}{base.id}:x{level}", "concurrency": level})
+
+
+def failing_load_probe(exp: Experiment, outcome: Outcome) -> Probe | None:
+    """The smallest burst of ``exp`` that failed in ``outcome`` (every later experiment sends it)."""
+    failed = {p.probe_id for p in outcome.probes if not p.ok}
+    bursts = sorted((p for p in exp.probes if p.concurrency > 1 and p.id in failed), key=lambda p: p.concurrency)
+    return bursts[0] if bursts else next((p for p in exp.probes if p.concurrency > 1), None)
 
 
 def failed_only_under_load(outcome: Outcome) -> bool:
@@ -295,10 +295,16 @@ class RulePlanner:
 
     name = "rules"
 
-    def __init__(self, catalog: list[CatalogEntry], flags: FlagCatalog | None) -> None:
+    def __init__(
+        self,
+        catalog: list[CatalogEntry],
+        flags: FlagCatalog | None,
+        generators: list[CandidateGenerator] | None = None,
+    ) -> None:
         self.catalog = catalog
         self.flags = flags
-        self._diff_facts: dict[str, str] = {}
+        #: The candidate generators (``agent.generators.registry``); the catalog is one of them.
+        self.generators = generators if generators is not None else default_generators()
 
     # ----- names and values -------------------------------------------------------------------------
 
@@ -341,7 +347,7 @@ class RulePlanner:
             return False
         if any(_same_value(change.after, v) for v in iv.values):
             return True
-        if iv.derive:
+        if iv.derive and change.after is not None:  # a removal's effective value is unknown here
             before: Any = change.before
             if before is None and iv.fact and facts:
                 before = facts.get(iv.fact)
@@ -371,6 +377,11 @@ class RulePlanner:
             else:
                 how = f"fallback value; the evidence gave none ({how})"
         for value in candidates:
+            if value is None:  # a reversion: remove the setting so SGLang's default applies
+                before = baseline.value(iv.kind, name)
+                if before is None:
+                    return None, f"{name} is not set in the baseline"
+                return Change(kind=iv.kind, name=name, before=before, after=None), how
             legal = value if iv.kind == "env" else self._legal(name, value)
             if legal is None:
                 continue
@@ -382,159 +393,89 @@ class RulePlanner:
 
     # ----- history -> ledger ------------------------------------------------------------------------
 
-    def _context(self, view: PlannerView, outcome: Outcome) -> EvidenceContext:
-        fp = view.fingerprint
-        facts = dict(outcome.facts)
-        if failed_only_under_load(outcome):
-            facts["failure_under_load"] = "true"
-        return EvidenceContext(
-            signatures=outcome.signature_ids(),
-            facts=facts,
+    def _generator_input(
+        self, view: PlannerView, outcome: Outcome, config: Baseline
+    ) -> GeneratorInput:
+        """What the generators see of one failing launch: its evidence, the run so far up to it, the
+        host's facts and flag catalog, the knowledge catalog and the relevant findings."""
+        upto = next((i for i, o in enumerate(view.outcomes) if o.experiment_id == outcome.experiment_id), None)
+        outcomes = view.outcomes[: upto + 1] if upto is not None else [*view.outcomes, outcome]
+        return GeneratorInput(
+            case=view.case,
+            baseline=config,
+            evidence=failure_evidence(outcome),
+            reference=outcome,
+            fingerprint=view.fingerprint,
+            flags=self.flags,
+            catalog=self.catalog,
+            findings=view.findings,
             features=model_features(view.case),
-            compute_capability=fp.compute_capability if fp else None,
-            gpu_name=fp.gpu_name if fp else None,
-            stage=outcome.stage,
+            experiments=view.experiments,
+            outcomes=outcomes,
         )
 
     def _create(
-        self, view: PlannerView, outcome: Outcome, ledger: dict[str, Hypothesis], weights: dict[str, float]
-    ) -> list[str]:
-        """Add catalog hypotheses that the failing ``outcome`` triggers, then finding-based ones."""
-        ctx = self._context(view, outcome)
-        created: list[str] = []
-        for entry in self.catalog:
-            if entry.id in ledger:
-                continue
-            fired = entry.triggered(ctx)
-            if fired is None:
-                continue
-            weight, boosts = entry.weight(ctx)
-            statement, component = entry.render(ctx)
-            evidence = [self._condition_evidence(c.describe(), c.signature, outcome) for c in fired]
-            evidence += [
-                self._condition_evidence(
-                    f"{b.why or b.describe()} (x{b.factor:g})",
-                    b.signature,
-                    outcome,
-                    effect="supports" if b.factor >= 1 else "weakens",
-                )
-                for b in boosts
-            ]
-            ledger[entry.id] = Hypothesis(
-                id=entry.id,
-                statement=statement,
-                component=component,
-                rationale=entry.rationale,
-                prior=0.0,
-                posterior=0.0,
-                source="signature" if any(c.signature for c in fired) else "catalog",
-                evidence=evidence,
-                interventions=list(entry.intervention),
-                cause_signatures=list(entry.cause_signatures),
-                stage=entry.stage,
-            )
-            weights[entry.id] = weight
-            created.append(entry.id)
-        created += self._apply_findings(view, ctx, ledger, weights, only=set(created))
-        return created
-
-    def _condition_evidence(
-        self, detail: str, signature: str | None, outcome: Outcome, effect: EvidenceEffect = "supports"
-    ) -> Evidence:
-        lines: list[int] = []
-        kind: Literal["signature", "fact"] = "fact"
-        if signature:
-            kind = "signature"
-            m = next((m for m in outcome.matches if m.signature_id == signature), None)
-            if m is not None:
-                lines = list(m.line_numbers[:5])
-                detail = f"{detail}: {m.first_line.strip()[:160]}"
-        return Evidence(
-            kind=kind, detail=detail, experiment_id=outcome.experiment_id, lines=lines, effect=effect
-        )
-
-    def _finding_diffs(
-        self, rf: RelevantFinding, ctx: EvidenceContext, baseline: Baseline
-    ) -> list[tuple[str, str, FlagValue, str]]:
-        """(kind, name, value, why) differences between a known-good finding and the failing run."""
-        f = rf.finding
-        diffs: list[tuple[str, str, FlagValue, str]] = []
-        for name, value in f.flags.items():
-            canon = self._canon("flag", name)
-            if canon is None or canon in _IDENTITY_FLAGS:
-                continue
-            if not _same_value(baseline.flags.get(canon), value):
-                diffs.append(("flag", canon, value, f"known-good '{f.title}' runs with {canon} {value}"))
-        for name, value in f.env.items():
-            if name not in _IDENTITY_ENV and baseline.env.get(name) != value:
-                diffs.append(("env", name, value, f"known-good '{f.title}' runs with {name}={value}"))
-        for fact, value in f.facts.items():
-            ours = ctx.facts.get(fact)
-            if ours is not None and not _same_value(ours, value):
-                diffs.append(
-                    ("fact", fact, value, f"known-good '{f.title}' had {fact}={value}; this run has {ours}")
-                )
-        return diffs
-
-    def _apply_findings(
         self,
         view: PlannerView,
-        ctx: EvidenceContext,
+        outcome: Outcome,
         ledger: dict[str, Hypothesis],
         weights: dict[str, float],
-        only: set[str],
+        config: Baseline | None = None,
     ) -> list[str]:
-        created: list[str] = []
-        baseline = view.case.baseline
-        self._diff_facts = dict(ctx.facts)
-        for rf in view.findings:
-            if rf.finding.outcome != "works" or rf.relevance < _FINDING_MIN_RELEVANCE:
-                continue
-            for kind, name, value, why in self._finding_diffs(rf, ctx, baseline):
-                covering = [
-                    h
-                    for h in ledger.values()
-                    if h.id in only
-                    and any(self._diff_matches(kind, name, value, iv) for iv in h.interventions)
-                ]
-                for h in covering:
-                    weights[h.id] *= 1.0 + rf.relevance
-                    h.evidence.append(
-                        Evidence(kind="finding", detail=f"{why} (relevance {rf.relevance:.2f})")
-                    )
-                if covering or kind == "fact":
-                    continue
-                hid = f"finding:{name}={value}"
-                if hid in ledger:
-                    continue
-                ledger[hid] = Hypothesis(
-                    id=hid,
-                    statement=f"The failing configuration differs from a known-good one in {name}; "
-                    f"setting it to {value} avoids the failure",
-                    component=f"config.{name.lstrip('-').replace('-', '_')}",
-                    rationale=why,
-                    prior=0.0,
-                    posterior=0.0,
-                    source="finding",
-                    evidence=[Evidence(kind="finding", detail=f"{why} (relevance {rf.relevance:.2f})")],
-                    interventions=[Intervention(kind=kind, names=[name], values=[value], decisive=False)],  # type: ignore[arg-type]
-                )
-                weights[hid] = 0.05 * (1.0 + rf.relevance)
-                created.append(hid)
-                only.add(hid)
-        return created
+        """Add the hypotheses the generators propose for the failing ``outcome`` of ``config``.
 
-    def _diff_matches(self, kind: str, name: str, value: FlagValue, iv: Intervention) -> bool:
-        if kind == "fact":
-            return iv.fact == name and any(_same_value(value, v) for v in iv.values)
-        change = Change(kind=kind, name=name, after=value)  # type: ignore[arg-type]
-        return self._matches(change, iv, self._diff_facts)
+        A candidate that only corroborates (``Candidate.support``: a known-good deployment's difference)
+        multiplies the weight of the new candidates that already make the same change, and is added on
+        its own only when none does.
+        """
+        inp = self._generator_input(view, outcome, config or view.case.baseline)
+        new: dict[str, Candidate] = {}
+        supporting: list[Candidate] = []
+        for gen in self.generators:
+            for cand in gen.generate(inp):
+                if cand.id in ledger or cand.id in new:
+                    continue
+                if cand.support is not None:
+                    supporting.append(cand)
+                else:
+                    new[cand.id] = cand
+        facts = dict(outcome.facts)
+        for cand in supporting:
+            iv0 = cand.interventions[0]
+            covering = [
+                c for c in new.values()
+                if c.support is None and any(self._covers(iv0, iv, facts) for iv in c.interventions)
+            ]
+            for c in covering:
+                c.weight *= 1.0 + (cand.support or 0.0)
+                c.evidence.extend(cand.evidence[:1])
+            if not covering and cand.id not in new:
+                new[cand.id] = cand
+        for cand in new.values():
+            ledger[cand.id] = cand.to_hypothesis()
+            weights[cand.id] = cand.weight
+        return list(new)
+
+    def _covers(self, diff: Intervention, iv: Intervention, facts: dict[str, str]) -> bool:
+        """Whether intervention ``iv`` makes the change ``diff`` names (same fact and value, or the same
+        variable with that value / in the rule's direction)."""
+        value = diff.values[0] if diff.values else True
+        if diff.fact and iv.fact == diff.fact and any(_same_value(value, v) for v in iv.values):
+            return True
+        if diff.fact:
+            return False
+        name = self._canon(diff.kind, diff.names[0]) or diff.names[0]
+        return self._matches(Change(kind=diff.kind, name=name, after=value), iv, facts)
 
     def history(self, view: PlannerView) -> HistoryState:
         """Rebuild the ledger and the current baseline from the run's history (see module docstring)."""
         ledger: dict[str, Hypothesis] = {}
         weights: dict[str, float] = {}
-        st = HistoryState(hypotheses=[], baseline=view.case.baseline)
+        st = HistoryState(
+            hypotheses=[],
+            baseline=view.case.baseline,
+            intermittent=view.case.reproduce.intermittent or speaks_of_flakiness(view.case),
+        )
         refs: dict[str, Outcome] = {}  # configuration -> its failing outcome
         for exp in view.experiments:
             out = view.outcome_of(exp.id)
@@ -557,13 +498,15 @@ class RulePlanner:
                 self._refute_by_cause_signature(ledger, out)
             if obs == "fixed" and exp.change is not None:
                 self._adopt_fix(st, exp, exp.change, ref, out, ledger)
-            elif obs == "advanced":
+            elif obs in ("advanced", "changed"):
+                # Past a blocker: a later stage, or another error in place of this one (a chain of
+                # blockers is solved one link per launch).
                 st.adoptions.append(self._adoption(exp, ref, out))
                 st.baseline, st.reference = exp.config(), out
                 refs[_key(st.baseline)] = out
                 st.fixes, st.failing_baseline, st.failing_reference = [], None, None
                 st.confirmations = 0
-            created = self._create(view, out, ledger, weights) if out.stage != "ok" else []
+            created = self._create(view, out, ledger, weights, exp.config()) if out.stage != "ok" else []
             self._normalise(ledger, weights, set(created))
         st.hypotheses = list(ledger.values())
         return st
@@ -580,18 +523,18 @@ class RulePlanner:
     ) -> None:
         """A launch of the unchanged baseline: the reference run, or a repeat after a passing one."""
         st.baseline_runs += 1
-        st.load_tried = st.load_tried or bool(exp.probes)
+        st.load_tried = st.load_tried or any(p.concurrency >= BURST_LEVELS[-1] for p in exp.probes)
         if st.reference is not None and st.reference.stage != "ok":
             return  # the failure is already reproduced; nothing new to learn here
         passed_before = st.reference is not None
         st.reference = out
         if out.stage != "ok":
-            if passed_before and failed_only_under_load(out):
-                st.load_probe = next((p for p in exp.probes if p.concurrency > 1), None)
+            if failed_only_under_load(out):
+                st.load_probe = failing_load_probe(exp, out)
             elif passed_before:
                 st.flaky = True
             refs[_key(exp.baseline)] = out
-            self._create(view, out, ledger, weights)
+            self._create(view, out, ledger, weights, exp.baseline)
         self._normalise(ledger, weights, set(ledger))
 
     def _confirm_run(
@@ -653,7 +596,7 @@ class RulePlanner:
             st.baseline = nxt.config
         elif st.failing_baseline is not None:
             st.baseline, st.reference = st.failing_baseline, st.failing_reference
-        self._create(view, out, ledger, weights)
+        self._create(view, out, ledger, weights, exp.baseline)
         self._normalise(ledger, weights, set())
 
     def _adopt_fix(
@@ -858,7 +801,10 @@ class RulePlanner:
             return None
 
         if ref is None:
-            exp_id = Experiment.make_id(baseline, None, "baseline")
+            level = load_level(view.case)
+            if level is not None:  # the case says how many requests at once reproduce it
+                probes = [load_probe_for(view.case, level)]
+            exp_id = Experiment.make_id(baseline, None, "baseline", probes=probes)
             if exp_id in done:
                 return Proposal(conclude_reason="the baseline run gave no usable outcome")
             if exp_id in rejected_ids:
@@ -870,8 +816,11 @@ class RulePlanner:
                     id=exp_id,
                     purpose="baseline",
                     baseline=baseline,
+                    probes=probes,
                     cost_estimate_s=cost,
-                    rationale="reproduce the failure on the baseline to collect its log evidence",
+                    rationale="reproduce the failure on the baseline to collect its log evidence"
+                    + (f" (with a burst of {probes[0].concurrency} concurrent requests, as the case says)"
+                       if probes else ""),
                 )
             )
         if ref.stage == "ok":
@@ -923,30 +872,30 @@ class RulePlanner:
         within_budget: Callable[[int], str | None],
         rejected_ids: set[str],
     ) -> Proposal:
-        """The baseline served correctly although a failure was reported: launch it again, with a
-        concurrency probe first when the symptom speaks of load, else plainly (the failure may be
-        intermittent); after that, conclude that it could not be reproduced."""
+        """The baseline served correctly although a failure was reported: launch it again with bursts
+        of concurrent requests (``BURST_LEVELS``, escalating within one launch), then plainly (the
+        failure may be intermittent; more repeats when the case says so); after that, conclude that it
+        could not be reproduced."""
         case = view.case
         runs = state.baseline_runs
-        level = load_level(case)
-        plain_runs = 3 if speaks_of_flakiness(case) else 2
+        plain_runs = 3 if state.intermittent else 2
         probes: list[Probe] = []
-        if level is not None and not state.load_tried:
-            probes = [load_probe_for(case, level)]
+        if not state.load_tried:
+            probes = [load_probe_for(case, n) for n in BURST_LEVELS]
             why = (
-                f"single requests pass, but the symptom speaks of load: send {level} requests at once to "
-                "the unchanged baseline"
+                "single requests pass: send bursts of "
+                f"{', '.join(map(str, BURST_LEVELS))} concurrent requests to the unchanged baseline"
             )
-        elif runs < plain_runs + (1 if state.load_tried else 0):
+        elif runs < plain_runs + 1:
             why = (
-                f"the baseline served correctly in {runs} launch{'es' if runs > 1 else ''} although a "
-                "failure was reported: launch it again in case the failure is intermittent"
+                f"the baseline served correctly in {runs} launch{'es' if runs > 1 else ''} (bursts "
+                "included) although a failure was reported: launch it again in case the failure is "
+                "intermittent"
             )
         else:
-            tried = " (one with a concurrency probe)" if state.load_tried else ""
             return Proposal(
-                conclude_reason=f"the baseline served correctly in {runs} launches{tried}: the failure "
-                "could not be reproduced"
+                conclude_reason=f"the baseline served correctly in {runs} launches (one with bursts of up "
+                f"to {BURST_LEVELS[-1]} concurrent requests): the failure could not be reproduced"
             )
         exp_id = Experiment.make_id(state.baseline, None, "baseline", attempt=runs + 1, probes=probes)
         if exp_id in rejected_ids:

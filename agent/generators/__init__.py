@@ -195,6 +195,12 @@ class Candidate(BaseModel):
     cause_signatures: list[str] = Field(default_factory=list)
     stage: str | None = None
     triggers: list[str] = Field(default_factory=list)
+    #: When set, this candidate corroborates rather than proposes: if another candidate of the same step
+    #: already has an intervention making the same change, that one's weight is multiplied by
+    #: ``1 + support`` and this one is not added (a known-good deployment backing a catalog cause).
+    support: float | None = None
+    #: The ledger's ``source`` (signature, catalog, finding, evidence); default from the generator.
+    source: Literal["signature", "finding", "catalog", "model", "evidence"] | None = None
 
     def to_hypothesis(self) -> Hypothesis:
         """The ledger entry (prior and posterior are set by the planner's normalisation)."""
@@ -207,7 +213,7 @@ class Candidate(BaseModel):
             rationale=self.rationale,
             prior=0.0,
             posterior=0.0,
-            source="catalog" if self.generator == "catalog" else "evidence",
+            source=self.source or ("catalog" if self.generator == "catalog" else "evidence"),
             evidence=list(self.evidence),
             interventions=list(self.interventions),
             cause_signatures=list(self.cause_signatures),

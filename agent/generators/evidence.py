@@ -32,7 +32,7 @@ TAIL_LINES = 80
 #: Lines kept before an error line (what led to it).
 BEFORE_LINES = 3
 #: Lines kept after an exception line (SGLang's numbered "possible solutions" follow it).
-AFTER_LINES = 12
+AFTER_LINES = 16
 #: Upper bound of kept lines besides the tail (a log full of warnings stays bounded).
 MAX_KEPT = 600
 
@@ -221,7 +221,8 @@ def failure_evidence(outcome: Outcome) -> FailureEvidence:
     tracebacks = parse_tracebacks(lines)
     text = "\n".join(ll.text for ll in lines)
     warnings = [ll for ll in lines if _WARNING.search(ll.text) and not _TB_START.search(ll.text)]
-    conc = max([1, *(_probe_concurrency(p.probe_id) for p in outcome.probes)])
+    failing = [_probe_concurrency(p.probe_id) for p in outcome.probes if not p.ok]
+    conc = min([n for n in failing if n > 1] or [max([1, *(_probe_concurrency(p.probe_id) for p in outcome.probes)])])
     return FailureEvidence(
         experiment_id=outcome.experiment_id,
         stage=outcome.stage,
