@@ -379,7 +379,7 @@ class StandIn:
                 )
         avail = plan.avail_after_load_gb
         self.ctx.mem["avail_gb"] = round(avail, 2)
-        arch, dtype = self.world.model.architecture, self.world.model.dtype
+        arch, dtype = self.world.model.architecture, self._weight_dtype()
         self.log.ranks(
             lambda r: (
                 f"Load weight end. type={arch}, dtype={dtype}, avail mem={avail - self._jitter(r):.2f} GB, "
@@ -388,6 +388,12 @@ class StandIn:
             self.tp,
         )
         return avail
+
+    def _weight_dtype(self) -> str:
+        """The torch dtype of "Load weight end": --dtype when given, else the checkpoint's."""
+        given = str(self.args.get("dtype") or "auto")
+        named = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32"}
+        return self.world.model.dtype if given == "auto" else f"torch.{named.get(given, given)}"
 
     def _weights_oom(self, total: float, avail_begin: float, weights: float) -> NoReturn:
         free_mib = 500 + (self.pid % 400)
