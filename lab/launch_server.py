@@ -670,10 +670,12 @@ class StandIn:
                     degenerate = fault
                     self._emit_fault_lines(fault)
                     break
-        if degenerate is not None and degenerate.text is not None:
-            text = responder.garbage(degenerate.text, max_new_tokens)
-        elif degenerate is not None:
-            text = responder.degenerate(degenerate.output, max_new_tokens)
+        if degenerate is not None:
+            text = (
+                responder.garbage(degenerate.text, max_new_tokens)
+                if degenerate.text is not None
+                else responder.degenerate(degenerate.output, max_new_tokens)
+            )
             truncated = True
         else:
             text, truncated = responder.truncate(responder.answer(prompt), max_new_tokens)
