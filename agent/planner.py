@@ -72,6 +72,10 @@ _LIKELIHOOD: dict[str, dict[str, float]] = {
     "may_fix": {"fixed": 0.6, "persists": 0.4, "changed": 0.4, "advanced": 0.5, "different": 0.3},
     "persists": {"fixed": 0.05, "persists": 0.9, "changed": 0.5, "advanced": 0.3, "different": 0.3},
 }
+#: Weight multiplier of the open hypotheses of a blocker the run got past (a later stage, or another
+#: error in its place): the new failure's own candidates should lead.
+_PASSED_BLOCKER_WEIGHT = 0.3
+_PASSED_BLOCKER_OWN_WEIGHT = 0.02
 #: Weight of "a cause not in the ledger", so that refuting every listed cause does not make the last
 #: one certain.
 _UNLISTED_WEIGHT = 0.1
@@ -421,8 +425,13 @@ class RulePlanner:
         ledger: dict[str, Hypothesis],
         weights: dict[str, float],
         config: Baseline | None = None,
+        refresh: bool = False,
     ) -> list[str]:
         """Add the hypotheses the generators propose for the failing ``outcome`` of ``config``.
+
+        ``refresh``: ``outcome`` is a new blocker the run moved on to; an open hypothesis that its
+        evidence proposes again gets at least the weight this evidence gives it (it was weighed against
+        the old blocker before).
 
         A candidate that only corroborates (``Candidate.support``: a known-good deployment's difference)
         multiplies the weight of the new candidates that already make the same change, and is added on
@@ -433,7 +442,13 @@ class RulePlanner:
         supporting: list[Candidate] = []
         for gen in self.generators:
             for cand in gen.generate(inp):
-                if cand.id in ledger or cand.id in new:
+                if cand.id in ledger:
+                    old = ledger[cand.id]
+                    if refresh and old.status == "open" and cand.support is None and cand.weight > weights[cand.id]:
+                        weights[cand.id] = cand.weight
+                        old.evidence.extend(cand.evidence[:2])
+                    continue
+                if cand.id in new:
                     continue
                 if cand.support is not None:
                     supporting.append(cand)
@@ -504,9 +519,16 @@ class RulePlanner:
                 st.adoptions.append(self._adoption(exp, ref, out))
                 st.baseline, st.reference = exp.config(), out
                 refs[_key(st.baseline)] = out
+                for h in ledger.values():  # they explained the blocker that is gone
+                    if h.status != "open":
+                        continue
+                    own = exp.change is not None and self.prediction(h, exp.change, ref.facts) != "persists"
+                    # Its own variable is set now: its other values would only undo the step past it.
+                    weights[h.id] *= _PASSED_BLOCKER_OWN_WEIGHT if own else _PASSED_BLOCKER_WEIGHT
                 st.fixes, st.failing_baseline, st.failing_reference = [], None, None
                 st.confirmations = 0
-            created = self._create(view, out, ledger, weights, exp.config()) if out.stage != "ok" else []
+            blocker = obs in ("advanced", "changed")
+            created = self._create(view, out, ledger, weights, exp.config(), refresh=blocker) if out.stage != "ok" else []
             self._normalise(ledger, weights, set(created))
         st.hypotheses = list(ledger.values())
         return st

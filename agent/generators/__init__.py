@@ -133,6 +133,8 @@ class FailureEvidence(BaseModel):
     symptoms: list[str] = Field(default_factory=list)
     probe_texts: list[str] = Field(default_factory=list)
     concurrency: int = 1
+    #: Every scalar effective setting SGLang printed in its ``server_args=...`` line (argparse dests).
+    server_args: dict[str, str] = Field(default_factory=dict)
 
     def text(self) -> str:
         """The kept log lines as one text (for generators that search the wording of errors)."""

@@ -17,67 +17,39 @@ alternative choice is an intervention (portable implementations first). A ``--di
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from agent.generators import Candidate, GeneratorInput
 from agent.generators.common import (
+    Implicated,
     alternative_choices,
     effective_value,
     explicit,
     fact_flag,
+    implicated,
+    mentioned_first,
     norm,
     selecting_flags,
+    specificity,
     stems,
 )
-from agent.models import Evidence, Intervention
+from agent.models import IDENTITY_FLAGS, Evidence, Intervention
 from tools.flags import FlagSpec
 
 __all__ = ["ImplicatedComponentGenerator"]
 
-#: Packages that are the framework or the language, not a kernel implementation one could swap.
-_NOT_KERNELS = frozenset({"sglang", "torch", "transformers", "uvicorn", "fastapi", "asyncio", "multiprocessing",
-                          "concurrent", "threading", "runpy", "importlib", "typing", "safetensors",
-                          "huggingface_hub", "numpy", "zmq", "uvloop", "starlette", "anyio"})
 #: Base weight of a component hypothesis, and the multipliers for what makes it a prime suspect.
-BASE_WEIGHT = 0.05
+BASE_WEIGHT = 0.08
 EXPLICIT_FACTOR = 2.0  # the baseline chose this implementation itself
 AUTO_FACTOR = 1.5  # SGLang chose it on its own (auto-resolution)
 PACKAGE_FACTOR = 2.0  # the failing frames are inside the package this choice selects
-INNERMOST_FACTOR = 1.5  # the words come from the innermost SGLang frame
+FEATURE_FACTOR = 2.0  # it configures a feature the baseline explicitly turns on
+SUSPECT_FACTOR = 0.4  # only suspected: a kernel failed and this backend ran (no frame names it)
+#: Shared words tying a flag to the failure must be at least this specific (``common.specificity``).
+MIN_SPECIFICITY = 0.25
+#: Symptoms of a kernel misbehaving, where every backend the run used is a suspect.
+_KERNEL_SYMPTOMS = frozenset({"nan_inf", "garbage_output", "illegal_memory_access", "device_assert",
+                              "unsupported_arch", "crash_at_decode"})
 #: Facts whose keys name an implementation choice (SGLang ServerArgs dests of backend / dtype flags).
 _CHOICE_FACT_SUFFIXES = ("_backend", "kv_cache_dtype")
-
-
-@dataclass
-class _Implicated:
-    why: list[str] = field(default_factory=list)
-    words: set[str] = field(default_factory=set)
-    innermost_words: set[str] = field(default_factory=set)
-    packages: dict[str, str] = field(default_factory=dict)  # norm(package) -> package
-    lines: list[int] = field(default_factory=list)
-
-
-def _implicated(inp: GeneratorInput) -> _Implicated:
-    imp = _Implicated()
-    for tb in reversed(inp.evidence.tracebacks):
-        first_sglang = True
-        for fr in reversed(tb.frames):
-            if fr.package and fr.package not in _NOT_KERNELS:
-                if norm(fr.package) not in imp.packages:
-                    imp.packages[norm(fr.package)] = fr.package
-                    imp.why.append(f"the traceback passes through {fr.package} ({fr.module}.{fr.function})")
-                    imp.lines.append(tb.log_line)
-            if fr.package == "sglang" and fr.module:
-                parts = fr.module.split(".")[2:] if fr.module.startswith("sglang.srt.") else fr.module.split(".")[1:]
-                words = stems(" ".join(parts)) | stems(fr.function or "")
-                words -= {"scheduler", "runner", "loader", "load"} if not first_sglang else set()
-                imp.words |= words
-                if first_sglang:
-                    imp.innermost_words |= words
-                    imp.why.append(f"the innermost SGLang frame is {fr.module}.{fr.function}")
-                    imp.lines.append(tb.log_line)
-                    first_sglang = False
-    return imp
 
 
 def _statement(spec: FlagSpec, current: object, how: str) -> str:
@@ -94,13 +66,13 @@ class ImplicatedComponentGenerator:
 
     def generate(self, inp: GeneratorInput) -> list[Candidate]:
         """One candidate per implicated selecting flag, one per implicated switch."""
-        if inp.evidence.stage == "ok":
+        if inp.evidence.stage == "ok" or inp.flags is None:
             return []
-        imp = _implicated(inp)
+        imp = implicated(inp)
         warn_text = norm(" ".join(w.text for w in inp.evidence.warnings))
-        auto_facts = {
-            k: v for k, v in inp.evidence.facts.items() if k.endswith(_CHOICE_FACT_SUFFIXES)
-        }
+        auto_facts = {k: v for k, v in inp.evidence.facts.items() if k.endswith(_CHOICE_FACT_SUFFIXES)}
+        feature_words = self._feature_words(inp)
+        crashy = bool(set(inp.evidence.symptoms) & _KERNEL_SYMPTOMS)
         out: list[Candidate] = []
         for spec in selecting_flags(inp.flags):
             current = effective_value(inp, spec)
@@ -108,31 +80,40 @@ class ImplicatedComponentGenerator:
             if not alts:
                 continue
             factor, how, lines = 0.0, [], list(imp.lines[:3])
-            name_words = stems(spec.name)
             cur = norm(str(current)) if current is not None else ""
             if cur and cur in imp.packages:
                 factor = max(factor, PACKAGE_FACTOR)
                 how.append(f"its value {current} is the package the failing frames run in")
-            shared = name_words & imp.words - {"backend", "dtype"}
-            if shared:
-                factor = max(factor, INNERMOST_FACTOR if shared & imp.innermost_words else 1.0)
+            shared = stems(spec.name) & imp.words - {"backend", "dtype"}
+            strength = imp.strength(inp.flags, shared)
+            if strength >= MIN_SPECIFICITY:
+                factor = max(factor, strength)
                 how.append(f"it names the failing component ({', '.join(sorted(shared))})")
             if cur and len(cur) >= 4 and cur in warn_text:
                 factor = max(factor, 1.0)
                 how.append(f"a warning names its value {current}")
             dest = spec.name.lstrip("-").replace("-", "_")
             fact_key = next((k for k in auto_facts if fact_flag(inp.flags, k) is spec), None)
+            is_explicit = explicit(inp, spec)
+            if not how and crashy and (is_explicit or fact_key) and spec.name.endswith("-backend"):
+                factor = SUSPECT_FACTOR
+                how.append("a kernel failed and this backend is one the failing run used")
             if not how:
                 continue  # not implicated
-            if explicit(inp, spec):
+            if is_explicit:
                 factor *= EXPLICIT_FACTOR
                 how.append("the baseline sets it explicitly")
-            elif fact_key is not None:
+            elif fact_key is not None and str(auto_facts[fact_key]).lower() not in ("auto", "none"):
                 factor *= AUTO_FACTOR
                 how.append(f"SGLang resolved it on its own ({fact_key}={auto_facts[fact_key]})")
+            if specificity(inp.flags, stems(spec.name) & feature_words - {"backend", "dtype"}) >= 0.5:
+                factor *= FEATURE_FACTOR
+                how.append("it configures a feature the baseline turns on")
+            alts = mentioned_first(alts, imp.error_text)
+            # With a single alternative, "this implementation is broken" predicts that it fixes.
             ivs = [
                 Intervention(
-                    names=[spec.name], values=[c], decisive=False, fact=fact_key or dest, cost="low",
+                    names=[spec.name], values=[c], decisive=len(alts) == 1, fact=fact_key or dest, cost="low",
                     note=f"an alternative implementation of {spec.name}",
                 )
                 for c in alts
@@ -142,7 +123,7 @@ class ImplicatedComponentGenerator:
                     id=f"component:{spec.name}",
                     statement=_statement(spec, current, "; ".join(how)),
                     component=spec.name.lstrip("-").removesuffix("-backend").replace("-", "_"),
-                    package=next(iter(imp.packages.values()), None) if cur in imp.packages else None,
+                    package=imp.packages.get(cur) if cur in imp.packages else None,
                     weight=BASE_WEIGHT * factor,
                     rationale="a component implicated by the failure is chosen by this flag; another "
                     "implementation of it uses different kernels",
@@ -158,7 +139,17 @@ class ImplicatedComponentGenerator:
         out += self._switches(inp, imp)
         return out
 
-    def _switches(self, inp: GeneratorInput, imp: _Implicated) -> list[Candidate]:
+    @staticmethod
+    def _feature_words(inp: GeneratorInput) -> set[str]:
+        """Stems of the flags the baseline sets (features someone turned on or tuned)."""
+        words: set[str] = set()
+        for name in inp.baseline.flags:
+            if name in IDENTITY_FLAGS:
+                continue
+            words |= stems(name.lstrip("-").removeprefix("enable-"))
+        return words
+
+    def _switches(self, inp: GeneratorInput, imp: Implicated) -> list[Candidate]:
         """``--disable-X`` switches (and ``--enable-X`` ones the baseline sets) whose X the frames name."""
         if inp.flags is None or not imp.words:
             return []
@@ -177,9 +168,10 @@ class ImplicatedComponentGenerator:
                 continue
             words = stems(name.split("-", 1)[1])
             shared = words & imp.words
-            if len(shared) < 2 and not (shared and len(words) == 1):
+            strength = imp.strength(inp.flags, shared)
+            if len(shared) < 2 and not (shared and len(words) == 1) or strength < MIN_SPECIFICITY:
                 continue
-            weight = BASE_WEIGHT * (INNERMOST_FACTOR if shared & imp.innermost_words else 1.0)
+            weight = BASE_WEIGHT * strength
             what = name.split("-", 1)[1].replace("-", " ")
             out.append(
                 Candidate(

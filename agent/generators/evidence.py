@@ -72,6 +72,8 @@ class LogExcerpt:
     def feed(self, lineno: int, text: str) -> None:
         """One log line (1-based number); lines fed twice are kept once."""
         text = text.rstrip("\r\n")
+        if "server_args=" in text:  # every effective setting, after SGLang's own resolution
+            self._kept[lineno] = text
         if _TB_START.search(text):
             self._in_traceback = True
             for n, t in self._before:
@@ -98,7 +100,10 @@ class LogExcerpt:
         """The kept lines in log order."""
         kept = dict(self._kept)
         kept.update(dict(self._tail))
-        return [LogLine(line=n, text=t[:2000]) for n, t in sorted(kept.items())]
+        return [
+            LogLine(line=n, text=t if "server_args=" in t else t[:2000])
+            for n, t in sorted(kept.items())
+        ]
 
 
 def excerpt_of_text(text: str) -> list[LogLine]:
@@ -209,6 +214,47 @@ def symptom_classes(outcome: Outcome, tracebacks: list[Traceback], text: str) ->
     return out
 
 
+def parse_server_args(text: str) -> dict[str, str]:
+    """Scalar settings of SGLang's ``server_args=ServerArgs(key=value, ...)`` line (0.5.9) or its dict
+    form ``server_args={'key': value, ...}`` (0.5.23), values as text (quotes removed; lists left out)."""
+    i = text.find("server_args=")
+    if i < 0:
+        return {}
+    out: dict[str, str] = {}
+    body = text[i + len("server_args=") :]
+    depth, start, quote = 0, 0, ""
+    for j, ch in enumerate(body):  # split at top-level commas only, outside quotes
+        if quote:
+            quote = "" if ch == quote and body[j - 1] != "\\" else quote
+            continue
+        if ch in "'\"" and depth >= 1:
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+            if depth == 1:
+                start = j + 1
+        elif ch in ")]}":
+            depth -= 1
+            if depth == 0:
+                _one(body[start:j], out)
+                break
+        elif depth == 1 and ch == ",":
+            _one(body[start:j], out)
+            start = j + 1
+    return out
+
+
+def _one(item: str, out: dict[str, str]) -> None:
+    item = item.strip()
+    m = re.match(r"['\"]?(?P<key>[a-z_][a-z0-9_]*)['\"]?\s*[=:]\s*(?P<value>.*)$", item, re.S)
+    if not m:
+        return
+    value = m.group("value").strip()
+    if value[:1] in "[{(":
+        return
+    out[m.group("key")] = value.strip("'\"")
+
+
 def failure_evidence(outcome: Outcome) -> FailureEvidence:
     """The evidence of one outcome (failing or not) for the generators."""
     lines = list(outcome.log_excerpt)
@@ -234,6 +280,7 @@ def failure_evidence(outcome: Outcome) -> FailureEvidence:
         warnings=warnings,
         symptoms=symptom_classes(outcome, tracebacks, text),
         probe_texts=[p.text or p.error or "" for p in outcome.probes if not p.ok],
+        server_args=next((parse_server_args(ll.text) for ll in lines if "server_args=" in ll.text), {}),
         concurrency=conc,
     )
 

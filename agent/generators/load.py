@@ -92,6 +92,7 @@ class LoadGenerator:
                         generator=self.name,
                         evidence=evidence,
                         interventions=[Intervention(names=[spec.name], values=[True], decisive=True, cost="medium")],
+                        support=0.0,  # the catalog may already hold this cause: no second hypothesis then
                     )
                 )
         return out

@@ -34,7 +34,10 @@ WEIGHT_SOLUTION = 0.1
 WEIGHT_WARNING = 0.05
 
 _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:(?:=|\s+)(?P<value>[A-Za-z0-9_./:+-]+))?")
-_ENV = re.compile(r"\b(?:export|set|setting|with|try|use)\s+(?P<name>[A-Z][A-Z0-9]*_[A-Z0-9_]+)=(?P<value>[^\s,;'\"`)]+)")
+_ENV = re.compile(r"(?<![\w-])(?P<name>[A-Z][A-Z0-9]*_[A-Z0-9_]+)=(?P<value>[^\s,;'\"`)]+)")
+#: Variables that override a safety check (SGLANG_ALLOW_..., ..._FORCE_..., ..._SKIP_...): setting one
+#: silences the check rather than repairing what it caught, so it is a workaround.
+_OVERRIDE = re.compile(r"ALLOW|OVERWRITE|OVERRIDE|FORCE|SKIP|IGNORE|UNSAFE|DISABLE")
 _RAISE = re.compile(r"\b(?:increase|raise|larger|higher|bigger|more)\b", re.I)
 _LOWER = re.compile(r"\b(?:decrease|lower|reduce|smaller|less)\b", re.I)
 _AT_LEAST = re.compile(r"at least (?P<v>\d+(?:\.\d+)?)")
@@ -135,8 +138,10 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
             found.append((f"remedy:{spec.name}" + (f"={values[0]}" if not direction else f":{direction}"),
                           iv, kind, ll, what))
         for m in _ENV.finditer(text):
+            override = bool(_OVERRIDE.search(m.group("name")))
             iv = Intervention(kind="env", names=[m.group("name")], values=[m.group("value")],
-                              decisive=kind == "error", cost="low", note=" ".join(text.split())[:160])
+                              decisive=kind == "error", cost="low", workaround=override,
+                              note=" ".join(text.split())[:160])
             found.append((f"remedy:{m.group('name')}={m.group('value')}", iv, kind, ll,
                           f"{m.group('name')}={m.group('value')}"))
     return found
