@@ -71,7 +71,6 @@ def outcome(world: World, config: Config) -> str | None:
 
 
 def test_new_worlds_cite_a_public_report_and_load_with_their_cases() -> None:
-    field_cases = (Path("/work/shared/reference/field-cases.md"), REPO / "lab" / "README.md")
     for name in NEW_WORLDS:
         world = load_world(name)
         case = load_case(f"lab:{name}")
@@ -79,7 +78,6 @@ def test_new_worlds_cite_a_public_report_and_load_with_their_cases() -> None:
         assert "https://github.com/sgl-project/sglang/" in text, name
         assert case.host.env["HYPOLOOP_LAB_WORLD"] == str(world.path)  # {case_dir} resolved
         assert world.truth is not None and world.truth.component
-        assert name not in field_cases[1].read_text().split("## Worlds")[0]
 
 
 def test_world_shapes_the_issue_asks_for_are_all_present() -> None:
