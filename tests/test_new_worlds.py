@@ -109,8 +109,10 @@ def test_an_explicit_backend_flag_is_the_cause_and_other_choices_work() -> None:
     assert outcome(world, base) == "attention-backend-without-sinks"
     fault = world.faults[0]
     assert "but got the following backends" in fault.lines[0].text
-    for choice in ("fa3", "triton", "trtllm_mha"):
+    for choice in ("fa3", "triton", "fa4"):
         assert outcome(world, _apply(base, {"kind": "flag", "name": "--attention-backend", "value": choice})) is None
+    trtllm = _apply(base, {"kind": "flag", "name": "--attention-backend", "value": "trtllm_mha"})
+    assert outcome(world, trtllm) == "trtllm-mha-needs-sm100"  # a Blackwell-only choice fails differently
     for choice in ("flashinfer", "torch_native", "flex_attention"):
         got = outcome(world, _apply(base, {"kind": "flag", "name": "--attention-backend", "value": choice}))
         assert got == "attention-backend-without-sinks"
