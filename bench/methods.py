@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.catalog import CatalogEntry
+from agent.catalog import CatalogEntry, load_catalog
 from agent.models import Baseline, Change
 from agent.planner import _IDENTITY_ENV, _IDENTITY_FLAGS, model_features  # the agent's own notion
 from agent.transcript import read_transcript
@@ -163,7 +163,10 @@ def read_ending(world: BenchWorld, path: Path, result: dict[str, Any]) -> dict[s
     names what it implicates, and whether any hypothesis came from the hypothesis catalog."""
     events = list(read_transcript(path))
     base = world.case.baseline
+    fix = (result.get("root_cause") or {}).get("fix")
+    fix_key = (fix["kind"], fix["name"], fix["after"]) if fix else None
     adopted: list[str] = []
+    catalog_ids = {entry.id for entry in load_catalog()}
     catalog_used = False
     conclusion: dict[str, Any] = {}
     for ev in events:
@@ -171,12 +174,13 @@ def read_ending(world: BenchWorld, path: Path, result: dict[str, Any]) -> dict[s
             base = Baseline.model_validate(ev.data["baseline"])
             change = (ev.data.get("adoption") or {}).get("change")
             if isinstance(change, dict) and change.get("name"):
-                adopted.append(_describe(change.get("kind", "flag"), change["name"], change.get("after")))
-        elif ev.type == "hypothesis.added" and ev.data.get("source") == "catalog":
+                key = (change.get("kind", "flag"), change["name"], change.get("after"))
+                if key != fix_key:  # the fix itself is adopted before its confirmation
+                    adopted.append(_describe(*key))
+        elif ev.type == "hypothesis.added" and ev.data.get("id") in catalog_ids:
             catalog_used = True
         elif ev.type == "conclusion":
             conclusion = ev.data
-    fix = (result.get("root_cause") or {}).get("fix")
     final = base
     if fix:
         final = base.apply(Change(kind=fix["kind"], name=fix["name"], before=fix.get("before"), after=fix["after"]))
