@@ -95,10 +95,13 @@ class BudgetSpec(_Strict):
 
 
 class ReproduceSpec(_Strict):
-    """How the reported failure is reproduced: ``concurrency`` requests sent at once (1: one at a time),
-    for failures that appear only under concurrent load."""
+    """How the reported failure is reproduced: ``concurrency`` = how many requests at once show it (1: one
+    at a time; above 1 the baseline's first launch sends that burst besides the single probes, for
+    failures that appear only under concurrent load); ``intermittent`` = it does not show on every
+    launch (a fix then needs two passing confirmations)."""
 
-    concurrency: int = Field(default=1, ge=1, le=1024)
+    concurrency: int = Field(default=1, ge=1, le=256)
+    intermittent: bool = False
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
