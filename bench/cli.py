@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "--worlds", nargs="+", metavar="WORLD", help="world names under lab/worlds (default: all)"
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    ap.add_argument("--seeds", type=int, default=5, help="random-baseline seeds (default 5)")
+    ap.add_argument("--seeds", type=int, default=3, help="random-baseline seeds (default 3)")
     ap.add_argument("--time-scale", type=float, default=0.001, help="lab time scale (default 0.001)")
     ap.add_argument(
         "--methods",

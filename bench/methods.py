@@ -341,7 +341,7 @@ def plausible_changes(
 
 
 #: Launches a random search may spend on one seed (baseline included) before it gives up.
-RANDOM_MAX_LAUNCHES = 25
+RANDOM_MAX_LAUNCHES = 15
 
 
 def run_random(
