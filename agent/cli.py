@@ -554,7 +554,7 @@ def analyze(
     With --case, the case's host is asked for its GPUs (a query, no launch) unless --compute-capability
     or --gpu-name is given, and the case's knowledge files count as evidence.
     """
-    from agent.evidence import Evidence
+    from agent.evidence import RawEvidence
     from agent.nodes.analyze import classify_outcome
     from agent.runtime import ssh_options
     text = _read_text(logfile, what="log")
@@ -576,7 +576,7 @@ def analyze(
         baseline=c.baseline,
         status="done",
     )
-    evidence = Evidence.from_log(exp.id, text, sigs, str(logfile))
+    evidence = RawEvidence.from_log(exp.id, text, sigs, str(logfile))
     outcome = classify_outcome(evidence)
     fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability)
     notes: list[str] = []

@@ -1,7 +1,7 @@
 """What an earlier process of a run left behind, so that nothing is launched twice.
 
 - ``runs/RUN_ID/EXP_ID.result.json`` under ``$HYPOLOOP_HOME``: an experiment's evidence
-  (``agent.evidence.Evidence``), saved the moment it is complete, so a process killed after a launch
+  (``agent.evidence.RawEvidence``), saved the moment it is complete, so a process killed after a launch
   finished but before its checkpoint was written does not launch again.
 - A launch is recorded in the transcript (``server.launched`` with pid, process group, log and port)
   before anything waits on it; :func:`prior_launch` reads that record back on resume and :func:`recover`
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from agent.evidence import Evidence
+from agent.evidence import RawEvidence
 from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript
 from tools.host import ProcessHandle
 
@@ -54,7 +54,7 @@ def result_path(home: Path, run_id: str, experiment_id: str) -> Path:
     return home / "runs" / run_id / f"{experiment_id}.result.json"
 
 
-def save_result(home: Path, run_id: str, evidence: Evidence) -> None:
+def save_result(home: Path, run_id: str, evidence: RawEvidence) -> None:
     """Write an experiment's evidence atomically (temp file, fsync, rename)."""
     path = result_path(home, run_id, evidence.experiment_id)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,11 +66,11 @@ def save_result(home: Path, run_id: str, evidence: Evidence) -> None:
     os.replace(tmp, path)
 
 
-def load_result(home: Path, run_id: str, experiment_id: str) -> Evidence | None:
+def load_result(home: Path, run_id: str, experiment_id: str) -> RawEvidence | None:
     """The saved evidence of an experiment, if a process completed it (None if absent or unreadable)."""
     path = result_path(home, run_id, experiment_id)
     try:
-        return Evidence.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        return RawEvidence.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, ValidationError):
         return None
 
@@ -145,7 +145,7 @@ def handle_from_record(record: dict[str, Any]) -> ProcessHandle | None:
 
 def recover(
     rt: Runtime, host: Any, run_id: str, experiment_id: str, *, prior: PriorLaunch | None = None
-) -> tuple[Evidence | None, ProcessHandle | None, dict[str, Any] | None]:
+) -> tuple[RawEvidence | None, ProcessHandle | None, dict[str, Any] | None]:
     """Before executing an experiment: what an earlier process of this run left behind.
 
     Returns ``(evidence, adopt, record)``: the saved result if the experiment completed (nothing is

@@ -20,7 +20,7 @@ from clirun import run_cli as _hypoloop
 
 from agent.case import Case
 from agent.catalog import load_catalog
-from agent.evidence import Evidence
+from agent.evidence import RawEvidence
 from agent.llm_client import RecordedChatClient
 from agent.llm_context import build_context, estimate_tokens
 from agent.llm_planner import (
@@ -182,7 +182,7 @@ def _history(log: str = CRASH_LOG) -> tuple[PlannerView, Any]:
     )
     matches, facts = scan_text(log, load_signatures())
     outcome = classify_outcome(
-        Evidence(
+        RawEvidence(
             experiment_id=exp.id,
             status="observed",
             matches=matches,

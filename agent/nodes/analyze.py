@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.evidence import Evidence
+from agent.evidence import RawEvidence
 from agent.models import Outcome, Stage
 from agent.runtime import Runtime
 from agent.state import RunState
@@ -21,7 +21,7 @@ def analyze(state: RunState, rt: Runtime) -> dict[str, Any]:
     raw = state.get("raw")
     if not raw:
         return {}
-    outcome = classify_outcome(Evidence.model_validate(raw))
+    outcome = classify_outcome(RawEvidence.model_validate(raw))
     rt.transcript.emit("outcome", outcome.model_dump(mode="json"), node="analyze")
     experiments = [dict(e) for e in state.get("experiments", [])]
     for e in experiments:
@@ -34,7 +34,7 @@ def analyze(state: RunState, rt: Runtime) -> dict[str, Any]:
     }
 
 
-def classify_outcome(evidence: Evidence) -> Outcome:
+def classify_outcome(evidence: RawEvidence) -> Outcome:
     """The furthest stage a launch reached, from its watch status, signatures and probe results.
 
     Stages (docs/ARCHITECTURE.md, "Data contracts"): launch_failed (argument errors, exit before

@@ -2,7 +2,7 @@
 
 Launch the server (or adopt the one an ended process of this run left running, or reuse a result it
 already saved), watch its log until ready, crash, stall or timeout, probe it, stop it and verify it is
-gone; the evidence (``agent.evidence.Evidence``) goes into the state for analyze.
+gone; the evidence (``agent.evidence.RawEvidence``) goes into the state for analyze.
 
 Side effects:
 
@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from agent.case import Case
-from agent.evidence import Evidence
+from agent.evidence import RawEvidence
 from agent.models import Experiment
 from agent.recovery import prior_launch, recover, save_result
 from agent.runtime import Runtime
@@ -81,7 +81,7 @@ def execute(state: RunState, rt: Runtime) -> dict[str, Any]:
                 "error": f"experiment {exp.id}: {exc} (a server left running there is reported and "
                 "stopped by the next run on that host)",
             }
-        evidence = Evidence.infra_error(exp.id, str(exc))
+        evidence = RawEvidence.infra_error(exp.id, str(exc))
     exp.status = "running"
     return {
         **unreachable,
@@ -105,7 +105,7 @@ def run_experiment(
     adopt: ProcessHandle | None = None,
     record: dict[str, Any] | None = None,
     launch_no: int = 1,
-) -> Evidence:
+) -> RawEvidence:
     """Launch one experiment, watch it to ready/crash/timeout, probe it, stop it; return its evidence.
 
     ``adopt``: instead of launching, take over this server, which an earlier process of the run
@@ -151,7 +151,7 @@ def run_experiment(
     wall = time.monotonic() - t0
     tr.emit("server.stopped", {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3)}, node="execute")
     rt.sessions.pop(exp.id, None)  # stopped and recorded; Runtime.close() handles only interrupted ones
-    return Evidence.from_launch(
+    return RawEvidence.from_launch(
         exp.id,
         final=session.result(),
         matcher=matcher,

@@ -22,7 +22,7 @@ from typing import Any
 from langgraph.config import get_config
 
 from agent.case import Case
-from agent.evidence import Evidence
+from agent.evidence import RawEvidence
 from agent.models import Baseline, Experiment
 from agent.planner import RelevantFinding, model_features
 from agent.redact import REDACTED, is_secret_name
@@ -165,7 +165,7 @@ def _read_knowledge(tr: Transcript, case: Case, fp: HostFingerprint) -> list[Rel
     return findings
 
 
-def ingest_log(case: Case, baseline: Baseline, signatures: list[Signature]) -> tuple[Evidence, Experiment]:
+def ingest_log(case: Case, baseline: Baseline, signatures: list[Signature]) -> tuple[RawEvidence, Experiment]:
     """Treat a crash log the user already has as the baseline's first observation (no launch)."""
     path = case.resolve_path(case.observed_log or "")
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -176,7 +176,7 @@ def ingest_log(case: Case, baseline: Baseline, signatures: list[Signature]) -> t
         rationale=f"observed log {path}",
         status="running",
     )
-    return Evidence.from_log(exp.id, text, signatures, str(path)), exp
+    return RawEvidence.from_log(exp.id, text, signatures, str(path)), exp
 
 
 def _without_secrets(case_data: dict[str, Any]) -> dict[str, Any]:
