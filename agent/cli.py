@@ -818,12 +818,12 @@ def replay(
 
 def _redecide(transcript: Path, planner_name: str, console: Console, *, verbose: bool) -> None:
     from agent.recorded import RecordedRun
-    from agent.replay import RedecideError, make_planner, redecide_table
+    from agent.replay import RedecideError, redecide_planner, redecide_table
     from agent.replay import redecide as redecide_run
 
     try:
         recorded = RecordedRun.load(transcript)
-        planner, flags, warnings = make_planner(planner_name, recorded)
+        planner, flags, warnings = redecide_planner(planner_name, recorded)
         result = redecide_run(recorded, planner, flags, warnings=warnings)
     except (TranscriptError, RedecideError) as exc:
         _fail(str(exc))

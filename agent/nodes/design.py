@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from agent.guard import GuardError, check_experiment
-from agent.llm_planner import planner_checkpoint
 from agent.runtime import Runtime
 from agent.state import RunState, planner_view
 
@@ -25,7 +24,7 @@ def design(state: RunState, rt: Runtime) -> dict[str, Any]:
     pl = rt.planner(state)
     proposal = pl.propose(view, pl.history(view))
     # The LLM planner's memory (its hypotheses, tokens spent) is checkpointed with the step.
-    memo = planner_checkpoint(pl)
+    memo = pl.checkpoint()
     kept: dict[str, Any] = {"planner": memo} if memo is not None else {}
     if proposal.experiment is None:
         tr.emit(
