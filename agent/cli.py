@@ -1184,6 +1184,13 @@ def _pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool
 
 def main() -> None:
     """Console-script entry point."""
+    from agent.planner_weights import PlannerWeightsError, weights
+
+    try:
+        weights()  # the planner's tunables (knowledge/planner.toml): a bad file is one line, not a traceback
+    except PlannerWeightsError as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     app()
 
 

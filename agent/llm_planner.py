@@ -46,7 +46,7 @@ from agent.llm_client import (
 )
 from agent.llm_context import build_context, estimate_tokens
 from agent.models import Change, Evidence, Experiment, FlagValue, Hypothesis, Intervention, Prediction
-from agent.planner import DEFAULT_LAUNCH_COST_S, HistoryState, Planner, PlannerView, Proposal, RulePlanner
+from agent.planner import HistoryState, Planner, PlannerView, Proposal, RulePlanner, default_launch_cost_s
 from agent.redact import Redactor
 from agent.transcript import Transcript
 from tools.flags import FlagCatalog, FlagError
@@ -577,7 +577,7 @@ class LLMPlanner:
     @staticmethod
     def _cost(state: HistoryState) -> float:
         ref = state.reference
-        return ref.timings.host_seconds if ref and ref.timings.host_seconds > 0 else DEFAULT_LAUNCH_COST_S
+        return ref.timings.host_seconds if ref and ref.timings.host_seconds > 0 else default_launch_cost_s()
 
     def _redactor(self, view: PlannerView) -> Redactor:
         case = view.case
