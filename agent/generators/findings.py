@@ -13,14 +13,13 @@ from __future__ import annotations
 from agent.generators import Candidate, GeneratorInput
 from agent.generators.common import canon, fact_flag
 from agent.models import IDENTITY_ENV, IDENTITY_FLAGS, Evidence, FlagValue, Intervention, value_key
+from agent.planner_weights import weights as tunables
 
-__all__ = ["FINDING_MIN_RELEVANCE", "KnownGoodDiffGenerator"]
+__all__ = ["KnownGoodDiffGenerator"]
 
-#: Minimum relevance (tools.knowledge.relevance) for a known-good finding's differences to count as
-#: evidence: same hardware alone scores 0.55, so this also asks for a model of a similar kind.
-FINDING_MIN_RELEVANCE = 0.6
-#: Weight of a difference no other generator explains, per (1 + relevance).
-WEIGHT = 0.05
+# The relevance a finding needs and the weight of a difference no other generator explains (times
+# 1 + relevance) are tunables: knowledge/planner.toml, [ledger] finding_min_relevance and
+# finding_hypothesis_weight.
 
 
 def _same(a: FlagValue, b: FlagValue) -> bool:
@@ -34,10 +33,11 @@ class KnownGoodDiffGenerator:
 
     def generate(self, inp: GeneratorInput) -> list[Candidate]:
         """Differences in flags, env and effective-config facts, each with its finding as evidence."""
+        ledger = tunables().ledger
         out: dict[str, Candidate] = {}
         for rf in inp.findings:
             f = rf.finding
-            if f.outcome != "works" or rf.relevance < FINDING_MIN_RELEVANCE:
+            if f.outcome != "works" or rf.relevance < ledger.finding_min_relevance:
                 continue
             diffs: list[tuple[Intervention, str, str]] = []
             for name, value in f.flags.items():
@@ -70,7 +70,7 @@ class KnownGoodDiffGenerator:
                     statement=f"The failing configuration differs from a known-good one in {name}; "
                     f"setting it to {iv.values[0]} avoids the failure",
                     component=f"config.{name.lstrip('-').replace('-', '_')}",
-                    weight=WEIGHT * (1.0 + rf.relevance),
+                    weight=ledger.finding_hypothesis_weight * (1.0 + rf.relevance),
                     rationale=why,
                     generator=self.name,
                     evidence=[Evidence(kind="finding", detail=f"{why} (relevance {rf.relevance:.2f})")],
