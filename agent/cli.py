@@ -7,6 +7,7 @@ run is in use by another hypoloop process, 130 interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -37,7 +38,7 @@ from agent.approval import (
 )
 from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case
 from agent.catalog import CatalogError
-from agent.knowledge_dir import knowledge_file
+from agent.knowledge_dir import knowledge_dir, knowledge_file
 from agent.models import Baseline, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
 from agent.render import EventRenderer
@@ -280,6 +281,8 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
             "rejected": conclusion.get("rejected", []),
             "edited": conclusion.get("edited", []),
             "reason": conclusion.get("reason", ""),  # why the run ended as it did
+            # not_isolated: the component and package the failure points at (None: nothing failed)
+            "implicated": conclusion.get("implicated"),
         }
         if llm_usage:
             out["llm_usage"] = llm_usage
@@ -296,6 +299,26 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
 
 
 # Host options shared by `run` and `flags`; they win over the case file's [host] fields.
+_KnowledgeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--knowledge",
+        help="a knowledge folder (signatures.toml, hypotheses.toml, symptoms.toml, limits.toml, risky.toml; "
+        "a file it lacks is the repository's); default $HYPOLOOP_KNOWLEDGE, else knowledge/",
+    ),
+]
+
+
+def _use_knowledge(folder: Path | str | None) -> contextlib.AbstractContextManager[Path | None]:
+    """Within the block, the knowledge folder is ``folder`` (a bad folder: one line, exit 2)."""
+    from agent.knowledge_dir import KnowledgeDirError, use_knowledge
+
+    try:
+        return use_knowledge(folder)
+    except KnowledgeDirError as exc:
+        _fail(str(exc))
+
+
 _HostOpt = Annotated[
     str | None,
     typer.Option("--host", help="local or ssh://[USER@]HOST[:PORT] (HOST may be an ~/.ssh/config alias)"),
@@ -470,9 +493,23 @@ def run(
     redact_hosts: Annotated[
         bool, typer.Option("--redact-hosts", help="llm: also mask host names and IP addresses it is sent")
     ] = False,
+    knowledge: _KnowledgeOpt = None,
 ) -> None:
     """Debug a deployment: hypothesize, run one-change experiments, conclude with the root cause."""
     _JsonResult.pending = json_out
+    with _use_knowledge(knowledge):
+        _run(case, auto, approve, json_out, transcript_dir, verbose, host, ssh_key, known_hosts,
+             insecure_accept_host_key, remote_python, planner, model, base_url, api_key_env,
+             llm_context_tokens, llm_token_budget, llm_timeout, redact_hosts)
+
+
+def _run(
+    case: str, auto: bool, approve: str | None, json_out: bool, transcript_dir: Path, verbose: bool,
+    host: str | None, ssh_key: Path | None, known_hosts: Path | None, insecure_accept_host_key: bool,
+    remote_python: str | None, planner: str, model: str | None, base_url: str | None,
+    api_key_env: str | None, llm_context_tokens: int | None, llm_token_budget: int | None,
+    llm_timeout: float | None, redact_hosts: bool,
+) -> None:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
     from agent.graph import build_graph
@@ -526,6 +563,7 @@ def run(
             transcript=str(tpath.resolve()),
             planner=planner_spec,
             host_option=host,
+            knowledge_dir=str(knowledge_dir()),
         )
         result = _drive_guarded(graph, config, initial, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
                                 console=console, json_out=json_out)
@@ -549,12 +587,21 @@ def analyze(
     ] = None,
     gpu_name: Annotated[str | None, typer.Option(help="the host's GPU name")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="also list progress and fact signatures")] = False,
+    knowledge: _KnowledgeOpt = None,
 ) -> None:
     """Read a log without launching anything: signatures, stage, facts, ranked hypotheses, first experiment.
 
     With --case, the case's host is asked for its GPUs (a query, no launch) unless --compute-capability
     or --gpu-name is given, and the case's knowledge files count as evidence.
     """
+    with _use_knowledge(knowledge):
+        _analyze(logfile, json_out, case, compute_capability, gpu_name, show_all)
+
+
+def _analyze(
+    logfile: Path, json_out: bool, case: str | None, compute_capability: str | None, gpu_name: str | None,
+    show_all: bool,
+) -> None:
     from agent.evidence import RawEvidence
     from agent.nodes.analyze import classify_outcome
     from agent.runtime import ssh_options
@@ -1040,8 +1087,11 @@ def resume(
         bool, typer.Option("--json", help="print the result as one JSON line at the end")
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates too")] = False,
+    knowledge: _KnowledgeOpt = None,
 ) -> None:
-    """Continue a run: answer the approval it waits for, or pick it up where an ended process left it."""
+    """Continue a run: answer the approval it waits for, or pick it up where an ended process left it.
+
+    The run keeps the knowledge folder it started with unless ``--knowledge`` names another."""
     _JsonResult.pending, _JsonResult.run_id = json_out, run_id
     from agent.runs import RunError, RunInUse, RunLock, load_run
     mode = _approval_mode(approve, auto)
@@ -1065,17 +1115,20 @@ def resume(
     except RunError as exc:
         _fail(str(exc))
     try:
-        _resume_locked(
-            home,
-            run_id,
-            decision=decision,
-            reason=reason,
-            edits=edits,
-            experiment=experiment,
-            mode=mode,
-            json_out=json_out,
-            verbose=verbose,
-        )
+        recorded = (load_run(home, run_id).values or {}).get("knowledge_dir")
+        folder = knowledge or (recorded if recorded and Path(recorded).is_dir() else None)
+        with _use_knowledge(folder):
+            _resume_locked(
+                home,
+                run_id,
+                decision=decision,
+                reason=reason,
+                edits=edits,
+                experiment=experiment,
+                mode=mode,
+                json_out=json_out,
+                verbose=verbose,
+            )
     finally:
         lock.release()
 

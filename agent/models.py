@@ -366,5 +366,9 @@ class Conclusion(BaseModel):
     #: catalog says it may help, not that it must), ``experiment_id`` and ``result`` ("fixed" or
     #: "not tested"; a change that did not fix it is no alternative).
     alternatives: list[dict[str, Any]] = Field(default_factory=list)
+    #: A run that found no fix: what the failure points at (``component``: the innermost SGLang module,
+    #: ``package``: the third-party package in the traceback, ``evidence``: the exception line,
+    #: ``experiment_id``, ``symptoms``); None when nothing failed (the failure did not reproduce).
+    implicated: dict[str, Any] | None = None
     #: The LLM planner's spending over the run (requests, tokens, refusals, fallbacks); None for rules.
     llm_usage: dict[str, Any] | None = None

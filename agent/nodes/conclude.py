@@ -71,14 +71,20 @@ def build_conclusion(state: RunState) -> Conclusion:
         return base.model_copy(update={"status": "error", "reason": state.get("error") or "error"})
     reason = state.get("conclude_reason") or ""
     passed = [e for e in experiments.values() if outcomes.get(e.id) and outcomes[e.id].stage == "ok"]
-    confirm = next((e for e in passed if e.purpose == "confirm"), None)
     fix_exp = next((e for e in reversed(passed) if e.purpose == "test" and e.change), None)
+    confirm, refuted_by = _confirmation(state, fix_exp, experiments, outcomes)
+    if refuted_by is not None and fix_exp is not None and fix_exp.change is not None:
+        refuted_fix = (
+            f"{fix_exp.change.describe()} served in {fix_exp.id} but its re-run {refuted_by} did not hold, so "
+            "it is not the fix"
+        )
+        reason = f"{reason}; {refuted_fix}" if reason else refuted_fix
     untested = [
         {"id": h.id, "statement": h.statement, "posterior": h.posterior, "why": _why_open(h, rejections, confirm)}
         for h in sorted(hyps, key=lambda h: -h.posterior)
         if h.status == "open"
     ]
-    if fix_exp and fix_exp.change and not confirm:  # a working change the run did not get to confirm
+    if fix_exp and fix_exp.change and not confirm and refuted_by is None:  # not (fully) confirmed
         unconfirmed = (
             f"{fix_exp.change.describe()} served correctly in {fix_exp.id} but was not confirmed by a re-run"
         )
@@ -86,7 +92,13 @@ def build_conclusion(state: RunState) -> Conclusion:
     if state.get("status") == "stopped":
         return base.model_copy(update={"status": "stopped", "reason": reason, "untested": untested})
     if not (confirm and fix_exp and fix_exp.change):
-        return base.model_copy(update={"reason": reason or "no fix found", "untested": untested})
+        return base.model_copy(
+            update={
+                "reason": reason or "no fix found",
+                "untested": untested,
+                "implicated": implicated_of(experiments, outcomes),
+            }
+        )
     cause = max((h for h in hyps if h.status == "confirmed"), key=lambda h: h.posterior, default=None)
     original = Case.model_validate(state["case"]).baseline
     fix = fix_exp.change.model_copy(update={"before": original.value(fix_exp.change.kind, fix_exp.change.name)})
@@ -108,6 +120,82 @@ def build_conclusion(state: RunState) -> Conclusion:
     )
     c.findings_entry = findings_entry(state, c)
     return c
+
+
+def _confirmation(
+    state: RunState,
+    fix_exp: Experiment | None,
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> tuple[Experiment | None, str | None]:
+    """(the confirmation that completes the fix, the re-run that refuted it).
+
+    A fix is confirmed by passing re-runs of its configuration: two when the case says the failure is
+    intermittent or the run has seen the same configuration both pass and fail, else one. A re-run that
+    failed refutes it: a fix a later confirmation refuted is never reported as isolated (issue 10).
+    """
+    if fix_exp is None:
+        return None, None
+    config = fix_exp.config()
+    reruns = [(e, outcomes[e.id]) for e in experiments.values()
+              if e.purpose == "confirm" and e.baseline == config and e.id in outcomes]
+    failed = next((e.id for e, o in reruns if o.stage not in ("ok", "infra_error")), None)
+    if failed is not None:
+        return None, failed
+    passing = [e for e, o in reruns if o.stage == "ok"]
+    case = Case.model_validate(state["case"])
+    flaky = _seen_flaky(experiments, outcomes)
+    from agent.planner import speaks_of_flakiness
+
+    needed = 2 if case.reproduce.intermittent or speaks_of_flakiness(case) or flaky else 1
+    return (passing[-1] if len(passing) >= needed else None), None
+
+
+def _seen_flaky(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> bool:
+    """Whether one configuration both served and failed in this run (same flags and env, same probes)."""
+    seen: dict[str, set[bool]] = {}
+    for e in experiments.values():
+        o = outcomes.get(e.id)
+        if o is None or o.stage == "infra_error":
+            continue
+        key = Experiment.make_id(e.config(), None, "config", probes=e.probes)
+        seen.setdefault(key, set()).add(o.stage == "ok")
+    return any(len(v) > 1 for v in seen.values())
+
+
+def implicated_of(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> dict[str, Any] | None:
+    """What a run that found no fix blames: the component (the innermost SGLang module of the last
+    failure's traceback) and the third-party package in its frames, with the exception line as
+    evidence; None when nothing failed (a failure that did not reproduce blames nothing)."""
+    from agent.generators.evidence import failure_evidence
+
+    failing = [outcomes[e.id] for e in experiments.values()
+               if e.id in outcomes and outcomes[e.id].stage not in ("ok", "infra_error")]
+    if not failing:
+        return None
+    ev = failure_evidence(failing[-1])
+    frames = [f for tb in reversed(ev.tracebacks) for f in reversed(tb.frames)]
+    sglang = next((f for f in frames if f.package == "sglang" and f.module), None)
+    package = next((f.package for f in frames if f.package and f.package not in _NOT_BLAMED), None)
+    package = package or next((f.package for f in frames if f.package == "torch"), None)
+    exc = next((tb.exception for tb in reversed(ev.tracebacks) if tb.exception), "")
+    component = sglang.module.removeprefix("sglang.srt.").removeprefix("sglang.") if sglang and sglang.module else None
+    if component is None and not package:
+        sig = failing[-1].failure_signatures()
+        component = sig[0] if sig else failing[-1].stage
+    return {
+        "component": component,
+        "package": package,
+        "evidence": exc[:300] or failing[-1].summary,
+        "experiment_id": failing[-1].experiment_id,
+        "symptoms": ev.symptoms,
+    }
+
+
+#: Packages a failure is not blamed on by name: SGLang itself (its module is the component), PyTorch
+#: (blamed only when nothing else is in the frames) and the standard library's machinery.
+_NOT_BLAMED = frozenset({"sglang", "torch", "runpy", "importlib", "asyncio", "concurrent", "threading",
+                         "multiprocessing", "typing", "contextlib", "functools"})
 
 
 def _why_open(h: Hypothesis, rejections: list[Rejection], confirm: Experiment | None) -> str:

@@ -23,6 +23,7 @@ from langgraph.config import get_config
 
 from agent.case import Case
 from agent.evidence import RawEvidence
+from agent.knowledge_dir import knowledge_dir
 from agent.models import Baseline, Experiment
 from agent.planner import RelevantFinding, model_features
 from agent.redact import REDACTED, is_secret_name
@@ -56,6 +57,7 @@ def intake(state: RunState, rt: Runtime) -> dict[str, Any]:
             "approval": state.get("approval"),
             "budget": case.budget.model_dump(),
             "case_data": _without_secrets(case.model_dump(mode="json")),  # for `replay --redecide`
+            "knowledge_dir": str(knowledge_dir()),  # the folder the run reads (``--knowledge``)
         },
         node="intake",
     )
