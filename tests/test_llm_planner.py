@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -715,7 +716,16 @@ def test_scripted_model_reaches_the_rule_planners_conclusion_on_the_lab(server: 
     assert result["root_cause"]["component"] == "attention.dsa_decode"
     assert result["launches"] == 3
     assert len(server.requests) == 1 and server.requests[0]["model"] == "scripted"
-    assert "probability_tensor_nan" in _sent_text(server.requests[0])
+    sent = _sent_text(server.requests[0])
+    assert "probability_tensor_nan" in sent
+    # The model sees the traceback as the log printed it, with line numbers ...
+    assert "## Tracebacks and log tail" in sent
+    assert re.search(r'L\d+:\s+File ".*/sglang/srt/', sent)
+    # ... but never the lab world's or the case's name (a world's name may encode its answer), nor the
+    # lab's variables.
+    whole = json.dumps({k: v for k, v in server.requests[0].items() if k != "_headers"})
+    assert "glm5-nvfp4-sm120" not in whole
+    assert "HYPOLOOP_LAB" not in whole
 
 
 def test_secret_assignment_inside_an_error_message_is_redacted() -> None:
