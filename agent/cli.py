@@ -311,10 +311,10 @@ _KnowledgeOpt = Annotated[
 
 def _use_knowledge(folder: Path | str | None) -> contextlib.AbstractContextManager[Path | None]:
     """Within the block, the knowledge folder is ``folder`` (a bad folder: one line, exit 2)."""
-    from agent.knowledge_dir import KnowledgeDirError, use_knowledge
+    from agent.knowledge_dir import KnowledgeDirError, check_dir, use_knowledge
 
     try:
-        return use_knowledge(folder)
+        return use_knowledge(check_dir(folder) if folder is not None else None)
     except KnowledgeDirError as exc:
         _fail(str(exc))
 
@@ -1238,11 +1238,13 @@ def _pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool
 
 def main() -> None:
     """Console-script entry point."""
+    from agent.knowledge_dir import KnowledgeDirError, knowledge_dir
     from agent.planner_weights import PlannerWeightsError, weights
 
     try:
         weights()  # the planner's tunables (knowledge/planner.toml): a bad file is one line, not a traceback
-    except PlannerWeightsError as exc:
+        knowledge_dir()  # a $HYPOLOOP_KNOWLEDGE that is no folder: one line
+    except (PlannerWeightsError, KnowledgeDirError) as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     app()

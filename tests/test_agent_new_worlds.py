@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_new_worlds import NEW_WORLDS
 
 from bench.methods import run_agent
 from bench.run import empty_catalog_knowledge
 from bench.worlds import discover
-from test_new_worlds import NEW_WORLDS
 
 #: Fast enough for CI, slow enough for the stall detector and the lab's batching window.
 TIME_SCALE = "0.002"

@@ -13,6 +13,7 @@ import pytest
 import agent.generators as generators_pkg
 from agent.case import Case
 from agent.catalog import load_catalog
+from agent.evidence import RawEvidence
 from agent.generators import Candidate, CandidateGenerator, GeneratorInput
 from agent.generators.catalog import CatalogGenerator
 from agent.generators.component import ImplicatedComponentGenerator
@@ -23,9 +24,8 @@ from agent.generators.registry import REGISTRY
 from agent.generators.remedies import RemediesGenerator
 from agent.generators.settings import SettingsVsDefaultsGenerator
 from agent.generators.symptoms import SymptomClassGenerator
-from agent.models import Baseline, Outcome, RelevantFinding
+from agent.models import Outcome, RelevantFinding
 from agent.nodes.analyze import classify_outcome
-from agent.evidence import RawEvidence
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, parse_help
 from tools.knowledge import Finding

@@ -8,9 +8,10 @@ import os
 import subprocess
 from pathlib import Path
 
+from clirun import run_cli
+
 from agent.catalog import load_catalog
 from agent.knowledge_dir import ENV_VAR, default_dir, knowledge_file, use_knowledge
-from clirun import run_cli
 
 
 def _empty_catalog(tmp_path: Path) -> Path:
