@@ -28,7 +28,8 @@ GENERIC_WORDS = frozenset(
     managers executor entrypoints utils util common base main process worker workers server args arg
     engine module modules function wrapper wrapped inner outer impl core local global new old
     size type mode enable enables enabled disable disables disabled option options flag support supported
-    which will can may only are its has have per max min number num time file path name""".split()
+    which will can may only are its has have per max min number num time file path name load loader
+    loading weight weights data copy tensor tensors""".split()
 )
 _SUFFIXES = ("ations", "ation", "ions", "ion", "ings", "ing", "ers", "er", "ed", "es", "s")
 #: Implementations that are compiled just in time for whatever GPU is present, tried first among the
@@ -180,6 +181,8 @@ def implicated(inp: GeneratorInput) -> Implicated:
                 parts = fr.module.split(".")[2:] if fr.module.startswith("sglang.srt.") else fr.module.split(".")[1:]
                 folders = stems(" ".join(parts[:-1]))
                 words = stems(parts[-1] if parts else "") | stems(fr.function or "")
+                if first_sglang and fr.code:  # what the failing line does (``expert_data.copy_(...)``)
+                    words |= stems(re.sub(r"\W+", " ", fr.code))
                 words -= {"scheduler", "runner", "loader", "load"} if not first_sglang else set()
                 imp.words |= words | folders
                 for w in folders:
