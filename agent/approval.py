@@ -89,8 +89,10 @@ class RiskRule(BaseModel):
 
 
 def default_risk_rules_path() -> Path:
-    """``knowledge/risky.toml`` of the repository."""
-    return Path(__file__).resolve().parent.parent / "knowledge" / "risky.toml"
+    """``risky.toml`` of the knowledge folder in force (``agent.knowledge_dir``; default the repository's)."""
+    from agent.knowledge_dir import knowledge_file
+
+    return knowledge_file("risky.toml")
 
 
 _RULES_CACHE: dict[Path, list[RiskRule]] = {}

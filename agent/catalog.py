@@ -28,10 +28,13 @@ class Condition(BaseModel):
     fact whose value must match the regex (``matches`` absent: the fact must be known). ``feature``: a
     model feature (moe, dsa, mla, nvfp4, fp8, dense). ``compute_capability_in`` / ``_not_in``: host GPU
     compute capability such as "12.0". ``stage``: the furthest stage the failing run reached.
-    ``gpu_name_matches``: a regex searched in the host's GPU name.
+    ``gpu_name_matches``: a regex searched in the host's GPU name. ``symptom``: a symptom class the
+    failure falls into (``agent.generators.SymptomClass``: nan_inf, garbage_output, hang, oom_capture, ...),
+    so an entry can trigger on a class of failures rather than one exact log line.
     """
 
     signature: str | None = None
+    symptom: str | None = None
     fact: str | None = None
     matches: str | None = None
     feature: str | None = None
@@ -43,6 +46,8 @@ class Condition(BaseModel):
     def holds(self, ctx: EvidenceContext) -> bool:
         """Whether every part of the condition holds in ``ctx``."""
         if self.signature is not None and self.signature not in ctx.signatures:
+            return False
+        if self.symptom is not None and self.symptom not in ctx.symptoms:
             return False
         if self.fact is not None:
             value = ctx.facts.get(self.fact)
@@ -70,6 +75,8 @@ class Condition(BaseModel):
         parts = []
         if self.signature:
             parts.append(f"signature {self.signature}")
+        if self.symptom:
+            parts.append(f"symptom class {self.symptom}")
         if self.fact:
             parts.append(f"{self.fact}~/{self.matches}/" if self.matches else f"{self.fact} known")
         if self.feature:
@@ -96,6 +103,7 @@ class EvidenceContext(BaseModel):
     """What a failing run showed, as the catalog's conditions see it."""
 
     signatures: set[str] = Field(default_factory=set)
+    symptoms: set[str] = Field(default_factory=set)
     facts: dict[str, str] = Field(default_factory=dict)
     features: set[str] = Field(default_factory=set)
     compute_capability: str | None = None
@@ -160,13 +168,20 @@ class CatalogEntry(BaseModel):
 
 
 def default_catalog_path() -> Path:
-    """``knowledge/hypotheses.toml`` of the repository."""
-    return Path(__file__).resolve().parent.parent / "knowledge" / "hypotheses.toml"
+    """``hypotheses.toml`` of the knowledge folder in force (``agent.knowledge_dir``; default the
+    repository's ``knowledge/hypotheses.toml``)."""
+    from agent.knowledge_dir import knowledge_file
+
+    return knowledge_file("hypotheses.toml")
 
 
 def load_catalog(path: Path | None = None) -> list[CatalogEntry]:
-    """Load the hypothesis catalog; raises CatalogError naming the file, entry and field."""
+    """Load the hypothesis catalog (default ``knowledge/hypotheses.toml``; a directory means its
+    ``hypotheses.toml``, see ``agent.knowledge``); raises CatalogError naming the file, entry and field.
+    An empty file is an empty catalog."""
     path = path or default_catalog_path()
+    if path.is_dir():
+        path = path / "hypotheses.toml"
     try:
         data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:

@@ -7,6 +7,7 @@ run is in use by another hypoloop process, 130 interrupted.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -37,20 +38,22 @@ from agent.approval import (
 )
 from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case
 from agent.catalog import CatalogError
+from agent.knowledge_dir import knowledge_dir, knowledge_file
 from agent.models import Baseline, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
 from agent.render import EventRenderer
 from agent.transcript import Transcript, TranscriptError, read_transcript
+from tools.connect import connect_host
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError, parse_help
 from tools.flags import load_catalog as load_flag_catalog
-from tools.host import HostError, connect_host, expand_argv
+from tools.host import HostError, expand_argv
 from tools.knowledge import infer_features
-from tools.signatures import load_signatures, scan_text
+from tools.signatures import load_signatures
 
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
-    from agent.graph import Runtime
     from agent.runs import RunInfo
+    from agent.runtime import Runtime
 
 app = typer.Typer(
     add_completion=False,
@@ -180,7 +183,7 @@ def _drive(
     """
     from langgraph.types import Command
 
-    from agent.graph import edit_experiment
+    from agent.nodes.approve import edit_experiment
     result: dict[str, Any] = graph.invoke(first, config)
     while result.get("__interrupt__"):
         request = ApprovalRequest.model_validate(result["__interrupt__"][0].value)
@@ -278,6 +281,8 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
             "rejected": conclusion.get("rejected", []),
             "edited": conclusion.get("edited", []),
             "reason": conclusion.get("reason", ""),  # why the run ended as it did
+            # not_isolated: the component and package the failure points at (None: nothing failed)
+            "implicated": conclusion.get("implicated"),
         }
         if llm_usage:
             out["llm_usage"] = llm_usage
@@ -294,6 +299,26 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
 
 
 # Host options shared by `run` and `flags`; they win over the case file's [host] fields.
+_KnowledgeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--knowledge",
+        help="a knowledge folder (signatures.toml, hypotheses.toml, symptoms.toml, limits.toml, risky.toml; "
+        "a file it lacks is the repository's); default $HYPOLOOP_KNOWLEDGE, else knowledge/",
+    ),
+]
+
+
+def _use_knowledge(folder: Path | str | None) -> contextlib.AbstractContextManager[Path | None]:
+    """Within the block, the knowledge folder is ``folder`` (a bad folder: one line, exit 2)."""
+    from agent.knowledge_dir import KnowledgeDirError, check_dir, use_knowledge
+
+    try:
+        return use_knowledge(check_dir(folder) if folder is not None else None)
+    except KnowledgeDirError as exc:
+        _fail(str(exc))
+
+
 _HostOpt = Annotated[
     str | None,
     typer.Option("--host", help="local or ssh://[USER@]HOST[:PORT] (HOST may be an ~/.ssh/config alias)"),
@@ -468,14 +493,30 @@ def run(
     redact_hosts: Annotated[
         bool, typer.Option("--redact-hosts", help="llm: also mask host names and IP addresses it is sent")
     ] = False,
+    knowledge: _KnowledgeOpt = None,
 ) -> None:
     """Debug a deployment: hypothesize, run one-change experiments, conclude with the root cause."""
     _JsonResult.pending = json_out
+    with _use_knowledge(knowledge):
+        _run(case, auto, approve, json_out, transcript_dir, verbose, host, ssh_key, known_hosts,
+             insecure_accept_host_key, remote_python, planner, model, base_url, api_key_env,
+             llm_context_tokens, llm_token_budget, llm_timeout, redact_hosts)
+
+
+def _run(
+    case: str, auto: bool, approve: str | None, json_out: bool, transcript_dir: Path, verbose: bool,
+    host: str | None, ssh_key: Path | None, known_hosts: Path | None, insecure_accept_host_key: bool,
+    remote_python: str | None, planner: str, model: str | None, base_url: str | None,
+    api_key_env: str | None, llm_context_tokens: int | None, llm_token_budget: int | None,
+    llm_timeout: float | None, redact_hosts: bool,
+) -> None:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from agent.graph import Runtime, build_graph
+    from agent.graph import build_graph
     from agent.llm_planner import llm_notices, planner_spec_from_options
-    from agent.runs import RunLock, initial_state
+    from agent.runs import RunLock
+    from agent.runtime import Runtime
+    from agent.state import initial_state
     mode = _approval_mode(approve, auto)
     try:
         planner_spec = planner_spec_from_options(
@@ -522,6 +563,7 @@ def run(
             transcript=str(tpath.resolve()),
             planner=planner_spec,
             host_option=host,
+            knowledge_dir=str(knowledge_dir()),
         )
         result = _drive_guarded(graph, config, initial, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
                                 console=console, json_out=json_out)
@@ -545,19 +587,30 @@ def analyze(
     ] = None,
     gpu_name: Annotated[str | None, typer.Option(help="the host's GPU name")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="also list progress and fact signatures")] = False,
+    knowledge: _KnowledgeOpt = None,
 ) -> None:
     """Read a log without launching anything: signatures, stage, facts, ranked hypotheses, first experiment.
 
     With --case, the case's host is asked for its GPUs (a query, no launch) unless --compute-capability
     or --gpu-name is given, and the case's knowledge files count as evidence.
     """
-    from agent.graph import classify_outcome, ssh_options
+    with _use_knowledge(knowledge):
+        _analyze(logfile, json_out, case, compute_capability, gpu_name, show_all)
+
+
+def _analyze(
+    logfile: Path, json_out: bool, case: str | None, compute_capability: str | None, gpu_name: str | None,
+    show_all: bool,
+) -> None:
+    from agent.evidence import RawEvidence
+    from agent.nodes.analyze import classify_outcome
+    from agent.runtime import ssh_options
     text = _read_text(logfile, what="log")
     if not text.strip():
         _fail(f"{logfile}: the log is empty")
     try:
         c = load_case(case) if case else Case(name=logfile.name, model=_model_from_log(text))
-        sigs = load_signatures()
+        sigs = load_signatures(knowledge_file("signatures.toml"))
         from agent.catalog import load_catalog
 
         catalog = load_catalog()
@@ -565,25 +618,14 @@ def analyze(
         _fail(str(exc))
     if not c.model.features:
         c.model.features = sorted(infer_features(text[:20000]))
-    matches, facts = scan_text(text, sigs)
     exp = Experiment(
         id=Experiment.make_id(c.baseline, None, "baseline"),
         purpose="baseline",
         baseline=c.baseline,
         status="done",
     )
-    outcome = classify_outcome(
-        {
-            "experiment_id": exp.id,
-            "status": "observed",
-            "exit_code": None,
-            "matches": [m.model_dump(mode="json") for m in matches],
-            "facts": facts,
-            "probes": [],
-            "timings": {},
-            "log_path": str(logfile),
-        }
-    )
+    evidence = RawEvidence.from_log(exp.id, text, sigs, str(logfile))
+    outcome = classify_outcome(evidence)
     fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability)
     notes: list[str] = []
     if case and not (gpu_name or compute_capability):
@@ -733,7 +775,7 @@ def flags(
     remote_python: _PythonOpt = None,
 ) -> None:
     """The flag catalog of a host's SGLang, parsed from `launch_server --help`."""
-    from agent.graph import ssh_options
+    from agent.runtime import ssh_options
     try:
         if from_file is not None:
             catalog: FlagCatalog = parse_help(_read_text(from_file, what="help text"), source=str(from_file))
@@ -824,12 +866,12 @@ def replay(
 
 def _redecide(transcript: Path, planner_name: str, console: Console, *, verbose: bool) -> None:
     from agent.recorded import RecordedRun
-    from agent.replay import RedecideError, make_planner, redecide_table
+    from agent.replay import RedecideError, redecide_planner, redecide_table
     from agent.replay import redecide as redecide_run
 
     try:
         recorded = RecordedRun.load(transcript)
-        planner, flags, warnings = make_planner(planner_name, recorded)
+        planner, flags, warnings = redecide_planner(planner_name, recorded)
         result = redecide_run(recorded, planner, flags, warnings=warnings)
     except (TranscriptError, RedecideError) as exc:
         _fail(str(exc))
@@ -1045,8 +1087,11 @@ def resume(
         bool, typer.Option("--json", help="print the result as one JSON line at the end")
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates too")] = False,
+    knowledge: _KnowledgeOpt = None,
 ) -> None:
-    """Continue a run: answer the approval it waits for, or pick it up where an ended process left it."""
+    """Continue a run: answer the approval it waits for, or pick it up where an ended process left it.
+
+    The run keeps the knowledge folder it started with unless ``--knowledge`` names another."""
     _JsonResult.pending, _JsonResult.run_id = json_out, run_id
     from agent.runs import RunError, RunInUse, RunLock, load_run
     mode = _approval_mode(approve, auto)
@@ -1070,17 +1115,20 @@ def resume(
     except RunError as exc:
         _fail(str(exc))
     try:
-        _resume_locked(
-            home,
-            run_id,
-            decision=decision,
-            reason=reason,
-            edits=edits,
-            experiment=experiment,
-            mode=mode,
-            json_out=json_out,
-            verbose=verbose,
-        )
+        recorded = (load_run(home, run_id).values or {}).get("knowledge_dir")
+        folder = knowledge or (recorded if recorded and Path(recorded).is_dir() else None)
+        with _use_knowledge(folder):
+            _resume_locked(
+                home,
+                run_id,
+                decision=decision,
+                reason=reason,
+                edits=edits,
+                experiment=experiment,
+                mode=mode,
+                json_out=json_out,
+                verbose=verbose,
+            )
     finally:
         lock.release()
 
@@ -1099,9 +1147,11 @@ def _resume_locked(
 ) -> None:
     from langgraph.types import Command
 
-    from agent.graph import Runtime, build_graph, edit_experiment
+    from agent.graph import build_graph
     from agent.llm_planner import llm_notices
+    from agent.nodes.approve import edit_experiment
     from agent.runs import load_run, open_checkpointer
+    from agent.runtime import Runtime
     info = load_run(home, run_id)  # read again under the lock: another process may have moved it on
     request = ApprovalRequest.model_validate(info.pending) if info.pending else None
     waiting = f"{request.experiment.id} ({describe_experiment(request.experiment)})" if request else None
@@ -1188,6 +1238,15 @@ def _pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool
 
 def main() -> None:
     """Console-script entry point."""
+    from agent.knowledge_dir import KnowledgeDirError, knowledge_dir
+    from agent.planner_weights import PlannerWeightsError, weights
+
+    try:
+        weights()  # the planner's tunables (knowledge/planner.toml): a bad file is one line, not a traceback
+        knowledge_dir()  # a $HYPOLOOP_KNOWLEDGE that is no folder: one line
+    except (PlannerWeightsError, KnowledgeDirError) as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     app()
 
 

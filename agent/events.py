@@ -80,6 +80,8 @@ class RunStarted(Payload):
     approval: str | None = None
     budget: dict[str, Any] = Field(default_factory=dict)
     case_data: dict[str, Any] | None = None
+    #: The knowledge folder the run read (``--knowledge`` / ``$HYPOLOOP_KNOWLEDGE``; issue 10).
+    knowledge_dir: str | None = None
 
 
 class HostFingerprintData(Payload):
@@ -280,6 +282,9 @@ class OutcomeData(Payload):
     exit_code: int | None = None
     log_path: str | None = None
     summary: str = ""
+    #: Log lines kept as evidence: [{line, text}] (tracebacks, error lines and their surroundings,
+    #: warnings, the tail); absent in transcripts written before it was added.
+    log_excerpt: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class BaselineChanged(Payload):
@@ -312,6 +317,8 @@ class ConclusionData(Payload):
     reason: str = ""
     findings_entry: str = ""
     alternatives: list[dict[str, Any]] = Field(default_factory=list)
+    #: not_isolated: the component and package the failure points at (``Conclusion.implicated``).
+    implicated: dict[str, Any] | None = None
 
 
 class RunEnded(Payload):

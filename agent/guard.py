@@ -23,10 +23,16 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_./:,+=@%-]*$")
 
 
-@functools.cache
 def _limits() -> dict[str, dict[str, Any]]:
-    """Value ranges from ``knowledge/limits.toml`` by flag name (empty if the file is absent)."""
-    path = Path(__file__).resolve().parent.parent / "knowledge" / "limits.toml"
+    """Value ranges from ``limits.toml`` of the knowledge folder in force (``agent.knowledge_dir``) by
+    flag name (empty if the file is absent)."""
+    from agent.knowledge_dir import knowledge_file
+
+    return _limits_of(knowledge_file("limits.toml"))
+
+
+@functools.cache
+def _limits_of(path: Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         return {}
     return {item["flag"]: item for item in tomllib.loads(path.read_text(encoding="utf-8")).get("limit", [])}

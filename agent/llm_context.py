@@ -30,6 +30,11 @@ __all__ = ["CHARS_PER_TOKEN", "ContextPack", "SYSTEM_PROMPT", "build_context", "
 
 CHARS_PER_TOKEN = 4
 
+#: Host variables never sent: hypoloop's own (the lab's world, seed and time scale among them).
+_PRIVATE_ENV_PREFIX = "HYPOLOOP_"
+#: Log lines sent around each fatal line (before, after) in the "Tracebacks and log tail" section.
+_AROUND_FATAL = (3, 12)
+_TAIL_LINES = 15
 #: Signature kinds that carry evidence (progress and ready lines only say the server got further).
 _EVIDENCE_KINDS = ("fatal", "error", "warning", "fact")
 _EXCERPT_CHARS = 200
@@ -77,6 +82,7 @@ _CAPS: dict[str, float] = {
     "Experiments so far": 0.2,
     "Rejected by a person": 0.06,
     "Log evidence": 0.22,
+    "Tracebacks and log tail": 0.2,
     "Untested changes the rule planner ranks highest": 0.08,
     "Notes of earlier deployments (FINDINGS.md)": 0.22,
     "Flag catalog": 1.0,
@@ -111,8 +117,8 @@ def _flags_text(flags: dict[str, FlagValue]) -> str:
 
 def _case_section(view: PlannerView, state: HistoryState, cost: float) -> str:
     c, b = view.case, view.case.budget
+    # The case's name is left out: a lab case is named after its world, which can encode the answer.
     lines = [
-        f"name: {c.name}",
         *([f"description: {c.description}"] if c.description else []),
         f"model: {c.model.path}"
         + (f" (features: {', '.join(c.model.features)})" if c.model.features else ""),
@@ -134,7 +140,7 @@ def _host_section(view: PlannerView) -> str:
             f"{fp.memory_total_mib or '?'} MiB each, driver {fp.driver_version or '?'}; SGLang {fp.sglang_version or '?'}"
         )
     lines.append(f"target: {view.case.host.target}")
-    env = view.case.host.env
+    env = {k: v for k, v in view.case.host.env.items() if not k.startswith(_PRIVATE_ENV_PREFIX)}
     lines.append("host environment: " + (" ".join(f"{k}={v}" for k, v in env.items()) or "(none)"))
     return "\n".join(lines)
 
@@ -155,8 +161,10 @@ def _ledger_section(state: HistoryState, notes: dict[str, str]) -> str:
     out: list[str] = []
     order = {"confirmed": 0, "supported": 1, "open": 2, "refuted": 3}
     for h in sorted(state.hypotheses, key=lambda h: (order.get(h.status, 4), -h.posterior)):
+        by = f", generator {h.generator}" if h.generator else ""
+        pkg = f", package {h.package}" if h.package else ""
         out.append(
-            f"- [{h.status} p={h.posterior:.2f}] {h.id} ({h.component}, source {h.source}): {h.statement}"
+            f"- [{h.status} p={h.posterior:.2f}] {h.id} ({h.component}{pkg}, source {h.source}{by}): {h.statement}"
         )
         ivs = [
             f"{iv.kind} {iv.names[0]}={'|'.join(_show(v) for v in iv.values)}"
@@ -238,6 +246,36 @@ def _evidence_section(view: PlannerView, state: HistoryState) -> str:
             detail = p.error or (p.text or "")
             out.append(f"- probe {p.probe_id}: {p.status} {' '.join(detail.split())[:160]}")
     return "\n".join(out) or "(no outcome yet)"
+
+
+def _log_section(view: PlannerView, state: HistoryState) -> str:
+    """The tracebacks and the lines around each fatal line, and the log's tail, of the failure being
+    explained (the reference) and of the newest failing outcome, as the log printed them."""
+    shown: list[Outcome] = []
+    if state.reference is not None and state.reference.stage != "ok":
+        shown.append(state.reference)
+    newest = next((o for o in reversed(view.outcomes) if o.stage not in ("ok", "infra_error")), None)
+    if newest is not None and all(o.experiment_id != newest.experiment_id for o in shown):
+        shown.append(newest)
+    out: list[str] = []
+    for o in shown:
+        lines = {ll.line: ll.text for ll in o.log_excerpt}
+        if not lines:
+            continue
+        fatal = sorted({n for m in o.matches if m.kind in ("fatal", "error") for n in m.line_numbers[:3]})
+        keep: set[int] = set()
+        for n in fatal:
+            keep.update(range(n - _AROUND_FATAL[0], n + _AROUND_FATAL[1] + 1))
+        keep.update(sorted(lines)[-_TAIL_LINES:])
+        out.append(f"### {o.experiment_id} ({o.stage})")
+        prev = None
+        for n in sorted(k for k in keep if k in lines):
+            if prev is not None and n != prev + 1:
+                out.append("  ...")
+            text = lines[n] if "server_args=" not in lines[n] else lines[n][:300] + " ..."
+            out.append(f"L{n}: {text.rstrip()[:400]}")
+            prev = n
+    return "\n".join(out)
 
 
 def _suggestions_section(rule: Proposal) -> str:
@@ -392,6 +430,7 @@ def build_context(
         ("Experiments so far", _experiments_section(view)),
         ("Rejected by a person", _rejections_section(view)),
         ("Log evidence", _evidence_section(view, state)),
+        ("Tracebacks and log tail", _log_section(view, state)),
         ("Untested changes the rule planner ranks highest", _suggestions_section(rule)),
         ("Notes of earlier deployments (FINDINGS.md)", _findings_section(view)),
         ("Flag catalog", _flags_section(view, state, flags)),

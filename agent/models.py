@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tools.knowledge import Finding
 from tools.probes import Probe, ProbeResult
 from tools.signatures import SignatureMatch
 
@@ -37,6 +38,31 @@ STAGE_ORDER: dict[str, int] = {
     "ok": 5,
 }
 
+
+#: What a deployment *is* rather than how it runs: the model, its checkpoint format, the parallel
+#: layout, the devices, where it listens. Never reverted or copied from another deployment's notes.
+IDENTITY_FLAGS = frozenset(
+    {
+        "--model-path",
+        "--model",
+        "--served-model-name",
+        "--host",
+        "--port",
+        "--tokenizer-path",
+        "--quantization",
+        "--tp-size",
+        "--tensor-parallel-size",
+        "--dp-size",
+        "--data-parallel-size",
+        "--ep-size",
+        "--expert-parallel-size",
+        "--pp-size",
+        "--pipeline-parallel-size",
+        "--context-length",
+        "--revision",
+    }
+)
+IDENTITY_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
 
 #: Spellings SGLang accepts for one value (``--kv-cache-dtype bf16`` and ``bfloat16``; server_args.py).
 VALUE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
@@ -192,6 +218,20 @@ class Experiment(BaseModel):
         return self.baseline.apply(self.change)
 
 
+class LogLine(BaseModel):
+    """One log line kept as evidence: its 1-based number in the server log and its text."""
+
+    line: int
+    text: str
+
+
+class RelevantFinding(BaseModel):
+    """A finding with its relevance (0..1) to the case."""
+
+    finding: Finding
+    relevance: float
+
+
 class Timings(BaseModel):
     """Seconds of wall time on the orchestrator and modelled seconds on the host."""
 
@@ -214,6 +254,9 @@ class Outcome(BaseModel):
     exit_code: int | None = None
     log_path: str | None = None
     summary: str = ""
+    #: Log lines kept as evidence (fatal and error lines with their traceback and surroundings, warnings,
+    #: the tail), so generators and the LLM planner can read tracebacks without the log file.
+    log_excerpt: list[LogLine] = Field(default_factory=list)
 
     def failure_signatures(self) -> list[str]:
         """Ids of the matched signatures that name the symptom, in order of appearance.
@@ -280,11 +323,15 @@ class Hypothesis(BaseModel):
     prior: float
     posterior: float
     status: Literal["open", "supported", "refuted", "confirmed"] = "open"
-    source: Literal["signature", "finding", "catalog", "model"] = "catalog"
+    source: Literal["signature", "finding", "catalog", "model", "evidence"] = "catalog"
     evidence: list[Evidence] = Field(default_factory=list)
     interventions: list[Intervention] = Field(default_factory=list)
     cause_signatures: list[str] = Field(default_factory=list)
     stage: str | None = None
+    #: The candidate generator that proposed it (``agent/generators``), and the third-party package it
+    #: implicates (``flashinfer``, ``deep_gemm``, ...), if any.
+    generator: str | None = None
+    package: str | None = None
 
 
 class Rejection(BaseModel):
@@ -319,5 +366,9 @@ class Conclusion(BaseModel):
     #: catalog says it may help, not that it must), ``experiment_id`` and ``result`` ("fixed" or
     #: "not tested"; a change that did not fix it is no alternative).
     alternatives: list[dict[str, Any]] = Field(default_factory=list)
+    #: A run that found no fix: what the failure points at (``component``: the innermost SGLang module,
+    #: ``package``: the third-party package in the traceback, ``evidence``: the exception line,
+    #: ``experiment_id``, ``symptoms``); None when nothing failed (the failure did not reproduce).
+    implicated: dict[str, Any] | None = None
     #: The LLM planner's spending over the run (requests, tokens, refusals, fallbacks); None for rules.
     llm_usage: dict[str, Any] | None = None

@@ -7,8 +7,8 @@ history gives the same decisions.
 
 Belief update: each hypothesis predicts, for each experiment, whether the symptom is ``fixed`` or
 ``persists``; the observed outcome (classified against the failing reference run of the same baseline)
-multiplies the hypothesis's weight by a likelihood (``_LIKELIHOOD``), i.e. Bayes' rule over the listed
-hypotheses plus an "unlisted cause" remainder. Choice of experiment: the probability that the change
+multiplies the hypothesis's weight by a likelihood (``likelihood`` in knowledge/planner.toml), i.e.
+Bayes' rule over the listed hypotheses plus an "unlisted cause" remainder. Choice of experiment: the probability that the change
 fixes the symptom, divided by its estimated cost in host-seconds — the classic ratio rule for
 sequential search, which minimises the expected cost of finding the fix when tests are independent.
 A workaround (a change that avoids the broken component, e.g. ``--disable-cuda-graph``) scores half,
@@ -37,8 +37,13 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, Field
 
 from agent.case import Case
-from agent.catalog import CatalogEntry, EvidenceContext
+from agent.catalog import CatalogEntry
+from agent.generators import Candidate, CandidateGenerator, GeneratorInput
+from agent.generators.evidence import failure_evidence, parse_tracebacks
+from agent.generators.registry import default_generators
 from agent.models import (
+    IDENTITY_ENV,
+    IDENTITY_FLAGS,
     STAGE_ORDER,
     VALUE_ALIASES,
     Baseline,
@@ -51,84 +56,35 @@ from agent.models import (
     Outcome,
     Prediction,
     Rejection,
+    RelevantFinding,
 )
+from agent.planner_weights import weights as tunables
 from agent.values import ValueEvidence, derive, moves_in_direction
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
-from tools.knowledge import Finding, infer_features
+from tools.knowledge import infer_features
 from tools.probes import Probe
 
-#: P(observation | prediction). Rows: what the hypothesis predicts; columns: what was observed.
-#: "different" = the run failed earlier than the reference (the symptom's stage was never reached),
-#: so it says nothing either way; "infra" = the host failed, no information.
-_LIKELIHOOD: dict[str, dict[str, float]] = {
-    "fixed": {"fixed": 0.9, "persists": 0.02, "changed": 0.2, "advanced": 0.5, "different": 0.3},
-    "may_fix": {"fixed": 0.6, "persists": 0.4, "changed": 0.4, "advanced": 0.5, "different": 0.3},
-    "persists": {"fixed": 0.05, "persists": 0.9, "changed": 0.5, "advanced": 0.3, "different": 0.3},
-}
-#: Weight of "a cause not in the ledger", so that refuting every listed cause does not make the last
-#: one certain.
-_UNLISTED_WEIGHT = 0.1
-#: Performance cost of keeping a fix, as a multiplier on its score (DESIGN: prefer cheap fixes).
-_PERF_FACTOR = {"none": 1.0, "low": 1.0, "medium": 0.85, "high": 0.5}
+# The tunable weights and thresholds (likelihoods, score factors, relevance and probability cut-offs,
+# the assumed cost of an unmeasured launch) live in knowledge/planner.toml: ``tunables()``.
 #: Ranking of performance costs, cheapest first (fixes and a conclusion's alternatives are sorted by it).
 COST_ORDER = {"none": 0, "low": 1, "medium": 2, "high": 3}
-#: Score multiplier of a workaround: it avoids the symptom without naming its cause.
-_WORKAROUND_FACTOR = 0.5
-#: An alternative to a workaround fix is worth a launch only with at least this probability of fixing.
-_MIN_ALTERNATIVE_P = 0.05
 #: Probe ids of the concurrency probes this planner adds start with this prefix.
 LOAD_PROBE_PREFIX = "load:"
-#: A case description that speaks of load: concurrent users, parallel requests, a burst, a benchmark.
-_LOAD_WORDS = re.compile(
-    r"concurren|in parallel|parallel requests|simultaneous|under (?:heavy |high )?load|load test|"
-    r"many (?:users|requests|clients)|several requests|multiple requests|\bqps\b|benchmark|burst|stress",
-    re.IGNORECASE,
-)
-_LOAD_LEVEL = re.compile(
-    r"(\d+)\s*(?:concurrent|parallel|simultaneous|users|clients|requests)", re.IGNORECASE
-)
+#: Burst sizes sent to a baseline that served single requests correctly, before concluding that the
+#: failure does not reproduce (one launch; the probes stop at the first burst that kills the server).
+BURST_LEVELS = (8, 32, 128)
 #: A case description that says the failure does not always happen.
 _FLAKY_WORDS = re.compile(
     r"intermittent|sometimes|flaky|randomly|occasional|now and then|not always|not every|"
     r"every (?:few|other)|\b\d+\s*(?:of|in|out of)\s*\d+\s*(?:launches|runs|starts|attempts|times)",
     re.IGNORECASE,
 )
-#: Minimum relevance (tools.knowledge.relevance) for a known-good finding's differences to count as
-#: evidence: same hardware alone scores 0.55, so this also asks for a model of a similar kind.
-_FINDING_MIN_RELEVANCE = 0.6
 #: What a deployment *is* rather than how it runs: the model, its checkpoint format, the parallel
 #: layout, the devices. A known-good finding of another model differs in these by necessity, so they
 #: are never proposed from a finding diff.
-_IDENTITY_FLAGS = {
-    "--model-path",
-    "--model",
-    "--served-model-name",
-    "--host",
-    "--port",
-    "--tokenizer-path",
-    "--quantization",
-    "--tp-size",
-    "--tensor-parallel-size",
-    "--dp-size",
-    "--data-parallel-size",
-    "--ep-size",
-    "--expert-parallel-size",
-    "--pp-size",
-    "--pipeline-parallel-size",
-    "--context-length",
-    "--revision",
-}
-_IDENTITY_ENV = {"CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}
-#: Estimated host-seconds of a launch before anything was measured (a large model's load).
-DEFAULT_LAUNCH_COST_S = 600.0
-
-
-class RelevantFinding(BaseModel):
-    """A finding with its relevance (0..1) to the case."""
-
-    finding: Finding
-    relevance: float
+_IDENTITY_FLAGS = IDENTITY_FLAGS
+_IDENTITY_ENV = IDENTITY_ENV
 
 
 class PlannerView(BaseModel):
@@ -183,6 +139,7 @@ class HistoryState(BaseModel):
     failing_reference: Outcome | None = None
     confirmations: int = 0
     flaky: bool = False
+    intermittent: bool = False
     load_probe: Probe | None = None
     load_tried: bool = False
     baseline_runs: int = 0
@@ -194,8 +151,9 @@ class HistoryState(BaseModel):
 
     @property
     def confirmations_needed(self) -> int:
-        """Passing re-runs a fix needs: two once the run has seen a flaky outcome, else one."""
-        return 2 if self.flaky else 1
+        """Passing re-runs a fix needs: two once the run has seen a flaky outcome or the case says the
+        failure is intermittent, else one."""
+        return 2 if self.flaky or self.intermittent else 1
 
     def extra_probes(self) -> list[Probe]:
         """Probes every experiment adds to the case's probes."""
@@ -211,13 +169,32 @@ class Proposal(BaseModel):
 
 
 class Planner(Protocol):
-    """Decides: ledger from history, next experiment from ledger (DESIGN.md, "Planners")."""
+    """Decides: ledger from history, next experiment from ledger (docs/ARCHITECTURE.md, "Planners").
+
+    The graph knows planners only through this protocol; ``agent.llm_planner.make_planner`` builds the
+    one a run's ``PlannerSpec`` names.
+    """
 
     name: str
+    #: The host's flag catalog the planner's proposals are checked against (None: names unchecked).
+    flags: FlagCatalog | None
 
     def history(self, view: PlannerView) -> HistoryState: ...
 
     def propose(self, view: PlannerView, state: HistoryState) -> Proposal: ...
+
+    def prediction(self, h: Hypothesis, change: Change | None, facts: dict[str, str] | None = None) -> str:
+        """What ``h`` predicts for ``change``: fixed, may_fix or persists (a person's edit is re-predicted)."""
+        ...
+
+    def checkpoint(self) -> dict[str, Any] | None:
+        """What to keep in the run's checkpoint after a step (``PlannerSpec`` as JSON), or None."""
+        ...
+
+
+def default_launch_cost_s() -> float:
+    """Host-seconds a launch is assumed to cost before one was measured (knowledge/planner.toml)."""
+    return tunables().choice.default_launch_cost_s
 
 
 def model_features(case: Case) -> set[str]:
@@ -251,8 +228,21 @@ def classify_observation(outcome: Outcome, reference: Outcome) -> str:
     if starting and po < pr and not (fo & fr):
         return "different"
     if (fo & fr) or (not fo and not fr):
+        eo, er = exception_keys(outcome), exception_keys(reference)
+        if eo and er and not (eo & er):
+            return "changed"  # the same wrapper lines, but another exception underneath
         return "persists"
     return "changed"
+
+
+def exception_keys(outcome: Outcome) -> set[str]:
+    """The exception lines of an outcome's tracebacks with numbers blanked (``RuntimeError: size #``),
+    so the same error with other figures is the same error."""
+    return {
+        re.sub(r"\d+(?:\.\d+)?", "#", tb.exception)[:160]
+        for tb in parse_tracebacks(outcome.log_excerpt)
+        if tb.exception
+    }
 
 
 def progress_ids(outcome: Outcome) -> set[str]:
@@ -261,13 +251,10 @@ def progress_ids(outcome: Outcome) -> set[str]:
 
 
 def load_level(case: Case) -> int | None:
-    """How many concurrent requests the case's symptom speaks of (8 when it names no number); None when
-    the description does not speak of load."""
-    text = case.description or ""
-    if not _LOAD_WORDS.search(text):
-        return None
-    m = _LOAD_LEVEL.search(text)
-    return max(2, min(int(m.group(1)), 64)) if m else 8
+    """How many concurrent requests reproduce the failure, from the case (``[reproduce] concurrency``);
+    None when the case does not say."""
+    n = case.reproduce.concurrency
+    return n if n is not None and n > 1 else None
 
 
 def speaks_of_flakiness(case: Case) -> bool:
@@ -279,6 +266,13 @@ def load_probe_for(case: Case, level: int) -> Probe:
     """The case's first probe, sent ``level`` times at once."""
     base = case.probes[0]
     return base.model_copy(update={"id": f"{LOAD_PROBE_PREFIX}{base.id}:x{level}", "concurrency": level})
+
+
+def failing_load_probe(exp: Experiment, outcome: Outcome) -> Probe | None:
+    """The smallest burst of ``exp`` that failed in ``outcome`` (every later experiment sends it)."""
+    failed = {p.probe_id for p in outcome.probes if not p.ok}
+    bursts = sorted((p for p in exp.probes if p.concurrency > 1 and p.id in failed), key=lambda p: p.concurrency)
+    return bursts[0] if bursts else next((p for p in exp.probes if p.concurrency > 1), None)
 
 
 def failed_only_under_load(outcome: Outcome) -> bool:
@@ -301,10 +295,20 @@ class RulePlanner:
 
     name = "rules"
 
-    def __init__(self, catalog: list[CatalogEntry], flags: FlagCatalog | None) -> None:
+    def __init__(
+        self,
+        catalog: list[CatalogEntry],
+        flags: FlagCatalog | None,
+        generators: list[CandidateGenerator] | None = None,
+    ) -> None:
         self.catalog = catalog
         self.flags = flags
-        self._diff_facts: dict[str, str] = {}
+        #: The candidate generators (``agent.generators.registry``); the catalog is one of them.
+        self.generators = generators if generators is not None else default_generators()
+
+    def checkpoint(self) -> None:
+        """Nothing to keep: the rule planner decides from the run's state alone."""
+        return None
 
     # ----- names and values -------------------------------------------------------------------------
 
@@ -347,7 +351,7 @@ class RulePlanner:
             return False
         if any(_same_value(change.after, v) for v in iv.values):
             return True
-        if iv.derive:
+        if iv.derive and change.after is not None:  # a removal's effective value is unknown here
             before: Any = change.before
             if before is None and iv.fact and facts:
                 before = facts.get(iv.fact)
@@ -377,6 +381,11 @@ class RulePlanner:
             else:
                 how = f"fallback value; the evidence gave none ({how})"
         for value in candidates:
+            if value is None:  # a reversion: remove the setting so SGLang's default applies
+                before = baseline.value(iv.kind, name)
+                if before is None:
+                    return None, f"{name} is not set in the baseline"
+                return Change(kind=iv.kind, name=name, before=before, after=None), how
             legal = value if iv.kind == "env" else self._legal(name, value)
             if legal is None:
                 continue
@@ -388,159 +397,100 @@ class RulePlanner:
 
     # ----- history -> ledger ------------------------------------------------------------------------
 
-    def _context(self, view: PlannerView, outcome: Outcome) -> EvidenceContext:
-        fp = view.fingerprint
-        facts = dict(outcome.facts)
-        if failed_only_under_load(outcome):
-            facts["failure_under_load"] = "true"
-        return EvidenceContext(
-            signatures=outcome.signature_ids(),
-            facts=facts,
+    def _generator_input(
+        self, view: PlannerView, outcome: Outcome, config: Baseline
+    ) -> GeneratorInput:
+        """What the generators see of one failing launch: its evidence, the run so far up to it, the
+        host's facts and flag catalog, the knowledge catalog and the relevant findings."""
+        upto = next((i for i, o in enumerate(view.outcomes) if o.experiment_id == outcome.experiment_id), None)
+        outcomes = view.outcomes[: upto + 1] if upto is not None else [*view.outcomes, outcome]
+        return GeneratorInput(
+            case=view.case,
+            baseline=config,
+            evidence=failure_evidence(outcome),
+            reference=outcome,
+            fingerprint=view.fingerprint,
+            flags=self.flags,
+            catalog=self.catalog,
+            findings=view.findings,
             features=model_features(view.case),
-            compute_capability=fp.compute_capability if fp else None,
-            gpu_name=fp.gpu_name if fp else None,
-            stage=outcome.stage,
+            experiments=view.experiments,
+            outcomes=outcomes,
         )
 
     def _create(
-        self, view: PlannerView, outcome: Outcome, ledger: dict[str, Hypothesis], weights: dict[str, float]
-    ) -> list[str]:
-        """Add catalog hypotheses that the failing ``outcome`` triggers, then finding-based ones."""
-        ctx = self._context(view, outcome)
-        created: list[str] = []
-        for entry in self.catalog:
-            if entry.id in ledger:
-                continue
-            fired = entry.triggered(ctx)
-            if fired is None:
-                continue
-            weight, boosts = entry.weight(ctx)
-            statement, component = entry.render(ctx)
-            evidence = [self._condition_evidence(c.describe(), c.signature, outcome) for c in fired]
-            evidence += [
-                self._condition_evidence(
-                    f"{b.why or b.describe()} (x{b.factor:g})",
-                    b.signature,
-                    outcome,
-                    effect="supports" if b.factor >= 1 else "weakens",
-                )
-                for b in boosts
-            ]
-            ledger[entry.id] = Hypothesis(
-                id=entry.id,
-                statement=statement,
-                component=component,
-                rationale=entry.rationale,
-                prior=0.0,
-                posterior=0.0,
-                source="signature" if any(c.signature for c in fired) else "catalog",
-                evidence=evidence,
-                interventions=list(entry.intervention),
-                cause_signatures=list(entry.cause_signatures),
-                stage=entry.stage,
-            )
-            weights[entry.id] = weight
-            created.append(entry.id)
-        created += self._apply_findings(view, ctx, ledger, weights, only=set(created))
-        return created
-
-    def _condition_evidence(
-        self, detail: str, signature: str | None, outcome: Outcome, effect: EvidenceEffect = "supports"
-    ) -> Evidence:
-        lines: list[int] = []
-        kind: Literal["signature", "fact"] = "fact"
-        if signature:
-            kind = "signature"
-            m = next((m for m in outcome.matches if m.signature_id == signature), None)
-            if m is not None:
-                lines = list(m.line_numbers[:5])
-                detail = f"{detail}: {m.first_line.strip()[:160]}"
-        return Evidence(
-            kind=kind, detail=detail, experiment_id=outcome.experiment_id, lines=lines, effect=effect
-        )
-
-    def _finding_diffs(
-        self, rf: RelevantFinding, ctx: EvidenceContext, baseline: Baseline
-    ) -> list[tuple[str, str, FlagValue, str]]:
-        """(kind, name, value, why) differences between a known-good finding and the failing run."""
-        f = rf.finding
-        diffs: list[tuple[str, str, FlagValue, str]] = []
-        for name, value in f.flags.items():
-            canon = self._canon("flag", name)
-            if canon is None or canon in _IDENTITY_FLAGS:
-                continue
-            if not _same_value(baseline.flags.get(canon), value):
-                diffs.append(("flag", canon, value, f"known-good '{f.title}' runs with {canon} {value}"))
-        for name, value in f.env.items():
-            if name not in _IDENTITY_ENV and baseline.env.get(name) != value:
-                diffs.append(("env", name, value, f"known-good '{f.title}' runs with {name}={value}"))
-        for fact, value in f.facts.items():
-            ours = ctx.facts.get(fact)
-            if ours is not None and not _same_value(ours, value):
-                diffs.append(
-                    ("fact", fact, value, f"known-good '{f.title}' had {fact}={value}; this run has {ours}")
-                )
-        return diffs
-
-    def _apply_findings(
         self,
         view: PlannerView,
-        ctx: EvidenceContext,
+        outcome: Outcome,
         ledger: dict[str, Hypothesis],
         weights: dict[str, float],
-        only: set[str],
+        config: Baseline | None = None,
+        refresh: bool = False,
     ) -> list[str]:
-        created: list[str] = []
-        baseline = view.case.baseline
-        self._diff_facts = dict(ctx.facts)
-        for rf in view.findings:
-            if rf.finding.outcome != "works" or rf.relevance < _FINDING_MIN_RELEVANCE:
-                continue
-            for kind, name, value, why in self._finding_diffs(rf, ctx, baseline):
-                covering = [
-                    h
-                    for h in ledger.values()
-                    if h.id in only
-                    and any(self._diff_matches(kind, name, value, iv) for iv in h.interventions)
-                ]
-                for h in covering:
-                    weights[h.id] *= 1.0 + rf.relevance
-                    h.evidence.append(
-                        Evidence(kind="finding", detail=f"{why} (relevance {rf.relevance:.2f})")
-                    )
-                if covering or kind == "fact":
-                    continue
-                hid = f"finding:{name}={value}"
-                if hid in ledger:
-                    continue
-                ledger[hid] = Hypothesis(
-                    id=hid,
-                    statement=f"The failing configuration differs from a known-good one in {name}; "
-                    f"setting it to {value} avoids the failure",
-                    component=f"config.{name.lstrip('-').replace('-', '_')}",
-                    rationale=why,
-                    prior=0.0,
-                    posterior=0.0,
-                    source="finding",
-                    evidence=[Evidence(kind="finding", detail=f"{why} (relevance {rf.relevance:.2f})")],
-                    interventions=[Intervention(kind=kind, names=[name], values=[value], decisive=False)],  # type: ignore[arg-type]
-                )
-                weights[hid] = 0.05 * (1.0 + rf.relevance)
-                created.append(hid)
-                only.add(hid)
-        return created
+        """Add the hypotheses the generators propose for the failing ``outcome`` of ``config``.
 
-    def _diff_matches(self, kind: str, name: str, value: FlagValue, iv: Intervention) -> bool:
-        if kind == "fact":
-            return iv.fact == name and any(_same_value(value, v) for v in iv.values)
-        change = Change(kind=kind, name=name, after=value)  # type: ignore[arg-type]
-        return self._matches(change, iv, self._diff_facts)
+        ``refresh``: ``outcome`` is a new blocker the run moved on to; an open hypothesis that its
+        evidence proposes again gets at least the weight this evidence gives it (it was weighed against
+        the old blocker before).
+
+        A candidate that only corroborates (``Candidate.support``: a known-good deployment's difference)
+        multiplies the weight of the new candidates that already make the same change, and is added on
+        its own only when none does.
+        """
+        inp = self._generator_input(view, outcome, config or view.case.baseline)
+        new: dict[str, Candidate] = {}
+        supporting: list[Candidate] = []
+        for gen in self.generators:
+            for cand in gen.generate(inp):
+                if cand.id in ledger:
+                    old = ledger[cand.id]
+                    if refresh and old.status == "open" and cand.support is None and cand.weight > weights[cand.id]:
+                        weights[cand.id] = cand.weight
+                        old.evidence.extend(cand.evidence[:2])
+                    continue
+                if cand.id in new:
+                    continue
+                if cand.support is not None:
+                    supporting.append(cand)
+                else:
+                    new[cand.id] = cand
+        facts = dict(outcome.facts)
+        for cand in supporting:
+            iv0 = cand.interventions[0]
+            covering = [
+                c for c in new.values()
+                if c.support is None and any(self._covers(iv0, iv, facts) for iv in c.interventions)
+            ]
+            for c in covering:
+                c.weight *= 1.0 + (cand.support or 0.0)
+                c.evidence.extend(cand.evidence[:1])
+            if not covering and cand.id not in new:
+                new[cand.id] = cand
+        for cand in new.values():
+            ledger[cand.id] = cand.to_hypothesis()
+            weights[cand.id] = cand.weight
+        return list(new)
+
+    def _covers(self, diff: Intervention, iv: Intervention, facts: dict[str, str]) -> bool:
+        """Whether intervention ``iv`` makes the change ``diff`` names (same fact and value, or the same
+        variable with that value / in the rule's direction)."""
+        value = diff.values[0] if diff.values else True
+        if diff.fact and iv.fact == diff.fact and any(_same_value(value, v) for v in iv.values):
+            return True
+        if diff.fact:
+            return False
+        name = self._canon(diff.kind, diff.names[0]) or diff.names[0]
+        return self._matches(Change(kind=diff.kind, name=name, after=value), iv, facts)
 
     def history(self, view: PlannerView) -> HistoryState:
         """Rebuild the ledger and the current baseline from the run's history (see module docstring)."""
         ledger: dict[str, Hypothesis] = {}
         weights: dict[str, float] = {}
-        st = HistoryState(hypotheses=[], baseline=view.case.baseline)
+        st = HistoryState(
+            hypotheses=[],
+            baseline=view.case.baseline,
+            intermittent=view.case.reproduce.intermittent or speaks_of_flakiness(view.case),
+        )
         refs: dict[str, Outcome] = {}  # configuration -> its failing outcome
         for exp in view.experiments:
             out = view.outcome_of(exp.id)
@@ -563,13 +513,22 @@ class RulePlanner:
                 self._refute_by_cause_signature(ledger, out)
             if obs == "fixed" and exp.change is not None:
                 self._adopt_fix(st, exp, exp.change, ref, out, ledger)
-            elif obs == "advanced":
+            elif obs in ("advanced", "changed"):
+                # Past a blocker: a later stage, or another error in place of this one (a chain of
+                # blockers is solved one link per launch).
                 st.adoptions.append(self._adoption(exp, ref, out))
                 st.baseline, st.reference = exp.config(), out
                 refs[_key(st.baseline)] = out
+                for h in ledger.values():  # they explained the blocker that is gone
+                    if h.status != "open":
+                        continue
+                    own = exp.change is not None and self.prediction(h, exp.change, ref.facts) != "persists"
+                    # Its own variable is set now: its other values would only undo the step past it.
+                    weights[h.id] *= tunables().ledger.passed_blocker_own if own else tunables().ledger.passed_blocker
                 st.fixes, st.failing_baseline, st.failing_reference = [], None, None
                 st.confirmations = 0
-            created = self._create(view, out, ledger, weights) if out.stage != "ok" else []
+            blocker = obs in ("advanced", "changed")
+            created = self._create(view, out, ledger, weights, exp.config(), refresh=blocker) if out.stage != "ok" else []
             self._normalise(ledger, weights, set(created))
         st.hypotheses = list(ledger.values())
         return st
@@ -586,18 +545,18 @@ class RulePlanner:
     ) -> None:
         """A launch of the unchanged baseline: the reference run, or a repeat after a passing one."""
         st.baseline_runs += 1
-        st.load_tried = st.load_tried or bool(exp.probes)
+        st.load_tried = st.load_tried or any(p.concurrency >= BURST_LEVELS[-1] for p in exp.probes)
         if st.reference is not None and st.reference.stage != "ok":
             return  # the failure is already reproduced; nothing new to learn here
         passed_before = st.reference is not None
         st.reference = out
         if out.stage != "ok":
-            if passed_before and failed_only_under_load(out):
-                st.load_probe = next((p for p in exp.probes if p.concurrency > 1), None)
+            if failed_only_under_load(out):
+                st.load_probe = failing_load_probe(exp, out)
             elif passed_before:
                 st.flaky = True
             refs[_key(exp.baseline)] = out
-            self._create(view, out, ledger, weights)
+            self._create(view, out, ledger, weights, exp.baseline)
         self._normalise(ledger, weights, set(ledger))
 
     def _confirm_run(
@@ -643,7 +602,8 @@ class RulePlanner:
                 continue
             decisive = self.prediction(h, best.change, facts) == "fixed"
             h.status = "refuted" if decisive else "open"
-            weights[h.id] *= 0.02 if decisive else 0.3
+            lw = tunables().ledger
+            weights[h.id] *= lw.failed_confirmation_decisive if decisive else lw.failed_confirmation_may_fix
             h.evidence.append(
                 Evidence(
                     kind="experiment",
@@ -659,7 +619,7 @@ class RulePlanner:
             st.baseline = nxt.config
         elif st.failing_baseline is not None:
             st.baseline, st.reference = st.failing_baseline, st.failing_reference
-        self._create(view, out, ledger, weights)
+        self._create(view, out, ledger, weights, exp.baseline)
         self._normalise(ledger, weights, set())
 
     def _adopt_fix(
@@ -733,7 +693,7 @@ class RulePlanner:
             if side is not None:
                 # Auto-resolution moved this hypothesis's own variable too: the run cannot tell the two
                 # causes apart, so it neither supports nor refutes this one on its own.
-                weights[h.id] *= _LIKELIHOOD["may_fix"][obs]
+                weights[h.id] *= tunables().likelihood["may_fix"][obs]
                 h.evidence.append(
                     Evidence(
                         kind="experiment",
@@ -744,7 +704,7 @@ class RulePlanner:
                     )
                 )
                 continue
-            weights[h.id] *= _LIKELIHOOD[pred][obs]
+            weights[h.id] *= tunables().likelihood[pred][obs]
             if pred == "fixed" and obs == "persists":
                 h.status = "refuted"
                 h.evidence.append(
@@ -836,7 +796,7 @@ class RulePlanner:
     @staticmethod
     def _normalise(ledger: dict[str, Hypothesis], weights: dict[str, float], new: set[str]) -> None:
         live = [h for h in ledger.values() if h.status != "refuted"]
-        total = sum(weights[h.id] for h in live) + _UNLISTED_WEIGHT
+        total = sum(weights[h.id] for h in live) + tunables().ledger.unlisted_weight
         for h in ledger.values():
             h.posterior = 0.0 if h.status == "refuted" else round(weights[h.id] / total, 4)
             if h.id in new:
@@ -850,7 +810,7 @@ class RulePlanner:
         baseline, ref = state.baseline, state.reference
         done = {e.id for e in view.experiments if e.status == "done"}
         rejected_ids = {r.experiment_id for r in view.rejections}
-        cost = ref.timings.host_seconds if ref and ref.timings.host_seconds > 0 else DEFAULT_LAUNCH_COST_S
+        cost = ref.timings.host_seconds if ref and ref.timings.host_seconds > 0 else default_launch_cost_s()
         probes = state.extra_probes()
 
         def within_budget(slots: int) -> str | None:
@@ -864,7 +824,10 @@ class RulePlanner:
             return None
 
         if ref is None:
-            exp_id = Experiment.make_id(baseline, None, "baseline")
+            level = load_level(view.case)
+            if level is not None:  # the case says how many requests at once reproduce it
+                probes = [load_probe_for(view.case, level)]
+            exp_id = Experiment.make_id(baseline, None, "baseline", probes=probes)
             if exp_id in done:
                 return Proposal(conclude_reason="the baseline run gave no usable outcome")
             if exp_id in rejected_ids:
@@ -876,8 +839,11 @@ class RulePlanner:
                     id=exp_id,
                     purpose="baseline",
                     baseline=baseline,
+                    probes=probes,
                     cost_estimate_s=cost,
-                    rationale="reproduce the failure on the baseline to collect its log evidence",
+                    rationale="reproduce the failure on the baseline to collect its log evidence"
+                    + (f" (with a burst of {probes[0].concurrency} concurrent requests, as the case says)"
+                       if probes else ""),
                 )
             )
         if ref.stage == "ok":
@@ -929,30 +895,30 @@ class RulePlanner:
         within_budget: Callable[[int], str | None],
         rejected_ids: set[str],
     ) -> Proposal:
-        """The baseline served correctly although a failure was reported: launch it again, with a
-        concurrency probe first when the symptom speaks of load, else plainly (the failure may be
-        intermittent); after that, conclude that it could not be reproduced."""
+        """The baseline served correctly although a failure was reported: launch it again with bursts
+        of concurrent requests (``BURST_LEVELS``, escalating within one launch), then plainly (the
+        failure may be intermittent; more repeats when the case says so); after that, conclude that it
+        could not be reproduced."""
         case = view.case
         runs = state.baseline_runs
-        level = load_level(case)
-        plain_runs = 3 if speaks_of_flakiness(case) else 2
+        plain_runs = 3 if state.intermittent else 2
         probes: list[Probe] = []
-        if level is not None and not state.load_tried:
-            probes = [load_probe_for(case, level)]
+        if not state.load_tried:
+            probes = [load_probe_for(case, n) for n in BURST_LEVELS]
             why = (
-                f"single requests pass, but the symptom speaks of load: send {level} requests at once to "
-                "the unchanged baseline"
+                "single requests pass: send bursts of "
+                f"{', '.join(map(str, BURST_LEVELS))} concurrent requests to the unchanged baseline"
             )
-        elif runs < plain_runs + (1 if state.load_tried else 0):
+        elif runs < plain_runs + 1:
             why = (
-                f"the baseline served correctly in {runs} launch{'es' if runs > 1 else ''} although a "
-                "failure was reported: launch it again in case the failure is intermittent"
+                f"the baseline served correctly in {runs} launch{'es' if runs > 1 else ''} (bursts "
+                "included) although a failure was reported: launch it again in case the failure is "
+                "intermittent"
             )
         else:
-            tried = " (one with a concurrency probe)" if state.load_tried else ""
             return Proposal(
-                conclude_reason=f"the baseline served correctly in {runs} launches{tried}: the failure "
-                "could not be reproduced"
+                conclude_reason=f"the baseline served correctly in {runs} launches (one with bursts of up "
+                f"to {BURST_LEVELS[-1]} concurrent requests): the failure could not be reproduced"
             )
         exp_id = Experiment.make_id(state.baseline, None, "baseline", attempt=runs + 1, probes=probes)
         if exp_id in rejected_ids:
@@ -1025,10 +991,10 @@ class RulePlanner:
             if h.status not in ("open", "supported"):
                 continue
             pred = self.prediction(h, change, facts)
-            p_fix += h.posterior * {"fixed": 0.9, "may_fix": 0.5, "persists": 0.0}[pred]
-        score = p_fix / max(cost, 1.0) * _PERF_FACTOR[iv.cost]
+            p_fix += h.posterior * tunables().choice.p_fix[pred]
+        score = p_fix / max(cost, 1.0) * tunables().choice.performance_factor[iv.cost]
         if iv.workaround:
-            score *= _WORKAROUND_FACTOR
+            score *= tunables().choice.workaround_factor
         return score, p_fix
 
     def _test(
@@ -1122,7 +1088,7 @@ class RulePlanner:
             if iv.workaround or COST_ORDER[iv.cost] >= COST_ORDER[best.cost]:
                 continue
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
-            if p_fix < _MIN_ALTERNATIVE_P:
+            if p_fix < tunables().choice.min_alternative_p:
                 continue
             scored.append((score, -order, change, p_fix, how))
         if not scored:

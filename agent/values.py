@@ -27,6 +27,12 @@ DIRECTIONS: dict[str, str] = {
     "mem_fraction_for_graph_capture": "lower",
     "cuda_graph_max_bs_that_fits": "lower",
 }
+#: The flag each rule computes a value for.
+RULE_FLAGS: dict[str, str] = {
+    "mem_fraction_for_kv_pool": "--mem-fraction-static",
+    "mem_fraction_for_graph_capture": "--mem-fraction-static",
+    "cuda_graph_max_bs_that_fits": "--cuda-graph-max-bs",
+}
 #: Smallest KV cache worth serving with (GB): a pool below this holds a few thousand tokens at most.
 MIN_KV_GB = 1.0
 #: Safety margin on an estimated capture need (graphs + workspace), and the share of the free memory
@@ -186,6 +192,11 @@ def derive(rule: str, ev: ValueEvidence) -> tuple[str | None, str]:
     if fn is None:
         return None, f"unknown value rule {rule!r}"
     return fn(ev)
+
+
+def rule_for(flag: str, direction: str) -> str | None:
+    """The rule that moves ``flag`` in ``direction`` (``raise``/``lower``), if there is one."""
+    return next((r for r, f in RULE_FLAGS.items() if f == flag and DIRECTIONS.get(r) == direction), None)
 
 
 def moves_in_direction(rule: str, before: object, after: object) -> bool | None:

@@ -322,6 +322,8 @@ class LaunchPlan:
         fatal = [f for f in self.faults if f.effect in order]
         if self.effective.get("disable_cuda_graph"):
             fatal = [f for f in fatal if f.at != "capture"]
+        if self.effective.get("skip_server_warmup"):  # no warm-up request is sent
+            fatal = [f for f in fatal if not (f.at == "warmup" and f.effect == "crash_at_first_decode")]
         fatal.sort(key=lambda f: stage.get(f.at, 9))  # stable: file order wins within a stage
         return fatal[0] if fatal else None
 

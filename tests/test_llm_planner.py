@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from clirun import run_cli as _hypoloop
 
 from agent.case import Case
 from agent.catalog import load_catalog
-from agent.graph import classify_outcome
+from agent.evidence import RawEvidence
 from agent.llm_client import RecordedChatClient
 from agent.llm_context import build_context, estimate_tokens
 from agent.llm_planner import (
@@ -33,7 +34,8 @@ from agent.llm_planner import (
     planner_spec_from_options,
     usage_summary,
 )
-from agent.models import Change, Experiment
+from agent.models import Change, Experiment, Timings
+from agent.nodes.analyze import classify_outcome
 from agent.planner import PlannerView, RelevantFinding, RulePlanner, model_features
 from agent.redact import Redactor, is_secret_name
 from agent.transcript import Transcript, read_transcript
@@ -181,15 +183,13 @@ def _history(log: str = CRASH_LOG) -> tuple[PlannerView, Any]:
     )
     matches, facts = scan_text(log, load_signatures())
     outcome = classify_outcome(
-        {
-            "experiment_id": exp.id,
-            "status": "observed",
-            "matches": [m.model_dump(mode="json") for m in matches],
-            "facts": facts,
-            "probes": [],
-            "timings": {"host_seconds": 500.0},
-            "exit_code": None,
-        }
+        RawEvidence(
+            experiment_id=exp.id,
+            status="observed",
+            matches=matches,
+            facts=facts,
+            timings=Timings(host_seconds=500.0),
+        )
     )
     view = PlannerView(
         case=case,
@@ -716,7 +716,16 @@ def test_scripted_model_reaches_the_rule_planners_conclusion_on_the_lab(server: 
     assert result["root_cause"]["component"] == "attention.dsa_decode"
     assert result["launches"] == 3
     assert len(server.requests) == 1 and server.requests[0]["model"] == "scripted"
-    assert "probability_tensor_nan" in _sent_text(server.requests[0])
+    sent = _sent_text(server.requests[0])
+    assert "probability_tensor_nan" in sent
+    # The model sees the traceback as the log printed it, with line numbers ...
+    assert "## Tracebacks and log tail" in sent
+    assert re.search(r'L\d+:\s+File ".*/sglang/srt/', sent)
+    # ... but never the lab world's or the case's name (a world's name may encode its answer), nor the
+    # lab's variables.
+    whole = json.dumps({k: v for k, v in server.requests[0].items() if k != "_headers"})
+    assert "glm5-nvfp4-sm120" not in whole
+    assert "HYPOLOOP_LAB" not in whole
 
 
 def test_secret_assignment_inside_an_error_message_is_redacted() -> None:

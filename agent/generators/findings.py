@@ -1,0 +1,81 @@
+"""Known-good diff: the differences between a relevant known-good deployment (FINDINGS.md) and the
+failing one, each alone.
+
+Flags, environment variables and effective-config facts (``kv_cache_dtype=bf16`` there, ``fp8_e4m3``
+here: the flag named after the fact sets it). What a deployment *is* (model, parallel layout) is never
+copied. A candidate carries ``support`` = the finding's relevance: when another generator already
+proposes the same change, the planner multiplies that candidate's weight by ``1 + support`` instead of
+adding a second hypothesis (``agent.planner``).
+"""
+
+from __future__ import annotations
+
+from agent.generators import Candidate, GeneratorInput
+from agent.generators.common import canon, fact_flag
+from agent.models import IDENTITY_ENV, IDENTITY_FLAGS, Evidence, FlagValue, Intervention, value_key
+from agent.planner_weights import weights as tunables
+
+__all__ = ["KnownGoodDiffGenerator"]
+
+# The relevance a finding needs and the weight of a difference no other generator explains (times
+# 1 + relevance) are tunables: knowledge/planner.toml, [ledger] finding_min_relevance and
+# finding_hypothesis_weight.
+
+
+def _same(a: FlagValue, b: FlagValue) -> bool:
+    return value_key(a) == value_key(b)
+
+
+class KnownGoodDiffGenerator:
+    """One candidate per difference to each relevant known-good finding: ``finding:NAME=VALUE``."""
+
+    name = "known_good_diff"
+
+    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+        """Differences in flags, env and effective-config facts, each with its finding as evidence."""
+        ledger = tunables().ledger
+        out: dict[str, Candidate] = {}
+        for rf in inp.findings:
+            f = rf.finding
+            if f.outcome != "works" or rf.relevance < ledger.finding_min_relevance:
+                continue
+            diffs: list[tuple[Intervention, str, str]] = []
+            for name, value in f.flags.items():
+                spec = canon(inp.flags, name) if inp.flags is not None else None
+                cname = spec.name if spec else (name if inp.flags is None else None)
+                if cname is None or cname in IDENTITY_FLAGS:
+                    continue
+                if not _same(inp.baseline.flags.get(cname), value):
+                    diffs.append((Intervention(names=[cname], values=[value], decisive=False),
+                                  f"{cname}={value}", f"known-good '{f.title}' runs with {cname} {value}"))
+            for name, value in f.env.items():
+                if name not in IDENTITY_ENV and inp.baseline.env.get(name) != value:
+                    diffs.append((Intervention(kind="env", names=[name], values=[value], decisive=False),
+                                  f"{name}={value}", f"known-good '{f.title}' runs with {name}={value}"))
+            for fact, value in f.facts.items():
+                ours = inp.evidence.facts.get(fact)
+                if ours is None or _same(ours, value):
+                    continue
+                spec = fact_flag(inp.flags, fact)
+                names = [spec.name] if spec else ["--" + fact.replace("_", "-")]
+                diffs.append((Intervention(names=names, values=[value], decisive=False, fact=fact),
+                              f"{fact}={value}", f"known-good '{f.title}' had {fact}={value}; this run has {ours}"))
+            for iv, key, why in diffs:
+                cid = f"finding:{key}"
+                if cid in out:
+                    continue
+                name = iv.fact or iv.names[0]
+                out[cid] = Candidate(
+                    id=cid,
+                    statement=f"The failing configuration differs from a known-good one in {name}; "
+                    f"setting it to {iv.values[0]} avoids the failure",
+                    component=f"config.{name.lstrip('-').replace('-', '_')}",
+                    weight=ledger.finding_hypothesis_weight * (1.0 + rf.relevance),
+                    rationale=why,
+                    generator=self.name,
+                    evidence=[Evidence(kind="finding", detail=f"{why} (relevance {rf.relevance:.2f})")],
+                    interventions=[iv],
+                    source="finding",
+                    support=rf.relevance,
+                )
+        return list(out.values())

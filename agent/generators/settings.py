@@ -1,0 +1,85 @@
+"""Settings against defaults: every setting the baseline makes itself, reverted alone.
+
+Delta debugging over the explicit settings (Zeller, "Yesterday, my program worked. Today, it does not.
+Why?", 1999) with one-variable steps: if one explicit flag or environment variable causes the failure,
+removing it (so SGLang's default or auto-resolution applies) fixes it. Low weight: the generic fallback
+that keeps a run from ending "nothing left to try" while reversions remain in budget. Settings that say
+where the server is and what it serves (model path, host, port, the GPUs it takes) are never reverted.
+A setting whose words the failing frames or error share (``http_proxy`` and a failing
+``http_server`` frame) is a likelier suspect.
+"""
+
+from __future__ import annotations
+
+from agent.generators import Candidate, GeneratorInput
+from agent.generators.common import canon, implicated, specificity, stems
+from agent.models import IDENTITY_ENV, Evidence, Intervention
+
+__all__ = ["SettingsVsDefaultsGenerator"]
+
+#: Weight of "this explicit setting causes the failure"; a setting that selects an implementation (a
+#: flag with choices) is a likelier suspect than a tuning knob.
+WEIGHT = 0.02
+CHOICE_FACTOR = 2.0
+#: Multiplier for a setting the failing frames or error name (by a specific shared word).
+IMPLICATED_FACTOR = 5.0
+#: Never reverted: what is served, where, on which GPUs, and what lets the model load at all.
+_KEEP = frozenset(
+    {
+        "--model-path", "--model", "--served-model-name", "--host", "--port", "--tokenizer-path",
+        "--revision", "--trust-remote-code", "--tp-size", "--tensor-parallel-size", "--dp-size",
+        "--data-parallel-size", "--pp-size", "--pipeline-parallel-size", "--ep-size",
+        "--expert-parallel-size", "--nnodes", "--node-rank", "--dist-init-addr",
+    }
+)
+
+
+class SettingsVsDefaultsGenerator:
+    """One candidate per explicit baseline setting: ``revert:NAME``."""
+
+    name = "settings"
+
+    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+        """Reversions of the failing baseline's own flags and environment variables."""
+        if inp.evidence.stage == "ok":
+            return []
+        imp = implicated(inp)
+
+        def named(name: str) -> float:
+            shared = stems(name.lstrip("-")) & imp.words
+            if not shared:
+                return 1.0
+            strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
+            return max(1.0, IMPLICATED_FACTOR * strength)
+
+        out: list[Candidate] = []
+        for name, value in inp.baseline.flags.items():
+            spec = canon(inp.flags, name)
+            canonical = spec.name if spec else name
+            if canonical in _KEEP or name in _KEEP:
+                continue
+            if spec is not None and spec.default is not None and str(spec.default) == str(value):
+                continue  # set to the default: reverting changes nothing
+            choice = bool(spec and spec.choices)
+            weight = WEIGHT * (CHOICE_FACTOR if choice else 1.0) * named(canonical)
+            out.append(self._candidate(inp, "flag", canonical, value, weight))
+        for name, value in inp.baseline.env.items():
+            if name in IDENTITY_ENV:
+                continue
+            out.append(self._candidate(inp, "env", name, value, WEIGHT * named(name)))
+        return out
+
+    def _candidate(self, inp: GeneratorInput, kind: str, name: str, value: object, weight: float) -> Candidate:
+        shown = "(on)" if value is True else value
+        return Candidate(
+            id=f"revert:{name}",
+            statement=f"The baseline's own setting {name} {shown} causes the failure; without it SGLang's "
+            "default applies and the failure goes away",
+            component=f"config.{name.lstrip('-').replace('-', '_')}",
+            weight=weight,
+            rationale="an explicit setting away from the default is a change someone made; each is reverted alone",
+            generator=self.name,
+            evidence=[Evidence(kind="fact", detail=f"the baseline sets {name}={shown} explicitly",
+                               experiment_id=inp.evidence.experiment_id)],
+            interventions=[Intervention(kind=kind, names=[name], values=[None], decisive=True, cost="none")],  # type: ignore[arg-type]
+        )

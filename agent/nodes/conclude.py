@@ -1,0 +1,377 @@
+"""conclude: the run's ending: root cause and minimal fix when a confirmed fix exists, else what was
+ruled out and what is left; the ready-to-append FINDINGS.md entry of an isolated run.
+
+Side effects: stops every server this run still has running (``Runtime.stop_sessions``, which writes
+``server.stopped``), so nothing outlives the run and the stop is recorded before its end; reads the
+run's transcript back to build the FINDINGS.md entry; transcript ``conclusion`` and ``run.ended``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent.case import Case
+from agent.findings import FindingsWriteError, entry_for
+from agent.llm_planner import usage_summary
+from agent.models import Change, Conclusion, Experiment, Hypothesis, Intervention, Outcome, Rejection
+from agent.planner import COST_ORDER
+from agent.recorded import RecordedRun
+from agent.runtime import Runtime
+from agent.state import RunState, hypotheses_of
+from agent.transcript import TranscriptError
+from agent.values import ValueEvidence, derive
+
+
+def conclude(state: RunState, rt: Runtime) -> dict[str, Any]:
+    """The conclude node: see the module docstring."""
+    rt.stop_sessions()  # nothing outlives its run, and the stop is recorded before the run's end
+    c = build_conclusion(state)
+    rt.transcript.emit("conclusion", c.model_dump(mode="json"), node="conclude")
+    rt.transcript.emit(
+        "run.ended",
+        {"status": c.status, "launches": c.launches, "host_seconds": c.host_seconds},
+        node="conclude",
+    )
+    return {"conclusion": c.model_dump(mode="json"), "status": c.status}
+
+
+def build_conclusion(state: RunState) -> Conclusion:
+    """The run's ending: root cause and fix when a confirmed fix exists, else what was ruled out."""
+    hyps = hypotheses_of(state)
+    experiments = {e["id"]: Experiment.model_validate(e) for e in state.get("experiments", [])}
+    outcomes = {o["experiment_id"]: Outcome.model_validate(o) for o in state.get("outcomes", [])}
+    rejections = [Rejection.model_validate(r) for r in state.get("rejections", [])]
+    base = Conclusion(
+        status="not_isolated",
+        refuted=[
+            {
+                "id": h.id,
+                "statement": h.statement,
+                "component": h.component,
+                "evidence": [e.model_dump(mode="json") for e in h.evidence if e.effect == "refutes"],
+            }
+            for h in hyps
+            if h.status == "refuted"
+        ],
+        launches=state.get("launches", 0),
+        host_seconds=round(state.get("host_seconds", 0.0), 1),
+        rejected=[
+            {
+                "experiment_id": r.experiment_id,
+                "change": r.change.describe() if r.change else None,
+                "reason": r.reason,
+            }
+            for r in rejections
+        ],
+        edited=list(state.get("edits", [])),
+        llm_usage=usage_summary(state.get("planner")),
+    )
+    if state.get("status") == "error":
+        return base.model_copy(update={"status": "error", "reason": state.get("error") or "error"})
+    reason = state.get("conclude_reason") or ""
+    passed = [e for e in experiments.values() if outcomes.get(e.id) and outcomes[e.id].stage == "ok"]
+    fix_exp = next((e for e in reversed(passed) if e.purpose == "test" and e.change), None)
+    confirm, refuted_by = _confirmation(state, fix_exp, experiments, outcomes)
+    if refuted_by is not None and fix_exp is not None and fix_exp.change is not None:
+        refuted_fix = (
+            f"{fix_exp.change.describe()} served in {fix_exp.id} but its re-run {refuted_by} did not hold, so "
+            "it is not the fix"
+        )
+        reason = f"{reason}; {refuted_fix}" if reason else refuted_fix
+    untested = [
+        {"id": h.id, "statement": h.statement, "posterior": h.posterior, "why": _why_open(h, rejections, confirm)}
+        for h in sorted(hyps, key=lambda h: -h.posterior)
+        if h.status == "open"
+    ]
+    if fix_exp and fix_exp.change and not confirm and refuted_by is None:  # not (fully) confirmed
+        unconfirmed = (
+            f"{fix_exp.change.describe()} served correctly in {fix_exp.id} but was not confirmed by a re-run"
+        )
+        reason = f"{reason}; {unconfirmed}" if reason else unconfirmed
+    if state.get("status") == "stopped":
+        return base.model_copy(update={"status": "stopped", "reason": reason, "untested": untested})
+    if not (confirm and fix_exp and fix_exp.change):
+        return base.model_copy(
+            update={
+                "reason": reason or "no fix found",
+                "untested": untested,
+                "implicated": implicated_of(experiments, outcomes),
+            }
+        )
+    cause = max((h for h in hyps if h.status == "confirmed"), key=lambda h: h.posterior, default=None)
+    original = Case.model_validate(state["case"]).baseline
+    fix = fix_exp.change.model_copy(update={"before": original.value(fix_exp.change.kind, fix_exp.change.name)})
+    c = base.model_copy(
+        update={
+            "status": "isolated",
+            "root_cause": {
+                "component": cause.component if cause else "unknown",
+                "statement": cause.statement if cause else f"the failure goes away with {fix.describe()}",
+                "hypothesis_id": cause.id if cause else None,
+            },
+            "fix": fix,
+            "fix_experiment_id": fix_exp.id,
+            "confirmation_experiment_id": confirm.id,
+            "reason": reason,
+            "untested": untested,
+            "alternatives": _alternatives(cause, fix_exp, hyps, experiments, outcomes, state.get("fingerprint")),
+        }
+    )
+    c.findings_entry = findings_entry(state, c)
+    return c
+
+
+def _confirmation(
+    state: RunState,
+    fix_exp: Experiment | None,
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> tuple[Experiment | None, str | None]:
+    """(the confirmation that completes the fix, the re-run that refuted it).
+
+    A fix is confirmed by passing re-runs of its configuration: two when the case says the failure is
+    intermittent or the run has seen the same configuration both pass and fail, else one. A re-run that
+    failed refutes it: a fix a later confirmation refuted is never reported as isolated (issue 10).
+    """
+    if fix_exp is None:
+        return None, None
+    config = fix_exp.config()
+    reruns = [(e, outcomes[e.id]) for e in experiments.values()
+              if e.purpose == "confirm" and e.baseline == config and e.id in outcomes]
+    failed = next((e.id for e, o in reruns if o.stage not in ("ok", "infra_error")), None)
+    if failed is not None:
+        return None, failed
+    passing = [e for e, o in reruns if o.stage == "ok"]
+    case = Case.model_validate(state["case"])
+    flaky = _seen_flaky(experiments, outcomes)
+    from agent.planner import speaks_of_flakiness
+
+    needed = 2 if case.reproduce.intermittent or speaks_of_flakiness(case) or flaky else 1
+    return (passing[-1] if len(passing) >= needed else None), None
+
+
+def _seen_flaky(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> bool:
+    """Whether one configuration both served and failed in this run (same flags and env, same probes)."""
+    seen: dict[str, set[bool]] = {}
+    for e in experiments.values():
+        o = outcomes.get(e.id)
+        if o is None or o.stage == "infra_error":
+            continue
+        key = Experiment.make_id(e.config(), None, "config", probes=e.probes)
+        seen.setdefault(key, set()).add(o.stage == "ok")
+    return any(len(v) > 1 for v in seen.values())
+
+
+def implicated_of(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> dict[str, Any] | None:
+    """What a run that found no fix blames: the component (the innermost SGLang module of the last
+    failure's traceback) and the third-party package in its frames, with the exception line as
+    evidence; None when nothing failed (a failure that did not reproduce blames nothing)."""
+    from agent.generators.evidence import failure_evidence
+
+    failing = [outcomes[e.id] for e in experiments.values()
+               if e.id in outcomes and outcomes[e.id].stage not in ("ok", "infra_error")]
+    if not failing:
+        return None
+    ev = failure_evidence(failing[-1])
+    frames = [f for tb in reversed(ev.tracebacks) for f in reversed(tb.frames)]
+    sglang = next((f for f in frames if f.package == "sglang" and f.module), None)
+    package = next((f.package for f in frames if f.package and f.package not in _NOT_BLAMED), None)
+    package = package or next((f.package for f in frames if f.package == "torch"), None)
+    exc = next((tb.exception for tb in reversed(ev.tracebacks) if tb.exception), "")
+    component = sglang.module.removeprefix("sglang.srt.").removeprefix("sglang.") if sglang and sglang.module else None
+    if component is None and not package:
+        sig = failing[-1].failure_signatures()
+        component = sig[0] if sig else failing[-1].stage
+    return {
+        "component": component,
+        "package": package,
+        "evidence": exc[:300] or failing[-1].summary,
+        "experiment_id": failing[-1].experiment_id,
+        "symptoms": ev.symptoms,
+    }
+
+
+#: Packages a failure is not blamed on by name: SGLang itself (its module is the component), PyTorch
+#: (blamed only when nothing else is in the frames) and the standard library's machinery.
+_NOT_BLAMED = frozenset({"sglang", "torch", "runpy", "importlib", "asyncio", "concurrent", "threading",
+                         "multiprocessing", "typing", "contextlib", "functools"})
+
+
+def _why_open(h: Hypothesis, rejections: list[Rejection], confirm: Experiment | None) -> str:
+    """Why a hypothesis is still open at the end: its test was rejected, confounded, inconclusive, or
+    never run (deprioritised by a confirmed fix, or not reached)."""
+    for r in rejections:
+        if r.change is not None and any(
+            r.change.kind == iv.kind and r.change.name in iv.names for iv in h.interventions
+        ):
+            return f"its test ({r.change.describe()}) was rejected: {r.reason}"
+    tried = [e for e in h.evidence if e.kind == "experiment" and e.experiment_id]
+    if tried and tried[-1].detail.startswith("confounded: "):
+        return f"not separated from the fix ({tried[-1].experiment_id}): {tried[-1].detail[12:]}"
+    if tried and tried[-1].effect == "weakens":
+        return f"deprioritised: {tried[-1].detail} ({tried[-1].experiment_id})"
+    if tried:
+        return f"tested without a verdict ({tried[-1].experiment_id}: {tried[-1].detail})"
+    return "deprioritised: a confirmed fix explains the failure" if confirm else "not tested"
+
+
+def _alternatives(
+    cause: Hypothesis | None,
+    fix_exp: Experiment,
+    hyps: list[Hypothesis],
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+    fingerprint: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Other changes that avoid the failure, for the conclusion (see ``Conclusion.alternatives``).
+
+    From the root cause's catalog interventions other than the fix (with what this run saw of them; an
+    untested one's value derived from the failing run's evidence, as the planner would choose it) and
+    from other tested changes that also fixed the failure. ``decisive`` False marks a change the catalog
+    says may help, not must. Sorted root fix first, then by performance cost.
+    """
+    assert fix_exp.change is not None
+    seen: set[tuple[str, str]] = {(fix_exp.change.kind, fix_exp.change.name)}
+    out = _catalog_alternatives(cause, fix_exp, experiments, outcomes, fingerprint, seen)
+    out += _tested_alternatives(cause, fix_exp, hyps, experiments, outcomes, seen)
+    out.sort(key=lambda a: (a["workaround"], COST_ORDER.get(a["cost"], 1)))
+    return out
+
+
+def _catalog_alternatives(
+    cause: Hypothesis | None,
+    fix_exp: Experiment,
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+    fingerprint: dict[str, Any] | None,
+    seen: set[tuple[str, str]],
+) -> list[dict[str, Any]]:
+    """The root cause's other interventions, each with what this run saw of it (adds to ``seen``)."""
+    # The failing run of the fix's baseline: the evidence a derived value is computed from.
+    failing = next(
+        (
+            outcomes[e.id]
+            for e in experiments.values()
+            if e.baseline == fix_exp.baseline and e.id in outcomes and outcomes[e.id].stage != "ok"
+        ),
+        None,
+    )
+    mib = (fingerprint or {}).get("memory_total_mib")
+    evidence = ValueEvidence(
+        facts=dict(failing.facts) if failing else {},
+        total_gib=float(mib) / 1024 if mib else None,
+        flags=dict(fix_exp.baseline.flags),
+    )
+    out: list[dict[str, Any]] = []
+    for iv in cause.interventions if cause else []:
+        if any((iv.kind, n) in seen for n in iv.names):
+            continue
+        seen.update((iv.kind, n) for n in iv.names)
+        hit = _tried_from_fix_baseline(iv.kind, iv.names, fix_exp, experiments, outcomes)
+        if hit:
+            e, o = hit
+            assert e.change is not None
+            change, result, eid = e.change.describe(), ("fixed" if o.stage == "ok" else "did not fix"), e.id
+        else:
+            before = fix_exp.baseline.value(iv.kind, iv.names[0])
+            after = iv.values[0] if iv.values else True
+            if iv.derive:
+                derived, _ = derive(iv.derive, evidence)
+                after = derived if derived is not None else after
+            change = Change(kind=iv.kind, name=iv.names[0], before=before, after=after).describe()
+            result, eid = "not tested", None
+        if result == "did not fix":
+            continue  # a change that left the failure in place is no alternative
+        out.append(_alternative(change, iv.kind, iv.names[0], iv, decisive=iv.decisive, eid=eid, result=result))
+    return out
+
+
+def _tested_alternatives(
+    cause: Hypothesis | None,
+    fix_exp: Experiment,
+    hyps: list[Hypothesis],
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+    seen: set[tuple[str, str]],
+) -> list[dict[str, Any]]:
+    """Other tests from the fix's baseline that also fixed the failure (adds to ``seen``)."""
+    out: list[dict[str, Any]] = []
+    for e in experiments.values():
+        ran = outcomes.get(e.id)
+        if e.purpose != "test" or not e.change or e.id == fix_exp.id or not ran or ran.stage != "ok":
+            continue
+        if e.baseline != fix_exp.baseline:  # fixed a different configuration: not a like-for-like alternative
+            continue
+        if (e.change.kind, e.change.name) in seen:
+            continue
+        seen.add((e.change.kind, e.change.name))
+        known = _intervention_of(e.change.kind, e.change.name, cause, hyps)
+        # decisive: it did fix it here
+        out.append(_alternative(e.change.describe(), e.change.kind, e.change.name, known, decisive=True, eid=e.id))
+    return out
+
+
+def _alternative(
+    change: str,
+    kind: str,
+    name: str,
+    iv: Intervention | None,
+    *,
+    decisive: bool,
+    eid: str | None,
+    result: str = "fixed",
+) -> dict[str, Any]:
+    """One entry of ``Conclusion.alternatives`` (a change without a catalog intervention: low cost)."""
+    return {
+        "change": change,
+        "kind": kind,
+        "name": name,
+        "workaround": bool(iv and iv.workaround),
+        "cost": iv.cost if iv else "low",
+        "note": iv.note if iv else "",
+        "decisive": decisive,
+        "experiment_id": eid,
+        "result": result,
+    }
+
+
+def _intervention_of(kind: str, name: str, cause: Hypothesis | None, hyps: list[Hypothesis]) -> Intervention | None:
+    """The catalog intervention that changes this variable (the root cause's first)."""
+    for h in ([cause] if cause else []) + hyps:
+        for iv in h.interventions:
+            if iv.kind == kind and name in iv.names:
+                return iv
+    return None
+
+
+def _tried_from_fix_baseline(
+    kind: str,
+    names: list[str],
+    fix_exp: Experiment,
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> tuple[Experiment, Outcome] | None:
+    """The last test of this variable from the same baseline as the fix (comparable), with its outcome."""
+    found = None
+    for e in experiments.values():
+        o = outcomes.get(e.id)
+        if e.purpose == "test" and e.change and e.change.kind == kind and e.change.name in names and o:
+            if e.baseline == fix_exp.baseline:
+                found = (e, o)
+    return found
+
+
+def findings_entry(state: RunState, c: Conclusion) -> str:
+    """The FINDINGS.md entry of an isolated run: the one ``hypoloop findings add`` appends
+    (``agent.findings.entry_for``), built from the run's transcript with this conclusion. ``""`` when the
+    transcript cannot be read (e.g. a state assembled without one)."""
+    path = state.get("transcript")
+    if not path:
+        return ""
+    try:
+        run = RecordedRun.load(Path(path))
+        run.conclusion = c.model_dump(mode="json")
+        return entry_for(run)
+    except (OSError, TranscriptError, FindingsWriteError):
+        return ""

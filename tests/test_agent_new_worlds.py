@@ -1,0 +1,51 @@
+"""End to end: the agent (the real CLI, graph and rule planner, auto-approved) on the lab worlds written
+from public reports for issue 10, with the knowledge catalog and with an empty one. Scored exactly as
+``python -m bench`` scores them (``bench.worlds.score_run``): a root fix of the truth, every link of a
+blocker chain, the implicated package named where no flag fixes it, nothing blamed in the control."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_new_worlds import NEW_WORLDS
+
+from bench.methods import run_agent
+from bench.run import empty_catalog_knowledge
+from bench.worlds import discover
+
+#: Fast enough for CI, slow enough for the stall detector and the lab's batching window.
+TIME_SCALE = "0.002"
+
+
+@pytest.fixture(scope="module")
+def bench_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    root = tmp_path_factory.mktemp("agent-worlds")
+    keys = ("HYPOLOOP_HOME", "HYPOLOOP_LAB_TIME_SCALE", "HYPOLOOP_LAB_STATE", "HYPOLOOP_LAB_WORLD")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ["HYPOLOOP_HOME"] = str(root / "home")
+    os.environ["HYPOLOOP_LAB_TIME_SCALE"] = TIME_SCALE
+    os.environ["HYPOLOOP_LAB_STATE"] = str(root / "lab-state")
+    os.environ.pop("HYPOLOOP_LAB_WORLD", None)
+    try:
+        yield root
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.mark.parametrize("catalog", ["catalog", "empty"])
+@pytest.mark.parametrize("name", NEW_WORLDS)
+def test_agent_is_right_on_the_new_world(name: str, catalog: str, bench_env: Path) -> None:
+    (world,) = discover([name])
+    knowledge = empty_catalog_knowledge(bench_env) if catalog == "empty" else None
+    result = run_agent(world, transcripts=bench_env / f"tr-{catalog}", seed="7", knowledge=knowledge)
+    assert result.correct, f"{name} ({catalog}): {result.status}, found {result.found}, {result.launches} launches"
+    assert not result.wrong_isolated
+    if catalog == "empty":
+        assert not result.extra["catalog_used"]

@@ -1,0 +1,311 @@
+"""Candidate generators, each on its own: evidence in (SGLang log text, host facts, the real 0.5.9
+``--help``), candidates out. Log texts are SGLang 0.5.x's (tracebacks as CPython prints them)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import agent.generators as generators_pkg
+from agent.case import Case
+from agent.catalog import load_catalog
+from agent.evidence import RawEvidence
+from agent.generators import Candidate, CandidateGenerator, GeneratorInput
+from agent.generators.catalog import CatalogGenerator
+from agent.generators.component import ImplicatedComponentGenerator
+from agent.generators.evidence import excerpt_of_text, failure_evidence, parse_server_args, parse_tracebacks
+from agent.generators.findings import KnownGoodDiffGenerator
+from agent.generators.load import LoadGenerator
+from agent.generators.registry import REGISTRY
+from agent.generators.remedies import RemediesGenerator
+from agent.generators.settings import SettingsVsDefaultsGenerator
+from agent.generators.symptoms import SymptomClassGenerator
+from agent.models import Outcome, RelevantFinding
+from agent.nodes.analyze import classify_outcome
+from tools.fingerprint import HostFingerprint
+from tools.flags import FlagCatalog, parse_help
+from tools.knowledge import Finding
+from tools.probes import ProbeResult
+from tools.signatures import load_signatures
+
+DATA = Path(__file__).parent / "data"
+SIGS = load_signatures()
+FLAGS: FlagCatalog = parse_help((DATA / "help_sglang_0.5.9.txt").read_text(), source="fixture", version="0.5.9")
+H100 = HostFingerprint(gpu_name="NVIDIA H100 80GB HBM3", gpu_count=2, compute_capability="9.0",
+                       memory_total_mib=81559, sglang_version="0.5.9")
+SITE = "/usr/local/lib/python3.12/dist-packages"
+
+ATTENTION_ASSERT = f"""[2026-01-02 03:04:05] server_args=ServerArgs(model_path='org/M', tp_size=1, attention_backend='triton', kv_cache_dtype='fp8_e4m3', moe_runner_backend='auto')
+[2026-01-02 03:04:06 TP0] Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem=20.00 GB, mem usage=50.00 GB.
+[2026-01-02 03:04:07 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 3179, in run_scheduler_process
+    scheduler = Scheduler(
+                ^^^^^^^^^^
+  File "{SITE}/sglang/srt/model_executor/model_runner.py", line 1951, in init_attention_backend
+    self.attn_backend = self._get_attention_backend()
+  File "{SITE}/sglang/srt/layers/attention/triton_backend.py", line 97, in __init__
+    self.token_to_kv_pool.get_value_buffer(0).shape[-1]
+  File "{SITE}/sglang/srt/mem_cache/memory_pool.py", line 1498, in get_value_buffer
+    assert not self.nsa_kv_cache_store_fp8
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+AssertionError
+[2026-01-02 03:04:07] Received sigquit from a child process. It usually means the child failed.
+"""
+
+CAPTURE_OOM = f"""[2026-01-02 03:04:05 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=3.10 GB
+[2026-01-02 03:04:09 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/model_executor/cuda_graph_runner.py", line 423, in __init__
+    raise Exception(
+Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 1.50 GiB.
+Possible solutions:
+1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)
+2. set --cuda-graph-max-bs to a smaller value (e.g., 16)
+3. disable torch compile by not using --enable-torch-compile
+4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)
+Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose
+"""
+
+KV_ROOM = """[2026-01-02 03:04:05 TP0] Load weight end. type=X, dtype=torch.bfloat16, avail mem=12.25 GB, mem usage=125.65 GB.
+[2026-01-02 03:04:06 TP0] ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.88. Increase --mem-fraction-static (at least 0.9113 is needed for a minimal KV cache).
+"""
+
+CONTEXT_LEN = f"""Traceback (most recent call last):
+  File "{SITE}/sglang/srt/configs/model_config.py", line 220, in __init__
+    raise ValueError(
+ValueError: User-specified context_length (65536) is greater than the derived context_length (40960). To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1
+"""
+
+IMPORT_ERROR = f"""Traceback (most recent call last):
+  File "{SITE}/sglang/srt/layers/attention/merge_state.py", line 6, in <module>
+    from sgl_kernel import merge_state_v2
+  File "{SITE}/sgl_kernel/__init__.py", line 5, in <module>
+    common_ops = _load_architecture_specific_ops()
+  File "{SITE}/sgl_kernel/load_utils.py", line 188, in _load_architecture_specific_ops
+    raise ImportError(error_msg)
+ImportError: {SITE}/sgl_kernel/sm90/common_ops.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEab
+"""
+
+
+def _case(flags: dict[str, object] | None = None, env: dict[str, str] | None = None, **extra: object) -> Case:
+    return Case.model_validate(
+        {"name": "c", "model": {"path": "org/M"}, "baseline": {"flags": flags or {}, "env": env or {}}, **extra}
+    )
+
+
+def _outcome(text: str, *, status: str = "crashed", probes: list[ProbeResult] | None = None,
+             facts: dict[str, str] | None = None) -> Outcome:
+    raw = RawEvidence.from_log("exp-1", text, SIGS, "x.log").model_copy(
+        update={"status": status, "probes": probes or []}
+    )
+    raw.facts.update(facts or {})
+    return classify_outcome(raw)
+
+
+def _input(text: str, case: Case, **kw: object) -> GeneratorInput:
+    out = kw.pop("outcome", None) or _outcome(text)
+    assert isinstance(out, Outcome)
+    return GeneratorInput(
+        case=case,
+        baseline=case.baseline,
+        evidence=failure_evidence(out),
+        reference=out,
+        fingerprint=H100,
+        flags=FLAGS,
+        catalog=kw.pop("catalog", []),  # type: ignore[arg-type]
+        outcomes=[out],
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _ids(cands: list[Candidate]) -> set[str]:
+    return {c.id for c in cands}
+
+
+def _changes(c: Candidate) -> list[tuple[str, object]]:
+    return [(iv.names[0], iv.values[0] if iv.values else None) for iv in c.interventions]
+
+
+# ----- evidence ----------------------------------------------------------------------------------------
+
+
+def test_traceback_frames_name_their_package_and_module() -> None:
+    tbs = parse_tracebacks(excerpt_of_text(IMPORT_ERROR))
+    assert len(tbs) == 1
+    tb = tbs[0]
+    assert tb.exception_type == "ImportError"
+    assert [f.package for f in tb.frames] == ["sglang", "sgl_kernel", "sgl_kernel"]
+    assert tb.frames[0].module == "sglang.srt.layers.attention.merge_state"
+    assert tb.innermost is not None and tb.innermost.function == "_load_architecture_specific_ops"
+    assert tb.frames[0].code == "from sgl_kernel import merge_state_v2"
+
+
+def test_server_args_line_gives_every_effective_setting() -> None:
+    args = parse_server_args(ATTENTION_ASSERT.splitlines()[0])
+    assert args["attention_backend"] == "triton" and args["kv_cache_dtype"] == "fp8_e4m3"
+    assert args["model_path"] == "org/M"
+
+
+def test_symptom_classes_of_typical_failures() -> None:
+    assert "oom_capture" in failure_evidence(_outcome(CAPTURE_OOM)).symptoms
+    assert "oom_kv_pool" in failure_evidence(_outcome(KV_ROOM)).symptoms
+    assert "import_error" in failure_evidence(_outcome(IMPORT_ERROR)).symptoms
+    garbage = _outcome("[t] The server is fired up and ready to roll!\n", status="ready", probes=[
+        ProbeResult(probe_id="chat", ok=False, status="degenerate", text="!!!!!!!!", latency_s=0.1)])
+    ev = failure_evidence(garbage)
+    assert "garbage_output" in ev.symptoms and "nan_inf" not in ev.symptoms
+    burst = _outcome("[t] The server is fired up and ready to roll!\n", status="ready", probes=[
+        ProbeResult(probe_id="chat", ok=True, status="ok", latency_s=0.1),
+        ProbeResult(probe_id="load:chat:x8", ok=True, status="ok", latency_s=0.1),
+        ProbeResult(probe_id="load:chat:x32", ok=False, status="connection_error", latency_s=0.1)])
+    ev = failure_evidence(burst)
+    assert "load_only" in ev.symptoms and ev.concurrency == 32
+
+
+def test_log_excerpt_keeps_the_traceback_and_solutions_but_not_every_progress_line() -> None:
+    noise = "".join(f"[t TP0] Capturing batches (bs={i} avail_mem=3.00 GB): 10%|█ | 1/36\n" for i in range(2000))
+    kept = excerpt_of_text(noise + CAPTURE_OOM)
+    texts = [ll.text for ll in kept]
+    assert any("Possible solutions" in t for t in texts)
+    assert any("--disable-cuda-graph" in t for t in texts)
+    assert len(kept) < 200
+
+
+# ----- one test per generator ------------------------------------------------------------------------
+
+
+def test_catalog_generator_triggers_on_a_symptom_class_not_only_a_line() -> None:
+    """Garbage text with no NaN line is weighed like NaN numerics: the NaN causes apply to it."""
+    out = _outcome("[t] The server is fired up and ready to roll!\n", status="ready", probes=[
+        ProbeResult(probe_id="chat", ok=False, status="wrong_answer", text="qz qz qz", latency_s=0.1)],
+        facts={"kv_cache_dtype": "fp8_e4m3"})
+    cands = CatalogGenerator().generate(_input("", _case(), outcome=out, catalog=load_catalog()))
+    assert "lowprec-kv-cache-attention-numerics" in _ids(cands)
+
+
+def test_symptom_generator_points_a_silent_multi_gpu_start_at_the_peer_path() -> None:
+    out = _outcome("[t TP0] Init torch distributed ends. mem usage=0.5 GB\n", status="stalled",
+                   facts={"tp_size": "2", "stall_stage": "load", "stalled_after": "init_torch_distributed_end"})
+    cands = SymptomClassGenerator().generate(_input("", _case({"--tp-size": 2}), outcome=out))
+    hang = next(c for c in cands if c.id == "symptom:multi-gpu-path-hang")
+    assert ("NCCL_P2P_DISABLE", "1") in _changes(hang)
+
+
+def test_component_generator_offers_every_legal_alternative_of_the_implicated_backend() -> None:
+    cands = ImplicatedComponentGenerator().generate(_input(ATTENTION_ASSERT, _case({"--attention-backend": "triton"})))
+    att = next(c for c in cands if c.id == "component:--attention-backend")
+    values = [v for _, v in _changes(att)]
+    spec = FLAGS.resolve("--attention-backend")
+    assert spec.choices is not None
+    # every choice but the current one, without other vendors' (AMD, Intel, Ascend) implementations
+    assert "triton" not in values
+    assert {"torch_native", "flashinfer", "fa3", "flex_attention"} <= set(values)
+    assert not {"aiter", "wave", "intel_amx", "ascend", "intel_xpu"} & set(values)
+    assert values[0] == "torch_native"  # portable, JIT-compiled implementations first
+    assert any("explicitly" in t for t in att.triggers)
+    # The frames also name the KV pool: the KV-cache dtype that SGLang resolved is implicated too
+    assert "component:--kv-cache-dtype" in _ids(cands)
+
+
+def test_component_generator_tries_the_choices_the_error_names_first() -> None:
+    text = f"""Traceback (most recent call last):
+  File "{SITE}/sglang/srt/server_args.py", line 1345, in _handle_model_specific_adjustments
+    assert self.attention_backend in
+AssertionError: GptOssForCausalLM requires one of ['triton', 'trtllm_mha', 'fa3', 'fa4', 'ascend'] attention backend, but got the following backends
+"""
+    cands = ImplicatedComponentGenerator().generate(_input(text, _case({"--attention-backend": "flashinfer"})))
+    att = next(c for c in cands if c.id == "component:--attention-backend")
+    assert [v for _, v in _changes(att)][:4] == ["triton", "trtllm_mha", "fa3", "fa4"]
+
+
+def test_remedies_generator_reads_the_value_the_error_asks_for() -> None:
+    case = _case({"--mem-fraction-static": "0.88"})
+    cands = RemediesGenerator().generate(_input(KV_ROOM, case))
+    (raise_,) = [c for c in cands if c.interventions[0].names == ["--mem-fraction-static"]]
+    assert raise_.interventions[0].values == ["0.92"] and raise_.interventions[0].decisive
+
+
+def test_remedies_generator_reads_sglang_possible_solutions_list() -> None:
+    cands = RemediesGenerator().generate(_input(CAPTURE_OOM, _case({"--enable-torch-compile": True})))
+    by_flag = {c.interventions[0].names[0]: c.interventions[0] for c in cands}
+    assert by_flag["--mem-fraction-static"].derive == "mem_fraction_for_graph_capture"
+    assert by_flag["--mem-fraction-static"].values == ["0.8", "0.7"]
+    assert by_flag["--cuda-graph-max-bs"].values == ["16"]
+    graphs = by_flag["--disable-cuda-graph"]
+    assert graphs.workaround and graphs.cost == "high"  # "(Not recommended. Huge performance loss)"
+    assert by_flag["--enable-torch-compile"].values == [None]  # "by not using": remove it
+    # a flag the baseline does not set is not removed
+    cands = RemediesGenerator().generate(_input(CAPTURE_OOM, _case()))
+    assert "--enable-torch-compile" not in {c.interventions[0].names[0] for c in cands}
+
+
+def test_remedies_generator_marks_a_safety_override_variable_a_workaround() -> None:
+    cands = RemediesGenerator().generate(_input(CONTEXT_LEN, _case({"--context-length": 65536})))
+    env = next(c for c in cands if c.interventions[0].kind == "env")
+    iv = env.interventions[0]
+    assert (iv.names, iv.values, iv.workaround) == (["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"], ["1"], True)
+
+
+def test_settings_generator_reverts_each_explicit_setting_but_not_what_is_served() -> None:
+    case = _case({"--tp-size": 2, "--trust-remote-code": True, "--context-length": 65536,
+                  "--quantization": "w8a8_fp8"}, env={"http_proxy": "http://proxy:3128"})
+    cands = SettingsVsDefaultsGenerator().generate(_input(CONTEXT_LEN, case))
+    assert _ids(cands) == {"revert:--context-length", "revert:--quantization", "revert:http_proxy"}
+    assert all(_changes(c)[0][1] is None for c in cands)
+    by = {c.id: c.weight for c in cands}
+    # the error speaks of the context length: that setting is the likelier suspect
+    assert by["revert:--context-length"] > by["revert:--quantization"]
+
+
+def test_known_good_diff_generator_turns_an_effective_config_difference_into_its_flag() -> None:
+    good = Finding(source="F.md", title="K2 works", outcome="works", flags={"--attention-backend": "flashinfer"},
+                   facts={"kv_cache_dtype": "bf16"})
+    inp = _input(ATTENTION_ASSERT, _case({"--attention-backend": "triton"}),
+                 findings=[RelevantFinding(finding=good, relevance=0.8)])
+    cands = KnownGoodDiffGenerator().generate(inp)
+    assert {c.id for c in cands} == {"finding:--attention-backend=flashinfer", "finding:kv_cache_dtype=bf16"}
+    kv = next(c for c in cands if c.id == "finding:kv_cache_dtype=bf16")
+    assert _changes(kv) == [("--kv-cache-dtype", "bf16")] and kv.support == pytest.approx(0.8)
+    low = [RelevantFinding(finding=good, relevance=0.3)]
+    assert KnownGoodDiffGenerator().generate(_input(ATTENTION_ASSERT, _case(), findings=low)) == []
+
+
+def test_load_generator_caps_the_batch_below_the_failing_burst() -> None:
+    out = _outcome("[t] The server is fired up and ready to roll!\n", status="ready", probes=[
+        ProbeResult(probe_id="chat", ok=True, status="ok", latency_s=0.1),
+        ProbeResult(probe_id="load:chat:x8", ok=True, status="ok", latency_s=0.1),
+        ProbeResult(probe_id="load:chat:x32", ok=False, status="connection_error", latency_s=0.1)])
+    cands = LoadGenerator().generate(_input("", _case(), outcome=out))
+    cap = next(c for c in cands if c.id == "load:--max-running-requests")
+    assert _changes(cap) == [("--max-running-requests", "8")]  # the largest burst that passed
+    assert cap.interventions[0].workaround
+    single = _outcome("[t] ready to roll!\n", status="ready",
+                      probes=[ProbeResult(probe_id="chat", ok=False, status="connection_error", latency_s=0.1)])
+    assert LoadGenerator().generate(_input("", _case(), outcome=single)) == []
+
+
+# ----- the registry ------------------------------------------------------------------------------------
+
+
+def test_every_generator_module_is_registered_and_follows_the_protocol() -> None:
+    names: set[str] = set()
+    for mod in pkgutil.iter_modules(generators_pkg.__path__):
+        module = importlib.import_module(f"agent.generators.{mod.name}")
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == module.__name__ and hasattr(cls, "generate") and hasattr(cls, "name"):
+                names.add(cls.__name__)
+    assert names == {cls.__name__ for cls in REGISTRY}
+    for cls in REGISTRY:
+        gen = cls()
+        assert isinstance(gen, CandidateGenerator)
+    assert len({cls().name for cls in REGISTRY}) == len(REGISTRY)
+
+
+def test_generators_find_nothing_in_a_run_that_served() -> None:
+    out = _outcome("[t] The server is fired up and ready to roll!\n", status="ready",
+                   probes=[ProbeResult(probe_id="chat", ok=True, status="ok", latency_s=0.1)])
+    inp = _input("", _case({"--attention-backend": "triton"}), outcome=out, catalog=load_catalog())
+    assert [c.id for cls in REGISTRY for c in cls().generate(inp)] == []

@@ -1,0 +1,98 @@
+"""How a run ends (issue 10, point 7): a fix that a later re-run refuted is never ``isolated``; an
+intermittent failure needs two passing confirmations; ``not_isolated`` names the implicated component
+and package."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.case import Case
+from agent.evidence import RawEvidence
+from agent.models import Baseline, Change, Experiment, Outcome
+from agent.nodes.analyze import classify_outcome
+from agent.nodes.conclude import build_conclusion
+from tools.probes import ProbeResult
+from tools.signatures import load_signatures
+
+SITE = "/usr/local/lib/python3.12/dist-packages"
+BASE = Baseline(flags={"--tp-size": "2"})
+FIX = Change(kind="flag", name="--disable-cuda-graph", after=True)
+
+
+def _case(**extra: Any) -> dict[str, Any]:
+    return Case.model_validate({"name": "c", "model": {"path": "org/M"}, "baseline": BASE.model_dump(), **extra}).model_dump(mode="json")
+
+
+def _out(exp: Experiment, ok: bool, log: str = "") -> Outcome:
+    probes = [ProbeResult(probe_id="chat", ok=ok, status="ok" if ok else "connection_error", latency_s=0.1)]
+    raw = RawEvidence.from_log(exp.id, log or "[t] The server is fired up and ready to roll!\n", load_signatures(), "x.log")
+    return classify_outcome(raw.model_copy(update={"status": "ready", "probes": probes}))
+
+
+def _state(runs: list[tuple[Experiment, bool]], **case: Any) -> dict[str, Any]:
+    return {
+        "case": _case(**case),
+        "experiments": [e.model_copy(update={"status": "done"}).model_dump(mode="json") for e, _ in runs],
+        "outcomes": [_out(e, ok).model_dump(mode="json") for e, ok in runs],
+        "hypotheses": [],
+        "launches": len(runs),
+        "host_seconds": 100.0,
+        "conclude_reason": "fix found and confirmed",
+    }
+
+
+def _exp(purpose: str, baseline: Baseline, change: Change | None = None, attempt: int = 1) -> Experiment:
+    return Experiment(id=Experiment.make_id(baseline, change, purpose, attempt=attempt), purpose=purpose,  # type: ignore[arg-type]
+                      baseline=baseline, change=change, attempt=attempt)
+
+
+def test_a_fix_whose_second_confirmation_failed_is_not_isolated() -> None:
+    base = _exp("baseline", BASE)
+    test = _exp("test", BASE, FIX)
+    first = _exp("confirm", test.config())
+    second = _exp("confirm", test.config(), attempt=2)
+    c = build_conclusion(_state([(base, False), (test, True), (first, True), (second, False)]))  # type: ignore[arg-type]
+    assert c.status == "not_isolated"
+    assert "did not hold" in c.reason and second.id in c.reason
+
+
+def test_an_intermittent_failure_needs_two_passing_confirmations() -> None:
+    base = _exp("baseline", BASE)
+    test = _exp("test", BASE, FIX)
+    first = _exp("confirm", test.config())
+    once = _state([(base, False), (test, True), (first, True)], reproduce={"intermittent": True})
+    assert build_conclusion(once).status == "not_isolated"  # type: ignore[arg-type]
+    second = _exp("confirm", test.config(), attempt=2)
+    twice = _state([(base, False), (test, True), (first, True), (second, True)], reproduce={"intermittent": True})
+    c = build_conclusion(twice)  # type: ignore[arg-type]
+    assert c.status == "isolated" and c.confirmation_experiment_id == second.id
+    # without the case saying so, one confirmation is enough
+    assert build_conclusion(_state([(base, False), (test, True), (first, True)])).status == "isolated"  # type: ignore[arg-type]
+
+
+def test_not_isolated_names_the_implicated_component_and_package() -> None:
+    log = f"""[t TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/layers/attention/flashinfer_backend.py", line 300, in forward_decode
+    self.decode_wrapper.run(q, kv)
+  File "{SITE}/flashinfer/decode.py", line 1200, in run
+    raise RuntimeError("BatchDecodeWithPagedKVCache failed with error code an illegal memory access was encountered")
+RuntimeError: BatchDecodeWithPagedKVCache failed with error code an illegal memory access was encountered
+"""
+    base = _exp("baseline", BASE)
+    state = _state([(base, False)])
+    state["outcomes"] = [_out(base, False, log).model_dump(mode="json")]
+    state["conclude_reason"] = "no untested change is left"
+    c = build_conclusion(state)  # type: ignore[arg-type]
+    assert c.status == "not_isolated" and c.implicated is not None
+    assert c.implicated["package"] == "flashinfer"
+    assert c.implicated["component"] == "layers.attention.flashinfer_backend"
+    assert "illegal memory access" in c.implicated["evidence"]
+
+
+def test_a_failure_that_never_showed_blames_nothing() -> None:
+    base = _exp("baseline", BASE)
+    again = _exp("baseline", BASE, attempt=2)
+    state = _state([(base, True), (again, True)])
+    state["conclude_reason"] = "the failure could not be reproduced"
+    c = build_conclusion(state)  # type: ignore[arg-type]
+    assert c.status == "not_isolated" and c.implicated is None and c.fix is None

@@ -1,0 +1,83 @@
+"""Which knowledge a run reads: ``--knowledge DIR`` / ``$HYPOLOOP_KNOWLEDGE``, a missing file falling
+back to the repository's, an empty hypothesis catalog."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from clirun import run_cli
+
+from agent.catalog import load_catalog
+from agent.knowledge_dir import ENV_VAR, default_dir, knowledge_file, use_knowledge
+
+
+def _empty_catalog(tmp_path: Path) -> Path:
+    folder = tmp_path / "knowledge"
+    folder.mkdir()
+    (folder / "hypotheses.toml").write_text("# nothing here\n")
+    return folder
+
+
+def _hypoloop(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    extra = {"HYPOLOOP_LAB_TIME_SCALE": "0.002", **(env or {})}
+    saved = os.environ.pop(ENV_VAR, None)  # the test's own environment must not choose the folder
+    try:
+        return run_cli(tmp_path, *args, timeout=600, **extra)
+    finally:
+        if saved is not None:
+            os.environ[ENV_VAR] = saved
+
+
+def test_a_missing_file_falls_back_to_the_repository_and_an_empty_catalog_is_empty(tmp_path: Path) -> None:
+    folder = _empty_catalog(tmp_path)
+    with use_knowledge(folder):
+        assert knowledge_file("hypotheses.toml") == folder / "hypotheses.toml"
+        assert knowledge_file("signatures.toml") == default_dir() / "signatures.toml"
+        assert load_catalog() == []
+    assert os.environ.get(ENV_VAR) is None
+    assert load_catalog()  # the repository's again
+
+
+def test_run_with_an_empty_catalog_uses_no_catalog_hypothesis_and_records_the_folder(tmp_path: Path) -> None:
+    folder = _empty_catalog(tmp_path)
+    r = _hypoloop(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--json", "--knowledge", str(folder))
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    events = [json.loads(line) for line in Path(result["transcript"]).read_text().splitlines()]
+    started = next(e for e in events if e["type"] == "run.started")
+    assert started["data"]["knowledge_dir"] == str(folder.resolve())
+    catalog_ids = {e.id for e in load_catalog()}
+    added = [e["data"]["id"] for e in events if e["type"] == "hypothesis.added"]
+    assert added and not catalog_ids & set(added)
+    # the hang is still found: the symptom-class and settings generators do not need the catalog
+    assert result["status"] == "isolated"
+    assert (result["root_cause"]["fix"]["name"], result["root_cause"]["fix"]["after"]) == ("NCCL_P2P_DISABLE", "1")
+
+
+def test_analyze_reads_the_knowledge_folder_from_the_environment(tmp_path: Path) -> None:
+    log = tmp_path / "crash.log"
+    log.write_text(
+        "[2026-01-02 03:04:05 TP0] Capture cuda graph failed: CUDA out of memory. Tried to allocate 1.50 GiB.\n"
+        "Possible solutions:\n1. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
+    )
+    with_catalog = _hypoloop(tmp_path, "analyze", str(log), "--json")
+    assert with_catalog.returncode == 0, with_catalog.stderr
+    without = _hypoloop(tmp_path, "analyze", str(log), "--json", env={ENV_VAR: str(_empty_catalog(tmp_path))})
+    assert without.returncode == 0, without.stderr
+
+    def ids(r: subprocess.CompletedProcess[str]) -> set[str]:
+        return {h["id"] for h in json.loads(r.stdout)["hypotheses"]}
+
+    assert "cuda-graph-capture-memory" in ids(with_catalog)
+    assert "cuda-graph-capture-memory" not in ids(without)
+    assert "symptom:capture-oom" in ids(without)  # the symptom classes need no catalog
+
+
+def test_a_knowledge_folder_that_does_not_exist_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    r = _hypoloop(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--knowledge", str(tmp_path / "nope"))
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "nope does not exist" in lines[0] and "Traceback" not in r.stderr
