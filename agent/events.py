@@ -10,7 +10,7 @@ loading the agent's heavier machinery. ``STAGES`` and the other literals mirror 
 test keeps them in step.
 
 Units: ``*_s`` fields are seconds; ``after_s``/``wall_s``/``latency_s`` are wall seconds on the
-orchestrator; an outcome's ``timings`` are modelled host-seconds (DESIGN.md, "Performance model");
+orchestrator; an outcome's ``timings`` are modelled host-seconds (docs/ARCHITECTURE.md, "Data contracts");
 probabilities are in [0, 1]; log line numbers start at 1.
 """
 
