@@ -52,7 +52,7 @@ from agent.llm_client import (
     OpenAIChatClient,
     RecordedChatClient,
 )
-from agent.llm_context import build_context, estimate_tokens
+from agent.llm_context import ContextPack, build_context, estimate_tokens
 from agent.models import Change, Evidence, Experiment, FlagValue, Hypothesis, Intervention, Prediction
 from agent.planner import HistoryState, Planner, PlannerView, Proposal, RulePlanner, default_launch_cost_s
 from agent.redact import Redactor
@@ -279,6 +279,14 @@ class LLMPlanner:
             cost_s=cost,
             redact=self._redactor(view),
         )
+        proposal, reasons, attempts = self._converse(view, state, ctx, cost)
+        return proposal if proposal is not None else self._fall_back(rule, reasons, attempts)
+
+    def _converse(
+        self, view: PlannerView, state: HistoryState, ctx: ContextPack, cost: float
+    ) -> tuple[Proposal | None, list[str], int]:
+        """Ask the model until an answer passes (or the tries or tokens run out): the accepted proposal
+        (None: none), the reasons the others failed, and the tries made."""
         messages: list[dict[str, str]] = [
             {"role": "system", "content": ctx.system},
             {"role": "user", "content": ctx.user},
@@ -295,28 +303,9 @@ class LLMPlanner:
                     f"needs up to {need})"
                 )
                 break
-            request = self._request(messages)
-            self._emit(
-                "llm.request",
-                {
-                    "attempt": attempts + 1,
-                    "model": request.model,
-                    "base_url": self.config.endpoint(),
-                    "response_format": (request.response_format or {}).get("type", "text"),
-                    "max_tokens": request.max_tokens,
-                    "temperature": request.temperature,
-                    "messages": messages,
-                    "est_prompt_tokens": sum(estimate_tokens(m["content"]) for m in messages),
-                    "context": ctx.model_dump(exclude={"system", "user"}),
-                    "config": self.config.model_dump(mode="json"),
-                },
-            )
-            self.memory.usage.requests += 1
             try:
-                resp = self._chat().complete(request)
+                resp = self._send(messages, ctx, attempts + 1)
             except ChatError as exc:
-                self.memory.usage.errors += 1
-                self.memory.usage.latency_s = round(self.memory.usage.latency_s + exc.latency_s, 3)
                 adjusted = adjustments < 4 and self._adjust(exc)
                 self._emit("llm.error", {"attempt": attempts + 1, **exc.record(), "adjusted": adjusted})
                 if adjusted:
@@ -334,19 +323,49 @@ class LLMPlanner:
                 proposal, accepted = self._realize(decision, view, state, cost)
             except (DecisionError, _Refused) as exc:
                 kind = "parse" if isinstance(exc, DecisionError) else "guard"
-                reason = str(exc)
-                reasons.append(reason)
+                reasons.append(str(exc))
                 self.memory.usage.invalid += 1
-                self._emit("llm.invalid", {"attempt": attempts, "kind": kind, "reason": reason})
+                self._emit("llm.invalid", {"attempt": attempts, "kind": kind, "reason": str(exc)})
                 messages = [
                     *messages,
                     {"role": "assistant", "content": resp.content},
-                    {"role": "user", "content": _feedback(kind, reason)},
+                    {"role": "user", "content": _feedback(kind, str(exc))},
                 ]
                 continue
             self.memory.usage.accepted += 1
             self._emit("llm.decision", {"attempt": attempts, **accepted})
-            return proposal
+            return proposal, reasons, attempts
+        return None, reasons, attempts
+
+    def _send(self, messages: list[dict[str, str]], ctx: ContextPack, attempt: int) -> ChatResponse:
+        """One request to the model, recorded (``llm.request``) before it is sent. Raises ChatError
+        (counted as an error, its latency added)."""
+        request = self._request(messages)
+        self._emit(
+            "llm.request",
+            {
+                "attempt": attempt,
+                "model": request.model,
+                "base_url": self.config.endpoint(),
+                "response_format": (request.response_format or {}).get("type", "text"),
+                "max_tokens": request.max_tokens,
+                "temperature": request.temperature,
+                "messages": messages,
+                "est_prompt_tokens": sum(estimate_tokens(m["content"]) for m in messages),
+                "context": ctx.model_dump(exclude={"system", "user"}),
+                "config": self.config.model_dump(mode="json"),
+            },
+        )
+        self.memory.usage.requests += 1
+        try:
+            return self._chat().complete(request)
+        except ChatError as exc:
+            self.memory.usage.errors += 1
+            self.memory.usage.latency_s = round(self.memory.usage.latency_s + exc.latency_s, 3)
+            raise
+
+    def _fall_back(self, rule: Proposal, reasons: list[str], attempts: int) -> Proposal:
+        """No acceptable answer: the rule planner's proposal, recorded as ``llm.fallback``."""
         self.memory.usage.fallbacks += 1
         self._emit(
             "llm.fallback",
