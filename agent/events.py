@@ -287,6 +287,11 @@ class OutcomeData(Payload):
     #: Log lines kept as evidence: [{line, text}] (tracebacks, error lines and their surroundings,
     #: warnings, the tail); absent in transcripts written before it was added.
     log_excerpt: list[dict[str, Any]] = Field(default_factory=list)
+    #: The installed source read at the failure's traceback frames (``tools.source_guards.SourceReading``):
+    #: {exception, frames: [{path, line, function, status, located}], leads: [{kind, name, dest, value,
+    #: unset, avoid, polarity, path, line, condition, guard, via, frame, function}], missing: {kind,
+    #: module, package, text, log_line} | null, files_read}; absent or null when nothing was read.
+    source_reading: dict[str, Any] | None = None
 
 
 class BaselineChanged(Payload):

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tools.knowledge import Finding
 from tools.probes import Probe, ProbeResult
 from tools.signatures import SignatureMatch
+from tools.source_guards import SourceReading
 
 FlagValue = str | bool | None
 
@@ -257,6 +258,10 @@ class Outcome(BaseModel):
     #: Log lines kept as evidence (fatal and error lines with their traceback and surroundings, warnings,
     #: the tail), so generators and the LLM planner can read tracebacks without the log file.
     log_excerpt: list[LogLine] = Field(default_factory=list)
+    #: What reading the installed source at the failure's traceback frames found (no launch): the
+    #: environment variables and server arguments guarding the failing line, and a failed import's
+    #: package (``tools.source_guards``); None when the launch did not fail with a traceback.
+    source_reading: SourceReading | None = None
 
     def failure_signatures(self) -> list[str]:
         """Ids of the matched signatures that name the symptom, in order of appearance.

@@ -9,6 +9,7 @@ from agent.generators import CandidateGenerator
 from agent.generators.catalog import CatalogGenerator
 from agent.generators.component import ImplicatedComponentGenerator
 from agent.generators.findings import KnownGoodDiffGenerator
+from agent.generators.installed_source import InstalledSourceGenerator
 from agent.generators.load import LoadGenerator
 from agent.generators.remedies import RemediesGenerator
 from agent.generators.settings import SettingsVsDefaultsGenerator
@@ -23,6 +24,7 @@ REGISTRY: list[type[CandidateGenerator]] = [
     RemediesGenerator,
     SymptomClassGenerator,
     ImplicatedComponentGenerator,
+    InstalledSourceGenerator,
     LoadGenerator,
     SettingsVsDefaultsGenerator,
     KnownGoodDiffGenerator,

@@ -1,20 +1,31 @@
 """analyze: turn an experiment's evidence into an Outcome (the furthest stage reached, and why).
 
-Side effects: transcript ``outcome``. Nothing else: classification is a pure function of the evidence
-(``classify_outcome``, also used by ``hypoloop analyze``).
+Side effects: transcript ``outcome``; for a failure with a Python traceback (or a failed import), the
+installed source at its innermost SGLang / kernel-package frames is read on the host (read-only, no
+launch; ``tools.source_guards``) and what it found rides on the outcome (``Outcome.source_reading``),
+with a ``tool.call``/``tool.result`` pair (tool ``installed_source``) in the transcript. Classification
+itself is a pure function of the evidence (``classify_outcome``, also used by ``hypoloop analyze``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from agent.case import Case
 from agent.evidence import RawEvidence
 from agent.models import Outcome, Stage
 from agent.runtime import Runtime
 from agent.state import RunState
 from agent.wire import to_payload
+from tools.flags import FlagCatalog, FlagError
+from tools.host import HostError
 from tools.probes import ProbeResult
 from tools.signatures import SignatureMatch
+from tools.source_guards import SourceReading, read_guards
+from tools.tracebacks import missing_import
+
+#: Stages whose evidence is not a failure: nothing to read the source for.
+_NOT_FAILED = frozenset({"ok", "ready", "infra_error"})
 
 
 def analyze(state: RunState, rt: Runtime) -> dict[str, Any]:
@@ -23,6 +34,11 @@ def analyze(state: RunState, rt: Runtime) -> dict[str, Any]:
     if not raw:
         return {}
     outcome = classify_outcome(RawEvidence.model_validate(raw))
+    outcome.source_reading = read_installed_source(state, rt, outcome)
+    if outcome.source_reading is not None and outcome.source_reading.missing is not None:
+        missing = outcome.source_reading.missing
+        outcome.facts.setdefault("missing_module", missing.module)
+        outcome.facts.setdefault("missing_package", missing.package)
     rt.transcript.emit("outcome", to_payload("outcome", outcome), node="analyze")
     experiments = [dict(e) for e in state.get("experiments", [])]
     for e in experiments:
@@ -33,6 +49,52 @@ def analyze(state: RunState, rt: Runtime) -> dict[str, Any]:
         "outcomes": [*state.get("outcomes", []), outcome.model_dump(mode="json")],
         "experiments": experiments,
     }
+
+
+def read_installed_source(state: RunState, rt: Runtime, outcome: Outcome) -> SourceReading | None:
+    """Read the installed source on the host at the tracebacks of a failed launch (zero launches).
+
+    The traceback text is the outcome's log excerpt (tracebacks are kept whole there); the files are
+    read through the host (``Host.read_text``: locally or over SFTP), names resolved to flags through
+    the host's ``--help`` catalog. None when the launch did not fail, printed no traceback and no failed
+    import, or the host could not be asked (a ``tool.result`` with the error says so).
+    """
+    if outcome.stage in _NOT_FAILED or not outcome.log_excerpt:
+        return None
+    text = "\n".join(line.text for line in outcome.log_excerpt)
+    if "Traceback (most recent call last)" not in text and missing_import(text, []) is None:
+        return None
+    case = Case.model_validate(state["case"])
+    tr = rt.transcript
+    tr.emit("tool.call", {"tool": "installed_source", "experiment_id": outcome.experiment_id}, node="analyze")
+    try:
+        host = rt.host(case)
+        flags: FlagCatalog | None
+        try:
+            flags = rt.flags(case, (state.get("fingerprint") or {}).get("sglang_version"))
+        except FlagError:
+            flags = None
+        reading = read_guards(host.read_text, text, flags)
+    except HostError as exc:
+        tr.emit(
+            "tool.result",
+            {"tool": "installed_source", "experiment_id": outcome.experiment_id, "error": str(exc)},
+            node="analyze",
+        )
+        return None
+    tr.emit(
+        "tool.result",
+        {
+            "tool": "installed_source",
+            "experiment_id": outcome.experiment_id,
+            "files_read": reading.files_read,
+            "frames": [f"{f.path}:{f.located or f.line} ({f.status})" for f in reading.frames],
+            "leads": [f"{ld.kind} {ld.name} {ld.flip_text()} at {ld.where()}" for ld in reading.leads],
+            "missing": reading.missing.package if reading.missing else None,
+        },
+        node="analyze",
+    )
+    return reading
 
 
 def classify_outcome(evidence: RawEvidence) -> Outcome:

@@ -93,12 +93,15 @@ def build_conclusion(state: RunState) -> Conclusion:
     if state.get("status") == "stopped":
         return base.model_copy(update={"status": "stopped", "reason": reason, "untested": untested})
     if not (confirm and fix_exp and fix_exp.change):
+        implicated = implicated_of(experiments, outcomes)
+        if implicated and implicated.get("missing"):
+            missing = (
+                f"the failure is a failed import of {implicated['missing']} (package {implicated['package']}) "
+                "that no flag or environment variable in the installed source avoids"
+            )
+            reason = f"{reason}; {missing}" if reason else missing
         return base.model_copy(
-            update={
-                "reason": reason or "no fix found",
-                "untested": untested,
-                "implicated": implicated_of(experiments, outcomes),
-            }
+            update={"reason": reason or "no fix found", "untested": untested, "implicated": implicated}
         )
     cause = max((h for h in hyps if h.status == "confirmed"), key=lambda h: h.posterior, default=None)
     original = Case.model_validate(state["case"]).baseline
@@ -184,9 +187,14 @@ def implicated_of(experiments: dict[str, Experiment], outcomes: dict[str, Outcom
     if component is None and not package:
         sig = failing[-1].failure_signatures()
         component = sig[0] if sig else failing[-1].stage
+    missing = failing[-1].source_reading.missing if failing[-1].source_reading is not None else None
+    if missing is not None:
+        # A failed import names what is missing: that package is what no flag or variable avoided.
+        package, exc = missing.package, missing.text
     return {
         "component": component,
         "package": package,
+        "missing": missing.module if missing is not None else None,
         "evidence": exc[:300] or failing[-1].summary,
         "experiment_id": failing[-1].experiment_id,
         "symptoms": ev.symptoms,
