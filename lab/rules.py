@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lab.world import (
+    SITE_DIR,
     TEMPLATE_RE,
     Condition,
     Fault,
@@ -48,7 +49,7 @@ class Context:
         self.env = env
         self.hw = world.hardware.context()
         self.mem: dict[str, Any] = {}
-        self.extra: dict[str, Any] = {"version": world.version.version, **(extra or {})}
+        self.extra: dict[str, Any] = {"version": world.version.version, "site": SITE_DIR, **(extra or {})}
 
     def get(self, key: str) -> Any:
         prefix, _, name = key.partition(".")

@@ -84,6 +84,7 @@ MEM_KEYS = ("total_gb", "avail_gb", "weights_gb", "kv_gb", "graph_gb", "max_tota
 # of requests decoded together in the batch being evaluated (first_decode faults only).
 EXTRA_KEYS = (
     "version",
+    "site",
     "pid",
     "rank",
     "max_total_num_tokens",
@@ -91,6 +92,9 @@ EXTRA_KEYS = (
     "max_running_requests",
     "running_requests",
 )
+#: The simulated installed-source tree (lab/site/README.md): the value of the `site` template key, so a
+#: world's traceback can point into files that exist on the host running the lab.
+SITE_DIR = str(Path(__file__).resolve().parent / "site")
 # isolated: one change (or a chain of changes, one per blocker) fixes it; not_isolated: no change
 # within reach fixes it (a broken package); not_reproduced: the reported failure does not happen here.
 TRUTH_EXPECT = ("isolated", "not_isolated", "not_reproduced")

@@ -120,7 +120,9 @@ class SourceLead(BaseModel):
     ``value``: the value that flips the condition, where it can be read off it (``True`` for a switch
     to turn on); ``unset``: removing the variable or flag flips it; ``avoid``: the value(s) the failing
     path needs, so any other value flips it (``value`` None then). ``polarity``: what the condition
-    evaluated to on the failing path (None: not known, e.g. inside a called helper).
+    evaluated to on the failing path (None: not known, e.g. inside a called helper); ``certain``:
+    the flip is read exactly and changing this variable alone flips the condition (not one operand of
+    an ``or`` that held).
     ``path``/``line``/``condition``: the guard (file on the host, 1-based line, source text);
     ``via``: the hops from the guard to the variable (``file:line: text``); ``frame``: the frame's index
     (0 = innermost frame read), ``function`` its function.
@@ -134,6 +136,7 @@ class SourceLead(BaseModel):
     unset: bool = False
     avoid: list[str] = Field(default_factory=list)
     polarity: bool | None = None
+    certain: bool = False
     path: str
     line: int
     condition: str
@@ -318,9 +321,15 @@ class _Want:
     op: str | None = None
     const: Any = None
     symbolic: bool = False
+    #: Flipping this part alone surely flips the whole condition (False for one operand of an ``or``
+    #: that held, or of an ``and`` that did not).
+    sure: bool = True
 
     def negated(self) -> _Want:
-        return _Want(None if self.pol is None else not self.pol, self.op, self.const, self.symbolic)
+        return _Want(None if self.pol is None else not self.pol, self.op, self.const, self.symbolic, self.sure)
+
+    def unsure(self) -> _Want:
+        return _Want(self.pol, self.op, self.const, self.symbolic, False)
 
 
 @dataclass
@@ -486,7 +495,7 @@ class SourceReader:
 
     # ------------------------------------------------------------------------------------ reading
 
-    def read(self, tracebacks: list[Traceback], *, max_frames: int = 4) -> SourceReading:
+    def read(self, tracebacks: list[Traceback], *, max_frames: int = 6) -> SourceReading:
         """Leads from the innermost `max_frames` package frames of each traceback (innermost first)."""
         reading = SourceReading()
         if tracebacks:
@@ -570,7 +579,10 @@ class SourceReader:
                 expr.operand, want.negated() if want.op is None else _Want(None), scope, depth, via
             )
         if isinstance(expr, ast.BoolOp):
-            return [f for v in expr.values for f in self._resolve(v, want, scope, depth, via)]
+            # ``a or b`` that held (``a and b`` that did not): flipping one operand may not be enough.
+            either = isinstance(expr.op, ast.Or) == bool(want.pol) and want.op is None and len(expr.values) > 1
+            part = want.unsure() if either else want
+            return [f for v in expr.values for f in self._resolve(v, part, scope, depth, via)]
         if isinstance(expr, ast.Compare):
             return self._compare(expr, want, scope, depth, via)
         if isinstance(expr, ast.IfExp):
@@ -624,7 +636,7 @@ class SourceReader:
         if op in ("in", "not in") and isinstance(left, ast.Constant) and isinstance(left.value, str):
             if _ENV_NAME.match(left.value) and _is_environ(right):
                 pol = want.pol if op == "in" else (None if want.pol is None else not want.pol)
-                return [_Found("env", left.value, _Want(pol), via, "set")]
+                return [_Found("env", left.value, _Want(pol, sure=want.sure), via, "set")]
             return []
         for var, other, var_op in ((left, right, op), (right, left, _MIRROR.get(op))):
             if var_op is None or _is_literal(var):
@@ -636,7 +648,7 @@ class SourceReader:
                 if _refs_variable(other):
                     continue
                 const, symbolic = scope.module.segment(other, 60), True
-            return self._resolve(var, _Want(want.pol, var_op, const, symbolic), scope, depth, via)
+            return self._resolve(var, _Want(want.pol, var_op, const, symbolic, want.sure), scope, depth, via)
         return [
             *self._resolve(left, _Want(None), scope, depth, via),
             *self._resolve(right, _Want(None), scope, depth, via),
@@ -833,6 +845,7 @@ class SourceReader:
         mod = guard.scope.module
         base: dict[str, Any] = {
             "polarity": found.want.pol,
+            "certain": found.want.sure and found.want.pol is not None,
             "path": mod.path,
             "line": guard.test.lineno,
             "condition": mod.segment(guard.test),
@@ -1127,7 +1140,7 @@ def read_guards(
     log_text: str,
     catalog: FlagCatalog | None = None,
     *,
-    max_frames: int = 4,
+    max_frames: int = 6,
     max_files: int = 24,
     max_hops: int = 4,
 ) -> SourceReading:

@@ -31,7 +31,7 @@ OTHER_WEIGHT = 0.12
 #: ... inside a helper the condition calls, where what it evaluated to is not known.
 UNKNOWN_WEIGHT = 0.05
 #: Weight multiplier per frame outward from the innermost one read (the call sites that led there).
-FRAME_DECAY = 0.6
+FRAME_DECAY = 0.75
 #: Alternatives proposed for a flag whose condition only names the value to avoid.
 MAX_ALTERNATIVES = 2
 
@@ -69,7 +69,7 @@ def lead_interventions(lead: SourceLead, inp: GeneratorInput) -> list[Interventi
     """One-variable changes that take the other branch of `lead`'s condition on this host (none when
     the value cannot be read and the flag has no choices, or the flag is not on this host)."""
     values, how = _values(lead, inp)
-    exact = lead.value is not None or lead.unset
+    exact = (lead.value is not None or lead.unset) and lead.certain
     out: list[Intervention] = []
     for value in values:
         out.append(
@@ -77,9 +77,9 @@ def lead_interventions(lead: SourceLead, inp: GeneratorInput) -> list[Interventi
                 kind=lead.kind,
                 names=[lead.name],
                 values=[value],
-                # The failing line is not reached when the condition is flipped exactly and it guards the
-                # innermost frame; elsewhere the change may or may not avoid the failure.
-                decisive=exact and lead.frame == 0 and lead.polarity is not None,
+                # Flipping a condition on the failing path exactly cuts the path to the failing line
+                # (whichever frame it guards); a guessed value may or may not.
+                decisive=exact,
                 cost="low",
                 note=f"{how}: {lead.condition} ({lead.where()})",
             )
@@ -87,10 +87,16 @@ def lead_interventions(lead: SourceLead, inp: GeneratorInput) -> list[Interventi
     return out
 
 
+def _flip_phrase(lead: SourceLead) -> str:
+    """``NAME=1``, ``NAME unset``, ``NAME != triton``, ``NAME (on)``."""
+    flip = lead.flip_text()
+    return f"{lead.name}{flip}" if flip.startswith("=") else f"{lead.name} {flip}"
+
+
 def _weight(lead: SourceLead) -> float:
     if lead.polarity is None:
         base = UNKNOWN_WEIGHT
-    elif lead.value is not None or lead.unset:
+    elif (lead.value is not None or lead.unset) and lead.certain:
         base = EXACT_WEIGHT
     else:
         base = OTHER_WEIGHT
@@ -150,7 +156,7 @@ class InstalledSourceGenerator:
                 statement=(
                     f"The failing line runs only on the branch {lead.condition} selects "
                     f"({lead.function} in {_component(lead.path)}); the {what} {lead.name} decides it, "
-                    f"and {lead.name} {lead.flip_text()} takes the other branch"
+                    f"and {_flip_phrase(lead)} takes the other branch"
                 ),
                 component=_component(lead.path),
                 package=_package(lead.path),

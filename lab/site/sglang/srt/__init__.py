@@ -1,0 +1,1 @@
+"""Lab stand-in for ``sglang.srt`` (lab/site/README.md)."""
