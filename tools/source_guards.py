@@ -606,13 +606,33 @@ class SourceReader:
             return self._call(expr, want, scope, depth, via)
         if isinstance(expr, ast.Name):
             return self._name(expr.id, want, scope, depth, via)
-        if (
-            isinstance(expr, ast.Attribute)
-            and isinstance(expr.value, ast.Name)
-            and expr.value.id in ("self", "cls")
-        ):
-            return self._self_attr(expr.attr, want, scope, depth, via)
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name):
+            if expr.value.id in ("self", "cls"):
+                return self._self_attr(expr.attr, want, scope, depth, via)
+            typed = self._annotated_class(expr.value.id, scope)
+            if typed is not None:
+                return self._self_attr(expr.attr, want, typed, depth, via)
         return []
+
+    def _annotated_class(self, name: str, scope: _Scope) -> _Scope | None:
+        """For a parameter annotated with a class (``scheduler: Scheduler``), that class's scope, so
+        ``scheduler.x`` reads like ``self.x`` inside it."""
+        fn = scope.func
+        if fn is None:
+            return None
+        args = [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]
+        arg = next((a for a in args if a.arg == name), None)
+        ann = arg.annotation if arg is not None else None
+        if isinstance(ann, ast.Constant) and isinstance(ann.value, str):
+            cls_name = ann.value.strip("'\"")
+        elif isinstance(ann, ast.Name):
+            cls_name = ann.id
+        else:
+            return None
+        found = self._lookup(scope.module, cls_name)
+        if found is None or not isinstance(found[2], ast.ClassDef):
+            return None
+        return _Scope(found[0], None, found[2], found[2].lineno)
 
     def _envs_type(self, mod: _Module, name: str) -> str:
         kind, _default = self._envs_declarations(mod).get(name, ("", None))
@@ -1046,7 +1066,8 @@ def _locate(mod: _Module, frame: Frame) -> int | None:
         if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and f.name == frame.function
     ]
     inside = [n for n in hits if any(f.lineno <= n <= (f.end_lineno or f.lineno) for f in funcs)]
-    pool = inside or (hits if frame.function == "<module>" or not funcs else [])
+    # A function renamed since the traceback's release: a line whose text is unique in the file is it.
+    pool = inside or (hits if frame.function == "<module>" or not funcs or len(hits) == 1 else [])
     if not pool:
         return None
     return min(pool, key=lambda n: abs(n - line))
