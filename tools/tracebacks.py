@@ -15,6 +15,7 @@ and ``^^^^`` markers, then ``ExceptionType: message``. SGLang logs the header af
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -42,12 +43,19 @@ class Frame(BaseModel):
 
 
 class Traceback(BaseModel):
-    """One Python traceback: frames innermost first, the exception type and its message (first line)."""
+    """One Python traceback: frames innermost first, the exception type and its message (first line).
+
+    ``log_line``: the 1-based log line of the exception line (of the last frame when none was printed);
+    ``start_line``: that of the header (or first frame); ``exception_line``: the line that ended the
+    traceback as printed (``RuntimeError: ...``, a bare ``AssertionError``), stripped.
+    """
 
     frames: list[Frame] = Field(default_factory=list)
     exception: str | None = None
     message: str = ""
     log_line: int = 0
+    start_line: int = 0
+    exception_line: str = ""
 
     def key(self) -> tuple[object, ...]:
         """Identity for de-duplication (the same traceback printed by every TP rank)."""
@@ -78,24 +86,41 @@ def parse_tracebacks(text: str) -> list[Traceback]:
     no header before it, for a log cut at its start) and ends at its exception line or at the first
     line that is neither a frame nor indented source. Identical tracebacks (one per rank) are kept once.
     """
+    return parse_numbered_lines(enumerate(re.split(r"\r\n|\r|\n", text), 1))
+
+
+def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = True) -> list[Traceback]:
+    """Tracebacks in ``(log line number, text)`` pairs, e.g. the lines of a log kept as evidence.
+
+    As `parse_tracebacks`; a gap in the line numbers (lines not kept) also ends a traceback. ``unique``:
+    keep identical tracebacks (one per TP rank) once; with False every one is returned.
+    """
     out: list[Traceback] = []
     seen: set[tuple[object, ...]] = set()
     frames: list[Frame] | None = None
-    start = 0
+    start = prev = 0
 
-    def close(exc: str | None, msg: str, lineno: int) -> None:
+    def close(exc: str | None, msg: str, lineno: int, raw: str = "") -> None:
         nonlocal frames
-        if frames:
+        if frames or raw:
             tb = Traceback(
-                frames=list(reversed(frames)), exception=exc, message=msg, log_line=lineno or start
+                frames=list(reversed(frames or [])),
+                exception=exc,
+                message=msg,
+                log_line=lineno or (frames[-1].log_line if frames else start),
+                start_line=start,
+                exception_line=raw,
             )
-            if tb.key() not in seen:
+            if not unique or tb.key() not in seen:
                 seen.add(tb.key())
                 out.append(tb)
         frames = None
 
-    for lineno, raw in enumerate(re.split(r"\r\n|\r|\n", text), 1):
-        line = raw.rstrip()
+    for lineno, raw_line in lines:
+        line = raw_line.rstrip()
+        if frames is not None and prev and lineno != prev + 1:
+            close(None, "", 0)
+        prev = lineno
         if _HEADER.search(line):
             close(None, "", 0)
             frames, start = [], lineno
@@ -105,9 +130,7 @@ def parse_tracebacks(text: str) -> list[Traceback]:
             if frames is None:
                 frames, start = [], lineno
             frames.append(
-                Frame(
-                    path=m.group("path"), line=int(m.group("line")), function=m.group("func"), log_line=lineno
-                )
+                Frame(path=m.group("path"), line=int(m.group("line")), function=m.group("func"), log_line=lineno)
             )
             continue
         if frames is None:
@@ -121,11 +144,11 @@ def parse_tracebacks(text: str) -> list[Traceback]:
             continue
         e = _EXCEPTION.match(stripped)
         if e:
-            close(e.group("type"), (e.group("msg") or "").strip(), lineno)
+            close(e.group("type"), (e.group("msg") or "").strip(), lineno, stripped)
         elif _CHAIN.match(stripped):
             close(None, "", lineno)
         else:
-            close(None, stripped[:300], lineno)
+            close(None, stripped[:300], lineno, stripped)
     close(None, "", 0)
     return out
 

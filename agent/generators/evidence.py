@@ -18,6 +18,7 @@ from collections import deque
 
 from agent.generators import FailureEvidence, Frame, Traceback
 from agent.models import LogLine, Outcome
+from tools.tracebacks import parse_numbered_lines
 
 __all__ = [
     "LogExcerpt",
@@ -128,34 +129,17 @@ def frame_of(file: str, line: int | None = None, function: str | None = None) ->
 
 
 def parse_tracebacks(lines: list[LogLine]) -> list[Traceback]:
-    """Python tracebacks in the kept lines, in log order (a chained exception's tracebacks each count)."""
+    """Python tracebacks in the kept lines, in log order (a chained exception's tracebacks each count,
+    every rank's too), frames outermost first as printed. Parsing: ``tools.tracebacks``."""
     out: list[Traceback] = []
-    current: Traceback | None = None
-    prev_no = None
-    for ll in lines:
-        text = ll.text
-        if _TB_START.search(text):
-            current = Traceback(log_line=ll.line)
-            out.append(current)
-            prev_no = ll.line
-            continue
-        if current is None or (prev_no is not None and ll.line != prev_no + 1):
-            current = None
-            continue
-        prev_no = ll.line
-        fm = _FRAME.match(text)
-        if fm:
-            current.frames.append(frame_of(fm.group("file"), int(fm.group("line")), fm.group("func")))
-            continue
-        if text[:1] in (" ", "\t"):
-            stripped = text.strip()
-            if current.frames and current.frames[-1].code is None and stripped and set(stripped) - set("^~ "):
-                current.frames[-1].code = stripped
-            continue
-        if text.strip():
-            current.exception = text.strip()
-            current = None
-    return [tb for tb in out if tb.frames or tb.exception]
+    for tb in parse_numbered_lines(((ll.line, ll.text) for ll in lines), unique=False):
+        frames = []
+        for f in reversed(tb.frames):
+            frame = frame_of(f.path, f.line, f.function)
+            frame.code = f.code
+            frames.append(frame)
+        out.append(Traceback(log_line=tb.start_line, frames=frames, exception=tb.exception_line))
+    return out
 
 
 _NAN = re.compile(r"\bnan\b|\binf\b|NaN", re.IGNORECASE)
