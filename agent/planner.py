@@ -268,6 +268,19 @@ def load_probe_for(case: Case, level: int) -> Probe:
     return base.model_copy(update={"id": f"{LOAD_PROBE_PREFIX}{base.id}:x{level}", "concurrency": level})
 
 
+def import_time_failure(outcome: Outcome) -> str | None:
+    """The package whose import failed, when the failing traceback is an import error raised while
+    modules were being imported (a ``<module>`` frame on the way), else None."""
+    for tb in parse_tracebacks(outcome.log_excerpt):
+        if tb.exception_type.rsplit(".", 1)[-1] not in ("ImportError", "ModuleNotFoundError"):
+            continue
+        if not any(f.function == "<module>" for f in tb.frames):
+            continue
+        pkgs = [f.package for f in tb.frames if f.package and f.package != "sglang"]
+        return pkgs[-1] if pkgs else "a module"
+    return None
+
+
 def failing_load_probe(exp: Experiment, outcome: Outcome) -> Probe | None:
     """The smallest burst of ``exp`` that failed in ``outcome`` (every later experiment sends it)."""
     failed = {p.probe_id for p in outcome.probes if not p.ok}
@@ -1050,6 +1063,15 @@ class RulePlanner:
                             f"{m.meaning}{lines}; fix the case and run again")
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, baseline, ref, done, rejected_ids, considered)
+        importing = import_time_failure(ref)
+        if importing is not None and not any(h.generator == "remedies" for h in state.hypotheses):
+            # Python failed while importing a package, before SGLang read a single argument: no launch
+            # flag reaches that code, so launches spent on flags would repeat the same failure.
+            return Proposal(
+                conclude_reason=f"the failure happens while Python imports {importing}, before any launch "
+                "flag is read: the installed packages are broken or mismatched (no flag change can fix it)",
+                considered=considered,
+            )
         if not candidates:
             reason = "no untested change is left that an open hypothesis predicts would fix the failure"
             refuted = [h.id for h in state.hypotheses if h.status == "refuted"]

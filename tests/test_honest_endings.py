@@ -96,3 +96,26 @@ def test_a_failure_that_never_showed_blames_nothing() -> None:
     state["conclude_reason"] = "the failure could not be reproduced"
     c = build_conclusion(state)  # type: ignore[arg-type]
     assert c.status == "not_isolated" and c.implicated is None and c.fix is None
+
+
+def test_an_import_error_at_import_time_ends_after_the_baseline_naming_the_package() -> None:
+    from agent.catalog import load_catalog
+    from agent.planner import PlannerView, RulePlanner
+
+    log = f"""Traceback (most recent call last):
+  File "{SITE}/sglang/launch_server.py", line 35, in <module>
+    from sglang.srt.entrypoints.http_server import launch_server
+  File "{SITE}/sgl_kernel/__init__.py", line 5, in <module>
+    common_ops = _load_architecture_specific_ops()
+  File "{SITE}/sgl_kernel/load_utils.py", line 188, in _load_architecture_specific_ops
+    raise ImportError(error_msg)
+ImportError: {SITE}/sgl_kernel/sm90/common_ops.abi3.so: undefined symbol: _ZN3c104cuda9SetDeviceEab
+"""
+    base = _exp("baseline", BASE)
+    raw = RawEvidence.from_log(base.id, log, load_signatures(), "x.log").model_copy(update={"status": "exited"})
+    view = PlannerView(case=Case.model_validate(_case()), experiments=[base.model_copy(update={"status": "done"})],
+                       outcomes=[classify_outcome(raw)], launches=1)
+    planner = RulePlanner(load_catalog(), None)
+    proposal = planner.propose(view, planner.history(view))
+    assert proposal.experiment is None
+    assert "imports sgl_kernel" in (proposal.conclude_reason or "")

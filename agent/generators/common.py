@@ -109,11 +109,13 @@ def effective_value(inp: GeneratorInput, spec: FlagSpec) -> FlagValue:
     return spec.default
 
 
-def alternative_choices(spec: FlagSpec, current: FlagValue) -> list[str]:
+def alternative_choices(spec: FlagSpec, current: FlagValue, gpu_name: str | None = None) -> list[str]:
     """A choice flag's legal alternatives to ``current``: portable implementations first, then the
-    rest in the help's order; other vendors' choices and ``current`` itself left out."""
+    rest in the help's order; ``current`` itself left out, and other vendors' choices too unless the
+    host's GPU is not an NVIDIA one (``gpu_name`` as nvidia-smi or the fingerprint gives it)."""
     cur = norm(str(current)) if current is not None else None
-    alts = [c for c in spec.choices or [] if norm(c) != cur and not _OTHER_VENDOR.search(c)]
+    nvidia = gpu_name is None or "nvidia" in gpu_name.lower() or not gpu_name.strip()
+    alts = [c for c in spec.choices or [] if norm(c) != cur and not (nvidia and _OTHER_VENDOR.search(c))]
     first = [c for p in PORTABLE_CHOICES for c in alts if c == p]
     return first + [c for c in alts if c not in first]
 

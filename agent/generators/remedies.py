@@ -32,6 +32,8 @@ __all__ = ["RemediesGenerator", "remedies_in"]
 WEIGHT_ERROR = 0.3
 WEIGHT_SOLUTION = 0.1
 WEIGHT_WARNING = 0.05
+#: A named variable that overrides a safety check (``_OVERRIDE``) weighs this much of a plain remedy.
+OVERRIDE_FACTOR = 0.3
 
 _FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:(?:=|\s+)(?P<value>[A-Za-z0-9_./:+-]+))?")
 _ENV = re.compile(r"(?<![\w-])(?P<name>[A-Z][A-Z0-9]*_[A-Z0-9_]+)=(?P<value>[^\s,;'\"`)]+)")
@@ -171,12 +173,14 @@ class RemediesGenerator:
         weight = {"error": WEIGHT_ERROR, "solution": WEIGHT_SOLUTION, "warning": WEIGHT_WARNING}
         best: dict[str, Candidate] = {}
         for cid, iv, kind, ll, what in remedies_in(inp):
+            override = iv.kind == "env" and iv.workaround
             cand = Candidate(
                 id=cid,
                 statement=f"The log names the remedy: {what}",
                 component=iv.fact or (iv.names[0].lstrip("-").replace("-", "_") if iv.kind == "flag" else
                                       f"env.{iv.names[0]}"),
-                weight=weight[kind],
+                # a variable that silences the check is weighed below fixing what the check caught
+                weight=weight[kind] * (OVERRIDE_FACTOR if override else 1.0),
                 rationale=f"the {'error' if kind == 'error' else kind} text names this change",
                 generator=self.name,
                 evidence=[Evidence(kind="signature", detail=f"log line {ll.line}: {ll.text.strip()[:200]}",
