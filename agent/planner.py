@@ -270,12 +270,22 @@ def load_probe_for(case: Case, level: int) -> Probe:
 
 def import_time_failure(outcome: Outcome) -> str | None:
     """The package whose import failed, when the failing traceback is an import error raised while
-    modules were being imported (a ``<module>`` frame on the way), else None."""
+    modules were being imported (a ``<module>`` frame on the way), else None.
+
+    Not when the installed source shows a variable or argument guarding the path to that import
+    (``Outcome.source_reading``): a lazy import behind ``if server_args.x == ...`` or ``if
+    envs.X.get()`` is avoided by changing that. The package named is the one the import error names
+    (``No module named 'deep_gemm'``) when the reading has it."""
+    reading = outcome.source_reading
+    if reading is not None and reading.leads:
+        return None
     for tb in parse_tracebacks(outcome.log_excerpt):
         if tb.exception_type.rsplit(".", 1)[-1] not in ("ImportError", "ModuleNotFoundError"):
             continue
         if not any(f.function == "<module>" for f in tb.frames):
             continue
+        if reading is not None and reading.missing is not None:
+            return reading.missing.package
         pkgs = [f.package for f in tb.frames if f.package and f.package != "sglang"]
         return pkgs[-1] if pkgs else "a module"
     return None

@@ -226,7 +226,13 @@ def pkg(tmp_path: Path) -> Path:
         def by_size():
             if int(os.getenv("SGLANG_CHUNK", "4096")) > 2048:
                 raise RuntimeError("chunk")
+
+
+        def by_lazy_import(server_args):
+            if server_args.attention_backend == "flashinfer":
+                from sglang.srt import fi_backend
         '''))
+    (root / "fi_backend.py").write_text("import flashinfer\n")
     return tmp_path / "site-packages"
 
 
@@ -273,6 +279,28 @@ def test_a_frame_whose_file_is_not_on_the_host_is_reported_not_guessed(tmp_path:
     tb = 'Traceback (most recent call last):\n  File "/nowhere/site-packages/sglang/srt/x.py", line 3, in f\n    g()\nValueError: v\n'
     reading = read_guards(LocalHost().read_text, tb)
     assert [(f.status, f.line) for f in reading.frames] == [("missing", 3)] and reading.leads == []
+
+
+def test_a_lazy_import_behind_a_guard_is_not_an_import_time_dead_end(pkg: Path) -> None:
+    """An import error under a ``<module>`` frame ends a run after the baseline (nothing at launch reaches
+    import-time code), unless the installed source shows the import is reached through a guard."""
+    from agent.planner import import_time_failure
+
+    layer, backend = pkg / "sglang" / "srt" / "layer.py", pkg / "sglang" / "srt" / "fi_backend.py"
+    line = next(i for i, t in enumerate(layer.read_text().splitlines(), 1) if "import fi_backend" in t)
+    text = (
+        f'Traceback (most recent call last):\n  File "{layer}", line {line}, in by_lazy_import\n'
+        f'    from sglang.srt import fi_backend\n  File "{backend}", line 1, in <module>\n    import flashinfer\n'
+        "ModuleNotFoundError: No module named 'flashinfer'\n"
+    )
+    reading = read_guards(LocalHost().read_text, text, _catalog("0.5.9"))
+    assert _leads(reading)[("flag", "--attention-backend")].avoid == ["flashinfer"]
+    assert reading.missing is not None and reading.missing.package == "flashinfer"
+    excerpt = [LogLine(line=i, text=t) for i, t in enumerate(text.splitlines(), 1)]
+    guarded = Outcome(experiment_id="e", stage="load_failed", log_excerpt=excerpt, source_reading=reading)
+    assert import_time_failure(guarded) is None
+    unguarded = reading.model_copy(update={"leads": []})
+    assert import_time_failure(guarded.model_copy(update={"source_reading": unguarded})) == "flashinfer"
 
 
 # ------------------------------------------------------------------------------ tracebacks as logged
