@@ -69,12 +69,19 @@ def read_installed_source(state: RunState, rt: Runtime, outcome: Outcome) -> Sou
     tr.emit("tool.call", {"tool": "installed_source", "experiment_id": outcome.experiment_id}, node="analyze")
     try:
         host = rt.host(case)
+        if not callable(getattr(host, "read_text", None)):  # a Host written before read_text existed
+            raise HostError(f"{type(host).__name__} cannot read files (no read_text)")
         flags: FlagCatalog | None
         try:
             flags = rt.flags(case, (state.get("fingerprint") or {}).get("sglang_version"))
         except FlagError:
             flags = None
-        reading = read_guards(host.read_text, text, flags)
+        try:
+            reading = read_guards(host.read_text, text, flags)
+        except HostError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - optional evidence: an odd file never ends the run
+            raise HostError(f"the installed source could not be read: {type(exc).__name__}: {exc}") from None
     except HostError as exc:
         tr.emit(
             "tool.result",
