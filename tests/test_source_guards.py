@@ -11,7 +11,7 @@ Real files and lines exercised (SGLang 0.5.23): srt/managers/scheduler.py (``_di
 ``elif scheduler.enable_overlap:`` at 6230 guarding ``scheduler.event_loop_overlap()`` at 6231, and
 ``self.enable_overlap = (not get_schedule().disable_overlap_schedule and not use_mlx())`` at 500;
 ``init_model_worker``: ``if use_mlx(): ... else: self.init_tp_model_worker()`` at 1026/1033/1130),
-srt/utils/runtime.py (``use_mlx``: ``envs.SGLANG_USE_MLX.get()`` at 66), srt/managers/tp_worker.py.
+srt/hardware_backend/mlx/runtime.py (``use_mlx``: ``envs.SGLANG_USE_MLX.get()`` at 66), srt/managers/tp_worker.py.
 """
 
 from __future__ import annotations

@@ -9,13 +9,16 @@ without launching anything:
    files belong to SGLang or a kernel package (`PACKAGES`).
 2. Each file is read on the host (`Host.read_text`: this machine or over SSH) and parsed with `ast`. The
    failing line is checked against the source line the traceback printed; when they differ (another
-   release's traceback), the nearest line with that text in the same function is used.
+   release's traceback), the nearest line with that text in the same function is used, or the line
+   with that text when it is unique in the file (a function renamed since); otherwise the frame is
+   reported as ``differs`` and not guessed.
 3. The conditions on the path to that line: enclosing ``if``/``elif``/``else`` and ``while``, earlier
    ``if ...: return/raise`` exits of the same blocks, the failing ``assert`` itself, and conditional
    expressions in the failing statement. Each has a polarity: what it evaluated to on the failing path.
 4. The names in a condition are resolved across a few hops (`max_hops`) of local and module-level
-   assignments, ``self.x`` attributes, function and method calls (return values and the conditions
-   guarding them) and imports (other files read on the host, within `max_files`), down to
+   assignments, ``self.x`` attributes (also ``p.x`` for a parameter annotated with a class, such as
+   ``scheduler: Scheduler``), function and method calls (return values and the conditions guarding
+   them) and imports (other files read on the host, within `max_files`), down to
    - environment variables: ``os.getenv("X")``, ``os.environ["X"]`` / ``.get("X")``, ``"X" in
      os.environ``, SGLang's ``envs.X.get()`` / ``.is_set()`` (``srt/environ.py``, whose declaration
      gives the variable's type), and helpers such as ``get_bool_env_var("X")`` / ``get_int_env_var``
