@@ -203,6 +203,17 @@ def implicated(inp: GeneratorInput) -> Implicated:
         for w in words:
             imp.weight[w] = max(imp.weight.get(w, 0.0), INNERMOST_WEIGHT)
     imp.error_text = " ".join(errors)
+    # Packages the error text points into (a compiler's path in a "Repro command", a library file named
+    # in the message), not only those in the frames.
+    for ll in inp.evidence.log:
+        if 'File "' in ll.text or "packages/" not in ll.text:
+            continue
+        for m in re.finditer(r"(?:site|dist)-packages/([A-Za-z_]\w*)/", ll.text):
+            pkg = m.group(1)
+            if pkg not in NOT_KERNELS and norm(pkg) not in imp.packages:
+                imp.packages[norm(pkg)] = pkg
+                imp.why.append(f"the error names a file of {pkg} (log line {ll.line})")
+                imp.lines.append(ll.line)
     return imp
 
 

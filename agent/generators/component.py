@@ -110,11 +110,15 @@ class ImplicatedComponentGenerator:
                 factor *= FEATURE_FACTOR
                 how.append("it configures a feature the baseline turns on")
             alts = mentioned_first(alts, imp.error_text)
+            # Switching away from the package the failure happened in avoids it without repairing it.
+            avoids = bool(cur and cur in imp.packages)
             # With a single alternative, "this implementation is broken" predicts that it fixes.
             ivs = [
                 Intervention(
-                    names=[spec.name], values=[c], decisive=len(alts) == 1, fact=fact_key or dest, cost="low",
-                    note=f"an alternative implementation of {spec.name}",
+                    names=[spec.name], values=[c], decisive=len(alts) == 1, fact=fact_key or dest,
+                    cost="medium" if avoids else "low", workaround=avoids,
+                    note=f"an alternative implementation of {spec.name}"
+                    + (f" that does not use {current}" if avoids else ""),
                 )
                 for c in alts
             ]
