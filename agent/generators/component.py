@@ -71,6 +71,7 @@ class ImplicatedComponentGenerator:
         imp = implicated(inp)
         warn_text = norm(" ".join(w.text for w in inp.evidence.warnings))
         auto_facts = {k: v for k, v in inp.evidence.facts.items() if k.endswith(_CHOICE_FACT_SUFFIXES)}
+        fact_of = {s.name: k for k in auto_facts if (s := fact_flag(inp.flags, k)) is not None}
         feature_words = self._feature_words(inp)
         crashy = bool(set(inp.evidence.symptoms) & _KERNEL_SYMPTOMS)
         out: list[Candidate] = []
@@ -93,7 +94,7 @@ class ImplicatedComponentGenerator:
                 factor = max(factor, 1.0)
                 how.append(f"a warning names its value {current}")
             dest = spec.name.lstrip("-").replace("-", "_")
-            fact_key = next((k for k in auto_facts if fact_flag(inp.flags, k) is spec), None)
+            fact_key = fact_of.get(spec.name)
             is_explicit = explicit(inp, spec)
             if not how and crashy and (is_explicit or fact_key) and spec.name.endswith("-backend"):
                 factor = SUSPECT_FACTOR
