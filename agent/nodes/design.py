@@ -4,6 +4,8 @@ conclude; the proposal passes the guard (``agent.guard``) before anyone is asked
 Side effects: transcript ``experiment.proposed``, ``design.none`` (nothing left worth testing) or
 ``error`` (the guard refused a planner's proposal: a planner bug, never executed); sets the transcript's
 step to the coming launch. The planner may call its model (the LLM planner writes ``llm.*`` events).
+Building the planner needs the host's flag catalog (``Runtime.flags``: cached, or read from the host's
+``launch_server --help`` in a process that resumed the run).
 
 The update carries ``pending`` (the proposal) or ``conclude_reason``; the graph's edge routes on it.
 """
@@ -15,6 +17,7 @@ from typing import Any
 from agent.guard import GuardError, check_experiment
 from agent.runtime import Runtime
 from agent.state import RunState, planner_view
+from agent.wire import to_payload
 
 
 def design(state: RunState, rt: Runtime) -> dict[str, Any]:
@@ -42,7 +45,7 @@ def design(state: RunState, rt: Runtime) -> dict[str, Any]:
     tr.step = view.launches + 1
     tr.emit(
         "experiment.proposed",
-        {**exp.model_dump(mode="json"), "considered": proposal.considered[:12]},
+        to_payload("experiment.proposed", exp, considered=proposal.considered[:12]),
         node="design",
     )
     return {**kept, "pending": exp.model_dump(mode="json")}
