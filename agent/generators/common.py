@@ -3,6 +3,7 @@ effective values, and the order in which alternative implementations are tried."
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -55,6 +56,11 @@ def _stem(word: str) -> str:
 
 def stems(text: str) -> set[str]:
     """Stems of the words of ``text`` (split at non-letters and ``_``/``-``/``.``), generic words left out."""
+    return set(_stems(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _stems(text: str) -> frozenset[str]:
     out = set()
     for w in re.split(r"[^A-Za-z0-9]+|_", text):
         w = w.lower()
@@ -63,17 +69,30 @@ def stems(text: str) -> set[str]:
         s = _stem(w)
         if s not in GENERIC_WORDS:
             out.add(s)
-    return out
+    return frozenset(out)
+
+
+_CANON: dict[int, tuple[FlagCatalog, dict[str, FlagSpec | None]]] = {}
 
 
 def canon(flags: FlagCatalog | None, name: str) -> FlagSpec | None:
-    """The host's flag spec for a spelling, or None when the host does not know it."""
+    """The host's flag spec for a spelling, or None when the host does not know it (memoised per
+    catalog: ``FlagCatalog.resolve`` rebuilds its option index on every call)."""
     if flags is None:
         return None
-    try:
-        return flags.resolve(name)
-    except FlagError:
-        return None
+    entry = _CANON.get(id(flags))
+    if entry is None or entry[0] is not flags:
+        if len(_CANON) >= 8:
+            _CANON.pop(next(iter(_CANON)))
+        entry = (flags, {})
+        _CANON[id(flags)] = entry
+    memo = entry[1]
+    if name not in memo:
+        try:
+            memo[name] = flags.resolve(name)
+        except FlagError:
+            memo[name] = None
+    return memo[name]
 
 
 def fact_flag(flags: FlagCatalog | None, fact: str) -> FlagSpec | None:
@@ -203,6 +222,17 @@ def implicated(inp: GeneratorInput) -> Implicated:
         for w in words:
             imp.weight[w] = max(imp.weight.get(w, 0.0), INNERMOST_WEIGHT)
     imp.error_text = " ".join(errors)
+    # Packages the error text points into (a compiler's path in a "Repro command", a library file named
+    # in the message), not only those in the frames.
+    for ll in inp.evidence.log:
+        if 'File "' in ll.text or "packages/" not in ll.text:
+            continue
+        for m in re.finditer(r"(?:site|dist)-packages/([A-Za-z_]\w*)/", ll.text):
+            pkg = m.group(1)
+            if pkg not in NOT_KERNELS and norm(pkg) not in imp.packages:
+                imp.packages[norm(pkg)] = pkg
+                imp.why.append(f"the error names a file of {pkg} (log line {ll.line})")
+                imp.lines.append(ll.line)
     return imp
 
 

@@ -71,6 +71,7 @@ class ImplicatedComponentGenerator:
         imp = implicated(inp)
         warn_text = norm(" ".join(w.text for w in inp.evidence.warnings))
         auto_facts = {k: v for k, v in inp.evidence.facts.items() if k.endswith(_CHOICE_FACT_SUFFIXES)}
+        fact_of = {s.name: k for k in auto_facts if (s := fact_flag(inp.flags, k)) is not None}
         feature_words = self._feature_words(inp)
         crashy = bool(set(inp.evidence.symptoms) & _KERNEL_SYMPTOMS)
         out: list[Candidate] = []
@@ -93,7 +94,7 @@ class ImplicatedComponentGenerator:
                 factor = max(factor, 1.0)
                 how.append(f"a warning names its value {current}")
             dest = spec.name.lstrip("-").replace("-", "_")
-            fact_key = next((k for k in auto_facts if fact_flag(inp.flags, k) is spec), None)
+            fact_key = fact_of.get(spec.name)
             is_explicit = explicit(inp, spec)
             if not how and crashy and (is_explicit or fact_key) and spec.name.endswith("-backend"):
                 factor = SUSPECT_FACTOR
@@ -110,11 +111,15 @@ class ImplicatedComponentGenerator:
                 factor *= FEATURE_FACTOR
                 how.append("it configures a feature the baseline turns on")
             alts = mentioned_first(alts, imp.error_text)
+            # Switching away from the package the failure happened in avoids it without repairing it.
+            avoids = bool(cur and cur in imp.packages)
             # With a single alternative, "this implementation is broken" predicts that it fixes.
             ivs = [
                 Intervention(
-                    names=[spec.name], values=[c], decisive=len(alts) == 1, fact=fact_key or dest, cost="low",
-                    note=f"an alternative implementation of {spec.name}",
+                    names=[spec.name], values=[c], decisive=len(alts) == 1, fact=fact_key or dest,
+                    cost="medium" if avoids else "low", workaround=avoids,
+                    note=f"an alternative implementation of {spec.name}"
+                    + (f" that does not use {current}" if avoids else ""),
                 )
                 for c in alts
             ]

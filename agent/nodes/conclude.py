@@ -14,7 +14,16 @@ from typing import Any
 from agent.case import Case
 from agent.findings import FindingsWriteError, entry_for
 from agent.llm_planner import usage_summary
-from agent.models import Change, Conclusion, Experiment, Hypothesis, Intervention, Outcome, Rejection
+from agent.models import (
+    Change,
+    Conclusion,
+    Experiment,
+    Hypothesis,
+    Intervention,
+    Outcome,
+    Rejection,
+    value_key,
+)
 from agent.planner import COST_ORDER
 from agent.recorded import RecordedRun
 from agent.runtime import Runtime
@@ -103,6 +112,22 @@ def build_conclusion(state: RunState) -> Conclusion:
         return base.model_copy(
             update={"reason": reason or "no fix found", "untested": untested, "implicated": implicated}
         )
+    if _is_workaround(fix_exp.change, hyps):
+        # Only a workaround held: it avoids the broken part without naming the cause, so the root cause
+        # is not isolated (the workaround is reported as an alternative that fixed it).
+        return base.model_copy(
+            update={
+                "reason": f"only a workaround avoided the failure ({fix_exp.change.describe()}, confirmed by "
+                f"{confirm.id}); the root cause is not isolated" + (f"; {reason}" if reason else ""),
+                "untested": untested,
+                "implicated": implicated_of(experiments, outcomes),
+                "alternatives": [
+                    {"change": fix_exp.change.describe(), "kind": fix_exp.change.kind, "name": fix_exp.change.name,
+                     "workaround": True, "cost": "medium", "note": "", "decisive": True,
+                     "experiment_id": fix_exp.id, "result": "fixed"}
+                ],
+            }
+        )
     cause = max((h for h in hyps if h.status == "confirmed"), key=lambda h: h.posterior, default=None)
     original = Case.model_validate(state["case"]).baseline
     fix = fix_exp.change.model_copy(update={"before": original.value(fix_exp.change.kind, fix_exp.change.name)})
@@ -124,6 +149,19 @@ def build_conclusion(state: RunState) -> Conclusion:
     )
     c.findings_entry = findings_entry(state, c)
     return c
+
+
+def _is_workaround(change: Change, hyps: list[Hypothesis]) -> bool:
+    """Whether the ledger calls this change a workaround (an intervention making it says so), as the
+    planner ranks fixes (``RulePlanner._fix_kind``)."""
+    key = value_key(change.after)
+    for h in hyps:
+        for iv in h.interventions:
+            if iv.kind != change.kind or change.name not in iv.names or not iv.workaround:
+                continue
+            if iv.derive or any(value_key(v) == key for v in iv.values):
+                return True
+    return False
 
 
 def _confirmation(
