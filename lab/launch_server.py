@@ -15,7 +15,10 @@ Standard library only (the lab is also installed on remote hosts).
 from __future__ import annotations
 
 import json
+import math
 import os
+import urllib.error
+import urllib.request
 import signal
 import socket
 import sys
@@ -153,14 +156,15 @@ def _bar(frac: float, width: int = 10) -> str:
     return out.ljust(width)
 
 
-_CAPTURE_SOLUTIONS = (
-    "Possible solutions:\n"
-    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
-    "3. disable torch compile by not using --enable-torch-compile\n"
-    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
-    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose "
-)
+#: torch dtype SGLang prints for an effective --kv-cache-dtype (0.5.23 "KV Cache is allocated. dtype: ...").
+_TORCH_KV_DTYPES = {
+    "fp8_e4m3": "torch.float8_e4m3fn",
+    "fp8_e5m2": "torch.float8_e5m2",
+    "bf16": "torch.bfloat16",
+    "bfloat16": "torch.bfloat16",
+    "fp16": "torch.float16",
+    "fp4_e2m1": "torch.float4_e2m1fn_x2",
+}
 
 
 # ----------------------------------------------------------------------------------- the simulator
@@ -198,6 +202,7 @@ class StandIn:
         self.load_sensitive = any(f.uses("running_requests") for f in world.faults)
         self.in_flight = 0
         self.load_lock = threading.Lock()
+        self.release = world.version.release
         self.memory: MemoryPlan = plan_memory(
             world, self.args, default_cuda_graph_max_bs(world, self.parsed_args, self.parsed_user, env)
         )
@@ -232,6 +237,23 @@ class StandIn:
                 self._hang()
             raise _Exit(fault.exit_code if fault.exit_code is not None else 1)
 
+    def _ranks_text(self, key: str, values: Any = None, level: str = "info") -> None:
+        """One scheduler line per TP rank with the release's text `key` (none when the release prints none)."""
+        if not self.release.texts[key]:
+            return
+        self.log.ranks(lambda r: self.release.text(key, **(values(r) if values else {})), self.tp, level=level)
+
+    def _sigquit(self, *, running: bool) -> None:
+        """The launcher's reaction to a dying child: its SIGQUIT handler's error line (launch phase, or
+        the running-phase handler the tokenizer manager installs at the first request) and, in releases
+        that log it, kill_process_tree's own line. The caller then exits with -9 (SIGKILL of the tree)."""
+        self.log.line(
+            self.release.text("sigquit_running" if running else "sigquit_launch"), source="server", level="error"
+        )
+        kill = self.release.text("kill_tree", pid=self.pid)
+        if kill:
+            self.log.line(kill, source="server")
+
     def _hang(self) -> NoReturn:
         while True:
             time.sleep(3600)
@@ -240,11 +262,7 @@ class StandIn:
         """A `Scheduler hit an exception` record with a traceback, then the parent's SIGQUIT line."""
         body = "\n".join(["Scheduler hit an exception: Traceback (most recent call last):", *frames, *final])
         self.log.line(body, source="scheduler", level="error", rank=rank)
-        self.log.line(
-            "Received sigquit from a child process. It usually means the child failed.",
-            source="server",
-            level="error",
-        )
+        self._sigquit(running=self.state == "ready")
 
     # -------------------------------------------------------------------------------------- run
 
@@ -262,7 +280,7 @@ class StandIn:
         for spec, text in self.res.logs:
             self.log.spec(spec, text, self.tp)
         self._fire("args")
-        self.log.line(f"server_args={self._server_args_repr()}")
+        self.log.line(self._server_args_line())
         self._phase_init()
         avail = self._phase_weights()
         avail = self._phase_kv_pool(avail)
@@ -278,9 +296,8 @@ class StandIn:
         self._phase_serve()
         return 0
 
-    def _server_args_repr(self) -> str:
-        parts = [f"{dest}={self.args.get(dest)!r}" for dest in self.world.version.dests]
-        return "ServerArgs(" + ", ".join(parts) + ")"
+    def _server_args_line(self) -> str:
+        return self.release.server_args_line(self.args, self.world.version.dests)
 
     def _unknown_model(self, model_path: str) -> None:
         frames = [
@@ -302,7 +319,7 @@ class StandIn:
     def _phase_init(self) -> None:
         timing = self.world.timing
         hw = self.world.hardware
-        self.log.ranks(lambda r: "Init torch distributed begin.", self.tp)
+        self._ranks_text("init_begin")
         self.log.sleep(timing.init_s * 0.4)
         if self.tp * int(self.args.get("pp_size") or 1) > hw.gpu_count and self.world.memory.enforce:
             frames = [
@@ -321,13 +338,11 @@ class StandIn:
                 "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
             ]
             self._scheduler_exception(frames, final, rank=hw.gpu_count)
-            raise _Exit(1)
+            raise _Exit(-9)
         self.log.line("sglang is using nccl==2.27.7", source="scheduler")
         self.log.sleep(timing.init_s * 0.6)
         overhead = self.world.memory.init_overhead_gb
-        self.log.ranks(
-            lambda r: f"Init torch distributed ends. mem usage={overhead + self._jitter(r):.2f} GB", self.tp
-        )
+        self._ranks_text("init_end", lambda r: {"usage": overhead + self._jitter(r)})
         self._fire("init")
 
     def _jitter(self, rank: int) -> float:
@@ -341,9 +356,7 @@ class StandIn:
         self.ctx.mem.update(
             total_gb=round(total, 2), avail_gb=round(avail_begin, 2), weights_gb=round(weights, 2)
         )
-        self.log.ranks(
-            lambda r: f"Load weight begin. avail mem={avail_begin - self._jitter(r):.2f} GB", self.tp
-        )
+        self._ranks_text("load_begin", lambda r: {"avail": avail_begin - self._jitter(r)})
         shards = self.world.model.checkpoint_shards
         dummy = self.args.get("load_format") == "dummy"
         per_shard = self.world.timing.load_s / shards * (0.05 if dummy else 1.0)
@@ -371,12 +384,13 @@ class StandIn:
         avail = plan.avail_after_load_gb
         self.ctx.mem["avail_gb"] = round(avail, 2)
         arch, dtype = self.world.model.architecture, self.world.model.dtype
-        self.log.ranks(
-            lambda r: (
-                f"Load weight end. type={arch}, dtype={dtype}, avail mem={avail - self._jitter(r):.2f} GB, "
-                f"mem usage={weights:.2f} GB."
-            ),
-            self.tp,
+        load_s = self.log.sim_elapsed() - start
+        self._ranks_text(
+            "load_end",
+            lambda r: {
+                "arch": arch, "dtype": dtype, "avail": avail - self._jitter(r), "usage": weights,
+                "elapsed": load_s + r * 0.02,
+            },
         )
         return avail
 
@@ -402,7 +416,7 @@ class StandIn:
             "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
         ]
         self._scheduler_exception(frames, final)
-        raise _Exit(1)
+        raise _Exit(-9)
 
     # --------------------------------------------------------------------------- phase: kv pool
 
@@ -417,32 +431,31 @@ class StandIn:
             frames = [
                 f'  File "{_SITE}/sglang/srt/managers/scheduler.py", line 3179, in run_scheduler_process',
                 "    scheduler = Scheduler(",
-                f'  File "{_SITE}/sglang/srt/model_executor/model_runner.py", line 452, in initialize',
-                "    self.init_memory_pool(min_per_gpu_memory)",
-                f'  File "{_SITE}/sglang/srt/model_executor/model_runner_kv_cache_mixin.py", line 416, '
-                "in init_memory_pool",
-                "    raise RuntimeError(",
+                *self.release.text("no_kv_room_frames", site=_SITE).split("\n"),
             ]
+            # 0.5.23 suggests the fraction at which the loaded weights leave room (the lab's memory
+            # model reserves total x (1 - fraction), so that is 1 - free-after-load / total here).
+            minimum = 1 - plan.avail_after_load_gb / max(plan.total_gb, 1e-9)
             final = [
-                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-                f"Current value: self.server_args.mem_fraction_static={frac}"
+                self.release.text(
+                    "no_kv_room", fraction=frac, minimum=minimum, suggested=math.ceil(minimum * 1000) / 1000
+                )
             ]
             self._scheduler_exception(frames, final)
-            raise _Exit(1)
+            raise _Exit(-9)
         self.max_total_num_tokens = tokens
         self.ctx.mem.update(kv_gb=round(kv_gb, 2), max_total_num_tokens=tokens)
         self.ctx.extra["max_total_num_tokens"] = tokens
         k_gb = kv_gb * mem.k_fraction
-        self.log.ranks(
-            lambda r: (
-                f"KV Cache is allocated. #tokens: {tokens}, K size: {k_gb:.2f} GB, V size: {kv_gb - k_gb:.2f} GB"
-            ),
-            self.tp,
+        kv_dtype = _TORCH_KV_DTYPES.get(str(self.args.get("kv_cache_dtype")), self.world.model.dtype)
+        self._ranks_text(
+            "kv_allocated",
+            lambda r: {"tokens": tokens, "k_gb": k_gb, "v_gb": kv_gb - k_gb, "kv_dtype": kv_dtype},
         )
         self.log.sleep(self.world.timing.kv_pool_s * 0.5)
         avail -= kv_gb
         self.ctx.mem["avail_gb"] = round(avail, 2)
-        self.log.ranks(lambda r: f"Memory pool end. avail mem={avail - self._jitter(r):.2f} GB", self.tp)
+        self._ranks_text("mem_pool_end", lambda r: {"avail": avail - self._jitter(r)})
         requested = self.args.get("max_running_requests")
         default_reqs = min(max(int(tokens / max(self.context_len, 1) * 512), 2048), 4096)
         self.max_running_requests = int(requested) if requested else min(default_reqs, max(tokens // 2, 1))
@@ -462,14 +475,10 @@ class StandIn:
         if self.args.get("enable_torch_compile"):
             per_batch *= 2.5
         start = self.log.sim_elapsed()
-        self.log.ranks(
-            lambda r: (
-                "Capture cuda graph begin. This can take up to several minutes. "
-                f"avail mem={avail - self._jitter(r):.2f} GB"
-            ),
-            self.tp,
-        )
-        self.log.line(f"Capture cuda graph bs {bs_list}", source="scheduler")
+        self._ranks_text("capture_begin", lambda r: {"avail": avail - self._jitter(r)})
+        bs_text = self.release.text("capture_bs", bs_list=bs_list)
+        if bs_text:
+            self.log.line(bs_text, source="scheduler")
         n = len(bs_list)
         oom_at = plan.capture_oom_batch if self.world.memory.enforce else None
         for i in range(n + 1):
@@ -493,12 +502,11 @@ class StandIn:
         graph_gb = plan.graph_gb
         avail -= graph_gb
         self.ctx.mem.update(avail_gb=round(avail, 2), graph_gb=round(graph_gb, 2))
-        self.log.ranks(
-            lambda r: (
-                f"Capture cuda graph end. Time elapsed: {elapsed + r * 0.03:.2f} s. mem usage={graph_gb:.2f} GB. "
-                f"avail mem={avail - self._jitter(r):.2f} GB."
-            ),
-            self.tp,
+        self._ranks_text(
+            "capture_end",
+            lambda r: {
+                "elapsed": elapsed + r * 0.03, "usage": graph_gb, "avail": avail - self._jitter(r), "bs_list": bs_list,
+            },
         )
         return avail
 
@@ -525,9 +533,9 @@ class StandIn:
             f'  File "{_SITE}/sglang/srt/model_executor/cuda_graph_runner.py", line 423, in __init__',
             "    raise Exception(",
         ]
-        final = [f"Exception: Capture cuda graph failed: {oom}", *_CAPTURE_SOLUTIONS.split("\n")]
+        final = [f"Exception: Capture cuda graph failed: {oom}", *self.release.text("capture_solutions").split("\n")]
         self._scheduler_exception(frames, final)
-        raise _Exit(1)
+        raise _Exit(-9)
 
     def _default_cuda_graph_max_bs(self) -> int:
         """The max batch size the world resolves to when the user does not set one (timing baseline)."""
