@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -214,3 +215,16 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
     if case.observed_log and not case.resolve_path(case.observed_log).is_file():
         raise CaseError(f"{path}: field 'observed_log': {case.observed_log}: file not found")
     return case
+
+
+def server_api_key(flags: Mapping[str, Any]) -> str | None:
+    """The `--api-key` a launch passes to the server (so probes can authenticate), or None.
+
+    SGLang then requires `Authorization: Bearer <key>` on every endpoint but /health (0.5.9 and 0.5.23
+    entrypoints/http_server.py, the API-key middleware). The key is sent by the probes only; everything
+    hypoloop writes goes through `agent.redact.scrub`, which removes it.
+    """
+    for name, value in flags.items():
+        if name.lstrip("-").replace("_", "-") == "api-key" and isinstance(value, str) and value:
+            return value
+    return None

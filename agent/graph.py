@@ -34,7 +34,7 @@ from agent.approval import (
     must_ask,
     risky_reasons,
 )
-from agent.case import Case
+from agent.case import Case, server_api_key
 from agent.catalog import CatalogEntry, load_catalog
 from agent.guard import GuardError, check_experiment
 from agent.llm_planner import LLMPlanner, make_planner, planner_checkpoint, usage_summary
@@ -852,9 +852,10 @@ def run_experiment(
         t_ready = res.t_ready_s
         if res.status == "ready" and res.base_url:
             tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
-            server_info = get_server_info(res.base_url)
+            api_key = server_api_key(exp.baseline.flags)
+            server_info = get_server_info(res.base_url, api_key=api_key)
             for probe in [*case.probes, *exp.probes]:
-                pr = run_probe(res.base_url, probe, model=case.model.path)
+                pr = run_probe(res.base_url, probe, model=case.model.path, api_key=api_key)
                 probes.append(pr.model_dump(mode="json"))
                 tr.emit(
                     "probe.result", {"experiment_id": exp.id, **pr.model_dump(mode="json")}, node="execute"

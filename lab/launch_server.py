@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import urllib.error
-import urllib.request
 import signal
 import socket
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
@@ -82,6 +82,7 @@ class SimLog:
         self.threshold = _LEVELS.get(level.lower(), 20)
         self.http_threshold = _LEVELS.get((http_level or level).lower(), self.threshold)
         self._lock = threading.Lock()
+        self._bar_open = False  # a tqdm bar's physical line is not ended yet
 
     def sim_elapsed(self) -> float:
         return (time.monotonic() - self.start_mono) / self.scale
@@ -95,6 +96,9 @@ class SimLog:
 
     def _write(self, text: str) -> None:
         with self._lock:
+            if self._bar_open:  # end the bar's physical line first, so the record starts a line of its own
+                text = "\n" + text
+                self._bar_open = False
             try:
                 sys.stderr.write(text if text.endswith("\n") else text + "\n")
                 sys.stderr.flush()
@@ -122,9 +126,20 @@ class SimLog:
             return
         self._write(f"[{self.stamp()}] {level.upper() + ':':<9} {text}")
 
-    def progress(self, text: str) -> None:
-        """tqdm progress bars are not log records: no prefix, never filtered."""
-        self._write(text)
+    def progress(self, text: str, *, last: bool = False) -> None:
+        """A tqdm progress-bar update: no prefix, never filtered by --log-level, redrawn in place.
+
+        tqdm's `status_printer` writes "\\r" + the bar for every update and a newline only when the bar
+        closes, so a log file holds the whole bar on one physical line (tqdm/std.py, used by SGLang's
+        weight loader and CUDA-graph capture).
+        """
+        with self._lock:
+            try:
+                sys.stderr.write("\r" + text + ("\n" if last else ""))
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            self._bar_open = not last
 
     def spec(self, spec: LineSpec, text: str, tp_size: int) -> None:
         if spec.ranks == "all" and spec.source == "scheduler":
@@ -227,9 +242,12 @@ class StandIn:
                 continue
             if fault.effect in ("crash_at_first_decode", "wrong_output"):
                 continue
-            if fault.effect == "hang" and point == "first_decode":
+            if fault.effect in ("hang", "scheduler_dead") and point == "first_decode":
                 continue
             self.fired.add(fault.id)
+            if fault.effect == "scheduler_dead":
+                self._scheduler_dead(fault)
+                continue
             self._emit_fault_lines(fault)
             if fault.effect == "warning":
                 continue
@@ -379,7 +397,8 @@ class StandIn:
                 rate = elapsed / done
                 self.log.progress(
                     f"Loading safetensors checkpoint shards: {done * 100 // shards:3d}% Completed | {done}/{shards} "
-                    f"[{_clock(elapsed)}<{_clock(rate * (shards - done))}, {_rate(rate)}]"
+                    f"[{_clock(elapsed)}<{_clock(rate * (shards - done))}, {_rate(rate)}]",
+                    last=done == shards,
                 )
         avail = plan.avail_after_load_gb
         self.ctx.mem["avail_gb"] = round(avail, 2)
@@ -496,7 +515,8 @@ class StandIn:
             cur = avail - plan.capture_need_gb(done)
             self.log.progress(
                 f"Capturing batches (bs={bs} avail_mem={cur:.2f} GB): {done * 100 // n:3d}%|{_bar(done / n)}| "
-                f"{done}/{n} [{_clock(elapsed)}<{_clock(rate * (n - done))}, {_rate(rate)}]"
+                f"{done}/{n} [{_clock(elapsed)}<{_clock(rate * (n - done))}, {_rate(rate)}]",
+                last=done == n,
             )
         elapsed = self.log.sim_elapsed() - start
         graph_gb = plan.graph_gb
@@ -565,17 +585,68 @@ class StandIn:
         self.log.uvicorn(f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
         self._fire("warmup")
         if not self.args.get("skip_server_warmup"):
-            self.log.sleep(self.world.timing.warmup_s * 0.3)
-            self.log.uvicorn(f'127.0.0.1:{40000 + self.pid % 20000} - "GET /model_info HTTP/1.1" 200 OK')
-            prompt = "The capital city of France is"
-            self._log_prefill(responder.count_tokens(prompt), 0)
-            self.log.sleep(self.world.timing.warmup_s * 0.7)
-            self.log.uvicorn(f'127.0.0.1:{40002 + self.pid % 20000} - "POST /generate HTTP/1.1" 200 OK')
+            self._warmup(host, port)
         self.log.line("The server is fired up and ready to roll!")
         self.state = "ready"
         self._fire("ready")
         while True:
             time.sleep(0.5)
+
+    def _warmup(self, host: str, port: int) -> None:
+        """The launcher's warm-up, as SGLang 0.5.9 and 0.5.23 do it (entrypoints/http_server.py
+        `_execute_server_warmup`): poll GET /model_info (1 s apart), then POST /generate
+        {"text": "The capital city of France is", "sampling_params": {"temperature": 0,
+        "max_new_tokens": 8}} with the API key when one is set. So the warm-up decodes 8 greedy tokens
+        before the ready line: a decode fault can stop the start-up here. A failed or timed-out request
+        logs "Initialization failed. warmup error: <traceback>" and kills the process tree; a crash of
+        the scheduler ends the process through the running-phase SIGQUIT handler instead.
+        """
+        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+        headers = {"Content-Type": "application/json"}
+        if self.args.get("api_key"):
+            headers["Authorization"] = f"Bearer {self.args.get('api_key')}"
+        self.log.sleep(self.world.timing.warmup_s * 0.3)
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url + "/model_info", headers=headers), timeout=5):
+                pass
+            body = json.dumps(
+                {"sampling_params": {"temperature": 0, "max_new_tokens": 8}, "text": "The capital city of France is"}
+            ).encode()
+            timeout = max(600 * self.log.scale, 1.0)  # SGLANG_WARMUP_TIMEOUT unset: 600 s
+            request = urllib.request.Request(url + "/generate", data=body, headers=headers, method="POST")
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                resp.read()
+        except (urllib.error.URLError, OSError) as exc:
+            self._warmup_failed(exc)
+        self.log.sleep(self.world.timing.warmup_s * 0.7)
+
+    def _warmup_failed(self, exc: BaseException) -> NoReturn:
+        if isinstance(exc, urllib.error.HTTPError):
+            detail = exc.read().decode("utf-8", "replace")
+            final = f"AssertionError: {detail}"
+            frames = [f'  File "{_SITE}/sglang/srt/entrypoints/http_server.py", line 1770, in _execute_server_warmup',
+                      '    assert res.status_code == 200, f"{res.text}"']
+        else:
+            final = (
+                "requests.exceptions.ReadTimeout: HTTPConnectionPool(host='127.0.0.1', port="
+                f"{self.args.get('port')}): Read timed out. (read timeout=600)"
+            )
+            frames = [f'  File "{_SITE}/requests/adapters.py", line 713, in send',
+                      "    raise ReadTimeout(e, request=request)"]
+        trace = "\n".join(["Traceback (most recent call last):", *frames, final])
+        self.log.line(self.release.text("warmup_error", traceback=trace), source="server", level="error")
+        kill = self.release.text("kill_tree", pid=self.pid)
+        if kill:
+            self.log.line(kill, source="server")
+        _exit_process(-9)
+
+    def _scheduler_dead(self, fault: Fault) -> None:
+        """The scheduler died without a SIGQUIT to the launcher (e.g. the kernel's OOM killer): HTTP stays
+        up, /health answers 503 once its health check times out (SGLANG_HEALTH_CHECK_TIMEOUT, 20 s),
+        and generation requests wait forever for a scheduler that is gone (0.5.9/0.5.23
+        entrypoints/http_server.py `health_generate`)."""
+        self._emit_fault_lines(fault)
+        self.state = "scheduler_dead"
 
     # ------------------------------------------------------------------------------ generation
 
@@ -589,11 +660,17 @@ class StandIn:
             source="scheduler",
         )
 
-    def generate(self, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+    def generate(self, prompt: str, max_new_tokens: int, temperature: float = 1.0) -> dict[str, Any]:
         """Simulate one generation request. May crash the process or hang, per the world's faults.
 
+        `temperature` 0 decodes greedily (argmax: NaN logits give degenerate text, never the sampler's
+        `probability tensor contains ...` assert), > 0 samples (torch.multinomial / the sampling kernels,
+        where that assert fires): SGLang 0.5.9 and 0.5.23 layers/sampler.py `Sampler.forward`
+        (`if sampling_info.is_all_greedy: torch.argmax(logits, -1)`). Faults see it as `sampled`.
         Returns {"text", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "latency"}.
         """
+        if self.state == "scheduler_dead":
+            threading.Event().wait()
         prompt_tokens = responder.count_tokens(prompt) + 1
         cached = 0
         if not self.args.get("disable_radix_cache") and prompt in self.seen_prompts:
@@ -604,12 +681,12 @@ class StandIn:
         with self.load_lock:
             self.in_flight += 1
         try:
-            return self._generate(prompt, max_new_tokens, prompt_tokens, cached)
+            return self._generate(prompt, max_new_tokens, prompt_tokens, cached, temperature > 0)
         finally:
             with self.load_lock:
                 self.in_flight -= 1
 
-    def _decode_faults(self) -> tuple[list[Fault], int]:
+    def _decode_faults(self, sampled: bool) -> tuple[list[Fault], int]:
         """First-decode faults that hold for the batch this request joins, and the batch size.
 
         In worlds with load-dependent faults the request first waits `BATCH_WINDOW_S` so requests
@@ -620,6 +697,7 @@ class StandIn:
         with self.load_lock:
             running = max(1, self.in_flight)
             self.ctx.extra["running_requests"] = running
+            self.ctx.extra["sampled"] = sampled
             faults = [
                 f
                 for f in matching_faults(self.world, self.ctx, at="first_decode")
@@ -627,12 +705,14 @@ class StandIn:
             ]
         return faults, running
 
-    def _generate(self, prompt: str, max_new_tokens: int, prompt_tokens: int, cached: int) -> dict[str, Any]:
+    def _generate(
+        self, prompt: str, max_new_tokens: int, prompt_tokens: int, cached: int, sampled: bool
+    ) -> dict[str, Any]:
         timing = self.world.timing
         degenerate: Fault | None = None
         running = 1
         if max_new_tokens > 1:
-            faults, running = self._decode_faults()
+            faults, running = self._decode_faults(sampled)
             for fault in faults:
                 if fault.effect == "warning" and fault.id not in self.fired:
                     self.fired.add(fault.id)
@@ -641,10 +721,18 @@ class StandIn:
                 if fault.effect == "hang":
                     self._emit_fault_lines(fault)
                     threading.Event().wait()
+                if fault.effect == "scheduler_dead":
+                    with self.decode_lock:
+                        if self.state != "scheduler_dead":
+                            self._scheduler_dead(fault)
+                    threading.Event().wait()
                 if fault.effect == "crash_at_first_decode":
                     with self.decode_lock:
                         self.log.sleep(1.0 / timing.decode_tokens_per_s)
                         self._emit_fault_lines(fault)
+                        if not any("sigquit" in spec.text.lower() for spec in fault.lines):
+                            # the first request installed the running-phase handler (even the warm-up's)
+                            self._sigquit(running=True)
                         _exit_process(fault.exit_code if fault.exit_code is not None else -9)
                 if fault.effect == "wrong_output":
                     degenerate = fault
@@ -856,7 +944,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         lab = self.lab
-        if path == "/health":
+        if path in ("/health", "/health_generate") and lab.state == "scheduler_dead":
+            time.sleep(min(20 * lab.log.scale, 5.0))  # the health check waits for a scheduler that is gone
+            self._empty(503)
+        elif path == "/health":
             self._empty(200 if lab.state == "ready" else 503)
         elif path == "/health_generate":
             if lab.state != "ready":
@@ -946,7 +1037,7 @@ class _Handler(BaseHTTPRequestHandler):
             prompt_parts[-1],
         )
         max_tokens = self._max_tokens(body, 128)
-        result = self.lab.generate(last_user, max_tokens)
+        result = self.lab.generate(last_user, max_tokens, _temperature(body.get("temperature")))
         overhead = 4 * len(messages) + 2
         prompt_tokens = sum(responder.count_tokens(p) for p in prompt_parts) + overhead
         model = body.get("model") or self.lab.args.get("served_model_name")
@@ -1036,7 +1127,7 @@ class _Handler(BaseHTTPRequestHandler):
         prompt = body.get("prompt", "")
         if isinstance(prompt, list):
             prompt = prompt[0] if prompt else ""
-        result = self.lab.generate(str(prompt), self._max_tokens(body, 16))
+        result = self.lab.generate(str(prompt), self._max_tokens(body, 16), _temperature(body.get("temperature")))
         self._send(
             200,
             {
@@ -1071,7 +1162,7 @@ class _Handler(BaseHTTPRequestHandler):
         prompts = text if isinstance(text, list) else [text]
         outputs = []
         for prompt in prompts:
-            result = self.lab.generate(str(prompt), max_new)
+            result = self.lab.generate(str(prompt), max_new, _temperature(params.get("temperature")))
             finish: dict[str, Any] = (
                 {"type": "length", "length": result["completion_tokens"]}
                 if result["finish_reason"] == "length"
@@ -1092,6 +1183,12 @@ class _Handler(BaseHTTPRequestHandler):
                 }
             )
         self._send(200, outputs if isinstance(text, list) else outputs[0])
+
+
+def _temperature(value: Any) -> float:
+    """A request's temperature; unset means SGLang's default sampling (temperature 1.0,
+    sampling/sampling_params.py), i.e. a sampled request."""
+    return 1.0 if value is None else float(value)
 
 
 # -------------------------------------------------------------------------------------------- main

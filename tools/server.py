@@ -414,19 +414,21 @@ def run_probes_watching(
     model: str,
     timeout_s: float = 60.0,
     settle_s: float = 0.5,
+    api_key: str | None = None,
 ) -> tuple[list[ProbeResult], list[LogLine]]:
     """Run `probes` one after another against `session.base_url` while the session keeps tailing.
 
     Each probe runs on a worker thread; the calling thread watches the log until the probe returns (at
     most `timeout_s` s plus a little), then for up to `settle_s` s more so a crash the request caused is
-    in the lines. Returns the probe results and the log lines read meanwhile.
+    in the lines. `api_key` is the server's `--api-key`, if it was started with one. Returns the probe
+    results and the log lines read meanwhile.
     """
     results: list[ProbeResult] = []
     lines: list[LogLine] = []
     base_url = session.base_url or f"http://127.0.0.1:{session.port}"
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as pool:
         for probe in probes:
-            future = pool.submit(run_probe, base_url, probe, model=model, timeout_s=timeout_s)
+            future = pool.submit(run_probe, base_url, probe, model=model, timeout_s=timeout_s, api_key=api_key)
             lines += session.watch(timeout_s + 5.0, until=future.done)
             results.append(future.result())
             lines += session.watch(settle_s)
