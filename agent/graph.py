@@ -795,6 +795,7 @@ def run_experiment(
         host,
         argv,
         env=config.env,
+        api_key=server_api_key(config.flags),
         log_path=log_path,
         port=port,
         matcher=matcher,

@@ -660,13 +660,16 @@ class StandIn:
             source="scheduler",
         )
 
-    def generate(self, prompt: str, max_new_tokens: int, temperature: float = 1.0) -> dict[str, Any]:
+    def generate(
+        self, prompt: str, max_new_tokens: int, temperature: float = 1.0, *, think: bool = False
+    ) -> dict[str, Any]:
         """Simulate one generation request. May crash the process or hang, per the world's faults.
 
         `temperature` 0 decodes greedily (argmax: NaN logits give degenerate text, never the sampler's
         `probability tensor contains ...` assert), > 0 samples (torch.multinomial / the sampling kernels,
         where that assert fires): SGLang 0.5.9 and 0.5.23 layers/sampler.py `Sampler.forward`
         (`if sampling_info.is_all_greedy: torch.argmax(logits, -1)`). Faults see it as `sampled`.
+        `think`: a reasoning model's chat reply starts with its thinking.
         Returns {"text", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "latency"}.
         """
         if self.state == "scheduler_dead":
@@ -681,7 +684,7 @@ class StandIn:
         with self.load_lock:
             self.in_flight += 1
         try:
-            return self._generate(prompt, max_new_tokens, prompt_tokens, cached, temperature > 0)
+            return self._generate(prompt, max_new_tokens, prompt_tokens, cached, temperature > 0, think)
         finally:
             with self.load_lock:
                 self.in_flight -= 1
@@ -706,7 +709,7 @@ class StandIn:
         return faults, running
 
     def _generate(
-        self, prompt: str, max_new_tokens: int, prompt_tokens: int, cached: int, sampled: bool
+        self, prompt: str, max_new_tokens: int, prompt_tokens: int, cached: int, sampled: bool, think: bool
     ) -> dict[str, Any]:
         timing = self.world.timing
         degenerate: Fault | None = None
@@ -742,7 +745,8 @@ class StandIn:
             text = responder.degenerate(degenerate.output, max_new_tokens)
             truncated = True
         else:
-            text, truncated = responder.truncate(responder.answer(prompt), max_new_tokens)
+            full = (responder.THINKING if think else "") + responder.answer(prompt)
+            text, truncated = responder.truncate(full, max_new_tokens)
         completion = max(1, responder.count_tokens(text)) if degenerate is None else max_new_tokens
         latency = (
             prompt_tokens - cached
@@ -1037,7 +1041,16 @@ class _Handler(BaseHTTPRequestHandler):
             prompt_parts[-1],
         )
         max_tokens = self._max_tokens(body, 128)
-        result = self.lab.generate(last_user, max_tokens, _temperature(body.get("temperature")))
+        think = self._thinks(body)
+        result = self.lab.generate(last_user, max_tokens, _temperature(body.get("temperature")), think=think)
+        answer: str | None = result["text"]
+        reasoning: str | None = None
+        if think and self.lab.args.get("reasoning_parser"):
+            # --reasoning-parser moves the thinking into reasoning_content; content is what follows
+            # </think> (None while the reply is still thinking) (entrypoints/openai/serving_chat.py).
+            head, sep, tail = str(answer).partition("</think>")
+            reasoning = head.replace("<think>", "").strip()
+            answer = tail.lstrip("\n") if sep else None
         overhead = 4 * len(messages) + 2
         prompt_tokens = sum(responder.count_tokens(p) for p in prompt_parts) + overhead
         model = body.get("model") or self.lab.args.get("served_model_name")
@@ -1058,8 +1071,8 @@ class _Handler(BaseHTTPRequestHandler):
                         "index": 0,
                         "message": {
                             "role": "assistant",
-                            "content": result["text"],
-                            "reasoning_content": None,
+                            "content": answer,
+                            "reasoning_content": reasoning,
                             "tool_calls": None,
                         },
                         "logprobs": None,
@@ -1077,6 +1090,15 @@ class _Handler(BaseHTTPRequestHandler):
                 "metadata": {"weight_version": "default"},
             },
         )
+
+    def _thinks(self, body: dict[str, Any]) -> bool:
+        """Whether a chat reply starts with thinking: the world's model reasons (`model.reasoning`) and
+        the request's `chat_template_kwargs` do not turn it off (`enable_thinking` for Qwen3/GLM-style
+        templates, `thinking` for DeepSeek-V3.1-style ones)."""
+        if not self.lab.world.model.fields.get("reasoning"):
+            return False
+        kwargs = body.get("chat_template_kwargs") or {}
+        return not (kwargs.get("enable_thinking") is False or kwargs.get("thinking") is False)
 
     def _stream_chat(
         self, rid: str, created: int, model: Any, result: dict[str, Any], prompt_tokens: int

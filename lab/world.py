@@ -521,7 +521,8 @@ def _parse_flag(ctx: _Ctx, item: dict[str, Any], where: str) -> FlagDef:
     if ftype not in ("str", "int", "float"):
         raise ctx.fail(f"{where}.type", "expected 'str', 'int' or 'float'")
     choices = item.get("choices")
-    pytype = {"str": str, "int": int, "float": (int, float)}[ftype]
+    pytypes: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float)}
+    pytype = pytypes[ftype]
     if choices is not None and (
         not isinstance(choices, list)
         or not all(isinstance(c, pytype) and not isinstance(c, bool) for c in choices)

@@ -111,6 +111,9 @@ class FlagSpec(BaseModel):
     SGLang 0.5.9 that is ``--tensor-parallel-size``, with ``--tp-size`` an alias). ``default`` is the
     text the help shows (``None`` when it shows none or says None). ``metavar`` is as printed;
     ``nargs`` is argparse's ``"?"``, ``"+"``, ``"*"`` read from the metavar shape, else ``None``.
+    An ``argparse.BooleanOptionalAction`` pair (``--x, --no-x``, SGLang 0.5.23) becomes two switches
+    that point at each other: ``--x`` with ``negation="--no-x"`` and ``--no-x`` with ``negates="--x"``;
+    the negative spelling is never an alias, since it means the opposite.
     """
 
     name: str
@@ -123,6 +126,8 @@ class FlagSpec(BaseModel):
     deprecated: bool = False
     metavar: str | None = None
     nargs: str | None = None
+    negation: str | None = None
+    negates: str | None = None
 
     @property
     def option_strings(self) -> list[str]:
@@ -329,8 +334,21 @@ def parse_help(text: str, *, source: str = "", version: str | None = None) -> Fl
     flags: dict[str, FlagSpec] = {}
     for invocation, help_lines in entries:
         spec = _spec_from_entry(invocation, _join_help(help_lines))
-        if spec is not None and spec.name not in flags:
-            flags[spec.name] = spec
+        if spec is None or spec.name in flags:
+            continue
+        flags[spec.name] = spec
+        negative = "--no-" + spec.name[2:]
+        if not spec.takes_value and negative in spec.aliases:
+            spec.aliases.remove(negative)
+            spec.negation = negative
+            flags[negative] = FlagSpec(
+                name=negative,
+                takes_value=False,
+                value_type="bool",
+                help=f"Turns {spec.name} off. {spec.help}".strip(),
+                deprecated=spec.deprecated,
+                negates=spec.name,
+            )
     return FlagCatalog(flags=flags, source=source, version=version)
 
 
