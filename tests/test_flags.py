@@ -540,7 +540,7 @@ def test_numeric_choices_take_numbers() -> None:
     ],
 )
 def test_hypoloop_flags_reads_each_releases_real_help(tmp_path: Path, name: str, present: str, absent: str) -> None:
-    from tests.clirun import run_cli
+    from clirun import run_cli
 
     r = run_cli(tmp_path, "flags", "--from-file", str(DATA / name), "--json")
     assert r.returncode == 0, r.stderr
