@@ -1212,7 +1212,7 @@ def _alternatives(
             {
                 "change": change,
                 "kind": iv.kind,
-                "name": iv.names[0],
+                "name": e.change.name if hit and e.change else iv.names[0],  # the host's spelling when run
                 "workaround": iv.workaround,
                 "cost": iv.cost,
                 "note": iv.note,
