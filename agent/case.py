@@ -70,6 +70,18 @@ class LauncherSpec(_Strict):
         default_factory=lambda: ["python", "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
     )
     gpu_query_argv: list[str] = Field(default_factory=lambda: ["nvidia-smi"])
+    #: `python -m sglang.check_env` on the host (evidence; its failure is only a note). None: derived
+    #: from `argv` when it runs a `<package>.launch_server` module; [] turns it off.
+    check_env_argv: list[str] | None = None
+
+    def check_env(self) -> list[str]:
+        """The check_env command for this launcher (`-m X.launch_server` -> `-m X.check_env`), or []."""
+        if self.check_env_argv is not None:
+            return list(self.check_env_argv)
+        for i, arg in enumerate(self.argv[:-1]):
+            if arg == "-m" and self.argv[i + 1].endswith(".launch_server"):
+                return [*self.argv[: i + 1], self.argv[i + 1].removesuffix("launch_server") + "check_env"]
+        return []
 
     @field_validator("argv")
     @classmethod

@@ -344,6 +344,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                 host,
                 gpu_query_argv=expand_argv(case.launcher.gpu_query_argv, host),
                 version_argv=expand_argv(case.launcher.version_argv, host),
+                check_env_argv=case.launcher.check_env() or None,
             )
             tr.emit("host.fingerprint", fp.model_dump(mode="json"), node="intake")
             step = "launcher.argv (its --help gives the flag catalog)"

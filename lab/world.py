@@ -87,6 +87,7 @@ HW_KEYS = (
     "memory_gb",
     "driver_version",
     "cuda_version",
+    "vendor",
 )
 MEM_KEYS = ("total_gb", "avail_gb", "weights_gb", "kv_gb", "graph_gb", "max_total_num_tokens")
 # Bare names that templates and conditions may use besides flag dests. `running_requests` is the number
@@ -207,6 +208,10 @@ class Hardware:
     cuda_version: str
     memory_used_mib: int = 0
     power_limit_w: float = 600.0
+    #: "nvidia" (nvidia-smi answers), "amd" (amd-smi / rocm-smi answer; compute_capability is what
+    #: torch reports on ROCm, e.g. "9.4" for gfx942) or "cpu" (no GPU tool answers).
+    vendor: str = "nvidia"
+    gfx_target: str = ""  # AMD only, e.g. "gfx942"
 
     @property
     def cc_major(self) -> int:
@@ -230,6 +235,7 @@ class Hardware:
             "memory_gb": round(self.memory_mib / 1024, 2),
             "driver_version": self.driver_version,
             "cuda_version": self.cuda_version,
+            "vendor": self.vendor,
         }
 
 
@@ -566,6 +572,8 @@ def _parse_hardware(ctx: _Ctx, raw: Any) -> Hardware:
             cuda_version=str(data.get("cuda_version", "13.0")),
             memory_used_mib=int(data.get("memory_used_mib", 0)),
             power_limit_w=float(data.get("power_limit_w", 600.0)),
+            vendor=str(data.get("vendor", "nvidia")),
+            gfx_target=str(data.get("gfx_target", "")),
         )
     except KeyError as exc:
         raise ctx.fail("hardware", f"missing field {exc.args[0]!r}") from None
@@ -573,6 +581,8 @@ def _parse_hardware(ctx: _Ctx, raw: Any) -> Hardware:
         raise ctx.fail("hardware", f"bad value: {exc}") from None
     if not re.fullmatch(r"\d+\.\d+", hw.compute_capability):
         raise ctx.fail("hardware.compute_capability", "expected a string like '12.0'")
+    if hw.vendor not in ("nvidia", "amd", "cpu"):
+        raise ctx.fail("hardware.vendor", "expected 'nvidia', 'amd' or 'cpu'")
     return hw
 
 
