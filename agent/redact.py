@@ -203,7 +203,8 @@ def _secret_field(key: str) -> bool:
 def scrub(obj: Any) -> Any:
     """A copy of a JSON-like value with server secrets removed, for everything hypoloop writes
     (transcript events, saved experiment results): the value of a secret-named option key
-    (``{"--api-key": "..."}`` in a flag table), of an ``*api_key`` field (``/server_info``), and inside
+    (``{"--api-key": "..."}`` in a flag table, ``["--api-key", "..."]`` in an argv), of an ``*api_key``
+    field (``/server_info``), and inside
     strings ``--api-key VALUE`` options and ``api_key='...'`` / ``'api_key': '...'`` fields of SGLang's
     server-args line. Other text is left exactly as it is (replays compare it)."""
     if isinstance(obj, dict):
@@ -216,8 +217,14 @@ def scrub(obj: Any) -> Any:
             )
             for k, v in obj.items()
         }
-    if isinstance(obj, list):
-        return [scrub(v) for v in obj]
+    if isinstance(obj, list):  # an argv: the item after "--api-key" is its value
+        return [
+            REDACTED
+            if i and isinstance(v, str) and isinstance(obj[i - 1], str) and _secret_field(obj[i - 1])
+            and v.strip().lower() not in _NOT_SECRET_VALUES
+            else scrub(v)
+            for i, v in enumerate(obj)
+        ]
     if isinstance(obj, str) and ("key" in obj.lower()):
         text = _SECRET_OPTION.sub(Redactor._option, obj)
         return _API_KEY_FIELD.sub(

@@ -1094,9 +1094,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _thinks(self, body: dict[str, Any]) -> bool:
         """Whether a chat reply starts with thinking: the world's model reasons (`model.reasoning`) and
         the request's `chat_template_kwargs` do not turn it off (`enable_thinking` for Qwen3/GLM-style
-        templates, `thinking` for DeepSeek-V3.1-style ones)."""
-        if not self.lab.world.model.fields.get("reasoning"):
+        templates, `thinking` for DeepSeek-V3.1-style ones); `model.reasoning = "always"` thinks anyway."""
+        reasoning = self.lab.world.model.fields.get("reasoning")
+        if not reasoning:
             return False
+        if reasoning == "always":  # a template that opens <think> itself (DeepSeek-R1 style)
+            return True
         kwargs = body.get("chat_template_kwargs") or {}
         return not (kwargs.get("enable_thinking") is False or kwargs.get("thinking") is False)
 

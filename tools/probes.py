@@ -218,14 +218,17 @@ def _run_chat(
         base_url=f"{base_url}/v1", api_key=api_key or "EMPTY", max_retries=0, timeout=timeout_s
     )
     max_tokens = probe.max_tokens
-    while True:
-        result = _chat_once(client, probe, model, timeout_s, start, max_tokens)
-        if result is not None:
-            return result
-        if max_tokens >= REASONING_MAX_TOKENS:
-            return _result(probe, "empty", start, http_status=200, text="",
-                           error=f"still thinking after {max_tokens} tokens")
-        max_tokens = min(REASONING_MAX_TOKENS, max_tokens * 8)
+    try:
+        while True:
+            result = _chat_once(client, probe, model, timeout_s, start, max_tokens)
+            if result is not None:
+                return result
+            if max_tokens >= REASONING_MAX_TOKENS:
+                return _result(probe, "empty", start, http_status=200, text="",
+                               error=f"still thinking after {max_tokens} tokens")
+            max_tokens = min(REASONING_MAX_TOKENS, max_tokens * 8)
+    finally:
+        client.close()
 
 
 def _chat_once(
@@ -254,8 +257,6 @@ def _chat_once(
         )
     except openai.APIError as exc:  # e.g. a 200 whose body is not a chat completion
         return _result(probe, "http_error", start, http_status=200, error=_one_line(f"bad response: {exc}"))
-    finally:
-        client.close()
     if not resp.choices:
         return _result(probe, "empty", start, http_status=200, text="", error="no choices in response")
     choice = resp.choices[0]
