@@ -4,6 +4,7 @@ lab imitating each release (version files from the real --help; texts from the r
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import urllib.error
@@ -298,3 +299,84 @@ def test_agent_isolates_the_0_5_23_worlds_in_three_launches(tmp_path: Path, worl
     events = [json.loads(line) for line in Path(result["transcript"]).read_text().splitlines()]
     fp = next(e["data"] for e in events if e["type"] == "host.fingerprint")
     assert fp["gpu_vendor"] == ("amd" if world.startswith("mi300x") else "nvidia") and fp["check_env"]
+
+
+# ------------------------------------------------------------------ launchers through containers
+
+
+def _fake_docker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Docker engine can run on this machine (docker is a client only), so `docker` on PATH is
+    tests/fakes/fake_docker.py: it runs the command as a real process in its own session, outside the
+    client's process group, which is the property the stop mechanism has to cope with."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    docker = bindir / "docker"
+    docker.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{REPO / "tests" / "fakes" / "fake_docker.py"}" "$@"\n')
+    docker.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(tmp_path / "docker-state"))
+
+
+def _lab_pids(world: Path) -> list[int]:
+    """Live lab servers of this test's world (their environment names it)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            env = (proc / "environ").read_bytes()
+            cmd = (proc / "cmdline").read_bytes()
+            state = (proc / "stat").read_text().split(")")[-1].split()[0]
+        except OSError:
+            continue
+        args = cmd.split(b"\0")
+        is_server = b"-m" in args[:3] and args[args.index(b"-m") + 1] == b"lab.launch_server"
+        if is_server and str(world).encode() in env and state != "Z":
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.parametrize("mode", ["exec", "run"])
+def test_a_server_started_through_docker_is_stopped_inside_the_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    from tools.host import LocalHost, expand_argv
+    from tools.server import ServerSession
+    from tools.signatures import SignatureMatcher, load_signatures
+
+    _fake_docker(tmp_path, monkeypatch)
+    world = _tiny(tmp_path)
+    monkeypatch.setenv("HYPOLOOP_LAB_WORLD", str(world))
+    monkeypatch.setenv("HYPOLOOP_LAB_TIME_SCALE", "0.002")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    host = LocalHost()
+    port = host.free_port()
+    launcher = ["docker", "exec", "-i", "gpu-box"] if mode == "exec" else ["docker", "run", "--gpus", "all", "img"]
+    server = [sys.executable, "-m", "lab.launch_server", "--model-path", "org/Tiny", "--port", str(port)]
+
+    # Without the container mechanism, stopping the client leaves the server running (the bug).
+    naive = host.spawn(expand_argv([*launcher, *server], host), log_path=str(tmp_path / "naive.log"), env={})
+    _wait_for(lambda: bool(_lab_pids(world)), 20)
+    assert host.terminate(naive, grace_s=1.0)  # the client's process group is gone...
+    leftover = _lab_pids(world)
+    assert leftover  # ...but the server in the "container" is not
+    for pid in leftover:
+        os.kill(pid, signal.SIGKILL)
+    _wait_for(lambda: not _lab_pids(world), 10)
+
+    with ServerSession(host, [*launcher, *server], log_path=str(tmp_path / "s.log"), port=port,
+                       matcher=SignatureMatcher(load_signatures()), ready_timeout_s=30, stop_grace_s=2.0) as s:
+        assert s.container is not None and s.container.mode == mode
+        assert s.wait_ready().status == "ready"
+        assert _lab_pids(world)
+        assert s.stop() is True
+    assert not _lab_pids(world)  # nothing of the server is left to hold the GPUs
+
+
+def _wait_for(pred, timeout: float) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)

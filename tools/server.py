@@ -15,12 +15,15 @@ from __future__ import annotations
 import concurrent.futures
 import shlex
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 import httpx
 from pydantic import BaseModel, Field
 
+from tools.container import prepare as prepare_container
+from tools.container import recover as recover_container
 from tools.host import Host, HostError, ProcessHandle, expand_argv
 from tools.logwatch import LogLine, LogWatcher
 from tools.probes import Probe, ProbeResult, run_probe
@@ -148,7 +151,11 @@ class ServerSession:
         api_key: str | None = None,
     ) -> None:
         self.host = host
-        self.argv = expand_argv(argv, host)
+        # A launch through `docker exec` / `docker run` is rewritten so it can be stopped inside its
+        # container (tools/container.py); `container` says how.
+        self.argv, self.container = prepare_container(
+            expand_argv(argv, host), f"{port}-{uuid.uuid4().hex[:8]}"
+        )
         self.env = dict(env or {})
         self.log_path = log_path
         self.port = port
@@ -208,6 +215,7 @@ class ServerSession:
             return
         self._started = True
         self.handle = handle
+        self.container = recover_container(handle.argv)
         self._watcher = LogWatcher(self.host, handle.log_path)
         self._prev_read_start = time.monotonic()
         self.base_url = f"http://127.0.0.1:{self.host.forward_port(self.port)}"
@@ -230,14 +238,34 @@ class ServerSession:
 
         `grace_s` defaults to the session's `stop_grace_s` (10 s; SGLang usually exits within a few).
 
-        Reads the log one last time. Idempotent; returns True when nothing of the group remains (also
-        when nothing was started). Raises `HostError` only if the host itself cannot be reached.
+        A server started through `docker exec` / `docker run` is first stopped inside its container
+        (tools/container.py), since signalling the engine's client does not reach it. Reads the log one
+        last time. Idempotent; returns True when nothing of the group (and of the server inside its
+        container) remains (also when nothing was started). Raises `HostError` only if the host itself cannot be reached.
         """
         if self.handle is None:
             return True
-        ok = self.host.terminate(self.handle, grace_s=self.stop_grace_s if grace_s is None else grace_s)
+        grace = self.stop_grace_s if grace_s is None else grace_s
+        inside = self._stop_in_container(grace) if self.container is not None else True
+        ok = self.host.terminate(self.handle, grace_s=grace)
         self._pump(flush=True)
-        return ok
+        return ok and inside
+
+    def _stop_in_container(self, grace_s: float) -> bool:
+        """Stop the server inside its container (see tools/container.py); True when it is gone there."""
+        assert self.container is not None
+        result = None
+        for argv in self.container.stop_commands(grace_s):
+            try:
+                result = self.host.run(argv, timeout=grace_s + 30.0)
+            except HostError as exc:
+                self.error = self.error or f"could not stop the server inside its container: {exc}"
+                return False
+        if result is None:
+            return True
+        if self.container.mode == "run":  # `inspect` of a removed container fails; a stopped one says false
+            return result.returncode != 0 or result.stdout.strip() == "false"
+        return result.returncode == 0
 
     # -- watching ---------------------------------------------------------------------------------
 
