@@ -107,7 +107,19 @@ class BudgetSpec(_Strict):
     stall_timeout_s: float | None = Field(default=None, gt=0)
 
 
+class ReproduceSpec(_Strict):
+    """How the reported failure is reproduced: ``concurrency`` = how many requests at once show it (1: one
+    at a time; above 1 the baseline's first launch sends that burst besides the single probes, for
+    failures that appear only under concurrent load); ``intermittent`` = it does not show on every
+    launch (a fix then needs two passing confirmations)."""
+
+    concurrency: int = Field(default=1, ge=1, le=256)
+    intermittent: bool = False
+
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: In ``host.env`` values, the folder of the case file (so a case can name files beside it).
+CASE_DIR = "{case_dir}"
 
 
 class Case(_Strict):
@@ -123,8 +135,16 @@ class Case(_Strict):
     knowledge: list[str] = Field(default_factory=list)
     observed_log: str | None = None
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    reproduce: ReproduceSpec = Field(default_factory=ReproduceSpec)
     approval: Literal["each", "risky", "auto"] = "each"
     source_path: str | None = None
+
+    @model_validator(mode="after")
+    def _case_dir(self) -> Case:
+        # "{case_dir}/world.toml" names a file beside the case file, wherever the case is run from.
+        base = str(Path(self.source_path).resolve().parent) if self.source_path else str(Path.cwd())
+        self.host.env = {k: v.replace(CASE_DIR, base) for k, v in self.host.env.items()}
+        return self
 
     @model_validator(mode="after")
     def _env_names(self) -> Case:

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from agent.models import Intervention
+from tools.flags import FlagCatalog
 
 
 class CatalogError(ValueError):
@@ -219,3 +220,10 @@ def load_catalog(path: Path | None = None) -> list[CatalogEntry]:
     if dup:
         raise CatalogError(f"{path}: duplicate hypothesis ids: {', '.join(sorted(dup))}")
     return entries
+
+
+def role_spellings(flags: FlagCatalog | None) -> dict[str, str]:
+    """Each flag role's spelling on a host, from its flag catalog (roles it does not know are left out)."""
+    if flags is None:
+        return {}
+    return {role: spec.name for role, names in load_roles().items() if (spec := flags.resolve_role(names))}

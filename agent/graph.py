@@ -35,7 +35,7 @@ from agent.approval import (
     risky_reasons,
 )
 from agent.case import Case, server_api_key
-from agent.catalog import CatalogEntry, load_catalog
+from agent.catalog import CatalogEntry, load_catalog, role_spellings
 from agent.guard import GuardError, check_experiment
 from agent.llm_planner import LLMPlanner, make_planner, planner_checkpoint, usage_summary
 from agent.models import (
@@ -407,7 +407,8 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
         update: dict[str, Any] = {
             **seed,
             "case": case.model_dump(mode="json"),
-            "fingerprint": fp.model_dump(mode="json"),
+            # the host's spelling of each flag role (knowledge/flag_roles.toml), from its --help
+            "fingerprint": {**fp.model_dump(mode="json"), "flag_roles": role_spellings(flags)},
             "findings": [f.model_dump(mode="json") for f in findings],
             "baseline": baseline.model_dump(mode="json"),
         }
@@ -1174,6 +1175,12 @@ def _alternatives(
         flags=dict(fix_exp.baseline.flags),
     )
 
+    roles = (fingerprint or {}).get("flag_roles") or {}
+
+    def spelled(iv: Intervention) -> str:
+        """The host's spelling of the intervention's flag (its role's, when it names a role)."""
+        return str(roles.get(iv.role) or iv.names[0]) if iv.role else iv.names[0]
+
     def intervention_of(kind: str, name: str) -> Intervention | None:
         for h in ([cause] if cause else []) + hyps:
             for iv in h.interventions:
@@ -1203,12 +1210,12 @@ def _alternatives(
             assert e.change is not None
             change, result, eid = e.change.describe(), ("fixed" if o.stage == "ok" else "did not fix"), e.id
         else:
-            before = fix_exp.baseline.value(iv.kind, iv.names[0])
+            before = fix_exp.baseline.value(iv.kind, spelled(iv))
             after = iv.values[0] if iv.values else True
             if iv.derive:
                 derived, _ = derive(iv.derive, evidence)
                 after = derived if derived is not None else after
-            change = Change(kind=iv.kind, name=iv.names[0], before=before, after=after).describe()
+            change = Change(kind=iv.kind, name=spelled(iv), before=before, after=after).describe()
             result, eid = "not tested", None
         if result == "did not fix":
             continue  # a change that left the failure in place is no alternative
@@ -1216,7 +1223,7 @@ def _alternatives(
             {
                 "change": change,
                 "kind": iv.kind,
-                "name": e.change.name if hit and e.change else iv.names[0],  # the host's spelling when run
+                "name": e.change.name if hit and e.change else spelled(iv),
                 "workaround": iv.workaround,
                 "cost": iv.cost,
                 "note": iv.note,

@@ -142,8 +142,8 @@ class SimLog:
             self._bar_open = not last
 
     def spec(self, spec: LineSpec, text: str, tp_size: int) -> None:
-        if spec.ranks == "all" and spec.source == "scheduler":
-            for rank in range(tp_size):
+        if spec.ranks != "0" and spec.source == "scheduler":
+            for rank in spec.rank_list(tp_size):
                 self.line(text, source="scheduler", level=spec.level, rank=rank)
         else:
             self.line(text, source=spec.source, level=spec.level)
@@ -232,8 +232,17 @@ class StandIn:
         ]
 
     def _emit_fault_lines(self, fault: Fault) -> None:
+        """A fault's lines; a scheduler line printed by several ranks is rendered per rank, so
+        `{rank}` differs between them (one rank's exception, the others' watchdog lines)."""
+        self.log.sleep(fault.delay_s)
         for spec in fault.lines:
-            self.log.spec(spec, render(spec.text, self.ctx), self.tp)
+            if spec.source != "scheduler" or spec.ranks == "0":
+                self.log.spec(spec, render(spec.text, self.ctx), self.tp)
+                continue
+            for rank in spec.rank_list(self.tp):
+                self.ctx.extra["rank"] = rank
+                self.log.line(render(spec.text, self.ctx), source="scheduler", level=spec.level, rank=rank)
+            self.ctx.extra["rank"] = 0
 
     def _fire(self, point: str, index: int | None = None, steps: int | None = None) -> None:
         """Fire the faults registered at `point` (for stepped phases: whose progress maps to `index`)."""
@@ -402,7 +411,7 @@ class StandIn:
                 )
         avail = plan.avail_after_load_gb
         self.ctx.mem["avail_gb"] = round(avail, 2)
-        arch, dtype = self.world.model.architecture, self.world.model.dtype
+        arch, dtype = self.world.model.architecture, self._weight_dtype()
         load_s = self.log.sim_elapsed() - start
         self._ranks_text(
             "load_end",
@@ -412,6 +421,12 @@ class StandIn:
             },
         )
         return avail
+
+    def _weight_dtype(self) -> str:
+        """The torch dtype of "Load weight end": --dtype when given, else the checkpoint's."""
+        given = str(self.args.get("dtype") or "auto")
+        named = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32"}
+        return self.world.model.dtype if given == "auto" else f"torch.{named.get(given, given)}"
 
     def _weights_oom(self, total: float, avail_begin: float, weights: float) -> NoReturn:
         free_mib = 500 + (self.pid % 400)
@@ -585,6 +600,7 @@ class StandIn:
         self.log.uvicorn(f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
         self._fire("warmup")
         if not self.args.get("skip_server_warmup"):
+            self._warmup_request_fault()
             self._warmup(host, port)
         self.log.line("The server is fired up and ready to roll!")
         self.state = "ready"
@@ -647,6 +663,18 @@ class StandIn:
         entrypoints/http_server.py `health_generate`)."""
         self._emit_fault_lines(fault)
         self.state = "scheduler_dead"
+
+    def _warmup_request_fault(self) -> None:
+        """A fault at the warm-up request (`at = "warmup"`, effect crash_at_first_decode): SGLang's
+        `_execute_server_warmup` (srt/entrypoints/http_server.py, 0.5.9) polls `/model_info`, sends one
+        generation and, when either fails, logs `Initialization failed. warmup error: <traceback>` and
+        kills its process tree. The fault's lines say what the warm-up saw; the process then exits
+        (default -9, as kill_process_tree leaves it). Never fires with --skip-server-warmup."""
+        for fault in self._faults("warmup"):
+            if fault.effect == "crash_at_first_decode":
+                self.fired.add(fault.id)
+                self._emit_fault_lines(fault)
+                _exit_process(fault.exit_code if fault.exit_code is not None else -9)
 
     # ------------------------------------------------------------------------------ generation
 
@@ -742,7 +770,11 @@ class StandIn:
                     self._emit_fault_lines(fault)
                     break
         if degenerate is not None:
-            text = responder.degenerate(degenerate.output, max_new_tokens)
+            text = (
+                responder.garbage(degenerate.text, max_new_tokens)
+                if degenerate.text is not None
+                else responder.degenerate(degenerate.output, max_new_tokens)
+            )
             truncated = True
         else:
             full = (responder.THINKING if think else "") + responder.answer(prompt)

@@ -73,3 +73,11 @@ def degenerate(pattern: str, max_tokens: int) -> str:
     """Degenerate output of a broken model: `pattern` repeated once per token."""
     pattern = pattern or "!"
     return pattern * max(1, min(max_tokens, 2048))
+
+
+def garbage(text: str, max_tokens: int) -> str:
+    """Arbitrary wrong text of a broken model: the tokens of `text` cycled to `max_tokens` tokens
+    (no NaN, no single repeated character; e.g. mixed-script fragments of an overflowing fp16 model)."""
+    pieces = [m.group(0) for m in re.finditer(r"\s*\S+", text)] or ["?"]
+    n = max(1, min(max_tokens, 2048))
+    return "".join(pieces[i % len(pieces)] for i in range(n))

@@ -384,6 +384,8 @@ class LaunchPlan:
         fatal = [f for f in self.faults if f.effect in order]
         if self.effective.get("disable_cuda_graph"):
             fatal = [f for f in fatal if f.at != "capture"]
+        if self.effective.get("skip_server_warmup"):  # no warm-up request is sent
+            fatal = [f for f in fatal if not (f.at == "warmup" and f.effect == "crash_at_first_decode")]
         fatal.sort(key=lambda f: stage.get(f.at, 9))  # stable: file order wins within a stage
         return fatal[0] if fatal else None
 
@@ -392,9 +394,12 @@ def plan_launch(world: World, argv: Sequence[str], env: Mapping[str, str] | None
     """Resolve a command line against a world and list the faults that would apply.
 
     The memory model (OOM, no room for the KV cache) is not evaluated here; the server does that.
+    Request-time keys take a default request's values: `sampled` is true (a request that names no
+    temperature samples, SGLang's default temperature 1.0).
     """
     args, user = parse_command_line(world.version, argv)
     res, ctx = resolve(world, args, user, env or {})
+    ctx.extra.setdefault("sampled", True)
     return LaunchPlan(
         effective=dict(res.args),
         resolution_log=[text for _, text in res.logs],

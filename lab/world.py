@@ -46,7 +46,8 @@ EFFECT_POINTS: dict[str, tuple[str, ...]] = {
     "launch_error": ("args",),
     "load_error": ("weights", "init", "kv_pool"),
     "capture_error": ("capture",),
-    "crash_at_first_decode": ("first_decode",),
+    # `warmup` for these two: the warm-up request SGLang sends to itself before the ready line.
+    "crash_at_first_decode": ("first_decode", "warmup"),
     "wrong_output": ("first_decode",),
     "hang": ("init", "weights", "kv_pool", "capture", "warmup", "first_decode"),
     "warning": ("init", "args", "weights", "kv_pool", "capture", "warmup", "ready", "first_decode"),
@@ -104,7 +105,9 @@ EXTRA_KEYS = (
     "running_requests",
     "sampled",
 )
-TRUTH_EXPECT = ("isolated", "not_isolated")
+# isolated: one change (or a chain of changes, one per blocker) fixes it; not_isolated: no change
+# within reach fixes it (a broken package); not_reproduced: the reported failure does not happen here.
+TRUTH_EXPECT = ("isolated", "not_isolated", "not_reproduced")
 FIX_COSTS = ("none", "low", "medium", "high")
 
 _KEY_RE = re.compile(r"^(?:(args|user|hw|model|env|mem)\.)?([A-Za-z_][A-Za-z0-9_.]*)$")
@@ -162,7 +165,13 @@ class LineSpec:
     text: str
     source: str = "scheduler"
     level: str = "info"
-    ranks: str = "0"  # "0" (TP0 only) or "all"
+    ranks: str = "0"  # "0" (TP0 only), "all", or a comma list of ranks ("6", "1,3")
+
+    def rank_list(self, tp_size: int) -> list[int]:
+        """The TP ranks that print this line (ranks beyond `tp_size` print nothing)."""
+        if self.ranks == "all":
+            return list(range(tp_size))
+        return [r for r in (int(x) for x in self.ranks.split(",")) if r < max(tp_size, 1)]
 
 
 @dataclass(frozen=True)
@@ -191,6 +200,8 @@ class Fault:
     exit_code: int | None
     output: str
     probability: float = 1.0  # chance that the fault is live on a given launch (drawn once per launch)
+    text: str | None = None  # wrong_output: the (arbitrary) text a broken model returns instead of `output`
+    delay_s: float = 0.0  # simulated seconds between reaching the fault's point and its lines
 
     def uses(self, key: str) -> bool:
         """True if the fault's conditions read `key` (e.g. `running_requests`)."""
@@ -282,14 +293,19 @@ class Model:
 @dataclass(frozen=True)
 class Truth:
     """Ground truth (lab tests and the bench only). `expect`: the honest ending of a good run
-    (`isolated`, or `not_isolated` when no single change fixes the failure). Each fix is
+    (`isolated`; `not_isolated` when no change within reach fixes the failure, naming `package`;
+    `not_reproduced` when the reported failure does not happen). Each fix is
     `{kind, name, value, root, cost, note}`: `root` false marks a workaround that avoids the broken
-    component, `cost` its performance cost (none, low, medium, high)."""
+    component, `cost` its performance cost (none, low, medium, high); `value = false` means the flag
+    or variable removed. `chain`: blockers one behind the other, each link a tuple of alternative
+    fixes; every link is needed, in order, and each one alone moves the failure to the next link."""
 
     root_cause: str
     component: str
     fixes: tuple[dict[str, Any], ...]
     expect: str = "isolated"
+    chain: tuple[tuple[dict[str, Any], ...], ...] = ()
+    package: str | None = None
 
 
 @dataclass(frozen=True)
@@ -650,21 +666,43 @@ def _parse_truth(ctx: _Ctx, raw: Any) -> Truth | None:
     if not isinstance(fixes, list) or not all(isinstance(f, dict) for f in fixes):
         raise ctx.fail("truth.fixes", "expected an array of tables {kind, name, value}")
     for i, fix in enumerate(fixes):
-        if fix.get("kind") not in ("flag", "env") or not isinstance(fix.get("name"), str):
-            raise ctx.fail(f"truth.fixes[{i}]", "expected kind = 'flag'|'env' and a name")
-        if "root" in fix and not isinstance(fix["root"], bool):
-            raise ctx.fail(f"truth.fixes[{i}].root", "expected true or false")
-        if "cost" in fix and fix["cost"] not in FIX_COSTS:
-            raise ctx.fail(f"truth.fixes[{i}].cost", f"expected one of {', '.join(FIX_COSTS)}")
+        _check_fix(ctx, fix, f"truth.fixes[{i}]")
+    raw_chain = data.get("chain", [])
+    if not isinstance(raw_chain, list):
+        raise ctx.fail("truth.chain", "expected an array of links (a fix table, or an array of alternatives)")
+    chain: list[tuple[dict[str, Any], ...]] = []
+    for i, link in enumerate(raw_chain):
+        alternatives = link if isinstance(link, list) else [link]
+        if not alternatives or not all(isinstance(a, dict) for a in alternatives):
+            raise ctx.fail(f"truth.chain[{i}]", "expected a fix table or a non-empty array of fix tables")
+        for j, fix in enumerate(alternatives):
+            _check_fix(ctx, fix, f"truth.chain[{i}][{j}]")
+        chain.append(tuple(alternatives))
     expect = str(data.get("expect", "isolated"))
     if expect not in TRUTH_EXPECT:
         raise ctx.fail("truth.expect", f"expected one of {', '.join(TRUTH_EXPECT)}")
+    package = data.get("package")
+    if package is not None and (not isinstance(package, str) or not package):
+        raise ctx.fail("truth.package", "expected the name of the implicated package")
+    if expect == "not_isolated" and "chain" in data:
+        raise ctx.fail("truth.chain", "a not_isolated world has no chain of fixes")
     return Truth(
         root_cause=str(data.get("root_cause", "")),
         component=str(data.get("component", "")),
         fixes=tuple(fixes),
         expect=expect,
+        chain=tuple(chain),
+        package=package,
     )
+
+
+def _check_fix(ctx: _Ctx, fix: dict[str, Any], where: str) -> None:
+    if fix.get("kind") not in ("flag", "env") or not isinstance(fix.get("name"), str):
+        raise ctx.fail(where, "expected kind = 'flag'|'env' and a name")
+    if "root" in fix and not isinstance(fix["root"], bool):
+        raise ctx.fail(f"{where}.root", "expected true or false")
+    if "cost" in fix and fix["cost"] not in FIX_COSTS:
+        raise ctx.fail(f"{where}.cost", f"expected one of {', '.join(FIX_COSTS)}")
 
 
 class _KeyCheck:
@@ -780,8 +818,8 @@ def _parse_lines(
             raise ctx.fail(w, f"source must be one of {', '.join(SOURCES)}")
         if spec.level not in LEVELS:
             raise ctx.fail(w, f"level must be one of {', '.join(LEVELS)}")
-        if spec.ranks not in ("0", "all"):
-            raise ctx.fail(w, "ranks must be '0' or 'all'")
+        if spec.ranks != "all" and not re.fullmatch(r"\d+(,\d+)*", spec.ranks):
+            raise ctx.fail(w, "ranks must be 'all' or a comma list of rank numbers ('0', '1,3')")
         _check_template(ctx, keys, spec.text, w)
         out.append(spec)
     return tuple(out)
@@ -834,6 +872,8 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         "source",
         "level",
         "probability",
+        "text",
+        "delay_s",
     }
     for key in item:
         if key not in allowed:
@@ -858,6 +898,12 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         or not 0.0 < probability <= 1.0
     ):
         raise ctx.fail(f"{where}.probability", "expected a number in (0, 1]: the chance per launch")
+    text = item.get("text")
+    if text is not None and (effect != "wrong_output" or not isinstance(text, str) or not text):
+        raise ctx.fail(f"{where}.text", "only a wrong_output fault has a text (a non-empty string)")
+    delay_s = item.get("delay_s", 0.0)
+    if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or delay_s < 0:
+        raise ctx.fail(f"{where}.delay_s", "expected simulated seconds >= 0")
     default_level = "warning" if effect in ("warning", "wrong_output") else "error"
     default_source = "raw" if effect == "launch_error" else "scheduler"
     return Fault(
@@ -878,4 +924,6 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         exit_code=exit_code,
         output=str(item.get("output", "!")),
         probability=float(probability),
+        text=text,
+        delay_s=float(delay_s),
     )
