@@ -380,3 +380,23 @@ def _wait_for(pred, timeout: float) -> None:  # type: ignore[no-untyped-def]
     while not pred():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+def test_a_warm_up_request_that_never_returns_is_a_warmup_error(tmp_path: Path, start) -> None:  # noqa: F811
+    """SGLang gives the warm-up request 600 s (SGLANG_WARMUP_TIMEOUT unset), then logs the error and
+    kills its tree (entrypoints/http_server.py _execute_server_warmup)."""
+    world = _tiny(tmp_path, """
+[[fault]]
+id = "decode-stuck"
+effect = "hang"
+at = "first_decode"
+""")
+    server = start("--model-path", "org/Tiny", env=_env(world))  # 600 s x 0.002 = 1.2 s of wall time
+    assert server.proc.wait(timeout=30) == -signal.SIGKILL
+    log = server.text()
+    assert "Initialization failed. warmup error: Traceback (most recent call last):" in log
+    assert "Read timed out. (read timeout=600)" in log and "fired up and ready" not in log
+    from tools.signatures import load_signatures, scan_text
+
+    matches, _ = scan_text(log, load_signatures())
+    assert "warmup_failed" in {m.signature_id for m in matches}
