@@ -27,7 +27,7 @@ import os
 import time
 from typing import Any
 
-from agent.case import Case
+from agent.case import Case, server_api_key
 from agent.evidence import RawEvidence
 from agent.models import Experiment
 from agent.recovery import prior_launch, recover, save_result
@@ -141,6 +141,7 @@ def run_experiment(
         on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev),
         ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
         stall_timeout_s=stall.limit,
+        api_key=server_api_key(exp.config().flags),
     )
     rt.sessions[exp.id] = session
     probes: list[ProbeResult] = []
@@ -255,9 +256,10 @@ def _probe_or_record_failure(
         )
         return None
     tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
-    server_info = get_server_info(res.base_url)
+    api_key = server_api_key(exp.config().flags)  # the server's --api-key: sent, never written
+    server_info = get_server_info(res.base_url, api_key=api_key)
     for probe in [*case.probes, *exp.probes]:
-        pr = run_probe(res.base_url, probe, model=case.model.path)
+        pr = run_probe(res.base_url, probe, model=case.model.path, api_key=api_key)
         probes.append(pr)
         tr.emit("probe.result", to_payload("probe.result", pr, experiment_id=exp.id), node="execute")
         if pr.status in ("connection_error", "timeout"):
