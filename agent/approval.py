@@ -15,7 +15,7 @@ import shlex
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from rich.console import Console, Group
@@ -31,7 +31,7 @@ from tools.flags import FlagCatalog, FlagError
 
 ApprovalMode = Literal["each", "risky", "auto"]
 Decision = Literal["approve", "edit", "reject", "stop"]
-APPROVAL_MODES: tuple[str, ...] = ("each", "risky", "auto")
+APPROVAL_MODES: tuple[str, ...] = get_args(ApprovalMode)
 
 #: An environment-variable assignment in an edit: upper-case names only, so that ``kv-cache-dtype=bf16``
 #: or ``kv_cache_dtype=bf16`` read as flags.

@@ -18,7 +18,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -27,9 +27,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent.approval import (
-    APPROVAL_MODES,
     ApprovalAnswer,
+    ApprovalMode,
     ApprovalRequest,
+    Decision,
     EditError,
     approval_panel,
     ask,
@@ -59,6 +60,11 @@ app = typer.Typer(
     help="hypoloop: find why an LLM inference deployment fails, one experiment at a time.",
 )
 err_console = Console(stderr=True)
+
+#: The choices of the command line's enumerated options, declared once: typer shows them in the help
+#: (``--approve each|risky|auto``) and refuses anything else.
+PlannerName = Literal["rules", "llm"]
+ReportFormat = Literal["md", "html"]
 
 
 class _JsonResult:
@@ -412,8 +418,6 @@ def _confirm_orphans(orphans: list[dict[str, Any]]) -> bool:
 
 
 def _approval_mode(approve: str | None, auto: bool) -> str | None:
-    if approve is not None and approve not in APPROVAL_MODES:
-        _fail(f"--approve {approve}: expected one of {', '.join(APPROVAL_MODES)}")
     return "auto" if auto else approve
 
 
@@ -426,11 +430,12 @@ def run(
         bool, typer.Option("--auto", help="approve every experiment without asking (--approve auto)")
     ] = False,
     approve: Annotated[
-        str | None,
+        ApprovalMode | None,
         typer.Option(
             "--approve",
-            help="each: ask before every launch (default); risky: ask only for changes knowledge/risky.toml "
+            help="each: ask before every launch; risky: ask only for changes knowledge/risky.toml "
             "marks risky; auto: never ask",
+            show_default="the case file's approval, else each",
         ),
     ] = None,
     json_out: Annotated[
@@ -446,7 +451,9 @@ def run(
     insecure_accept_host_key: _InsecureOpt = False,
     remote_python: _PythonOpt = None,
     planner: Annotated[
-        str, typer.Option("--planner", help="rules (default, no network) or llm (an OpenAI-compatible endpoint)")
+        PlannerName,
+        typer.Option("--planner", help="rules: the rule planner, no network; llm: a model behind an "
+                     "OpenAI-compatible endpoint chooses the experiments"),
     ] = "rules",
     model: Annotated[str | None, typer.Option("--model", help="llm: the model name the endpoint serves")] = None,
     base_url: Annotated[
@@ -726,7 +733,7 @@ def flags(
     launcher: Annotated[
         str, typer.Option(help="launcher command on the host")
     ] = "python -m sglang.launch_server",
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
     ssh_key: _KeyOpt = None,
     known_hosts: _KnownOpt = None,
     insecure_accept_host_key: _InsecureOpt = False,
@@ -792,8 +799,10 @@ def replay(
             "recorded ones (exit 0 when all match, 1 at the first divergence)",
         ),
     ] = False,
-    planner: Annotated[str, typer.Option(help="the planner to re-decide with: rules or llm")] = "rules",
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    planner: Annotated[
+        PlannerName, typer.Option(help="the planner to re-decide with (llm replays the model's recorded answers)")
+    ] = "rules",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates and tool calls too")] = False,
 ) -> None:
     """A recorded run step by step as it looked live, with the evidence behind each hypothesis and the
     alternatives each step weighed; or (--redecide) checked against the current planner."""
@@ -852,15 +861,15 @@ def _redecide(transcript: Path, planner_name: str, console: Console, *, verbose:
 @app.command()
 def report(
     transcript: Annotated[Path, typer.Argument(help="a transcript JSONL file")],
-    fmt: Annotated[str, typer.Option("--format", help="md or html")] = "md",
+    fmt: Annotated[
+        ReportFormat, typer.Option("--format", help="md: Markdown; html: one self-contained page with charts")
+    ] = "md",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write here instead of stdout")] = None,
 ) -> None:
     """A review document of a run: root cause, fix, evidence with log excerpts, experiments, timelines."""
     from agent.recorded import RecordedRun
     from agent.report import render
 
-    if fmt not in ("md", "html"):
-        _fail(f"--format {fmt}: expected md or html")
     try:
         text = render(RecordedRun.load(transcript), fmt)
     except TranscriptError as exc:
@@ -972,7 +981,7 @@ def runs_(
 def show(
     run_id: Annotated[str, typer.Argument(help="a run id (see `hypoloop runs`)")],
     json_out: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates and tool calls too")] = False,
 ) -> None:
     """A run's story so far (from its transcript) and the approval it waits for, if any."""
     from agent.runs import RunError, load_run
@@ -1018,10 +1027,10 @@ def show(
 def resume(
     run_id: Annotated[str, typer.Argument(help="a run id (see `hypoloop runs`)")],
     decision: Annotated[
-        str | None,
+        Decision | None,
         typer.Option(
-            help="approve, edit, reject or stop the experiment waiting for approval; without it, ask at "
-            "the terminal"
+            help="the answer to the experiment waiting for approval",
+            show_default="ask at the terminal",
         ),
     ] = None,
     reason: Annotated[str | None, typer.Option(help="why (required to reject; recorded)")] = None,
@@ -1038,7 +1047,9 @@ def resume(
         typer.Option(help="answer only if this experiment is the one waiting (guards a repeated answer)"),
     ] = None,
     approve: Annotated[
-        str | None, typer.Option("--approve", help="switch the approval mode: each, risky or auto")
+        ApprovalMode | None,
+        typer.Option("--approve", help="switch the approval mode for the rest of the run",
+                     show_default="the run's mode"),
     ] = None,
     auto: Annotated[bool, typer.Option("--auto", help="approve the rest without asking")] = False,
     json_out: Annotated[
@@ -1051,8 +1062,6 @@ def resume(
     from agent.runs import RunError, RunInUse, RunLock, load_run
     mode = _approval_mode(approve, auto)
     edits = list(set_ or [])
-    if decision is not None and decision not in ("approve", "edit", "reject", "stop"):
-        _fail(f"--decision {decision}: expected approve, edit, reject or stop")
     if edits and decision in ("reject", "stop"):
         _fail(f"--set edits the experiment to run; it cannot go with --decision {decision}")
     if decision == "edit" and not edits:
@@ -1186,9 +1195,60 @@ def _pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool
     raise typer.Exit(3)
 
 
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as _click_errors
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as _click_errors  # type: ignore[no-redef]
+
+
+def _tidy_help(command: Any) -> None:
+    """Help that names values, not Python types: a switch shows nothing after its name, a choice shows
+    its choices (``each|risky|auto``), any other value its name in capitals (``PATH``, ``N``); applied to
+    every command and subcommand."""
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+    params = list(getattr(command, "params", []))
+    help_option = command.get_help_option(typer.Context(command))
+    if help_option is not None:
+        params.append(help_option)
+    for param in params:
+        if param.metavar is not None:
+            continue
+        desc = param.type_descriptor
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+        elif desc.is_choice:
+            param.metavar = "|".join(str(getattr(c, "value", c)) for c in desc.choices or ())
+        elif param.param_type_name == "argument":
+            param.metavar = (param.name or "value").upper()
+            param.display_type_rich = lambda ctx: None  # the name already says what to give
+        elif desc.is_path:
+            param.metavar = "PATH"
+        else:
+            ann = desc.annotation
+            param.metavar = "N" if ann is int else "X" if ann is float else "TEXT"
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. Usage mistakes (an unknown option, a value that is not one of the
+    choices) are one line on stderr naming the option and what it takes, exit code 2."""
+    command = typer.main.get_command(app)
+    _tidy_help(command)
+    try:
+        code = command.main(standalone_mode=False, prog_name="hypoloop")
+    except _click_errors.NoArgsIsHelpError:
+        raise SystemExit(2) from None  # the help was printed
+    except _click_errors.UsageError as exc:
+        hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        message = exc.format_message().replace("Value error, ", "")
+        err_console.print(f"[bold red]error:[/] {escape(message)}{hint}", highlight=False, soft_wrap=True)
+        raise SystemExit(exc.exit_code) from None
+    except _click_errors.ClickException as exc:
+        err_console.print(f"[bold red]error:[/] {escape(exc.format_message())}", highlight=False, soft_wrap=True)
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 __all__ = ["app", "main", "Baseline"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from clirun import run_cli
 
 from agent.case import CaseError, load_case
-from clirun import run_cli
 
 GOOD = 'name = "x"\n[model]\npath = "m"\n'
 

@@ -120,7 +120,7 @@ def test_report_of_an_unfinished_run_says_so(tmp_path: Path) -> None:
 
 def test_bad_format_is_refused(tmp_path: Path) -> None:
     r = _hypoloop(tmp_path, "report", str(GLM5), "--format", "pdf")
-    assert r.returncode == 2 and "expected md or html" in r.stderr
+    assert r.returncode == 2 and "'pdf' is not one of 'md', 'html'" in r.stderr
 
 
 def test_a_proposal_made_again_after_an_edit_and_rejected_shows_no_outcome(tmp_path: Path) -> None:
