@@ -40,7 +40,7 @@ from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_
 from agent.catalog import CatalogError
 from agent.models import Baseline, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
-from agent.render import EventRenderer
+from agent.render import EventRenderer, shown_line
 from agent.transcript import Transcript, TranscriptError, read_transcript
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError, parse_help
@@ -667,7 +667,7 @@ def analyze(
         more = f" (+{len(m.line_numbers) - 1} more)" if len(m.line_numbers) > 1 else ""
         console.print(
             f"  L{m.line_numbers[0] if m.line_numbers else '?':<5} [{style}]{m.kind:<8}[/] {m.signature_id}{more}: "
-            f"[dim]{escape(m.first_line.strip()[:120])}[/]",
+            f"[dim]{escape(shown_line(m.first_line).strip())}[/]",
             highlight=False,
         )
     hidden = len(outcome.matches) - len(shown)
@@ -676,7 +676,7 @@ def analyze(
     if outcome.facts:
         console.print("\n[bold]effective config[/]")
         for k, v in outcome.facts.items():
-            console.print(f"  {k} = {escape(str(v)[:100])}", highlight=False)
+            console.print(f"  {k} = {escape(str(v))}", highlight=False)
     console.print("\n[bold]hypotheses[/] (probability, id, component)")
     for hy in ranked:
         console.print(f"  {hy.posterior:.2f}  {hy.id}  [dim]({hy.component})[/]", highlight=False)

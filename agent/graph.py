@@ -786,7 +786,7 @@ def run_experiment(
                     "experiment_id": exp.id,
                     "kind": ev.kind,
                     "line": ev.line.lineno,
-                    "text": ev.line.text[:300],
+                    "text": ev.line.text,  # whole: the evidence is never cut
                 },
                 node="execute",
             )
@@ -993,7 +993,7 @@ def classify_outcome(raw: dict[str, Any]) -> Outcome:
                         components=["output"],
                         meaning=f"probe {p.probe_id}: {p.status}",
                         line_numbers=[],
-                        first_line=(p.text or "")[:120],
+                        first_line=p.text or "",
                         facts={},
                     )
                 )

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.recorded import ExperimentRun, HypothesisRecord, RecordedRun
-from agent.render import _change_text, alternative_text
+from agent.render import _change_text, alternative_text, shown_line
 
 #: Lines of context on each side of a cited log line, and the most lines one excerpt shows.
 _CONTEXT = 1
@@ -191,12 +191,14 @@ def _exp_label(r: ExperimentRun) -> str:
 
 
 def _read_log_lines(path: Path, wanted: set[int]) -> dict[int, str]:
+    """The ``wanted`` lines (1-based, split on "\\n" only, as the log watcher numbers them), whole; a
+    progress bar redrawn with carriage returns shows its last state (``render.shown_line``)."""
     out: dict[int, str] = {}
     last = max(wanted)
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for n, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:  # binary: text mode would also split on the "\r" of a tqdm bar
+        for n, raw in enumerate(fh, start=1):
             if n in wanted:
-                out[n] = line.rstrip("\n")
+                out[n] = shown_line(raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", "replace"))
             if n >= last:
                 break
     return out
@@ -327,7 +329,6 @@ def _short(e: dict[str, Any]) -> str:
     detail = str(e.get("detail", ""))
     if e.get("kind") == "signature" and ":" in detail:
         detail = detail.split(":", 1)[0]  # "signature probability_tensor_nan: <the line>" -> its name
-    detail = detail if len(detail) <= 110 else detail[:107] + "..."
     if e.get("lines"):
         detail += f" (log line{'s' if len(e['lines']) > 1 else ''} {', '.join(map(str, e['lines'][:4]))})"
     return detail
@@ -462,7 +463,7 @@ def build_report(run: RecordedRun) -> Report:
         if m is not None:
             line = m["line_numbers"][0] if m.get("line_numbers") else "?"
             symptom += (
-                f": {m.get('first_line', '').strip()[:200]} (log line {line} of {_exp_label(baseline_run)})"
+                f": {shown_line(m.get('first_line', '')).strip()} (log line {line} of {_exp_label(baseline_run)})"
             )
         probes = [p for p in o.get("probes", []) if not p.get("ok")]
         if probes:
@@ -697,7 +698,7 @@ def render_markdown(rep: Report) -> str:
                 out.append("")
                 out.append("  ```text")
                 for n, text, cited in item.excerpt.lines:
-                    out.append(f"  {'>' if cited else ' '} {n:>6}  {text[:220]}")
+                    out.append(f"  {'>' if cited else ' '} {n:>6}  {text}")
                 out.append("  ```")
                 out.append(f"  <sub>from {item.excerpt.source}</sub>")
                 out.append("")
@@ -782,7 +783,7 @@ th{background:#eef1f5;font-weight:600} td.num{text-align:right;white-space:nowra
 .ev{margin:4px 0 8px 0;padding-left:0;list-style:none} .ev li{margin:5px 0}
 .eff{display:inline-block;min-width:64px;font-size:.78em;font-weight:600;text-transform:uppercase;color:#5b6475}
 .eff.supports{color:#2e7d32}.eff.refutes{color:#c62828}.eff.weakens{color:#b26a00}.eff.confirms{color:#1b5e20}
-pre{background:#0f172a;color:#e2e8f0;padding:8px 10px;border-radius:6px;overflow-x:auto;font-size:.8em;margin:4px 0}
+pre{background:#0f172a;color:#e2e8f0;padding:8px 10px;border-radius:6px;white-space:pre-wrap;overflow-wrap:anywhere;font-size:.8em;margin:4px 0}
 pre .hit{color:#fde68a;font-weight:600} .src{font-size:.75em;color:#6b7280}
 .why{background:#fff7ed;border:1px solid #fed7aa;border-radius:6px;padding:8px 12px;margin:8px 0}
 .chosen td{background:#f3e8ff;font-weight:600} ol li{margin:4px 0} code{font-size:.92em}
@@ -883,9 +884,9 @@ def render_html(rep: Report) -> str:
             if ev.excerpt:
                 body = "\n".join(
                     (
-                        f'<span class="hit">&gt; {n:>6}  {_e(t[:220])}</span>'
+                        f'<span class="hit">&gt; {n:>6}  {_e(t)}</span>'
                         if cited
-                        else f"  {n:>6}  {_e(t[:220])}"
+                        else f"  {n:>6}  {_e(t)}"
                     )
                     for n, t, cited in ev.excerpt.lines
                 )
