@@ -40,6 +40,7 @@ from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_
 from agent.catalog import CatalogError
 from agent.models import Baseline, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
+from agent.progress import ProgressBoard
 from agent.render import EventRenderer, shown_line
 from agent.transcript import Transcript, TranscriptError, read_transcript
 from tools.fingerprint import HostFingerprint, fingerprint
@@ -509,10 +510,10 @@ def run(
     except OSError as exc:
         _fail(f"{transcript_dir}: cannot write the transcript: {exc.strerror}")
     console = Console(stderr=json_out)
-    tr.listeners.append(EventRenderer(console, verbose=verbose, show_input_errors=False))
+    tr.listeners.append(EventRenderer(console, verbose=verbose, show_input_errors=False, launch_progress=True))
     tr.listeners.append(_host_notices(err_console))
     tr.listeners.append(llm_notices(console))
-    rt = Runtime(tr, sdir)
+    rt = Runtime(tr, sdir, progress=ProgressBoard(console))
     # Servers that crashed runs left on the host: stopped with --auto, else after a yes at the terminal.
     rt.stop_orphans = auto
     rt.confirm_orphans = _confirm_orphans if sys.stdin.isatty() else None
@@ -1138,9 +1139,9 @@ def _resume_locked(
         _fail(f"{tpath}: cannot continue the transcript: {exc}")
     tr.step = info.launches + 1
     console = Console(stderr=json_out)
-    tr.listeners.append(EventRenderer(console, verbose=verbose))
+    tr.listeners.append(EventRenderer(console, verbose=verbose, launch_progress=True))
     tr.listeners.append(llm_notices(console))
-    rt = Runtime(tr, home)
+    rt = Runtime(tr, home, progress=ProgressBoard(console))
     if request is None:  # continuing an interrupted run: --auto / --approve apply from the next approval
         rt.approval_override = mode
     config: dict[str, Any] = {"configurable": {"thread_id": run_id}, "recursion_limit": 1000}

@@ -51,6 +51,7 @@ from agent.models import (
     Timings,
 )
 from agent.planner import COST_ORDER, PlannerView, RelevantFinding, RulePlanner, model_features
+from agent.progress import ProgressBoard
 from agent.runs import emit_once, prior_launch, recover, save_result, seed_state
 from agent.transcript import Transcript
 from agent.values import ValueEvidence, derive
@@ -154,6 +155,8 @@ class Runtime:
     #: applies from the next approval on and is saved into the run's state there.
     approval_override: str | None = None
     unstopped: list[str] = field(default_factory=list)
+    #: Shows each launch while it loads (the CLI's live progress display); None: nothing is shown.
+    progress: ProgressBoard | None = None
 
     def host(self, case: Case) -> Host:
         """The case's host, connected on first use (local or ``ssh://``). Raises HostError.
@@ -775,8 +778,12 @@ def run_experiment(
         ceiling_s=case.budget.stall_timeout_s * host.time_scale if case.budget.stall_timeout_s else None,
     )
 
+    watch = rt.progress.launch(exp.id, rt.signatures) if rt.progress is not None else None
+
     def on_event(ev: Any) -> None:
         stall.observe(ev)
+        if watch is not None:
+            watch.observe(ev)
         if ev.kind == "line" and ev.line is not None:
             return
         if ev.kind in ("ready", "fatal") and ev.line is not None:
@@ -848,7 +855,12 @@ def run_experiment(
                 },
                 node="execute",
             )
-        res = session.wait_ready()
+        if watch is None:
+            res = session.wait_ready()
+        else:
+            with watch:
+                res = session.wait_ready()
+                watch.finish(res.status)
         t_ready = res.t_ready_s
         if res.status == "ready" and res.base_url:
             tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")

@@ -36,10 +36,20 @@ def _change_text(change: dict[str, Any] | None) -> str:
 class EventRenderer:
     """Prints one or a few lines per event; ``verbose`` adds hypothesis weight updates and tool calls."""
 
-    def __init__(self, console: Console, *, verbose: bool = False, show_input_errors: bool = True) -> None:
+    def __init__(
+        self,
+        console: Console,
+        *,
+        verbose: bool = False,
+        show_input_errors: bool = True,
+        launch_progress: bool = False,
+    ) -> None:
         self.console = console
         self.verbose = verbose
         self.show_input_errors = show_input_errors
+        #: A live progress display (agent.progress) shows each launch and ends it with its own summary
+        #: line, so the "ready after" line is left to it.
+        self.launch_progress = launch_progress
 
     def __call__(self, ev: TranscriptEvent) -> None:
         handler = getattr(self, "_" + ev.type.replace(".", "_"), None)
@@ -158,6 +168,8 @@ class EventRenderer:
         self._p(f"  ⏵ server launched on port {d.get('port')} [dim](log {escape(str(d.get('log')))})[/]")
 
     def _server_ready(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        if self.launch_progress:
+            return
         self._p(f"  [green]✓ ready[/] after {d.get('after_s', 0):.2f} s wall")
 
     def _server_crashed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:

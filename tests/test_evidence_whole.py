@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from clirun import run_cli
 
 NARROW = {"COLUMNS": "70"}
