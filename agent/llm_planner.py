@@ -46,7 +46,7 @@ from agent.llm_client import (
 )
 from agent.llm_context import build_context, estimate_tokens
 from agent.models import Change, Evidence, Experiment, FlagValue, Hypothesis, Intervention, Prediction
-from agent.planner import DEFAULT_LAUNCH_COST_S, HistoryState, PlannerView, Proposal, RulePlanner
+from agent.planner import DEFAULT_LAUNCH_COST_S, HistoryState, Planner, PlannerView, Proposal, RulePlanner
 from agent.redact import Redactor
 from agent.transcript import Transcript
 from tools.flags import FlagCatalog, FlagError
@@ -65,7 +65,6 @@ __all__ = [
     "extract_json",
     "make_planner",
     "parse_decision",
-    "planner_checkpoint",
     "planner_spec_from_options",
     "usage_summary",
 ]
@@ -428,6 +427,14 @@ class LLMPlanner:
     def spec(self) -> dict[str, Any]:
         """The JSON-plain ``PlannerSpec`` to checkpoint after a step (options and memory)."""
         return PlannerSpec(kind="llm", llm=self.config, memory=self.memory).model_dump(mode="json")
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The planner's options and memory (its hypotheses, tokens spent), kept with each step."""
+        return self.spec()
+
+    def prediction(self, h: Hypothesis, change: Change | None, facts: dict[str, str] | None = None) -> str:
+        """What ``h`` predicts for a change (the rule planner's bookkeeping, model hypotheses included)."""
+        return self.rules.prediction(h, change, facts)
 
     # ----- history -> ledger ------------------------------------------------------------------------
 
@@ -863,8 +870,10 @@ def make_planner(
     *,
     transcript: Transcript | None = None,
     client: ChatClient | None = None,
-) -> RulePlanner | LLMPlanner:
-    """The planner a run's checkpointed ``spec`` names (``None``: the rule planner)."""
+) -> Planner:
+    """The planner a run's checkpointed ``spec`` names (``None``: the rule planner); the one factory.
+
+    Raises ValueError for a spec of kind ``llm`` without its options."""
     s = PlannerSpec.model_validate(spec or {})
     return _BUILDERS[s.kind](s, catalog, flags, transcript, client)
 
@@ -887,12 +896,7 @@ def _build_llm(
     return LLMPlanner(catalog, flags, s.llm, memory=s.memory, transcript=transcript, client=client)
 
 
-_BUILDERS: dict[str, Callable[..., RulePlanner | LLMPlanner]] = {"rules": _build_rules, "llm": _build_llm}
-
-
-def planner_checkpoint(planner: Any) -> dict[str, Any] | None:
-    """The planner state to write back into the run's checkpoint after a step (``None``: nothing)."""
-    return planner.spec() if isinstance(planner, LLMPlanner) else None
+_BUILDERS: dict[str, Callable[..., Planner]] = {"rules": _build_rules, "llm": _build_llm}
 
 
 def usage_summary(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:

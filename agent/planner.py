@@ -211,13 +211,27 @@ class Proposal(BaseModel):
 
 
 class Planner(Protocol):
-    """Decides: ledger from history, next experiment from ledger (DESIGN.md, "Planners")."""
+    """Decides: ledger from history, next experiment from ledger (docs/ARCHITECTURE.md, "Planners").
+
+    The graph knows planners only through this protocol; ``agent.llm_planner.make_planner`` builds the
+    one a run's ``PlannerSpec`` names.
+    """
 
     name: str
+    #: The host's flag catalog the planner's proposals are checked against (None: names unchecked).
+    flags: FlagCatalog | None
 
     def history(self, view: PlannerView) -> HistoryState: ...
 
     def propose(self, view: PlannerView, state: HistoryState) -> Proposal: ...
+
+    def prediction(self, h: Hypothesis, change: Change | None, facts: dict[str, str] | None = None) -> str:
+        """What ``h`` predicts for ``change``: fixed, may_fix or persists (a person's edit is re-predicted)."""
+        ...
+
+    def checkpoint(self) -> dict[str, Any] | None:
+        """What to keep in the run's checkpoint after a step (``PlannerSpec`` as JSON), or None."""
+        ...
 
 
 def model_features(case: Case) -> set[str]:
@@ -305,6 +319,10 @@ class RulePlanner:
         self.catalog = catalog
         self.flags = flags
         self._diff_facts: dict[str, str] = {}
+
+    def checkpoint(self) -> None:
+        """Nothing to keep: the rule planner decides from the run's state alone."""
+        return None
 
     # ----- names and values -------------------------------------------------------------------------
 

@@ -394,7 +394,7 @@ class RedecideResult:
 PLANNERS = ("rules", "llm")
 
 
-def make_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | None, list[str]]:
+def redecide_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | None, list[str]]:
     """The planner to re-decide with, the host's flag catalog as recorded, and warnings.
 
     ``rules``: the current rule planner with the current hypothesis catalog (knowledge/hypotheses.toml).
@@ -403,7 +403,7 @@ def make_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | No
     Raises RedecideError.
     """
     from agent.catalog import CatalogError, load_catalog
-    from agent.planner import RulePlanner
+    from agent.llm_planner import make_planner
     from tools.flags import FlagCatalog
 
     warnings: list[str] = []
@@ -417,7 +417,7 @@ def make_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | No
         )
     if name == "rules":
         try:
-            return RulePlanner(load_catalog(), flags), flags, warnings
+            return make_planner(None, load_catalog(), flags), flags, warnings
         except CatalogError as exc:
             raise RedecideError(str(exc)) from None
     if name == "llm":
@@ -645,7 +645,7 @@ def _compare_proposal(
 
 
 def _compare_conclusion(run: RecordedRun, planner: Planner, case: Case) -> Decision:
-    from agent.graph import build_conclusion
+    from agent.nodes.conclude import build_conclusion
 
     last = max((e.outcome_seq or 0 for e in run.runs), default=0)
     view = view_at(run, last + 1, case)
