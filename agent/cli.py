@@ -119,6 +119,8 @@ def _sigterm_as_interrupt() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    # A closed terminal (SIGHUP) ends the run the same way: its servers are stopped, not left running.
+    signal.signal(signal.SIGHUP, handler)
 
 
 def _waiting_json(request: ApprovalRequest, transcript: Path) -> str:
