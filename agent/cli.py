@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import secrets
 import signal
 import sqlite3
@@ -38,11 +39,12 @@ from agent.approval import (
 )
 from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case
 from agent.catalog import CatalogError
-from agent.models import Baseline, Experiment
+from agent.models import Baseline, Change, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
 from agent.progress import ProgressBoard
 from agent.render import EventRenderer, shown_line
 from agent.transcript import Transcript, TranscriptError, read_transcript
+from agent.values import effective_before, suggestions_in_log
 from tools.connect import connect_host
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError, parse_help
@@ -624,6 +626,7 @@ def analyze(
     proposal = planner.propose(view, hist)
     ranked = sorted(hist.hypotheses, key=lambda h: -h.posterior)
     verdict = _log_verdict(outcome)
+    suggestions = suggestions_in_log(text.split("\n"))
     if json_out:
         print(
             json.dumps(
@@ -645,9 +648,25 @@ def analyze(
                         }
                         for h in ranked
                     ],
-                    "first_experiment": proposal.experiment.change.model_dump()
+                    "first_experiment": {
+                        **proposal.experiment.change.model_dump(),
+                        "effective_before": effective_before(
+                            proposal.experiment.change.kind,
+                            proposal.experiment.change.name,
+                            proposal.experiment.change.before,
+                            outcome.facts,
+                        ),
+                    }
                     if proposal.experiment and proposal.experiment.change
                     else None,
+                    "alternatives": [
+                        {"change": a["change"], "p_fix": a["p_fix"]}
+                        for a in proposal.considered
+                        if a.get("change")
+                        and not (proposal.experiment and proposal.experiment.change
+                                 and a["change"] == proposal.experiment.change.describe())
+                    ],
+                    "sglang_suggestions": [{"line": n, "text": t} for n, t in suggestions],
                     "reason": proposal.conclude_reason,
                 }
             )
@@ -679,13 +698,41 @@ def analyze(
         console.print(f"  {hy.posterior:.2f}  {hy.id}  [dim]({hy.component})[/]", highlight=False)
         console.print(f"        {escape(hy.statement)}", highlight=False)
     console.print()
-    if proposal.experiment and proposal.experiment.change:
+    first = proposal.experiment.change if proposal.experiment else None
+    if proposal.experiment and first:
         console.print(
-            f"first experiment: [bold magenta]{escape(proposal.experiment.change.describe())}[/] — "
+            f"first experiment: [bold magenta]{escape(_advice_text(first, outcome.facts))}[/] — "
             f"{escape(proposal.experiment.rationale)}"
         )
     else:
         console.print(f"no experiment to propose: {proposal.conclude_reason}")
+    others = [a for a in proposal.considered if a.get("change") and (first is None or a["change"] != first.describe())]
+    if others:
+        console.print("\n[bold]alternatives[/] (the planner's other candidates, P(fix))")
+        for alt in others:
+            console.print(f"  {alt['p_fix']:.2f}  {escape(_with_log_before(str(alt['change']), outcome.facts))}", highlight=False)
+    if suggestions:
+        lines = f"{suggestions[0][0]}-{suggestions[-1][0]}" if len(suggestions) > 1 else str(suggestions[0][0])
+        console.print(f"\n[bold]SGLang's own suggestions[/] (log line{'s' if len(suggestions) > 1 else ''} {lines})")
+        for n, text in suggestions:
+            console.print(f"  L{n:<5} {escape(text)}", highlight=False)
+
+
+def _with_log_before(described: str, facts: dict[str, str]) -> str:
+    """``name: (unset) → v`` (``Change.describe``) with the log's effective value as the "before"."""
+    m = re.match(r"^(?P<name>--\S+): \(unset\) → (?P<after>.*)$", described)
+    if m is None:
+        return described
+    before = effective_before("flag", m["name"], None, facts)
+    return described if before is None else f"{m['name']}: {before} (in the log) → {m['after']}"
+
+
+def _advice_text(change: Change, facts: dict[str, str]) -> str:
+    """A proposed change as advice: its "before" is the value the log shows the server ran with when
+    the baseline leaves the flag unset (``--cuda-graph-max-bs: 160 (in the log) → 112``)."""
+    if change.kind != "flag" or change.before is not None:
+        return change.describe()
+    return _with_log_before(change.describe(), facts)
 
 
 def _read_text(path: Path, *, what: str) -> str:
