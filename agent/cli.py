@@ -1277,7 +1277,15 @@ def _tidy_help(command: Any) -> None:
 
 def main() -> None:
     """Console-script entry point. Usage mistakes (an unknown option, a value that is not one of the
-    choices) are one line on stderr naming the option and what it takes, exit code 2."""
+    choices) are one line on stderr naming the option and what it takes, exit code 2; so is a bad
+    planner tunables file (knowledge/planner.toml)."""
+    from agent.planner_weights import PlannerWeightsError, weights
+
+    try:
+        weights()  # the planner's tunables: a bad file is one line, not a traceback
+    except PlannerWeightsError as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     command = typer.main.get_command(app)
     _tidy_help(command)
     try:

@@ -15,6 +15,7 @@ from typing import Any
 from agent.guard import GuardError, check_experiment
 from agent.runtime import Runtime
 from agent.state import RunState, planner_view
+from agent.wire import to_payload
 
 
 def design(state: RunState, rt: Runtime) -> dict[str, Any]:
@@ -42,7 +43,7 @@ def design(state: RunState, rt: Runtime) -> dict[str, Any]:
     tr.step = view.launches + 1
     tr.emit(
         "experiment.proposed",
-        {**exp.model_dump(mode="json"), "considered": proposal.considered[:12]},
+        to_payload("experiment.proposed", exp, considered=proposal.considered[:12]),
         node="design",
     )
     return {**kept, "pending": exp.model_dump(mode="json")}

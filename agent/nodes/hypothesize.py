@@ -13,6 +13,7 @@ from agent.models import Hypothesis
 from agent.runtime import Runtime
 from agent.state import RunState, planner_view
 from agent.transcript import Transcript
+from agent.wire import to_payload
 
 
 def hypothesize(state: RunState, rt: Runtime) -> dict[str, Any]:
@@ -35,7 +36,7 @@ def _record_changes(tr: Transcript, before: list[dict[str, Any]], after: list[Hy
     for h in after:
         prev = old.get(h.id)
         if prev is None:
-            tr.emit("hypothesis.added", h.model_dump(mode="json"), node="hypothesize")
+            tr.emit("hypothesis.added", to_payload("hypothesis.added", h), node="hypothesize")
         elif prev["status"] != h.status:
             tr.emit(
                 f"hypothesis.{h.status}",
