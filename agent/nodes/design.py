@@ -4,6 +4,8 @@ conclude; the proposal passes the guard (``agent.guard``) before anyone is asked
 Side effects: transcript ``experiment.proposed``, ``design.none`` (nothing left worth testing) or
 ``error`` (the guard refused a planner's proposal: a planner bug, never executed); sets the transcript's
 step to the coming launch. The planner may call its model (the LLM planner writes ``llm.*`` events).
+Building the planner needs the host's flag catalog (``Runtime.flags``: cached, or read from the host's
+``launch_server --help`` in a process that resumed the run).
 
 The update carries ``pending`` (the proposal) or ``conclude_reason``; the graph's edge routes on it.
 """

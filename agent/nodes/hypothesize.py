@@ -2,7 +2,9 @@
 
 Side effects: transcript ``hypothesis.added``, ``hypothesis.<status>`` (a status changed),
 ``hypothesis.updated`` (a posterior moved by more than 0.001) and ``baseline.changed``. The planner may
-call its model (the LLM planner writes its ``llm.*`` events); the rule planner has none.
+call its model (the LLM planner writes its ``llm.*`` events); the rule planner has none. Building the
+planner needs the host's flag catalog (``Runtime.flags``): in a process that resumed the run, that is
+the cached catalog or, failing that, a connection to the host and its ``launch_server --help``.
 """
 
 from __future__ import annotations
