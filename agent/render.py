@@ -175,6 +175,9 @@ class EventRenderer:
     def _server_crashed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         code = d.get("exit_code")
         how = f"exit code {code}" if code is not None else "still running; stopped by hypoloop"
+        if self.launch_progress:  # the progress display's summary line said what happened and when
+            self._p(f"    [dim]({how})[/]")
+            return
         self._p(f"  [red]✗ {d.get('status')}[/] before ready ({how})")
 
     _server_timeout = _server_crashed

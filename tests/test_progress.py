@@ -140,3 +140,12 @@ def test_live_display_in_a_terminal_follows_the_load(tmp_path: Path) -> None:
     assert seen[0] <= seen[1]
     assert child.exitstatus == 130
     assert not live_processes(str(tmp_path), only="lab.launch_server")
+
+
+def test_a_launch_that_crashes_while_loading_ends_in_one_line_naming_the_stage(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "run", "lab:cuda-graph-oom", "--auto", COLUMNS="200")
+    assert done.returncode == 0, done.stderr
+    crashed = re.findall(r"✗ (\w+) during CUDA-graph capture (\d+) of (\d+) after [\d.:]+(?: s)? — init", done.stdout)
+    assert len(crashed) == 1 and crashed[0][0] == "crashed"  # the baseline, cut off mid-capture
+    assert 0 < int(crashed[0][1]) < int(crashed[0][2])
+    assert done.stdout.count("✗") == 1 and "(exit code" in done.stdout
