@@ -27,10 +27,11 @@ import os
 import time
 from typing import Any
 
-from agent.case import Case
+from agent.case import Case, server_api_key
 from agent.evidence import RawEvidence
 from agent.generators.evidence import LogExcerpt
 from agent.models import Experiment
+from agent.progress import LoadProgress
 from agent.recovery import prior_launch, recover, save_result
 from agent.runtime import Runtime
 from agent.state import RunState, case_of
@@ -133,6 +134,7 @@ def run_experiment(
     argv = render_command(
         expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host="127.0.0.1", port=port
     )
+    watch = rt.progress.launch(exp.id, rt.signatures) if rt.progress is not None else None
     session = ServerSession(
         host,
         argv,
@@ -140,15 +142,16 @@ def run_experiment(
         log_path=log_path,
         port=port,
         matcher=matcher,
-        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev, excerpt),
+        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev, watch, excerpt),
         ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
         stall_timeout_s=stall.limit,
+        api_key=server_api_key(exp.config().flags),
     )
     rt.sessions[exp.id] = session
     probes: list[ProbeResult] = []
     with session:
         t0 = _start_or_adopt(rt, session, exp, host, argv, adopt=adopt, record=record)
-        res = session.wait_ready()
+        res = _wait_ready(session, watch)
         server_info = _probe_or_record_failure(rt, session, res, case, exp, probes)
         stopped = session.stop()
     wall = time.monotonic() - t0
@@ -169,18 +172,32 @@ def run_experiment(
     )
 
 
-def _on_watch_event(rt: Runtime, exp_id: str, stall: StallWatch, ev: WatchEvent, excerpt: LogExcerpt) -> None:
-    """Feed the stall watch every event and the excerpt every line; record ready and fatal lines as
-    observations."""
+def _on_watch_event(
+    rt: Runtime, exp_id: str, stall: StallWatch, ev: WatchEvent, watch: LoadProgress | None, excerpt: LogExcerpt
+) -> None:
+    """Feed the stall watch and the progress display every event and the excerpt every line; record
+    ready and fatal lines as observations (whole: the evidence is never cut)."""
     stall.observe(ev)
+    if watch is not None:
+        watch.observe(ev)
     if ev.kind == "line" and ev.line is not None:
         excerpt.feed(ev.line.lineno, ev.line.text)
     if ev.kind in ("ready", "fatal") and ev.line is not None:
         rt.transcript.emit(
             "observation",
-            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.lineno, "text": ev.line.text[:300]},
+            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.lineno, "text": ev.line.text},
             node="execute",
         )
+
+
+def _wait_ready(session: ServerSession, watch: LoadProgress | None) -> LaunchResult:
+    """``session.wait_ready()`` with the launch's progress display (if any) shown until it returns."""
+    if watch is None:
+        return session.wait_ready()
+    with watch:
+        res = session.wait_ready()
+        watch.finish(res.status)
+    return res
 
 
 def _start_or_adopt(
@@ -261,9 +278,10 @@ def _probe_or_record_failure(
         )
         return None
     tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
-    server_info = get_server_info(res.base_url)
+    api_key = server_api_key(exp.config().flags)  # the server's --api-key: sent, never written
+    server_info = get_server_info(res.base_url, api_key=api_key)
     for probe in [*case.probes, *exp.probes]:
-        pr = run_probe(res.base_url, probe, model=case.model.path)
+        pr = run_probe(res.base_url, probe, model=case.model.path, api_key=api_key)
         probes.append(pr)
         tr.emit("probe.result", to_payload("probe.result", pr, experiment_id=exp.id), node="execute")
         if pr.status in ("connection_error", "timeout"):
