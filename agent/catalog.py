@@ -181,7 +181,10 @@ def load_roles(path: Path | None = None) -> dict[str, list[str]]:
 
     A missing file means no roles. Raises CatalogError naming the file and entry for a malformed one.
     """
-    path = path or default_catalog_path().parent / "flag_roles.toml"
+    if path is None:
+        from agent.knowledge_dir import knowledge_file
+
+        path = knowledge_file("flag_roles.toml")
     if not path.is_file():
         return {}
     try:
@@ -211,7 +214,8 @@ def load_catalog(path: Path | None = None) -> list[CatalogEntry]:
         data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"{path}: {exc}") from None
-    roles = load_roles(path.parent / "flag_roles.toml")
+    sibling = path.parent / "flag_roles.toml"
+    roles = load_roles(sibling if sibling.is_file() else None)
     entries = []
     for i, raw in enumerate(data.get("hypothesis", [])):
         try:

@@ -29,7 +29,9 @@ __all__ = [
 ]
 
 ENV_VAR = "HYPOLOOP_KNOWLEDGE"
-KNOWLEDGE_FILES = ("signatures.toml", "hypotheses.toml", "symptoms.toml", "limits.toml", "risky.toml")
+KNOWLEDGE_FILES = (
+    "signatures.toml", "hypotheses.toml", "symptoms.toml", "flag_roles.toml", "limits.toml", "risky.toml"
+)
 
 
 class KnowledgeDirError(ValueError):

@@ -230,7 +230,8 @@ def test_remedies_generator_reads_the_value_the_error_asks_for() -> None:
 
 def test_remedies_generator_reads_sglang_possible_solutions_list() -> None:
     cands = RemediesGenerator().generate(_input(CAPTURE_OOM, _case({"--enable-torch-compile": True})))
-    by_flag = {c.interventions[0].names[0]: c.interventions[0] for c in cands}
+    by_flag = {n: c.interventions[0] for c in cands for n in c.interventions[0].names}
+    assert all(c.support == 0.0 for c in cands)  # listed solutions corroborate causes proposing them
     assert by_flag["--mem-fraction-static"].derive == "mem_fraction_for_graph_capture"
     assert by_flag["--mem-fraction-static"].values == ["0.8", "0.7"]
     assert by_flag["--cuda-graph-max-bs"].values == ["16"]
@@ -239,7 +240,7 @@ def test_remedies_generator_reads_sglang_possible_solutions_list() -> None:
     assert by_flag["--enable-torch-compile"].values == [None]  # "by not using": remove it
     # a flag the baseline does not set is not removed
     cands = RemediesGenerator().generate(_input(CAPTURE_OOM, _case()))
-    assert "--enable-torch-compile" not in {c.interventions[0].names[0] for c in cands}
+    assert "--enable-torch-compile" not in {n for c in cands for n in c.interventions[0].names}
 
 
 def test_remedies_generator_marks_a_safety_override_variable_a_workaround() -> None:

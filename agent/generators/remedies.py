@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 
+from agent.catalog import load_roles
 from agent.generators import Candidate, GeneratorInput
 from agent.generators.common import canon, effective_value, fact_flag
 from agent.models import Evidence, FlagValue, Intervention, LogLine
@@ -133,7 +134,9 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
             if not values and not derive:
                 continue
             fact = spec.name.lstrip("-").replace("-", "_")
-            iv = Intervention(names=[spec.name], values=values, derive=derive, decisive=kind == "error",
+            role = next((r for r, names in load_roles().items() if spec.name in names), None)
+            iv = Intervention(names=load_roles()[role] if role else [spec.name], role=role,
+                              values=values, derive=derive, decisive=kind == "error",
                               fact=fact if fact_flag(inp.flags, fact) is spec else None,
                               cost="high" if costly else "low", note=note)
             what = f"{direction} {spec.name}" if direction else f"{spec.name} {values[0]}"
@@ -187,6 +190,9 @@ class RemediesGenerator:
                                    experiment_id=inp.evidence.experiment_id, lines=[ll.line])],
                 interventions=[iv],
                 triggers=[kind],
+                # one of SGLang's listed possible solutions corroborates a cause that already proposes
+                # it rather than being a second hypothesis for the same change
+                support=0.0 if kind == "solution" else None,
             )
             if cid not in best or best[cid].weight < cand.weight:
                 best[cid] = cand
