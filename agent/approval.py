@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.guard import GuardError, check_experiment
-from agent.models import Change, Experiment, FlagValue, Hypothesis, Prediction, value_key
+from agent.models import Baseline, Change, Experiment, FlagValue, Hypothesis, Prediction, Rejection, value_key
 from agent.planner import PlannerView
 from tools.flags import FlagCatalog, FlagError
 
@@ -260,6 +260,118 @@ def _edit_text(change: Change) -> str:
     return f"{change.name}={'' if change.after is None else change.after}"
 
 
+#: Says what ``Hypothesis`` expects of an experiment that makes ``Change`` (None: the unchanged baseline):
+#: ``fixed``, ``may_fix`` or ``persists``.
+_Predict = Callable[[Hypothesis, Change | None], str]
+
+
+class _EditOffers:
+    """The edits offered so far: each change once, none run or rejected before, at most ``most``."""
+
+    def __init__(self, view: PlannerView, most: int) -> None:
+        self.seen = {r.change_key for r in view.rejections if r.change_key}
+        self.seen |= {e.change.key() for e in view.experiments if e.change is not None and e.status == "done"}
+        self.most = most
+        self.edits: list[EditOffer] = []
+
+    def offer(self, change: Change, why: str) -> None:
+        if change.key() not in self.seen and len(self.edits) < self.most:
+            self.seen.add(change.key())
+            self.edits.append(EditOffer(set=_edit_text(change), why=why))
+
+
+def _legal_flag_change(flags: FlagCatalog | None, baseline: Baseline, name: str, value: FlagValue) -> Change | None:
+    """The flag change setting ``name`` to ``value``, canonical and normalised by the catalog; None without
+    a catalog, when the host would refuse it, or when the baseline already has that value."""
+    if flags is None:
+        return None
+    try:
+        canon, norm = flags.validate(name, value)
+    except FlagError:
+        return None
+    before = baseline.value("flag", canon)
+    return None if value_key(before) == value_key(norm) else Change(kind="flag", name=canon, before=before, after=norm)
+
+
+def _blocked_lead(
+    exp: Experiment, live: Sequence[Hypothesis], view: PlannerView, predict: _Predict
+) -> tuple[Hypothesis, Rejection] | None:
+    """The leading live hypothesis and the last rejection of a change that tested it, when ``exp`` (a
+    test) does not test it; else None."""
+    if not live or exp.purpose != "test":
+        return None
+    lead = max(live, key=lambda h: h.posterior)
+    if predict(lead, exp.change) != "persists":
+        return None
+    blocked = [r for r in view.rejections if r.change is not None and predict(lead, r.change) != "persists"]
+    if not blocked:
+        return None
+    return lead, blocked[-1]
+
+
+def _offer_other_interventions(
+    lead: Hypothesis,
+    rejected: Change,
+    baseline: Baseline,
+    flags: FlagCatalog | None,
+    predict: _Predict,
+    offers: _EditOffers,
+) -> None:
+    """Offer the first legal change of each of ``lead``'s interventions that it predicts fixes the
+    failure and that does not set the rejected variable."""
+    for iv in lead.interventions:
+        for name in iv.names:
+            changes = [
+                Change(kind="env", name=name, before=baseline.value("env", name), after=v)
+                if iv.kind == "env"
+                else _legal_flag_change(flags, baseline, name, v)
+                for v in iv.values
+            ]
+            change = next((c for c in changes if c is not None), None)
+            if change is not None:
+                if predict(lead, change) != "persists" and value_key(change.name) != value_key(rejected.name):
+                    offer_why = f"another intervention of {lead.id} (it predicts: {predict(lead, change)})"
+                    offers.offer(change, offer_why)
+                break
+
+
+def _offer_other_values(
+    lead: Hypothesis,
+    rejected: Change,
+    view: PlannerView,
+    baseline: Baseline,
+    flags: FlagCatalog | None,
+    predict: _Predict,
+    offers: _EditOffers,
+) -> None:
+    """Offer the other values the host accepts for the rejected flag (its ``--help`` choices), without
+    the default, the failing run's effective values, and ``auto`` when the flag is unset."""
+    if rejected.kind != "flag" or flags is None:
+        return
+    try:
+        spec = flags.resolve(rejected.name)
+    except FlagError:
+        spec = None
+    facts = next((o.facts for o in reversed(view.outcomes) if o.stage != "ok"), {})
+    effective = {value_key(v) for v in facts.values()}
+    fact = next((iv.fact for iv in lead.interventions if iv.fact and iv.fact in facts), None)
+    now = f"the failing run's {facts[fact]}" if fact else f"{rejected.before or 'the default'}"
+    unset = baseline.value("flag", spec.name) is None if spec else False
+    for choice in (spec.choices or []) if spec else []:
+        change = _legal_flag_change(flags, baseline, rejected.name, choice)
+        if (
+            change is None
+            or value_key(choice) == value_key(spec.default if spec else None)
+            # SGLang spells "let the server choose" as auto: with the flag unset, that is the baseline
+            or (unset and value_key(choice) == "auto")
+            or value_key(choice) in effective
+            or predict(lead, change) != "persists"  # the rejected value in another spelling
+        ):
+            continue
+        offers.offer(change, f"another value than {now}: the ledger predicts nothing for it; whether it fails "
+                     f"tells whether the fault is tied to {facts[fact] if fact else 'that value'}")
+
+
 def lead_blocked(
     exp: Experiment,
     hypotheses: Sequence[Hypothesis],
@@ -280,72 +392,14 @@ def lead_blocked(
     which the ledger predicts nothing: they say whether the fault is tied to the rejected value.
     """
     live = [h for h in hypotheses if h.status in ("open", "supported")]
-    if not live or exp.purpose != "test":
+    found = _blocked_lead(exp, live, view, predict)
+    if found is None:
         return None
-    lead = max(live, key=lambda h: h.posterior)
-    if predict(lead, exp.change) != "persists":
-        return None
-    blocked = [r for r in view.rejections if r.change is not None and predict(lead, r.change) != "persists"]
-    if not blocked:
-        return None
-    rejected = blocked[-1]
+    lead, rejected = found
     assert rejected.change is not None
-    baseline = exp.baseline
-    seen = {r.change_key for r in view.rejections if r.change_key}
-    seen |= {e.change.key() for e in view.experiments if e.change is not None and e.status == "done"}
-    edits: list[EditOffer] = []
-
-    def offer(change: Change, why: str) -> None:
-        if change.key() not in seen and len(edits) < most:
-            seen.add(change.key())
-            edits.append(EditOffer(set=_edit_text(change), why=why))
-
-    def legal(name: str, value: FlagValue) -> Change | None:
-        if flags is None:
-            return None
-        try:
-            canon, norm = flags.validate(name, value)
-        except FlagError:
-            return None
-        before = baseline.value("flag", canon)
-        return None if value_key(before) == value_key(norm) else Change(kind="flag", name=canon, before=before, after=norm)
-
-    for iv in lead.interventions:
-        for name in iv.names:
-            changes = [
-                Change(kind="env", name=name, before=baseline.value("env", name), after=v)
-                if iv.kind == "env"
-                else legal(name, v)
-                for v in iv.values
-            ]
-            change = next((c for c in changes if c is not None), None)
-            if change is not None:
-                if predict(lead, change) != "persists" and value_key(change.name) != value_key(rejected.change.name):
-                    offer(change, f"another intervention of {lead.id} (it predicts: {predict(lead, change)})")
-                break
-    if rejected.change.kind == "flag" and flags is not None:
-        try:
-            spec = flags.resolve(rejected.change.name)
-        except FlagError:
-            spec = None
-        facts = next((o.facts for o in reversed(view.outcomes) if o.stage != "ok"), {})
-        effective = {value_key(v) for v in facts.values()}
-        fact = next((iv.fact for iv in lead.interventions if iv.fact and iv.fact in facts), None)
-        now = f"the failing run's {facts[fact]}" if fact else f"{rejected.change.before or 'the default'}"
-        unset = baseline.value("flag", spec.name) is None if spec else False
-        for choice in (spec.choices or []) if spec else []:
-            change = legal(rejected.change.name, choice)
-            if (
-                change is None
-                or value_key(choice) == value_key(spec.default if spec else None)
-                # SGLang spells "let the server choose" as auto: with the flag unset, that is the baseline
-                or (unset and value_key(choice) == "auto")
-                or value_key(choice) in effective
-                or predict(lead, change) != "persists"  # the rejected value in another spelling
-            ):
-                continue
-            offer(change, f"another value than {now}: the ledger predicts nothing for it; whether it fails "
-                  f"tells whether the fault is tied to {facts[fact] if fact else 'that value'}")
+    offers = _EditOffers(view, most)
+    _offer_other_interventions(lead, rejected.change, exp.baseline, flags, predict, offers)
+    _offer_other_values(lead, rejected.change, view, exp.baseline, flags, predict, offers)
     instead = [
         f"{p.hypothesis_id} (p={next((h.posterior for h in live if h.id == p.hypothesis_id), 0.0):.2f})"
         for p in exp.predictions
@@ -358,7 +412,7 @@ def lead_blocked(
         rejected=rejected.change.describe(),
         reason=rejected.reason,
         instead=instead,
-        edits=edits,
+        edits=offers.edits,
     )
 
 

@@ -438,42 +438,41 @@ def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
     return rows
 
 
-def build_report(run: RecordedRun) -> Report:
-    """Assemble the review document of a recorded run."""
-    fp = run.fingerprint
-    hardware = (
+def _hardware(fp: dict[str, Any]) -> str:
+    """The recorded host fingerprint as one line, or a note that none was recorded."""
+    if not fp:
+        return "unknown (no fingerprint recorded)"
+    return (
         f"{fp.get('gpu_count')} × {fp.get('gpu_name')} (compute capability {fp.get('compute_capability')}, "
         f"driver {fp.get('driver_version')}), SGLang {fp.get('sglang_version')}"
-        if fp
-        else "unknown (no fingerprint recorded)"
     )
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.first_ts)) if run.first_ts else "?"
-    c = run.conclusion or {}
-    executed = run.executed()
-    design = _design_steps(run)
 
-    summary: list[tuple[str, str]] = []
-    narrative: list[str] = []
-    ruled_out: list[tuple[str, str]] = []
+
+def _symptom(run: RecordedRun, executed: list[ExperimentRun]) -> str:
+    """What the baseline run showed: its stage, its telling log line and any failed probes; "—" without one."""
     baseline_run = next((r for r in executed if r.experiment.get("purpose") == "baseline"), None)
-    symptom = "—"
-    if baseline_run and baseline_run.outcome:
-        o = baseline_run.outcome
-        symptom = f"{o.get('stage')}"
-        m = run.telling_match(o)
-        if m is not None:
-            line = m["line_numbers"][0] if m.get("line_numbers") else "?"
-            symptom += (
-                f": {shown_line(m.get('first_line', '')).strip()} (log line {line} of {_exp_label(baseline_run)})"
-            )
-        probes = [p for p in o.get("probes", []) if not p.get("ok")]
-        if probes:
-            symptom += "; probe " + ", ".join(f"{p['probe_id']}={p['status']}" for p in probes)
-    status = c.get("status") or run.status
-    summary.append(("status", status if run.finished else f"{status} — the transcript has no run.ended"))
+    if not (baseline_run and baseline_run.outcome):
+        return "—"
+    o = baseline_run.outcome
+    symptom = f"{o.get('stage')}"
+    m = run.telling_match(o)
+    if m is not None:
+        line = m["line_numbers"][0] if m.get("line_numbers") else "?"
+        symptom += (
+            f": {shown_line(m.get('first_line', '')).strip()} (log line {line} of {_exp_label(baseline_run)})"
+        )
+    probes = [p for p in o.get("probes", []) if not p.get("ok")]
+    if probes:
+        symptom += "; probe " + ", ".join(f"{p['probe_id']}={p['status']}" for p in probes)
+    return symptom
+
+
+def _fix_summary(run: RecordedRun, c: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summary's root cause, fix, alternative and confirmation rows (those the conclusion has)."""
+    out: list[tuple[str, str]] = []
     if c.get("root_cause"):
         rc = c["root_cause"]
-        summary.append(
+        out.append(
             (
                 "root cause",
                 f"{rc.get('statement')} [{rc.get('component')}; "
@@ -493,28 +492,30 @@ def build_report(run: RecordedRun) -> Report:
                 f" — experiment #{fix_run.step} served correctly with it "
                 f"({sum(1 for p in probes if p.get('ok'))}/{len(probes)} probes ok)"
             )
-        summary.append(("fix", _change_text(c["fix"]) + how))
+        out.append(("fix", _change_text(c["fix"]) + how))
         for a in c.get("alternatives", []):
-            summary.append(("alternative", alternative_text(a)))
+            out.append(("alternative", alternative_text(a)))
     if c.get("confirmation_experiment_id"):
         conf = run.run_of(c["confirmation_experiment_id"])
         if conf and conf.outcome:
             probes = conf.outcome.get("probes", [])
-            summary.append(
+            out.append(
                 (
                     "confirmation",
                     f"{_exp_label(conf)}: {conf.outcome.get('stage')}, "
                     f"{sum(1 for p in probes if p.get('ok'))}/{len(probes)} probes ok",
                 )
             )
+    return out
+
+
+def _summary(run: RecordedRun, c: dict[str, Any], status: str, symptom: str) -> list[tuple[str, str]]:
+    """The summary rows in order: status, the fix rows, symptom, why it stopped, the leading
+    hypothesis (when no root cause was named) and the cost."""
+    summary: list[tuple[str, str]] = []
+    summary.append(("status", status if run.finished else f"{status} — the transcript has no run.ended"))
+    summary += _fix_summary(run, c)
     summary.append(("symptom", symptom))
-    for r in c.get("refuted", []):
-        h = run.hypothesis(r.get("id"))
-        why = "; ".join(str(e.get("detail")) for e in r.get("evidence", [])) or "refuted"
-        if h is not None:
-            refuting = [s for s in _why_dropped(run, h, design) if s.startswith("Refuted")]
-            why = " ".join(refuting) or why
-        ruled_out.append((f"{r.get('id')}: {r.get('statement')}", why))
     if c.get("reason") and not c.get("root_cause"):
         summary.append(("why it stopped", str(c["reason"])))
     if not c.get("root_cause"):
@@ -527,8 +528,27 @@ def build_report(run: RecordedRun) -> Report:
     summary.append(
         ("cost", f"{launches} launches, {float(host_s or 0):.0f} host-seconds ({_dur(float(host_s or 0))})")
     )
+    return summary
 
-    # How the run got there, one sentence per step.
+
+def _ruled_out(run: RecordedRun, c: dict[str, Any], design: list[DesignStep]) -> list[tuple[str, str]]:
+    """Each refuted hypothesis of the conclusion with why: the sentences that refuted it, else its evidence."""
+    ruled_out: list[tuple[str, str]] = []
+    for r in c.get("refuted", []):
+        h = run.hypothesis(r.get("id"))
+        why = "; ".join(str(e.get("detail")) for e in r.get("evidence", [])) or "refuted"
+        if h is not None:
+            refuting = [s for s in _why_dropped(run, h, design) if s.startswith("Refuted")]
+            why = " ".join(refuting) or why
+        ruled_out.append((f"{r.get('id')}: {r.get('statement')}", why))
+    return ruled_out
+
+
+def _narrative(
+    run: RecordedRun, c: dict[str, Any], design: list[DesignStep], executed: list[ExperimentRun]
+) -> list[str]:
+    """How the run got there, one sentence per design step, then the conclusion (or that it is unfinished)."""
+    narrative: list[str] = []
     for step in design:
         # A rejected proposal ran nothing: the next proposal carries the same step (launch) number.
         label = f"Step {step.step}" + (", rejected proposal" if step.decision.startswith("reject") else "")
@@ -547,7 +567,11 @@ def build_report(run: RecordedRun) -> Report:
             "The transcript ends without run.ended: the run is still going, waits for an approval, or its "
             "process died; this report shows what was recorded so far."
         )
+    return narrative
 
+
+def _hypothesis_views(run: RecordedRun, c: dict[str, Any], design: list[DesignStep]) -> list[HypothesisView]:
+    """The hypothesis ledger: confirmed, supported, refuted, then open, each by falling posterior."""
     hypotheses: list[HypothesisView] = []
     why_open = {str(u.get("id")): str(u.get("why") or "") for u in c.get("untested", [])}
     order = {"confirmed": 0, "supported": 1, "refuted": 2, "open": 3}
@@ -567,9 +591,12 @@ def build_report(run: RecordedRun) -> Report:
         if h.status == "refuted":
             view.why_dropped = _why_dropped(run, h, design)
         hypotheses.append(view)
+    return hypotheses
 
-    # A log line that is evidence for several hypotheses is quoted once, under the first; the others
-    # point there. Keyed by experiment and cited line, so [224] and [224, 225] count as shared too.
+
+def _quote_shared_lines_once(hypotheses: list[HypothesisView]) -> None:
+    """A log line that is evidence for several hypotheses is quoted once, under the first; the others
+    point there (in place). Keyed by experiment and cited line, so [224] and [224, 225] count as shared too."""
     quoted: dict[tuple[str, int], str] = {}
     for hv in hypotheses:
         for item in hv.evidence:
@@ -582,11 +609,18 @@ def build_report(run: RecordedRun) -> Report:
                 for k in keys:
                     quoted.setdefault(k, hv.id)
 
-    knowledge = [
+
+def _knowledge(run: RecordedRun) -> list[tuple[str, str, float]]:
+    """The knowledge files read: (path, finding title with its outcome, relevance)."""
+    return [
         (str(k.get("path")), str(f.get("title")) + f" [{f.get('outcome')}]", float(f.get("relevance", 0.0)))
         for k in run.knowledge
         for f in k.get("findings", [])
     ]
+
+
+def _notes(run: RecordedRun, c: dict[str, Any]) -> list[str]:
+    """Rejected proposals, hypotheses still open, and errors, in that order."""
     notes: list[str] = []
     for rj in run.rejections:
         notes.append(
@@ -598,26 +632,38 @@ def build_report(run: RecordedRun) -> Report:
         )
     for e in run.errors:
         notes.append(f"Error at step {e.step}: {e.data.get('message')}")
+    return notes
+
+
+def build_report(run: RecordedRun) -> Report:
+    """Assemble the review document of a recorded run."""
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.first_ts)) if run.first_ts else "?"
+    c = run.conclusion or {}
+    executed = run.executed()
+    design = _design_steps(run)
+    status = c.get("status") or run.status
+    hypotheses = _hypothesis_views(run, c, design)
+    _quote_shared_lines_once(hypotheses)
     return Report(
         title=f"hypoloop run {run.run_id} — {run.started.get('case', '?')}",
         run_id=run.run_id,
         transcript=str(run.path),
         case=str(run.started.get("case", "?")),
         model=run.model_path(),
-        hardware=hardware,
+        hardware=_hardware(run.fingerprint),
         started=started,
         status=status,
         finished=run.finished,
-        summary=summary,
-        narrative=narrative,
-        ruled_out=ruled_out,
+        summary=_summary(run, c, status, _symptom(run, executed)),
+        narrative=_narrative(run, c, design, executed),
+        ruled_out=_ruled_out(run, c, design),
         experiments=_experiment_rows(run),
         hypotheses=hypotheses,
         design=design,
         steps=run.steps(),
         series={h.id: dict(h.series) for h in run.hypotheses.values()},
-        knowledge=knowledge,
-        notes=notes,
+        knowledge=_knowledge(run),
+        notes=_notes(run, c),
         findings_entry=_findings_entry(run, c),
     )
 
@@ -651,8 +697,8 @@ def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(rep: Report) -> str:
-    """The report as GitHub-flavoured Markdown (pictures become a text timeline and a table)."""
+def _md_summary(rep: Report) -> list[str]:
+    """The title, the run's context line and the summary (with what was ruled out)."""
     out: list[str] = [f"# {rep.title}", ""]
     out.append(
         f"Model **{rep.model}** on {rep.hardware}. Started {rep.started}. Transcript `{rep.transcript}`."
@@ -666,9 +712,12 @@ def render_markdown(rep: Report) -> str:
         out.append("- **ruled out**:")
         for what, why in rep.ruled_out:
             out.append(f"  - {what} — *{why}*")
-    out += ["", "## How the run got there", ""]
-    out += [f"{i}. {line}" for i, line in enumerate(rep.narrative, start=1)]
-    out += ["", "## Experiments", ""]
+    return out
+
+
+def _md_experiments(rep: Report) -> list[str]:
+    """The experiment table and the text timeline."""
+    out = ["", "## Experiments", ""]
     out.append(
         "| # | change | approval | outcome | stage reached | ready after | crash after | host time | note |"
     )
@@ -681,7 +730,13 @@ def render_markdown(rep: Report) -> str:
         )
     out += ["", "Timeline (host time; `=` loading, `#` serving, `X` crash, `|` stop):", "", "```text"]
     out += _text_timeline(rep)
-    out += ["```", "", "## Hypotheses", ""]
+    out.append("```")
+    return out
+
+
+def _md_hypothesis_tables(rep: Report) -> list[str]:
+    """The verdict table of the hypotheses and their probability after each step."""
+    out = ["", "## Hypotheses", ""]
     out.append("| hypothesis | component | verdict | p at start | p at end |")
     out.append("|---|---|---|---|---|")
     for h in rep.hypotheses:
@@ -695,34 +750,49 @@ def render_markdown(rep: Report) -> str:
         for h in rep.hypotheses:
             vals = _carry(rep.series.get(h.id, {}), rep.steps)
             out.append(f"| `{h.id}` | " + " | ".join("" if v is None else f"{v:.2f}" for v in vals) + " |")
-    for h in rep.hypotheses:
-        out += ["", f"### `{h.id}` — {h.verdict}", ""]
-        out.append(f"{h.statement} *({h.component}; from {h.source}; p {h.prior:.2f} → {h.posterior:.2f})*")
-        if h.rationale:
-            out += ["", f"Why it was considered: {h.rationale}"]
-        if h.why_dropped:
-            out += ["", "**Why it was dropped:**", ""]
-            out += [f"- {s}" for s in h.why_dropped]
-        out += ["", "Evidence:", ""]
-        for item in h.evidence:
-            where = f" — {item.experiment}" if item.experiment else ""
-            lines = (
-                f", log line{'s' if len(item.line_numbers) > 1 else ''} {', '.join(map(str, item.line_numbers[:6]))}"
-                if item.line_numbers
-                else ""
-            )
-            out.append(f"- *{item.effect}* ({item.kind}{where}{lines}): {item.detail}")
-            if item.quoted_under:
-                out.append(f"  (log lines quoted under `{item.quoted_under}` above)")
-            if item.excerpt:
-                out.append("")
-                out.append("  ```text")
-                for n, text, cited in item.excerpt.lines:
-                    out.append(f"  {'>' if cited else ' '} {n:>6}  {text}")
-                out.append("  ```")
-                out.append(f"  <sub>from {item.excerpt.source}</sub>")
-                out.append("")
-    out += ["", "## Alternatives weighed at each step", ""]
+    return out
+
+
+def _md_evidence_item(item: EvidenceItem) -> list[str]:
+    """One evidence bullet, with its log excerpt (or a pointer to where the same lines are quoted)."""
+    where = f" — {item.experiment}" if item.experiment else ""
+    lines = (
+        f", log line{'s' if len(item.line_numbers) > 1 else ''} {', '.join(map(str, item.line_numbers[:6]))}"
+        if item.line_numbers
+        else ""
+    )
+    out = [f"- *{item.effect}* ({item.kind}{where}{lines}): {item.detail}"]
+    if item.quoted_under:
+        out.append(f"  (log lines quoted under `{item.quoted_under}` above)")
+    if item.excerpt:
+        out.append("")
+        out.append("  ```text")
+        for n, text, cited in item.excerpt.lines:
+            out.append(f"  {'>' if cited else ' '} {n:>6}  {text}")
+        out.append("  ```")
+        out.append(f"  <sub>from {item.excerpt.source}</sub>")
+        out.append("")
+    return out
+
+
+def _md_hypothesis(h: HypothesisView) -> list[str]:
+    """One hypothesis's section: statement, why it was considered and dropped, its evidence."""
+    out = ["", f"### `{h.id}` — {h.verdict}", ""]
+    out.append(f"{h.statement} *({h.component}; from {h.source}; p {h.prior:.2f} → {h.posterior:.2f})*")
+    if h.rationale:
+        out += ["", f"Why it was considered: {h.rationale}"]
+    if h.why_dropped:
+        out += ["", "**Why it was dropped:**", ""]
+        out += [f"- {s}" for s in h.why_dropped]
+    out += ["", "Evidence:", ""]
+    for item in h.evidence:
+        out += _md_evidence_item(item)
+    return out
+
+
+def _md_design(rep: Report) -> list[str]:
+    """The alternatives weighed at each design step, and what was skipped."""
+    out = ["", "## Alternatives weighed at each step", ""]
     for d in rep.design:
         out.append(f"**Step {d.step}: {d.chosen}** — approval: {d.decision}")
         out.append("")
@@ -739,6 +809,12 @@ def render_markdown(rep: Report) -> str:
             out.append(f"- skipped for `{hid}`: {why}")
         if d.skipped:
             out.append("")
+    return out
+
+
+def _md_appendix(rep: Report) -> list[str]:
+    """The knowledge read, the notes and the FINDINGS.md entry (each only when there is one)."""
+    out: list[str] = []
     if rep.knowledge:
         out += ["## Knowledge read", ""]
         out += [f"- {_md(title)} — relevance {rel:.2f} (`{path}`)" for path, title, rel in rep.knowledge]
@@ -749,6 +825,20 @@ def render_markdown(rep: Report) -> str:
         out.append("")
     if rep.findings_entry:
         out += ["## FINDINGS.md entry", "", "````markdown", rep.findings_entry.rstrip(), "````", ""]
+    return out
+
+
+def render_markdown(rep: Report) -> str:
+    """The report as GitHub-flavoured Markdown (pictures become a text timeline and a table)."""
+    out = _md_summary(rep)
+    out += ["", "## How the run got there", ""]
+    out += [f"{i}. {line}" for i, line in enumerate(rep.narrative, start=1)]
+    out += _md_experiments(rep)
+    out += _md_hypothesis_tables(rep)
+    for h in rep.hypotheses:
+        out += _md_hypothesis(h)
+    out += _md_design(rep)
+    out += _md_appendix(rep)
     return "\n".join(out) + "\n"
 
 
