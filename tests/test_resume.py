@@ -189,7 +189,11 @@ def _resume_and_kill(tmp_path: Path, run_id: str, transcript: Path, scale: str) 
     )
     try:
         launched = _wait_for(transcript, "server.launched")
-        time.sleep(0.3)
+        # Kill it once the server has written its first log lines (not after a fixed pause: on a loaded
+        # machine 0.3 s was sometimes before the first line, and the lost launch's log was empty).
+        log, deadline = Path(launched["data"]["log"]), time.monotonic() + 30
+        while not (log.exists() and log.stat().st_size > 0) and time.monotonic() < deadline:
+            time.sleep(0.02)
         assert proc.poll() is None
         assert not any(e["type"] == "server.ready" for e in _events(transcript)), "kill it while loading"
         proc.send_signal(signal.SIGKILL)
