@@ -340,8 +340,9 @@ def plausible_changes(
     return sorted(out.values(), key=lambda c: c.key())
 
 
-#: Launches a random search may spend on one seed (baseline included) before it gives up.
-RANDOM_MAX_LAUNCHES = 15
+#: Launches a random search may spend on one seed (baseline included) before it gives up; None: until a
+#: change works or every plausible change was tried.
+RANDOM_MAX_LAUNCHES: int | None = None  # no cap by default
 
 
 def run_random(
@@ -350,7 +351,7 @@ def run_random(
     changes: list[Change],
     *,
     seeds: int,
-    max_launches: int = RANDOM_MAX_LAUNCHES,
+    max_launches: int | None = RANDOM_MAX_LAUNCHES,
 ) -> MethodResult:
     """Uniform one-change search without replacement until the probes pass (at most ``max_launches``
     launches per seed, baseline included); mean over ``seeds``. ``extra["success_rate"]`` is the share
@@ -364,7 +365,7 @@ def run_random(
         rng.shuffle(order)
         records = [cache.run(base)]
         fix: Change | None = None
-        budget = order[: max(max_launches - 1, 0)]
+        budget = order if max_launches is None else order[: max(max_launches - 1, 0)]
         for change in budget if not records[0].ok else []:  # a baseline that served: nothing to fix
             rec = cache.run(base.apply(change))
             records.append(rec)
