@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,6 +70,18 @@ class LauncherSpec(_Strict):
         default_factory=lambda: ["python", "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
     )
     gpu_query_argv: list[str] = Field(default_factory=lambda: ["nvidia-smi"])
+    #: `python -m sglang.check_env` on the host (evidence; its failure is only a note). None: derived
+    #: from `argv` when it runs a `<package>.launch_server` module; [] turns it off.
+    check_env_argv: list[str] | None = None
+
+    def check_env(self) -> list[str]:
+        """The check_env command for this launcher (`-m X.launch_server` -> `-m X.check_env`), or []."""
+        if self.check_env_argv is not None:
+            return list(self.check_env_argv)
+        for i, arg in enumerate(self.argv[:-1]):
+            if arg == "-m" and self.argv[i + 1].endswith(".launch_server"):
+                return [*self.argv[: i + 1], self.argv[i + 1].removesuffix("launch_server") + "check_env"]
+        return []
 
     @field_validator("argv")
     @classmethod
@@ -234,3 +247,16 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
     if case.observed_log and not case.resolve_path(case.observed_log).is_file():
         raise CaseError(f"{path}: field 'observed_log': {case.observed_log}: file not found")
     return case
+
+
+def server_api_key(flags: Mapping[str, Any]) -> str | None:
+    """The `--api-key` a launch passes to the server (so probes can authenticate), or None.
+
+    SGLang then requires `Authorization: Bearer <key>` on every endpoint but /health (0.5.9 and 0.5.23
+    entrypoints/http_server.py, the API-key middleware). The key is sent by the probes only; everything
+    hypoloop writes goes through `agent.redact.scrub`, which removes it.
+    """
+    for name, value in flags.items():
+        if name.lstrip("-").replace("_", "-") == "api-key" and isinstance(value, str) and value:
+            return value
+    return None

@@ -42,7 +42,7 @@ from agent.planner import PlannerView, RulePlanner, model_features
 from agent.render import EventRenderer
 from agent.transcript import Transcript, TranscriptError, read_transcript
 from tools.fingerprint import HostFingerprint, fingerprint
-from tools.flags import FlagCatalog, FlagError, parse_help
+from tools.flags import FlagCatalog, FlagError, catalog_from_server_args, parse_help
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import HostError, connect_host, expand_argv
 from tools.knowledge import infer_features
@@ -615,7 +615,8 @@ def analyze(
                     )
                 )
     view = PlannerView(case=c, fingerprint=fp, findings=findings, experiments=[exp], outcomes=[outcome])
-    planner = RulePlanner(catalog, None)
+    # Without the host's --help, the log's own server-args line says which release's flag spellings apply.
+    planner = RulePlanner(catalog, catalog_from_server_args(text))
     hist = planner.history(view)
     proposal = planner.propose(view, hist)
     ranked = sorted(hist.hypotheses, key=lambda h: -h.posterior)

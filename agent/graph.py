@@ -34,8 +34,8 @@ from agent.approval import (
     must_ask,
     risky_reasons,
 )
-from agent.case import Case
-from agent.catalog import CatalogEntry, load_catalog
+from agent.case import Case, server_api_key
+from agent.catalog import CatalogEntry, load_catalog, role_spellings
 from agent.guard import GuardError, check_experiment
 from agent.llm_planner import LLMPlanner, make_planner, planner_checkpoint, usage_summary
 from agent.models import (
@@ -344,6 +344,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                 host,
                 gpu_query_argv=expand_argv(case.launcher.gpu_query_argv, host),
                 version_argv=expand_argv(case.launcher.version_argv, host),
+                check_env_argv=case.launcher.check_env() or None,
             )
             tr.emit("host.fingerprint", fp.model_dump(mode="json"), node="intake")
             step = "launcher.argv (its --help gives the flag catalog)"
@@ -406,7 +407,8 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
         update: dict[str, Any] = {
             **seed,
             "case": case.model_dump(mode="json"),
-            "fingerprint": fp.model_dump(mode="json"),
+            # the host's spelling of each flag role (knowledge/flag_roles.toml), from its --help
+            "fingerprint": {**fp.model_dump(mode="json"), "flag_roles": role_spellings(flags)},
             "findings": [f.model_dump(mode="json") for f in findings],
             "baseline": baseline.model_dump(mode="json"),
         }
@@ -795,6 +797,7 @@ def run_experiment(
         host,
         argv,
         env=config.env,
+        api_key=server_api_key(config.flags),
         log_path=log_path,
         port=port,
         matcher=matcher,
@@ -852,9 +855,10 @@ def run_experiment(
         t_ready = res.t_ready_s
         if res.status == "ready" and res.base_url:
             tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
-            server_info = get_server_info(res.base_url)
+            api_key = server_api_key(exp.baseline.flags)
+            server_info = get_server_info(res.base_url, api_key=api_key)
             for probe in [*case.probes, *exp.probes]:
-                pr = run_probe(res.base_url, probe, model=case.model.path)
+                pr = run_probe(res.base_url, probe, model=case.model.path, api_key=api_key)
                 probes.append(pr.model_dump(mode="json"))
                 tr.emit(
                     "probe.result", {"experiment_id": exp.id, **pr.model_dump(mode="json")}, node="execute"
@@ -962,9 +966,12 @@ def classify_outcome(raw: dict[str, Any]) -> Outcome:
     elif status in ("timeout", "stalled") and not ready:
         stage = "timeout"
     elif not ready:
+        # A launch-stage error after loading began (a ValueError raised while sizing the KV pool) is a
+        # load failure: the arguments were accepted.
+        loading = any(m.kind == "progress" and m.stage in ("load", "capture") for m in matches)
         stage = (
             "launch_failed"
-            if ("launch" in stages or (not stages and raw.get("exit_code") == 2))
+            if (("launch" in stages and not loading) or (not stages and raw.get("exit_code") == 2))
             else "load_failed"
         )
     elif any(p.status in ("connection_error", "http_error", "timeout") for p in probes) or "fatal" in kinds:
@@ -1168,6 +1175,12 @@ def _alternatives(
         flags=dict(fix_exp.baseline.flags),
     )
 
+    roles = (fingerprint or {}).get("flag_roles") or {}
+
+    def spelled(iv: Intervention) -> str:
+        """The host's spelling of the intervention's flag (its role's, when it names a role)."""
+        return str(roles.get(iv.role) or iv.names[0]) if iv.role else iv.names[0]
+
     def intervention_of(kind: str, name: str) -> Intervention | None:
         for h in ([cause] if cause else []) + hyps:
             for iv in h.interventions:
@@ -1197,12 +1210,12 @@ def _alternatives(
             assert e.change is not None
             change, result, eid = e.change.describe(), ("fixed" if o.stage == "ok" else "did not fix"), e.id
         else:
-            before = fix_exp.baseline.value(iv.kind, iv.names[0])
+            before = fix_exp.baseline.value(iv.kind, spelled(iv))
             after = iv.values[0] if iv.values else True
             if iv.derive:
                 derived, _ = derive(iv.derive, evidence)
                 after = derived if derived is not None else after
-            change = Change(kind=iv.kind, name=iv.names[0], before=before, after=after).describe()
+            change = Change(kind=iv.kind, name=spelled(iv), before=before, after=after).describe()
             result, eid = "not tested", None
         if result == "did not fix":
             continue  # a change that left the failure in place is no alternative
@@ -1210,7 +1223,7 @@ def _alternatives(
             {
                 "change": change,
                 "kind": iv.kind,
-                "name": iv.names[0],
+                "name": e.change.name if hit and e.change else spelled(iv),
                 "workaround": iv.workaround,
                 "cost": iv.cost,
                 "note": iv.note,

@@ -31,6 +31,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from pydantic import BaseModel
 
 from agent.case import load_case
+from agent.redact import scrub
 from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript
 from tools.host import ProcessHandle
 
@@ -332,7 +333,7 @@ def save_result(home: Path, run_id: str, raw: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(raw, fh)
+        json.dump(scrub(raw), fh)  # a server's --api-key is never written (agent/redact.py)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

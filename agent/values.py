@@ -93,14 +93,17 @@ def _need(ev: ValueEvidence) -> tuple[float, float, float, list[int], float] | N
 def mem_fraction_for_kv_pool(ev: ValueEvidence) -> tuple[str | None, str]:
     """Raise the static fraction just enough for a KV cache of at least ``MIN_KV_GB``.
 
-    f = ceil_0.01(1 − (free after weights − MIN_KV_GB) / total). The smallest such step keeps the most
+    f = ceil_0.01(1 − (free after weights − MIN_KV_GB) / total), total being the GPU's size (or, when
+    unknown, the free memory before loading the weights). The smallest such step keeps the most
     memory outside the pool for CUDA graphs and activations (too high a fraction makes capture run out
     of memory instead).
     """
     free = ev.num("weights_avail_mem_gb")
     if free is None:
         free = ev.num("avail_mem_gb")
-    total = ev.total_gib
+    # Without the GPU's size, the free memory before loading stands for it: SGLang 0.5.23 sizes the
+    # static budget from exactly that (mem_cache/kv_cache_configurator.py, pre_model_load_memory).
+    total = ev.total_gib or ev.num("pre_load_avail_mem_gb")
     if free is None or total is None or total <= 0:
         return None, "needs the free memory after loading ('Load weight end ... avail mem') and the GPU size"
     if free <= MIN_KV_GB:

@@ -17,6 +17,14 @@ GENERIC_ANSWER = (
 )
 
 
+#: What a reasoning model "thinks" before answering when its chat template lets it (about 60 tokens).
+THINKING = (
+    "<think>\nOkay, the user is asking a short question. Let me recall what I know about it and check the "
+    "facts before I answer, so that the reply is correct and brief. I should answer in the form the user "
+    "asked for and not add anything that was not requested.\n</think>\n\n"
+)
+
+
 def count_tokens(text: str) -> int:
     """Approximate token count: words and punctuation marks (at least 1 for non-empty text)."""
     n = len(_TOKEN_RE.findall(text))

@@ -257,15 +257,14 @@ class SignatureMatcher:
 
 
 def scan_text(text: str, signatures: Iterable[Signature]) -> tuple[list[SignatureMatch], dict[str, str]]:
-    """Match a whole log text (e.g. an existing crash log); line numbers are 1-based.
+    """Match a whole log text (e.g. an existing crash log); line numbers are 1-based physical lines.
 
-    Lines are split on "\\n" with a trailing "\\r" removed, exactly like `LogWatcher`, so line numbers
-    agree with a live watch of the same file.
+    Records are split exactly like `LogWatcher` (`tools.logwatch.split_records`: at "\\n", "\\r\\n" and
+    tqdm's lone "\\r"), so line numbers agree with a live watch of the same file.
     """
+    from tools.logwatch import split_records
+
     matcher = SignatureMatcher(signatures)
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    for lineno, line in enumerate(lines, 1):
-        matcher.feed(lineno, line.removesuffix("\r"))
+    for lineno, record in split_records(text):
+        matcher.feed(lineno, record)
     return matcher.matches(), matcher.facts()
