@@ -123,7 +123,7 @@ CASE_DIR = "{case_dir}"
 
 
 class Case(_Strict):
-    """A debugging case (DESIGN.md, "Case")."""
+    """A debugging case (docs/ARCHITECTURE.md, "Data contracts")."""
 
     name: str
     description: str = ""

@@ -354,23 +354,27 @@ def test_a_server_started_through_docker_is_stopped_inside_the_container(
     launcher = ["docker", "exec", "-i", "gpu-box"] if mode == "exec" else ["docker", "run", "--gpus", "all", "img"]
     server = [sys.executable, "-m", "lab.launch_server", "--model-path", "org/Tiny", "--port", str(port)]
 
-    # Without the container mechanism, stopping the client leaves the server running (the bug).
-    naive = host.spawn(expand_argv([*launcher, *server], host), log_path=str(tmp_path / "naive.log"), env={})
-    _wait_for(lambda: bool(_lab_pids(world)), 20)
-    assert host.terminate(naive, grace_s=1.0)  # the client's process group is gone...
-    leftover = _lab_pids(world)
-    assert leftover  # ...but the server in the "container" is not
-    for pid in leftover:
-        os.kill(pid, signal.SIGKILL)
-    _wait_for(lambda: not _lab_pids(world), 10)
+    try:
+        # Without the container mechanism, stopping the client leaves the server running (the bug).
+        naive = host.spawn(expand_argv([*launcher, *server], host), log_path=str(tmp_path / "naive.log"), env={})
+        _wait_for(lambda: bool(_lab_pids(world)), 20)
+        assert host.terminate(naive, grace_s=1.0)  # the client's process group is gone...
+        leftover = _lab_pids(world)
+        assert leftover  # ...but the server in the "container" is not
+        for pid in leftover:
+            os.kill(pid, signal.SIGKILL)
+        _wait_for(lambda: not _lab_pids(world), 10)
 
-    with ServerSession(host, [*launcher, *server], log_path=str(tmp_path / "s.log"), port=port,
-                       matcher=SignatureMatcher(load_signatures()), ready_timeout_s=30, stop_grace_s=2.0) as s:
-        assert s.container is not None and s.container.mode == mode
-        assert s.wait_ready().status == "ready"
-        assert _lab_pids(world)
-        assert s.stop() is True
-    assert not _lab_pids(world)  # nothing of the server is left to hold the GPUs
+        with ServerSession(host, [*launcher, *server], log_path=str(tmp_path / "s.log"), port=port,
+                           matcher=SignatureMatcher(load_signatures()), ready_timeout_s=30, stop_grace_s=2.0) as s:
+            assert s.container is not None and s.container.mode == mode
+            assert s.wait_ready().status == "ready"
+            assert _lab_pids(world)
+            assert s.stop() is True
+        assert not _lab_pids(world)  # nothing of the server is left to hold the GPUs
+    finally:
+        for pid in _lab_pids(world):  # whatever a failed assertion left behind
+            os.kill(pid, signal.SIGKILL)
 
 
 def _wait_for(pred, timeout: float) -> None:  # type: ignore[no-untyped-def]

@@ -37,6 +37,9 @@ class HostFingerprint(BaseModel):
     check_env: dict[str, str] = Field(default_factory=dict)
     #: What the GPU queries said when they found nothing (for the transcript).
     notes: list[str] = Field(default_factory=list)
+    #: The host's spelling of each flag role (knowledge/flag_roles.toml), read from its --help by the
+    #: agent once the flag catalog is loaded; empty until then.
+    flag_roles: dict[str, str] = Field(default_factory=dict)
 
 
 def _one_line(text: str, limit: int = 200) -> str:

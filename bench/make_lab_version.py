@@ -5,7 +5,7 @@ SGLang is imported anywhere else in hypoloop):
 
     python3 -m venv /root/.cache/hypoloop/sglang-0.5.23-full
     /root/.cache/hypoloop/sglang-0.5.23-full/bin/pip install sglang==0.5.23
-    /root/.cache/hypoloop/sglang-0.5.23-full/bin/python lab/versions/make_version.py \
+    /root/.cache/hypoloop/sglang-0.5.23-full/bin/python bench/make_lab_version.py \
         --release lab/versions/release-0.5.23.toml > lab/versions/0.5.23.toml
 
 Every `[[flag]]` comes from `ServerArgs.add_cli_args` (sglang/srt/server_args.py): option strings,
@@ -125,7 +125,7 @@ def main() -> int:
     blocks = flag_entries(parser)
     sys.stdout.write(
         f"# Command-line flags of `python -m sglang.launch_server` as of SGLang {version}, written by\n"
-        f"# lab/versions/make_version.py from the installed release's parser (ServerArgs.add_cli_args):\n"
+        f"# bench/make_lab_version.py from the installed release's parser (ServerArgs.add_cli_args):\n"
         f"# all {len(blocks)} options, verbatim. The [release] table and [[resolve]] rules at the end are\n"
         f"# hand-written from the release's sources ({args.release.name}). Format: lab/README.md.\n\n"
         f'version = "{version}"\n\n'
