@@ -468,7 +468,7 @@ class RulePlanner:
             m = next((m for m in outcome.matches if m.signature_id == signature), None)
             if m is not None:
                 lines = list(m.line_numbers[:5])
-                detail = f"{detail}: {m.first_line.strip()[:160]}"
+                detail = f"{detail}: {m.first_line.strip()}"  # whole: evidence is never cut
         return Evidence(
             kind=kind, detail=detail, experiment_id=outcome.experiment_id, lines=lines, effect=effect
         )

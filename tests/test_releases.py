@@ -404,3 +404,17 @@ at = "first_decode"
 
     matches, _ = scan_text(log, load_signatures())
     assert "warmup_failed" in {m.signature_id for m in matches}
+
+
+def test_a_world_can_name_its_version_file_by_path(tmp_path: Path) -> None:
+    from lab.world import WorldError, load_world
+
+    (tmp_path / "releases").mkdir()
+    (tmp_path / "releases" / "mine.toml").write_text((REPO / "lab" / "versions" / "0.5.23.toml").read_text())
+    world = tmp_path / "world.toml"
+    world.write_text(TINY_0523.replace('version = "0.5.23"', 'version = "releases/mine.toml"'))
+    loaded = load_world(str(world))
+    assert loaded.version.version == "0.5.23" and loaded.version.release.server_args_format == "dict"
+    world.write_text(TINY_0523.replace('version = "0.5.23"', 'version = "0.5.99"'))
+    with pytest.raises(WorldError, match=r"SGLang 0\.5\.99 not found.*known: 0\.5\.9, 0\.5\.23"):
+        load_world(str(world))

@@ -89,7 +89,7 @@ def classify_outcome(evidence: RawEvidence) -> Outcome:
                         components=["output"],
                         meaning=f"probe {p.probe_id}: {p.status}",
                         line_numbers=[],
-                        first_line=(p.text or "")[:120],
+                        first_line=p.text or "",
                         facts={},
                     )
                 )

@@ -30,6 +30,7 @@ from typing import Any
 from agent.case import Case, server_api_key
 from agent.evidence import RawEvidence
 from agent.models import Experiment
+from agent.progress import LoadProgress
 from agent.recovery import prior_launch, recover, save_result
 from agent.runtime import Runtime
 from agent.state import RunState, case_of
@@ -131,6 +132,7 @@ def run_experiment(
     argv = render_command(
         expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host="127.0.0.1", port=port
     )
+    watch = rt.progress.launch(exp.id, rt.signatures) if rt.progress is not None else None
     session = ServerSession(
         host,
         argv,
@@ -138,7 +140,7 @@ def run_experiment(
         log_path=log_path,
         port=port,
         matcher=matcher,
-        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev),
+        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev, watch),
         ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
         stall_timeout_s=stall.limit,
         api_key=server_api_key(exp.config().flags),
@@ -147,7 +149,7 @@ def run_experiment(
     probes: list[ProbeResult] = []
     with session:
         t0 = _start_or_adopt(rt, session, exp, host, argv, adopt=adopt, record=record)
-        res = session.wait_ready()
+        res = _wait_ready(session, watch)
         server_info = _probe_or_record_failure(rt, session, res, case, exp, probes)
         stopped = session.stop()
     wall = time.monotonic() - t0
@@ -167,15 +169,30 @@ def run_experiment(
     )
 
 
-def _on_watch_event(rt: Runtime, exp_id: str, stall: StallWatch, ev: WatchEvent) -> None:
-    """Feed the stall watch every event; record ready and fatal lines as observations."""
+def _on_watch_event(
+    rt: Runtime, exp_id: str, stall: StallWatch, ev: WatchEvent, watch: LoadProgress | None
+) -> None:
+    """Feed the stall watch and the progress display every event; record ready and fatal lines as
+    observations (whole: the evidence is never cut)."""
     stall.observe(ev)
+    if watch is not None:
+        watch.observe(ev)
     if ev.kind in ("ready", "fatal") and ev.line is not None:
         rt.transcript.emit(
             "observation",
-            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.lineno, "text": ev.line.text[:300]},
+            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.lineno, "text": ev.line.text},
             node="execute",
         )
+
+
+def _wait_ready(session: ServerSession, watch: LoadProgress | None) -> LaunchResult:
+    """``session.wait_ready()`` with the launch's progress display (if any) shown until it returns."""
+    if watch is None:
+        return session.wait_ready()
+    with watch:
+        res = session.wait_ready()
+        watch.finish(res.status)
+    return res
 
 
 def _start_or_adopt(
