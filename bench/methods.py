@@ -39,6 +39,8 @@ HUMAN_SEQUENCES: dict[str, list[tuple[str, str, str | bool]]] = {
         ("flag", "--kv-cache-dtype", "bf16"),
     ]
 }
+#: Flags a random search never reverts: the deployment's identity minus what is only a setting.
+_KEEP_ON_REVERT = frozenset(_IDENTITY_FLAGS) - {"--quantization", "--context-length"}
 #: Choices named for other vendors' hardware are not plausible on an NVIDIA host.
 _OTHER_VENDORS = re.compile(r"aiter|wave|ascend|intel|xpu|npu|hip|rocm|amx|^cpu$")
 
@@ -289,7 +291,8 @@ def plausible_changes(
 
     The values every hypothesis-catalog intervention names (literal values; derived values are
     computed from evidence only by the agent), every choice of the flags those interventions touch
-    (choices named for other vendors' hardware left out), and every difference to a known-good
+    (choices named for other vendors' hardware left out), each of the baseline's explicit settings
+    removed and every other choice of those with choices, and every difference to a known-good
     finding. Changes that leave the baseline as it is are dropped.
     """
     out: dict[str, Change] = {}
@@ -330,6 +333,20 @@ def plausible_changes(
                         add("flag", name, choice)
             elif not spec.takes_value:
                 add("flag", name, True)
+    # The baseline's own explicit settings: each removed, and every other choice of a flag with choices
+    # (not where it listens, what it serves or its parallel layout; a quantization or context length
+    # set on the command line is a setting like any other).
+    for name in baseline.flags:
+        if flags.has(name) and flags.resolve(name).name not in _KEEP_ON_REVERT:
+            removal = Change(kind="flag", name=flags.resolve(name).name, before=baseline.flags[name], after=None)
+            out.setdefault(removal.key(), removal)
+            for choice in flags.resolve(name).choices or ():
+                if not _OTHER_VENDORS.search(choice):
+                    add("flag", name, choice)
+    for name, value in baseline.env.items():
+        if name not in _IDENTITY_ENV:
+            removal = Change(kind="env", name=name, before=value, after=None)
+            out.setdefault(removal.key(), removal)
     for f in findings:
         for name, value in f.flags.items():
             if flags.has(name) and flags.resolve(name).name not in _IDENTITY_FLAGS:
@@ -340,8 +357,9 @@ def plausible_changes(
     return sorted(out.values(), key=lambda c: c.key())
 
 
-#: Launches a random search may spend on one seed (baseline included) before it gives up.
-RANDOM_MAX_LAUNCHES = 15
+#: Launches a random search may spend on one seed (baseline included) before it gives up; None: until a
+#: change works or every plausible change was tried.
+RANDOM_MAX_LAUNCHES: int | None = None  # no cap by default
 
 
 def run_random(
@@ -350,7 +368,7 @@ def run_random(
     changes: list[Change],
     *,
     seeds: int,
-    max_launches: int = RANDOM_MAX_LAUNCHES,
+    max_launches: int | None = RANDOM_MAX_LAUNCHES,
 ) -> MethodResult:
     """Uniform one-change search without replacement until the probes pass (at most ``max_launches``
     launches per seed, baseline included); mean over ``seeds``. ``extra["success_rate"]`` is the share
@@ -364,7 +382,7 @@ def run_random(
         rng.shuffle(order)
         records = [cache.run(base)]
         fix: Change | None = None
-        budget = order[: max(max_launches - 1, 0)]
+        budget = order if max_launches is None else order[: max(max_launches - 1, 0)]
         for change in budget if not records[0].ok else []:  # a baseline that served: nothing to fix
             rec = cache.run(base.apply(change))
             records.append(rec)

@@ -138,3 +138,10 @@ def test_the_empty_catalog_folder_keeps_everything_but_the_hypotheses(tmp_path: 
     assert {p.name for p in folder.glob("*.toml")} == {p.name for p in KNOWLEDGE_DIR.glob("*.toml")}
     assert load_catalog(folder / "hypotheses.toml") == []
     assert (folder / "signatures.toml").read_text() == (KNOWLEDGE_DIR / "signatures.toml").read_text()
+
+
+def test_random_baseline_also_reverts_the_baselines_own_settings() -> None:
+    baseline = Baseline(flags={"--dtype": "float16", "--tp-size": "2"}, env={"http_proxy": "http://p:3128"})
+    keys = {c.key() for c in plausible_changes(baseline, load_catalog(), HELP, findings=[])}
+    assert {"flag:--dtype=null", "env:http_proxy=null", 'flag:--dtype="bf16"'} <= keys
+    assert "flag:--tp-size=null" not in keys  # the parallel layout is part of the deployment's identity

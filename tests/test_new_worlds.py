@@ -302,3 +302,18 @@ def test_per_rank_lines_differ_one_rank_raises(tmp_path: Path) -> None:
     raising = {line.split("]")[0].split()[-1] for line in text.splitlines() if "Scheduler hit an exception" in line}
     assert raising == {"TP6"}
     assert "eagle_worker.py" in text and "TP7] Init torch distributed ends" in text
+
+
+def test_a_world_directory_moved_anywhere_still_finds_its_world(tmp_path: Path) -> None:
+    """{case_dir} in the case's HYPOLOOP_LAB_WORLD: a copied world directory names its own world.toml,
+    so the bench can run a world that is not under lab/worlds (python -m bench --worlds DIR)."""
+    import shutil
+
+    from bench.worlds import discover
+
+    folder = tmp_path / "elsewhere" / "gemma3-l4"
+    shutil.copytree(REPO / "lab" / "worlds" / "gemma3-l4", folder)
+    case = load_case(str(folder / "case.toml"))
+    assert case.host.env["HYPOLOOP_LAB_WORLD"] == str(folder / "world.toml")
+    (bench_world,) = discover([str(folder)])
+    assert bench_world.world.path == folder / "world.toml" and bench_world.case_path == folder / "case.toml"
