@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clirun import HYPOLOOP
 
 from agent.generators import GeneratorInput
 from agent.generators.evidence import failure_evidence
 from agent.generators.installed_source import InstalledSourceGenerator
 from agent.models import Baseline, LogLine, Outcome
 from lab.world import SITE_DIR, WORLDS_DIR
-from tests.clirun import HYPOLOOP
 from tools.flags import FlagCatalog, parse_help
 from tools.host import LocalHost
 from tools.source_guards import SourceReading, read_guards
