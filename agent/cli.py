@@ -296,7 +296,11 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
 # Host options shared by `run` and `flags`; they win over the case file's [host] fields.
 _HostOpt = Annotated[
     str | None,
-    typer.Option("--host", help="local or ssh://[USER@]HOST[:PORT] (HOST may be an ~/.ssh/config alias)"),
+    typer.Option(
+        "--host",
+        help="local, ssh://[USER@]HOST[:PORT] (HOST may be an ~/.ssh/config alias), slurm://PARTITION or "
+        "slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION",
+    ),
 ]
 _KeyOpt = Annotated[Path | None, typer.Option("--ssh-key", help="private key for the SSH host")]
 _KnownOpt = Annotated[
@@ -588,7 +592,7 @@ def analyze(
     notes: list[str] = []
     if case and not (gpu_name or compute_capability):
         try:
-            qhost = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c))
+            qhost = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
             try:
                 fp = fingerprint(
                     qhost, gpu_query_argv=expand_argv(c.launcher.gpu_query_argv, qhost), version_argv=None
@@ -748,7 +752,7 @@ def flags(
                 )
             )
             c = _with_host_options(c, host, ssh_key, known_hosts, insecure_accept_host_key, remote_python)
-            h = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c))
+            h = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
             try:
                 argv = expand_argv(c.launcher.argv, h)
                 catalog = load_flag_catalog(h, argv, cache_dir=state_dir() / "flag-cache", version=None)

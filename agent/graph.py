@@ -63,6 +63,8 @@ from tools.host import (
     HostError,
     HostUnreachable,
     ProcessHandle,
+    QueuesJobs,
+    SchedulerError,
     connect_host,
     expand_argv,
 )
@@ -167,6 +169,7 @@ class Runtime:
                 env=case.host.env,
                 local_root=str(self.state_dir / "runs"),
                 ssh=ssh_options(case),
+                slurm=case.host.slurm,
                 on_event=lambda type_, data: self.transcript.emit(type_, data, node="host"),
             )
             self._handle_orphans(self._host)
@@ -177,7 +180,7 @@ class Runtime:
             return
         tr = self.transcript
         try:
-            orphans = [o for o in host.find_orphans() if Path(o.pid_file).parent.name != tr.run_id]
+            orphans = [o for o in host.find_orphans() if _orphan_run(o) != tr.run_id]
         except HostError as exc:
             tr.emit("host.orphans", {"error": f"could not look for orphaned servers: {exc}"}, node="host")
             return
@@ -196,7 +199,8 @@ class Runtime:
             ok = host.stop_orphan(o)
             tr.emit(
                 "host.orphan_stopped",
-                {"pgid": o.pgid, "pid_file": o.pid_file, "port": o.port, "verified": ok},
+                {"pgid": o.pgid, "pid_file": getattr(o, "pid_file", None), "port": getattr(o, "port", None),
+                 "job_id": getattr(o, "job_id", None), "verified": ok},
                 node="host",
             )
 
@@ -256,6 +260,11 @@ class Runtime:
         self.sessions.clear()
 
 
+def _orphan_run(orphan: Any) -> str:
+    """The run a leftover server belongs to: a Slurm job's tagged run id, or an SSH PID file's folder."""
+    return str(getattr(orphan, "run_id", None) or Path(orphan.pid_file).parent.name)
+
+
 def _without_secrets(case_data: dict[str, Any]) -> dict[str, Any]:
     """The case as written to the transcript: values of secret-named env variables (HF_TOKEN, *_PASSWORD,
     ...) in the host and baseline env replaced by ``<redacted>``; transcripts are shared with reviewers."""
@@ -270,9 +279,10 @@ def _without_secrets(case_data: dict[str, Any]) -> dict[str, Any]:
 
 
 def ssh_options(case: Case) -> SSHOptions | None:
-    """The case's SSH settings (paths relative to the case file), or None for a local host."""
+    """The case's SSH settings (paths relative to the case file), or None for a host reached without
+    SSH (``local``, ``slurm://``); a ``slurm+ssh://`` login node uses them too."""
     spec = case.host
-    if not spec.target.startswith("ssh://"):
+    if not spec.target.startswith(("ssh://", "slurm+ssh://")):
         return None
     return SSHOptions(
         key_path=str(case.resolve_path(spec.ssh_key)) if spec.ssh_key else None,
@@ -761,8 +771,10 @@ def run_experiment(
     host = rt.host(case)
     config = exp.config()
     port = int(record["port"]) if adopt is not None and record else host.free_port()
+    # A server on a batch node must listen beyond its loopback (SlurmHost.listen_host) to be reached.
+    listen = getattr(host, "listen_host", "127.0.0.1")
     argv = render_command(
-        expand_argv(case.launcher.argv, host), case.model.path, config.flags, host="127.0.0.1", port=port
+        expand_argv(case.launcher.argv, host), case.model.path, config.flags, host=listen, port=port
     )
     name = exp.id if launch_no <= 1 else f"{exp.id}.launch{launch_no}"
     log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{name}.log"
@@ -845,6 +857,7 @@ def run_experiment(
                     "pgid": handle.pgid if handle else None,
                     "started_wall": handle.started_wall if handle else None,
                     "orchestrator_pid": os.getpid(),
+                    **_job_record(host, handle),
                 },
                 node="execute",
             )
@@ -875,12 +888,20 @@ def run_experiment(
             )
         stopped = session.stop()
     wall = time.monotonic() - t0
+    queued = 0.0
+    if isinstance(host, QueuesJobs) and session.handle is not None:
+        # Queue time is not GPU time: host-seconds count from the job's start, wall-clock from submission.
+        queued = max(0.0, min(wall, session.handle.started_monotonic - t0))
     tr.emit(
         "server.stopped",
-        {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3)},
+        {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3),
+         **_job_record(host, session.handle)},
         node="execute",
     )
     rt.sessions.pop(exp.id, None)  # stopped and recorded; Runtime.close() handles only interrupted ones
+    failure = host.job_failure(session.handle) if isinstance(host, QueuesJobs) and session.handle else None
+    if failure is not None:  # the scheduler ended the job (node failure, cancelled by someone): no evidence
+        raise SchedulerError(f"{failure}; the outcome is no evidence about the server")
     facts = dict(matcher.facts())
     if server_info:
         for key, value in server_info.items():
@@ -904,11 +925,21 @@ def run_experiment(
         "timings": {
             "to_ready_s": None if t_ready is None else round(t_ready / host.time_scale, 3),
             "to_end_s": None if final.t_end_s is None else round(final.t_end_s / host.time_scale, 3),
-            "host_seconds": round(wall / host.time_scale, 3),
+            "host_seconds": round((wall - queued) / host.time_scale, 3),
+            **({"queued_s": round(queued / host.time_scale, 3), "wall_s": round(wall / host.time_scale, 3)}
+               if isinstance(host, QueuesJobs) else {}),
             "detection_delay_median_s": round(statistics.median(delays), 4) if delays else None,
             "detection_delay_max_s": round(max(delays), 4) if delays else None,
         },
     }
+
+
+def _job_record(host: Host, handle: ProcessHandle | None) -> dict[str, Any]:
+    """``{"job": {...}}`` for a server that is a batch job (id, node, state, submitted/started/ended
+    wall-clock times, queue seconds: `QueuesJobs.job_info`), else nothing."""
+    if handle is None or not isinstance(host, QueuesJobs):
+        return {}
+    return {"job": host.job_info(handle)}
 
 
 def _ingest_log(

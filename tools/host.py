@@ -78,6 +78,11 @@ class CommandTimeout(HostError):
         self.result = result
 
 
+class SchedulerError(HostError):
+    """A batch scheduler refused, cancelled or failed a job (or its node): the launch says nothing about
+    the server, so its experiment is an infrastructure error, never evidence."""
+
+
 @runtime_checkable
 class Host(Protocol):
     """Where commands run. Implementations: `LocalHost` (this machine), `SSHHost` (remote)."""
@@ -120,16 +125,36 @@ class FindsOrphans(Protocol):
     def stop_orphan(self, orphan: Any, grace_s: float = 10.0) -> bool: ...
 
 
+@runtime_checkable
+class QueuesJobs(Protocol):
+    """A host whose servers are batch jobs that wait in a queue before they run (SlurmHost).
+
+    `wait_started` blocks while the job is queued and returns the handle with the job's start as its
+    start (ready timeouts and host-seconds count from there); `job_info` is the job as the transcript
+    records it (id, node, state, submitted/started/ended wall-clock times); `job_failure` says (one
+    line) when the job ended for a reason that is no evidence about the server, else None.
+    """
+
+    def wait_started(self, handle: ProcessHandle) -> ProcessHandle: ...
+
+    def job_info(self, handle: ProcessHandle) -> dict[str, Any]: ...
+
+    def job_failure(self, handle: ProcessHandle) -> str | None: ...
+
+
 def connect_host(
     target: str,
     *,
     env: Mapping[str, str] | None = None,
     local_root: str | None = None,
     ssh: Any = None,
+    slurm: Any = None,
     on_event: Callable[[str, dict[str, Any]], object] | None = None,
 ) -> Host:
-    """The host named by `target`: ``local`` (a `LocalHost` with work dirs under `local_root`) or
-    ``ssh://[USER@]HOST[:PORT]`` (an `SSHHost` with `tools.ssh.SSHOptions` `ssh`, connected now).
+    """The host named by `target`: ``local`` (a `LocalHost` with work dirs under `local_root`),
+    ``ssh://[USER@]HOST[:PORT]`` (an `SSHHost` with `tools.ssh.SSHOptions` `ssh`, connected now), or
+    ``slurm://PARTITION`` / ``slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION`` (a `tools.slurm.SlurmHost`
+    whose jobs ask for `slurm`, a `tools.slurm.SlurmOptions`; the partition is checked now).
 
     `env` is the host environment; `on_event(type, data)` hears about SSH connects and reconnects.
     Raises `HostError` (one line) for an unknown target or a host that cannot be reached or trusted.
@@ -140,7 +165,14 @@ def connect_host(
         from tools.ssh import SSHHost  # here, not at the top: tools.ssh imports this module
 
         return SSHHost(target, env=env, options=ssh, on_event=on_event)
-    raise HostError(f"{target}: expected 'local' or 'ssh://[USER@]HOST[:PORT]'")
+    if target.startswith(("slurm://", "slurm+ssh://")):
+        from tools.slurm import SlurmHost
+
+        return SlurmHost(target, env=env, options=slurm, ssh=ssh, local_root=local_root, on_event=on_event)
+    raise HostError(
+        f"{target}: expected 'local', 'ssh://[USER@]HOST[:PORT]', 'slurm://PARTITION' or "
+        "'slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION'"
+    )
 
 
 def expand_argv(argv: Sequence[str], host: Host) -> list[str]:
