@@ -230,7 +230,9 @@ def start_cluster(workdir: Path, *, cpus: int = 8, gpus: int = 8, timeout: float
     """
     conf = write_config(workdir, cpus=cpus, gpus=gpus)
     env = {**os.environ, "SLURM_CONF": str(conf)}
-    cluster = ThrowawayCluster(workdir=workdir, conf=conf, partition=PARTITION, node=NODE, gpus=gpus, cpus=cpus)
+    cluster = ThrowawayCluster(
+        workdir=workdir, conf=conf, partition=PARTITION, node=NODE, gpus=gpus, cpus=cpus
+    )
     try:
         for argv in ([SLURMCTLD, "-D", "-i", "-f", str(conf)], [SLURMD, "-D", "-N", NODE, "-f", str(conf)]):
             cluster.procs.append(

@@ -132,7 +132,8 @@ class QueuesJobs(Protocol):
     `wait_started` blocks while the job is queued and returns the handle with the job's start as its
     start (ready timeouts and host-seconds count from there); `job_info` is the job as the transcript
     records it (id, node, state, submitted/started/ended wall-clock times); `job_failure` says (one
-    line) when the job ended for a reason that is no evidence about the server, else None.
+    line) when the job ended for a reason that is no evidence about the server, else None;
+    `forward_job_port` is `Host.forward_port` for the node the job runs on.
     """
 
     def wait_started(self, handle: ProcessHandle) -> ProcessHandle: ...
@@ -140,6 +141,8 @@ class QueuesJobs(Protocol):
     def job_info(self, handle: ProcessHandle) -> dict[str, Any]: ...
 
     def job_failure(self, handle: ProcessHandle) -> str | None: ...
+
+    def forward_job_port(self, handle: ProcessHandle, port: int) -> int: ...
 
 
 def connect_host(

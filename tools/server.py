@@ -216,7 +216,7 @@ class ServerSession:
         self.handle = self.host.wait_started(self.handle)
         self._prev_read_start = max(self._prev_read_start, self.handle.started_monotonic)
         if self.host.is_alive(self.handle):
-            self.base_url = f"http://127.0.0.1:{self.host.forward_port(self.port)}"
+            self.base_url = f"http://127.0.0.1:{self.host.forward_job_port(self.handle, self.port)}"
 
     def __enter__(self) -> ServerSession:
         return self

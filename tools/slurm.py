@@ -88,8 +88,19 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 #: Job states in which the job has not ended (squeue(1), JOB STATE CODES). COMPLETING counts as ended:
 #: the batch script has exited and Slurm is only cleaning up.
 LIVE_STATES = frozenset(
-    {"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-     "RESIZING", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
+    {
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "RESV_DEL_HOLD",
+    }
 )
 #: Ends that say nothing about the server: the scheduler or an administrator ended the job, or its node,
 #: allocation or time limit failed it. (FAILED = the batch script exited non-zero: the server's own exit.)
@@ -98,13 +109,49 @@ INFRA_STATES = frozenset(
 )
 # Options hypoloop sets itself; given in extra_args they would break the job's bookkeeping.
 _OWNED = (
-    "--output", "--error", "--input", "--job-name", "--comment", "--parsable", "--wrap", "--partition",
-    "--chdir", "--array", "--wait", "--test-only", "--export", "--open-mode", "--requeue", "--no-requeue",
-    "--gres", "--gpus", "--nodes", "--time", "--account", "--hold", "--help", "--usage", "--version",
+    "--output",
+    "--error",
+    "--input",
+    "--job-name",
+    "--comment",
+    "--parsable",
+    "--wrap",
+    "--partition",
+    "--chdir",
+    "--array",
+    "--wait",
+    "--test-only",
+    "--export",
+    "--open-mode",
+    "--requeue",
+    "--no-requeue",
+    "--gres",
+    "--gpus",
+    "--nodes",
+    "--time",
+    "--account",
+    "--hold",
+    "--help",
+    "--usage",
+    "--version",
 )
-_OWNED_SHORT = {"-o": "--output", "-e": "--error", "-i": "--input", "-J": "--job-name", "-p": "--partition",
-                "-D": "--chdir", "-a": "--array", "-W": "--wait", "-N": "--nodes", "-t": "--time",
-                "-A": "--account", "-G": "--gpus", "-H": "--hold", "-h": "--help", "-V": "--version"}
+_OWNED_SHORT = {
+    "-o": "--output",
+    "-e": "--error",
+    "-i": "--input",
+    "-J": "--job-name",
+    "-p": "--partition",
+    "-D": "--chdir",
+    "-a": "--array",
+    "-W": "--wait",
+    "-N": "--nodes",
+    "-t": "--time",
+    "-A": "--account",
+    "-G": "--gpus",
+    "-H": "--hold",
+    "-h": "--help",
+    "-V": "--version",
+}
 
 
 class JobPending(HostUnreachable):
@@ -186,7 +233,9 @@ class SlurmOptions(BaseModel):
         """The job's resource options as sbatch arguments (one list item per argument)."""
         args = [f"--nodes={self.nodes}"]
         if self.gpus:
-            args.append(f"--gres=gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"--gres=gpu:{self.gpus}")
+            args.append(
+                f"--gres=gpu:{self.gpu_type}:{self.gpus}" if self.gpu_type else f"--gres=gpu:{self.gpus}"
+            )
         if self.time_limit:
             args.append(f"--time={self.time_limit}")
         if self.account:
@@ -353,7 +402,7 @@ _WRAPPER = "hypoloop-job.sh"
 # Written by `sh -c` with the path as $1: the script itself is a constant, nothing is interpolated.
 _WRITE_WRAPPER = (
     "umask 022; [ -s \"$1\" ] || { printf '%s\\n' '#!/bin/sh' 'exec \"$@\"' > \"$1.tmp\" && "
-    "chmod +x \"$1.tmp\" && mv \"$1.tmp\" \"$1\"; }"
+    'chmod +x "$1.tmp" && mv "$1.tmp" "$1"; }'
 )
 
 
@@ -446,8 +495,13 @@ class SlurmHost:
             )
 
     def _srun_args(self) -> list[str]:
-        return ["srun", f"--partition={self.partition}", "--quiet", f"--job-name={JOB_PREFIX}command",
-                *self.options.sbatch_args()]
+        return [
+            "srun",
+            f"--partition={self.partition}",
+            "--quiet",
+            f"--job-name={JOB_PREFIX}command",
+            *self.options.sbatch_args(),
+        ]
 
     # -- commands --------------------------------------------------------------------------------
 
@@ -495,7 +549,9 @@ class SlurmHost:
         wrapper = f"{folder}/{_WRAPPER}"
         r = self.shell.run(["sh", "-c", _WRITE_WRAPPER, "sh", wrapper], timeout=30.0)
         if r.returncode != 0:
-            raise HostError(f"cannot write {wrapper} on {self.shell.name}: {' '.join(r.stderr.split())[:200]}")
+            raise HostError(
+                f"cannot write {wrapper} on {self.shell.name}: {' '.join(r.stderr.split())[:200]}"
+            )
         job_env = {"PYTHONUNBUFFERED": "1", **dict(env or {})}
         cmd = [
             "sbatch",
@@ -534,8 +590,13 @@ class SlurmHost:
             self._jobs[job_id] = job
         self._emit(
             "slurm.job_submitted",
-            {"job_id": job_id, "partition": self.partition, "log": log_path, "submitted_wall": submitted,
-             "options": self.options.sbatch_args()},
+            {
+                "job_id": job_id,
+                "partition": self.partition,
+                "log": log_path,
+                "submitted_wall": submitted,
+                "options": self.options.sbatch_args(),
+            },
         )
         return handle
 
@@ -543,8 +604,12 @@ class SlurmHost:
         with self._lock:
             job = self._jobs.get(handle.pid)
             if job is None:  # adopted from an earlier process: its record is the handle
-                job = _Job(handle=handle, partition=self.partition, submitted_wall=handle.started_wall,
-                           port=_port_of(handle.argv))
+                job = _Job(
+                    handle=handle,
+                    partition=self.partition,
+                    submitted_wall=handle.started_wall,
+                    port=_port_of(handle.argv),
+                )
                 self._jobs[handle.pid] = job
             return job
 
@@ -582,7 +647,16 @@ class SlurmHost:
         """The job from Slurm's accounting (sacct) once the controller has forgotten it; {} if none."""
         try:
             r = self._slurm(
-                ["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "JobID,State,ExitCode,Start,End,NodeList,Reason"],
+                [
+                    "sacct",
+                    "-n",
+                    "-P",
+                    "-X",
+                    "-j",
+                    str(job_id),
+                    "-o",
+                    "JobID,State,ExitCode,Start,End,NodeList,Reason",
+                ],
                 check=False,
             )
         except HostError:
@@ -590,8 +664,14 @@ class SlurmHost:
         for line in r.stdout.splitlines():
             cols = line.split("|")
             if len(cols) >= 7 and cols[0] == str(job_id):
-                return {"JobState": cols[1].split()[0], "ExitCode": cols[2], "StartTime": cols[3],
-                        "EndTime": cols[4], "NodeList": cols[5], "Reason": cols[6]}
+                return {
+                    "JobState": cols[1].split()[0],
+                    "ExitCode": cols[2],
+                    "StartTime": cols[3],
+                    "EndTime": cols[4],
+                    "NodeList": cols[5],
+                    "Reason": cols[6],
+                }
         return {}
 
     def job_info(self, handle: ProcessHandle) -> dict[str, Any]:
@@ -629,8 +709,15 @@ class SlurmHost:
             waited = time.time() - job.submitted_wall
             if job.reason != reported:
                 reported = job.reason
-                self._emit("slurm.job_pending", {"job_id": handle.pid, "partition": job.partition,
-                                                 "reason": job.reason, "waited_s": round(waited, 3)})
+                self._emit(
+                    "slurm.job_pending",
+                    {
+                        "job_id": handle.pid,
+                        "partition": job.partition,
+                        "reason": job.reason,
+                        "waited_s": round(waited, 3),
+                    },
+                )
             if waited >= limit:
                 self._cancel(job)
                 raise JobPending(
@@ -645,14 +732,21 @@ class SlurmHost:
         if job.state in LIVE_STATES:  # (a job cancelled while queued never started)
             self._emit(
                 "slurm.job_started",
-                {"job_id": handle.pid, "partition": job.partition, "node": job.node,
-                 "submitted_wall": round(job.submitted_wall, 3), "started_wall": round(started, 3),
-                 "queued_s": round(started - job.submitted_wall, 3)},
+                {
+                    "job_id": handle.pid,
+                    "partition": job.partition,
+                    "node": job.node,
+                    "submitted_wall": round(job.submitted_wall, 3),
+                    "started_wall": round(started, 3),
+                    "queued_s": round(started - job.submitted_wall, 3),
+                },
             )
-        new = handle.model_copy(update={
-            "started_wall": started,
-            "started_monotonic": time.monotonic() - max(0.0, time.time() - started),
-        })
+        new = handle.model_copy(
+            update={
+                "started_wall": started,
+                "started_monotonic": time.monotonic() - max(0.0, time.time() - started),
+            }
+        )
         job.handle = new
         return new
 
@@ -677,7 +771,11 @@ class SlurmHost:
 
     def _cancel(self, job: _Job, *, signal_name: str | None = None) -> None:
         job.cancelled_by_us = True
-        argv = ["scancel"] + ([f"--signal={signal_name}", "--full"] if signal_name else []) + [str(job.handle.pid)]
+        argv = (
+            ["scancel"]
+            + ([f"--signal={signal_name}", "--full"] if signal_name else [])
+            + [str(job.handle.pid)]
+        )
         self._slurm(argv, check=False)
         job.checked = 0.0
 
@@ -698,7 +796,10 @@ class SlurmHost:
             if job.state in LIVE_STATES:
                 self._cancel(job)
         deadline = time.monotonic() + 60.0
-        while self._refresh(job, force=True).state in (*LIVE_STATES, "COMPLETING") and time.monotonic() < deadline:
+        while (
+            self._refresh(job, force=True).state in (*LIVE_STATES, "COMPLETING")
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         ok = job.state not in LIVE_STATES and job.state != "COMPLETING"
         self._emit_ended(job)
@@ -721,19 +822,27 @@ class SlurmHost:
         return addr
 
     def forward_port(self, port: int) -> int:
-        """A port on 127.0.0.1 here that reaches `port` on the compute node running the job that
-        listens on it (directly when the node is this machine, by a TCP relay, or by SSH forwarding
-        through the login node). Raises `HostError` if no job of this host uses that port yet."""
+        """A port on 127.0.0.1 here that reaches `port` on the compute node of the job whose launch
+        command listens on it (see `forward_job_port`). Raises `HostError` if no job of this host
+        uses that port."""
         with self._lock:
             jobs = [j for j in self._jobs.values() if j.port == port]
         if not jobs:
             raise HostError(f"{self.name}: no job listens on port {port}")
-        job = jobs[-1]
+        return self.forward_job_port(jobs[-1].handle, port)
+
+    def forward_job_port(self, handle: ProcessHandle, port: int) -> int:
+        """A port on 127.0.0.1 here that reaches `port` on the (first) node of the job `handle`:
+        the same port when the node is this machine, a local TCP relay to the node (``slurm://``), or
+        SSH forwarding through the login node (``slurm+ssh://``). Raises `HostError` if the job has no
+        node yet."""
+        job = self._job(handle)
+        job.port = port
         if job.node is None:
             self._refresh(job, force=True)
         node = (job.node or "").split(",")[0]
         if not node:
-            raise HostError(f"{self.name}: job {job.handle.pid} has no node yet")
+            raise HostError(f"{self.name}: job {handle.pid} has no node yet")
         addr = self._node_address(node)
         if self.target.login is not None:
             assert isinstance(self.shell, SSHHost)
@@ -779,17 +888,29 @@ class SlurmHost:
             job_id = int(cols[0])
             if job_id in self._jobs:
                 continue
-            meta = dict(kv.partition("=")[::2] for kv in cols[3].removeprefix("hypoloop:").split(";") if "=" in kv)
-            run_id = meta.get("run") or cols[1][len(JOB_PREFIX):].split(".")[0]
+            meta = dict(
+                kv.partition("=")[::2] for kv in cols[3].removeprefix("hypoloop:").split(";") if "=" in kv
+            )
+            run_id = meta.get("run") or cols[1][len(JOB_PREFIX) :].split(".")[0]
             pid = int(meta["pid"]) if meta.get("pid", "").isdigit() else None
             if meta.get("client") != me or pid is None or _local_pid_alive(pid):
                 continue
             log = self._job_output(job_id)
-            found.append(SlurmOrphan(
-                job_id=job_id, pgid=job_id, run_id=run_id, name=cols[1], state=cols[2], partition=cols[4],
-                node=cols[5] or None, log_path=log, client=meta.get("client"), client_pid=pid,
-                why=f"its orchestrator (pid {pid} on this machine) is gone",
-            ))
+            found.append(
+                SlurmOrphan(
+                    job_id=job_id,
+                    pgid=job_id,
+                    run_id=run_id,
+                    name=cols[1],
+                    state=cols[2],
+                    partition=cols[4],
+                    node=cols[5] or None,
+                    log_path=log,
+                    client=meta.get("client"),
+                    client_pid=pid,
+                    why=f"its orchestrator (pid {pid} on this machine) is gone",
+                )
+            )
         return found
 
     def _job_output(self, job_id: int) -> str:
@@ -798,8 +919,14 @@ class SlurmHost:
 
     def stop_orphan(self, orphan: Any, grace_s: float = 10.0) -> bool:
         """Cancel a leftover job (as `terminate` does) and verify it ended."""
-        handle = ProcessHandle(pid=orphan.job_id, pgid=orphan.job_id, argv=[], log_path=orphan.log_path,
-                               started_wall=0.0, started_monotonic=0.0)
+        handle = ProcessHandle(
+            pid=orphan.job_id,
+            pgid=orphan.job_id,
+            argv=[],
+            log_path=orphan.log_path,
+            started_wall=0.0,
+            started_monotonic=0.0,
+        )
         try:
             return self.terminate(handle, grace_s=grace_s)
         finally:
@@ -850,4 +977,3 @@ def _is_this_machine(addr: str) -> bool:
     with contextlib.suppress(OSError):
         return target in socket.gethostbyname_ex(socket.gethostname())[2]
     return False
-
