@@ -51,9 +51,15 @@ def _wait_for(path: Path, type_: str, timeout: float = 60) -> dict[str, Any]:
     raise AssertionError(f"no {type_} in {path}")
 
 
-def _completed(cluster: Any, run_id: str) -> list[dict[str, str]]:
-    """The scheduler's records of the finished jobs of one run."""
-    return [c for c in cluster.completions() if c.get("Name", "").startswith(f"hypoloop.{run_id}.")]
+def _completed(cluster: Any, run_id: str, count: int | None = None) -> list[dict[str, str]]:
+    """The scheduler's records of the finished jobs of one run (waiting up to 30 s for `count` of them:
+    the controller writes a record just after the job ends)."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = [c for c in cluster.completions() if c.get("Name", "").startswith(f"hypoloop.{run_id}.")]
+        if count is None or len(found) >= count or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 # --- targets and options ------------------------------------------------------------------------------
@@ -147,7 +153,7 @@ def test_run_over_slurm_reaches_the_same_fix_as_locally(slurm_cluster: Any, tmp_
     stopped = [e["data"] for e in events if e["type"] == "server.stopped"]
     assert len(launched) == len(stopped) == result["launches"] and all(s["verified"] for s in stopped)
     # Each experiment was one job, tagged with the run, and the scheduler recorded each one's end.
-    jobs = {int(c["JobId"]): c for c in _completed(slurm_cluster, run_id)}
+    jobs = {int(c["JobId"]): c for c in _completed(slurm_cluster, run_id, len(launched))}
     assert sorted(jobs) == sorted(d["pid"] for d in launched)
     for d in stopped:
         job = d["job"]
@@ -333,7 +339,7 @@ def test_kill_9_then_resume_adopts_the_running_job(slurm_cluster: Any, tmp_path:
     assert [e["data"]["pid"] for e in events if e["type"] == "server.launched"] == [job_id]  # no duplicate
     outcome = next(e["data"] for e in events if e["type"] == "outcome")
     assert outcome["stage"] == "request_failed"
-    assert [int(c["JobId"]) for c in _completed(slurm_cluster, run_id)] == [job_id]
+    assert [int(c["JobId"]) for c in _completed(slurm_cluster, run_id, 1)] == [job_id]
     assert not _queue(slurm_cluster)
 
 
@@ -432,5 +438,5 @@ def test_run_over_slurm_through_a_login_node(slurm_cluster: Any, sshd: Any, tmp_
     )
     events = _events(Path(result["transcript"]))
     assert any(e["type"] == "host.connected" for e in events)
-    assert len(_completed(slurm_cluster, result["run_id"])) == result["launches"]
+    assert len(_completed(slurm_cluster, result["run_id"], result["launches"])) == result["launches"]
     assert not _queue(slurm_cluster)

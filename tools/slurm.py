@@ -401,8 +401,8 @@ class _Relay:
 _WRAPPER = "hypoloop-job.sh"
 # Written by `sh -c` with the path as $1: the script itself is a constant, nothing is interpolated.
 _WRITE_WRAPPER = (
-    "umask 022; [ -s \"$1\" ] || { printf '%s\\n' '#!/bin/sh' 'exec \"$@\"' > \"$1.tmp\" && "
-    'chmod +x "$1.tmp" && mv "$1.tmp" "$1"; }'
+    "umask 022; [ -s \"$1\" ] || { printf '%s\\n' '#!/bin/sh' 'exec \"$@\"' > \"$1.$$\" && "
+    'chmod +x "$1.$$" && mv -f "$1.$$" "$1"; }'
 )
 
 
@@ -549,7 +549,7 @@ class SlurmHost:
         wrapper = f"{folder}/{_WRAPPER}"
         r = self.shell.run(["sh", "-c", _WRITE_WRAPPER, "sh", wrapper], timeout=30.0)
         if r.returncode != 0:
-            raise HostError(
+            raise SchedulerError(
                 f"cannot write {wrapper} on {self.shell.name}: {' '.join(r.stderr.split())[:200]}"
             )
         job_env = {"PYTHONUNBUFFERED": "1", **dict(env or {})}
