@@ -56,7 +56,8 @@ class Transcript:
         _drop_torn_line(path)
         self.seq = _last_seq(path)
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
-        self._lock = threading.RLock()  # experiments of a parallel batch emit from their own threads
+        # experiments of a parallel batch emit from their own threads (reentrant: a listener may emit)
+        self._lock: Any = threading.RLock()
 
     def emit(self, type: str, data: dict[str, Any] | None = None, *, node: str = "") -> TranscriptEvent:
         """Append one event; returns it after it is on disk and listeners have seen it. Thread-safe:
