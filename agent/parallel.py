@@ -11,7 +11,7 @@ hooks:
   confirmation runs are never batched: they are their own steps. The batch leaves room in the launch
   budget for the confirmation run.
 - `run_batch` launches the batch's experiments concurrently (one thread each, each through
-  `agent.graph.run_experiment`, so each is one server / one Slurm job with its own log, transcript
+  `agent.nodes.execute.run_experiment`, so each is one server / one Slurm job with its own log, transcript
   events and verified stop), hands every outcome to `on_outcome` as it arrives, and stops the
   experiments still running when `on_outcome` says the question is settled. A stopped experiment is
   no evidence: it is returned among the cancelled ones, with the host time it used.
@@ -25,8 +25,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agent.evidence import RawEvidence
 from agent.models import Experiment, Outcome, Rejection
+from agent.nodes.execute import run_experiment
 from agent.planner import HistoryState, PlannerView, Proposal
+from agent.runtime import Runtime
+from tools.host import HostError
 
 __all__ = ["BatchResult", "fixing_hypotheses", "propose_batch", "run_batch"]
 
@@ -79,28 +83,28 @@ def _aside(exp: Experiment, why: str) -> Rejection:
 
 
 class BatchResult:
-    """What a batch came to: `raws` of the experiments that finished (in arrival order), `cancelled`
-    the raw results of those stopped because the question was settled (not evidence), `errors` the
-    `HostError` lines of experiments the host failed, and per experiment the wall-clock `finished_at`
-    (``time.monotonic()``)."""
+    """What a batch came to: `raws` the evidence of the experiments that finished (in arrival order),
+    `cancelled` the evidence of those stopped because the question was settled (not evidence about
+    the deployment: only their host time counts), `errors` the `HostError` lines of experiments the
+    host failed, and per experiment when it ended (`finished_at`, ``time.monotonic()``)."""
 
     def __init__(self) -> None:
-        self.raws: list[dict[str, Any]] = []
-        self.cancelled: list[dict[str, Any]] = []
+        self.raws: list[RawEvidence] = []
+        self.cancelled: list[RawEvidence] = []
         self.errors: dict[str, str] = {}
         self.finished_at: dict[str, float] = {}
 
 
 def run_batch(
-    rt: Any,
+    rt: Runtime,
     case: Any,
     run_id: str,
     batch: Sequence[Experiment],
     *,
-    classify: Callable[[dict[str, Any]], Outcome],
+    classify: Callable[[RawEvidence], Outcome],
     on_outcome: Callable[[Experiment, Outcome], bool] | None = None,
 ) -> BatchResult:
-    """Run `batch` at once; each experiment as `agent.graph.run_experiment` runs one.
+    """Run `batch` at once; each experiment as `agent.nodes.execute.run_experiment` runs one.
 
     `classify(raw)` turns a raw result into an `Outcome`; `on_outcome(exp, outcome)` is called (on the
     calling thread, in arrival order) for each finished experiment and returns True when the outcome
@@ -108,14 +112,10 @@ def run_batch(
     verified by its own thread); those come back in `cancelled`. A `HostError` of one experiment is
     kept in `errors` and does not stop the others. Returns when every experiment has ended.
     """
-    from agent.graph import run_experiment  # the graph imports this module's users, not the reverse
-    from tools.host import HostError
-
     result = BatchResult()
     settled = threading.Event()
-    lock = threading.Lock()
 
-    def one(exp: Experiment) -> dict[str, Any]:
+    def one(exp: Experiment) -> RawEvidence:
         return run_experiment(rt, case, run_id, exp)
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(batch)), thread_name_prefix="exp")
@@ -130,8 +130,7 @@ def run_batch(
                 result.errors[exp.id] = str(exc)
                 continue
             if settled.is_set():
-                with lock:
-                    result.cancelled.append({**raw, "cancelled": True})
+                result.cancelled.append(raw)
                 continue
             result.raws.append(raw)
             if on_outcome is not None and on_outcome(exp, classify(raw)):

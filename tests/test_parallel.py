@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.case import load_case
-from agent.graph import Runtime, classify_outcome
 from agent.models import Baseline, Change, Experiment, Outcome
+from agent.nodes.analyze import classify_outcome
 from agent.parallel import fixing_hypotheses, propose_batch, run_batch
 from agent.recorded import RecordedRun
 from agent.replay import make_planner, recorded_case, view_at
+from agent.runtime import Runtime
 from agent.transcript import Transcript, read_transcript
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,9 +123,9 @@ def test_two_experiments_run_as_two_jobs_at_once_and_a_settling_outcome_cancels_
         tr.close()
     took = time.monotonic() - t0
     events2 = [e.model_dump() for e in read_transcript(tmp_path / "tr2.jsonl")]
-    assert [r["experiment_id"] for r in result.raws] == [exps2[0].id]
-    assert [r["experiment_id"] for r in result.cancelled] == [exps2[1].id]
-    assert result.cancelled[0]["status"] != "ready"  # stopped while it was still loading
+    assert [r.experiment_id for r in result.raws] == [exps2[0].id]
+    assert [r.experiment_id for r in result.cancelled] == [exps2[1].id]
+    assert result.cancelled[0].status != "ready"  # stopped while it was still loading
     assert took < 60, took
     stopped = [e["data"] for e in events2 if e["type"] == "server.stopped"]
     assert len(stopped) == 2 and all(s["verified"] for s in stopped)

@@ -3,7 +3,7 @@
 A `Host` runs short commands, spawns long-lived servers in their own process group with a log file,
 reads that log incrementally, and stops what it started (TERM the group, wait, KILL, verify gone).
 `LocalHost` does all of this with `subprocess` on this machine; `SSHHost` (tools/ssh.py) does it on a
-remote host over SSH; `connect_host` picks one from a target string (``local`` or ``ssh://...``).
+remote host over SSH; `tools.connect.connect_host` picks one from a target string.
 Every process a `LocalHost` spawns is tracked in a module registry so `terminate_all()` (also
 registered with `atexit`) can stop anything still running when the orchestrator exits.
 """
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -143,39 +143,6 @@ class QueuesJobs(Protocol):
     def job_failure(self, handle: ProcessHandle) -> str | None: ...
 
     def forward_job_port(self, handle: ProcessHandle, port: int) -> int: ...
-
-
-def connect_host(
-    target: str,
-    *,
-    env: Mapping[str, str] | None = None,
-    local_root: str | None = None,
-    ssh: Any = None,
-    slurm: Any = None,
-    on_event: Callable[[str, dict[str, Any]], object] | None = None,
-) -> Host:
-    """The host named by `target`: ``local`` (a `LocalHost` with work dirs under `local_root`),
-    ``ssh://[USER@]HOST[:PORT]`` (an `SSHHost` with `tools.ssh.SSHOptions` `ssh`, connected now), or
-    ``slurm://PARTITION`` / ``slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION`` (a `tools.slurm.SlurmHost`
-    whose jobs ask for `slurm`, a `tools.slurm.SlurmOptions`; the partition is checked now).
-
-    `env` is the host environment; `on_event(type, data)` hears about SSH connects and reconnects.
-    Raises `HostError` (one line) for an unknown target or a host that cannot be reached or trusted.
-    """
-    if target == "local":
-        return LocalHost(env=env, root=local_root)
-    if target.startswith("ssh://"):
-        from tools.ssh import SSHHost  # here, not at the top: tools.ssh imports this module
-
-        return SSHHost(target, env=env, options=ssh, on_event=on_event)
-    if target.startswith(("slurm://", "slurm+ssh://")):
-        from tools.slurm import SlurmHost
-
-        return SlurmHost(target, env=env, options=slurm, ssh=ssh, local_root=local_root, on_event=on_event)
-    raise HostError(
-        f"{target}: expected 'local', 'ssh://[USER@]HOST[:PORT]', 'slurm://PARTITION' or "
-        "'slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION'"
-    )
 
 
 def expand_argv(argv: Sequence[str], host: Host) -> list[str]:
