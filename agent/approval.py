@@ -176,6 +176,9 @@ class ApprovalRequest(BaseModel):
     mode: str = "each"
     risky: list[str] = Field(default_factory=list)
     error: str | None = None
+    #: With ``--parallel N``: the batch this experiment belongs to, one line per experiment (``*`` marks
+    #: this one), asked about one by one; ``{"decision": "approve", "all": true}`` approves the rest too.
+    batch: list[str] = Field(default_factory=list)
     choices: list[str] = Field(default_factory=lambda: ["approve", "edit", "reject", "stop"])
     answer_format: str = (
         '{"decision": "approve"} | {"decision": "edit", "set": ["--attention-backend=triton"]} | '
@@ -195,8 +198,10 @@ def build_request(
     mode: str,
     risky: Sequence[str],
     error: str | None = None,
+    batch: Sequence[str] = (),
 ) -> ApprovalRequest:
-    """The approval request for ``exp`` given the run's ledger and spending (pure; no I/O)."""
+    """The approval request for ``exp`` given the run's ledger and spending (pure; no I/O); ``batch``:
+    the lines of the parallel batch it belongs to."""
     predicted = {p.hypothesis_id: p.expect for p in exp.predictions}
     live = sorted((h for h in hypotheses if h.status in ("open", "supported")), key=lambda h: -h.posterior)
     lines = [
@@ -224,6 +229,7 @@ def build_request(
         mode=mode,
         risky=list(risky),
         error=error,
+        batch=list(batch),
     )
 
 
@@ -246,6 +252,8 @@ class ApprovalAnswer(BaseModel):
     experiment_id: str | None = None
     mode: ApprovalMode | None = None
     by: str = "user"
+    #: With ``decision="approve"`` in a parallel batch: approve the rest of the batch as proposed too.
+    all: bool = False
 
     @model_validator(mode="after")
     def _edit(self) -> ApprovalAnswer:
@@ -271,7 +279,9 @@ class ApprovalAnswer(BaseModel):
                 "no": "reject",
                 "s": "stop",
             }
-            raw = {"decision": words.get(word, word)}
+            raw = {"decision": "approve", "all": True} if word in ("all", "approve-all") else {
+                "decision": words.get(word, word)
+            }
         if not isinstance(raw, dict):
             raise ValueError(f"expected an answer like {{'decision': 'approve'}}, got {raw!r}")
         raw = dict(raw)
@@ -467,9 +477,13 @@ def approval_panel(req: ApprovalRequest) -> Panel:
         for h in req.hypotheses:
             t.add_row(f"{h.posterior:.2f}", escape(h.id), _PREDICTS[h.predicts], escape(h.statement))
         parts.append(t)
+    if req.batch:
+        grid.add_row("batch", escape("\n".join(req.batch)))
     if req.error:
         parts.append(f"[bold red]previous answer refused:[/] {escape(req.error)}")
     parts.append(escape("[a]pprove  [e]dit (one change)  [r]eject with a reason  [s]top the run"))
+    if req.batch:
+        parts.append(escape("[all]: approve this one and the rest of the batch as proposed"))
     return Panel(
         Group(*parts),
         title=f"approve experiment {req.step}? [dim]{exp.id}[/]",
@@ -497,6 +511,8 @@ def ask(
         word = reader("[a]pprove / [e]dit / [r]eject / [s]top: ").strip().lower()
         if word in ("a", "approve", "y", "yes"):
             return ApprovalAnswer(decision="approve", experiment_id=exp_id)
+        if word in ("all", "approve-all") and req.batch:
+            return ApprovalAnswer(decision="approve", all=True, experiment_id=exp_id)
         if word in ("e", "edit"):
             while True:  # a refused edit asks for the change again; empty goes back to the menu
                 text = reader(

@@ -473,6 +473,14 @@ def run(
     redact_hosts: Annotated[
         bool, typer.Option("--redact-hosts", help="llm: also mask host names and IP addresses it is sent")
     ] = False,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            "--parallel",
+            help="run up to N one-change experiments at once, each for a different hypothesis (e.g. one "
+            "Slurm job each); 1: one at a time",
+        ),
+    ] = 1,
 ) -> None:
     """Debug a deployment: hypothesize, run one-change experiments, conclude with the root cause."""
     _JsonResult.pending = json_out
@@ -484,6 +492,8 @@ def run(
     from agent.runtime import Runtime
     from agent.state import initial_state
     mode = _approval_mode(approve, auto)
+    if parallel < 1:
+        _fail(f"--parallel {parallel}: expected a whole number of at least 1")
     try:
         planner_spec = planner_spec_from_options(
             planner,
@@ -529,6 +539,7 @@ def run(
             transcript=str(tpath.resolve()),
             planner=planner_spec,
             host_option=host,
+            **({"parallel": parallel} if parallel > 1 else {}),
         )
         result = _drive_guarded(graph, config, initial, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
                                 console=console, json_out=json_out)
@@ -1049,8 +1060,8 @@ def resume(
     from agent.runs import RunError, RunInUse, RunLock, load_run
     mode = _approval_mode(approve, auto)
     edits = list(set_ or [])
-    if decision is not None and decision not in ("approve", "edit", "reject", "stop"):
-        _fail(f"--decision {decision}: expected approve, edit, reject or stop")
+    if decision is not None and decision not in ("approve", "approve-all", "edit", "reject", "stop"):
+        _fail(f"--decision {decision}: expected approve, approve-all (a --parallel batch), edit, reject or stop")
     if edits and decision in ("reject", "stop"):
         _fail(f"--set edits the experiment to run; it cannot go with --decision {decision}")
     if decision == "edit" and not edits:
@@ -1143,7 +1154,8 @@ def _resume_locked(
             first: Any = None
             if request is not None and decision is not None:
                 answer = ApprovalAnswer(
-                    decision=decision,  # type: ignore[arg-type]
+                    decision="approve" if decision == "approve-all" else decision,  # type: ignore[arg-type]
+                    all=decision == "approve-all",
                     reason=reason,
                     set=edits,
                     experiment_id=request.experiment.id,

@@ -30,7 +30,7 @@ from agent.models import Experiment, Rejection
 from agent.planner import RulePlanner
 from agent.recovery import emit_once
 from agent.runtime import Runtime
-from agent.state import RunState, case_of, hypotheses_of, planner_view, sglang_version
+from agent.state import RunState, batch_lines, case_of, hypotheses_of, planner_view, sglang_version
 from tools.flags import FlagError
 from tools.host import HostError
 
@@ -73,6 +73,7 @@ def _ask(
         mode=mode,
         risky=risky,
         error=state.get("approval_error"),
+        batch=batch_lines(state, exp),
     )
     emit_once(
         rt.transcript,
@@ -121,6 +122,8 @@ def _carry_out(state: RunState, rt: Runtime, exp: Experiment, seq: int, answer: 
     tr.emit("approval.decided", {**decided, "decision": answer.decision, **reason}, node="approve")
     if answer.decision == "approve":
         exp.status = "approved"
+        if answer.all:
+            done["approve_batch"] = True  # agent.parallel.approve_in_batch approves the rest of the batch
         return Command(goto="execute", update={**done, "pending": exp.model_dump(mode="json")})
     if answer.decision == "reject":
         rej = Rejection(
