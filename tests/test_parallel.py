@@ -4,9 +4,14 @@ chosen by the real rule planner from a recorded run, and run at once as jobs on 
 from __future__ import annotations
 
 import datetime
+import json
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+from clirun import HYPOLOOP, cli_env, run_cli
 
 from agent.case import load_case
 from agent.models import Baseline, Change, Experiment, Outcome
@@ -19,6 +24,7 @@ from agent.transcript import Transcript, read_transcript
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
+CASE = "lab:glm5-nvfp4-sm120"
 
 
 def _after_baseline() -> tuple[Any, Any, Any]:
@@ -130,3 +136,135 @@ def test_two_experiments_run_as_two_jobs_at_once_and_a_settling_outcome_cancels_
     stopped = [e["data"] for e in events2 if e["type"] == "server.stopped"]
     assert len(stopped) == 2 and all(s["verified"] for s in stopped)
     assert not slurm_cluster.command("squeue", "-h").stdout.strip()
+
+
+# --- --parallel N through the command line ------------------------------------------------------------
+
+
+def _last_json(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [e.model_dump() for e in read_transcript(path)]
+
+
+def _wait_for_n(path: Path, type_: str, n: int, timeout: float = 90) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            found = [e for e in _events(path) if e["type"] == type_]
+            if len(found) >= n:
+                return found
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} {type_} in {path}")
+
+
+def test_parallel_2_over_slurm_reaches_the_local_answer_with_two_jobs_at_once(
+    slurm_cluster: Any, tmp_path: Path
+) -> None:
+    scale = "0.02"  # ~10 s per load: the scheduler's one-second times show the overlap plainly
+    r = run_cli(tmp_path, "run", CASE, "--auto", "--parallel", "2", "--host", f"slurm://{slurm_cluster.partition}",
+                "--json", "--transcript-dir", "tr", HYPOLOOP_LAB_TIME_SCALE=scale, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = _last_json(r)
+    local = run_cli(tmp_path, "run", CASE, "--auto", "--json", "--transcript-dir", "tr-local")
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert result["root_cause"] == _last_json(local)["root_cause"]
+    events = _events(Path(result["transcript"]))
+    batch = [e["data"] for e in events if e["type"] == "experiment.proposed" and e["data"].get("batch")]
+    assert len(batch) == 2 and batch[0]["batch"]["experiment_ids"] == [b["id"] for b in batch]
+    assert batch[0]["change"]["name"] != batch[1]["change"]["name"]
+    jobs = {e["data"]["experiment_id"]: e["data"]["pid"] for e in events if e["type"] == "server.launched"}
+    (s1, e1), (s2, e2) = (_jobcomp_times(slurm_cluster, jobs[b["id"]]) for b in batch)
+    assert s1 < e2 and s2 < e1, "the scheduler's own records show the batch's two jobs running at the same time"
+    # Each outcome updated the ledger as it arrived; the confirmation ran alone, after the batch.
+    assert len([e for e in events if e["type"] == "ledger.updated"]) >= 1
+    confirm = next(e["data"] for e in events if e["type"] == "experiment.proposed" and e["data"]["purpose"] == "confirm")
+    assert not confirm.get("batch")
+    assert result["launches"] == len(jobs)
+    assert not slurm_cluster.command("squeue", "-h").stdout.strip()
+
+
+def test_kill_9_during_a_batch_then_resume_adopts_both_jobs(slurm_cluster: Any, tmp_path: Path) -> None:
+    scale = "0.02"
+    env = cli_env(tmp_path, HYPOLOOP_LAB_TIME_SCALE=scale)
+    proc = subprocess.Popen(
+        [*HYPOLOOP, "run", CASE, "--auto", "--parallel", "2", "--host", f"slurm://{slurm_cluster.partition}",
+         "--transcript-dir", "tr"],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "tr").glob("*.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        transcript = next((tmp_path / "tr").glob("*.jsonl"))
+        launched = _wait_for_n(transcript, "server.launched", 3)  # the baseline, then the batch of two
+        _wait_for_n(transcript, "slurm.job_started", 3)
+        assert not any(e["type"] == "outcome" and e["data"]["experiment_id"] == launched[1]["data"]["experiment_id"]
+                       for e in _events(transcript)), "kill it while the batch loads"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    batch_jobs = sorted(e["data"]["pid"] for e in launched[1:])
+    running = slurm_cluster.command("squeue", "-h", "-o", "%i").stdout.split()
+    assert sorted(int(j) for j in running) == batch_jobs  # both still running with nobody watching
+    run_id = transcript.stem
+    r = run_cli(tmp_path, "resume", run_id, "--auto", "--json", HYPOLOOP_LAB_TIME_SCALE=scale, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _last_json(r)["status"] == "isolated"
+    events = _events(transcript)
+    adopted = sorted(e["data"]["pid"] for e in events if e["type"] == "server.adopted")
+    assert adopted == batch_jobs
+    launched_after = [e["data"]["pid"] for e in events if e["type"] == "server.launched"]
+    assert len(launched_after) == len(set(launched_after))  # no job launched twice
+    assert not set(batch_jobs) & set(launched_after[3:])
+    assert not slurm_cluster.command("squeue", "-h").stdout.strip()
+
+
+def test_each_member_of_a_batch_is_approved_rejected_or_edited_on_its_own(tmp_path: Path) -> None:
+    r = run_cli(tmp_path, "run", CASE, "--parallel", "3", "--json", "--transcript-dir", "tr")
+    assert r.returncode == 3, r.stderr[-3000:]
+    run_id = _last_json(r)["run_id"]
+    r = run_cli(tmp_path, "resume", run_id, "--decision", "approve", "--json")  # the baseline
+    assert r.returncode == 3, r.stderr[-3000:]
+    first = _last_json(r)["pending"]
+    shown = run_cli(tmp_path, "show", run_id)
+    assert "1/3" in shown.stdout and "2/3" in shown.stdout and "3/3" in shown.stdout and "(this one)" in shown.stdout
+    r = run_cli(tmp_path, "resume", run_id, "--decision", "reject", "--reason", "not this one", "--json")
+    assert r.returncode == 3, r.stderr[-3000:]
+    second = _last_json(r)["pending"]
+    assert second["experiment_id"] != first["experiment_id"]
+    r = run_cli(tmp_path, "resume", run_id, "--decision", "approve-all", "--json")
+    assert r.returncode == 3, r.stderr[-3000:]  # the batch ran; the next proposal waits
+    events = _events(Path(_last_json(r)["transcript"]))
+    proposed = next(e["data"]["batch"]["experiment_ids"] for e in events if e["data"].get("batch"))
+    ran = [e["data"]["experiment_id"] for e in events if e["type"] == "server.launched"][1:]
+    assert sorted(ran) == sorted(proposed[1:])  # the rejected one never ran; the other two ran together
+    decided = [e["data"] for e in events if e["type"] == "approval.decided"]
+    assert any(d["experiment_id"] == proposed[2] and d["by"] == "batch" for d in decided)
+    assert any(e["type"] == "rejection" or (e["type"] == "approval.decided" and e["data"]["decision"] == "reject")
+               for e in events)
+
+
+def test_an_outcome_that_settles_the_question_stops_the_rest_and_one_that_does_not_waits() -> None:
+    from agent.parallel import _settled
+
+    planner, view, hist = _after_baseline()
+    batch, _ = propose_batch(planner, view, hist, 3)
+    run = RecordedRun.load(REFERENCE)
+    fixed = next(r.outcome for r in run.runs if r.outcome and r.outcome.get("stage") == "ok"
+                 and r.experiment.get("id") == batch[0].id)
+
+    class Quiet:
+        def emit(self, *a: Any, **k: Any) -> None:
+            pass
+
+    rt = type("RT", (), {"transcript": Quiet()})()
+    assert _settled(rt, planner, view, batch, [fixed]) is True  # the planner would confirm the fix now
+    other = {**fixed, "experiment_id": batch[1].id, "stage": "request_failed"}
+    other.update(matches=next(r.outcome for r in run.runs if r.outcome and r.outcome.get("stage") == "request_failed")["matches"])
+    assert _settled(rt, planner, view, batch, [other]) is False  # the question is still open
