@@ -93,7 +93,7 @@ def test_two_experiments_run_as_two_jobs_at_once_and_a_settling_outcome_cancels_
     rt = Runtime(transcript=tr, state_dir=tmp_path / "state")
     seen: list[tuple[str, Outcome]] = []
 
-    def on_outcome(exp: Experiment, outcome: Outcome) -> bool:
+    def on_outcome(exp: Experiment, outcome: Outcome, _raw: Any) -> bool:
         seen.append((exp.id, outcome))
         return False
 
@@ -123,7 +123,7 @@ def test_two_experiments_run_as_two_jobs_at_once_and_a_settling_outcome_cancels_
     t0 = time.monotonic()
     try:
         result = run_batch(rt, case, "run-par2", exps2, classify=classify_outcome,
-                           on_outcome=lambda exp, o: o.stage == "ok")
+                           on_outcome=lambda exp, o, _raw: o.stage == "ok")
     finally:
         rt.close()
         tr.close()
