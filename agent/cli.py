@@ -395,15 +395,21 @@ def _host_notices(console: Console) -> Any:
             console.print("[green]reconnected[/] to the host")
         elif ev.type == "host.orphans" and d.get("orphans"):
             for o in d["orphans"]:
+                what = (
+                    f"Slurm job {o['job_id']} of run {escape(str(o.get('run_id')))} ({escape(str(o.get('state')))})"
+                    if o.get("job_id") is not None
+                    else f"process group {o['pgid']}"
+                )
                 console.print(
-                    f"[yellow]orphaned server[/] on the host: process group {o['pgid']}, log {escape(o['log_path'])}"
+                    f"[yellow]orphaned server[/] on the host: {what}, log {escape(o['log_path'])}"
                     f" ({escape(o['why'])})"
                 )
         elif ev.type == "host.orphans_left":
             console.print(f"left {d.get('count')} orphaned server(s) running: {escape(str(d.get('reason')))}")
         elif ev.type == "host.orphan_stopped":
+            what = f"Slurm job {d.get('job_id')}" if d.get("job_id") is not None else f"process group {d.get('pgid')}"
             console.print(
-                f"stopped orphaned server (process group {d.get('pgid')})"
+                f"stopped orphaned server ({what})"
                 + ("" if d.get("verified") else " [red]but could not verify it is gone[/]")
             )
 

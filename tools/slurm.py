@@ -763,7 +763,12 @@ class SlurmHost:
         """Why the job ended for a reason that is no evidence about the server (one line), else None:
         cancelled by someone else, node failure, preemption, time limit, out of memory, boot failure."""
         job = self._refresh(self._job(handle), force=True)
-        if job.state not in INFRA_STATES or (job.state == "CANCELLED" and job.cancelled_by_us):
+        if job.cancelled_by_us:
+            return None  # our own stop, whatever state it left
+        # FAILED is the batch script's own non-zero exit: the server's, evidence like a local crash.
+        # (Slurm 22.05 also gives a server that died of a signal Reason=JobLaunchFailure, so the reason
+        # does not tell a launch that never happened apart; its empty log does.)
+        if job.state not in INFRA_STATES:
             return None
         where = f" on {job.node}" if job.node else ""
         why = f" (reason: {job.reason})" if job.reason and job.reason != "None" else ""
