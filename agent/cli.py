@@ -839,12 +839,12 @@ def replay(
 
 def _redecide(transcript: Path, planner_name: str, console: Console, *, verbose: bool) -> None:
     from agent.recorded import RecordedRun
-    from agent.replay import RedecideError, make_planner, redecide_table
+    from agent.replay import RedecideError, redecide_planner, redecide_table
     from agent.replay import redecide as redecide_run
 
     try:
         recorded = RecordedRun.load(transcript)
-        planner, flags, warnings = make_planner(planner_name, recorded)
+        planner, flags, warnings = redecide_planner(planner_name, recorded)
         result = redecide_run(recorded, planner, flags, warnings=warnings)
     except (TranscriptError, RedecideError) as exc:
         _fail(str(exc))
@@ -1206,6 +1206,13 @@ def _pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool
 
 def main() -> None:
     """Console-script entry point."""
+    from agent.planner_weights import PlannerWeightsError, weights
+
+    try:
+        weights()  # the planner's tunables (knowledge/planner.toml): a bad file is one line, not a traceback
+    except PlannerWeightsError as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     app()
 
 

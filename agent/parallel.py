@@ -40,7 +40,6 @@ from langgraph.types import Command
 
 from agent.evidence import RawEvidence
 from agent.guard import GuardError, check_experiment
-from agent.llm_planner import planner_checkpoint
 from agent.models import Experiment, Outcome, Rejection
 from agent.nodes.analyze import classify_outcome
 from agent.nodes.approve import Route, approve
@@ -50,6 +49,7 @@ from agent.planner import HistoryState, PlannerView, Proposal
 from agent.recovery import prior_launch, recover, save_result
 from agent.runtime import Runtime
 from agent.state import RunState, case_of, planner_view
+from agent.wire import to_payload
 from tools.host import HostError, HostUnreachable, ProcessHandle
 
 __all__ = [
@@ -203,17 +203,18 @@ def design_or_batch(state: RunState, rt: Runtime) -> dict[str, Any]:
         checked.append(exp)
     if len(checked) <= 1:
         return design(state, rt)  # a baseline, a confirmation, or a single test: one experiment as usual
-    memo = planner_checkpoint(pl)
+    memo = pl.checkpoint()
     tr.step = view.launches + 1
     ids = [e.id for e in checked]
     for i, exp in enumerate(checked):
         tr.emit(
             "experiment.proposed",
-            {
-                **exp.model_dump(mode="json"),
-                "considered": first.considered[:12] if i == 0 else [],
-                "batch": {"position": i + 1, "size": len(checked), "experiment_ids": ids},
-            },
+            to_payload(
+                "experiment.proposed",
+                exp,
+                considered=first.considered[:12] if i == 0 else [],
+                batch={"position": i + 1, "size": len(checked), "experiment_ids": ids},
+            ),
             node="design",
         )
     return {

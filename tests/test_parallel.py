@@ -18,7 +18,7 @@ from agent.models import Baseline, Change, Experiment, Outcome
 from agent.nodes.analyze import classify_outcome
 from agent.parallel import fixing_hypotheses, propose_batch, run_batch
 from agent.recorded import RecordedRun
-from agent.replay import make_planner, recorded_case, view_at
+from agent.replay import recorded_case, redecide_planner, view_at
 from agent.runtime import Runtime
 from agent.transcript import Transcript, read_transcript
 
@@ -30,7 +30,7 @@ CASE = "lab:glm5-nvfp4-sm120"
 def _after_baseline() -> tuple[Any, Any, Any]:
     """The rule planner, its view and history at the recorded run's first test proposal."""
     run = RecordedRun.load(REFERENCE)
-    planner, flags, warnings = make_planner("rules", run)
+    planner, flags, warnings = redecide_planner("rules", run)
     case = recorded_case(run, flags, warnings)
     point = next(dp for dp in run.design_points if dp.kind == "proposed" and dp.data.get("purpose") == "test")
     view = view_at(run, point.seq, case)
@@ -58,7 +58,7 @@ def test_a_batch_tests_different_hypotheses_each_with_one_change_against_the_sam
 
 def test_a_baseline_or_confirmation_is_never_batched() -> None:
     run = RecordedRun.load(REFERENCE)
-    planner, flags, warnings = make_planner("rules", run)
+    planner, flags, warnings = redecide_planner("rules", run)
     case = recorded_case(run, flags, warnings)
     first_point = run.design_points[0]
     view = view_at(run, first_point.seq, case)

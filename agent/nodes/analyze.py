@@ -12,6 +12,7 @@ from agent.evidence import RawEvidence
 from agent.models import Outcome, Stage
 from agent.runtime import Runtime
 from agent.state import RunState
+from agent.wire import to_payload
 from tools.probes import ProbeResult
 from tools.signatures import SignatureMatch
 
@@ -22,7 +23,7 @@ def analyze(state: RunState, rt: Runtime) -> dict[str, Any]:
     if not raw:
         return {}
     outcome = classify_outcome(RawEvidence.model_validate(raw))
-    rt.transcript.emit("outcome", outcome.model_dump(mode="json"), node="analyze")
+    rt.transcript.emit("outcome", to_payload("outcome", outcome), node="analyze")
     experiments = [dict(e) for e in state.get("experiments", [])]
     for e in experiments:
         if e["id"] == outcome.experiment_id:

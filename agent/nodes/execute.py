@@ -33,6 +33,7 @@ from agent.models import Experiment
 from agent.recovery import prior_launch, recover, save_result
 from agent.runtime import Runtime
 from agent.state import RunState, case_of
+from agent.wire import to_payload
 from tools.host import (
     Host,
     HostError,
@@ -289,7 +290,7 @@ def _probe_or_record_failure(
     for probe in [*case.probes, *exp.probes]:
         pr = run_probe(res.base_url, probe, model=case.model.path)
         probes.append(pr)
-        tr.emit("probe.result", {"experiment_id": exp.id, **pr.model_dump(mode="json")}, node="execute")
+        tr.emit("probe.result", to_payload("probe.result", pr, experiment_id=exp.id), node="execute")
         if pr.status in ("connection_error", "timeout"):
             break
     session.watch(2.0 if any(not p.ok for p in probes) else 0.2)

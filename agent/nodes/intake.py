@@ -29,6 +29,7 @@ from agent.redact import REDACTED, is_secret_name
 from agent.runtime import Runtime
 from agent.state import RunState, case_of, seed_state
 from agent.transcript import Transcript
+from agent.wire import to_payload
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagError
 from tools.host import HostError, expand_argv
@@ -102,7 +103,7 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
             gpu_query_argv=expand_argv(case.launcher.gpu_query_argv, host),
             version_argv=expand_argv(case.launcher.version_argv, host),
         )
-        tr.emit("host.fingerprint", fp.model_dump(mode="json"), node="intake")
+        tr.emit("host.fingerprint", to_payload("host.fingerprint", fp), node="intake")
         step = "launcher.argv (its --help gives the flag catalog)"
         flags = rt.flags(case, fp.sglang_version)
         tr.emit(
