@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from agent.evidence import RawEvidence
+from agent.redact import scrub
 from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript
 from tools.host import ProcessHandle
 
@@ -60,7 +61,7 @@ def save_result(home: Path, run_id: str, evidence: RawEvidence) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(evidence.model_dump(mode="json"), fh)
+        json.dump(scrub(evidence.model_dump(mode="json")), fh)  # a server's --api-key is never written
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

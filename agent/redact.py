@@ -24,6 +24,7 @@ import os
 import re
 import socket
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 __all__ = ["REDACTED", "Redactor", "is_secret_name"]
 
@@ -188,3 +189,46 @@ class Redactor:
         text = _IPV6.sub(ip6, text)
         text = _FQDN.sub(lambda m: self._placeholder("host", m.group(0)), text)
         return text
+
+
+#: ``api_key='...'`` (0.5.9's ``ServerArgs(...)`` repr) and ``'api_key': '...'`` (0.5.23's dict form) in
+#: SGLang's server-args line; also ``admin_api_key``.
+_API_KEY_FIELD = re.compile(r"""(?i)(\b\w*api_key['"]?\s*[=:]\s*)(['"])([^'"]+)\2""")
+
+
+def _secret_field(key: str) -> bool:
+    return (key.startswith("-") and is_secret_name(key)) or key.lower().endswith("api_key")
+
+
+def scrub(obj: Any) -> Any:
+    """A copy of a JSON-like value with server secrets removed, for everything hypoloop writes
+    (transcript events, saved experiment results): the value of a secret-named option key
+    (``{"--api-key": "..."}`` in a flag table, ``["--api-key", "..."]`` in an argv), of an ``*api_key``
+    field (``/server_info``), and inside
+    strings ``--api-key VALUE`` options and ``api_key='...'`` / ``'api_key': '...'`` fields of SGLang's
+    server-args line. Other text is left exactly as it is (replays compare it)."""
+    if isinstance(obj, dict):
+        return {
+            k: (
+                REDACTED
+                if isinstance(k, str) and isinstance(v, str) and _secret_field(k)
+                and v.strip().lower() not in _NOT_SECRET_VALUES
+                else scrub(v)
+            )
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):  # an argv: the item after "--api-key" is its value
+        return [
+            REDACTED
+            if i and isinstance(v, str) and isinstance(obj[i - 1], str) and _secret_field(obj[i - 1])
+            and v.strip().lower() not in _NOT_SECRET_VALUES
+            else scrub(v)
+            for i, v in enumerate(obj)
+        ]
+    if isinstance(obj, str) and ("key" in obj.lower()):
+        text = _SECRET_OPTION.sub(Redactor._option, obj)
+        return _API_KEY_FIELD.sub(
+            lambda m: m.group(0) if m.group(3).lower() in _NOT_SECRET_VALUES else f"{m.group(1)}{m.group(2)}{REDACTED}{m.group(2)}",
+            text,
+        )
+    return obj

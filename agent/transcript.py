@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agent.events import validate_payload
+from agent.redact import scrub
 
 TRANSCRIPT_VERSION = 1
 
@@ -71,7 +72,7 @@ class Transcript:
                 step=self.step,
                 node=node,
                 type=type,
-                data=data or {},
+                data=scrub(data or {}),  # a server's --api-key is never written (agent/redact.py)
             )
             self._fh.write(json.dumps(ev.model_dump(mode="json"), ensure_ascii=False, default=str) + "\n")
             self._fh.flush()

@@ -27,9 +27,10 @@ import os
 import time
 from typing import Any
 
-from agent.case import Case
+from agent.case import Case, server_api_key
 from agent.evidence import RawEvidence
 from agent.models import Experiment
+from agent.progress import LoadProgress
 from agent.recovery import prior_launch, recover, save_result
 from agent.runtime import Runtime
 from agent.state import RunState, case_of
@@ -141,6 +142,7 @@ def run_experiment(
     argv = render_command(
         expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host=listen, port=port
     )
+    watch = rt.progress.launch(exp.id, rt.signatures) if rt.progress is not None else None
     session = ServerSession(
         host,
         argv,
@@ -148,15 +150,16 @@ def run_experiment(
         log_path=log_path,
         port=port,
         matcher=matcher,
-        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev),
+        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev, watch),
         ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
         stall_timeout_s=stall.limit,
+        api_key=server_api_key(exp.config().flags),
     )
     rt.sessions[exp.id] = session
     probes: list[ProbeResult] = []
     with session:
         t0 = _start_or_adopt(rt, session, exp, host, argv, adopt=adopt, record=record)
-        res = session.wait_ready()
+        res = _wait_ready(session, watch)
         server_info = _probe_or_record_failure(rt, session, res, case, exp, probes)
         stopped = session.stop()
     wall = time.monotonic() - t0
@@ -196,15 +199,30 @@ def _job_record(host: Host, handle: ProcessHandle | None) -> dict[str, Any]:
     return {"job": host.job_info(handle)}
 
 
-def _on_watch_event(rt: Runtime, exp_id: str, stall: StallWatch, ev: WatchEvent) -> None:
-    """Feed the stall watch every event; record ready and fatal lines as observations."""
+def _on_watch_event(
+    rt: Runtime, exp_id: str, stall: StallWatch, ev: WatchEvent, watch: LoadProgress | None
+) -> None:
+    """Feed the stall watch and the progress display every event; record ready and fatal lines as
+    observations (whole: the evidence is never cut)."""
     stall.observe(ev)
+    if watch is not None:
+        watch.observe(ev)
     if ev.kind in ("ready", "fatal") and ev.line is not None:
         rt.transcript.emit(
             "observation",
-            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.lineno, "text": ev.line.text[:300]},
+            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.lineno, "text": ev.line.text},
             node="execute",
         )
+
+
+def _wait_ready(session: ServerSession, watch: LoadProgress | None) -> LaunchResult:
+    """``session.wait_ready()`` with the launch's progress display (if any) shown until it returns."""
+    if watch is None:
+        return session.wait_ready()
+    with watch:
+        res = session.wait_ready()
+        watch.finish(res.status)
+    return res
 
 
 def _start_or_adopt(
@@ -286,9 +304,10 @@ def _probe_or_record_failure(
         )
         return None
     tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
-    server_info = get_server_info(res.base_url)
+    api_key = server_api_key(exp.config().flags)  # the server's --api-key: sent, never written
+    server_info = get_server_info(res.base_url, api_key=api_key)
     for probe in [*case.probes, *exp.probes]:
-        pr = run_probe(res.base_url, probe, model=case.model.path)
+        pr = run_probe(res.base_url, probe, model=case.model.path, api_key=api_key)
         probes.append(pr)
         tr.emit("probe.result", to_payload("probe.result", pr, experiment_id=exp.id), node="execute")
         if pr.status in ("connection_error", "timeout"):
