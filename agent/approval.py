@@ -199,6 +199,9 @@ class ApprovalRequest(BaseModel):
     mode: str = "each"
     risky: list[str] = Field(default_factory=list)
     error: str | None = None
+    #: With ``--parallel N``: the batch this experiment belongs to, one line per experiment (``*`` marks
+    #: this one), asked about one by one; ``{"decision": "approve", "all": true}`` approves the rest too.
+    batch: list[str] = Field(default_factory=list)
     lead_blocked: LeadBlocked | None = None
     choices: list[str] = Field(default_factory=lambda: ["approve", "edit", "reject", "stop"])
     answer_format: str = (
@@ -219,9 +222,11 @@ def build_request(
     mode: str,
     risky: Sequence[str],
     error: str | None = None,
+    batch: Sequence[str] = (),
     lead_blocked: LeadBlocked | None = None,
 ) -> ApprovalRequest:
-    """The approval request for ``exp`` given the run's ledger and spending (pure; no I/O)."""
+    """The approval request for ``exp`` given the run's ledger and spending (pure; no I/O); ``batch``:
+    the lines of the parallel batch it belongs to."""
     predicted = {p.hypothesis_id: p.expect for p in exp.predictions}
     live = sorted((h for h in hypotheses if h.status in ("open", "supported")), key=lambda h: -h.posterior)
     lines = [
@@ -249,6 +254,7 @@ def build_request(
         mode=mode,
         risky=list(risky),
         error=error,
+        batch=list(batch),
         lead_blocked=lead_blocked,
     )
 
@@ -435,6 +441,8 @@ class ApprovalAnswer(BaseModel):
     experiment_id: str | None = None
     mode: ApprovalMode | None = None
     by: str = "user"
+    #: With ``decision="approve"`` in a parallel batch: approve the rest of the batch as proposed too.
+    all: bool = False
 
     @model_validator(mode="after")
     def _edit(self) -> ApprovalAnswer:
@@ -460,7 +468,9 @@ class ApprovalAnswer(BaseModel):
                 "no": "reject",
                 "s": "stop",
             }
-            raw = {"decision": words.get(word, word)}
+            raw = {"decision": "approve", "all": True} if word in ("all", "approve-all") else {
+                "decision": words.get(word, word)
+            }
         if not isinstance(raw, dict):
             raise ValueError(f"expected an answer like {{'decision': 'approve'}}, got {raw!r}")
         raw = dict(raw)
@@ -656,11 +666,15 @@ def approval_panel(req: ApprovalRequest) -> Panel:
         for h in req.hypotheses:
             t.add_row(f"{h.posterior:.2f}", escape(h.id), _PREDICTS[h.predicts], escape(h.statement))
         parts.append(t)
+    if req.batch:
+        grid.add_row("batch", escape("\n".join(req.batch)))
     if req.lead_blocked is not None:
         parts.append(_lead_blocked_text(req.lead_blocked))
     if req.error:
         parts.append(f"[bold red]previous answer refused:[/] {escape(req.error)}")
     parts.append(escape("[a]pprove  [e]dit (one change)  [r]eject with a reason  [s]top the run"))
+    if req.batch:
+        parts.append(escape("[all]: approve this one and the rest of the batch as proposed"))
     return Panel(
         Group(*parts),
         title=f"approve experiment {req.step}? [dim]{exp.id}[/]",
@@ -711,6 +725,8 @@ def ask(
         word = reader("[a]pprove / [e]dit / [r]eject / [s]top: ").strip().lower()
         if word in ("a", "approve", "y", "yes"):
             return ApprovalAnswer(decision="approve", experiment_id=exp_id)
+        if word in ("all", "approve-all") and req.batch:
+            return ApprovalAnswer(decision="approve", all=True, experiment_id=exp_id)
         if word in ("e", "edit"):
             while True:  # a refused edit asks for the change again; empty goes back to the menu
                 text = reader(

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent.models import Baseline, FlagValue
 from tools.host import HostError
 from tools.probes import DEFAULT_PROBES, Probe
+from tools.slurm import SlurmOptions, is_slurm_target, parse_slurm_target
 from tools.ssh import parse_target
 
 
@@ -34,7 +35,9 @@ class CaseError(ValueError):
 
 
 class HostSpec(_Strict):
-    """Where the server runs: ``local`` or ``ssh://user@host[:port]``; ``env`` is the host environment.
+    """Where the server runs: ``local``, ``ssh://user@host[:port]``, ``slurm://PARTITION`` or
+    ``slurm+ssh://[user@]login[:port]/PARTITION``; ``env`` is the host environment; ``slurm`` the
+    resources each experiment's job asks for (`tools.slurm.SlurmOptions`).
 
     SSH hosts only: ``ssh_key`` and ``known_hosts`` are paths (relative to the case file),
     ``insecure_accept_host_key`` skips the host-key check, ``remote_python`` is what ``{python}`` means
@@ -44,6 +47,8 @@ class HostSpec(_Strict):
 
     target: str = "local"
     env: dict[str, str] = Field(default_factory=dict)
+    #: What each experiment's job asks a Slurm cluster for (``slurm://`` and ``slurm+ssh://`` targets).
+    slurm: SlurmOptions | None = None
     ssh_key: str | None = None
     known_hosts: str | None = None
     insecure_accept_host_key: bool = False
@@ -54,13 +59,18 @@ class HostSpec(_Strict):
     @field_validator("target")
     @classmethod
     def _target(cls, v: str) -> str:
-        if v != "local" and not v.startswith("ssh://"):
-            raise ValueError("expected 'local' or 'ssh://user@host[:port]'")
-        if v.startswith("ssh://"):
-            try:
+        if v != "local" and not v.startswith("ssh://") and not is_slurm_target(v):
+            raise ValueError(
+                "expected 'local', 'ssh://user@host[:port]', 'slurm://PARTITION' or "
+                "'slurm+ssh://[user@]login[:port]/PARTITION'"
+            )
+        try:
+            if v.startswith("ssh://"):
                 parse_target(v)
-            except HostError as exc:
-                raise ValueError(str(exc)) from None
+            elif is_slurm_target(v):
+                parse_slurm_target(v)
+        except HostError as exc:
+            raise ValueError(str(exc)) from None
         return v
 
 

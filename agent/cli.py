@@ -32,7 +32,6 @@ from agent.approval import (
     ApprovalAnswer,
     ApprovalMode,
     ApprovalRequest,
-    Decision,
     EditError,
     approval_panel,
     ask,
@@ -70,6 +69,8 @@ err_console = Console(stderr=True)
 #: The choices of the command line's enumerated options, declared once: typer shows them in the help
 #: (``--approve each|risky|auto``) and refuses anything else.
 PlannerName = Literal["rules", "llm"]
+#: `resume --decision`: an approval answer, or approve-all (the experiment and the rest of its batch).
+DecisionOption = Literal["approve", "approve-all", "edit", "reject", "stop"]
 ReportFormat = Literal["md", "html"]
 
 
@@ -332,7 +333,11 @@ def _use_knowledge(folder: Path | str | None) -> contextlib.AbstractContextManag
 
 _HostOpt = Annotated[
     str | None,
-    typer.Option("--host", help="local or ssh://[USER@]HOST[:PORT] (HOST may be an ~/.ssh/config alias)"),
+    typer.Option(
+        "--host",
+        help="local, ssh://[USER@]HOST[:PORT] (HOST may be an ~/.ssh/config alias), slurm://PARTITION or "
+        "slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION",
+    ),
 ]
 _KeyOpt = Annotated[Path | None, typer.Option("--ssh-key", help="private key for the SSH host")]
 _KnownOpt = Annotated[
@@ -426,15 +431,21 @@ def _host_notices(console: Console) -> Any:
             console.print("[green]reconnected[/] to the host")
         elif ev.type == "host.orphans" and d.get("orphans"):
             for o in d["orphans"]:
+                what = (
+                    f"Slurm job {o['job_id']} of run {escape(str(o.get('run_id')))} ({escape(str(o.get('state')))})"
+                    if o.get("job_id") is not None
+                    else f"process group {o['pgid']}"
+                )
                 console.print(
-                    f"[yellow]orphaned server[/] on the host: process group {o['pgid']}, log {escape(o['log_path'])}"
+                    f"[yellow]orphaned server[/] on the host: {what}, log {escape(o['log_path'])}"
                     f" ({escape(o['why'])})"
                 )
         elif ev.type == "host.orphans_left":
             console.print(f"left {d.get('count')} orphaned server(s) running: {escape(str(d.get('reason')))}")
         elif ev.type == "host.orphan_stopped":
+            what = f"Slurm job {d.get('job_id')}" if d.get("job_id") is not None else f"process group {d.get('pgid')}"
             console.print(
-                f"stopped orphaned server (process group {d.get('pgid')})"
+                f"stopped orphaned server ({what})"
                 + ("" if d.get("verified") else " [red]but could not verify it is gone[/]")
             )
 
@@ -506,13 +517,21 @@ def run(
         bool, typer.Option("--redact-hosts", help="llm: also mask host names and IP addresses it is sent")
     ] = False,
     knowledge: _KnowledgeOpt = None,
+    parallel: Annotated[
+        int,
+        typer.Option(
+            "--parallel",
+            help="run up to N one-change experiments at once, each for a different hypothesis (e.g. one "
+            "Slurm job each); 1: one at a time",
+        ),
+    ] = 1,
 ) -> None:
     """Debug a deployment: hypothesize, run one-change experiments, conclude with the root cause."""
     _JsonResult.pending = json_out
     with _use_knowledge(knowledge):
         _run(case, auto, approve, json_out, transcript_dir, verbose, host, ssh_key, known_hosts,
              insecure_accept_host_key, remote_python, planner, model, base_url, api_key_env,
-             llm_context_tokens, llm_token_budget, llm_timeout, redact_hosts)
+             llm_context_tokens, llm_token_budget, llm_timeout, redact_hosts, parallel)
 
 
 def _run(
@@ -520,7 +539,7 @@ def _run(
     host: str | None, ssh_key: Path | None, known_hosts: Path | None, insecure_accept_host_key: bool,
     remote_python: str | None, planner: str, model: str | None, base_url: str | None,
     api_key_env: str | None, llm_context_tokens: int | None, llm_token_budget: int | None,
-    llm_timeout: float | None, redact_hosts: bool,
+    llm_timeout: float | None, redact_hosts: bool, parallel: int = 1,
 ) -> None:
     from langgraph.checkpoint.sqlite import SqliteSaver
 
@@ -530,6 +549,8 @@ def _run(
     from agent.runtime import Runtime
     from agent.state import initial_state
     mode = _approval_mode(approve, auto)
+    if parallel < 1:
+        _fail(f"--parallel {parallel}: expected a whole number of at least 1")
     try:
         planner_spec = planner_spec_from_options(
             planner,
@@ -576,6 +597,7 @@ def _run(
             planner=planner_spec,
             host_option=host,
             knowledge_dir=str(knowledge_dir()),
+            **({"parallel": parallel} if parallel > 1 else {}),
         )
         result = _drive_guarded(graph, config, initial, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
                                 console=console, json_out=json_out)
@@ -642,7 +664,7 @@ def _analyze(
     notes: list[str] = []
     if case and not (gpu_name or compute_capability):
         try:
-            qhost = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c))
+            qhost = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
             try:
                 fp = fingerprint(
                     qhost, gpu_query_argv=expand_argv(c.launcher.gpu_query_argv, qhost), version_argv=None
@@ -848,7 +870,7 @@ def flags(
                 )
             )
             c = _with_host_options(c, host, ssh_key, known_hosts, insecure_accept_host_key, remote_python)
-            h = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c))
+            h = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
             try:
                 argv = expand_argv(c.launcher.argv, h)
                 catalog = load_flag_catalog(h, argv, cache_dir=state_dir() / "flag-cache", version=None)
@@ -1120,9 +1142,10 @@ def show(
 def resume(
     run_id: Annotated[str, typer.Argument(help="a run id (see `hypoloop runs`)")],
     decision: Annotated[
-        Decision | None,
+        DecisionOption | None,
         typer.Option(
-            help="the answer to the experiment waiting for approval",
+            help="the answer to the experiment waiting for approval (approve-all: it and the rest of its "
+            "--parallel batch)",
             show_default="ask at the terminal",
         ),
     ] = None,
@@ -1253,7 +1276,8 @@ def _resume_locked(
             first: Any = None
             if request is not None and decision is not None:
                 answer = ApprovalAnswer(
-                    decision=decision,  # type: ignore[arg-type]
+                    decision="approve" if decision == "approve-all" else decision,  # type: ignore[arg-type]
+                    all=decision == "approve-all",
                     reason=reason,
                     set=edits,
                     experiment_id=request.experiment.id,

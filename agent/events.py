@@ -196,6 +196,8 @@ class ExperimentProposed(Payload):
     rationale: str = ""
     cost_estimate_s: float = 0.0
     considered: list[dict[str, Any]] = Field(default_factory=list)
+    #: ``--parallel``: this experiment's place in its batch (``position``, ``size``, ``experiment_ids``).
+    batch: dict[str, Any] | None = None
 
 
 class ApprovalRequested(Payload):
@@ -215,11 +217,30 @@ class ApprovalDecided(Payload):
     edited_experiment_id: str | None = None
 
 
+class SlurmJobData(Payload):
+    """A Slurm job as the scheduler reported it (``tools.slurm.SlurmHost.job_info``): wall-clock times in
+    Unix seconds, ``queued_s`` in seconds."""
+
+    job_id: int
+    partition: str | None = None
+    node: str | None = None
+    state: str | None = None
+    reason: str | None = None
+    submitted_wall: float | None = None
+    started_wall: float | None = None
+    ended_wall: float | None = None
+    queued_s: float | None = None
+    exit_code: int | None = None
+
+
 class ServerLaunched(Payload):
+    """``server.launched``; on a Slurm host ``pid``/``pgid`` are the job id and ``job`` the job."""
+
     experiment_id: str
     port: int | None = None
     log: str | None = None
     pid: int | None = None
+    job: SlurmJobData | None = None
 
 
 class ServerReady(Payload):
@@ -240,6 +261,23 @@ class ServerStopped(Payload):
     experiment_id: str
     verified: bool
     wall_s: float | None = None
+    job: SlurmJobData | None = None
+
+
+class ExperimentCancelled(Payload):
+    """``experiment.cancelled`` (``--parallel``): stopped because an outcome settled the question; no
+    evidence, its modelled ``host_seconds`` still spent."""
+
+    experiment_id: str
+    host_seconds: float | None = None
+    reason: str = ""
+
+
+class LedgerUpdated(Payload):
+    """``ledger.updated`` (``--parallel``): the ledger after the batch outcomes ``after`` arrived."""
+
+    after: list[str] = Field(default_factory=list)
+    hypotheses: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ProbeResultData(Payload):
@@ -267,11 +305,14 @@ class SignatureMatchData(Payload):
 
 
 class TimingsData(Payload):
-    """Modelled host-seconds from launch: to ready, to the end (crash or exit), in total."""
+    """Modelled host-seconds from launch: to ready, to the end (crash or exit), in total; on a Slurm host
+    also the queue time and the wall-clock from submission (``host_seconds`` counts from the job's start)."""
 
     to_ready_s: float | None = None
     to_end_s: float | None = None
     host_seconds: float = 0.0
+    queued_s: float | None = None
+    wall_s: float | None = None
     detection_delay_median_s: float | None = None
     detection_delay_max_s: float | None = None
 
@@ -350,6 +391,12 @@ class RunPaused(Payload):
 
 #: Event type -> payload model. Types not listed are checked as an envelope only.
 PAYLOADS: dict[str, type[Payload]] = {
+    "slurm.job_submitted": SlurmJobData,
+    "slurm.job_pending": SlurmJobData,
+    "slurm.job_started": SlurmJobData,
+    "slurm.job_ended": SlurmJobData,
+    "experiment.cancelled": ExperimentCancelled,
+    "ledger.updated": LedgerUpdated,
     "run.started": RunStarted,
     "host.fingerprint": HostFingerprintData,
     "tool.call": ToolCall,

@@ -112,10 +112,13 @@ class RawEvidence(BaseModel):
         wall_s: float,
         time_scale: float,
         log_excerpt: list[LogLine] | None = None,
+        queued_s: float | None = None,
     ) -> RawEvidence:
         """A launch that was watched and stopped. ``final``: the session's last view of it;
         ``t_ready_s``/``wall_s``: orchestrator wall seconds (divided by ``time_scale`` to give host
-        seconds); ``server_info``: ``/get_server_info`` if the server answered it."""
+        seconds); ``server_info``: ``/get_server_info`` if the server answered it; ``queued_s``: on a
+        batch-scheduler host, the part of ``wall_s`` the job waited in the queue (queue time is not GPU
+        time: host-seconds count from the job's start; ``wall_s`` and ``queued_s`` are kept beside)."""
         facts = dict(matcher.facts())
         for key, value in (server_info or {}).items():
             fact = SERVER_INFO_ALIASES.get(key, key)
@@ -138,7 +141,9 @@ class RawEvidence(BaseModel):
             timings=Timings(
                 to_ready_s=None if t_ready_s is None else round(t_ready_s / time_scale, 3),
                 to_end_s=None if final.t_end_s is None else round(final.t_end_s / time_scale, 3),
-                host_seconds=round(wall_s / time_scale, 3),
+                host_seconds=round((wall_s - (queued_s or 0.0)) / time_scale, 3),
+                queued_s=None if queued_s is None else round(queued_s / time_scale, 3),
+                wall_s=None if queued_s is None else round(wall_s / time_scale, 3),
                 detection_delay_median_s=round(statistics.median(delays), 4) if delays else None,
                 detection_delay_max_s=round(max(delays), 4) if delays else None,
             ),

@@ -20,12 +20,10 @@ from typing import Any
 from langgraph.graph import END, START, StateGraph
 
 from agent.nodes.analyze import analyze
-from agent.nodes.approve import approve
 from agent.nodes.conclude import conclude
-from agent.nodes.design import design
-from agent.nodes.execute import execute
 from agent.nodes.hypothesize import hypothesize
 from agent.nodes.intake import intake
+from agent.parallel import approve_in_batch, design_or_batch, execute_or_batch
 from agent.runtime import Runtime
 from agent.state import RunState
 
@@ -49,9 +47,10 @@ def build_graph(runtime: RuntimeSource, checkpointer: Any = None) -> Any:
     g.add_node("intake", node(intake))
     g.add_node("analyze", node(analyze))
     g.add_node("hypothesize", node(hypothesize))
-    g.add_node("design", node(design))
-    g.add_node("approve", node(approve), destinations=("execute", "design", "conclude", "approve"))
-    g.add_node("execute", node(execute))
+    # design, approve and execute hand over to agent/nodes/* unless a --parallel batch is involved
+    g.add_node("design", node(design_or_batch))
+    g.add_node("approve", node(approve_in_batch), destinations=("execute", "design", "conclude", "approve"))
+    g.add_node("execute", node(execute_or_batch))
     g.add_node("conclude", node(conclude))
 
     g.add_edge(START, "intake")
@@ -75,5 +74,6 @@ def _unless_error(next_node: str) -> Callable[[RunState], str]:
 
 
 def _approve_if_proposed(state: RunState) -> str:
-    """After design: a proposal waits for approval; no proposal means there is nothing left to test."""
+    """After design: a proposal (or a batch's first member) waits for approval; no proposal means there
+    is nothing left to test."""
     return "approve" if state.get("pending") else "conclude"

@@ -234,11 +234,17 @@ class RelevantFinding(BaseModel):
 
 
 class Timings(BaseModel):
-    """Seconds of wall time on the orchestrator and modelled seconds on the host."""
+    """Seconds of wall time on the orchestrator and modelled seconds on the host.
+
+    On a batch-scheduler host `queued_s` is the time the job waited in the queue and `wall_s` the whole
+    launch from submission; `host_seconds` counts from the job's start (queue time is not GPU time).
+    """
 
     to_ready_s: float | None = None
     to_end_s: float | None = None
     host_seconds: float = 0.0
+    queued_s: float | None = None
+    wall_s: float | None = None
     detection_delay_median_s: float | None = None
     detection_delay_max_s: float | None = None
 

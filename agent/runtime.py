@@ -55,9 +55,11 @@ class Runtime:
     progress: ProgressBoard | None = None
 
     def host(self, case: Case) -> Host:
-        """The case's host, connected on first use (local or ``ssh://``). Raises HostError.
+        """The case's host, connected on first use (local, ``ssh://``, ``slurm://``, ``slurm+ssh://``).
+        Raises HostError.
 
-        Right after an SSH host connects, servers that earlier runs left there are reported and, with
+        Right after an SSH or Slurm host connects, servers (jobs) that earlier runs left there are
+        reported and, with
         ``stop_orphans`` or a yes from ``confirm_orphans``, stopped (this run's own are left for it).
         """
         if self._host is None:
@@ -66,6 +68,7 @@ class Runtime:
                 env=case.host.env,
                 local_root=str(self.state_dir / "runs"),
                 ssh=ssh_options(case),
+                slurm=case.host.slurm,
                 on_event=lambda type_, data: self.transcript.emit(type_, data, node="host"),
             )
             self._handle_orphans(self._host)
@@ -76,7 +79,7 @@ class Runtime:
             return
         tr = self.transcript
         try:
-            orphans = [o for o in host.find_orphans() if Path(o.pid_file).parent.name != tr.run_id]
+            orphans = [o for o in host.find_orphans() if _orphan_run(o) != tr.run_id]
         except HostError as exc:
             tr.emit("host.orphans", {"error": f"could not look for orphaned servers: {exc}"}, node="host")
             return
@@ -95,7 +98,8 @@ class Runtime:
             ok = host.stop_orphan(o)
             tr.emit(
                 "host.orphan_stopped",
-                {"pgid": o.pgid, "pid_file": o.pid_file, "port": o.port, "verified": ok},
+                {"pgid": o.pgid, "pid_file": getattr(o, "pid_file", None), "port": getattr(o, "port", None),
+                 "job_id": getattr(o, "job_id", None), "verified": ok},
                 node="host",
             )
 
@@ -162,10 +166,15 @@ class Runtime:
         self.sessions.clear()
 
 
+def _orphan_run(orphan: Any) -> str:
+    """The run a leftover server belongs to: a Slurm job's tagged run id, or an SSH PID file's folder."""
+    return str(getattr(orphan, "run_id", None) or Path(orphan.pid_file).parent.name)
+
+
 def ssh_options(case: Case) -> SSHOptions | None:
     """The case's SSH settings (paths relative to the case file), or None for a local host."""
     spec = case.host
-    if not spec.target.startswith("ssh://"):
+    if not spec.target.startswith(("ssh://", "slurm+ssh://")):  # a slurm+ssh:// login node uses them too
         return None
     return SSHOptions(
         key_path=str(case.resolve_path(spec.ssh_key)) if spec.ssh_key else None,

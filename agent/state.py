@@ -47,6 +47,13 @@ class RunState(TypedDict, total=False):
     planner: dict[str, Any] | None
     #: The ``--host`` the user gave on the command line (it replaced the case's host.target), if any.
     host_option: str | None
+    #: ``--parallel N``: how many one-change experiments a batch may run at once (1: one at a time).
+    parallel: int
+    #: A parallel batch being approved: its members still to ask about (None: no batch in progress),
+    #: the ones approved so far (run together by execute), and the ids of the whole batch in order.
+    batch: list[dict[str, Any]] | None
+    approved: list[dict[str, Any]]
+    batch_ids: list[str]
 
 
 def case_of(state: RunState) -> Case:
@@ -110,3 +117,22 @@ def seed_state(state: dict[str, Any], thread_id: str | None) -> dict[str, Any]:
         case.model_dump(mode="json"),
         approval=state.get("approval") or case.approval,
     )
+
+
+def batch_lines(state: RunState, current: Experiment) -> list[str]:
+    """The approval screen's view of the parallel batch ``current`` (an Experiment) belongs to: one line
+    per member with its change, marking this one and those approved already; empty outside a batch."""
+    ids = state.get("batch_ids") or []
+    if state.get("batch") is None or not ids:
+        return []
+    approved = {e["id"] for e in state.get("approved") or []}
+    known = {e["id"]: e for e in [*(state.get("approved") or []), *(state.get("batch") or [])]}
+    known[current.id] = current.model_dump(mode="json")
+    out = []
+    for i, exp_id in enumerate(ids, 1):
+        data = known.get(exp_id)
+        change = Experiment.model_validate(data).change if data else None
+        what = change.describe() if change else "(rejected, or replaced by an edit)"
+        tag = " (this one)" if exp_id == current.id else (" (approved)" if exp_id in approved else "")
+        out.append(f"{i}/{len(ids)} {what}{tag}")
+    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,25 +57,29 @@ class Transcript:
         _drop_torn_line(path)
         self.seq = _last_seq(path)
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the run
+        # experiments of a parallel batch emit from their own threads (reentrant: a listener may emit)
+        self._lock: Any = threading.RLock()
 
     def emit(self, type: str, data: dict[str, Any] | None = None, *, node: str = "") -> TranscriptEvent:
-        """Append one event; returns it after it is on disk and listeners have seen it."""
-        self.seq += 1
-        ev = TranscriptEvent(
-            seq=self.seq,
-            ts=time.time(),
-            run_id=self.run_id,
-            step=self.step,
-            node=node,
-            type=type,
-            data=scrub(data or {}),  # a server's --api-key is never written (agent/redact.py)
-        )
-        self._fh.write(json.dumps(ev.model_dump(mode="json"), ensure_ascii=False, default=str) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        for listener in self.listeners:
-            listener(ev)
-        return ev
+        """Append one event; returns it after it is on disk and listeners have seen it. Thread-safe:
+        events of concurrent experiments get distinct, increasing sequence numbers."""
+        with self._lock:
+            self.seq += 1
+            ev = TranscriptEvent(
+                seq=self.seq,
+                ts=time.time(),
+                run_id=self.run_id,
+                step=self.step,
+                node=node,
+                type=type,
+                data=scrub(data or {}),  # a server's --api-key is never written (agent/redact.py)
+            )
+            self._fh.write(json.dumps(ev.model_dump(mode="json"), ensure_ascii=False, default=str) + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            for listener in self.listeners:
+                listener(ev)
+            return ev
 
     def close(self) -> None:
         """Close the file (events already written stay)."""

@@ -28,7 +28,7 @@ M = TypeVar("M", bound=BaseModel)
 DOMAIN_EVENTS: dict[str, tuple[type[BaseModel], tuple[str, ...]]] = {
     "host.fingerprint": (HostFingerprint, ()),
     "hypothesis.added": (Hypothesis, ()),
-    "experiment.proposed": (Experiment, ("considered",)),
+    "experiment.proposed": (Experiment, ("considered", "batch")),
     "probe.result": (ProbeResult, ("experiment_id",)),
     "outcome": (Outcome, ()),
     "conclusion": (Conclusion, ()),

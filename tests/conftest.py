@@ -79,3 +79,49 @@ def own_sshd(tmp_path: Path) -> Iterator[Any]:
         yield server
     finally:
         server.stop()
+
+
+# --- Slurm: a throwaway one-node cluster on 127.0.0.1 (see .ci/slurm.py) -----------------------------
+
+
+def load_slurm_helper() -> ModuleType:
+    """The `.ci/slurm.py` module."""
+    name = "hypoloop_ci_slurm"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, REPO / ".ci" / "slurm.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A running one-node Slurm cluster (8 CPUs, 8 fake GPUs) for the whole session: `.partition`,
+    `.node`, `.env` (SLURM_CONF), `.command(...)`, `.completions()`; SLURM_CONF is set in this process's
+    environment meanwhile, so `sbatch` & co. (and hypoloop subprocesses) find it. Skipped only where
+    slurm-wlm is not installed, never under CI=true (.ci/run installs it)."""
+    helper = load_slurm_helper()
+    if not helper.slurm_available():
+        message = "no Slurm here (slurmctld, slurmd, sbatch)"
+        if _in_ci():
+            pytest.fail(message + "; .ci/run installs slurm-wlm, so under CI this is an error")
+        pytest.skip(message + " (apt-get install -y slurm-wlm)")
+    try:
+        cluster = helper.start_cluster(tmp_path_factory.mktemp("slurm"))
+    except (OSError, RuntimeError) as exc:
+        if _in_ci():
+            raise
+        pytest.skip(f"cannot start a test Slurm cluster here: {exc}")
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    try:
+        yield cluster
+    finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        cluster.stop()

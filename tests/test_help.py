@@ -40,7 +40,7 @@ def test_help_shows_choices_and_no_type_tags(tmp_path: Path) -> None:
     assert re.search(r"--planner\s+rules\|llm", run_help)
     assert "[default: rules]" in run_help
     resume_help = run_cli(tmp_path, "resume", "--help", COLUMNS="150").stdout
-    assert re.search(r"--decision\s+approve\|edit\|reject\|stop", resume_help)
+    assert re.search(r"--decision\s+approve\|approve-all\|edit\|reject\|stop", resume_help)
     report_help = run_cli(tmp_path, "report", "--help", COLUMNS="150").stdout
     assert re.search(r"--format\s+md\|html", report_help) and "[default: md]" in report_help
 

@@ -151,6 +151,15 @@ PLAIN: dict[str, dict[str, Any]] = {
     "run.ended": {"status": "isolated", "launches": 3, "host_seconds": 1021.5},
     "error": {"message": "host unreachable", "kind": "input"},
     "run.paused": {"waiting_for": "approval", "reason": "no terminal is attached"},
+    "slurm.job_submitted": {"job_id": 7, "partition": "gpu", "log": "/tmp/exp-1.log", "submitted_wall": 1.0e9},
+    "slurm.job_pending": {"job_id": 7, "partition": "gpu", "reason": "Resources", "waited_s": 3.0},
+    "slurm.job_started": {"job_id": 7, "partition": "gpu", "node": "n1", "submitted_wall": 1.0e9,
+                          "started_wall": 1.0e9 + 4, "queued_s": 4.0},
+    "slurm.job_ended": {"job_id": 7, "partition": "gpu", "node": "n1", "state": "COMPLETED", "reason": "None",
+                        "submitted_wall": 1.0e9, "started_wall": 1.0e9 + 4, "ended_wall": 1.0e9 + 60,
+                        "queued_s": 4.0, "exit_code": 0},
+    "experiment.cancelled": {"experiment_id": "exp-2", "host_seconds": 120.0, "reason": "settled"},
+    "ledger.updated": {"after": ["exp-1"], "hypotheses": [{"id": "kv", "status": "supported", "posterior": 0.8}]},
 }
 
 

@@ -78,6 +78,11 @@ class CommandTimeout(HostError):
         self.result = result
 
 
+class SchedulerError(HostError):
+    """A batch scheduler refused, cancelled or failed a job (or its node): the launch says nothing about
+    the server, so its experiment is an infrastructure error, never evidence."""
+
+
 @runtime_checkable
 class Host(Protocol):
     """Where commands run. Implementations: `LocalHost` (this machine), `SSHHost` (remote)."""
@@ -120,6 +125,26 @@ class FindsOrphans(Protocol):
     def find_orphans(self) -> Sequence[Any]: ...
 
     def stop_orphan(self, orphan: Any, grace_s: float = 10.0) -> bool: ...
+
+
+@runtime_checkable
+class QueuesJobs(Protocol):
+    """A host whose servers are batch jobs that wait in a queue before they run (SlurmHost).
+
+    `wait_started` blocks while the job is queued and returns the handle with the job's start as its
+    start (ready timeouts and host-seconds count from there); `job_info` is the job as the transcript
+    records it (id, node, state, submitted/started/ended wall-clock times); `job_failure` says (one
+    line) when the job ended for a reason that is no evidence about the server, else None;
+    `forward_job_port` is `Host.forward_port` for the node the job runs on.
+    """
+
+    def wait_started(self, handle: ProcessHandle) -> ProcessHandle: ...
+
+    def job_info(self, handle: ProcessHandle) -> dict[str, Any]: ...
+
+    def job_failure(self, handle: ProcessHandle) -> str | None: ...
+
+    def forward_job_port(self, handle: ProcessHandle, port: int) -> int: ...
 
 
 def expand_argv(argv: Sequence[str], host: Host) -> list[str]:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from tools.container import prepare as prepare_container
 from tools.container import recover as recover_container
-from tools.host import Host, HostError, ProcessHandle, expand_argv
+from tools.host import Host, HostError, ProcessHandle, QueuesJobs, SchedulerError, expand_argv
 from tools.logwatch import LogLine, LogWatcher
 from tools.signatures import SignatureMatch, SignatureMatcher
 
@@ -188,12 +188,15 @@ class ServerSession:
         self._started = True
         try:
             self.handle = self.host.spawn(self.argv, log_path=self.log_path, env=self.env)
+        except SchedulerError:
+            raise  # the scheduler refused the job: no launch happened, nothing to learn about the server
         except HostError as exc:
             self.error = str(exc)
             return
         self._watcher = LogWatcher(self.host, self.handle.log_path)
         self._prev_read_start = self.handle.started_monotonic
-        self.base_url = f"http://127.0.0.1:{self.host.forward_port(self.port)}"
+        if not isinstance(self.host, QueuesJobs):  # a queued job's node is known once it runs
+            self.base_url = f"http://127.0.0.1:{self.host.forward_port(self.port)}"
 
     def adopt(self, handle: ProcessHandle) -> None:
         """Take over a server that an earlier orchestrator process spawned (instead of `start()`).
@@ -209,9 +212,21 @@ class ServerSession:
         self.container = recover_container(handle.argv)
         self._watcher = LogWatcher(self.host, handle.log_path)
         self._prev_read_start = time.monotonic()
-        self.base_url = f"http://127.0.0.1:{self.host.forward_port(self.port)}"
+        if not isinstance(self.host, QueuesJobs):
+            self.base_url = f"http://127.0.0.1:{self.host.forward_port(self.port)}"
         self._pump()
         self.detection_delays_s.clear()
+
+    def _wait_queued(self) -> None:
+        """On a batch-scheduler host (`QueuesJobs`), wait while the job is queued: its start becomes
+        the handle's start, so the ready timeout and stall detection count from when it runs.
+        Raises what the host raises for a job pending too long (`SchedulerError`/`HostError`)."""
+        if self.handle is None or not isinstance(self.host, QueuesJobs):
+            return
+        self.handle = self.host.wait_started(self.handle)
+        self._prev_read_start = max(self._prev_read_start, self.handle.started_monotonic)
+        if self.host.is_alive(self.handle):
+            self.base_url = f"http://127.0.0.1:{self.host.forward_job_port(self.handle, self.port)}"
 
     def __enter__(self) -> ServerSession:
         return self
@@ -396,6 +411,7 @@ class ServerSession:
         self.start()
         if self.handle is None:
             return self._finish("launch_failed", None)
+        self._wait_queued()
         deadline = self.handle.started_monotonic + self.ready_timeout_s
         while True:
             alive = self._alive()  # checked before reading so lines written before an exit are read

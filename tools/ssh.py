@@ -404,11 +404,12 @@ class _Pace:
 
 
 class _Forwarder:
-    """A local listening socket whose connections are tunnelled to 127.0.0.1:`port` on the host."""
+    """A local listening socket whose connections are tunnelled to `to_host`:`port` as seen from the host."""
 
-    def __init__(self, host: SSHHost, port: int) -> None:
+    def __init__(self, host: SSHHost, port: int, to_host: str = "127.0.0.1") -> None:
         self.host = host
         self.port = port
+        self.to_host = to_host
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -429,7 +430,7 @@ class _Forwarder:
 
     def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:
         try:
-            chan = self.host._open_direct_tcpip(self.port, peer)
+            chan = self.host._open_direct_tcpip(self.port, peer, self.to_host)
         except (HostError, OSError, paramiko.SSHException):
             client.close()  # the caller sees a reset connection: what a dead server looks like too
             return
@@ -543,7 +544,7 @@ class SSHHost:
         self._by_log: dict[str, _Spawned] = {}
         self._streams: dict[str, _Stream] = {}
         self._paces: dict[str, _Pace] = {}
-        self._forwarders: dict[int, _Forwarder] = {}
+        self._forwarders: dict[tuple[str, int], _Forwarder] = {}
         self._ports_handed_out: set[int] = set()
         self._stream_ok = self.options.follow
         self._heartbeat_stop = threading.Event()
@@ -1325,28 +1326,30 @@ class SSHHost:
 
     # -- network ---------------------------------------------------------------------------------
 
-    def _open_direct_tcpip(self, port: int, peer: tuple[str, int]) -> paramiko.Channel:
+    def _open_direct_tcpip(self, port: int, peer: tuple[str, int], to_host: str = "127.0.0.1") -> paramiko.Channel:
         def op(transport: paramiko.Transport) -> paramiko.Channel:
             self.stats.forwarded_connections += 1
             self.stats.round_trips += 2
             return transport.open_channel(
-                "direct-tcpip", ("127.0.0.1", port), peer, timeout=self.options.connect_timeout_s
+                "direct-tcpip", (to_host, port), peer, timeout=self.options.connect_timeout_s
             )
 
         return self._call(op)
 
-    def forward_port(self, port: int) -> int:
-        """A port on 127.0.0.1 here whose connections reach 127.0.0.1:`port` on the host (direct-tcpip).
+    def forward_port(self, port: int, *, to_host: str = "127.0.0.1") -> int:
+        """A port on 127.0.0.1 here whose connections reach `to_host`:`port` as seen from the host
+        (direct-tcpip; `to_host` defaults to the host's loopback, another address is e.g. a compute
+        node behind a login node).
 
-        The same local port is returned for the same remote port; connections made after a reconnect use
+        The same local port is returned for the same destination; connections made after a reconnect use
         the new connection.
         """
         self._deliver()
         with self._lock:
-            fwd = self._forwarders.get(port)
+            fwd = self._forwarders.get((to_host, port))
             if fwd is None:
-                fwd = _Forwarder(self, port)
-                self._forwarders[port] = fwd
+                fwd = _Forwarder(self, port, to_host)
+                self._forwarders[(to_host, port)] = fwd
             return fwd.local_port
 
     def free_port(self) -> int:

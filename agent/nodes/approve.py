@@ -31,7 +31,7 @@ from agent.approval import (
 from agent.models import Experiment, Rejection
 from agent.recovery import emit_once
 from agent.runtime import Runtime
-from agent.state import RunState, case_of, hypotheses_of, planner_view, sglang_version
+from agent.state import RunState, batch_lines, case_of, hypotheses_of, planner_view, sglang_version
 from tools.flags import FlagError
 from tools.host import HostError
 
@@ -74,6 +74,7 @@ def _ask(
         mode=mode,
         risky=risky,
         error=state.get("approval_error"),
+        batch=batch_lines(state, exp),
         lead_blocked=_lead_blocked(state, rt, exp),
     )
     emit_once(
@@ -123,6 +124,8 @@ def _carry_out(state: RunState, rt: Runtime, exp: Experiment, seq: int, answer: 
     tr.emit("approval.decided", {**decided, "decision": answer.decision, **reason}, node="approve")
     if answer.decision == "approve":
         exp.status = "approved"
+        if answer.all:
+            done["approve_batch"] = True  # agent.parallel.approve_in_batch approves the rest of the batch
         return Command(goto="execute", update={**done, "pending": exp.model_dump(mode="json")})
     if answer.decision == "reject":
         rej = Rejection(

@@ -36,7 +36,15 @@ from agent.recovery import prior_launch, recover, save_result
 from agent.runtime import Runtime
 from agent.state import RunState, case_of
 from agent.wire import to_payload
-from tools.host import Host, HostError, HostUnreachable, ProcessHandle, expand_argv
+from tools.host import (
+    Host,
+    HostError,
+    HostUnreachable,
+    ProcessHandle,
+    QueuesJobs,
+    SchedulerError,
+    expand_argv,
+)
 from tools.probes import ProbeResult, get_server_info, run_probe
 from tools.server import LaunchResult, ServerSession, WatchEvent, render_command
 from tools.signatures import SignatureMatcher
@@ -131,8 +139,10 @@ def run_experiment(
         time_scale=host.time_scale,
         ceiling_s=case.budget.stall_timeout_s * host.time_scale if case.budget.stall_timeout_s else None,
     )
+    # A server on a batch node must listen beyond its loopback to be reached (SlurmHost.listen_host).
+    listen = getattr(host, "listen_host", "127.0.0.1")
     argv = render_command(
-        expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host="127.0.0.1", port=port
+        expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host=listen, port=port
     )
     watch = rt.progress.launch(exp.id, rt.signatures) if rt.progress is not None else None
     session = ServerSession(
@@ -155,8 +165,19 @@ def run_experiment(
         server_info = _probe_or_record_failure(rt, session, res, case, exp, probes)
         stopped = session.stop()
     wall = time.monotonic() - t0
-    tr.emit("server.stopped", {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3)}, node="execute")
+    queued: float | None = None
+    if isinstance(host, QueuesJobs) and session.handle is not None:
+        # Queue time is not GPU time: host-seconds count from the job's start, wall-clock from submission.
+        queued = max(0.0, min(wall, session.handle.started_monotonic - t0))
+    tr.emit(
+        "server.stopped",
+        {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3), **_job_record(host, session.handle)},
+        node="execute",
+    )
     rt.sessions.pop(exp.id, None)  # stopped and recorded; Runtime.close() handles only interrupted ones
+    failure = host.job_failure(session.handle) if isinstance(host, QueuesJobs) and session.handle else None
+    if failure is not None:  # the scheduler ended the job (node failure, cancelled by someone): no evidence
+        raise SchedulerError(f"{failure}; the outcome is no evidence about the server")
     return RawEvidence.from_launch(
         exp.id,
         final=session.result(),
@@ -169,7 +190,16 @@ def run_experiment(
         wall_s=wall,
         time_scale=host.time_scale,
         log_excerpt=excerpt.lines(),
+        queued_s=queued,
     )
+
+
+def _job_record(host: Host, handle: ProcessHandle | None) -> dict[str, Any]:
+    """``{"job": {...}}`` for a server that is a batch job (id, node, state, submitted/started/ended
+    wall-clock times, queue seconds: `QueuesJobs.job_info`), else nothing."""
+    if handle is None or not isinstance(host, QueuesJobs):
+        return {}
+    return {"job": host.job_info(handle)}
 
 
 def _on_watch_event(
@@ -253,6 +283,7 @@ def _start_or_adopt(
             "pgid": handle.pgid if handle else None,
             "started_wall": handle.started_wall if handle else None,
             "orchestrator_pid": os.getpid(),
+            **_job_record(host, handle),
         },
         node="execute",
     )
