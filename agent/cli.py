@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import signal
-import sqlite3
 import sys
 import tempfile
 import time
@@ -39,6 +38,7 @@ from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_
 from agent.catalog import CatalogError
 from agent.models import Baseline, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
+from agent.redact import redact_data, run_redactor
 from agent.render import EventRenderer
 from agent.transcript import Transcript, TranscriptError, read_transcript
 from tools.fingerprint import HostFingerprint, fingerprint
@@ -93,6 +93,18 @@ def state_dir() -> Path:
     except OSError as exc:
         _fail(f"HYPOLOOP_HOME={home}: cannot use it as hypoloop's state folder: {exc.strerror or exc}")
     return home
+
+
+def _redacted(obj: Any, values: dict[str, Any] | None = None) -> Any:
+    """``obj`` (text or JSON-like data) as it may be printed: the run's redaction, with the case in the
+    run's checkpointed ``values`` (if any) and this process's environment."""
+    case = None
+    if values and values.get("case"):
+        try:
+            case = Case.model_validate(values["case"])
+        except ValidationError:
+            case = None
+    return redact_data(obj, run_redactor(case))
 
 
 def _interrupted(rt: Runtime, tr: Transcript, tpath: Path, run_id: str, *, json_out: bool) -> NoReturn:
@@ -181,7 +193,9 @@ def _drive(
     from langgraph.types import Command
 
     from agent.graph import edit_experiment
-    result: dict[str, Any] = graph.invoke(first, config)
+    # durability="sync": each step's checkpoint is on disk before the next step starts (and so before
+    # its side effects); LangGraph's default ("async") can lose the checkpoint after a step to a kill -9.
+    result: dict[str, Any] = graph.invoke(first, config, durability="sync")
     while result.get("__interrupt__"):
         request = ApprovalRequest.model_validate(result["__interrupt__"][0].value)
         if not sys.stdin.isatty():
@@ -207,7 +221,9 @@ def _drive(
             )
         if mode:
             answer.mode, mode = mode, None  # type: ignore[assignment]
-        result = graph.invoke(Command(resume=answer.model_dump(mode="json", exclude_none=True)), config)
+        result = graph.invoke(
+            Command(resume=answer.model_dump(mode="json", exclude_none=True)), config, durability="sync"
+        )
     return result
 
 
@@ -283,7 +299,7 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
             out["llm_usage"] = llm_usage
         if status == "error":
             out["error"] = conclusion.get("reason")
-        print(json.dumps(out))
+        print(json.dumps(_redacted(out, result)))
     else:
         console.print(f"transcript: {tpath}")
     if status == "error":
@@ -471,11 +487,9 @@ def run(
 ) -> None:
     """Debug a deployment: hypothesize, run one-change experiments, conclude with the root cause."""
     _JsonResult.pending = json_out
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
     from agent.graph import Runtime, build_graph
     from agent.llm_planner import llm_notices, planner_spec_from_options
-    from agent.runs import RunLock, initial_state
+    from agent.runs import RunError, RunLock, initial_state, open_checkpointer
     mode = _approval_mode(approve, auto)
     try:
         planner_spec = planner_spec_from_options(
@@ -496,10 +510,17 @@ def run(
     tpath = (transcript_dir / f"{run_id}.jsonl").absolute()  # printed and recorded: usable from anywhere
     _JsonResult.run_id = run_id
     sdir = state_dir()
+    store = open_checkpointer(sdir)
+    try:
+        saver = store.__enter__()
+    except RunError as exc:  # a damaged store: nothing was started yet
+        _fail(str(exc))
     lock = RunLock(sdir, run_id).acquire()  # `runs` shows it running; a concurrent `resume` is refused
     try:
-        tr = Transcript(tpath, run_id)
+        tr = Transcript(tpath, run_id, redact=run_redactor(c))
     except OSError as exc:
+        store.__exit__(None, None, None)
+        lock.release()
         _fail(f"{transcript_dir}: cannot write the transcript: {exc.strerror}")
     console = Console(stderr=json_out)
     tr.listeners.append(EventRenderer(console, verbose=verbose, show_input_errors=False))
@@ -509,8 +530,7 @@ def run(
     # Servers that crashed runs left on the host: stopped with --auto, else after a yes at the terminal.
     rt.stop_orphans = auto
     rt.confirm_orphans = _confirm_orphans if sys.stdin.isatty() else None
-    conn = sqlite3.connect(sdir / "checkpoints.sqlite", check_same_thread=False)
-    graph = build_graph(rt, SqliteSaver(conn))
+    graph = build_graph(rt, saver)
     config: dict[str, Any] = {"configurable": {"thread_id": run_id}, "recursion_limit": 1000}
     _sigterm_as_interrupt()
     result: dict[str, Any] = {}
@@ -528,7 +548,7 @@ def run(
     finally:
         rt.close()
         tr.close()
-        conn.close()
+        store.__exit__(None, None, None)
         lock.release()
     _report(result, run_id, tpath, json_out=json_out, console=console)
 
@@ -906,6 +926,12 @@ def findings_add(
     )
 
 
+def _redacted_info(info: RunInfo) -> RunInfo:
+    """A run as ``runs``/``show`` print it: pending request and result redacted (values kept for use)."""
+    safe = _redacted(info.model_dump(mode="json", exclude={"values"}), info.values)
+    return info.model_validate({**safe, "values": info.values})
+
+
 _STATUS_STYLE = {
     "running": "cyan",
     "waiting for approval": "bold yellow",
@@ -934,8 +960,9 @@ def runs_(
     home = state_dir()
     infos = list_runs(home)
     if json_out:
-        print(json.dumps([i.model_dump(mode="json", exclude={"values"}) for i in infos]))
+        print(json.dumps([_redacted(i.model_dump(mode="json", exclude={"values"}), i.values) for i in infos]))
         return
+    infos = [_redacted_info(i) for i in infos]
     # Piped or captured (no terminal, so no width to fit): wide enough that nothing is cut.
     console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
     if not infos:
@@ -985,8 +1012,9 @@ def show(
         out["conclusion"] = info.values.get("conclusion")
         out["rejections"] = info.values.get("rejections", [])
         out["edits"] = info.values.get("edits", [])
-        print(json.dumps(out))
+        print(json.dumps(_redacted(out, info.values)))
         return
+    info = _redacted_info(info)
     console = Console()
     render = EventRenderer(console, verbose=verbose)
     if info.transcript and Path(info.transcript).exists():
@@ -1124,7 +1152,7 @@ def _resume_locked(
         _fail(f"run {run_id}: its checkpoint names no transcript; it cannot be resumed by this version")
     tpath = Path(info.transcript)
     try:
-        tr = Transcript(tpath, run_id)
+        tr = Transcript(tpath, run_id, redact=run_redactor(Case.model_validate(info.values["case"])))
     except (OSError, TranscriptError) as exc:
         _fail(f"{tpath}: cannot continue the transcript: {exc}")
     tr.step = info.launches + 1

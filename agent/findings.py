@@ -22,6 +22,7 @@ from typing import Any
 
 from agent.models import command_text
 from agent.recorded import RecordedRun
+from agent.redact import run_redactor
 from agent.render import alternative_text
 from tools.knowledge import Finding, gpu_names, infer_features, parse_findings
 
@@ -150,7 +151,8 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
         f"Reference: hypoloop run {run.run_id}, {c.get('launches')} launches, {host_s:.0f} host-seconds; "
         f"transcript {run.path.resolve()} (review it with `hypoloop report`)."
     )
-    return "\n".join(lines) + "\n"
+    # Secrets never reach a notes file (the transcript is redacted already; an older one may not be).
+    return run_redactor()("\n".join(lines) + "\n")
 
 
 def _launcher(run: RecordedRun, case: dict[str, Any]) -> list[str]:

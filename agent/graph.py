@@ -36,6 +36,13 @@ from agent.approval import (
 )
 from agent.case import Case
 from agent.catalog import CatalogEntry, load_catalog
+from agent.crashsafe import (
+    api_key_of,
+    infra_failure,
+    probe_through_drops,
+    record_intent,
+    server_info_through_drops,
+)
 from agent.guard import GuardError, check_experiment
 from agent.llm_planner import LLMPlanner, make_planner, planner_checkpoint, usage_summary
 from agent.models import (
@@ -51,6 +58,7 @@ from agent.models import (
     Timings,
 )
 from agent.planner import COST_ORDER, PlannerView, RelevantFinding, RulePlanner, model_features
+from agent.redact import run_redactor
 from agent.runs import emit_once, prior_launch, recover, save_result, seed_state
 from agent.transcript import Transcript
 from agent.values import ValueEvidence, derive
@@ -61,13 +69,11 @@ from tools.host import (
     FindsOrphans,
     Host,
     HostError,
-    HostUnreachable,
     ProcessHandle,
     connect_host,
     expand_argv,
 )
 from tools.knowledge import KnowledgeError, read_findings, relevance
-from tools.probes import get_server_info, run_probe
 from tools.server import ServerSession, render_command
 from tools.signatures import Signature, SignatureMatcher, load_signatures, scan_text
 from tools.ssh import SSHOptions
@@ -256,19 +262,6 @@ class Runtime:
         self.sessions.clear()
 
 
-def _without_secrets(case_data: dict[str, Any]) -> dict[str, Any]:
-    """The case as written to the transcript: values of secret-named env variables (HF_TOKEN, *_PASSWORD,
-    ...) in the host and baseline env replaced by ``<redacted>``; transcripts are shared with reviewers."""
-    from agent.redact import REDACTED, is_secret_name
-
-    for section in ("host", "baseline"):
-        env = (case_data.get(section) or {}).get("env") or {}
-        for name in env:
-            if is_secret_name(name):
-                env[name] = REDACTED
-    return case_data
-
-
 def ssh_options(case: Case) -> SSHOptions | None:
     """The case's SSH settings (paths relative to the case file), or None for a local host."""
     spec = case.host
@@ -318,6 +311,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
         seed = seed_state(dict(state), get_config().get("configurable", {}).get("thread_id"))
         state = {**state, **seed}  # type: ignore[typeddict-item]
         case = _case(state)
+        tr.redact = run_redactor(case)  # its secrets are never written (the CLI set it already; Studio not)
         tr.emit(
             "run.started",
             {
@@ -326,7 +320,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
                 "host": case.host.target,
                 "approval": state.get("approval"),
                 "budget": case.budget.model_dump(),
-                "case_data": _without_secrets(case.model_dump(mode="json")),  # for `replay --redecide`
+                "case_data": case.model_dump(mode="json"),  # for `replay --redecide` (secrets redacted)
             },
             node="intake",
         )
@@ -650,13 +644,9 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
             # under a running server): each used the host, so each counts, with the time it was seen.
             lost = prior_launch(tr.path, exp.id)
             earlier, earlier_host_s = lost.attempts, lost.wall_s / time_scale
-            if isinstance(exc, HostUnreachable):  # nothing more can be learned there: end the run
-                rt.sessions.pop(exp.id, None)  # it cannot be stopped now; the next run there stops it
-                unreachable = {
-                    "status": "error",
-                    "error": f"experiment {exp.id}: {exc} (a server left running there is reported and "
-                    "stopped by the next run on that host)",
-                }
+            # The host failed, not the server: that is no evidence about the deployment, and nothing
+            # more can be learned there. The run ends in error (conclude stops what it can reach).
+            unreachable = infra_failure(rt, exp.id, exc)
             raw = {
                 "experiment_id": exp.id,
                 "status": "infra_error",
@@ -689,7 +679,7 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
         tr.emit("conclusion", c.model_dump(mode="json"), node="conclude")
         tr.emit(
             "run.ended",
-            {"status": c.status, "launches": c.launches, "host_seconds": c.host_seconds},
+            {"status": c.status, "launches": c.launches, "host_seconds": c.host_seconds, "reason": c.reason},
             node="conclude",
         )
         return {"conclusion": c.model_dump(mode="json"), "status": c.status}
@@ -831,7 +821,10 @@ def run_experiment(
                 {"tool": "launch_server", "argv": argv, "env": config.env, "log": log_path},
                 node="execute",
             )
+            record_intent(tr, exp.id, log_path=log_path, port=port, run_dir=host.workdir(run_id))
             session.start()
+            if session.error is not None:  # the host could not start it (missing launcher, full disk)
+                raise HostError(session.error)
             # The launch record is on disk before anything waits on the server, so a process that
             # resumes this run after a crash can find the server (runs.recover) and adopt it.
             handle = session.handle
@@ -852,9 +845,12 @@ def run_experiment(
         t_ready = res.t_ready_s
         if res.status == "ready" and res.base_url:
             tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
-            server_info = get_server_info(res.base_url)
+            api_key = api_key_of(config.flags)  # sent, never written (the transcript redacts it)
+            server_info = server_info_through_drops(host, res.base_url, api_key=api_key)
             for probe in [*case.probes, *exp.probes]:
-                pr = run_probe(res.base_url, probe, model=case.model.path)
+                pr = probe_through_drops(
+                    tr, host, res.base_url, probe, model=case.model.path, experiment_id=exp.id, api_key=api_key
+                )
                 probes.append(pr.model_dump(mode="json"))
                 tr.emit(
                     "probe.result", {"experiment_id": exp.id, **pr.model_dump(mode="json")}, node="execute"
@@ -873,6 +869,9 @@ def run_experiment(
                 },
                 node="execute",
             )
+        # The evidence is complete: saved before the stop, so a kill during the stop never costs a relaunch.
+        save_result(rt.state_dir, run_id, _raw_result(exp.id, session, matcher, probes, server_info, stall,
+                                                      host.time_scale, log_path, t_ready, time.monotonic() - t0))
         stopped = session.stop()
     wall = time.monotonic() - t0
     tr.emit(
@@ -881,6 +880,24 @@ def run_experiment(
         node="execute",
     )
     rt.sessions.pop(exp.id, None)  # stopped and recorded; Runtime.close() handles only interrupted ones
+    return _raw_result(
+        exp.id, session, matcher, probes, server_info, stall, host.time_scale, log_path, t_ready, wall
+    )
+
+
+def _raw_result(
+    exp_id: str,
+    session: ServerSession,
+    matcher: SignatureMatcher,
+    probes: list[dict[str, Any]],
+    server_info: dict[str, Any] | None,
+    stall: StallWatch,
+    time_scale: float,
+    log_path: str,
+    t_ready: float | None,
+    wall: float,
+) -> dict[str, Any]:
+    """An experiment's raw evidence (what ``analyze`` classifies); ``wall`` in wall seconds."""
     facts = dict(matcher.facts())
     if server_info:
         for key, value in server_info.items():
@@ -893,7 +910,7 @@ def run_experiment(
         facts["stall_stage"] = stall.stage or "launch"
     delays = final.detection_delays_s
     return {
-        "experiment_id": exp.id,
+        "experiment_id": exp_id,
         "launched": True,
         "status": final.status if final.status != "ready" else "ready",
         "matches": [m.model_dump(mode="json") for m in matcher.matches()],
@@ -902,9 +919,9 @@ def run_experiment(
         "exit_code": final.exit_code,
         "log_path": log_path,
         "timings": {
-            "to_ready_s": None if t_ready is None else round(t_ready / host.time_scale, 3),
-            "to_end_s": None if final.t_end_s is None else round(final.t_end_s / host.time_scale, 3),
-            "host_seconds": round(wall / host.time_scale, 3),
+            "to_ready_s": None if t_ready is None else round(t_ready / time_scale, 3),
+            "to_end_s": None if final.t_end_s is None else round(final.t_end_s / time_scale, 3),
+            "host_seconds": round(wall / time_scale, 3),
             "detection_delay_median_s": round(statistics.median(delays), 4) if delays else None,
             "detection_delay_max_s": round(max(delays), 4) if delays else None,
         },

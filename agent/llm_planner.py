@@ -47,7 +47,7 @@ from agent.llm_client import (
 from agent.llm_context import build_context, estimate_tokens
 from agent.models import Change, Evidence, Experiment, FlagValue, Hypothesis, Intervention, Prediction
 from agent.planner import DEFAULT_LAUNCH_COST_S, HistoryState, PlannerView, Proposal, RulePlanner
-from agent.redact import Redactor
+from agent.redact import Redactor, run_redactor
 from agent.transcript import Transcript
 from tools.flags import FlagCatalog, FlagError
 from tools.host import HostError
@@ -580,9 +580,8 @@ class LLMPlanner:
                 hosts.append(parse_target(case.host.target).host)
             except HostError:  # refused when the case was loaded; mask what there is
                 hosts.append(case.host.target.removeprefix("ssh://"))
-        return Redactor.for_env(
-            case.host.env,
-            case.baseline.env,
+        return run_redactor(
+            case,
             secrets=[k for k in (self.config.api_key(),) if k],
             hosts=hosts,
             mask_hosts=self.config.redact_hosts,

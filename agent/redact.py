@@ -1,6 +1,8 @@
 """Redaction of secrets (and, on request, host names and IP addresses) from text that leaves the machine.
 
-Used on every prompt the LLM planner sends. Two layers:
+One redaction for everything a run writes or sends: the transcript writer (``redact_data`` on every
+event), reports, FINDINGS entries, ``show``/``runs`` output and ``--json`` lines, and every prompt the
+LLM planner sends (``run_redactor`` builds the run's redactor). Two layers:
 
 - **Literal secrets**: values of environment variables whose *name* says they are secret (``HF_TOKEN``,
   ``OPENAI_API_KEY``, ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD`` ...), taken from the case (host env,
@@ -23,9 +25,10 @@ import ipaddress
 import os
 import re
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-__all__ = ["REDACTED", "Redactor", "is_secret_name"]
+__all__ = ["REDACTED", "Redactor", "is_secret_name", "redact_data", "run_redactor"]
 
 REDACTED = "<redacted>"
 
@@ -188,3 +191,74 @@ class Redactor:
         text = _IPV6.sub(ip6, text)
         text = _FQDN.sub(lambda m: self._placeholder("host", m.group(0)), text)
         return text
+
+
+def _secret_field(key: str) -> bool:
+    """Whether a field of structured data holds a secret: an environment variable or a command-line
+    option with a secret name (``HF_TOKEN``, ``--api-key``), or a lower-case field whose name is plainly
+    secret (``api_key``, ``password``). A lower-case name that ends in ``_key`` only (``change_key``) is
+    an identifier, not a key."""
+    if key.startswith("-") or key.isupper():
+        return is_secret_name(key)
+    parts = [p for p in re.split(r"[_\-.\s]+", key.upper()) if p]
+    if not parts or not is_secret_name(key):
+        return False
+    return any(p in _SECRET_PARTS for p in parts) or any(
+        pair in _SECRET_PAIRS for pair in zip(parts, parts[1:], strict=False)
+    )
+
+
+def _secret_value(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower() not in _NOT_SECRET_VALUES
+
+
+def redact_data(obj: Any, redactor: Callable[[str], str]) -> Any:
+    """A copy of JSON-like data with every secret replaced by ``<redacted>``: the value of a field named
+    like a secret (``{"HF_TOKEN": ...}``, ``{"--api-key": ...}``), the item after a secret option in an
+    argv list (``["--api-key", "sk-..."]``), the ``before``/``after`` of a change of a secret-named
+    variable, and, in every string, what ``redactor`` finds (known secret values, token shapes,
+    ``--api-key VALUE`` and ``api_key='...'`` in log lines)."""
+    if isinstance(obj, str):
+        return redactor(obj)
+    if isinstance(obj, dict):
+        secret_change = isinstance(obj.get("name"), str) and _secret_field(obj["name"]) and (
+            "before" in obj or "after" in obj
+        )
+        out: dict[Any, Any] = {}
+        for k, v in obj.items():
+            if isinstance(k, str) and _secret_field(k) and _secret_value(v):
+                out[k] = REDACTED
+            elif secret_change and k in ("before", "after") and _secret_value(v):
+                out[k] = REDACTED
+            else:
+                out[k] = redact_data(v, redactor)
+        return out
+    if isinstance(obj, list | tuple):
+        items = list(obj)
+        result: list[Any] = []
+        for i, v in enumerate(items):
+            prev = items[i - 1] if i else None
+            option = isinstance(prev, str) and prev.startswith("-") and "=" not in prev
+            if option and _secret_field(str(prev)) and _secret_value(v) and not str(v).startswith("-"):
+                result.append(REDACTED)
+            else:
+                result.append(redact_data(v, redactor))
+        return result
+    return obj
+
+
+def run_redactor(
+    case: Any = None, *, secrets: Iterable[str] = (), hosts: Iterable[str] = (), mask_hosts: bool = False
+) -> Redactor:
+    """The one redactor of a run: secret-named variables of the case (host and baseline env) and of this
+    process's environment, the values of secret-named baseline flags (``--api-key``), plus the token
+    shapes every redactor knows; ``secrets`` adds literal values (an LLM key), ``hosts``/``mask_hosts``
+    as for `Redactor.for_env`. ``case`` is an ``agent.case.Case`` (or None: the environment only)."""
+    envs: list[Mapping[str, str]] = []
+    flag_secrets: list[str] = []
+    if case is not None:
+        envs = [dict(case.host.env), dict(case.baseline.env)]
+        flag_secrets = [
+            str(v) for k, v in case.baseline.flags.items() if _secret_field(str(k)) and isinstance(v, str)
+        ]
+    return Redactor.for_env(*envs, secrets=[*flag_secrets, *secrets], hosts=hosts, mask_hosts=mask_hosts)

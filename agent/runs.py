@@ -53,14 +53,38 @@ def home_dir() -> Path:
     return Path(os.environ.get("HYPOLOOP_HOME", "~/.hypoloop")).expanduser()
 
 
+class StoreError(RunError):
+    """The checkpoint store cannot be read (damaged, truncated, not a database)."""
+
+
 @contextlib.contextmanager
 def open_checkpointer(home: Path) -> Iterator[SqliteSaver]:
-    """LangGraph's SQLite saver on ``home/checkpoints.sqlite`` (created), closed on exit."""
+    """LangGraph's SQLite saver on ``home/checkpoints.sqlite`` (created with its tables), closed on exit.
+
+    Raises StoreError (one line) when the file is damaged or is an empty (0-byte) file: hypoloop writes
+    its tables the moment it creates the store, so an empty one lost its runs and is never taken for
+    "no runs yet".
+    """
     home.mkdir(parents=True, exist_ok=True)
+    path = home / "checkpoints.sqlite"
+    if path.exists() and path.stat().st_size == 0:
+        raise StoreError(
+            f"{path}: the checkpoint store is empty (0 bytes): the runs it held are lost (the file was "
+            "truncated); move it away to start a new store (transcripts still hold what each run did)"
+        )
     # A generous busy timeout: `runs`/`show` may read while another process writes a checkpoint.
-    conn = sqlite3.connect(home / "checkpoints.sqlite", check_same_thread=False, timeout=30)
+    conn = sqlite3.connect(path, check_same_thread=False, timeout=30)
     try:
-        yield SqliteSaver(conn)
+        saver = SqliteSaver(conn)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            saver.setup()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"{path}: the checkpoint store is damaged ({exc}); move it away to start a new store "
+                "(transcripts still hold what each run did)"
+            ) from None
+        yield saver
     finally:
         conn.close()
 
@@ -212,9 +236,9 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
     status: RunStatus
     if pending is not None:
         status = "waiting for approval"
-    elif not snap.next:
+    elif not snap.next and values.get("conclusion"):
         status = "finished"
-    else:
+    else:  # a run with no conclusion never counts as finished, whatever its checkpoint says comes next
         status = "running" if holder else "interrupted"
     conclusion = values.get("conclusion") or {}
     launches = int(values.get("launches", 0))
@@ -376,7 +400,9 @@ def prior_launch(transcript: Path, experiment_id: str) -> PriorLaunch:
                 continue
             if ev.type in ("server.lost", "experiment.relaunched", "experiment.recovered"):
                 continue  # written by a later process: not time the server was seen running
-            if ev.type == "server.launched":
+            if ev.type == "server.launching":  # an intent; superseded by the server.launched after it
+                record = {**ev.data, "intent": True}
+            elif ev.type == "server.launched":
                 if start is not None:
                     wall += max(0.0, last - start)
                 attempts += 1
@@ -428,9 +454,14 @@ def recover(
     (the earlier server is gone), or ``experiment.relaunched`` (an earlier attempt was stopped before it
     finished).
     """
+    from agent.crashsafe import resolve_intent, stop_leftover
+
     tr = rt.transcript
     raw = load_result(rt.state_dir, run_id, experiment_id)
     if raw is not None:
+        prior = prior or prior_launch(tr.path, experiment_id)
+        if prior.open is not None and not prior.open.get("intent"):
+            stop_leftover(tr, host, experiment_id, prior.open)
         tr.emit(
             "experiment.recovered",
             {
@@ -442,6 +473,10 @@ def recover(
         )
         return raw, None, None
     prior = prior or prior_launch(tr.path, experiment_id)  # the caller may have read it already
+    if prior.open is not None and prior.open.get("intent"):
+        found = resolve_intent(tr, host, experiment_id, prior)
+        if found is not None and prior.open is not None:
+            return None, found, prior.open
     if prior.open is not None:
         handle = handle_from_record(prior.open)
         if handle is not None and host.is_alive(handle):

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agent.events import validate_payload
+from agent.redact import redact_data, run_redactor
 
 TRANSCRIPT_VERSION = 1
 
@@ -44,12 +45,18 @@ Listener = Callable[[TranscriptEvent], None]
 
 class Transcript:
     """Append-only JSONL writer. Every event is written and flushed (and fsynced) before ``emit`` returns,
-    so a crash loses at most the event being written."""
+    so a crash loses at most the event being written.
 
-    def __init__(self, path: Path, run_id: str) -> None:
+    Secrets never reach the file: each event's data passes through ``redact`` (``agent.redact.redact_data``
+    with ``redact``, a ``Redactor``: the run's, from ``agent.redact.run_redactor(case)``; by default the
+    one for this process's environment) before it is written or shown to listeners.
+    """
+
+    def __init__(self, path: Path, run_id: str, *, redact: Callable[[str], str] | None = None) -> None:
         self.path = path
         self.run_id = run_id
         self.step = 0
+        self.redact: Callable[[str], str] = redact or run_redactor()
         self.listeners: list[Listener] = []
         path.parent.mkdir(parents=True, exist_ok=True)
         _drop_torn_line(path)
@@ -59,6 +66,7 @@ class Transcript:
     def emit(self, type: str, data: dict[str, Any] | None = None, *, node: str = "") -> TranscriptEvent:
         """Append one event; returns it after it is on disk and listeners have seen it."""
         self.seq += 1
+        data = redact_data(data or {}, self.redact)
         ev = TranscriptEvent(
             seq=self.seq,
             ts=time.time(),
@@ -66,7 +74,7 @@ class Transcript:
             step=self.step,
             node=node,
             type=type,
-            data=data or {},
+            data=data,
         )
         self._fh.write(json.dumps(ev.model_dump(mode="json"), ensure_ascii=False, default=str) + "\n")
         self._fh.flush()

@@ -393,6 +393,12 @@ class LocalHost:
         path = os.path.abspath(log_path)
         merged = self._merged_env(env)
         merged.setdefault("PYTHONUNBUFFERED", "1")
+        # In the server's environment from its first instruction: a later process finds it by its log
+        # (resume adopts it) or as an orphan, whenever this process dies (tools/leftovers.py).
+        from tools.leftovers import LAUNCH_LOG_ENV, ORCHESTRATOR_ENV, orchestrator_marker
+
+        merged[LAUNCH_LOG_ENV] = path
+        merged[ORCHESTRATOR_ENV] = orchestrator_marker()
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed below
@@ -526,6 +532,64 @@ class LocalHost:
         except OSError as exc:
             raise HostError(f"cannot create work dir {path}: {_one_line(str(exc))}") from None
         return path
+
+    # -- servers of earlier processes (tools/leftovers.py) ------------------------------------------
+
+    def find_launch(self, log_path: str) -> ProcessHandle | None:
+        """The live server an earlier process launched with this log (even one killed before it could
+        record the launch), or None."""
+        from tools.leftovers import find_launch
+
+        found = find_launch(log_path)
+        return found.handle() if found is not None else None
+
+    def claim(self, handle: ProcessHandle) -> None:
+        """Take over looking after a server an earlier process launched (it is no orphan any more)."""
+        from tools.leftovers import claim
+
+        claim(handle.log_path)
+
+    def find_orphans(self) -> list[Any]:
+        """Servers launched under this host's runs folder whose hypoloop process is gone (as
+        `tools.ssh.Orphan`; ``pid_file`` is ``LOG.pid``, so its folder names the run). Empty without a
+        runs folder (``root``)."""
+        from tools.leftovers import orphans_under
+        from tools.ssh import Orphan, _port_from_argv
+
+        if not self._root:
+            return []
+        out = []
+        for p in orphans_under(self._root):
+            argv = p.handle().argv
+            orch = p.orchestrator.partition(":")[0]
+            out.append(
+                Orphan(
+                    pid_file=f"{p.log_path}.pid",
+                    log_path=p.log_path,
+                    pgid=p.pid,
+                    pid=p.pid,
+                    starttime=p.starttime,
+                    argv=argv,
+                    port=_port_from_argv(argv),
+                    client=socket.gethostname(),
+                    client_pid=int(orch) if orch.isdigit() else None,
+                    heartbeat_age_s=0.0,
+                    why=f"the hypoloop process that launched it (pid {orch or '?'}) is gone",
+                )
+            )
+        return out
+
+    def stop_orphan(self, orphan: Any, grace_s: float = 10.0) -> bool:
+        """Stop an orphaned server's process group (TERM, grace, KILL) and verify it is gone."""
+        from tools.leftovers import proc_starttime
+
+        if proc_starttime(orphan.pgid) not in (None, orphan.starttime):
+            return True  # that pid belongs to another process now: the orphan is gone
+        handle = ProcessHandle(
+            pid=orphan.pgid, pgid=orphan.pgid, argv=list(orphan.argv), log_path=orphan.log_path,
+            started_wall=0.0, started_monotonic=0.0,
+        )
+        return self.terminate(handle, grace_s=grace_s)
 
     def close(self) -> None:
         """Stop every process this host spawned that still runs (2 s grace) and forget them."""

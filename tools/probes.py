@@ -156,10 +156,14 @@ def _finish(probe: Probe, text: str | None, start: float, http_status: int | Non
 # --- requests --------------------------------------------------------------------------------------
 
 
-def _run_chat(base_url: str, probe: Probe, model: str, timeout_s: float, start: float) -> ProbeResult:
+def _run_chat(
+    base_url: str, probe: Probe, model: str, timeout_s: float, start: float, api_key: str | None = None
+) -> ProbeResult:
     import openai  # here, not at the top: it takes ~0.35 s to import and most commands never probe
 
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="EMPTY", max_retries=0, timeout=timeout_s)
+    client = openai.OpenAI(
+        base_url=f"{base_url}/v1", api_key=api_key or "EMPTY", max_retries=0, timeout=timeout_s
+    )
     try:
         resp = client.chat.completions.create(
             model=model,
@@ -187,13 +191,15 @@ def _run_chat(base_url: str, probe: Probe, model: str, timeout_s: float, start: 
     return _finish(probe, text, start, 200)
 
 
-def _run_generate(base_url: str, probe: Probe, timeout_s: float, start: float) -> ProbeResult:
+def _run_generate(
+    base_url: str, probe: Probe, timeout_s: float, start: float, api_key: str | None = None
+) -> ProbeResult:
     payload = {
         "text": probe.prompt,
         "sampling_params": {"max_new_tokens": probe.max_tokens, "temperature": 0},
     }
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+        with httpx.Client(timeout=timeout_s, trust_env=False, headers=auth_headers(api_key)) as client:
             resp = client.post(f"{base_url}/generate", json=payload)
     except httpx.TimeoutException as exc:
         return _result(probe, "timeout", start, error=_one_line(f"no answer within {timeout_s:g} s: {exc!r}"))
@@ -231,22 +237,26 @@ def _run_generate(base_url: str, probe: Probe, timeout_s: float, start: float) -
     return _finish(probe, text if isinstance(text, str) else None, start, resp.status_code)
 
 
-def run_probe(base_url: str, probe: Probe, *, model: str, timeout_s: float = 60) -> ProbeResult:
+def run_probe(
+    base_url: str, probe: Probe, *, model: str, timeout_s: float = 60, api_key: str | None = None
+) -> ProbeResult:
     """Send `probe` to the server at `base_url` (e.g. "http://127.0.0.1:30000") and classify the answer.
 
     `model` is the served model name for chat probes (SGLang accepts the model path). `timeout_s` bounds
     the whole request in seconds. No retries. Never raises for server-side problems: they are statuses.
     Chat: `openai.OpenAI(base_url=base_url + "/v1", api_key="EMPTY", max_retries=0)`, temperature 0.
     Generate: POST /generate {"text", "sampling_params": {"max_new_tokens", "temperature": 0}} (SGLang's
-    native API), read "text" and an abort in meta_info.finish_reason.
+    native API), read "text" and an abort in meta_info.finish_reason. `api_key`: the server's
+    ``--api-key``, sent as ``Authorization: Bearer KEY`` (SGLang's API-key middleware checks every route
+    but /health*; python/sglang/srt/utils add_api_key_middleware, 0.5.x).
     """
     start = time.monotonic()
     base = base_url.rstrip("/")
     if probe.concurrency > 1:
-        return _run_concurrent(base, probe, model, timeout_s, start)
+        return _run_concurrent(base, probe, model, timeout_s, start, api_key)
     if probe.kind == "chat":
-        return _run_chat(base, probe, model, timeout_s, start)
-    return _run_generate(base, probe, timeout_s, start)
+        return _run_chat(base, probe, model, timeout_s, start, api_key)
+    return _run_generate(base, probe, timeout_s, start, api_key)
 
 
 #: Which status wins when concurrent copies disagree: the most telling failure first.
@@ -261,12 +271,14 @@ _SEVERITY: tuple[ProbeStatus, ...] = (
 )
 
 
-def _run_concurrent(base: str, probe: Probe, model: str, timeout_s: float, start: float) -> ProbeResult:
+def _run_concurrent(
+    base: str, probe: Probe, model: str, timeout_s: float, start: float, api_key: str | None = None
+) -> ProbeResult:
     """`probe.concurrency` copies at once on threads; the worst result stands for all of them."""
     single = probe.model_copy(update={"concurrency": 1})
     with concurrent.futures.ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
         futures = [
-            pool.submit(run_probe, base, single, model=model, timeout_s=timeout_s)
+            pool.submit(run_probe, base, single, model=model, timeout_s=timeout_s, api_key=api_key)
             for _ in range(probe.concurrency)
         ]
         results = [f.result() for f in futures]
@@ -280,13 +292,18 @@ def _run_concurrent(base: str, probe: Probe, model: str, timeout_s: float, start
     return worst.model_copy(update={"latency_s": time.monotonic() - start, "error": error})
 
 
-def get_server_info(base_url: str, *, timeout_s: float = 10.0) -> dict[str, Any] | None:
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The header a server started with ``--api-key`` wants (none without a key)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def get_server_info(base_url: str, *, timeout_s: float = 10.0, api_key: str | None = None) -> dict[str, Any] | None:
     """The server's effective configuration: GET /get_server_info, then /server_info (newer SGLang).
 
     Returns the JSON object, or None if neither answers 200 with a JSON object within `timeout_s` s.
     """
     base = base_url.rstrip("/")
-    with httpx.Client(timeout=timeout_s, trust_env=False) as client:
+    with httpx.Client(timeout=timeout_s, trust_env=False, headers=auth_headers(api_key)) as client:
         for path in ("/get_server_info", "/server_info"):
             try:
                 resp = client.get(base + path)

@@ -197,6 +197,9 @@ class ServerSession:
             return
         self._started = True
         self.handle = handle
+        claim = getattr(self.host, "claim", None)  # a host that can record who looks after a server
+        if claim is not None:
+            claim(handle)
         self._watcher = LogWatcher(self.host, handle.log_path)
         self._prev_read_start = time.monotonic()
         self.base_url = f"http://127.0.0.1:{self.host.forward_port(self.port)}"
