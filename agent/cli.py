@@ -34,13 +34,13 @@ from agent.approval import (
     ask,
     describe_experiment,
 )
-from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case
+from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case, outside_warnings
 from agent.catalog import CatalogError
 from agent.models import Baseline, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
 from agent.redact import redact_data, run_redactor
 from agent.render import EventRenderer
-from agent.transcript import Transcript, TranscriptError, read_transcript
+from agent.transcript import Transcript, TranscriptError, damaged_lines, read_transcript
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError, parse_help
 from tools.flags import load_catalog as load_flag_catalog
@@ -506,6 +506,8 @@ def run(
         _fail(str(exc))
     c = _load_case(case, host)
     c = _with_host_options(c, host, ssh_key, known_hosts, insecure_accept_host_key, remote_python)
+    for warning in outside_warnings(c):
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
     tpath = (transcript_dir / f"{run_id}.jsonl").absolute()  # printed and recorded: usable from anywhere
     _JsonResult.run_id = run_id
@@ -648,7 +650,8 @@ def analyze(
                     "stage": outcome.stage,
                     "verdict": verdict,
                     "signatures": [
-                        {"id": m.signature_id, "kind": m.kind, "lines": m.line_numbers, "text": m.first_line}
+                        {"id": m.signature_id, "kind": m.kind, **_bounded_lines(m.line_numbers),
+                         "text": m.first_line}
                         for m in outcome.matches
                     ],
                     "facts": outcome.facts,
@@ -702,6 +705,28 @@ def analyze(
         )
     else:
         console.print(f"no experiment to propose: {proposal.conclude_reason}")
+
+
+#: ``analyze --json``: at most this many line numbers and line ranges per signature (a log that repeats
+#: one warning a million times must not give a million-number JSON line).
+LINES_CAP = 20
+
+
+def _bounded_lines(lines: list[int]) -> dict[str, Any]:
+    """``lines`` (the first LINES_CAP line numbers), ``line_count`` (all of them), ``line_ranges``
+    (consecutive runs as [first, last], the first LINES_CAP of them) and ``truncated``."""
+    ranges: list[list[int]] = []
+    for n in sorted(set(lines)):
+        if ranges and n == ranges[-1][1] + 1:
+            ranges[-1][1] = n
+        else:
+            ranges.append([n, n])
+    return {
+        "lines": lines[:LINES_CAP],
+        "line_count": len(lines),
+        "line_ranges": ranges[:LINES_CAP],
+        "truncated": len(lines) > LINES_CAP or len(ranges) > LINES_CAP,
+    }
 
 
 def _read_text(path: Path, *, what: str) -> str:
@@ -941,14 +966,18 @@ _STATUS_STYLE = {
 
 
 def _run_detail(info: RunInfo) -> str:
+    left = ""
+    if info.leftovers:  # servers of a run nobody drives: resume adopts or stops them, a new run offers to
+        pids = ", ".join(str(x["pid"]) for x in info.leftovers)
+        left = f"; {len(info.leftovers)} server(s) left running (pid {pids})"
     if info.pending:
         req = ApprovalRequest.model_validate(info.pending)
-        return f"{req.experiment.id}: {describe_experiment(req.experiment)}"
+        return f"{req.experiment.id}: {describe_experiment(req.experiment)}{left}"
     if info.status == "running":
         return f"pid {info.holder}" if info.holder and info.holder > 0 else ""
     if info.status == "interrupted":
-        return f"hypoloop resume {info.run_id}"
-    return info.result or ""
+        return f"hypoloop resume {info.run_id}{left}"
+    return (info.result or "") + left
 
 
 @app.command("runs")
@@ -956,9 +985,12 @@ def runs_(
     json_out: Annotated[bool, typer.Option("--json", help="one JSON list")] = False,
 ) -> None:
     """List the runs in $HYPOLOOP_HOME: running, waiting for approval, interrupted or finished."""
-    from agent.runs import list_runs
+    from agent.runs import RunError, list_runs
     home = state_dir()
-    infos = list_runs(home)
+    try:
+        infos = list_runs(home)
+    except RunError as exc:
+        _fail(str(exc))
     if json_out:
         print(json.dumps([_redacted(i.model_dump(mode="json", exclude={"values"}), i.values) for i in infos]))
         return
@@ -1155,6 +1187,8 @@ def _resume_locked(
         tr = Transcript(tpath, run_id, redact=run_redactor(Case.model_validate(info.values["case"])))
     except (OSError, TranscriptError) as exc:
         _fail(f"{tpath}: cannot continue the transcript: {exc}")
+    for problem in damaged_lines(tpath)[:3]:  # recovery reads past them; the file stays as it is
+        err_console.print(f"[yellow]warning:[/] {escape(problem)} (skipped; the run continues after it)")
     tr.step = info.launches + 1
     console = Console(stderr=json_out)
     tr.listeners.append(EventRenderer(console, verbose=verbose))
@@ -1194,6 +1228,12 @@ def _resume_locked(
                     "answer": first.resume if first is not None else None,
                 },
             )
+            if request is None and not info.next:
+                # No conclusion and nothing next: the checkpoint after the last step was lost (a kill
+                # under an older hypoloop). End the run honestly; its servers are stopped on the way.
+                from agent.crashsafe import end_lost_run
+
+                end_lost_run(rt, graph, config, info.values)
             result = _drive_guarded(graph, config, first, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
                                     console=console, json_out=json_out, mode=mode)
     finally:

@@ -85,7 +85,14 @@ def resolve_intent(tr: Transcript, host: Any, experiment_id: str, prior: PriorLa
     return handle
 
 
-def stop_leftover(tr: Transcript, host: Any, experiment_id: str, record: dict[str, Any]) -> None:
+def stop_leftover(
+    tr: Transcript,
+    host: Any,
+    experiment_id: str,
+    record: dict[str, Any],
+    *,
+    reason: str = "its result was saved before an earlier process was killed; stopped now",
+) -> None:
     """Stop the server of an open launch record whose result is already saved (an earlier process was
     killed while stopping it), and record the stop. Never raises for a host that cannot be reached."""
     from agent.runs import handle_from_record
@@ -100,7 +107,7 @@ def stop_leftover(tr: Transcript, host: Any, experiment_id: str, record: dict[st
     tr.emit(
         "server.stopped",
         {"experiment_id": experiment_id, "pid": handle.pid, "log": handle.log_path, "verified": verified,
-         "wall_s": 0.0, "reason": "its result was saved before an earlier process was killed; stopped now"},
+         "wall_s": 0.0, "reason": reason},
         node="execute",
     )
 
@@ -192,3 +199,52 @@ def infra_failure(rt: Any, experiment_id: str, exc: HostError) -> dict[str, Any]
         "status": "error",
         "error": f"the host failed during experiment {experiment_id}, so the run cannot go on: {exc}{note}",
     }
+
+
+def open_launches(tr: Transcript) -> dict[str, dict[str, Any]]:
+    """Launch records of the transcript that no ``server.stopped`` closed, by experiment id."""
+    from agent.runs import prior_launch
+    from agent.transcript import read_transcript, skip_bad
+
+    ids = {
+        str(ev.data.get("experiment_id"))
+        for ev in read_transcript(tr.path, on_bad=skip_bad)
+        if ev.type in ("server.launching", "server.launched", "server.adopted")
+    }
+    out = {}
+    for exp_id in sorted(ids):
+        rec = prior_launch(tr.path, exp_id).open
+        if rec is not None:
+            out[exp_id] = rec
+    return out
+
+
+def end_lost_run(rt: Any, graph: Any, config: dict[str, Any], values: dict[str, Any]) -> None:
+    """End a run whose checkpoint has no next step and no conclusion: stop every server its transcript
+    shows running (found by pid or by log), then route the graph to ``conclude`` with status ``error``."""
+    from agent.case import Case
+
+    tr: Transcript = rt.transcript
+    left = open_launches(tr)
+    if left:
+        try:
+            host = rt.host(Case.model_validate(values["case"]))
+        except HostError as exc:
+            tr.emit("error", {"message": f"cannot reach the host to stop this run's servers: {exc}"})
+        else:
+            for exp_id, record in left.items():
+                if record.get("intent"):
+                    handle = _find(host, str(record.get("log") or ""))
+                    if handle is None:
+                        continue
+                    record = {**record, "pid": handle.pid, "pgid": handle.pgid}
+                stop_leftover(tr, host, exp_id, record, reason="the run is ended; its server is stopped")
+    graph.update_state(
+        config,
+        {
+            "status": "error",
+            "error": "the run's saved state ends without a conclusion and without a next step (the checkpoint "
+            "after its last step was lost); it is ended here: its transcript has everything it did",
+        },
+        as_node="execute",
+    )

@@ -34,7 +34,7 @@ from agent.approval import (
     must_ask,
     risky_reasons,
 )
-from agent.case import Case
+from agent.case import Case, outside_warnings
 from agent.catalog import CatalogEntry, load_catalog
 from agent.crashsafe import (
     api_key_of,
@@ -324,6 +324,8 @@ def build_graph(rt: Runtime, checkpointer: Any = None) -> Any:
             },
             node="intake",
         )
+        for warning in outside_warnings(case):  # named explicitly in the case file, so used; recorded
+            tr.emit("case.warning", {"message": warning}, node="intake")
         where = case.source_path or case.name
         step = "host.target"
         try:

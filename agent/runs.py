@@ -31,7 +31,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from pydantic import BaseModel
 
 from agent.case import load_case
-from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript
+from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript, skip_bad
 from tools.host import ProcessHandle
 
 if TYPE_CHECKING:
@@ -204,6 +204,11 @@ class RunInfo(BaseModel):
     launches: int = 0
     host_seconds: float = 0.0
     holder: int | None = None
+    #: The graph nodes the checkpoint says come next (empty for a run that ended, or whose checkpoint
+    #: after its last step was lost: then it has no conclusion and is not finished).
+    next: list[str] = []
+    #: Servers this run launched that still run on this machine although no process drives the run.
+    leftovers: list[dict[str, Any]] = []
     values: dict[str, Any] = {}
 
 
@@ -257,33 +262,59 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
         launches=launches,
         host_seconds=values.get("host_seconds", 0.0),
         holder=holder,
+        next=list(snap.next or ()),
+        leftovers=[] if holder else local_leftovers(home, run_id),
         values=values,
     )
+
+
+def local_leftovers(home: Path, run_id: str) -> list[dict[str, Any]]:
+    """Servers of ``run_id`` still running on this machine (found by the log path in their environment,
+    ``tools/leftovers.py``): pid, log and port of each."""
+    from tools.leftovers import servers_under
+    from tools.ssh import _port_from_argv
+
+    return [
+        {"pid": p.pid, "log": p.log_path, "port": _port_from_argv(p.handle().argv)}
+        for p in servers_under(str(home / "runs" / run_id))
+    ]
 
 
 def _launches_in(transcript: Path) -> int:
     """Servers launched according to a transcript (``server.launched`` events; 0 if it is unreadable)."""
     try:
-        return sum(1 for ev in read_transcript(transcript) if ev.type == "server.launched")
+        return sum(1 for ev in read_transcript(transcript, on_bad=skip_bad) if ev.type == "server.launched")
     except (OSError, TranscriptError):
         return 0
 
 
 def list_runs(home: Path) -> list[RunInfo]:
-    """Every run in ``home``'s checkpoint store, oldest first."""
+    """Every run in ``home``'s checkpoint store, oldest first. Raises StoreError for a damaged store."""
     if not (home / "checkpoints.sqlite").exists():
         return []
-    with open_checkpointer(home) as saver:
-        graph = read_graph(home, saver)
-        infos = [run_info(home, graph, rid) for rid in run_ids(saver)]
+    try:
+        with open_checkpointer(home) as saver:
+            graph = read_graph(home, saver)
+            infos = [run_info(home, graph, rid) for rid in run_ids(saver)]
+    except (sqlite3.DatabaseError, ValueError) as exc:
+        if isinstance(exc, RunError):
+            raise
+        raise StoreError(f"{home / 'checkpoints.sqlite'}: the checkpoint store is damaged ({exc})") from None
     return [i for i in infos if i is not None]
 
 
 def load_run(home: Path, run_id: str) -> RunInfo:
-    """One run; raises RunError when the store has no run with that id."""
+    """One run; raises RunError when the store has no run with that id, StoreError when it is damaged."""
     if (home / "checkpoints.sqlite").exists():
-        with open_checkpointer(home) as saver:
-            info = run_info(home, read_graph(home, saver), run_id)
+        try:
+            with open_checkpointer(home) as saver:
+                info = run_info(home, read_graph(home, saver), run_id)
+        except (sqlite3.DatabaseError, ValueError) as exc:
+            if isinstance(exc, RunError):
+                raise
+            raise StoreError(
+                f"{home / 'checkpoints.sqlite'}: the checkpoint store is damaged ({exc})"
+            ) from None
         if info is not None:
             return info
     raise RunError(f"no run {run_id!r} in {home / 'checkpoints.sqlite'} (see `hypoloop runs`)")
@@ -334,7 +365,7 @@ def emit_once(
     """
     want = {k: data.get(k) for k in key}
     try:
-        for ev in read_transcript(tr.path):
+        for ev in read_transcript(tr.path, on_bad=skip_bad):
             if ev.type == type and all(ev.data.get(k) == v for k, v in want.items()):
                 return None
     except TranscriptError:
@@ -395,7 +426,7 @@ def prior_launch(transcript: Path, experiment_id: str) -> PriorLaunch:
     start: float | None = None  # wall-clock start of the attempt being followed
     last = 0.0  # the latest event seen while it ran
     try:
-        for ev in read_transcript(transcript):
+        for ev in read_transcript(transcript, on_bad=skip_bad):
             if ev.data.get("experiment_id") != experiment_id:
                 continue
             if ev.type in ("server.lost", "experiment.relaunched", "experiment.recovered"):

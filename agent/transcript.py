@@ -100,12 +100,28 @@ def _drop_torn_line(path: Path) -> None:
             fh.truncate(data.rfind(b"\n") + 1)
 
 
+def skip_bad(exc: TranscriptError) -> None:
+    """``on_bad`` for readers that recover what they can from a damaged transcript (bad lines skipped)."""
+
+
+def damaged_lines(path: Path) -> list[str]:
+    """What is wrong with each bad line of a transcript (empty for a sound one)."""
+    bad: list[str] = []
+    try:
+        for _ in read_transcript(path, on_bad=lambda exc: bad.append(str(exc))):
+            pass
+    except TranscriptError as exc:  # unreadable file
+        bad.append(str(exc))
+    return bad
+
+
 def _last_seq(path: Path) -> int:
     if not path.exists():
         return 0
     last = 0
-    for ev in read_transcript(path, payloads=False):  # only the seq matters here
-        last = ev.seq
+    # Only the seq matters here; a damaged line in the middle does not stop a run from continuing.
+    for ev in read_transcript(path, payloads=False, on_bad=lambda exc: None):
+        last = max(last, ev.seq)
     return last
 
 
@@ -145,12 +161,15 @@ def _field_error(exc: ValidationError, prefix: str = "") -> str:
     return f"field '{loc or '(top level)'}': {err['msg']}{got}"
 
 
-def read_transcript(path: Path, *, payloads: bool = True) -> Iterator[TranscriptEvent]:
+def read_transcript(
+    path: Path, *, payloads: bool = True, on_bad: Callable[[TranscriptError], None] | None = None
+) -> Iterator[TranscriptEvent]:
     """Events of a transcript in order, read line by line (memory does not grow with the file).
 
     A truncated last line (no newline at the end, not a valid event: a write cut short by a crash) is
     skipped; any other malformed line raises TranscriptError naming the file, the line number and the
-    field. ``payloads=False`` checks the envelope only.
+    field, or, with ``on_bad``, is handed to it and skipped (recovery reads a damaged transcript up to
+    and past its bad lines). ``payloads=False`` checks the envelope only.
     """
     try:
         fh = open(path, "rb")  # noqa: SIM115
@@ -162,8 +181,11 @@ def read_transcript(path: Path, *, payloads: bool = True) -> Iterator[Transcript
                 continue
             try:
                 ev = parse_event(raw, where=f"{path}: line {i}", payloads=payloads)
-            except TranscriptError:
+            except TranscriptError as exc:
                 if not raw.endswith(b"\n"):
                     return  # a write cut short by a crash
-                raise
+                if on_bad is None:
+                    raise
+                on_bad(exc)
+                continue
             yield ev
