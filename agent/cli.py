@@ -41,16 +41,17 @@ from agent.planner import PlannerView, RulePlanner, model_features
 from agent.redact import redact_data, run_redactor
 from agent.render import EventRenderer
 from agent.transcript import Transcript, TranscriptError, damaged_lines, read_transcript
+from tools.connect import connect_host
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError, parse_help
 from tools.flags import load_catalog as load_flag_catalog
-from tools.host import HostError, connect_host, expand_argv
+from tools.host import HostError, expand_argv
 from tools.knowledge import infer_features
-from tools.signatures import load_signatures, scan_text
+from tools.signatures import load_signatures
 
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
-    from agent.graph import Runtime
     from agent.runs import RunInfo
+    from agent.runtime import Runtime
 
 app = typer.Typer(
     add_completion=False,
@@ -192,7 +193,7 @@ def _drive(
     """
     from langgraph.types import Command
 
-    from agent.graph import edit_experiment
+    from agent.nodes.approve import edit_experiment
     # durability="sync": each step's checkpoint is on disk before the next step starts (and so before
     # its side effects); LangGraph's default ("async") can lose the checkpoint after a step to a kill -9.
     result: dict[str, Any] = graph.invoke(first, config, durability="sync")
@@ -487,9 +488,11 @@ def run(
 ) -> None:
     """Debug a deployment: hypothesize, run one-change experiments, conclude with the root cause."""
     _JsonResult.pending = json_out
-    from agent.graph import Runtime, build_graph
+    from agent.graph import build_graph
     from agent.llm_planner import llm_notices, planner_spec_from_options
-    from agent.runs import RunError, RunLock, initial_state, open_checkpointer
+    from agent.runs import RunError, RunLock, open_checkpointer
+    from agent.runtime import Runtime
+    from agent.state import initial_state
     mode = _approval_mode(approve, auto)
     try:
         planner_spec = planner_spec_from_options(
@@ -573,7 +576,9 @@ def analyze(
     With --case, the case's host is asked for its GPUs (a query, no launch) unless --compute-capability
     or --gpu-name is given, and the case's knowledge files count as evidence.
     """
-    from agent.graph import classify_outcome, ssh_options
+    from agent.evidence import Evidence
+    from agent.nodes.analyze import classify_outcome
+    from agent.runtime import ssh_options
     text = _read_text(logfile, what="log")
     if not text.strip():
         _fail(f"{logfile}: the log is empty")
@@ -587,25 +592,14 @@ def analyze(
         _fail(str(exc))
     if not c.model.features:
         c.model.features = sorted(infer_features(text[:20000]))
-    matches, facts = scan_text(text, sigs)
     exp = Experiment(
         id=Experiment.make_id(c.baseline, None, "baseline"),
         purpose="baseline",
         baseline=c.baseline,
         status="done",
     )
-    outcome = classify_outcome(
-        {
-            "experiment_id": exp.id,
-            "status": "observed",
-            "exit_code": None,
-            "matches": [m.model_dump(mode="json") for m in matches],
-            "facts": facts,
-            "probes": [],
-            "timings": {},
-            "log_path": str(logfile),
-        }
-    )
+    evidence = Evidence.from_log(exp.id, text, sigs, str(logfile))
+    outcome = classify_outcome(evidence)
     fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability)
     notes: list[str] = []
     if case and not (gpu_name or compute_capability):
@@ -778,7 +772,7 @@ def flags(
     remote_python: _PythonOpt = None,
 ) -> None:
     """The flag catalog of a host's SGLang, parsed from `launch_server --help`."""
-    from agent.graph import ssh_options
+    from agent.runtime import ssh_options
     try:
         if from_file is not None:
             catalog: FlagCatalog = parse_help(_read_text(from_file, what="help text"), source=str(from_file))
@@ -1159,9 +1153,11 @@ def _resume_locked(
 ) -> None:
     from langgraph.types import Command
 
-    from agent.graph import Runtime, build_graph, edit_experiment
+    from agent.graph import build_graph
     from agent.llm_planner import llm_notices
+    from agent.nodes.approve import edit_experiment
     from agent.runs import load_run, open_checkpointer
+    from agent.runtime import Runtime
     info = load_run(home, run_id)  # read again under the lock: another process may have moved it on
     request = ApprovalRequest.model_validate(info.pending) if info.pending else None
     waiting = f"{request.experiment.id} ({describe_experiment(request.experiment)})" if request else None

@@ -1,116 +1,22 @@
-"""Crash safety around launches: the intent written before a server starts, and what a later process
-does with an intent, a saved result or a transcript it finds after a ``kill -9``.
+"""Crash safety of a run beyond its launch records (those are in ``agent.recovery``): infrastructure
+failures are not evidence, and a run whose checkpoint lost its next step is ended honestly.
 
-Order of records for one launch (each flushed and fsynced before the next step):
-
-1. ``server.launching`` {experiment_id, log, port, run_dir}: written BEFORE the process is spawned;
-2. the spawn (the server's environment carries its log path, ``tools/leftovers.py``; over SSH its
-   session leader writes ``LOG.pid`` before the server starts);
-3. ``server.launched`` {pid, pgid, ...}; watching, probing;
-4. the raw result saved (``runs/RUN/EXP.result.json``) while the server still runs;
-5. the stop, ``server.stopped``.
-
-A kill between 1 and 3 leaves an intent without a launch: `resolve_intent` finds the server by its log
-(adopt it), or sees that it started and died (a lost launch, recorded as launched then lost), or that it
-never started (nothing to count). A kill between 4 and 5 leaves a result and a running server:
-`stop_leftover` stops it before the result is reused.
+- `probe_through_drops`: a probe whose failure coincides with a lost connection to the host is sent
+  again after reconnecting (``probe.retried``), never counted as the server's answer.
+- `infra_failure`: any host failure during an experiment ends the run with status ``error`` and the
+  cause in plain words (never an ``infra_error`` outcome followed by more experiments).
+- `end_lost_run`: stop the servers a lost run's transcript shows running, then conclude it in error.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from agent.case import Case
+from agent.recovery import find_launch, open_launches, stop_leftover
 from agent.transcript import Transcript
-from tools.host import HostError, ProcessHandle
-
-if TYPE_CHECKING:
-    from agent.runs import PriorLaunch
-
-
-def record_intent(tr: Transcript, experiment_id: str, *, log_path: str, port: int, run_dir: str) -> None:
-    """Write ``server.launching`` (the launch about to happen) before the process is spawned."""
-    tr.emit(
-        "server.launching",
-        {"experiment_id": experiment_id, "log": log_path, "port": port, "run_dir": run_dir},
-        node="execute",
-    )
-
-
-def _find(host: Any, log_path: str) -> ProcessHandle | None:
-    finder = getattr(host, "find_launch", None)
-    if finder is None or not log_path:
-        return None
-    handle: ProcessHandle | None = finder(log_path)
-    return handle
-
-
-def _log_started(host: Any, log_path: str) -> bool:
-    try:
-        return bool(host.read_from(log_path, 0, 1))
-    except HostError:
-        return False
-
-
-def resolve_intent(tr: Transcript, host: Any, experiment_id: str, prior: PriorLaunch) -> ProcessHandle | None:
-    """An earlier process wrote ``server.launching`` for this experiment and died before
-    ``server.launched``: find out what became of that launch.
-
-    Returns the handle of the server if it runs (``prior.open`` becomes its launch record, with pid, and
-    a ``server.launched`` marked ``recovered`` is written so the transcript counts it); if it started and
-    is gone, records it as launched (``prior.attempts`` + 1) and leaves ``prior.open`` for ``server.lost``;
-    if it never started, clears ``prior.open``. Raises HostError when the host cannot be asked.
-    """
-    intent = prior.open
-    assert intent is not None
-    log = str(intent.get("log") or "")
-    handle = _find(host, log)
-    if handle is None and not _log_started(host, log):
-        prior.open = None  # killed before the spawn: nothing ran, nothing counts
-        return None
-    record = {
-        "experiment_id": experiment_id,
-        "port": intent.get("port"),
-        "log": log,
-        "pid": handle.pid if handle else None,
-        "pgid": handle.pgid if handle else None,
-        "started_wall": handle.started_wall if handle else None,
-        "orchestrator_pid": None,
-        "recovered": True,
-        "reason": "the process that launched it was killed before it could record the launch; found by "
-        + ("its log path" if handle else "its log, but the server is no longer running"),
-    }
-    tr.emit("server.launched", record, node="execute")
-    prior.attempts += 1
-    prior.open = record
-    return handle
-
-
-def stop_leftover(
-    tr: Transcript,
-    host: Any,
-    experiment_id: str,
-    record: dict[str, Any],
-    *,
-    reason: str = "its result was saved before an earlier process was killed; stopped now",
-) -> None:
-    """Stop the server of an open launch record whose result is already saved (an earlier process was
-    killed while stopping it), and record the stop. Never raises for a host that cannot be reached."""
-    from agent.runs import handle_from_record
-
-    handle = handle_from_record(record) or _find(host, str(record.get("log") or ""))
-    if handle is None:
-        return
-    try:
-        verified = host.terminate(handle, grace_s=5.0)
-    except HostError:
-        verified = False
-    tr.emit(
-        "server.stopped",
-        {"experiment_id": experiment_id, "pid": handle.pid, "log": handle.log_path, "verified": verified,
-         "wall_s": 0.0, "reason": reason},
-        node="execute",
-    )
-
+from tools.host import HostError, HostUnreachable
+from tools.probes import get_server_info, run_probe
 
 #: Probe statuses a dropped connection can cause (the request never reached the server, or its answer
 #: never came back); any other status is the server's own answer.
@@ -136,9 +42,6 @@ def probe_through_drops(
     for a reconnect refused (changed host key, authentication), so the run ends in error instead of
     counting the failure as evidence.
     """
-    from tools.host import HostUnreachable
-    from tools.probes import run_probe
-
     for attempt in range(1, tries + 1):
         epoch = getattr(host, "connection_epoch", None)
         result = run_probe(base_url, probe, model=model, api_key=api_key)
@@ -168,8 +71,6 @@ def probe_through_drops(
 
 def server_info_through_drops(host: Any, base_url: str, *, api_key: str | None = None) -> dict[str, Any] | None:
     """`tools.probes.get_server_info`, asked once more when no answer came and the connection dropped."""
-    from tools.probes import get_server_info
-
     epoch = getattr(host, "connection_epoch", None)
     info = get_server_info(base_url, api_key=api_key)
     if info is None and epoch is not None:
@@ -189,8 +90,6 @@ def infra_failure(rt: Any, experiment_id: str, exc: HostError) -> dict[str, Any]
     """The state update that ends a run whose host failed under an experiment (lost connection, changed
     host key, refused authentication, no SFTP, full disk, missing launcher): status ``error`` with the
     cause in plain words. A server that cannot be reached now is left for the next run's orphan sweep."""
-    from tools.host import HostUnreachable
-
     note = ""
     if isinstance(exc, HostUnreachable):
         rt.sessions.pop(experiment_id, None)  # it cannot be stopped now; the next run there stops it
@@ -201,29 +100,11 @@ def infra_failure(rt: Any, experiment_id: str, exc: HostError) -> dict[str, Any]
     }
 
 
-def open_launches(tr: Transcript) -> dict[str, dict[str, Any]]:
-    """Launch records of the transcript that no ``server.stopped`` closed, by experiment id."""
-    from agent.runs import prior_launch
-    from agent.transcript import read_transcript, skip_bad
-
-    ids = {
-        str(ev.data.get("experiment_id"))
-        for ev in read_transcript(tr.path, on_bad=skip_bad)
-        if ev.type in ("server.launching", "server.launched", "server.adopted")
-    }
-    out = {}
-    for exp_id in sorted(ids):
-        rec = prior_launch(tr.path, exp_id).open
-        if rec is not None:
-            out[exp_id] = rec
-    return out
 
 
 def end_lost_run(rt: Any, graph: Any, config: dict[str, Any], values: dict[str, Any]) -> None:
     """End a run whose checkpoint has no next step and no conclusion: stop every server its transcript
     shows running (found by pid or by log), then route the graph to ``conclude`` with status ``error``."""
-    from agent.case import Case
-
     tr: Transcript = rt.transcript
     left = open_launches(tr)
     if left:
@@ -234,7 +115,7 @@ def end_lost_run(rt: Any, graph: Any, config: dict[str, Any], values: dict[str, 
         else:
             for exp_id, record in left.items():
                 if record.get("intent"):
-                    handle = _find(host, str(record.get("log") or ""))
+                    handle = find_launch(host, str(record.get("log") or ""))
                     if handle is None:
                         continue
                     record = {**record, "pid": handle.pid, "pgid": handle.pgid}

@@ -214,6 +214,8 @@ class Planner(Protocol):
     """Decides: ledger from history, next experiment from ledger (DESIGN.md, "Planners")."""
 
     name: str
+    #: The host's flag catalog the planner's proposals are checked against (None: names unchecked).
+    flags: FlagCatalog | None
 
     def history(self, view: PlannerView) -> HistoryState: ...
 

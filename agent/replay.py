@@ -645,7 +645,7 @@ def _compare_proposal(
 
 
 def _compare_conclusion(run: RecordedRun, planner: Planner, case: Case) -> Decision:
-    from agent.graph import build_conclusion
+    from agent.nodes.conclude import build_conclusion
 
     last = max((e.outcome_seq or 0 for e in run.runs), default=0)
     view = view_at(run, last + 1, case)

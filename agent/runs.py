@@ -1,5 +1,4 @@
-"""Durable runs: the checkpoint store, one lock per run, reading paused runs, and what an ended process
-left behind.
+"""Durable runs: the checkpoint store, one lock per run, and reading runs for ``runs``/``show``.
 
 Everything lives under ``$HYPOLOOP_HOME`` (default ``~/.hypoloop``):
 
@@ -7,35 +6,28 @@ Everything lives under ``$HYPOLOOP_HOME`` (default ``~/.hypoloop``):
 - ``locks/RUN_ID.lock``: an ``fcntl.flock`` held by the one process driving the run (``run`` or
   ``resume``); a second process gets :class:`RunInUse`. The lock goes away with its process, also on
   ``kill -9`` (servers are spawned with ``close_fds``, so they never inherit it).
-- ``runs/RUN_ID/EXP_ID.result.json``: an experiment's raw evidence, saved the moment it is complete, so a
-  process killed after a launch finished but before its checkpoint was written does not launch again.
+- ``runs/RUN_ID/``: each experiment's saved result and local server logs (``agent.recovery``).
 
-A launch is recorded in the transcript (``server.launched`` with pid, process group, log and port)
-before anything waits on it; :func:`prior_launch` reads that record back on resume.
+What an ended process left behind (saved results, launch records) is read by ``agent.recovery``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from pydantic import BaseModel
 
-from agent.case import load_case
+from agent.graph import build_graph
+from agent.runtime import Runtime
 from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript, skip_bad
-from tools.host import ProcessHandle
-
-if TYPE_CHECKING:
-    from agent.graph import Runtime
 
 RunStatus = Literal["running", "waiting for approval", "finished", "interrupted"]
 
@@ -214,8 +206,6 @@ class RunInfo(BaseModel):
 
 def read_graph(home: Path, saver: SqliteSaver) -> Any:
     """The run graph compiled over ``saver`` with a runtime that can only read (for ``get_state``)."""
-    from agent.graph import Runtime, build_graph
-
     return build_graph(Runtime(_ReadOnlyTranscript(), home), saver)
 
 
@@ -271,11 +261,10 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
 def local_leftovers(home: Path, run_id: str) -> list[dict[str, Any]]:
     """Servers of ``run_id`` still running on this machine (found by the log path in their environment,
     ``tools/leftovers.py``): pid, log and port of each."""
-    from tools.leftovers import servers_under
-    from tools.ssh import _port_from_argv
+    from tools.leftovers import port_from_argv, servers_under
 
     return [
-        {"pid": p.pid, "log": p.log_path, "port": _port_from_argv(p.handle().argv)}
+        {"pid": p.pid, "log": p.log_path, "port": port_from_argv(p.argv())}
         for p in servers_under(str(home / "runs" / run_id))
     ]
 
@@ -318,220 +307,3 @@ def load_run(home: Path, run_id: str) -> RunInfo:
         if info is not None:
             return info
     raise RunError(f"no run {run_id!r} in {home / 'checkpoints.sqlite'} (see `hypoloop runs`)")
-
-
-def seed_state(state: dict[str, Any], thread_id: str | None) -> dict[str, Any]:
-    """The initial state of a run started with only ``{"case_ref": "lab:WORLD"}`` (LangGraph Studio).
-
-    Empty when the state already holds a case. Raises CaseError for a bad reference.
-    """
-    if state.get("case") or not state.get("case_ref"):
-        return {}
-    case = load_case(str(state["case_ref"]))
-    return initial_state(
-        state.get("run_id") or thread_id or time.strftime("%Y%m%d-%H%M%S"),
-        case.model_dump(mode="json"),
-        approval=state.get("approval") or case.approval,
-    )
-
-
-def initial_state(run_id: str, case: dict[str, Any], *, approval: str, **extra: Any) -> dict[str, Any]:
-    """The state a new run starts from (one shape for the CLI and LangGraph Studio); ``extra`` adds keys
-    such as the transcript path and the planner spec."""
-    return {
-        "run_id": run_id,
-        "case": case,
-        "approval": approval,
-        "launches": 0,
-        "host_seconds": 0.0,
-        "experiments": [],
-        "outcomes": [],
-        "rejections": [],
-        "hypotheses": [],
-        "edits": [],
-        "approval_seq": 0,
-        **extra,
-    }
-
-
-def emit_once(
-    tr: Transcript, type: str, data: dict[str, Any], *, node: str, key: tuple[str, ...]
-) -> TranscriptEvent | None:
-    """Emit an event unless the transcript already holds one of this type with the same ``key`` fields.
-
-    For events written before an ``interrupt()``: LangGraph runs the node again from its first line
-    when the run is resumed, in this process or another one. Returns the event, or ``None`` if it was
-    already there.
-    """
-    want = {k: data.get(k) for k in key}
-    try:
-        for ev in read_transcript(tr.path, on_bad=skip_bad):
-            if ev.type == type and all(ev.data.get(k) == v for k, v in want.items()):
-                return None
-    except TranscriptError:
-        pass
-    return tr.emit(type, data, node=node)
-
-
-# ---------------------------------------------------------------------------------------- recovery
-
-
-def result_path(home: Path, run_id: str, experiment_id: str) -> Path:
-    """Where an experiment's raw evidence is kept once complete."""
-    return home / "runs" / run_id / f"{experiment_id}.result.json"
-
-
-def save_result(home: Path, run_id: str, raw: dict[str, Any]) -> None:
-    """Write an experiment's raw evidence atomically (temp file, fsync, rename)."""
-    path = result_path(home, run_id, raw["experiment_id"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(raw, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def load_result(home: Path, run_id: str, experiment_id: str) -> dict[str, Any] | None:
-    """The saved raw evidence of an experiment, if a process completed it."""
-    path = result_path(home, run_id, experiment_id)
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data
-
-
-@dataclass
-class PriorLaunch:
-    """What earlier processes of this run did with one experiment, from the transcript.
-
-    ``open``: the last ``server.launched``/``server.adopted`` record that no ``server.stopped`` followed
-    (the process driving it ended mid-way), else ``None``. ``attempts``: launches recorded so far.
-    ``wall_s``: wall-clock seconds those launches are known to have run (seconds), from each launch to its
-    ``server.stopped``, or to the last event recorded while it was being watched when nobody stopped it.
-    """
-
-    open: dict[str, Any] | None
-    attempts: int
-    wall_s: float = 0.0
-
-
-def prior_launch(transcript: Path, experiment_id: str) -> PriorLaunch:
-    """Read the transcript for earlier launches of ``experiment_id`` (a missing transcript: none)."""
-    record: dict[str, Any] | None = None
-    attempts = 0
-    wall = 0.0
-    start: float | None = None  # wall-clock start of the attempt being followed
-    last = 0.0  # the latest event seen while it ran
-    try:
-        for ev in read_transcript(transcript, on_bad=skip_bad):
-            if ev.data.get("experiment_id") != experiment_id:
-                continue
-            if ev.type in ("server.lost", "experiment.relaunched", "experiment.recovered"):
-                continue  # written by a later process: not time the server was seen running
-            if ev.type == "server.launching":  # an intent; superseded by the server.launched after it
-                record = {**ev.data, "intent": True}
-            elif ev.type == "server.launched":
-                if start is not None:
-                    wall += max(0.0, last - start)
-                attempts += 1
-                record = dict(ev.data)
-                start = float(ev.data.get("started_wall") or ev.ts)
-            elif ev.type == "server.adopted":
-                record = dict(ev.data)
-            elif ev.type == "server.stopped":
-                record = None
-            last = max(last, ev.ts)
-            if ev.type == "server.stopped" and start is not None:
-                wall += max(0.0, last - start)
-                start = None
-        if start is not None:
-            wall += max(0.0, last - start)
-    except TranscriptError:
-        pass
-    return PriorLaunch(open=record, attempts=attempts, wall_s=round(wall, 3))
-
-
-def handle_from_record(record: dict[str, Any]) -> ProcessHandle | None:
-    """The process handle a ``server.launched`` record describes (``None`` for a record without a pid).
-
-    The monotonic start is rebuilt from the wall-clock start, so the ready deadline and the host-seconds
-    keep counting from the original launch in a new process.
-    """
-    if not record.get("pid") or not record.get("log"):
-        return None
-    started_wall = float(record.get("started_wall") or time.time())
-    return ProcessHandle(
-        pid=int(record["pid"]),
-        pgid=int(record.get("pgid") or record["pid"]),
-        argv=[],
-        log_path=str(record["log"]),
-        started_wall=started_wall,
-        started_monotonic=time.monotonic() - max(0.0, time.time() - started_wall),
-    )
-
-
-def recover(
-    rt: Runtime, host: Any, run_id: str, experiment_id: str, *, prior: PriorLaunch | None = None
-) -> tuple[dict[str, Any] | None, ProcessHandle | None, dict[str, Any] | None]:
-    """Before executing an experiment: what an earlier process of this run left behind.
-
-    Returns ``(raw, adopt, record)``: the saved raw result if the experiment completed (nothing is
-    launched again), or the handle and launch record of a server still running that an ended process
-    launched (to adopt instead of launching a duplicate), or ``(None, None, None)`` to launch. Writes
-    what it found to the transcript: ``experiment.recovered``, ``server.lost`` + ``experiment.relaunched``
-    (the earlier server is gone), or ``experiment.relaunched`` (an earlier attempt was stopped before it
-    finished).
-    """
-    from agent.crashsafe import resolve_intent, stop_leftover
-
-    tr = rt.transcript
-    raw = load_result(rt.state_dir, run_id, experiment_id)
-    if raw is not None:
-        prior = prior or prior_launch(tr.path, experiment_id)
-        if prior.open is not None and not prior.open.get("intent"):
-            stop_leftover(tr, host, experiment_id, prior.open)
-        tr.emit(
-            "experiment.recovered",
-            {
-                "experiment_id": experiment_id,
-                "reason": "an earlier process finished this experiment but ended before saving the run's "
-                "state; its result is used and nothing is launched again",
-            },
-            node="execute",
-        )
-        return raw, None, None
-    prior = prior or prior_launch(tr.path, experiment_id)  # the caller may have read it already
-    if prior.open is not None and prior.open.get("intent"):
-        found = resolve_intent(tr, host, experiment_id, prior)
-        if found is not None and prior.open is not None:
-            return None, found, prior.open
-    if prior.open is not None:
-        handle = handle_from_record(prior.open)
-        if handle is not None and host.is_alive(handle):
-            return None, handle, prior.open
-        tr.emit(
-            "server.lost",
-            {
-                "experiment_id": experiment_id,
-                "pid": prior.open.get("pid"),
-                "log": prior.open.get("log"),
-                "reason": "launched by an earlier process that ended; the server is no longer running and "
-                "its outcome was never read",
-            },
-            node="execute",
-        )
-    if prior.attempts:
-        tr.emit(
-            "experiment.relaunched",
-            {
-                "experiment_id": experiment_id,
-                "earlier_launches": prior.attempts,
-                "reason": "an earlier launch of this experiment did not finish (its process was stopped or "
-                "ended), so it is launched again",
-            },
-            node="execute",
-        )
-    return None, None, None

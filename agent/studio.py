@@ -5,8 +5,9 @@ Studio starts a run with the input ``{"case_ref": "lab:glm5-nvfp4-sm120"}`` (a c
 showing the approval request; resume it with ``{"decision": "approve"}``, ``{"decision": "edit", "set":
 ["--kv-cache-dtype=bfloat16"]}``, ``{"decision": "reject", "reason": "..."}`` or ``{"decision": "stop"}``.
 
-The LangGraph server brings its own checkpointer, so the graph is compiled without one. Each run
-(thread) writes its transcript to ``$HYPOLOOP_TRANSCRIPT_DIR/THREAD_ID.jsonl`` (default
+The LangGraph server brings its own checkpointer, so the graph is compiled without one. One graph
+object serves every thread of the server, so each thread gets its own ``Runtime`` (its host connection,
+flag catalog, running servers and transcript ``$HYPOLOOP_TRANSCRIPT_DIR/THREAD_ID.jsonl``, default
 ``./transcripts``); flag catalogs are cached under ``$HYPOLOOP_HOME``.
 """
 
@@ -19,65 +20,50 @@ from typing import Any
 
 from langgraph.config import get_config
 
-from agent.graph import Runtime, build_graph
+from agent.graph import build_graph
 from agent.runs import home_dir
-from agent.transcript import Transcript, TranscriptEvent
+from agent.runtime import Runtime
+from agent.transcript import Transcript
 
 
-class ThreadTranscripts(Transcript):
-    """A transcript per LangGraph thread: events go to ``DIR/THREAD_ID.jsonl`` of the running thread.
+class ThreadRuntimes:
+    """One ``Runtime`` per LangGraph thread, made on the thread's first node and kept for its later ones.
 
-    One graph object serves every run of a LangGraph server, so the file is chosen per call from the
-    run's config (``get_config()``, only available inside a node).
+    Called inside a node (``get_config()`` names the running thread). ``close()`` stops what every
+    thread's runtime still runs and closes their hosts and transcripts.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, home: Path) -> None:
         self.directory = directory
-        self.listeners = []
-        self._open: dict[str, Transcript] = {}
+        self.home = home
+        self._runtimes: dict[str, Runtime] = {}
         self._lock = threading.Lock()
 
-    def _current(self) -> Transcript:
+    def __call__(self) -> Runtime:
         thread = str(get_config().get("configurable", {}).get("thread_id") or "studio")
         with self._lock:
-            tr = self._open.get(thread)
-            if tr is None:
-                tr = Transcript(self.directory / f"{thread}.jsonl", thread)
-                self._open[thread] = tr
-            return tr
-
-    @property
-    def path(self) -> Path:  # type: ignore[override]
-        return self._current().path
-
-    @property
-    def run_id(self) -> str:  # type: ignore[override]
-        return self._current().run_id
-
-    @property
-    def step(self) -> int:  # type: ignore[override]
-        return self._current().step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self._current().step = value
-
-    def emit(self, type: str, data: dict[str, Any] | None = None, *, node: str = "") -> TranscriptEvent:
-        return self._current().emit(type, data, node=node)
+            rt = self._runtimes.get(thread)
+            if rt is None:
+                rt = Runtime(Transcript(self.directory / f"{thread}.jsonl", thread), self.home)
+                self._runtimes[thread] = rt
+            return rt
 
     def close(self) -> None:
+        """Close every thread's runtime (servers stopped, hosts closed) and its transcript."""
         with self._lock:
-            for tr in self._open.values():
-                tr.close()
-            self._open.clear()
+            for rt in self._runtimes.values():
+                rt.close()
+                rt.transcript.close()
+            self._runtimes.clear()
 
 
-def studio_graph(checkpointer: Any = None) -> Any:
-    """The run graph with a default runtime (local state dir, per-thread transcripts)."""
-    directory = Path(os.environ.get("HYPOLOOP_TRANSCRIPT_DIR", "transcripts"))
-    home = home_dir()
-    home.mkdir(parents=True, exist_ok=True)
-    return build_graph(Runtime(ThreadTranscripts(directory), home), checkpointer)
+def studio_graph(checkpointer: Any = None, runtimes: ThreadRuntimes | None = None) -> Any:
+    """The run graph with a runtime per thread (local state dir, a transcript per thread)."""
+    if runtimes is None:
+        home = home_dir()
+        home.mkdir(parents=True, exist_ok=True)
+        runtimes = ThreadRuntimes(Path(os.environ.get("HYPOLOOP_TRANSCRIPT_DIR", "transcripts")), home)
+    return build_graph(runtimes, checkpointer)
 
 
 def make_graph() -> Any:

@@ -334,6 +334,48 @@ def test_approve_node_refuses_a_bad_answer_and_asks_again(
     assert [e.data["request"] for e in events if e.type == "approval.requested"] == [1, 2, 3]
 
 
+def test_studio_threads_on_two_worlds_each_get_their_own_host_and_transcript(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One graph serves every LangGraph Studio thread: two runs on two lab worlds, interleaved, each see
+    their own host (fingerprint), launch their own server and write their own transcript."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    from agent.studio import ThreadRuntimes, studio_graph
+
+    monkeypatch.setenv("HYPOLOOP_LAB_TIME_SCALE", "0.004")
+    runtimes = ThreadRuntimes(tmp_path / "tr", tmp_path / "home")
+    graph = studio_graph(InMemorySaver(), runtimes)
+    worlds = {"a": "glm5-nvfp4-sm120", "b": "cuda-graph-oom"}
+    configs = {t: {"configurable": {"thread_id": t}} for t in worlds}
+    try:
+        for t, world in worlds.items():  # both wait for their baseline's approval
+            out = graph.invoke({"case_ref": f"lab:{world}"}, configs[t])
+            assert out["__interrupt__"][0].value["experiment"]["purpose"] == "baseline"
+        for t in worlds:
+            out = graph.invoke(Command(resume={"decision": "approve"}), configs[t])
+            assert out["__interrupt__"], f"thread {t}: {out.get('conclusion')}"
+        for t in worlds:
+            out = graph.invoke(Command(resume={"decision": "stop"}), configs[t])
+            assert out["conclusion"]["status"] == "stopped"
+    finally:
+        runtimes.close()
+    seen = {}
+    for t in worlds:
+        events = list(read_transcript(tmp_path / "tr" / f"{t}.jsonl"))
+        assert {e.run_id for e in events} == {t}
+        fp = next(e.data for e in events if e.type == "host.fingerprint")
+        launched = [e.data for e in events if e.type == "server.launched"]
+        outcome = next(e.data for e in events if e.type == "outcome")
+        assert len(launched) == 1 and f"/runs/{t}/" in launched[0]["log"]
+        assert outcome["experiment_id"] == launched[0]["experiment_id"]
+        seen[t] = (fp["gpu_name"], fp["gpu_count"], outcome["stage"])
+    assert seen["a"][:2] == ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 8)
+    assert seen["b"][:2] == ("NVIDIA L40S", 4)
+    assert seen["a"][2] != seen["b"][2]  # NaN at the first decode vs. out of memory while loading
+
+
 # ------------------------------------------------------------------------------------------ terminal
 
 

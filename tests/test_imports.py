@@ -1,4 +1,4 @@
-"""Dependency direction (DESIGN.md): ``agent`` and ``tools`` never import ``lab``; the lab imports only
+"""Dependency direction (docs/ARCHITECTURE.md): ``agent`` and ``tools`` never import ``lab``; the lab imports only
 the standard library and itself (it is copied to remote hosts). Checked on the source (AST), so an
 import hidden in a function body or done through importlib is caught too."""
 
@@ -69,3 +69,73 @@ def test_the_scan_sees_hidden_imports(tmp_path: Path) -> None:
         "    return importlib.import_module('lab.rules'), __import__('lab')\n"
     )
     assert [m for _, m in _imported_modules(sample)] == ["importlib", "lab.world", "lab.rules", "lab"]
+
+
+def _import_graph(root: Path, packages: list[str]) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports (anywhere in the file, function bodies included;
+    ``from pkg import submodule`` counts as importing the submodule)."""
+    modules: dict[str, Path] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            graph[module] |= {n for n in names if n in modules and n != module}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle: the strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_agent_and_tools_have_no_import_circles() -> None:
+    graph = _import_graph(REPO, ["agent", "tools"])
+    assert "agent.graph" in graph and "tools.ssh" in graph
+    circles = _cycles(graph)
+    assert not circles, "modules that import each other (directly or round a loop):\n" + "\n".join(
+        " <-> ".join(c) + "".join(f"\n    {m} imports {sorted(graph[m] & set(c))}" for m in c) for c in circles
+    )
+
+
+def test_the_circle_check_sees_a_circle_through_a_function_body(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("from pkg.b import f\n")
+    (tmp_path / "pkg" / "b.py").write_text("def f():\n    from pkg import c\n")
+    (tmp_path / "pkg" / "c.py").write_text("import pkg.a\n")
+    assert _cycles(_import_graph(tmp_path, ["pkg"])) == [["pkg.a", "pkg.b", "pkg.c"]]

@@ -20,7 +20,7 @@ from clirun import run_cli as _hypoloop
 
 from agent.case import Case
 from agent.catalog import load_catalog
-from agent.graph import classify_outcome
+from agent.evidence import Evidence
 from agent.llm_client import RecordedChatClient
 from agent.llm_context import build_context, estimate_tokens
 from agent.llm_planner import (
@@ -33,7 +33,8 @@ from agent.llm_planner import (
     planner_spec_from_options,
     usage_summary,
 )
-from agent.models import Change, Experiment
+from agent.models import Change, Experiment, Timings
+from agent.nodes.analyze import classify_outcome
 from agent.planner import PlannerView, RelevantFinding, RulePlanner, model_features
 from agent.redact import Redactor, is_secret_name
 from agent.transcript import Transcript, read_transcript
@@ -181,15 +182,13 @@ def _history(log: str = CRASH_LOG) -> tuple[PlannerView, Any]:
     )
     matches, facts = scan_text(log, load_signatures())
     outcome = classify_outcome(
-        {
-            "experiment_id": exp.id,
-            "status": "observed",
-            "matches": [m.model_dump(mode="json") for m in matches],
-            "facts": facts,
-            "probes": [],
-            "timings": {"host_seconds": 500.0},
-            "exit_code": None,
-        }
+        Evidence(
+            experiment_id=exp.id,
+            status="observed",
+            matches=matches,
+            facts=facts,
+            timings=Timings(host_seconds=500.0),
+        )
     )
     view = PlannerView(
         case=case,

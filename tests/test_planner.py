@@ -421,7 +421,7 @@ def test_after_a_workaround_fixes_it_a_root_fix_is_still_tested_and_preferred() 
     assert h.propose() is None
 
     # The conclusion keeps the root fix and names the workaround that also fixed it, with its cost.
-    from agent.graph import build_conclusion
+    from agent.nodes.conclude import build_conclusion
 
     c = build_conclusion(
         {

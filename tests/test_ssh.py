@@ -26,7 +26,8 @@ from clirun import cli_env as _env
 from clirun import run_cli as _hypoloop
 
 from agent.transcript import read_transcript
-from tools.host import CommandTimeout, Host, HostError, connect_host
+from tools.connect import connect_host
+from tools.host import CommandTimeout, Host, HostError
 from tools.logwatch import LogWatcher
 from tools.probes import Probe, run_probe
 from tools.ssh import SSHHost, SSHOptions, parse_target

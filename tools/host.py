@@ -3,7 +3,7 @@
 A `Host` runs short commands, spawns long-lived servers in their own process group with a log file,
 reads that log incrementally, and stops what it started (TERM the group, wait, KILL, verify gone).
 `LocalHost` does all of this with `subprocess` on this machine; `SSHHost` (tools/ssh.py) does it on a
-remote host over SSH; `connect_host` picks one from a target string (``local`` or ``ssh://...``).
+remote host over SSH; `tools.connect.connect_host` picks one from a target string.
 Every process a `LocalHost` spawns is tracked in a module registry so `terminate_all()` (also
 registered with `atexit`) can stop anything still running when the orchestrator exits.
 """
@@ -19,11 +19,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
+
+from tools import leftovers
 
 TIME_SCALE_ENV = "HYPOLOOP_LAB_TIME_SCALE"
 
@@ -118,29 +120,6 @@ class FindsOrphans(Protocol):
     def find_orphans(self) -> Sequence[Any]: ...
 
     def stop_orphan(self, orphan: Any, grace_s: float = 10.0) -> bool: ...
-
-
-def connect_host(
-    target: str,
-    *,
-    env: Mapping[str, str] | None = None,
-    local_root: str | None = None,
-    ssh: Any = None,
-    on_event: Callable[[str, dict[str, Any]], object] | None = None,
-) -> Host:
-    """The host named by `target`: ``local`` (a `LocalHost` with work dirs under `local_root`) or
-    ``ssh://[USER@]HOST[:PORT]`` (an `SSHHost` with `tools.ssh.SSHOptions` `ssh`, connected now).
-
-    `env` is the host environment; `on_event(type, data)` hears about SSH connects and reconnects.
-    Raises `HostError` (one line) for an unknown target or a host that cannot be reached or trusted.
-    """
-    if target == "local":
-        return LocalHost(env=env, root=local_root)
-    if target.startswith("ssh://"):
-        from tools.ssh import SSHHost  # here, not at the top: tools.ssh imports this module
-
-        return SSHHost(target, env=env, options=ssh, on_event=on_event)
-    raise HostError(f"{target}: expected 'local' or 'ssh://[USER@]HOST[:PORT]'")
 
 
 def expand_argv(argv: Sequence[str], host: Host) -> list[str]:
@@ -252,6 +231,18 @@ def _signal_pid(pid: int, sig: int) -> None:
 
 _REGISTRY_LOCK = threading.Lock()
 _REGISTRY: dict[int, tuple[LocalHost, ProcessHandle]] = {}
+
+
+def _handle_of(found: leftovers.LaunchedProcess) -> ProcessHandle:
+    age = found.age_s()
+    return ProcessHandle(
+        pid=found.pid,
+        pgid=found.pid,
+        argv=found.argv(),
+        log_path=found.log_path,
+        started_wall=time.time() - age,
+        started_monotonic=time.monotonic() - age,
+    )
 
 
 def terminate_all(grace_s: float = 2.0) -> list[int]:
@@ -395,10 +386,8 @@ class LocalHost:
         merged.setdefault("PYTHONUNBUFFERED", "1")
         # In the server's environment from its first instruction: a later process finds it by its log
         # (resume adopts it) or as an orphan, whenever this process dies (tools/leftovers.py).
-        from tools.leftovers import LAUNCH_LOG_ENV, ORCHESTRATOR_ENV, orchestrator_marker
-
-        merged[LAUNCH_LOG_ENV] = path
-        merged[ORCHESTRATOR_ENV] = orchestrator_marker()
+        merged[leftovers.LAUNCH_LOG_ENV] = path
+        merged[leftovers.ORCHESTRATOR_ENV] = leftovers.orchestrator_marker()
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed below
@@ -538,39 +527,31 @@ class LocalHost:
     def find_launch(self, log_path: str) -> ProcessHandle | None:
         """The live server an earlier process launched with this log (even one killed before it could
         record the launch), or None."""
-        from tools.leftovers import find_launch
-
-        found = find_launch(log_path)
-        return found.handle() if found is not None else None
+        found = leftovers.find_launch(log_path)
+        return _handle_of(found) if found is not None else None
 
     def claim(self, handle: ProcessHandle) -> None:
         """Take over looking after a server an earlier process launched (it is no orphan any more)."""
-        from tools.leftovers import claim
+        leftovers.claim(handle.log_path)
 
-        claim(handle.log_path)
-
-    def find_orphans(self) -> list[Any]:
-        """Servers launched under this host's runs folder whose hypoloop process is gone (as
-        `tools.ssh.Orphan`; ``pid_file`` is ``LOG.pid``, so its folder names the run). Empty without a
-        runs folder (``root``)."""
-        from tools.leftovers import orphans_under
-        from tools.ssh import Orphan, _port_from_argv
-
+    def find_orphans(self) -> list[leftovers.Orphan]:
+        """Servers launched under this host's runs folder whose hypoloop process is gone (``pid_file`` is
+        ``LOG.pid``, so its folder names the run). Empty without a runs folder (``root``)."""
         if not self._root:
             return []
         out = []
-        for p in orphans_under(self._root):
-            argv = p.handle().argv
+        for p in leftovers.orphans_under(self._root):
+            argv = p.argv()
             orch = p.orchestrator.partition(":")[0]
             out.append(
-                Orphan(
+                leftovers.Orphan(
                     pid_file=f"{p.log_path}.pid",
                     log_path=p.log_path,
                     pgid=p.pid,
                     pid=p.pid,
                     starttime=p.starttime,
                     argv=argv,
-                    port=_port_from_argv(argv),
+                    port=leftovers.port_from_argv(argv),
                     client=socket.gethostname(),
                     client_pid=int(orch) if orch.isdigit() else None,
                     heartbeat_age_s=0.0,
@@ -581,9 +562,7 @@ class LocalHost:
 
     def stop_orphan(self, orphan: Any, grace_s: float = 10.0) -> bool:
         """Stop an orphaned server's process group (TERM, grace, KILL) and verify it is gone."""
-        from tools.leftovers import proc_starttime
-
-        if proc_starttime(orphan.pgid) not in (None, orphan.starttime):
+        if leftovers.proc_starttime(orphan.pgid) not in (None, orphan.starttime):
             return True  # that pid belongs to another process now: the orphan is gone
         handle = ProcessHandle(
             pid=orphan.pgid, pgid=orphan.pgid, argv=list(orphan.argv), log_path=orphan.log_path,

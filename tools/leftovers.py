@@ -13,9 +13,45 @@ nothing is found.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
-from tools.host import ProcessHandle
+from pydantic import BaseModel, Field
+
+
+class Orphan(BaseModel):
+    """A server of an earlier hypoloop run still running on the host while its orchestrator is gone.
+
+    `heartbeat_age_s` is how long ago its orchestrator last touched the PID file; `why` says why it is
+    considered orphaned; `port` is its ``--port`` if the argv had one.
+    """
+
+    pid_file: str
+    log_path: str
+    pgid: int
+    pid: int | None
+    starttime: str
+    argv: list[str] = Field(default_factory=list)
+    port: int | None = None
+    client: str | None = None
+    client_pid: int | None = None
+    heartbeat_age_s: float
+    why: str
+
+
+def port_from_argv(argv: Sequence[str]) -> int | None:
+    """The value of the last ``--port N`` / ``--port=N`` in `argv`, if any."""
+    port: int | None = None
+    for i, a in enumerate(argv):
+        value = None
+        if a == "--port" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith("--port="):
+            value = a.split("=", 1)[1]
+        if value is not None and value.isdigit():
+            port = int(value)
+    return port
+
 
 LAUNCH_LOG_ENV = "HYPOLOOP_LAUNCH_LOG"
 ORCHESTRATOR_ENV = "HYPOLOOP_ORCHESTRATOR"
@@ -59,24 +95,18 @@ class LaunchedProcess:
         self.orchestrator = orchestrator
         self.starttime = starttime
 
-    def handle(self) -> ProcessHandle:
-        """A handle for `LocalHost.terminate` / adoption (started_wall from the process start)."""
-        import time
-
+    def age_s(self) -> float:
+        """Seconds since the process started (0.0 if unknown)."""
         try:
             ticks = os.sysconf("SC_CLK_TCK")
             uptime = float((_PROC / "uptime").read_text().split()[0])
-            age = max(0.0, uptime - int(self.starttime) / ticks)
+            return max(0.0, uptime - int(self.starttime) / ticks)
         except (OSError, ValueError):
-            age = 0.0
-        return ProcessHandle(
-            pid=self.pid,
-            pgid=self.pid,
-            argv=_cmdline(self.pid),
-            log_path=self.log_path,
-            started_wall=time.time() - age,
-            started_monotonic=time.monotonic() - age,
-        )
+            return 0.0
+
+    def argv(self) -> list[str]:
+        """Its command line."""
+        return _cmdline(self.pid)
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -70,6 +70,8 @@ from tools.host import (
     ProcessHandle,
     expand_argv,
 )
+from tools.leftovers import Orphan
+from tools.leftovers import port_from_argv as _port_from_argv
 
 __all__ = ["Orphan", "SSHHost", "SSHOptions", "SSHStats", "SSHTarget", "parse_target"]
 
@@ -168,26 +170,6 @@ class SSHStats(BaseModel):
     wire_bytes_received: int = 0
 
 
-class Orphan(BaseModel):
-    """A server of an earlier hypoloop run still running on the host while its orchestrator is gone.
-
-    `heartbeat_age_s` is how long ago its orchestrator last touched the PID file; `why` says why it is
-    considered orphaned; `port` is its ``--port`` if the argv had one.
-    """
-
-    pid_file: str
-    log_path: str
-    pgid: int
-    pid: int | None
-    starttime: str
-    argv: list[str] = Field(default_factory=list)
-    port: int | None = None
-    client: str | None = None
-    client_pid: int | None = None
-    heartbeat_age_s: float
-    why: str
-
-
 # --- the remote shell snippets ---------------------------------------------------------------------
 
 # Process inspection in POSIX sh through /proc, with builtins only (no fork per process).
@@ -245,20 +227,6 @@ def _precheck(argv0: str) -> str:
         raise HostError(f"{argv0!r}: not a program name (it must not start with '-' or contain '=')")
     msg = _q(_NOT_FOUND_MARK + argv0)
     return f"command -v {_q(argv0)} >/dev/null 2>&1 || {{ echo {msg} >&2; exit 127; }}\n"
-
-
-def _port_from_argv(argv: Sequence[str]) -> int | None:
-    """The value of the last ``--port N`` / ``--port=N`` in `argv`, if any."""
-    port: int | None = None
-    for i, a in enumerate(argv):
-        value = None
-        if a == "--port" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif a.startswith("--port="):
-            value = a.split("=", 1)[1]
-        if value is not None and value.isdigit():
-            port = int(value)
-    return port
 
 
 # --- private state ---------------------------------------------------------------------------------

@@ -1,0 +1,279 @@
+"""execute: run the approved experiment on the host and keep its evidence.
+
+Launch the server (or adopt the one an ended process of this run left running, or reuse a result it
+already saved), watch its log until ready, crash, stall or timeout, probe it, stop it and verify it is
+gone; the evidence (``agent.evidence.Evidence``) goes into the state for analyze.
+
+Side effects:
+
+- host: launches one server (``tools.server.ServerSession``), sends the probe requests and
+  ``/get_server_info`` to it, stops it (always, also on Ctrl-C: ``Runtime.close`` stops an interrupted
+  one); may connect to the host first;
+- transcript: ``tool.call`` (launch_server), ``server.launched`` (before anything waits on it) or
+  ``server.adopted``, ``observation`` (ready and fatal lines), ``server.ready``, ``probe.result``,
+  ``server.crashed``/``server.timeout``, ``server.stopped``, ``experiment.skipped``, ``error`` (the host
+  failed), and through ``agent.recovery.recover`` ``experiment.recovered``, ``server.lost``,
+  ``experiment.relaunched``; sets the transcript's step;
+- files: the server's log (``EXP.log``, ``EXP.launchN.log`` for a relaunch) in the run's host workdir
+  and the saved result ``$HYPOLOOP_HOME/runs/RUN_ID/EXP.result.json``.
+
+Any host failure (unreachable, changed host key, refused authentication, no SFTP, full disk, missing
+launcher) ends the run: the update carries ``status: "error"`` with the cause, and after analyze the
+graph's error edge goes to conclude; it is never evidence about the deployment. A probe that fails
+across a dropped connection is sent again after reconnecting (``agent.crashsafe``), and
+``server.launching`` is written before the spawn (``agent.recovery``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from agent.case import Case
+from agent.crashsafe import api_key_of, infra_failure, probe_through_drops, server_info_through_drops
+from agent.evidence import Evidence
+from agent.models import Experiment
+from agent.recovery import prior_launch, record_intent, recover, save_result
+from agent.runtime import Runtime
+from agent.state import RunState, case_of
+from tools.host import Host, HostError, ProcessHandle, expand_argv
+from tools.probes import ProbeResult
+from tools.server import LaunchResult, ServerSession, WatchEvent, render_command
+from tools.signatures import SignatureMatcher
+from tools.stall import StallWatch
+
+
+def execute(state: RunState, rt: Runtime) -> dict[str, Any]:
+    """The execute node: see the module docstring."""
+    tr = rt.transcript
+    exp = Experiment.model_validate(state["pending"])
+    if any(o["experiment_id"] == exp.id for o in state.get("outcomes", [])):
+        tr.emit("experiment.skipped", {"experiment_id": exp.id, "reason": "already executed"}, node="execute")
+        return {"pending": None}
+    tr.step = state.get("launches", 0) + 1
+    unreachable: dict[str, Any] = {}
+    # Earlier attempts of this experiment that launched a server which was lost or stopped before
+    # its outcome was read: their launches and host time count against the budget too.
+    earlier, earlier_host_s = 0, 0.0
+    time_scale = 1.0
+    try:
+        # An earlier process of this run may have finished this experiment, or left its server
+        # running when it died: reuse the result or adopt the server, never launch a duplicate.
+        case = case_of(state)
+        host = rt.host(case)
+        time_scale = host.time_scale
+        prior = prior_launch(tr.path, exp.id)  # one read of the transcript serves both
+        evidence, adopt, record = recover(rt, host, state["run_id"], exp.id, prior=prior)
+        if evidence is None and adopt is None:  # (an adopted server keeps its first launch's clock)
+            earlier, earlier_host_s = prior.attempts, prior.wall_s / host.time_scale
+        if evidence is None:
+            evidence = run_experiment(
+                rt, case, state["run_id"], exp, adopt=adopt, record=record, launch_no=prior.attempts + 1
+            )
+            save_result(rt.state_dir, state["run_id"], evidence)
+    except HostError as exc:
+        tr.emit("error", {"message": str(exc), "experiment_id": exp.id}, node="execute")
+        # Launches of this experiment that produced no outcome, this one included (the host failed
+        # under a running server): each used the host, so each counts, with the time it was seen.
+        lost = prior_launch(tr.path, exp.id)
+        earlier, earlier_host_s = lost.attempts, lost.wall_s / time_scale
+        # The host failed, not the server: that is no evidence about the deployment, and nothing more
+        # can be learned there. The run ends in error (conclude stops what it can still reach).
+        unreachable = infra_failure(rt, exp.id, exc)
+        evidence = Evidence.infra_error(exp.id, str(exc))
+    exp.status = "running"
+    return {
+        **unreachable,
+        "pending": None,
+        "raw": evidence.model_dump(mode="json"),
+        "experiments": [*state.get("experiments", []), exp.model_dump(mode="json")],
+        # Every server start counts against the budget, the lost or interrupted ones too.
+        "launches": state.get("launches", 0) + (1 if evidence.launched else 0) + earlier,
+        "host_seconds": round(
+            state.get("host_seconds", 0.0) + evidence.timings.host_seconds + earlier_host_s, 3
+        ),
+    }
+
+
+def run_experiment(
+    rt: Runtime,
+    case: Case,
+    run_id: str,
+    exp: Experiment,
+    *,
+    adopt: ProcessHandle | None = None,
+    record: dict[str, Any] | None = None,
+    launch_no: int = 1,
+) -> Evidence:
+    """Launch one experiment, watch it to ready/crash/timeout, probe it, stop it; return its evidence.
+
+    ``adopt``: instead of launching, take over this server, which an earlier process of the run
+    launched (``record`` is its ``server.launched`` event data: port, log). ``launch_no``: which launch
+    of this experiment this is (a relaunch after a lost one writes a new log, ``EXP.launchN.log``, and
+    leaves the earlier log as it was). The server is stopped (and verified gone) before this returns,
+    also on KeyboardInterrupt. Raises HostError when the host itself fails.
+    """
+    tr = rt.transcript
+    host = rt.host(case)
+    port = int(record["port"]) if adopt is not None and record else host.free_port()
+    name = exp.id if launch_no <= 1 else f"{exp.id}.launch{launch_no}"
+    log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{name}.log"
+    matcher = SignatureMatcher(rt.signatures)
+    # Stall = no log progress for a stage-appropriate time (tools/stall.py); the case's stall_timeout_s,
+    # when given, caps it.
+    stall = StallWatch(
+        rt.signatures,
+        time_scale=host.time_scale,
+        ceiling_s=case.budget.stall_timeout_s * host.time_scale if case.budget.stall_timeout_s else None,
+    )
+    argv = render_command(
+        expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host="127.0.0.1", port=port
+    )
+    session = ServerSession(
+        host,
+        argv,
+        env=exp.config().env,
+        log_path=log_path,
+        port=port,
+        matcher=matcher,
+        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev),
+        ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
+        stall_timeout_s=stall.limit,
+    )
+    rt.sessions[exp.id] = session
+    probes: list[ProbeResult] = []
+    with session:
+        t0 = _start_or_adopt(rt, session, exp, host, argv, run_id=run_id, adopt=adopt, record=record)
+        res = session.wait_ready()
+        server_info = _probe_or_record_failure(rt, session, res, case, exp, probes)
+        # The evidence is complete: saved before the stop, so a kill during the stop costs no relaunch.
+        save_result(rt.state_dir, run_id, Evidence.from_launch(
+            exp.id, final=session.result(), matcher=matcher, server_info=server_info, stall=stall,
+            probes=probes, log_path=log_path, t_ready_s=res.t_ready_s, wall_s=time.monotonic() - t0,
+            time_scale=host.time_scale,
+        ))
+        stopped = session.stop()
+    wall = time.monotonic() - t0
+    tr.emit("server.stopped", {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3)}, node="execute")
+    rt.sessions.pop(exp.id, None)  # stopped and recorded; Runtime.close() handles only interrupted ones
+    return Evidence.from_launch(
+        exp.id,
+        final=session.result(),
+        matcher=matcher,
+        server_info=server_info,
+        stall=stall,
+        probes=probes,
+        log_path=log_path,
+        t_ready_s=res.t_ready_s,
+        wall_s=wall,
+        time_scale=host.time_scale,
+    )
+
+
+def _on_watch_event(rt: Runtime, exp_id: str, stall: StallWatch, ev: WatchEvent) -> None:
+    """Feed the stall watch every event; record ready and fatal lines as observations."""
+    stall.observe(ev)
+    if ev.kind in ("ready", "fatal") and ev.line is not None:
+        rt.transcript.emit(
+            "observation",
+            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.lineno, "text": ev.line.text[:300]},
+            node="execute",
+        )
+
+
+def _start_or_adopt(
+    rt: Runtime,
+    session: ServerSession,
+    exp: Experiment,
+    host: Host,
+    argv: list[str],
+    *,
+    run_id: str,
+    adopt: ProcessHandle | None,
+    record: dict[str, Any] | None,
+) -> float:
+    """Start the server, or take over the one an earlier process launched; the monotonic start time.
+
+    The launch record is on disk before anything waits on the server, so a process that resumes this
+    run after a crash can find the server (``agent.recovery.recover``) and adopt it.
+    """
+    tr = rt.transcript
+    port, log_path = session.port, session.log_path
+    if adopt is not None:
+        tr.emit(
+            "server.adopted",
+            {
+                "experiment_id": exp.id,
+                "pid": adopt.pid,
+                "pgid": adopt.pgid,
+                "port": port,
+                "log": log_path,
+                "started_wall": adopt.started_wall,
+                "reason": f"launched by an earlier hypoloop process (pid {(record or {}).get('orchestrator_pid')}) "
+                "that ended while the server was running; this process takes the server over "
+                "instead of launching a duplicate",
+            },
+            node="execute",
+        )
+        session.adopt(adopt)
+        return adopt.started_monotonic
+    t0 = time.monotonic()
+    tr.emit(
+        "tool.call",
+        {"tool": "launch_server", "argv": argv, "env": exp.config().env, "log": log_path},
+        node="execute",
+    )
+    record_intent(tr, exp.id, log_path=log_path, port=port, run_dir=host.workdir(run_id))
+    session.start()
+    if session.error is not None:  # the host could not start it (missing launcher, full disk)
+        raise HostError(session.error)
+    handle = session.handle
+    tr.emit(
+        "server.launched",
+        {
+            "experiment_id": exp.id,
+            "port": port,
+            "log": log_path,
+            "pid": handle.pid if handle else None,
+            "pgid": handle.pgid if handle else None,
+            "started_wall": handle.started_wall if handle else None,
+            "orchestrator_pid": os.getpid(),
+        },
+        node="execute",
+    )
+    return t0
+
+
+def _probe_or_record_failure(
+    rt: Runtime,
+    session: ServerSession,
+    res: LaunchResult,
+    case: Case,
+    exp: Experiment,
+    probes: list[ProbeResult],
+) -> dict[str, Any] | None:
+    """A ready server: ask ``/get_server_info``, run the probes (appended to ``probes``) and watch a
+    moment longer for a crash they caused; its server info. Otherwise record the crash or timeout."""
+    tr = rt.transcript
+    if not (res.status == "ready" and res.base_url):
+        tr.emit(
+            "server.crashed" if res.status not in ("timeout", "stalled") else "server.timeout",
+            {"experiment_id": exp.id, "status": res.status, "exit_code": res.exit_code, "after_s": res.t_end_s},
+            node="execute",
+        )
+        return None
+    tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
+    host = session.host
+    api_key = api_key_of(exp.config().flags)  # sent to the server, never written (the transcript redacts it)
+    server_info = server_info_through_drops(host, res.base_url, api_key=api_key)
+    for probe in [*case.probes, *exp.probes]:
+        pr = probe_through_drops(
+            tr, host, res.base_url, probe, model=case.model.path, experiment_id=exp.id, api_key=api_key
+        )
+        probes.append(pr)
+        tr.emit("probe.result", {"experiment_id": exp.id, **pr.model_dump(mode="json")}, node="execute")
+        if pr.status in ("connection_error", "timeout"):
+            break
+    session.watch(2.0 if any(not p.ok for p in probes) else 0.2)
+    return server_info
