@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from agent.evidence import Evidence
+from agent.redact import redact_data
 from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript, skip_bad
 from tools.host import HostError, ProcessHandle
 
@@ -60,13 +62,17 @@ def result_path(home: Path, run_id: str, experiment_id: str) -> Path:
     return home / "runs" / run_id / f"{experiment_id}.result.json"
 
 
-def save_result(home: Path, run_id: str, evidence: Evidence) -> None:
-    """Write an experiment's evidence atomically (temp file, fsync, rename)."""
+def save_result(
+    home: Path, run_id: str, evidence: Evidence, *, redact: Callable[[str], str] | None = None
+) -> None:
+    """Write an experiment's evidence atomically (temp file, fsync, rename); ``redact`` (the run's
+    redactor) keeps secrets out of it (a log line may quote ``api_key='...'``)."""
     path = result_path(home, run_id, evidence.experiment_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(evidence.model_dump(mode="json"), fh)
+        data = evidence.model_dump(mode="json")
+        json.dump(redact_data(data, redact) if redact is not None else data, fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -148,14 +148,15 @@ class Redactor:
     def _option(m: re.Match[str]) -> str:
         value = m.group(4)
         # "--api-key str" in a flag catalog is a type, not a key: real secrets are longer.
-        if value.lower() in _NOT_SECRET_VALUES or value.startswith("-") or len(value) < 6:
+        # A shell variable reference ("$API_KEY") names where the secret is, it is not the secret.
+        if value.lower() in _NOT_SECRET_VALUES or value.startswith(("-", "$")) or len(value) < 6:
             return m.group(0)
         return f"{m.group(1)}{m.group(2)}{m.group(3)}{REDACTED}{m.group(3)}"
 
     @staticmethod
     def _assignment(m: re.Match[str]) -> str:
         name, value = m.group(1), m.group(5)
-        if not is_secret_name(name) or value.lower() in _NOT_SECRET_VALUES:
+        if not is_secret_name(name) or value.lower() in _NOT_SECRET_VALUES or value.startswith("$"):
             return m.group(0)
         if re.fullmatch(r"[0-9.]{1,7}", value):  # "#cached-token: 0" in SGLang's batch lines
             return m.group(0)

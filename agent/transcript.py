@@ -79,6 +79,8 @@ class Transcript:
         self._fh.write(json.dumps(ev.model_dump(mode="json"), ensure_ascii=False, default=str) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
+        if _FAULT_KILL:
+            _fault_point(type)
         for listener in self.listeners:
             listener(ev)
         return ev
@@ -87,6 +89,30 @@ class Transcript:
         """Close the file (events already written stay)."""
         if not self._fh.closed:
             self._fh.close()
+
+
+#: Fault injection for the kill tests (tests/test_crashproof.py): ``TYPE[#N][+MS]`` kills this process
+#: with SIGKILL right after the N-th (default first) event of TYPE is on disk, or MS milliseconds later
+#: (the process goes on meanwhile: a kill that lands a few ms after a step ends). Unset in normal use.
+_FAULT_KILL = os.environ.get("HYPOLOOP_FAULT_KILL", "")
+_fault_seen: dict[str, int] = {}
+
+
+def _fault_point(type: str) -> None:
+    spec, _, delay = _FAULT_KILL.partition("+")
+    name, _, nth = spec.partition("#")
+    if type != name:
+        return
+    _fault_seen[type] = _fault_seen.get(type, 0) + 1
+    if _fault_seen[type] != int(nth or 1):
+        return
+    import signal
+    import threading
+
+    if delay:
+        threading.Timer(int(delay) / 1000, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _drop_torn_line(path: Path) -> None:

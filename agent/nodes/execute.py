@@ -71,7 +71,7 @@ def execute(state: RunState, rt: Runtime) -> dict[str, Any]:
             evidence = run_experiment(
                 rt, case, state["run_id"], exp, adopt=adopt, record=record, launch_no=prior.attempts + 1
             )
-            save_result(rt.state_dir, state["run_id"], evidence)
+            save_result(rt.state_dir, state["run_id"], evidence, redact=tr.redact)
     except HostError as exc:
         tr.emit("error", {"message": str(exc), "experiment_id": exp.id}, node="execute")
         # Launches of this experiment that produced no outcome, this one included (the host failed
@@ -152,7 +152,7 @@ def run_experiment(
             exp.id, final=session.result(), matcher=matcher, server_info=server_info, stall=stall,
             probes=probes, log_path=log_path, t_ready_s=res.t_ready_s, wall_s=time.monotonic() - t0,
             time_scale=host.time_scale,
-        ))
+        ), redact=tr.redact)
         stopped = session.stop()
     wall = time.monotonic() - t0
     tr.emit("server.stopped", {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3)}, node="execute")
