@@ -57,17 +57,22 @@ def emit_once(
     return tr.emit(type, data, node=node)
 
 
-def result_path(home: Path, run_id: str, experiment_id: str) -> Path:
-    """Where an experiment's raw evidence is kept once complete."""
-    return home / "runs" / run_id / f"{experiment_id}.result.json"
+def result_path(home: Path, run_id: str, experiment_id: str, *, partial: bool = False) -> Path:
+    """Where an experiment's evidence is kept once complete (``partial``: while it is being gathered)."""
+    return home / "runs" / run_id / f"{experiment_id}.{'partial' if partial else 'result'}.json"
 
 
 def save_result(
-    home: Path, run_id: str, evidence: Evidence, *, redact: Callable[[str], str] | None = None
+    home: Path,
+    run_id: str,
+    evidence: Evidence,
+    *,
+    redact: Callable[[str], str] | None = None,
+    partial: bool = False,
 ) -> None:
     """Write an experiment's evidence atomically (temp file, fsync, rename); ``redact`` (the run's
     redactor) keeps secrets out of it (a log line may quote ``api_key='...'``)."""
-    path = result_path(home, run_id, evidence.experiment_id)
+    path = result_path(home, run_id, evidence.experiment_id, partial=partial)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
@@ -78,9 +83,10 @@ def save_result(
     os.replace(tmp, path)
 
 
-def load_result(home: Path, run_id: str, experiment_id: str) -> Evidence | None:
-    """The saved evidence of an experiment, if a process completed it (None if absent or unreadable)."""
-    path = result_path(home, run_id, experiment_id)
+def load_result(home: Path, run_id: str, experiment_id: str, *, partial: bool = False) -> Evidence | None:
+    """The saved evidence of an experiment, if a process completed it (None if absent or unreadable);
+    ``partial``: what a process had gathered when it last saved (a launch it did not finish)."""
+    path = result_path(home, run_id, experiment_id, partial=partial)
     try:
         return Evidence.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, ValidationError):
@@ -194,6 +200,20 @@ def recover(
         handle = handle_from_record(prior.open)
         if handle is not None and host.is_alive(handle):
             return None, handle, prior.open
+        gathered = load_result(rt.state_dir, run_id, experiment_id, partial=True)
+        if gathered is not None and _shows_failure(gathered):
+            # The server is gone, but what the earlier process saw explains why (it crashed, or a probe
+            # failed): that is the outcome; launching again would repeat the experiment.
+            tr.emit(
+                "experiment.recovered",
+                {
+                    "experiment_id": experiment_id,
+                    "reason": "the process watching this launch was killed after the server failed; the "
+                    "evidence it had saved is the outcome, and nothing is launched again",
+                },
+                node="execute",
+            )
+            return gathered, None, None
         tr.emit(
             "server.lost",
             {
@@ -318,3 +338,11 @@ def open_launches(tr: Transcript) -> dict[str, dict[str, Any]]:
         if rec is not None:
             out[exp_id] = rec
     return out
+
+
+def _shows_failure(evidence: Evidence) -> bool:
+    """Whether saved partial evidence already ends the launch: it crashed, exited or timed out, or a probe
+    failed (the server's end is then explained by what was seen)."""
+    if evidence.status not in (None, "ready"):
+        return True
+    return any(not p.ok for p in evidence.probes)

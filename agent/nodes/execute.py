@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agent.case import Case
@@ -146,13 +147,18 @@ def run_experiment(
     with session:
         t0 = _start_or_adopt(rt, session, exp, host, argv, run_id=run_id, adopt=adopt, record=record)
         res = session.wait_ready()
-        server_info = _probe_or_record_failure(rt, session, res, case, exp, probes)
-        # The evidence is complete: saved before the stop, so a kill during the stop costs no relaunch.
-        save_result(rt.state_dir, run_id, Evidence.from_launch(
-            exp.id, final=session.result(), matcher=matcher, server_info=server_info, stall=stall,
-            probes=probes, log_path=log_path, t_ready_s=res.t_ready_s, wall_s=time.monotonic() - t0,
-            time_scale=host.time_scale,
-        ), redact=tr.redact)
+
+        def keep(server_info: dict[str, Any] | None, *, partial: bool) -> None:
+            # The evidence so far, on disk before the next event: a kill after a probe crashed the
+            # server leaves what it showed (agent.recovery uses it), not a launch to repeat.
+            save_result(rt.state_dir, run_id, Evidence.from_launch(
+                exp.id, final=session.result(), matcher=matcher, server_info=server_info, stall=stall,
+                probes=probes, log_path=log_path, t_ready_s=res.t_ready_s, wall_s=time.monotonic() - t0,
+                time_scale=host.time_scale,
+            ), redact=tr.redact, partial=partial)
+
+        server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep)
+        keep(server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
         stopped = session.stop()
     wall = time.monotonic() - t0
     tr.emit("server.stopped", {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3)}, node="execute")
@@ -252,10 +258,13 @@ def _probe_or_record_failure(
     case: Case,
     exp: Experiment,
     probes: list[ProbeResult],
+    *,
+    keep: Callable[..., None],
 ) -> dict[str, Any] | None:
     """A ready server: ask ``/get_server_info``, run the probes (appended to ``probes``) and watch a
     moment longer for a crash they caused; its server info. Otherwise record the crash or timeout."""
     tr = rt.transcript
+    keep(None, partial=True)
     if not (res.status == "ready" and res.base_url):
         tr.emit(
             "server.crashed" if res.status not in ("timeout", "stalled") else "server.timeout",
@@ -272,6 +281,7 @@ def _probe_or_record_failure(
             tr, host, res.base_url, probe, model=case.model.path, experiment_id=exp.id, api_key=api_key
         )
         probes.append(pr)
+        keep(server_info, partial=True)
         tr.emit("probe.result", {"experiment_id": exp.id, **pr.model_dump(mode="json")}, node="execute")
         if pr.status in ("connection_error", "timeout"):
             break
