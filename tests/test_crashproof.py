@@ -333,3 +333,27 @@ def test_secrets_never_reach_any_artefact_or_output(tmp_path: Path) -> None:
     launch = next(e["data"] for e in events if e["type"] == "tool.call" and e["data"]["tool"] == "launch_server")
     assert launch["argv"][launch["argv"].index("--api-key") + 1] == "<redacted>"
     assert launch["env"]["WANDB_API_KEY"] == "<redacted>"
+
+
+def test_a_run_whose_checkpoint_lost_its_next_step_is_not_finished_and_resume_ends_it(tmp_path: Path) -> None:
+    """What LangGraph's "async" durability left after a kill: the checkpoint says nothing comes next,
+    yet the run has no conclusion. It is listed as interrupted, and resume ends it honestly (error)."""
+    from agent.runs import open_checkpointer, read_graph
+
+    paused = run_cli(tmp_path, "run", WORLD, "--json", HYPOLOOP_LAB_TIME_SCALE=SCALE)
+    assert paused.returncode == 3, paused.stderr[-2000:]  # waits for the baseline's approval
+    run_id = _last_json(paused)["run_id"]
+    home = tmp_path / "home"
+    with open_checkpointer(home) as saver:
+        graph = read_graph(home, saver)
+        config = {"configurable": {"thread_id": run_id}}
+        graph.update_state(config, {"pending": None}, as_node="conclude")  # END next, no conclusion
+        assert not graph.get_state(config).next
+    listed = {i["run_id"]: i for i in json.loads(run_cli(tmp_path, "runs", "--json").stdout)}
+    assert listed[run_id]["status"] == "interrupted"
+    r = run_cli(tmp_path, "resume", run_id, "--json", HYPOLOOP_LAB_TIME_SCALE=SCALE)
+    assert r.returncode == 1, r.stderr[-2000:]
+    result = _last_json(r)
+    assert result["status"] == "error" and "without a conclusion" in result["error"]
+    listed = {i["run_id"]: i for i in json.loads(run_cli(tmp_path, "runs", "--json").stdout)}
+    assert listed[run_id]["status"] == "finished" and listed[run_id]["result"] == "error"
