@@ -95,9 +95,13 @@ def test_kill_at_any_instant_then_resume_launches_nothing_twice(tmp_path: Path, 
         r = run_cli(tmp_path, "resume", run_id, "--auto", "--json", HYPOLOOP_LAB_TIME_SCALE=SCALE)
         assert r.returncode in (0, 1), r.stderr[-3000:]
         result = _last_json(r)
-        assert result["status"] in ("isolated", "error")
+        assert result["status"] in ("isolated", "error", "not_isolated")
         if result["status"] == "error":
             assert result["error"], "an error says why"
+        if result["status"] == "not_isolated":
+            # Honest too: a server adopted after the kill ran while nobody watched, and that host time
+            # counts; at this lab time scale a few wall seconds of a slow machine spend the budget.
+            assert "budget spent" in result["reason"], result
     finally:
         left = _lab_servers(run_id)
         for pid in left:
@@ -193,7 +197,7 @@ def test_a_bad_line_in_the_middle_of_the_transcript_does_not_stop_resume(tmp_pat
     lines.insert(len(lines) // 2, '{"v": 1, "seq": "garbage"}\n')  # damage in the middle
     transcript.write_text("".join(lines), encoding="utf-8")
     try:
-        r = run_cli(tmp_path, "resume", run_id, "--auto", "--json", HYPOLOOP_LAB_TIME_SCALE=SCALE)
+        r = run_cli(tmp_path, "resume", run_id, "--auto", "--json", HYPOLOOP_LAB_TIME_SCALE="0.02")
         assert r.returncode == 0, r.stderr[-3000:]
         assert "skipped; the run continues after it" in r.stderr
     finally:

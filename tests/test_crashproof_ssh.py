@@ -178,6 +178,8 @@ def test_a_host_key_that_changes_mid_run_ends_the_run_in_error(own_sshd: Any, tm
     assert [e["type"] for e in events].count("experiment.proposed") == 1  # no second experiment
     assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "error"
     assert result["launches"] == 1
+    lost = [e for e in events if e["type"] == "host.connection_lost"]
+    assert lost and lost[0]["data"]["seen_at"] <= lost[0]["ts"]  # when the drop was seen, not written
 
 
 def test_an_sshd_without_sftp_is_refused_before_any_launch(own_sshd: Any, tmp_path: Path) -> None:

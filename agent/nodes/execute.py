@@ -148,19 +148,23 @@ def run_experiment(
         t0 = _start_or_adopt(rt, session, exp, host, argv, run_id=run_id, adopt=adopt, record=record)
         res = session.wait_ready()
 
+        spent = [0.0]  # wall seconds of this bookkeeping: the orchestrator's time, not the server's
+
         def keep(server_info: dict[str, Any] | None, *, partial: bool) -> None:
-            # The evidence so far, on disk before the next event: a kill after a probe crashed the
-            # server leaves what it showed (agent.recovery uses it), not a launch to repeat.
+            # The evidence so far, on disk before the next event: a kill after the server failed leaves
+            # what it showed (agent.recovery uses it), not a launch to repeat.
+            began = time.monotonic()
             save_result(rt.state_dir, run_id, Evidence.from_launch(
                 exp.id, final=session.result(), matcher=matcher, server_info=server_info, stall=stall,
-                probes=probes, log_path=log_path, t_ready_s=res.t_ready_s, wall_s=time.monotonic() - t0,
-                time_scale=host.time_scale,
+                probes=probes, log_path=log_path, t_ready_s=res.t_ready_s,
+                wall_s=began - t0 - spent[0], time_scale=host.time_scale,
             ), redact=tr.redact, partial=partial)
+            spent[0] += time.monotonic() - began
 
         server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep)
         keep(server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
         stopped = session.stop()
-    wall = time.monotonic() - t0
+    wall = time.monotonic() - t0 - spent[0]
     tr.emit("server.stopped", {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3)}, node="execute")
     rt.sessions.pop(exp.id, None)  # stopped and recorded; Runtime.close() handles only interrupted ones
     return Evidence.from_launch(
@@ -264,8 +268,8 @@ def _probe_or_record_failure(
     """A ready server: ask ``/get_server_info``, run the probes (appended to ``probes``) and watch a
     moment longer for a crash they caused; its server info. Otherwise record the crash or timeout."""
     tr = rt.transcript
-    keep(None, partial=True)
     if not (res.status == "ready" and res.base_url):
+        keep(None, partial=True)  # it crashed or timed out: that is its outcome, whatever happens next
         tr.emit(
             "server.crashed" if res.status not in ("timeout", "stalled") else "server.timeout",
             {"experiment_id": exp.id, "status": res.status, "exit_code": res.exit_code, "after_s": res.t_end_s},
@@ -281,7 +285,8 @@ def _probe_or_record_failure(
             tr, host, res.base_url, probe, model=case.model.path, experiment_id=exp.id, api_key=api_key
         )
         probes.append(pr)
-        keep(server_info, partial=True)
+        if not pr.ok:  # the server may die of it: what it answered is kept before anything else happens
+            keep(server_info, partial=True)
         tr.emit("probe.result", {"experiment_id": exp.id, **pr.model_dump(mode="json")}, node="execute")
         if pr.status in ("connection_error", "timeout"):
             break
