@@ -98,7 +98,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class Case(_Strict):
-    """A debugging case (DESIGN.md, "Case")."""
+    """A debugging case (docs/ARCHITECTURE.md, "Data contracts")."""
 
     name: str
     description: str = ""

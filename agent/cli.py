@@ -576,7 +576,7 @@ def analyze(
     With --case, the case's host is asked for its GPUs (a query, no launch) unless --compute-capability
     or --gpu-name is given, and the case's knowledge files count as evidence.
     """
-    from agent.evidence import Evidence
+    from agent.evidence import RawEvidence
     from agent.nodes.analyze import classify_outcome
     from agent.runtime import ssh_options
     text = _read_text(logfile, what="log")
@@ -598,7 +598,7 @@ def analyze(
         baseline=c.baseline,
         status="done",
     )
-    evidence = Evidence.from_log(exp.id, text, sigs, str(logfile))
+    evidence = RawEvidence.from_log(exp.id, text, sigs, str(logfile))
     outcome = classify_outcome(evidence)
     fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability)
     notes: list[str] = []
@@ -863,12 +863,12 @@ def replay(
 
 def _redecide(transcript: Path, planner_name: str, console: Console, *, verbose: bool) -> None:
     from agent.recorded import RecordedRun
-    from agent.replay import RedecideError, make_planner, redecide_table
+    from agent.replay import RedecideError, redecide_planner, redecide_table
     from agent.replay import redecide as redecide_run
 
     try:
         recorded = RecordedRun.load(transcript)
-        planner, flags, warnings = make_planner(planner_name, recorded)
+        planner, flags, warnings = redecide_planner(planner_name, recorded)
         result = redecide_run(recorded, planner, flags, warnings=warnings)
     except (TranscriptError, RedecideError) as exc:
         _fail(str(exc))
@@ -1252,6 +1252,13 @@ def _pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool
 
 def main() -> None:
     """Console-script entry point."""
+    from agent.planner_weights import PlannerWeightsError, weights
+
+    try:
+        weights()  # the planner's tunables (knowledge/planner.toml): a bad file is one line, not a traceback
+    except PlannerWeightsError as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(2)
     app()
 
 

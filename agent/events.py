@@ -1,16 +1,18 @@
 """Payloads of transcript events, one pydantic model per event type (transcripts/README.md, format 1).
 
 The transcript reader (``agent.transcript``) checks every line's ``data`` against the model of its
-``type``. The models say what a reader may rely on: the fields that the writers (``agent.graph``,
+``type``. The models say what a reader may rely on: the fields that the writers (``agent.nodes``,
 ``agent.cli``) always set are required, everything else is optional, and unknown fields are allowed
 (a newer writer may add some). Event types not listed in ``PAYLOADS`` are checked only as an envelope.
 
-This module imports nothing but pydantic on purpose: ``hypoloop replay`` reads transcripts without
+These payload models are the wire format, apart from the domain models on purpose; ``agent.wire``
+maps one to the other (one place), and ``tests/test_wire.py`` round-trips every event type. This
+module imports nothing but pydantic on purpose: ``hypoloop replay`` reads transcripts without
 loading the agent's heavier machinery. ``STAGES`` and the other literals mirror ``agent.models``; a
 test keeps them in step.
 
 Units: ``*_s`` fields are seconds; ``after_s``/``wall_s``/``latency_s`` are wall seconds on the
-orchestrator; an outcome's ``timings`` are modelled host-seconds (DESIGN.md, "Performance model");
+orchestrator; an outcome's ``timings`` are modelled host-seconds (docs/ARCHITECTURE.md, "Data contracts");
 probabilities are in [0, 1]; log line numbers start at 1.
 """
 

@@ -1,10 +1,11 @@
 """What one launch, or a log the user already had, produced: the typed evidence the analyze node reads.
 
-``Evidence`` is built here and only here: :meth:`Evidence.from_launch` (the execute node, after the
-server is stopped), :meth:`Evidence.from_log` (an observed log: the case's ``observed_log`` and
-``hypoloop analyze``) and :meth:`Evidence.infra_error` (the host failed). It is checkpointed in the run
+``RawEvidence`` is built here and only here: :meth:`RawEvidence.from_launch` (the execute node, after the
+server is stopped), :meth:`RawEvidence.from_log` (an observed log: the case's ``observed_log`` and
+``hypoloop analyze``) and :meth:`RawEvidence.infra_error` (the host failed). It is checkpointed in the run
 state (``raw``) and saved as ``runs/RUN_ID/EXP_ID.result.json`` (``agent.recovery``) as
-``model_dump(mode="json")``; everything else reads it through this model.
+``model_dump(mode="json")``; everything else reads it through this model. (Not the same thing as
+``agent.models.Evidence``, one entry of a hypothesis's evidence list.)
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ SERVER_INFO_FACTS = (
 SERVER_INFO_ALIASES = {"fp8_gemm_runner_backend": "fp8_gemm_backend"}
 
 
-class Evidence(BaseModel):
+class RawEvidence(BaseModel):
     """The raw result of one experiment, before classification (``agent.nodes.analyze``).
 
     ``launched``: a server was started for it (it counts against the launch budget). ``matches``: log
@@ -74,7 +75,7 @@ class Evidence(BaseModel):
     error: str | None = None
 
     @classmethod
-    def from_log(cls, experiment_id: str, text: str, signatures: Iterable[Signature], log_path: str) -> Evidence:
+    def from_log(cls, experiment_id: str, text: str, signatures: Iterable[Signature], log_path: str) -> RawEvidence:
         """A log read from a file (no launch): its signature matches and facts."""
         matches, facts = scan_text(text, signatures)
         return cls(
@@ -86,7 +87,7 @@ class Evidence(BaseModel):
         )
 
     @classmethod
-    def infra_error(cls, experiment_id: str, error: str) -> Evidence:
+    def infra_error(cls, experiment_id: str, error: str) -> RawEvidence:
         """The host failed before the experiment gave an outcome (nothing to classify but that)."""
         return cls(experiment_id=experiment_id, status="infra_error", error=error)
 
@@ -104,7 +105,7 @@ class Evidence(BaseModel):
         t_ready_s: float | None,
         wall_s: float,
         time_scale: float,
-    ) -> Evidence:
+    ) -> RawEvidence:
         """A launch that was watched and stopped. ``final``: the session's last view of it;
         ``t_ready_s``/``wall_s``: orchestrator wall seconds (divided by ``time_scale`` to give host
         seconds); ``server_info``: ``/get_server_info`` if the server answered it."""

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+from agent.llm_answer import DECISION_OUTLINE
 from agent.models import Experiment, FlagValue, Outcome, command_text
 from agent.planner import HistoryState, PlannerView, Proposal
 from tools.flags import FlagCatalog, FlagError, FlagSpec
@@ -56,17 +57,9 @@ You may add hypotheses the ledger lacks ("new_hypotheses", each with the one cha
 and comment on existing ones ("notes"); the ledger's status and probabilities are updated by
 hypoloop from the outcomes, not by you.
 
-Answer with ONE JSON object and nothing else, shaped like this:
-{"reasoning": "two or three sentences on what the evidence says",
- "new_hypotheses": [{"id": "short-slug", "statement": "the claimed cause", "component": "attention.decode",
-                     "prior": 0.2, "test": {"kind": "flag", "name": "--some-flag", "value": "x"}, "decisive": true}],
- "notes": [{"id": "an-existing-hypothesis-id", "assessment": "why it is more or less likely now"}],
- "action": "experiment",
- "experiment": {"change": {"kind": "flag", "name": "--some-flag", "value": "x"},
-                "tests": ["hypothesis ids this change tests"],
-                "rationale": "why this change now, and what each outcome would tell"},
- "conclusion": null}
-"""
+Answer with ONE JSON object and nothing else, shaped like this (every field present; <...> says what
+goes there):
+""" + DECISION_OUTLINE + "\n"
 
 #: Share of the budget each section may take at most (the flag catalog takes what is left).
 _CAPS: dict[str, float] = {

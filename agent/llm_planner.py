@@ -26,16 +26,24 @@ resumed run uses the same planner):
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError
 
 from agent.catalog import CatalogEntry
 from agent.guard import GuardError, check_experiment
+from agent.llm_answer import (
+    DECISION_SCHEMA,
+    DecisionError,
+    LLMChange,
+    LLMDecision,
+    LLMExperiment,
+    extract_json,
+    parse_decision,
+)
 from agent.llm_client import (
     ChatClient,
     ChatError,
@@ -44,9 +52,9 @@ from agent.llm_client import (
     OpenAIChatClient,
     RecordedChatClient,
 )
-from agent.llm_context import build_context, estimate_tokens
+from agent.llm_context import ContextPack, build_context, estimate_tokens
 from agent.models import Change, Evidence, Experiment, FlagValue, Hypothesis, Intervention, Prediction
-from agent.planner import DEFAULT_LAUNCH_COST_S, HistoryState, PlannerView, Proposal, RulePlanner
+from agent.planner import HistoryState, Planner, PlannerView, Proposal, RulePlanner, default_launch_cost_s
 from agent.redact import Redactor, run_redactor
 from agent.transcript import Transcript
 from tools.flags import FlagCatalog, FlagError
@@ -65,7 +73,6 @@ __all__ = [
     "extract_json",
     "make_planner",
     "parse_decision",
-    "planner_checkpoint",
     "planner_spec_from_options",
     "usage_summary",
 ]
@@ -74,7 +81,6 @@ __all__ = [
 _MAX_MODEL_HYPOTHESES = 12
 _MAX_NEW_PER_ANSWER = 3
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_THINK = re.compile(r"<think>.*?</think>", re.S | re.I)
 #: Formats tried in turn when an endpoint refuses the one asked for (400 naming ``response_format``).
 _FORMAT_FALLBACK = {"json_schema": "json_object", "json_object": "text"}
 
@@ -162,209 +168,6 @@ class PlannerSpec(BaseModel):
     memory: LLMMemory = Field(default_factory=LLMMemory)
 
 
-# ---------------------------------------------------------------------------------------------- decision
-
-
-class DecisionError(ValueError):
-    """A model answer that cannot be read as a decision; the message says what is wrong (one line)."""
-
-
-class LLMChange(BaseModel):
-    """One change as the model writes it. ``value``: a string, ``true`` for a switch, ``null`` to remove."""
-
-    kind: Literal["flag", "env"] = "flag"
-    name: str = Field(validation_alias=AliasChoices("name", "flag", "variable"))
-    value: FlagValue = Field(default=None, validation_alias=AliasChoices("value", "after", "to"))
-
-    @field_validator("value", mode="before")
-    @classmethod
-    def _plain(cls, v: Any) -> Any:
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            return str(v)
-        return v
-
-    def text(self) -> str:
-        """``name=value`` as the model wrote it."""
-        return f"{self.name}={json.dumps(self.value)}"
-
-
-class LLMHypothesis(BaseModel):
-    """A hypothesis the model adds: a claimed cause, its weight, and the one change that tests it."""
-
-    id: str
-    statement: str
-    component: str = "unknown"
-    prior: float = 0.1
-    test: LLMChange | None = None
-    decisive: bool = True
-
-    @field_validator("prior", mode="before")
-    @classmethod
-    def _prior(cls, v: Any) -> Any:
-        try:
-            return min(max(float(v), 0.01), 0.5)
-        except (TypeError, ValueError):
-            return 0.1
-
-
-class LLMNote(BaseModel):
-    """The model's comment on an existing hypothesis."""
-
-    id: str
-    assessment: str
-
-
-class LLMExperiment(BaseModel):
-    """The proposed experiment: its change(s) (exactly one is legal), what it tests, and why."""
-
-    changes: list[LLMChange]
-    tests: list[str] = Field(default_factory=list)
-    rationale: str = ""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        # Models write {"change": {...}}, {"change": [{...}, {...}]} or {"changes": [...]}; keep them
-        # all so that two changes are refused with that reason rather than silently cut to one.
-        if isinstance(v, dict) and "changes" not in v:
-            ch = v.get("change")
-            v = {**v, "changes": ch if isinstance(ch, list) else ([ch] if ch else [])}
-        return v
-
-
-class LLMDecision(BaseModel):
-    """One answer of the model (``DECISION_SCHEMA``)."""
-
-    reasoning: str = ""
-    new_hypotheses: list[LLMHypothesis] = Field(default_factory=list)
-    notes: list[LLMNote] = Field(default_factory=list)
-    action: Literal["experiment", "conclude"]
-    experiment: LLMExperiment | None = None
-    conclusion: str | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _infer_action(cls, v: Any) -> Any:
-        if isinstance(v, dict) and not v.get("action"):
-            v = {
-                **v,
-                "action": "experiment"
-                if v.get("experiment")
-                else ("conclude" if v.get("conclusion") else None),
-            }
-        if isinstance(v, dict):
-            for key in ("new_hypotheses", "notes"):
-                if v.get(key) is None:
-                    v = {**v, key: []}
-        return v
-
-
-_CHANGE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["kind", "name", "value"],
-    "properties": {
-        "kind": {"type": "string", "enum": ["flag", "env"]},
-        "name": {"type": "string", "description": "canonical --flag-name, or an environment variable name"},
-        "value": {"type": ["string", "boolean", "null"], "description": "true for a switch; null removes it"},
-    },
-}
-#: The JSON schema of an answer, in the strict subset of OpenAI's structured outputs (every property
-#: required, no additional properties); vLLM, SGLang and Ollama accept it as well.
-DECISION_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["reasoning", "new_hypotheses", "notes", "action", "experiment", "conclusion"],
-    "properties": {
-        "reasoning": {"type": "string"},
-        "new_hypotheses": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["id", "statement", "component", "prior", "test", "decisive"],
-                "properties": {
-                    "id": {"type": "string"},
-                    "statement": {"type": "string"},
-                    "component": {"type": "string"},
-                    "prior": {"type": "number"},
-                    "test": {"anyOf": [{"type": "null"}, _CHANGE_SCHEMA]},
-                    "decisive": {"type": "boolean"},
-                },
-            },
-        },
-        "notes": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["id", "assessment"],
-                "properties": {"id": {"type": "string"}, "assessment": {"type": "string"}},
-            },
-        },
-        "action": {"type": "string", "enum": ["experiment", "conclude"]},
-        "experiment": {
-            "anyOf": [
-                {"type": "null"},
-                {
-                    "type": "object",
-                    "additionalProperties": False,
-                    "required": ["change", "tests", "rationale"],
-                    "properties": {
-                        "change": _CHANGE_SCHEMA,
-                        "tests": {"type": "array", "items": {"type": "string"}},
-                        "rationale": {"type": "string"},
-                    },
-                },
-            ]
-        },
-        "conclusion": {"type": ["string", "null"]},
-    },
-}
-
-
-def extract_json(text: str) -> dict[str, Any]:
-    """The first JSON object in a model's text: whole text, inside a code fence, or after prose.
-
-    ``<think>...</think>`` blocks of reasoning models are skipped. Raises DecisionError when there is
-    none.
-    """
-    body = _THINK.sub("", text).strip()
-    try:
-        obj = json.loads(body)
-        if isinstance(obj, dict):
-            return obj
-    except ValueError:
-        pass
-    decoder = json.JSONDecoder()
-    tries = 0
-    for i, ch in enumerate(body):
-        if ch != "{":
-            continue
-        tries += 1
-        if tries > 64:
-            break
-        try:
-            obj, _ = decoder.raw_decode(body, i)
-        except ValueError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    snippet = " ".join(body.split())[:120]
-    raise DecisionError(f"the answer holds no JSON object (starts: {snippet!r})")
-
-
-def parse_decision(text: str) -> LLMDecision:
-    """Read a model answer into an LLMDecision; raises DecisionError naming the first problem."""
-    obj = extract_json(text)
-    try:
-        return LLMDecision.model_validate(obj)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise DecisionError(f"the JSON object does not match the schema: {where}: {err['msg']}") from None
-
-
 # ---------------------------------------------------------------------------------------------- planner
 
 
@@ -429,6 +232,14 @@ class LLMPlanner:
         """The JSON-plain ``PlannerSpec`` to checkpoint after a step (options and memory)."""
         return PlannerSpec(kind="llm", llm=self.config, memory=self.memory).model_dump(mode="json")
 
+    def checkpoint(self) -> dict[str, Any]:
+        """The planner's options and memory (its hypotheses, tokens spent), kept with each step."""
+        return self.spec()
+
+    def prediction(self, h: Hypothesis, change: Change | None, facts: dict[str, str] | None = None) -> str:
+        """What ``h`` predicts for a change (the rule planner's bookkeeping, model hypotheses included)."""
+        return self.rules.prediction(h, change, facts)
+
     # ----- history -> ledger ------------------------------------------------------------------------
 
     def history(self, view: PlannerView) -> HistoryState:
@@ -468,6 +279,14 @@ class LLMPlanner:
             cost_s=cost,
             redact=self._redactor(view),
         )
+        proposal, reasons, attempts = self._converse(view, state, ctx, cost)
+        return proposal if proposal is not None else self._fall_back(rule, reasons, attempts)
+
+    def _converse(
+        self, view: PlannerView, state: HistoryState, ctx: ContextPack, cost: float
+    ) -> tuple[Proposal | None, list[str], int]:
+        """Ask the model until an answer passes (or the tries or tokens run out): the accepted proposal
+        (None: none), the reasons the others failed, and the tries made."""
         messages: list[dict[str, str]] = [
             {"role": "system", "content": ctx.system},
             {"role": "user", "content": ctx.user},
@@ -484,28 +303,9 @@ class LLMPlanner:
                     f"needs up to {need})"
                 )
                 break
-            request = self._request(messages)
-            self._emit(
-                "llm.request",
-                {
-                    "attempt": attempts + 1,
-                    "model": request.model,
-                    "base_url": self.config.endpoint(),
-                    "response_format": (request.response_format or {}).get("type", "text"),
-                    "max_tokens": request.max_tokens,
-                    "temperature": request.temperature,
-                    "messages": messages,
-                    "est_prompt_tokens": sum(estimate_tokens(m["content"]) for m in messages),
-                    "context": ctx.model_dump(exclude={"system", "user"}),
-                    "config": self.config.model_dump(mode="json"),
-                },
-            )
-            self.memory.usage.requests += 1
             try:
-                resp = self._chat().complete(request)
+                resp = self._send(messages, ctx, attempts + 1)
             except ChatError as exc:
-                self.memory.usage.errors += 1
-                self.memory.usage.latency_s = round(self.memory.usage.latency_s + exc.latency_s, 3)
                 adjusted = adjustments < 4 and self._adjust(exc)
                 self._emit("llm.error", {"attempt": attempts + 1, **exc.record(), "adjusted": adjusted})
                 if adjusted:
@@ -523,19 +323,49 @@ class LLMPlanner:
                 proposal, accepted = self._realize(decision, view, state, cost)
             except (DecisionError, _Refused) as exc:
                 kind = "parse" if isinstance(exc, DecisionError) else "guard"
-                reason = str(exc)
-                reasons.append(reason)
+                reasons.append(str(exc))
                 self.memory.usage.invalid += 1
-                self._emit("llm.invalid", {"attempt": attempts, "kind": kind, "reason": reason})
+                self._emit("llm.invalid", {"attempt": attempts, "kind": kind, "reason": str(exc)})
                 messages = [
                     *messages,
                     {"role": "assistant", "content": resp.content},
-                    {"role": "user", "content": _feedback(kind, reason)},
+                    {"role": "user", "content": _feedback(kind, str(exc))},
                 ]
                 continue
             self.memory.usage.accepted += 1
             self._emit("llm.decision", {"attempt": attempts, **accepted})
-            return proposal
+            return proposal, reasons, attempts
+        return None, reasons, attempts
+
+    def _send(self, messages: list[dict[str, str]], ctx: ContextPack, attempt: int) -> ChatResponse:
+        """One request to the model, recorded (``llm.request``) before it is sent. Raises ChatError
+        (counted as an error, its latency added)."""
+        request = self._request(messages)
+        self._emit(
+            "llm.request",
+            {
+                "attempt": attempt,
+                "model": request.model,
+                "base_url": self.config.endpoint(),
+                "response_format": (request.response_format or {}).get("type", "text"),
+                "max_tokens": request.max_tokens,
+                "temperature": request.temperature,
+                "messages": messages,
+                "est_prompt_tokens": sum(estimate_tokens(m["content"]) for m in messages),
+                "context": ctx.model_dump(exclude={"system", "user"}),
+                "config": self.config.model_dump(mode="json"),
+            },
+        )
+        self.memory.usage.requests += 1
+        try:
+            return self._chat().complete(request)
+        except ChatError as exc:
+            self.memory.usage.errors += 1
+            self.memory.usage.latency_s = round(self.memory.usage.latency_s + exc.latency_s, 3)
+            raise
+
+    def _fall_back(self, rule: Proposal, reasons: list[str], attempts: int) -> Proposal:
+        """No acceptable answer: the rule planner's proposal, recorded as ``llm.fallback``."""
         self.memory.usage.fallbacks += 1
         self._emit(
             "llm.fallback",
@@ -570,7 +400,7 @@ class LLMPlanner:
     @staticmethod
     def _cost(state: HistoryState) -> float:
         ref = state.reference
-        return ref.timings.host_seconds if ref and ref.timings.host_seconds > 0 else DEFAULT_LAUNCH_COST_S
+        return ref.timings.host_seconds if ref and ref.timings.host_seconds > 0 else default_launch_cost_s()
 
     def _redactor(self, view: PlannerView) -> Redactor:
         case = view.case
@@ -862,8 +692,10 @@ def make_planner(
     *,
     transcript: Transcript | None = None,
     client: ChatClient | None = None,
-) -> RulePlanner | LLMPlanner:
-    """The planner a run's checkpointed ``spec`` names (``None``: the rule planner)."""
+) -> Planner:
+    """The planner a run's checkpointed ``spec`` names (``None``: the rule planner); the one factory.
+
+    Raises ValueError for a spec of kind ``llm`` without its options."""
     s = PlannerSpec.model_validate(spec or {})
     return _BUILDERS[s.kind](s, catalog, flags, transcript, client)
 
@@ -886,12 +718,7 @@ def _build_llm(
     return LLMPlanner(catalog, flags, s.llm, memory=s.memory, transcript=transcript, client=client)
 
 
-_BUILDERS: dict[str, Callable[..., RulePlanner | LLMPlanner]] = {"rules": _build_rules, "llm": _build_llm}
-
-
-def planner_checkpoint(planner: Any) -> dict[str, Any] | None:
-    """The planner state to write back into the run's checkpoint after a step (``None``: nothing)."""
-    return planner.spec() if isinstance(planner, LLMPlanner) else None
+_BUILDERS: dict[str, Callable[..., Planner]] = {"rules": _build_rules, "llm": _build_llm}
 
 
 def usage_summary(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:

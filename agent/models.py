@@ -1,4 +1,4 @@
-"""The data contracts of a hypoloop run (DESIGN.md, "Data contracts").
+"""The data contracts of a hypoloop run (docs/ARCHITECTURE.md, "Data contracts").
 
 Every model here is JSON-plain: the LangGraph state holds ``model_dump(mode="json")`` of these and each
 node re-validates what it reads, so any process (a resumed run, a report, a replay) can read a checkpoint.
@@ -22,8 +22,8 @@ Stage = Literal[
     "launch_failed", "load_failed", "timeout", "ready", "request_failed", "wrong_output", "ok", "infra_error"
 ]
 
-#: How far a launch got. A change that moves the failure to a later stage is progress (DESIGN.md,
-#: "adopts a change into the baseline when it moves the failure past its previous stage"). A timeout
+#: How far a launch got. A change that moves the failure to a later stage is progress (the rule
+#: planner adopts a change into the baseline when it moves the failure past its previous stage). A timeout
 #: or stall happens while loading, so it ranks with a load failure; infra errors say nothing about
 #: the deployment and rank below everything.
 STAGE_ORDER: dict[str, int] = {
@@ -270,7 +270,7 @@ class Hypothesis(BaseModel):
     """A candidate cause, with its belief and the evidence behind it.
 
     ``prior``/``posterior`` are probabilities in [0, 1] normalised over open hypotheses plus an
-    "unlisted cause" remainder. A refuted hypothesis stays refuted (DESIGN.md).
+    "unlisted cause" remainder. A refuted hypothesis stays refuted (docs/ARCHITECTURE.md, "Planners").
     """
 
     id: str
@@ -297,7 +297,7 @@ class Rejection(BaseModel):
 
 
 class Conclusion(BaseModel):
-    """How a run ended and why (DESIGN.md, "conclude")."""
+    """How a run ended and why (docs/ARCHITECTURE.md, "The graph": conclude)."""
 
     status: Literal["isolated", "not_isolated", "stopped", "error"]
     root_cause: dict[str, Any] | None = None

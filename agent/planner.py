@@ -7,8 +7,8 @@ history gives the same decisions.
 
 Belief update: each hypothesis predicts, for each experiment, whether the symptom is ``fixed`` or
 ``persists``; the observed outcome (classified against the failing reference run of the same baseline)
-multiplies the hypothesis's weight by a likelihood (``_LIKELIHOOD``), i.e. Bayes' rule over the listed
-hypotheses plus an "unlisted cause" remainder. Choice of experiment: the probability that the change
+multiplies the hypothesis's weight by a likelihood (``likelihood`` in knowledge/planner.toml), i.e.
+Bayes' rule over the listed hypotheses plus an "unlisted cause" remainder. Choice of experiment: the probability that the change
 fixes the symptom, divided by its estimated cost in host-seconds — the classic ratio rule for
 sequential search, which minimises the expected cost of finding the fix when tests are independent.
 A workaround (a change that avoids the broken component, e.g. ``--disable-cuda-graph``) scores half,
@@ -52,31 +52,17 @@ from agent.models import (
     Prediction,
     Rejection,
 )
+from agent.planner_weights import weights as tunables
 from agent.values import ValueEvidence, derive, moves_in_direction
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge import Finding, infer_features
 from tools.probes import Probe
 
-#: P(observation | prediction). Rows: what the hypothesis predicts; columns: what was observed.
-#: "different" = the run failed earlier than the reference (the symptom's stage was never reached),
-#: so it says nothing either way; "infra" = the host failed, no information.
-_LIKELIHOOD: dict[str, dict[str, float]] = {
-    "fixed": {"fixed": 0.9, "persists": 0.02, "changed": 0.2, "advanced": 0.5, "different": 0.3},
-    "may_fix": {"fixed": 0.6, "persists": 0.4, "changed": 0.4, "advanced": 0.5, "different": 0.3},
-    "persists": {"fixed": 0.05, "persists": 0.9, "changed": 0.5, "advanced": 0.3, "different": 0.3},
-}
-#: Weight of "a cause not in the ledger", so that refuting every listed cause does not make the last
-#: one certain.
-_UNLISTED_WEIGHT = 0.1
-#: Performance cost of keeping a fix, as a multiplier on its score (DESIGN: prefer cheap fixes).
-_PERF_FACTOR = {"none": 1.0, "low": 1.0, "medium": 0.85, "high": 0.5}
+# The tunable weights and thresholds (likelihoods, score factors, relevance and probability cut-offs,
+# the assumed cost of an unmeasured launch) live in knowledge/planner.toml: ``tunables()``.
 #: Ranking of performance costs, cheapest first (fixes and a conclusion's alternatives are sorted by it).
 COST_ORDER = {"none": 0, "low": 1, "medium": 2, "high": 3}
-#: Score multiplier of a workaround: it avoids the symptom without naming its cause.
-_WORKAROUND_FACTOR = 0.5
-#: An alternative to a workaround fix is worth a launch only with at least this probability of fixing.
-_MIN_ALTERNATIVE_P = 0.05
 #: Probe ids of the concurrency probes this planner adds start with this prefix.
 LOAD_PROBE_PREFIX = "load:"
 #: A case description that speaks of load: concurrent users, parallel requests, a burst, a benchmark.
@@ -94,9 +80,6 @@ _FLAKY_WORDS = re.compile(
     r"every (?:few|other)|\b\d+\s*(?:of|in|out of)\s*\d+\s*(?:launches|runs|starts|attempts|times)",
     re.IGNORECASE,
 )
-#: Minimum relevance (tools.knowledge.relevance) for a known-good finding's differences to count as
-#: evidence: same hardware alone scores 0.55, so this also asks for a model of a similar kind.
-_FINDING_MIN_RELEVANCE = 0.6
 #: What a deployment *is* rather than how it runs: the model, its checkpoint format, the parallel
 #: layout, the devices. A known-good finding of another model differs in these by necessity, so they
 #: are never proposed from a finding diff.
@@ -120,8 +103,6 @@ _IDENTITY_FLAGS = {
     "--revision",
 }
 _IDENTITY_ENV = {"CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}
-#: Estimated host-seconds of a launch before anything was measured (a large model's load).
-DEFAULT_LAUNCH_COST_S = 600.0
 
 
 class RelevantFinding(BaseModel):
@@ -211,7 +192,11 @@ class Proposal(BaseModel):
 
 
 class Planner(Protocol):
-    """Decides: ledger from history, next experiment from ledger (DESIGN.md, "Planners")."""
+    """Decides: ledger from history, next experiment from ledger (docs/ARCHITECTURE.md, "Planners").
+
+    The graph knows planners only through this protocol; ``agent.llm_planner.make_planner`` builds the
+    one a run's ``PlannerSpec`` names.
+    """
 
     name: str
     #: The host's flag catalog the planner's proposals are checked against (None: names unchecked).
@@ -220,6 +205,19 @@ class Planner(Protocol):
     def history(self, view: PlannerView) -> HistoryState: ...
 
     def propose(self, view: PlannerView, state: HistoryState) -> Proposal: ...
+
+    def prediction(self, h: Hypothesis, change: Change | None, facts: dict[str, str] | None = None) -> str:
+        """What ``h`` predicts for ``change``: fixed, may_fix or persists (a person's edit is re-predicted)."""
+        ...
+
+    def checkpoint(self) -> dict[str, Any] | None:
+        """What to keep in the run's checkpoint after a step (``PlannerSpec`` as JSON), or None."""
+        ...
+
+
+def default_launch_cost_s() -> float:
+    """Host-seconds a launch is assumed to cost before one was measured (knowledge/planner.toml)."""
+    return tunables().choice.default_launch_cost_s
 
 
 def model_features(case: Case) -> set[str]:
@@ -307,6 +305,10 @@ class RulePlanner:
         self.catalog = catalog
         self.flags = flags
         self._diff_facts: dict[str, str] = {}
+
+    def checkpoint(self) -> None:
+        """Nothing to keep: the rule planner decides from the run's state alone."""
+        return None
 
     # ----- names and values -------------------------------------------------------------------------
 
@@ -496,7 +498,7 @@ class RulePlanner:
         baseline = view.case.baseline
         self._diff_facts = dict(ctx.facts)
         for rf in view.findings:
-            if rf.finding.outcome != "works" or rf.relevance < _FINDING_MIN_RELEVANCE:
+            if rf.finding.outcome != "works" or rf.relevance < tunables().ledger.finding_min_relevance:
                 continue
             for kind, name, value, why in self._finding_diffs(rf, ctx, baseline):
                 covering = [
@@ -527,7 +529,7 @@ class RulePlanner:
                     evidence=[Evidence(kind="finding", detail=f"{why} (relevance {rf.relevance:.2f})")],
                     interventions=[Intervention(kind=kind, names=[name], values=[value], decisive=False)],  # type: ignore[arg-type]
                 )
-                weights[hid] = 0.05 * (1.0 + rf.relevance)
+                weights[hid] = tunables().ledger.finding_hypothesis_weight * (1.0 + rf.relevance)
                 created.append(hid)
                 only.add(hid)
         return created
@@ -645,7 +647,8 @@ class RulePlanner:
                 continue
             decisive = self.prediction(h, best.change, facts) == "fixed"
             h.status = "refuted" if decisive else "open"
-            weights[h.id] *= 0.02 if decisive else 0.3
+            lw = tunables().ledger
+            weights[h.id] *= lw.failed_confirmation_decisive if decisive else lw.failed_confirmation_may_fix
             h.evidence.append(
                 Evidence(
                     kind="experiment",
@@ -735,7 +738,7 @@ class RulePlanner:
             if side is not None:
                 # Auto-resolution moved this hypothesis's own variable too: the run cannot tell the two
                 # causes apart, so it neither supports nor refutes this one on its own.
-                weights[h.id] *= _LIKELIHOOD["may_fix"][obs]
+                weights[h.id] *= tunables().likelihood["may_fix"][obs]
                 h.evidence.append(
                     Evidence(
                         kind="experiment",
@@ -746,7 +749,7 @@ class RulePlanner:
                     )
                 )
                 continue
-            weights[h.id] *= _LIKELIHOOD[pred][obs]
+            weights[h.id] *= tunables().likelihood[pred][obs]
             if pred == "fixed" and obs == "persists":
                 h.status = "refuted"
                 h.evidence.append(
@@ -838,7 +841,7 @@ class RulePlanner:
     @staticmethod
     def _normalise(ledger: dict[str, Hypothesis], weights: dict[str, float], new: set[str]) -> None:
         live = [h for h in ledger.values() if h.status != "refuted"]
-        total = sum(weights[h.id] for h in live) + _UNLISTED_WEIGHT
+        total = sum(weights[h.id] for h in live) + tunables().ledger.unlisted_weight
         for h in ledger.values():
             h.posterior = 0.0 if h.status == "refuted" else round(weights[h.id] / total, 4)
             if h.id in new:
@@ -852,7 +855,7 @@ class RulePlanner:
         baseline, ref = state.baseline, state.reference
         done = {e.id for e in view.experiments if e.status == "done"}
         rejected_ids = {r.experiment_id for r in view.rejections}
-        cost = ref.timings.host_seconds if ref and ref.timings.host_seconds > 0 else DEFAULT_LAUNCH_COST_S
+        cost = ref.timings.host_seconds if ref and ref.timings.host_seconds > 0 else default_launch_cost_s()
         probes = state.extra_probes()
 
         def within_budget(slots: int) -> str | None:
@@ -1027,10 +1030,10 @@ class RulePlanner:
             if h.status not in ("open", "supported"):
                 continue
             pred = self.prediction(h, change, facts)
-            p_fix += h.posterior * {"fixed": 0.9, "may_fix": 0.5, "persists": 0.0}[pred]
-        score = p_fix / max(cost, 1.0) * _PERF_FACTOR[iv.cost]
+            p_fix += h.posterior * tunables().choice.p_fix[pred]
+        score = p_fix / max(cost, 1.0) * tunables().choice.performance_factor[iv.cost]
         if iv.workaround:
-            score *= _WORKAROUND_FACTOR
+            score *= tunables().choice.workaround_factor
         return score, p_fix
 
     def _test(
@@ -1124,7 +1127,7 @@ class RulePlanner:
             if iv.workaround or COST_ORDER[iv.cost] >= COST_ORDER[best.cost]:
                 continue
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
-            if p_fix < _MIN_ALTERNATIVE_P:
+            if p_fix < tunables().choice.min_alternative_p:
                 continue
             scored.append((score, -order, change, p_fix, how))
         if not scored:

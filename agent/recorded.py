@@ -19,7 +19,7 @@ _VERDICTS = ("supported", "refuted", "confirmed", "open")
 
 
 @dataclass
-class Proposal:
+class RecordedProposal:
     """One ``experiment.proposed`` event and what became of it (``decision``: approve, edit, reject,
     stop, or ``None`` while waiting)."""
 
@@ -44,7 +44,7 @@ class ExperimentRun:
 
     experiment: dict[str, Any]
     step: int
-    proposal: Proposal | None = None
+    proposal: RecordedProposal | None = None
     observed_log: str | None = None
     launched: list[TranscriptEvent] = field(default_factory=list)
     ready: TranscriptEvent | None = None
@@ -141,7 +141,7 @@ class RecordedRun:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     catalog: dict[str, Any] | None = None
     knowledge: list[dict[str, Any]] = field(default_factory=list)
-    proposals: list[Proposal] = field(default_factory=list)
+    proposals: list[RecordedProposal] = field(default_factory=list)
     runs: list[ExperimentRun] = field(default_factory=list)
     hypotheses: dict[str, HypothesisRecord] = field(default_factory=dict)
     baseline_changes: list[TranscriptEvent] = field(default_factory=list)
@@ -201,7 +201,7 @@ class RecordedRun:
         elif t == "observation" and d.get("source") is not None and d.get("experiment_id"):
             self._ingest(ev)
         elif t == "experiment.proposed":
-            self.proposals.append(Proposal(ev.seq, ev.step, ev.ts, dict(d)))
+            self.proposals.append(RecordedProposal(ev.seq, ev.step, ev.ts, dict(d)))
             self._design_point(ev, "proposed")
         elif t == "design.none":
             self._design_point(ev, "none")

@@ -1,7 +1,7 @@
 """What an earlier process of a run left behind, so that nothing is launched twice.
 
 - ``runs/RUN_ID/EXP_ID.result.json`` under ``$HYPOLOOP_HOME``: an experiment's evidence
-  (``agent.evidence.Evidence``), saved the moment it is complete, so a process killed after a launch
+  (``agent.evidence.RawEvidence``), saved the moment it is complete, so a process killed after a launch
   finished but before its checkpoint was written does not launch again.
 - A launch is recorded in the transcript twice: ``server.launching`` (log, port, run directory) BEFORE
   the process is spawned (`record_intent`), ``server.launched`` (pid, process group) before anything
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from agent.evidence import Evidence
+from agent.evidence import RawEvidence
 from agent.redact import redact_data
 from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript, skip_bad
 from tools.host import HostError, ProcessHandle
@@ -65,7 +65,7 @@ def result_path(home: Path, run_id: str, experiment_id: str, *, partial: bool = 
 def save_result(
     home: Path,
     run_id: str,
-    evidence: Evidence,
+    evidence: RawEvidence,
     *,
     redact: Callable[[str], str] | None = None,
     partial: bool = False,
@@ -83,12 +83,12 @@ def save_result(
     os.replace(tmp, path)
 
 
-def load_result(home: Path, run_id: str, experiment_id: str, *, partial: bool = False) -> Evidence | None:
+def load_result(home: Path, run_id: str, experiment_id: str, *, partial: bool = False) -> RawEvidence | None:
     """The saved evidence of an experiment, if a process completed it (None if absent or unreadable);
     ``partial``: what a process had gathered when it last saved (a launch it did not finish)."""
     path = result_path(home, run_id, experiment_id, partial=partial)
     try:
-        return Evidence.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        return RawEvidence.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, ValidationError):
         return None
 
@@ -165,7 +165,7 @@ def handle_from_record(record: dict[str, Any]) -> ProcessHandle | None:
 
 def recover(
     rt: Runtime, host: Any, run_id: str, experiment_id: str, *, prior: PriorLaunch | None = None
-) -> tuple[Evidence | None, ProcessHandle | None, dict[str, Any] | None]:
+) -> tuple[RawEvidence | None, ProcessHandle | None, dict[str, Any] | None]:
     """Before executing an experiment: what an earlier process of this run left behind.
 
     Returns ``(evidence, adopt, record)``: the saved result if the experiment completed (nothing is
@@ -340,7 +340,7 @@ def open_launches(tr: Transcript) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _shows_failure(evidence: Evidence) -> bool:
+def _shows_failure(evidence: RawEvidence) -> bool:
     """Whether saved partial evidence already ends the launch: it crashed, exited or timed out, or a probe
     failed (the server's end is then explained by what was seen)."""
     if evidence.status not in (None, "ready"):

@@ -394,7 +394,7 @@ class RedecideResult:
 PLANNERS = ("rules", "llm")
 
 
-def make_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | None, list[str]]:
+def redecide_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | None, list[str]]:
     """The planner to re-decide with, the host's flag catalog as recorded, and warnings.
 
     ``rules``: the current rule planner with the current hypothesis catalog (knowledge/hypotheses.toml).
@@ -403,13 +403,14 @@ def make_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | No
     Raises RedecideError.
     """
     from agent.catalog import CatalogError, load_catalog
-    from agent.planner import RulePlanner
+    from agent.llm_planner import make_planner
+    from agent.wire import field_of
     from tools.flags import FlagCatalog
 
     warnings: list[str] = []
     flags: FlagCatalog | None = None
     if run.catalog:
-        flags = FlagCatalog.model_validate(run.catalog)
+        flags = field_of("tool.result", "catalog", run.catalog, FlagCatalog)
     else:
         warnings.append(
             "the transcript does not hold the host's flag catalog (an older format): flag names and values "
@@ -417,7 +418,7 @@ def make_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | No
         )
     if name == "rules":
         try:
-            return RulePlanner(load_catalog(), flags), flags, warnings
+            return make_planner(None, load_catalog(), flags), flags, warnings
         except CatalogError as exc:
             raise RedecideError(str(exc)) from None
     if name == "llm":
@@ -452,12 +453,13 @@ def recorded_case(run: RecordedRun, flags: FlagCatalog | None, warnings: list[st
 
     from agent.case import Case, CaseError, load_case
     from agent.models import Baseline
+    from agent.wire import field_of
     from tools.flags import FlagError
 
     data = run.case_dict()
     if data is not None:
         try:
-            case = Case.model_validate(data)
+            case = field_of("run.started", "case_data", data, Case)
         except ValidationError as exc:
             raise RedecideError(f"{run.path}: run.started.case_data: {exc.errors()[0]['msg']}") from None
     else:
@@ -489,6 +491,7 @@ def view_at(run: RecordedRun, seq: int, case: Case, warnings: list[str] | None =
     experiments whose outcome was known, their outcomes, the rejections, launches and host-seconds."""
     from agent.models import Change, Experiment, Outcome, Rejection
     from agent.planner import PlannerView, RelevantFinding
+    from agent.wire import field_of, from_payload
     from tools.fingerprint import HostFingerprint
     from tools.knowledge import Finding
 
@@ -503,7 +506,7 @@ def view_at(run: RecordedRun, seq: int, case: Case, warnings: list[str] | None =
             rel = f.get("relevance_exact")
             findings.append(
                 RelevantFinding(
-                    finding=Finding.model_validate(f["finding"]),
+                    finding=field_of("knowledge.read", "findings[].finding", f["finding"], Finding),
                     relevance=float(rel if rel is not None else f["relevance"]),
                 )
             )
@@ -529,10 +532,12 @@ def view_at(run: RecordedRun, seq: int, case: Case, warnings: list[str] | None =
         host_s = round(host_s + r.host_seconds, 3)
     return PlannerView(
         case=case,
-        fingerprint=HostFingerprint.model_validate(run.fingerprint) if run.fingerprint else None,
+        fingerprint=from_payload("host.fingerprint", run.fingerprint, HostFingerprint) if run.fingerprint else None,
         findings=findings,
-        experiments=[Experiment.model_validate({**r.experiment, "status": "done"}) for r in done],
-        outcomes=[Outcome.model_validate(r.outcome) for r in done],
+        experiments=[
+            from_payload("experiment.proposed", {**r.experiment, "status": "done"}, Experiment) for r in done
+        ],
+        outcomes=[from_payload("outcome", r.outcome or {}, Outcome) for r in done],
         rejections=rejections,
         launches=sum(1 for r in done if r.launched_server),
         host_seconds=host_s,

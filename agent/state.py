@@ -29,7 +29,7 @@ class RunState(TypedDict, total=False):
     hypotheses: list[dict[str, Any]]
     baseline: dict[str, Any]
     pending: dict[str, Any] | None
-    #: The evidence of the experiment just executed, not yet analyzed (``agent.evidence.Evidence``).
+    #: The evidence of the experiment just executed, not yet analyzed (``agent.evidence.RawEvidence``).
     raw: dict[str, Any] | None
     launches: int
     host_seconds: float

@@ -1,4 +1,4 @@
-"""Transcripts: one JSON object per line, append-only, flushed per event (DESIGN.md, "Transcript event").
+"""Transcripts: one JSON object per line, append-only, flushed per event (transcripts/README.md).
 
 Each line is ``{"v", "seq", "ts", "run_id", "step", "node", "type", "data"}``. ``ts`` is Unix time in
 seconds; ``seq`` counts from 1 within a file and continues when a run is resumed; ``step`` is the

@@ -20,7 +20,7 @@ from clirun import run_cli as _hypoloop
 
 from agent.case import Case
 from agent.catalog import load_catalog
-from agent.evidence import Evidence
+from agent.evidence import RawEvidence
 from agent.llm_client import RecordedChatClient
 from agent.llm_context import build_context, estimate_tokens
 from agent.llm_planner import (
@@ -182,7 +182,7 @@ def _history(log: str = CRASH_LOG) -> tuple[PlannerView, Any]:
     )
     matches, facts = scan_text(log, load_signatures())
     outcome = classify_outcome(
-        Evidence(
+        RawEvidence(
             experiment_id=exp.id,
             status="observed",
             matches=matches,
@@ -725,3 +725,45 @@ def test_secret_assignment_inside_an_error_message_is_redacted() -> None:
     assert "hf_logplanted" not in redact("RuntimeError: HF_TOKEN=hf_logplantedtoken2 while loading")
     assert "s3cr3tvalue9" not in redact("ValueError: password=s3cr3tvalue9")
     assert redact("kv_cache_dtype=fp8_e4m3") == "kv_cache_dtype=fp8_e4m3"
+
+
+def test_the_answer_schema_and_the_prompt_come_from_the_decision_model() -> None:
+    """One source for what the model is asked to write: the response format's JSON schema is generated
+    from LLMDecision (strict: every field required, nothing else allowed) and the system prompt shows
+    every field of it; an answer written to the schema reads back into the same decision."""
+    from agent.llm_answer import LLMDecision, strict_schema
+    from agent.llm_context import SYSTEM_PROMPT
+
+    assert strict_schema(LLMDecision) == DECISION_SCHEMA
+    assert set(DECISION_SCHEMA["required"]) == set(LLMDecision.model_fields)
+
+    def objects(node: Any) -> Iterator[dict[str, Any]]:
+        if isinstance(node, dict):
+            if "properties" in node:
+                yield node
+            for v in node.values():
+                yield from objects(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from objects(v)
+
+    for obj in objects(DECISION_SCHEMA):
+        assert obj["additionalProperties"] is False and obj["required"] == list(obj["properties"])
+        for name in obj["properties"]:
+            assert f'"{name}":' in SYSTEM_PROMPT, name
+    change = {"kind": "flag", "name": "--kv-cache-dtype", "value": "bfloat16"}
+    answer = {
+        "reasoning": "NaN at the first decode with an FP8 KV cache",
+        "new_hypotheses": [
+            {"id": "kv", "statement": "FP8 KV", "component": "kv_cache.dtype", "prior": 0.3, "test": change,
+             "decisive": True}
+        ],
+        "notes": [{"id": "x", "assessment": "less likely"}],
+        "action": "experiment",
+        "experiment": {"change": change, "tests": ["kv"], "rationale": "cheap and decisive"},
+        "conclusion": None,
+    }
+    decision = parse_decision(json.dumps(answer))
+    assert decision.experiment is not None
+    assert [c.model_dump() for c in decision.experiment.changes] == [change]
+    assert decision.new_hypotheses[0].test is not None and decision.new_hypotheses[0].test.name == "--kv-cache-dtype"

@@ -22,7 +22,7 @@ from agent.events import STAGES
 from agent.models import Change, Experiment, Stage
 from agent.planner import PlannerView, Proposal, RulePlanner
 from agent.recorded import RecordedRun
-from agent.replay import follow_events, make_planner, redecide, replay
+from agent.replay import follow_events, redecide, redecide_planner, replay
 from agent.transcript import TranscriptError, read_transcript
 
 REPO = Path(__file__).resolve().parent.parent
@@ -254,7 +254,7 @@ def test_reference_transcript_redecides_identically(tmp_path: Path, path: Path) 
 def test_redecide_replays_a_rejection() -> None:
     run = RecordedRun.load(REJECTED)
     assert run.rejections and run.rejections[0]["change"]["name"] == "--kv-cache-dtype"
-    planner, flags, warnings = make_planner("rules", run)
+    planner, flags, warnings = redecide_planner("rules", run)
     result = redecide(run, planner, flags, warnings=warnings)
     assert result.matched
     # After the rejection the planner moves on to the next idea, as recorded.
@@ -283,7 +283,7 @@ class _PrefersAttentionBackend(RulePlanner):
 
 def test_a_diverging_planner_stops_at_the_first_divergence() -> None:
     run = RecordedRun.load(GLM5)
-    rules, flags, _ = make_planner("rules", run)
+    rules, flags, _ = redecide_planner("rules", run)
     result = redecide(run, _PrefersAttentionBackend(rules.catalog, flags), flags)
     assert not result.matched
     last = result.decisions[-1]

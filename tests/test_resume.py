@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from clirun import HYPOLOOP, cli_env, live_processes, run_cli
 
-from agent.evidence import Evidence
+from agent.evidence import RawEvidence
 from agent.recovery import emit_once, prior_launch, recover, save_result
 from agent.runs import RunInUse, RunLock, lock_holder
 from agent.runtime import Runtime
@@ -356,7 +356,7 @@ def test_recover_reuses_a_saved_result_and_finds_a_live_server(tmp_path: Path) -
     tr = Transcript(tmp_path / "t.jsonl", "run1")
     rt = Runtime(tr, tmp_path / "home")
     host = LocalHost()
-    save_result(rt.state_dir, "run1", Evidence(experiment_id="exp-a", launched=True))
+    save_result(rt.state_dir, "run1", RawEvidence(experiment_id="exp-a", launched=True))
     raw, adopt, _ = recover(rt, host, "run1", "exp-a")
     assert raw is not None and adopt is None
     handle = host.spawn(

@@ -11,13 +11,11 @@ from pathlib import Path
 import pytest
 
 from tools.host import LocalHost, terminate_all
-from tools.probes import DEFAULT_PROBES, Probe
+from tools.probes import DEFAULT_PROBES, Probe, run_probe
 from tools.server import (
     ServerSession,
     WatchEvent,
-    command_line,
     render_command,
-    run_probes_watching,
 )
 from tools.signatures import SignatureMatcher, load_signatures
 
@@ -98,9 +96,6 @@ def test_render_command_orders_flags_and_handles_booleans() -> None:
     ]
     with pytest.raises(ValueError):
         render_command(["x"], "m", {"tp-size": 8}, host="h", port=1)
-    assert command_line(["python", "-m", "x", '{"a": 1}'], {"NCCL_P2P_DISABLE": "1"}) == (
-        "NCCL_P2P_DISABLE=1 python -m x '{\"a\": 1}'"
-    )
 
 
 def test_ready_is_detected_from_the_log_without_fixed_waits(host: LocalHost, tmp_path: Path) -> None:
@@ -283,7 +278,8 @@ def test_probe_that_crashes_the_server_is_seen_by_watch(host: LocalHost, tmp_pat
     with _session(host, tmp_path, ["--then", "serve", "--on-request", "crash"]) as s:
         assert s.wait_ready().status == "ready"
         start = time.monotonic()
-        results, lines = run_probes_watching(s, DEFAULT_PROBES[:1], model="fake-model", timeout_s=20.0)
+        results = [run_probe(s.base_url or "", DEFAULT_PROBES[0], model="fake-model", timeout_s=20.0)]
+        lines = s.watch(2.0)  # as the execute node does after its probes
         assert time.monotonic() - start < 10.0
         assert results[0].status == "connection_error"
         texts = [x.text for x in lines]
@@ -297,9 +293,9 @@ def test_probe_that_crashes_the_server_is_seen_by_watch(host: LocalHost, tmp_pat
 def test_watch_keeps_tailing_and_returns_after_the_given_time(host: LocalHost, tmp_path: Path) -> None:
     with _session(host, tmp_path, ["--then", "serve"]) as s:
         assert s.wait_ready().status == "ready"
-        results, lines = run_probes_watching(
-            s, [Probe(id="p", kind="generate", prompt="The capital of France is", expect="paris")], model="m"
-        )
+        probe = Probe(id="p", kind="generate", prompt="The capital of France is", expect="paris")
+        results = [run_probe(s.base_url or "", probe, model="m")]
+        lines = s.watch(0.5)
         assert results[0].ok
         assert any("POST /generate" in x.text for x in lines)
         start = time.monotonic()
@@ -340,9 +336,8 @@ def test_lab_glm5_world_reaches_ready_then_crashes_at_first_decode(
             result = s.wait_ready()
             assert result.status == "ready", [x.text for x in result.lines[-20:]]
             assert result.facts.get("kv_cache_dtype") == "fp8_e4m3"
-            probes, _ = run_probes_watching(
-                s, DEFAULT_PROBES[:1], model="zai-org/GLM-5-NVFP4", timeout_s=30.0
-            )
+            probes = [run_probe(s.base_url or "", DEFAULT_PROBES[0], model="zai-org/GLM-5-NVFP4", timeout_s=30.0)]
+            s.watch(2.0)
             assert probes[0].status in ("connection_error", "http_error")
             assert s.fatal_seen
             assert s.stop() is True

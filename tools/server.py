@@ -12,8 +12,6 @@ anything left at interpreter exit. Nothing can clean up after SIGKILL of the orc
 
 from __future__ import annotations
 
-import concurrent.futures
-import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
@@ -23,7 +21,6 @@ from pydantic import BaseModel, Field
 
 from tools.host import Host, HostError, ProcessHandle, expand_argv
 from tools.logwatch import LogLine, LogWatcher
-from tools.probes import Probe, ProbeResult, run_probe
 from tools.signatures import SignatureMatch, SignatureMatcher
 
 _SESSION_FLAGS = ("--model-path", "--host", "--port")
@@ -57,12 +54,6 @@ def render_command(
         if value is not True:
             argv.append(str(value))
     return argv + ["--host", host, "--port", str(port)]
-
-
-def command_line(argv: Sequence[str], env: Mapping[str, str] | None = None) -> str:
-    """A copy-pasteable shell line: `VAR=value ... argv`, every item shell-quoted (for reports)."""
-    prefix = [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()]
-    return " ".join(prefix + [shlex.quote(str(a)) for a in argv])
 
 
 class WatchEvent(BaseModel):
@@ -403,34 +394,3 @@ class ServerSession:
     def fatal_seen(self) -> bool:
         """True once any fatal-kind line was read."""
         return self._fatal_at is not None
-
-    @property
-    def ready_seen(self) -> bool:
-        """True once a ready-kind line was read."""
-        return self._ready_at is not None
-
-
-def run_probes_watching(
-    session: ServerSession,
-    probes: Sequence[Probe],
-    *,
-    model: str,
-    timeout_s: float = 60.0,
-    settle_s: float = 0.5,
-) -> tuple[list[ProbeResult], list[LogLine]]:
-    """Run `probes` one after another against `session.base_url` while the session keeps tailing.
-
-    Each probe runs on a worker thread; the calling thread watches the log until the probe returns (at
-    most `timeout_s` s plus a little), then for up to `settle_s` s more so a crash the request caused is
-    in the lines. Returns the probe results and the log lines read meanwhile.
-    """
-    results: list[ProbeResult] = []
-    lines: list[LogLine] = []
-    base_url = session.base_url or f"http://127.0.0.1:{session.port}"
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="probe") as pool:
-        for probe in probes:
-            future = pool.submit(run_probe, base_url, probe, model=model, timeout_s=timeout_s)
-            lines += session.watch(timeout_s + 5.0, until=future.done)
-            results.append(future.result())
-            lines += session.watch(settle_s)
-    return results, lines

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.evidence import Evidence
+from agent.evidence import RawEvidence
 from agent.models import Outcome, Stage
 from agent.runtime import Runtime
 from agent.state import RunState
+from agent.wire import to_payload
 from tools.probes import ProbeResult
 from tools.signatures import SignatureMatch
 
@@ -21,8 +22,8 @@ def analyze(state: RunState, rt: Runtime) -> dict[str, Any]:
     raw = state.get("raw")
     if not raw:
         return {}
-    outcome = classify_outcome(Evidence.model_validate(raw))
-    rt.transcript.emit("outcome", outcome.model_dump(mode="json"), node="analyze")
+    outcome = classify_outcome(RawEvidence.model_validate(raw))
+    rt.transcript.emit("outcome", to_payload("outcome", outcome), node="analyze")
     experiments = [dict(e) for e in state.get("experiments", [])]
     for e in experiments:
         if e["id"] == outcome.experiment_id:
@@ -34,7 +35,7 @@ def analyze(state: RunState, rt: Runtime) -> dict[str, Any]:
     }
 
 
-def classify_outcome(evidence: Evidence) -> Outcome:
+def classify_outcome(evidence: RawEvidence) -> Outcome:
     """The furthest stage a launch reached, from its watch status, signatures and probe results.
 
     Stages (docs/ARCHITECTURE.md, "Data contracts"): launch_failed (argument errors, exit before

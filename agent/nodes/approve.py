@@ -27,7 +27,6 @@ from agent.approval import (
     risky_reasons,
 )
 from agent.models import Experiment, Rejection
-from agent.planner import RulePlanner
 from agent.recovery import emit_once
 from agent.runtime import Runtime
 from agent.state import RunState, case_of, hypotheses_of, planner_view, sglang_version
@@ -195,6 +194,6 @@ def edit_experiment(rt: Runtime, state: RunState, exp: Experiment, items: list[s
         view=planner_view(state),
         flags=flags,
         hypotheses=hypotheses_of(state),
-        predict=RulePlanner(rt.catalog, flags).prediction,  # the catalog's predictions, whoever plans
+        predict=rt.planner(state).prediction,
         by=by,
     )

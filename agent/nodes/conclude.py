@@ -21,13 +21,14 @@ from agent.runtime import Runtime
 from agent.state import RunState, hypotheses_of
 from agent.transcript import TranscriptError
 from agent.values import ValueEvidence, derive
+from agent.wire import to_payload
 
 
 def conclude(state: RunState, rt: Runtime) -> dict[str, Any]:
     """The conclude node: see the module docstring."""
     rt.stop_sessions()  # nothing outlives its run, and the stop is recorded before the run's end
     c = build_conclusion(state)
-    rt.transcript.emit("conclusion", c.model_dump(mode="json"), node="conclude")
+    rt.transcript.emit("conclusion", to_payload("conclusion", c), node="conclude")
     rt.transcript.emit(
         "run.ended",
         {"status": c.status, "launches": c.launches, "host_seconds": c.host_seconds, "reason": c.reason},

@@ -4,6 +4,8 @@ conclude; the proposal passes the guard (``agent.guard``) before anyone is asked
 Side effects: transcript ``experiment.proposed``, ``design.none`` (nothing left worth testing) or
 ``error`` (the guard refused a planner's proposal: a planner bug, never executed); sets the transcript's
 step to the coming launch. The planner may call its model (the LLM planner writes ``llm.*`` events).
+Building the planner needs the host's flag catalog (``Runtime.flags``: cached, or read from the host's
+``launch_server --help`` in a process that resumed the run).
 
 The update carries ``pending`` (the proposal) or ``conclude_reason``; the graph's edge routes on it.
 """
@@ -13,9 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from agent.guard import GuardError, check_experiment
-from agent.llm_planner import planner_checkpoint
 from agent.runtime import Runtime
 from agent.state import RunState, planner_view
+from agent.wire import to_payload
 
 
 def design(state: RunState, rt: Runtime) -> dict[str, Any]:
@@ -25,7 +27,7 @@ def design(state: RunState, rt: Runtime) -> dict[str, Any]:
     pl = rt.planner(state)
     proposal = pl.propose(view, pl.history(view))
     # The LLM planner's memory (its hypotheses, tokens spent) is checkpointed with the step.
-    memo = planner_checkpoint(pl)
+    memo = pl.checkpoint()
     kept: dict[str, Any] = {"planner": memo} if memo is not None else {}
     if proposal.experiment is None:
         tr.emit(
@@ -43,7 +45,7 @@ def design(state: RunState, rt: Runtime) -> dict[str, Any]:
     tr.step = view.launches + 1
     tr.emit(
         "experiment.proposed",
-        {**exp.model_dump(mode="json"), "considered": proposal.considered[:12]},
+        to_payload("experiment.proposed", exp, considered=proposal.considered[:12]),
         node="design",
     )
     return {**kept, "pending": exp.model_dump(mode="json")}

@@ -2,7 +2,7 @@
 
 Launch the server (or adopt the one an ended process of this run left running, or reuse a result it
 already saved), watch its log until ready, crash, stall or timeout, probe it, stop it and verify it is
-gone; the evidence (``agent.evidence.Evidence``) goes into the state for analyze.
+gone; the evidence (``agent.evidence.RawEvidence``) goes into the state for analyze.
 
 Side effects:
 
@@ -33,11 +33,12 @@ from typing import Any
 
 from agent.case import Case
 from agent.crashsafe import api_key_of, infra_failure, probe_through_drops, server_info_through_drops
-from agent.evidence import Evidence
+from agent.evidence import RawEvidence
 from agent.models import Experiment
 from agent.recovery import prior_launch, record_intent, recover, save_result
 from agent.runtime import Runtime
 from agent.state import RunState, case_of
+from agent.wire import to_payload
 from tools.host import Host, HostError, ProcessHandle, expand_argv
 from tools.probes import ProbeResult
 from tools.server import LaunchResult, ServerSession, WatchEvent, render_command
@@ -82,7 +83,7 @@ def execute(state: RunState, rt: Runtime) -> dict[str, Any]:
         # The host failed, not the server: that is no evidence about the deployment, and nothing more
         # can be learned there. The run ends in error (conclude stops what it can still reach).
         unreachable = infra_failure(rt, exp.id, exc)
-        evidence = Evidence.infra_error(exp.id, str(exc))
+        evidence = RawEvidence.infra_error(exp.id, str(exc))
     exp.status = "running"
     return {
         **unreachable,
@@ -106,7 +107,7 @@ def run_experiment(
     adopt: ProcessHandle | None = None,
     record: dict[str, Any] | None = None,
     launch_no: int = 1,
-) -> Evidence:
+) -> RawEvidence:
     """Launch one experiment, watch it to ready/crash/timeout, probe it, stop it; return its evidence.
 
     ``adopt``: instead of launching, take over this server, which an earlier process of the run
@@ -154,7 +155,7 @@ def run_experiment(
             # The evidence so far, on disk before the next event: a kill after the server failed leaves
             # what it showed (agent.recovery uses it), not a launch to repeat.
             began = time.monotonic()
-            save_result(rt.state_dir, run_id, Evidence.from_launch(
+            save_result(rt.state_dir, run_id, RawEvidence.from_launch(
                 exp.id, final=session.result(), matcher=matcher, server_info=server_info, stall=stall,
                 probes=probes, log_path=log_path, t_ready_s=res.t_ready_s,
                 wall_s=began - t0 - spent[0], time_scale=host.time_scale,
@@ -167,7 +168,7 @@ def run_experiment(
     wall = time.monotonic() - t0 - spent[0]
     tr.emit("server.stopped", {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3)}, node="execute")
     rt.sessions.pop(exp.id, None)  # stopped and recorded; Runtime.close() handles only interrupted ones
-    return Evidence.from_launch(
+    return RawEvidence.from_launch(
         exp.id,
         final=session.result(),
         matcher=matcher,
@@ -287,7 +288,7 @@ def _probe_or_record_failure(
         probes.append(pr)
         if not pr.ok:  # the server may die of it: what it answered is kept before anything else happens
             keep(server_info, partial=True)
-        tr.emit("probe.result", {"experiment_id": exp.id, **pr.model_dump(mode="json")}, node="execute")
+        tr.emit("probe.result", to_payload("probe.result", pr, experiment_id=exp.id), node="execute")
         if pr.status in ("connection_error", "timeout"):
             break
     session.watch(2.0 if any(not p.ok for p in probes) else 0.2)

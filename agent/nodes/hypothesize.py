@@ -2,7 +2,9 @@
 
 Side effects: transcript ``hypothesis.added``, ``hypothesis.<status>`` (a status changed),
 ``hypothesis.updated`` (a posterior moved by more than 0.001) and ``baseline.changed``. The planner may
-call its model (the LLM planner writes its ``llm.*`` events); the rule planner has none.
+call its model (the LLM planner writes its ``llm.*`` events); the rule planner has none. Building the
+planner needs the host's flag catalog (``Runtime.flags``): in a process that resumed the run, that is
+the cached catalog or, failing that, a connection to the host and its ``launch_server --help``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from agent.models import Hypothesis
 from agent.runtime import Runtime
 from agent.state import RunState, planner_view
 from agent.transcript import Transcript
+from agent.wire import to_payload
 
 
 def hypothesize(state: RunState, rt: Runtime) -> dict[str, Any]:
@@ -35,7 +38,7 @@ def _record_changes(tr: Transcript, before: list[dict[str, Any]], after: list[Hy
     for h in after:
         prev = old.get(h.id)
         if prev is None:
-            tr.emit("hypothesis.added", h.model_dump(mode="json"), node="hypothesize")
+            tr.emit("hypothesis.added", to_payload("hypothesis.added", h), node="hypothesize")
         elif prev["status"] != h.status:
             tr.emit(
                 f"hypothesis.{h.status}",

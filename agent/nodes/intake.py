@@ -22,13 +22,14 @@ from typing import Any
 from langgraph.config import get_config
 
 from agent.case import Case, outside_warnings
-from agent.evidence import Evidence
+from agent.evidence import RawEvidence
 from agent.models import Baseline, Experiment
 from agent.planner import RelevantFinding, model_features
 from agent.redact import run_redactor
 from agent.runtime import Runtime
 from agent.state import RunState, case_of, seed_state
 from agent.transcript import Transcript
+from agent.wire import to_payload
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagError
 from tools.host import HostError, expand_argv
@@ -105,7 +106,7 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
             gpu_query_argv=expand_argv(case.launcher.gpu_query_argv, host),
             version_argv=expand_argv(case.launcher.version_argv, host),
         )
-        tr.emit("host.fingerprint", fp.model_dump(mode="json"), node="intake")
+        tr.emit("host.fingerprint", to_payload("host.fingerprint", fp), node="intake")
         step = "launcher.argv (its --help gives the flag catalog)"
         flags = rt.flags(case, fp.sglang_version)
         tr.emit(
@@ -168,7 +169,7 @@ def _read_knowledge(tr: Transcript, case: Case, fp: HostFingerprint) -> list[Rel
     return findings
 
 
-def ingest_log(case: Case, baseline: Baseline, signatures: list[Signature]) -> tuple[Evidence, Experiment]:
+def ingest_log(case: Case, baseline: Baseline, signatures: list[Signature]) -> tuple[RawEvidence, Experiment]:
     """Treat a crash log the user already has as the baseline's first observation (no launch)."""
     path = case.resolve_path(case.observed_log or "")
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -179,4 +180,4 @@ def ingest_log(case: Case, baseline: Baseline, signatures: list[Signature]) -> t
         rationale=f"observed log {path}",
         status="running",
     )
-    return Evidence.from_log(exp.id, text, signatures, str(path)), exp
+    return RawEvidence.from_log(exp.id, text, signatures, str(path)), exp
