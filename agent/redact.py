@@ -78,11 +78,16 @@ _FQDN = re.compile(
 _KEEP_IPS = frozenset({"127.0.0.1", "0.0.0.0", "::1", "::"})
 
 
+#: Environment variables whose names look secret but hold none: the working directories (``PWD``
+#: would otherwise make every path under the current directory ``<redacted>``) and the agent socket.
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK"})
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a variable/option/key name says its value is secret (``HF_TOKEN``, ``api_key``,
     ``--hf-token``, ``AWS_SECRET_ACCESS_KEY``); ``max_total_tokens`` and ``TOKENIZERS_PARALLELISM`` are not."""
     parts = [p for p in re.split(r"[_\-.\s]+", name.strip().strip("-").upper()) if p]
-    if not parts:
+    if not parts or name.strip() in _NOT_SECRET_NAMES:
         return False
     if any(p in _SECRET_PARTS for p in parts) or parts[-1] == "KEY":
         return True

@@ -363,3 +363,13 @@ def test_a_run_whose_checkpoint_lost_its_next_step_is_not_finished_and_resume_en
     assert result["status"] == "error" and "without a conclusion" in result["error"]
     listed = {i["run_id"]: i for i in json.loads(run_cli(tmp_path, "runs", "--json").stdout)}
     assert listed[run_id]["status"] == "finished" and listed[run_id]["result"] == "error"
+
+
+def test_the_working_directory_is_not_taken_for_a_secret(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """PWD ends in a "secret" name part, but it holds the current directory: paths must survive."""
+    from agent.redact import redact_data, run_redactor
+
+    monkeypatch.setenv("PWD", str(tmp_path))
+    monkeypatch.setenv("DB_PWD", "a-real-database-password")
+    data = {"log": f"{tmp_path}/runs/x.log", "note": "password a-real-database-password"}
+    assert redact_data(data, run_redactor()) == {"log": f"{tmp_path}/runs/x.log", "note": "password <redacted>"}
