@@ -15,7 +15,7 @@ import shlex
 import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from rich.console import Console, Group
@@ -25,13 +25,13 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.guard import GuardError, check_experiment
-from agent.models import Change, Experiment, FlagValue, Hypothesis, Prediction, value_key
+from agent.models import Baseline, Change, Experiment, FlagValue, Hypothesis, Prediction, Rejection, value_key
 from agent.planner import PlannerView
 from tools.flags import FlagCatalog, FlagError
 
 ApprovalMode = Literal["each", "risky", "auto"]
 Decision = Literal["approve", "edit", "reject", "stop"]
-APPROVAL_MODES: tuple[str, ...] = ("each", "risky", "auto")
+APPROVAL_MODES: tuple[str, ...] = get_args(ApprovalMode)
 
 #: An environment-variable assignment in an edit: upper-case names only, so that ``kv-cache-dtype=bf16``
 #: or ``kv_cache_dtype=bf16`` read as flags.
@@ -155,6 +155,27 @@ class HypothesisLine(BaseModel):
     predicts: Literal["fixed", "may_fix", "persists"]
 
 
+class EditOffer(BaseModel):
+    """An edit the approval screen offers: ``set`` is typed as is at the edit prompt (or given to
+    ``resume --set``); ``why`` says what it is."""
+
+    set: str
+    why: str
+
+
+class LeadBlocked(BaseModel):
+    """The leading hypothesis can no longer be tested as proposed: a person rejected its test, and the
+    experiment waiting now does not test it. ``edits`` test it another way (may be empty)."""
+
+    hypothesis_id: str
+    statement: str
+    posterior: float
+    rejected: str  # the rejected change, as `name: before → after`
+    reason: str
+    instead: list[str] = Field(default_factory=list)  # what this experiment tests, "id (p=0.05)"
+    edits: list[EditOffer] = Field(default_factory=list)
+
+
 class ApprovalRequest(BaseModel):
     """What the approve node asks (the ``interrupt()`` value): everything needed to decide.
 
@@ -176,6 +197,7 @@ class ApprovalRequest(BaseModel):
     mode: str = "each"
     risky: list[str] = Field(default_factory=list)
     error: str | None = None
+    lead_blocked: LeadBlocked | None = None
     choices: list[str] = Field(default_factory=lambda: ["approve", "edit", "reject", "stop"])
     answer_format: str = (
         '{"decision": "approve"} | {"decision": "edit", "set": ["--attention-backend=triton"]} | '
@@ -195,6 +217,7 @@ def build_request(
     mode: str,
     risky: Sequence[str],
     error: str | None = None,
+    lead_blocked: LeadBlocked | None = None,
 ) -> ApprovalRequest:
     """The approval request for ``exp`` given the run's ledger and spending (pure; no I/O)."""
     predicted = {p.hypothesis_id: p.expect for p in exp.predictions}
@@ -224,6 +247,170 @@ def build_request(
         mode=mode,
         risky=list(risky),
         error=error,
+        lead_blocked=lead_blocked,
+    )
+
+
+def _edit_text(change: Change) -> str:
+    """A change as the edit prompt reads it: ``--flag=value``, ``--switch``, ``NAME=value``."""
+    if change.after is True:
+        return change.name
+    return f"{change.name}={'' if change.after is None else change.after}"
+
+
+#: Says what ``Hypothesis`` expects of an experiment that makes ``Change`` (None: the unchanged baseline):
+#: ``fixed``, ``may_fix`` or ``persists``.
+_Predict = Callable[[Hypothesis, Change | None], str]
+
+
+class _EditOffers:
+    """The edits offered so far: each change once, none run or rejected before, at most ``most``."""
+
+    def __init__(self, view: PlannerView, most: int) -> None:
+        self.seen = {r.change_key for r in view.rejections if r.change_key}
+        self.seen |= {e.change.key() for e in view.experiments if e.change is not None and e.status == "done"}
+        self.most = most
+        self.edits: list[EditOffer] = []
+
+    def offer(self, change: Change, why: str) -> None:
+        if change.key() not in self.seen and len(self.edits) < self.most:
+            self.seen.add(change.key())
+            self.edits.append(EditOffer(set=_edit_text(change), why=why))
+
+
+def _legal_flag_change(flags: FlagCatalog | None, baseline: Baseline, name: str, value: FlagValue) -> Change | None:
+    """The flag change setting ``name`` to ``value``, canonical and normalised by the catalog; None without
+    a catalog, when the host would refuse it, or when the baseline already has that value."""
+    if flags is None:
+        return None
+    try:
+        canon, norm = flags.validate(name, value)
+    except FlagError:
+        return None
+    before = baseline.value("flag", canon)
+    return None if value_key(before) == value_key(norm) else Change(kind="flag", name=canon, before=before, after=norm)
+
+
+def _blocked_lead(
+    exp: Experiment, live: Sequence[Hypothesis], view: PlannerView, predict: _Predict
+) -> tuple[Hypothesis, Rejection] | None:
+    """The leading live hypothesis and the last rejection of a change that tested it, when ``exp`` (a
+    test) does not test it; else None."""
+    if not live or exp.purpose != "test":
+        return None
+    lead = max(live, key=lambda h: h.posterior)
+    if predict(lead, exp.change) != "persists":
+        return None
+    blocked = [r for r in view.rejections if r.change is not None and predict(lead, r.change) != "persists"]
+    if not blocked:
+        return None
+    return lead, blocked[-1]
+
+
+def _offer_other_interventions(
+    lead: Hypothesis,
+    rejected: Change,
+    baseline: Baseline,
+    flags: FlagCatalog | None,
+    predict: _Predict,
+    offers: _EditOffers,
+) -> None:
+    """Offer the first legal change of each of ``lead``'s interventions that it predicts fixes the
+    failure and that does not set the rejected variable."""
+    for iv in lead.interventions:
+        for name in iv.names:
+            changes = [
+                Change(kind="env", name=name, before=baseline.value("env", name), after=v)
+                if iv.kind == "env"
+                else _legal_flag_change(flags, baseline, name, v)
+                for v in iv.values
+            ]
+            change = next((c for c in changes if c is not None), None)
+            if change is not None:
+                if predict(lead, change) != "persists" and value_key(change.name) != value_key(rejected.name):
+                    offer_why = f"another intervention of {lead.id} (it predicts: {predict(lead, change)})"
+                    offers.offer(change, offer_why)
+                break
+
+
+def _offer_other_values(
+    lead: Hypothesis,
+    rejected: Change,
+    view: PlannerView,
+    baseline: Baseline,
+    flags: FlagCatalog | None,
+    predict: _Predict,
+    offers: _EditOffers,
+) -> None:
+    """Offer the other values the host accepts for the rejected flag (its ``--help`` choices), without
+    the default, the failing run's effective values, and ``auto`` when the flag is unset."""
+    if rejected.kind != "flag" or flags is None:
+        return
+    try:
+        spec = flags.resolve(rejected.name)
+    except FlagError:
+        spec = None
+    facts = next((o.facts for o in reversed(view.outcomes) if o.stage != "ok"), {})
+    effective = {value_key(v) for v in facts.values()}
+    fact = next((iv.fact for iv in lead.interventions if iv.fact and iv.fact in facts), None)
+    now = f"the failing run's {facts[fact]}" if fact else f"{rejected.before or 'the default'}"
+    unset = baseline.value("flag", spec.name) is None if spec else False
+    for choice in (spec.choices or []) if spec else []:
+        change = _legal_flag_change(flags, baseline, rejected.name, choice)
+        if (
+            change is None
+            or value_key(choice) == value_key(spec.default if spec else None)
+            # SGLang spells "let the server choose" as auto: with the flag unset, that is the baseline
+            or (unset and value_key(choice) == "auto")
+            or value_key(choice) in effective
+            or predict(lead, change) != "persists"  # the rejected value in another spelling
+        ):
+            continue
+        offers.offer(change, f"another value than {now}: the ledger predicts nothing for it; whether it fails "
+                     f"tells whether the fault is tied to {facts[fact] if fact else 'that value'}")
+
+
+def lead_blocked(
+    exp: Experiment,
+    hypotheses: Sequence[Hypothesis],
+    view: PlannerView,
+    *,
+    flags: FlagCatalog | None,
+    predict: Callable[[Hypothesis, Change | None], str],
+    most: int = 4,
+) -> LeadBlocked | None:
+    """Whether the leading hypothesis (the most probable open or supported one) lost its test to a
+    rejection while ``exp`` does not test it; then the note the approval screen shows, with edits that
+    test it another way. Pure: reads the flag catalog object, no host.
+
+    The edits, in order: the hypothesis's other interventions (a value the host accepts, not the
+    rejected change in another spelling, not run or rejected before), which the ledger predicts fix
+    the failure; then other values the host accepts for the variable of the rejected test (its
+    ``--help`` choices, without the baseline's, the failing run's effective value and the default), on
+    which the ledger predicts nothing: they say whether the fault is tied to the rejected value.
+    """
+    live = [h for h in hypotheses if h.status in ("open", "supported")]
+    found = _blocked_lead(exp, live, view, predict)
+    if found is None:
+        return None
+    lead, rejected = found
+    assert rejected.change is not None
+    offers = _EditOffers(view, most)
+    _offer_other_interventions(lead, rejected.change, exp.baseline, flags, predict, offers)
+    _offer_other_values(lead, rejected.change, view, exp.baseline, flags, predict, offers)
+    instead = [
+        f"{p.hypothesis_id} (p={next((h.posterior for h in live if h.id == p.hypothesis_id), 0.0):.2f})"
+        for p in exp.predictions
+        if p.expect != "persists"
+    ]
+    return LeadBlocked(
+        hypothesis_id=lead.id,
+        statement=lead.statement,
+        posterior=lead.posterior,
+        rejected=rejected.change.describe(),
+        reason=rejected.reason,
+        instead=instead,
+        edits=offers.edits,
     )
 
 
@@ -467,6 +654,8 @@ def approval_panel(req: ApprovalRequest) -> Panel:
         for h in req.hypotheses:
             t.add_row(f"{h.posterior:.2f}", escape(h.id), _PREDICTS[h.predicts], escape(h.statement))
         parts.append(t)
+    if req.lead_blocked is not None:
+        parts.append(_lead_blocked_text(req.lead_blocked))
     if req.error:
         parts.append(f"[bold red]previous answer refused:[/] {escape(req.error)}")
     parts.append(escape("[a]pprove  [e]dit (one change)  [r]eject with a reason  [s]top the run"))
@@ -476,6 +665,29 @@ def approval_panel(req: ApprovalRequest) -> Panel:
         title_align="left",
         border_style="red" if req.risky else "cyan",
     )
+
+
+def _lead_blocked_text(lb: LeadBlocked) -> Group:
+    """The note on the leading hypothesis whose test was rejected (see ``lead_blocked``)."""
+    instead = f" This experiment tests {', '.join(lb.instead)} instead." if lb.instead else ""
+    lines: list[Any] = [
+        Text.from_markup(
+            f"[bold yellow]⚠ the leading hypothesis {escape(lb.hypothesis_id)} (p={lb.posterior:.2f}) can no "
+            f"longer be tested as proposed:[/] its test [magenta]{escape(lb.rejected)}[/] was rejected "
+            f"({escape(lb.reason)}).{escape(instead)}"
+        )
+    ]
+    if lb.edits:
+        lines.append(Text("  to test it another way, [e]dit with one of:"))
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold magenta", no_wrap=True)
+        grid.add_column()
+        for offer in lb.edits:
+            grid.add_row(f"    {escape(offer.set)}", escape(offer.why))
+        lines.append(grid)
+    else:
+        lines.append(Text("  no other test of it is known: edit a change of your own, approve, or stop."))
+    return Group(*lines)
 
 
 def ask(

@@ -6,9 +6,12 @@ world; it is located on disk (``lab/worlds/WORLD/case.toml``) without importing 
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import re
 import tomllib
+import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,6 +72,18 @@ class LauncherSpec(_Strict):
         default_factory=lambda: ["python", "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
     )
     gpu_query_argv: list[str] = Field(default_factory=lambda: ["nvidia-smi"])
+    #: `python -m sglang.check_env` on the host (evidence; its failure is only a note). None: derived
+    #: from `argv` when it runs a `<package>.launch_server` module; [] turns it off.
+    check_env_argv: list[str] | None = None
+
+    def check_env(self) -> list[str]:
+        """The check_env command for this launcher (`-m X.launch_server` -> `-m X.check_env`), or []."""
+        if self.check_env_argv is not None:
+            return list(self.check_env_argv)
+        for i, arg in enumerate(self.argv[:-1]):
+            if arg == "-m" and self.argv[i + 1].endswith(".launch_server"):
+                return [*self.argv[: i + 1], self.argv[i + 1].removesuffix("launch_server") + "check_env"]
+        return []
 
     @field_validator("argv")
     @classmethod
@@ -94,7 +109,19 @@ class BudgetSpec(_Strict):
     stall_timeout_s: float | None = Field(default=None, gt=0)
 
 
+class ReproduceSpec(_Strict):
+    """How the reported failure is reproduced: ``concurrency`` = how many requests at once show it (1: one
+    at a time; above 1 the baseline's first launch sends that burst besides the single probes, for
+    failures that appear only under concurrent load); ``intermittent`` = it does not show on every
+    launch (a fix then needs two passing confirmations)."""
+
+    concurrency: int = Field(default=1, ge=1, le=256)
+    intermittent: bool = False
+
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: In ``host.env`` values, the folder of the case file (so a case can name files beside it).
+CASE_DIR = "{case_dir}"
 
 
 class Case(_Strict):
@@ -110,8 +137,16 @@ class Case(_Strict):
     knowledge: list[str] = Field(default_factory=list)
     observed_log: str | None = None
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    reproduce: ReproduceSpec = Field(default_factory=ReproduceSpec)
     approval: Literal["each", "risky", "auto"] = "each"
     source_path: str | None = None
+
+    @model_validator(mode="after")
+    def _case_dir(self) -> Case:
+        # "{case_dir}/world.toml" names a file beside the case file, wherever the case is run from.
+        base = str(Path(self.source_path).resolve().parent) if self.source_path else str(Path.cwd())
+        self.host.env = {k: v.replace(CASE_DIR, base) for k, v in self.host.env.items()}
+        return self
 
     @model_validator(mode="after")
     def _env_names(self) -> Case:
@@ -218,12 +253,7 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
     try:
         case = Case.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        where = f"field '{field}': " if err["loc"] else ""  # a check across fields names them itself
-        raise CaseError(f"{path}: {where}{msg}{more}") from None
+        raise CaseError(f"{path}: {case_error_text(exc)}") from None
     for i, k in enumerate(case.knowledge):
         if not case.resolve_path(k).is_file():
             raise CaseError(f"{path}: field 'knowledge.{i}': {k}: file not found")
@@ -252,3 +282,101 @@ def outside_warnings(case: Case) -> list[str]:
         f"{case.source_path}: {field} = {raw} is outside the case's folder ({resolved}); using it as named"
         for field, raw, resolved in case.paths_outside_folder()
     ]
+
+
+def server_api_key(flags: Mapping[str, Any]) -> str | None:
+    """The `--api-key` a launch passes to the server (so probes can authenticate), or None.
+
+    SGLang then requires `Authorization: Bearer <key>` on every endpoint but /health (0.5.9 and 0.5.23
+    entrypoints/http_server.py, the API-key middleware). The key is sent by the probes only; everything
+    hypoloop writes goes through `agent.redact.scrub`, which removes it.
+    """
+    for name, value in flags.items():
+        if name.lstrip("-").replace("_", "-") == "api-key" and isinstance(value, str) and value:
+            return value
+    return None
+# ------------------------------------------------------------------------ errors in the case's words
+
+#: What a pydantic error type means for a value written in a case file (TOML words, not Python's).
+_EXPECTED = {
+    "int_type": "a whole number",
+    "int_parsing": "a whole number",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "string_type": "a string in quotes",
+    "dict_type": "a table (a [section] or { key = value })",
+    "model_type": "a table (a [section] or { key = value })",
+    "model_attributes_type": "a table (a [section] or { key = value })",
+    "list_type": "a list, e.g. [\"a\", \"b\"]",
+}
+
+
+def _section_model(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The case-file model that holds the key at ``loc`` (``Case`` for a top-level key), or None."""
+    model: type[BaseModel] = Case
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        ann: Any = field.annotation
+        found = None
+        for cand in (ann, *typing.get_args(ann)):
+            for inner in (cand, *typing.get_args(cand)):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    found = inner
+        if found is None:
+            return None
+        model = found
+    return model
+
+
+def _where(loc: tuple[Any, ...]) -> str:
+    """``[budget]`` / ``[[probes]] #2`` / ``the top level`` for the table holding the key at ``loc``."""
+    parts = list(loc[:-1])
+    if not parts:
+        return "the top level"
+    if len(parts) == 2 and isinstance(parts[1], int):  # an array of tables
+        return f"[[{parts[0]}]] #{parts[1] + 1}"
+    return "[" + ".".join(str(p) for p in parts) + "]"
+
+
+def case_error_text(exc: ValidationError) -> str:
+    """One line in the case file's own words for the first problem pydantic found: an unknown key with
+    the nearest known key ("did you mean"), a missing required key, or the value's expected kind with
+    what was written. Adds "(and N more)" when there are more problems."""
+    errs = exc.errors()
+    # A typo'd key also makes the key it was meant to be "missing": report the typo, which explains both.
+    errs = sorted(errs, key=lambda e: e["type"] != "extra_forbidden")
+    err = errs[0]
+    loc = tuple(err["loc"])
+    field = ".".join(str(p) for p in loc)
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    kind = err["type"]
+    if kind == "extra_forbidden" and loc:
+        model = _section_model(loc)
+        known = sorted(k for k in (model.model_fields if model else {}) if k != "source_path")
+        hint = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
+        listed = f" (known keys: {', '.join(known)})" if known else ""
+        return f"unknown key '{loc[-1]}' in {_where(loc)}{suggestion}{listed}{more}"
+    if kind == "missing" and loc:
+        return f"required key '{loc[-1]}' is missing in {_where(loc)}{more}"
+    if not loc:  # a check across fields names them itself
+        return err["msg"].removeprefix("Value error, ") + more
+    got = err.get("input")
+    shown = f", got {got!r}" if isinstance(got, str | int | float | bool) else (
+        f", got a {'table' if isinstance(got, dict) else 'list' if isinstance(got, list) else type(got).__name__}"
+    )
+    if kind in _EXPECTED:
+        return f"field '{field}': expected {_EXPECTED[kind]}{shown}{more}"
+    if kind == "literal_error":
+        choices = (err.get("ctx") or {}).get("expected", "")
+        return f"field '{field}': expected one of {choices}{shown}{more}"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short"):
+        return f"field '{field}': {err['msg'].lower()}{shown}{more}"
+    return f"field '{field}': {err['msg'].removeprefix('Value error, ')}{more}"

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from agent.models import Intervention
+from tools.flags import FlagCatalog
 
 
 class CatalogError(ValueError):
@@ -164,6 +165,30 @@ def default_catalog_path() -> Path:
     return Path(__file__).resolve().parent.parent / "knowledge" / "hypotheses.toml"
 
 
+def load_roles(path: Path | None = None) -> dict[str, list[str]]:
+    """Flag roles (``knowledge/flag_roles.toml``): role id -> its spellings across releases, newest first.
+
+    A missing file means no roles. Raises CatalogError naming the file and entry for a malformed one.
+    """
+    path = path or default_catalog_path().parent / "flag_roles.toml"
+    if not path.is_file():
+        return {}
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CatalogError(f"{path}: {exc}") from None
+    roles: dict[str, list[str]] = {}
+    for i, raw in enumerate(data.get("role", [])):
+        spellings = raw.get("spellings") if isinstance(raw, dict) else None
+        rid = raw.get("id") if isinstance(raw, dict) else None
+        if not isinstance(rid, str) or not isinstance(spellings, list) or not spellings or not all(
+            isinstance(x, str) and x.startswith("--") for x in spellings
+        ):
+            raise CatalogError(f"{path}: role #{i + 1}: expected an id and a list of --flag spellings")
+        roles[rid] = list(spellings)
+    return roles
+
+
 def load_catalog(path: Path | None = None) -> list[CatalogEntry]:
     """Load the hypothesis catalog; raises CatalogError naming the file, entry and field."""
     path = path or default_catalog_path()
@@ -171,9 +196,18 @@ def load_catalog(path: Path | None = None) -> list[CatalogEntry]:
         data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"{path}: {exc}") from None
+    roles = load_roles(path.parent / "flag_roles.toml")
     entries = []
     for i, raw in enumerate(data.get("hypothesis", [])):
         try:
+            for j, iv in enumerate(raw.get("intervention", []) if isinstance(raw, dict) else []):
+                if isinstance(iv, dict) and "role" in iv:
+                    if iv["role"] not in roles:
+                        raise CatalogError(
+                            f"{path}: hypothesis #{i + 1} ({raw.get('id', '?')}): intervention #{j + 1}: "
+                            f"unknown role {iv['role']!r} (known: {', '.join(sorted(roles))})"
+                        )
+                    iv.setdefault("names", list(roles[iv["role"]]))
             entries.append(CatalogEntry.model_validate(raw))
         except ValidationError as exc:
             err = exc.errors()[0]
@@ -186,3 +220,10 @@ def load_catalog(path: Path | None = None) -> list[CatalogEntry]:
     if dup:
         raise CatalogError(f"{path}: duplicate hypothesis ids: {', '.join(sorted(dup))}")
     return entries
+
+
+def role_spellings(flags: FlagCatalog | None) -> dict[str, str]:
+    """Each flag role's spelling on a host, from its flag catalog (roles it does not know are left out)."""
+    if flags is None:
+        return {}
+    return {role: spec.name for role, names in load_roles().items() if (spec := flags.resolve_role(names))}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import secrets
 import signal
 import sys
@@ -17,7 +18,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -26,9 +27,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent.approval import (
-    APPROVAL_MODES,
     ApprovalAnswer,
+    ApprovalMode,
     ApprovalRequest,
+    Decision,
     EditError,
     approval_panel,
     ask,
@@ -36,14 +38,16 @@ from agent.approval import (
 )
 from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case, outside_warnings
 from agent.catalog import CatalogError
-from agent.models import Baseline, Experiment
+from agent.models import Baseline, Change, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
+from agent.progress import ProgressBoard
 from agent.redact import redact_data, run_redactor
-from agent.render import EventRenderer
+from agent.render import EventRenderer, shown_line
 from agent.transcript import Transcript, TranscriptError, damaged_lines, read_transcript
+from agent.values import effective_before, suggestions_in_log
 from tools.connect import connect_host
 from tools.fingerprint import HostFingerprint, fingerprint
-from tools.flags import FlagCatalog, FlagError, parse_help
+from tools.flags import FlagCatalog, FlagError, catalog_from_server_args, parse_help
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import HostError, expand_argv
 from tools.knowledge import infer_features
@@ -60,6 +64,11 @@ app = typer.Typer(
     help="hypoloop: find why an LLM inference deployment fails, one experiment at a time.",
 )
 err_console = Console(stderr=True)
+
+#: The choices of the command line's enumerated options, declared once: typer shows them in the help
+#: (``--approve each|risky|auto``) and refuses anything else.
+PlannerName = Literal["rules", "llm"]
+ReportFormat = Literal["md", "html"]
 
 
 class _JsonResult:
@@ -124,6 +133,8 @@ def _sigterm_as_interrupt() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
+    # A closed terminal (SIGHUP) ends the run the same way: its servers are stopped, not left running.
+    signal.signal(signal.SIGHUP, handler)
 
 
 def _waiting_json(request: ApprovalRequest, transcript: Path) -> str:
@@ -429,8 +440,6 @@ def _confirm_orphans(orphans: list[dict[str, Any]]) -> bool:
 
 
 def _approval_mode(approve: str | None, auto: bool) -> str | None:
-    if approve is not None and approve not in APPROVAL_MODES:
-        _fail(f"--approve {approve}: expected one of {', '.join(APPROVAL_MODES)}")
     return "auto" if auto else approve
 
 
@@ -443,11 +452,12 @@ def run(
         bool, typer.Option("--auto", help="approve every experiment without asking (--approve auto)")
     ] = False,
     approve: Annotated[
-        str | None,
+        ApprovalMode | None,
         typer.Option(
             "--approve",
-            help="each: ask before every launch (default); risky: ask only for changes knowledge/risky.toml "
+            help="each: ask before every launch; risky: ask only for changes knowledge/risky.toml "
             "marks risky; auto: never ask",
+            show_default="the case file's approval, else each",
         ),
     ] = None,
     json_out: Annotated[
@@ -463,7 +473,9 @@ def run(
     insecure_accept_host_key: _InsecureOpt = False,
     remote_python: _PythonOpt = None,
     planner: Annotated[
-        str, typer.Option("--planner", help="rules (default, no network) or llm (an OpenAI-compatible endpoint)")
+        PlannerName,
+        typer.Option("--planner", help="rules: the rule planner, no network; llm: a model behind an "
+                     "OpenAI-compatible endpoint chooses the experiments"),
     ] = "rules",
     model: Annotated[str | None, typer.Option("--model", help="llm: the model name the endpoint serves")] = None,
     base_url: Annotated[
@@ -528,10 +540,10 @@ def run(
         lock.release()
         _fail(f"{transcript_dir}: cannot write the transcript: {exc.strerror}")
     console = Console(stderr=json_out)
-    tr.listeners.append(EventRenderer(console, verbose=verbose, show_input_errors=False))
+    tr.listeners.append(EventRenderer(console, verbose=verbose, show_input_errors=False, launch_progress=True))
     tr.listeners.append(_host_notices(err_console))
     tr.listeners.append(llm_notices(console))
-    rt = Runtime(tr, sdir)
+    rt = Runtime(tr, sdir, progress=ProgressBoard(console))
     # Servers that crashed runs left on the host: stopped with --auto, else after a yes at the terminal.
     rt.stop_orphans = auto
     rt.confirm_orphans = _confirm_orphans if sys.stdin.isatty() else None
@@ -631,11 +643,13 @@ def analyze(
                     )
                 )
     view = PlannerView(case=c, fingerprint=fp, findings=findings, experiments=[exp], outcomes=[outcome])
-    planner = RulePlanner(catalog, None)
+    # Without the host's --help, the log's own server-args line says which release's flag spellings apply.
+    planner = RulePlanner(catalog, catalog_from_server_args(text))
     hist = planner.history(view)
     proposal = planner.propose(view, hist)
     ranked = sorted(hist.hypotheses, key=lambda h: -h.posterior)
     verdict = _log_verdict(outcome)
+    suggestions = suggestions_in_log(text.split("\n"))
     if json_out:
         print(
             json.dumps(
@@ -658,9 +672,25 @@ def analyze(
                         }
                         for h in ranked
                     ],
-                    "first_experiment": proposal.experiment.change.model_dump()
+                    "first_experiment": {
+                        **proposal.experiment.change.model_dump(),
+                        "effective_before": effective_before(
+                            proposal.experiment.change.kind,
+                            proposal.experiment.change.name,
+                            proposal.experiment.change.before,
+                            outcome.facts,
+                        ),
+                    }
                     if proposal.experiment and proposal.experiment.change
                     else None,
+                    "alternatives": [
+                        {"change": a["change"], "p_fix": a["p_fix"]}
+                        for a in proposal.considered
+                        if a.get("change")
+                        and not (proposal.experiment and proposal.experiment.change
+                                 and a["change"] == proposal.experiment.change.describe())
+                    ],
+                    "sglang_suggestions": [{"line": n, "text": t} for n, t in suggestions],
                     "reason": proposal.conclude_reason,
                 }
             )
@@ -677,7 +707,7 @@ def analyze(
         more = f" (+{len(m.line_numbers) - 1} more)" if len(m.line_numbers) > 1 else ""
         console.print(
             f"  L{m.line_numbers[0] if m.line_numbers else '?':<5} [{style}]{m.kind:<8}[/] {m.signature_id}{more}: "
-            f"[dim]{escape(m.first_line.strip()[:120])}[/]",
+            f"[dim]{escape(shown_line(m.first_line).strip())}[/]",
             highlight=False,
         )
     hidden = len(outcome.matches) - len(shown)
@@ -686,19 +716,47 @@ def analyze(
     if outcome.facts:
         console.print("\n[bold]effective config[/]")
         for k, v in outcome.facts.items():
-            console.print(f"  {k} = {escape(str(v)[:100])}", highlight=False)
+            console.print(f"  {k} = {escape(str(v))}", highlight=False)
     console.print("\n[bold]hypotheses[/] (probability, id, component)")
     for hy in ranked:
         console.print(f"  {hy.posterior:.2f}  {hy.id}  [dim]({hy.component})[/]", highlight=False)
         console.print(f"        {escape(hy.statement)}", highlight=False)
     console.print()
-    if proposal.experiment and proposal.experiment.change:
+    first = proposal.experiment.change if proposal.experiment else None
+    if proposal.experiment and first:
         console.print(
-            f"first experiment: [bold magenta]{escape(proposal.experiment.change.describe())}[/] — "
+            f"first experiment: [bold magenta]{escape(_advice_text(first, outcome.facts))}[/] — "
             f"{escape(proposal.experiment.rationale)}"
         )
     else:
         console.print(f"no experiment to propose: {proposal.conclude_reason}")
+    others = [a for a in proposal.considered if a.get("change") and (first is None or a["change"] != first.describe())]
+    if others:
+        console.print("\n[bold]alternatives[/] (the planner's other candidates, P(fix))")
+        for alt in others:
+            console.print(f"  {alt['p_fix']:.2f}  {escape(_with_log_before(str(alt['change']), outcome.facts))}", highlight=False)
+    if suggestions:
+        lines = f"{suggestions[0][0]}-{suggestions[-1][0]}" if len(suggestions) > 1 else str(suggestions[0][0])
+        console.print(f"\n[bold]SGLang's own suggestions[/] (log line{'s' if len(suggestions) > 1 else ''} {lines})")
+        for n, text in suggestions:
+            console.print(f"  L{n:<5} {escape(text)}", highlight=False)
+
+
+def _with_log_before(described: str, facts: dict[str, str]) -> str:
+    """``name: (unset) → v`` (``Change.describe``) with the log's effective value as the "before"."""
+    m = re.match(r"^(?P<name>--\S+): \(unset\) → (?P<after>.*)$", described)
+    if m is None:
+        return described
+    before = effective_before("flag", m["name"], None, facts)
+    return described if before is None else f"{m['name']}: {before} (in the log) → {m['after']}"
+
+
+def _advice_text(change: Change, facts: dict[str, str]) -> str:
+    """A proposed change as advice: its "before" is the value the log shows the server ran with when
+    the baseline leaves the flag unset (``--cuda-graph-max-bs: 160 (in the log) → 112``)."""
+    if change.kind != "flag" or change.before is not None:
+        return change.describe()
+    return _with_log_before(change.describe(), facts)
 
 
 #: ``analyze --json``: at most this many line numbers and line ranges per signature (a log that repeats
@@ -765,7 +823,7 @@ def flags(
     launcher: Annotated[
         str, typer.Option(help="launcher command on the host")
     ] = "python -m sglang.launch_server",
-    json_out: Annotated[bool, typer.Option("--json")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
     ssh_key: _KeyOpt = None,
     known_hosts: _KnownOpt = None,
     insecure_accept_host_key: _InsecureOpt = False,
@@ -831,8 +889,10 @@ def replay(
             "recorded ones (exit 0 when all match, 1 at the first divergence)",
         ),
     ] = False,
-    planner: Annotated[str, typer.Option(help="the planner to re-decide with: rules or llm")] = "rules",
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    planner: Annotated[
+        PlannerName, typer.Option(help="the planner to re-decide with (llm replays the model's recorded answers)")
+    ] = "rules",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates and tool calls too")] = False,
 ) -> None:
     """A recorded run step by step as it looked live, with the evidence behind each hypothesis and the
     alternatives each step weighed; or (--redecide) checked against the current planner."""
@@ -891,15 +951,15 @@ def _redecide(transcript: Path, planner_name: str, console: Console, *, verbose:
 @app.command()
 def report(
     transcript: Annotated[Path, typer.Argument(help="a transcript JSONL file")],
-    fmt: Annotated[str, typer.Option("--format", help="md or html")] = "md",
+    fmt: Annotated[
+        ReportFormat, typer.Option("--format", help="md: Markdown; html: one self-contained page with charts")
+    ] = "md",
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write here instead of stdout")] = None,
 ) -> None:
     """A review document of a run: root cause, fix, evidence with log excerpts, experiments, timelines."""
     from agent.recorded import RecordedRun
     from agent.report import render
 
-    if fmt not in ("md", "html"):
-        _fail(f"--format {fmt}: expected md or html")
     try:
         text = render(RecordedRun.load(transcript), fmt)
     except TranscriptError as exc:
@@ -1025,7 +1085,7 @@ def runs_(
 def show(
     run_id: Annotated[str, typer.Argument(help="a run id (see `hypoloop runs`)")],
     json_out: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates and tool calls too")] = False,
 ) -> None:
     """A run's story so far (from its transcript) and the approval it waits for, if any."""
     from agent.runs import RunError, load_run
@@ -1072,10 +1132,10 @@ def show(
 def resume(
     run_id: Annotated[str, typer.Argument(help="a run id (see `hypoloop runs`)")],
     decision: Annotated[
-        str | None,
+        Decision | None,
         typer.Option(
-            help="approve, edit, reject or stop the experiment waiting for approval; without it, ask at "
-            "the terminal"
+            help="the answer to the experiment waiting for approval",
+            show_default="ask at the terminal",
         ),
     ] = None,
     reason: Annotated[str | None, typer.Option(help="why (required to reject; recorded)")] = None,
@@ -1092,7 +1152,9 @@ def resume(
         typer.Option(help="answer only if this experiment is the one waiting (guards a repeated answer)"),
     ] = None,
     approve: Annotated[
-        str | None, typer.Option("--approve", help="switch the approval mode: each, risky or auto")
+        ApprovalMode | None,
+        typer.Option("--approve", help="switch the approval mode for the rest of the run",
+                     show_default="the run's mode"),
     ] = None,
     auto: Annotated[bool, typer.Option("--auto", help="approve the rest without asking")] = False,
     json_out: Annotated[
@@ -1105,8 +1167,6 @@ def resume(
     from agent.runs import RunError, RunInUse, RunLock, load_run
     mode = _approval_mode(approve, auto)
     edits = list(set_ or [])
-    if decision is not None and decision not in ("approve", "edit", "reject", "stop"):
-        _fail(f"--decision {decision}: expected approve, edit, reject or stop")
     if edits and decision in ("reject", "stop"):
         _fail(f"--set edits the experiment to run; it cannot go with --decision {decision}")
     if decision == "edit" and not edits:
@@ -1187,9 +1247,9 @@ def _resume_locked(
         err_console.print(f"[yellow]warning:[/] {escape(problem)} (skipped; the run continues after it)")
     tr.step = info.launches + 1
     console = Console(stderr=json_out)
-    tr.listeners.append(EventRenderer(console, verbose=verbose))
+    tr.listeners.append(EventRenderer(console, verbose=verbose, launch_progress=True))
     tr.listeners.append(llm_notices(console))
-    rt = Runtime(tr, home)
+    rt = Runtime(tr, home, progress=ProgressBoard(console))
     if request is None:  # continuing an interrupted run: --auto / --approve apply from the next approval
         rt.approval_override = mode
     config: dict[str, Any] = {"configurable": {"thread_id": run_id}, "recursion_limit": 1000}
@@ -1250,16 +1310,68 @@ def _pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool
     raise typer.Exit(3)
 
 
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as _click_errors
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as _click_errors  # type: ignore[no-redef]
+
+
+def _tidy_help(command: Any) -> None:
+    """Help that names values, not Python types: a switch shows nothing after its name, a choice shows
+    its choices (``each|risky|auto``), any other value its name in capitals (``PATH``, ``N``); applied to
+    every command and subcommand."""
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+    params = list(getattr(command, "params", []))
+    help_option = command.get_help_option(typer.Context(command))
+    if help_option is not None:
+        params.append(help_option)
+    for param in params:
+        if param.metavar is not None:
+            continue
+        desc = param.type_descriptor
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+        elif desc.is_choice:
+            param.metavar = "|".join(str(getattr(c, "value", c)) for c in desc.choices or ())
+        elif param.param_type_name == "argument":
+            param.metavar = (param.name or "value").upper()
+            param.display_type_rich = lambda ctx: None  # the name already says what to give
+        elif desc.is_path:
+            param.metavar = "PATH"
+        else:
+            ann = desc.annotation
+            param.metavar = "N" if ann is int else "X" if ann is float else "TEXT"
+
+
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. Usage mistakes (an unknown option, a value that is not one of the
+    choices) are one line on stderr naming the option and what it takes, exit code 2; so is a bad
+    planner tunables file (knowledge/planner.toml)."""
     from agent.planner_weights import PlannerWeightsError, weights
 
     try:
-        weights()  # the planner's tunables (knowledge/planner.toml): a bad file is one line, not a traceback
+        weights()  # the planner's tunables: a bad file is one line, not a traceback
     except PlannerWeightsError as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
-    app()
+    command = typer.main.get_command(app)
+    _tidy_help(command)
+    try:
+        code = command.main(standalone_mode=False, prog_name="hypoloop")
+    except _click_errors.NoArgsIsHelpError:
+        raise SystemExit(2) from None  # the help was printed
+    except _click_errors.UsageError as exc:
+        hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        message = exc.format_message().replace("Value error, ", "")
+        err_console.print(f"[bold red]error:[/] {escape(message)}{hint}", highlight=False, soft_wrap=True)
+        raise SystemExit(exc.exit_code) from None
+    except _click_errors.ClickException as exc:
+        err_console.print(f"[bold red]error:[/] {escape(exc.format_message())}", highlight=False, soft_wrap=True)
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 __all__ = ["app", "main", "Baseline"]

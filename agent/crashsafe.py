@@ -80,12 +80,6 @@ def server_info_through_drops(host: Any, base_url: str, *, api_key: str | None =
     return info
 
 
-def api_key_of(flags: dict[str, Any]) -> str | None:
-    """The ``--api-key`` a server is launched with (SGLang's flag; None when it has none)."""
-    value = flags.get("--api-key")
-    return str(value) if isinstance(value, str) and value else None
-
-
 def infra_failure(rt: Any, experiment_id: str, exc: HostError) -> dict[str, Any]:
     """The state update that ends a run whose host failed under an experiment (lost connection, changed
     host key, refused authentication, no SFTP, full disk, missing launcher): status ``error`` with the

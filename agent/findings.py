@@ -186,7 +186,7 @@ def _symptom(run: RecordedRun) -> str:
     m = run.telling_match(o)
     if m is not None:
         line = m["line_numbers"][0] if m.get("line_numbers") else "?"
-        text += f': "{_plain(str(m.get("first_line", "")))[:200]}" (log line {line})'
+        text += f': "{_plain(str(m.get("first_line", "")))}" (log line {line})'
     bad = [p for p in o.get("probes", []) if not p.get("ok")]
     if bad:
         text += "; probe " + ", ".join(f"{p.get('probe_id')}: {p.get('status')}" for p in bad)

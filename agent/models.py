@@ -252,11 +252,13 @@ class Intervention(BaseModel):
     the GPU's memory) instead of taking it from ``values``, which are then only the fallback; a derived
     intervention matches any change of that variable in the rule's direction. ``workaround``: the change
     avoids the broken component instead of repairing the cause (e.g. ``--disable-cuda-graph``); a root
-    fix is preferred over it.
+    fix is preferred over it. ``role``: the names are the spellings of a flag role
+    (``knowledge/flag_roles.toml``), matched exactly against the host's flags, non-deprecated first.
     """
 
     kind: Literal["flag", "env"] = "flag"
     names: list[str]
+    role: str | None = None
     values: list[FlagValue] = Field(default_factory=lambda: list[FlagValue]([True]))
     decisive: bool = True
     fact: str | None = None

@@ -327,6 +327,14 @@ class RulePlanner:
                 memo[key] = None
         return memo[key]
 
+    def _role(self, iv: Intervention) -> str | None:
+        """This host's spelling of the intervention's flag role (exact, non-deprecated first); without a
+        flag catalog, the newest spelling."""
+        if self.flags is None:
+            return iv.names[0]
+        spec = self.flags.resolve_role(iv.names)
+        return spec.name if spec is not None else None
+
     def _legal(self, name: str, value: FlagValue) -> FlagValue | None:
         """The normalised value if legal for the flag on this host, else ``None``."""
         if self.flags is None:
@@ -346,7 +354,7 @@ class RulePlanner:
         change's ``before`` is unset)."""
         if change.kind != iv.kind:
             return False
-        names = {self._canon(iv.kind, n) for n in iv.names}
+        names = {self._canon(iv.kind, n) for n in iv.names} if iv.role is None else {self._role(iv)}
         if change.name not in names:
             return False
         if any(_same_value(change.after, v) for v in iv.values):
@@ -367,7 +375,9 @@ class RulePlanner:
         figures, the intervention's literal values are the fallback. For a derived change the returned
         text says how the value was computed.
         """
-        name = next((c for n in iv.names if (c := self._canon(iv.kind, n))), None)
+        name = (
+            next((c for n in iv.names if (c := self._canon(iv.kind, n))), None) if iv.role is None else self._role(iv)
+        )
         if name is None:
             return None, f"no flag among {iv.names} on this host"
         candidates: list[FlagValue] = list(iv.values)
@@ -458,7 +468,7 @@ class RulePlanner:
             m = next((m for m in outcome.matches if m.signature_id == signature), None)
             if m is not None:
                 lines = list(m.line_numbers[:5])
-                detail = f"{detail}: {m.first_line.strip()[:160]}"
+                detail = f"{detail}: {m.first_line.strip()}"  # whole: evidence is never cut
         return Evidence(
             kind=kind, detail=detail, experiment_id=outcome.experiment_id, lines=lines, effect=effect
         )

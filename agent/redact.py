@@ -28,7 +28,7 @@ import socket
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "Redactor", "is_secret_name", "redact_data", "run_redactor"]
+__all__ = ["REDACTED", "Redactor", "is_secret_name", "redact_data", "run_redactor", "scrub"]
 
 REDACTED = "<redacted>"
 
@@ -144,6 +144,7 @@ class Redactor:
         for pattern, repl in _TOKEN_PATTERNS:
             text = pattern.sub(repl, text)
         text = _SECRET_OPTION.sub(self._option, text)
+        text = _API_KEY_FIELD.sub(_api_key_field, text)
         text = _ASSIGNMENT.sub(self._assignment, text)
         if self.mask_hosts:
             text = self._mask_hosts(text)
@@ -197,6 +198,17 @@ class Redactor:
         text = _IPV6.sub(ip6, text)
         text = _FQDN.sub(lambda m: self._placeholder("host", m.group(0)), text)
         return text
+
+
+#: ``api_key='...'`` (0.5.9's ``ServerArgs(...)`` repr) and ``'api_key': '...'`` (0.5.23's dict form) in
+#: SGLang's server-args line; also ``admin_api_key``.
+_API_KEY_FIELD = re.compile(r"""(?i)(\b\w*api_key['"]?\s*[=:]\s*)(['"])([^'"]+)\2""")
+
+
+def _api_key_field(m: re.Match[str]) -> str:
+    if m.group(3).lower() in _NOT_SECRET_VALUES:
+        return m.group(0)
+    return f"{m.group(1)}{m.group(2)}{REDACTED}{m.group(2)}"
 
 
 def _secret_field(key: str) -> bool:
@@ -268,3 +280,8 @@ def run_redactor(
             str(v) for k, v in case.baseline.flags.items() if _secret_field(str(k)) and isinstance(v, str)
         ]
     return Redactor.for_env(*envs, secrets=[*flag_secrets, *secrets], hosts=hosts, mask_hosts=mask_hosts)
+
+
+def scrub(obj: Any) -> Any:
+    """``redact_data`` with this process's redactor (no case): for callers that hold no run."""
+    return redact_data(obj, run_redactor())

@@ -14,6 +14,15 @@ from agent.transcript import TranscriptEvent
 _STATUS_STYLE = {"refuted": "red", "supported": "green", "confirmed": "bold green", "open": "yellow"}
 
 
+def shown_line(text: str) -> str:
+    """A log line as a terminal showed it: a progress bar that redraws itself with carriage returns
+    (tqdm) shows its latest state, the last non-empty segment; nothing else is changed or cut."""
+    if "\r" not in text:
+        return text
+    parts = [p for p in text.split("\r") if p.strip()]
+    return parts[-1] if parts else ""
+
+
 def _change_text(change: dict[str, Any] | None) -> str:
     if not change:
         return "no change"
@@ -27,17 +36,27 @@ def _change_text(change: dict[str, Any] | None) -> str:
 class EventRenderer:
     """Prints one or a few lines per event; ``verbose`` adds hypothesis weight updates and tool calls."""
 
-    def __init__(self, console: Console, *, verbose: bool = False, show_input_errors: bool = True) -> None:
+    def __init__(
+        self,
+        console: Console,
+        *,
+        verbose: bool = False,
+        show_input_errors: bool = True,
+        launch_progress: bool = False,
+    ) -> None:
         self.console = console
         self.verbose = verbose
         self.show_input_errors = show_input_errors
+        #: A live progress display (agent.progress) shows each launch and ends it with its own summary
+        #: line, so the "ready after" line is left to it.
+        self.launch_progress = launch_progress
 
     def __call__(self, ev: TranscriptEvent) -> None:
         handler = getattr(self, "_" + ev.type.replace(".", "_"), None)
         if handler is not None:
             handler(ev, ev.data)
         elif self.verbose:
-            self.console.print(f"[dim]{ev.type} {escape(str(ev.data)[:200])}[/]")
+            self.console.print(f"[dim]{ev.type} {escape(str(ev.data))}[/]")
 
     def _p(self, text: str) -> None:
         self.console.print(text, highlight=False)
@@ -76,7 +95,7 @@ class EventRenderer:
         ev_text = ""
         if d.get("evidence"):
             e = d["evidence"][-1]
-            ev_text = f" — {escape(e['detail'][:200])}"
+            ev_text = f" — {escape(shown_line(e['detail']))}"
             if e.get("lines"):
                 where = f" of {e['experiment_id']}" if e.get("experiment_id") else ""
                 ev_text += f" (log line{'s' if len(e['lines']) > 1 else ''} {', '.join(map(str, e['lines']))}{where})"
@@ -149,11 +168,16 @@ class EventRenderer:
         self._p(f"  ⏵ server launched on port {d.get('port')} [dim](log {escape(str(d.get('log')))})[/]")
 
     def _server_ready(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        if self.launch_progress:
+            return
         self._p(f"  [green]✓ ready[/] after {d.get('after_s', 0):.2f} s wall")
 
     def _server_crashed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         code = d.get("exit_code")
         how = f"exit code {code}" if code is not None else "still running; stopped by hypoloop"
+        if self.launch_progress:  # the progress display's summary line said what happened and when
+            self._p(f"    [dim]({how})[/]")
+            return
         self._p(f"  [red]✗ {d.get('status')}[/] before ready ({how})")
 
     _server_timeout = _server_crashed
@@ -167,11 +191,11 @@ class EventRenderer:
     def _observation(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if "line" in d:
             style = "green" if d.get("kind") == "ready" else "red"
-            self._p(f"    [{style}]log:{d['line']}[/] {escape(d.get('text', '')[:150])}")
+            self._p(f"    [{style}]log:{d['line']}[/] {escape(shown_line(d.get('text', '')))}")
 
     def _probe_result(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         style = "green" if d.get("ok") else "red"
-        text = escape((d.get("text") or d.get("error") or "")[:80].replace("\n", " "))
+        text = escape((d.get("text") or d.get("error") or "").replace("\n", " ⏎ "))
         self._p(f"  probe {d.get('probe_id')}: [{style}]{d.get('status')}[/] {text}")
 
     def _outcome(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
@@ -236,7 +260,7 @@ def conclusion_panel(d: dict[str, Any]) -> Panel:
         t.add_row("alternative", escape(alternative_text(a)))
     for r in d.get("refuted", []):
         why = r["evidence"][0]["detail"] if r.get("evidence") else ""
-        t.add_row("ruled out", f"{r['id']}: {escape(why[:160])}")
+        t.add_row("ruled out", f"{r['id']}: {escape(shown_line(why))}")
     for u in d.get("untested", []):
         t.add_row("open", escape(f"{u['id']} (p={u['posterior']:.2f}, {u['why']})"))
     for r in d.get("rejected", []):

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent.render import EventRenderer, _change_text
+from agent.render import EventRenderer, _change_text, shown_line
 from agent.transcript import TranscriptError, TranscriptEvent, parse_event, read_transcript
 
 if TYPE_CHECKING:
@@ -221,7 +221,7 @@ class ReplayRenderer(EventRenderer):
                 where = f" [dim](log lines {', '.join(map(str, e['lines'][:6]))}"
                 where += f" of {e['experiment_id']})[/]" if e.get("experiment_id") else ")[/]"
             self._p(
-                f"{indent}{mark} [dim]{e.get('kind')}:[/] {escape(str(e.get('detail', ''))[:180])}{where}"
+                f"{indent}{mark} [dim]{e.get('kind')}:[/] {escape(shown_line(str(e.get('detail', ''))))}{where}"
             )
 
     # ----- handlers (the live ones plus detail)

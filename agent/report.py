@@ -16,15 +16,16 @@ host they are wall seconds).
 
 from __future__ import annotations
 
-import html
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
 from agent.recorded import ExperimentRun, HypothesisRecord, RecordedRun
 from agent.redact import run_redactor
-from agent.render import _change_text, alternative_text
+from agent.render import _change_text, alternative_text, shown_line
 
 #: Lines of context on each side of a cited log line, and the most lines one excerpt shows.
 _CONTEXT = 1
@@ -192,12 +193,14 @@ def _exp_label(r: ExperimentRun) -> str:
 
 
 def _read_log_lines(path: Path, wanted: set[int]) -> dict[int, str]:
+    """The ``wanted`` lines (1-based, split on "\\n" only, as the log watcher numbers them), whole; a
+    progress bar redrawn with carriage returns shows its last state (``render.shown_line``)."""
     out: dict[int, str] = {}
     last = max(wanted)
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for n, line in enumerate(fh, start=1):
+    with open(path, "rb") as fh:  # binary: text mode would also split on the "\r" of a tqdm bar
+        for n, raw in enumerate(fh, start=1):
             if n in wanted:
-                out[n] = line.rstrip("\n")
+                out[n] = shown_line(raw.rstrip(b"\n").rstrip(b"\r").decode("utf-8", "replace"))
             if n >= last:
                 break
     return out
@@ -328,7 +331,6 @@ def _short(e: dict[str, Any]) -> str:
     detail = str(e.get("detail", ""))
     if e.get("kind") == "signature" and ":" in detail:
         detail = detail.split(":", 1)[0]  # "signature probability_tensor_nan: <the line>" -> its name
-    detail = detail if len(detail) <= 110 else detail[:107] + "..."
     if e.get("lines"):
         detail += f" (log line{'s' if len(e['lines']) > 1 else ''} {', '.join(map(str, e['lines'][:4]))})"
     return detail
@@ -437,42 +439,41 @@ def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
     return rows
 
 
-def build_report(run: RecordedRun) -> Report:
-    """Assemble the review document of a recorded run."""
-    fp = run.fingerprint
-    hardware = (
+def _hardware(fp: dict[str, Any]) -> str:
+    """The recorded host fingerprint as one line, or a note that none was recorded."""
+    if not fp:
+        return "unknown (no fingerprint recorded)"
+    return (
         f"{fp.get('gpu_count')} × {fp.get('gpu_name')} (compute capability {fp.get('compute_capability')}, "
         f"driver {fp.get('driver_version')}), SGLang {fp.get('sglang_version')}"
-        if fp
-        else "unknown (no fingerprint recorded)"
     )
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.first_ts)) if run.first_ts else "?"
-    c = run.conclusion or {}
-    executed = run.executed()
-    design = _design_steps(run)
 
-    summary: list[tuple[str, str]] = []
-    narrative: list[str] = []
-    ruled_out: list[tuple[str, str]] = []
+
+def _symptom(run: RecordedRun, executed: list[ExperimentRun]) -> str:
+    """What the baseline run showed: its stage, its telling log line and any failed probes; "—" without one."""
     baseline_run = next((r for r in executed if r.experiment.get("purpose") == "baseline"), None)
-    symptom = "—"
-    if baseline_run and baseline_run.outcome:
-        o = baseline_run.outcome
-        symptom = f"{o.get('stage')}"
-        m = run.telling_match(o)
-        if m is not None:
-            line = m["line_numbers"][0] if m.get("line_numbers") else "?"
-            symptom += (
-                f": {m.get('first_line', '').strip()[:200]} (log line {line} of {_exp_label(baseline_run)})"
-            )
-        probes = [p for p in o.get("probes", []) if not p.get("ok")]
-        if probes:
-            symptom += "; probe " + ", ".join(f"{p['probe_id']}={p['status']}" for p in probes)
-    status = c.get("status") or run.status
-    summary.append(("status", status if run.finished else f"{status} — the transcript has no run.ended"))
+    if not (baseline_run and baseline_run.outcome):
+        return "—"
+    o = baseline_run.outcome
+    symptom = f"{o.get('stage')}"
+    m = run.telling_match(o)
+    if m is not None:
+        line = m["line_numbers"][0] if m.get("line_numbers") else "?"
+        symptom += (
+            f": {shown_line(m.get('first_line', '')).strip()} (log line {line} of {_exp_label(baseline_run)})"
+        )
+    probes = [p for p in o.get("probes", []) if not p.get("ok")]
+    if probes:
+        symptom += "; probe " + ", ".join(f"{p['probe_id']}={p['status']}" for p in probes)
+    return symptom
+
+
+def _fix_summary(run: RecordedRun, c: dict[str, Any]) -> list[tuple[str, str]]:
+    """The summary's root cause, fix, alternative and confirmation rows (those the conclusion has)."""
+    out: list[tuple[str, str]] = []
     if c.get("root_cause"):
         rc = c["root_cause"]
-        summary.append(
+        out.append(
             (
                 "root cause",
                 f"{rc.get('statement')} [{rc.get('component')}; "
@@ -492,21 +493,48 @@ def build_report(run: RecordedRun) -> Report:
                 f" — experiment #{fix_run.step} served correctly with it "
                 f"({sum(1 for p in probes if p.get('ok'))}/{len(probes)} probes ok)"
             )
-        summary.append(("fix", _change_text(c["fix"]) + how))
+        out.append(("fix", _change_text(c["fix"]) + how))
         for a in c.get("alternatives", []):
-            summary.append(("alternative", alternative_text(a)))
+            out.append(("alternative", alternative_text(a)))
     if c.get("confirmation_experiment_id"):
         conf = run.run_of(c["confirmation_experiment_id"])
         if conf and conf.outcome:
             probes = conf.outcome.get("probes", [])
-            summary.append(
+            out.append(
                 (
                     "confirmation",
                     f"{_exp_label(conf)}: {conf.outcome.get('stage')}, "
                     f"{sum(1 for p in probes if p.get('ok'))}/{len(probes)} probes ok",
                 )
             )
+    return out
+
+
+def _summary(run: RecordedRun, c: dict[str, Any], status: str, symptom: str) -> list[tuple[str, str]]:
+    """The summary rows in order: status, the fix rows, symptom, why it stopped, the leading
+    hypothesis (when no root cause was named) and the cost."""
+    summary: list[tuple[str, str]] = []
+    summary.append(("status", status if run.finished else f"{status} — the transcript has no run.ended"))
+    summary += _fix_summary(run, c)
     summary.append(("symptom", symptom))
+    if c.get("reason") and not c.get("root_cause"):
+        summary.append(("why it stopped", str(c["reason"])))
+    if not c.get("root_cause"):
+        lead = _leading_open(run, c)
+        if lead is not None:
+            summary.append(("leading hypothesis", lead))
+    launches, host_s = (
+        (c.get("launches"), c.get("host_seconds")) if c else (run.launches(), run.host_seconds())
+    )
+    summary.append(
+        ("cost", f"{launches} launches, {float(host_s or 0):.0f} host-seconds ({_dur(float(host_s or 0))})")
+    )
+    return summary
+
+
+def _ruled_out(run: RecordedRun, c: dict[str, Any], design: list[DesignStep]) -> list[tuple[str, str]]:
+    """Each refuted hypothesis of the conclusion with why: the sentences that refuted it, else its evidence."""
+    ruled_out: list[tuple[str, str]] = []
     for r in c.get("refuted", []):
         h = run.hypothesis(r.get("id"))
         why = "; ".join(str(e.get("detail")) for e in r.get("evidence", [])) or "refuted"
@@ -514,16 +542,14 @@ def build_report(run: RecordedRun) -> Report:
             refuting = [s for s in _why_dropped(run, h, design) if s.startswith("Refuted")]
             why = " ".join(refuting) or why
         ruled_out.append((f"{r.get('id')}: {r.get('statement')}", why))
-    if c.get("reason") and not c.get("root_cause"):
-        summary.append(("why it stopped", str(c["reason"])))
-    launches, host_s = (
-        (c.get("launches"), c.get("host_seconds")) if c else (run.launches(), run.host_seconds())
-    )
-    summary.append(
-        ("cost", f"{launches} launches, {float(host_s or 0):.0f} host-seconds ({_dur(float(host_s or 0))})")
-    )
+    return ruled_out
 
-    # How the run got there, one sentence per step.
+
+def _narrative(
+    run: RecordedRun, c: dict[str, Any], design: list[DesignStep], executed: list[ExperimentRun]
+) -> list[str]:
+    """How the run got there, one sentence per design step, then the conclusion (or that it is unfinished)."""
+    narrative: list[str] = []
     for step in design:
         # A rejected proposal ran nothing: the next proposal carries the same step (launch) number.
         label = f"Step {step.step}" + (", rejected proposal" if step.decision.startswith("reject") else "")
@@ -542,7 +568,11 @@ def build_report(run: RecordedRun) -> Report:
             "The transcript ends without run.ended: the run is still going, waits for an approval, or its "
             "process died; this report shows what was recorded so far."
         )
+    return narrative
 
+
+def _hypothesis_views(run: RecordedRun, c: dict[str, Any], design: list[DesignStep]) -> list[HypothesisView]:
+    """The hypothesis ledger: confirmed, supported, refuted, then open, each by falling posterior."""
     hypotheses: list[HypothesisView] = []
     why_open = {str(u.get("id")): str(u.get("why") or "") for u in c.get("untested", [])}
     order = {"confirmed": 0, "supported": 1, "refuted": 2, "open": 3}
@@ -562,23 +592,36 @@ def build_report(run: RecordedRun) -> Report:
         if h.status == "refuted":
             view.why_dropped = _why_dropped(run, h, design)
         hypotheses.append(view)
+    return hypotheses
 
-    quoted: dict[tuple[str, tuple[int, ...]], str] = {}
+
+def _quote_shared_lines_once(hypotheses: list[HypothesisView]) -> None:
+    """A log line that is evidence for several hypotheses is quoted once, under the first; the others
+    point there (in place). Keyed by experiment and cited line, so [224] and [224, 225] count as shared too."""
+    quoted: dict[tuple[str, int], str] = {}
     for hv in hypotheses:
         for item in hv.evidence:
             if item.excerpt is None:
                 continue
-            key = (item.excerpt.experiment, tuple(item.line_numbers))
-            if key in quoted:
-                item.excerpt, item.quoted_under = None, quoted[key]
+            keys = [(item.excerpt.experiment, n) for n, _, cited in item.excerpt.lines if cited]
+            if keys and all(k in quoted for k in keys):
+                item.excerpt, item.quoted_under = None, quoted[keys[0]]
             else:
-                quoted[key] = hv.id
+                for k in keys:
+                    quoted.setdefault(k, hv.id)
 
-    knowledge = [
+
+def _knowledge(run: RecordedRun) -> list[tuple[str, str, float]]:
+    """The knowledge files read: (path, finding title with its outcome, relevance)."""
+    return [
         (str(k.get("path")), str(f.get("title")) + f" [{f.get('outcome')}]", float(f.get("relevance", 0.0)))
         for k in run.knowledge
         for f in k.get("findings", [])
     ]
+
+
+def _notes(run: RecordedRun, c: dict[str, Any]) -> list[str]:
+    """Rejected proposals, hypotheses still open, and errors, in that order."""
     notes: list[str] = []
     for rj in run.rejections:
         notes.append(
@@ -590,28 +633,52 @@ def build_report(run: RecordedRun) -> Report:
         )
     for e in run.errors:
         notes.append(f"Error at step {e.step}: {e.data.get('message')}")
+    return notes
+
+
+def build_report(run: RecordedRun) -> Report:
+    """Assemble the review document of a recorded run."""
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(run.first_ts)) if run.first_ts else "?"
+    c = run.conclusion or {}
+    executed = run.executed()
+    design = _design_steps(run)
+    status = c.get("status") or run.status
+    hypotheses = _hypothesis_views(run, c, design)
+    _quote_shared_lines_once(hypotheses)
     return Report(
         title=f"hypoloop run {run.run_id} — {run.started.get('case', '?')}",
         run_id=run.run_id,
         transcript=str(run.path),
         case=str(run.started.get("case", "?")),
         model=run.model_path(),
-        hardware=hardware,
+        hardware=_hardware(run.fingerprint),
         started=started,
         status=status,
         finished=run.finished,
-        summary=summary,
-        narrative=narrative,
-        ruled_out=ruled_out,
+        summary=_summary(run, c, status, _symptom(run, executed)),
+        narrative=_narrative(run, c, design, executed),
+        ruled_out=_ruled_out(run, c, design),
         experiments=_experiment_rows(run),
         hypotheses=hypotheses,
         design=design,
         steps=run.steps(),
         series={h.id: dict(h.series) for h in run.hypotheses.values()},
-        knowledge=knowledge,
-        notes=notes,
+        knowledge=_knowledge(run),
+        notes=_notes(run, c),
         findings_entry=_findings_entry(run, c),
     )
+
+
+def _leading_open(run: RecordedRun, c: dict[str, Any]) -> str | None:
+    """The open hypothesis with the highest probability, as one line (id, probability, component,
+    statement, and why it is still open), for a run that named no root cause; None when none is open."""
+    open_ = [h for h in run.hypotheses.values() if h.status == "open"]
+    if not open_:
+        return None
+    h = max(open_, key=lambda x: x.posterior)
+    why = next((str(u.get("why")) for u in c.get("untested", []) if u.get("id") == h.id and u.get("why")), "")
+    text = f"{h.id} (p={h.posterior:.2f}, {h.added.get('component', '?')}): {h.added.get('statement', '')}"
+    return text + (f" — {why}" if why else "")
 
 
 def _findings_entry(run: RecordedRun, c: dict[str, Any]) -> str:
@@ -631,8 +698,8 @@ def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(rep: Report) -> str:
-    """The report as GitHub-flavoured Markdown (pictures become a text timeline and a table)."""
+def _md_summary(rep: Report) -> list[str]:
+    """The title, the run's context line and the summary (with what was ruled out)."""
     out: list[str] = [f"# {rep.title}", ""]
     out.append(
         f"Model **{rep.model}** on {rep.hardware}. Started {rep.started}. Transcript `{rep.transcript}`."
@@ -646,9 +713,12 @@ def render_markdown(rep: Report) -> str:
         out.append("- **ruled out**:")
         for what, why in rep.ruled_out:
             out.append(f"  - {what} — *{why}*")
-    out += ["", "## How the run got there", ""]
-    out += [f"{i}. {line}" for i, line in enumerate(rep.narrative, start=1)]
-    out += ["", "## Experiments", ""]
+    return out
+
+
+def _md_experiments(rep: Report) -> list[str]:
+    """The experiment table and the text timeline."""
+    out = ["", "## Experiments", ""]
     out.append(
         "| # | change | approval | outcome | stage reached | ready after | crash after | host time | note |"
     )
@@ -661,7 +731,13 @@ def render_markdown(rep: Report) -> str:
         )
     out += ["", "Timeline (host time; `=` loading, `#` serving, `X` crash, `|` stop):", "", "```text"]
     out += _text_timeline(rep)
-    out += ["```", "", "## Hypotheses", ""]
+    out.append("```")
+    return out
+
+
+def _md_hypothesis_tables(rep: Report) -> list[str]:
+    """The verdict table of the hypotheses and their probability after each step."""
+    out = ["", "## Hypotheses", ""]
     out.append("| hypothesis | component | verdict | p at start | p at end |")
     out.append("|---|---|---|---|---|")
     for h in rep.hypotheses:
@@ -675,34 +751,49 @@ def render_markdown(rep: Report) -> str:
         for h in rep.hypotheses:
             vals = _carry(rep.series.get(h.id, {}), rep.steps)
             out.append(f"| `{h.id}` | " + " | ".join("" if v is None else f"{v:.2f}" for v in vals) + " |")
-    for h in rep.hypotheses:
-        out += ["", f"### `{h.id}` — {h.verdict}", ""]
-        out.append(f"{h.statement} *({h.component}; from {h.source}; p {h.prior:.2f} → {h.posterior:.2f})*")
-        if h.rationale:
-            out += ["", f"Why it was considered: {h.rationale}"]
-        if h.why_dropped:
-            out += ["", "**Why it was dropped:**", ""]
-            out += [f"- {s}" for s in h.why_dropped]
-        out += ["", "Evidence:", ""]
-        for item in h.evidence:
-            where = f" — {item.experiment}" if item.experiment else ""
-            lines = (
-                f", log line{'s' if len(item.line_numbers) > 1 else ''} {', '.join(map(str, item.line_numbers[:6]))}"
-                if item.line_numbers
-                else ""
-            )
-            out.append(f"- *{item.effect}* ({item.kind}{where}{lines}): {item.detail}")
-            if item.quoted_under:
-                out.append(f"  (log lines quoted under `{item.quoted_under}` above)")
-            if item.excerpt:
-                out.append("")
-                out.append("  ```text")
-                for n, text, cited in item.excerpt.lines:
-                    out.append(f"  {'>' if cited else ' '} {n:>6}  {text[:220]}")
-                out.append("  ```")
-                out.append(f"  <sub>from {item.excerpt.source}</sub>")
-                out.append("")
-    out += ["", "## Alternatives weighed at each step", ""]
+    return out
+
+
+def _md_evidence_item(item: EvidenceItem) -> list[str]:
+    """One evidence bullet, with its log excerpt (or a pointer to where the same lines are quoted)."""
+    where = f" — {item.experiment}" if item.experiment else ""
+    lines = (
+        f", log line{'s' if len(item.line_numbers) > 1 else ''} {', '.join(map(str, item.line_numbers[:6]))}"
+        if item.line_numbers
+        else ""
+    )
+    out = [f"- *{item.effect}* ({item.kind}{where}{lines}): {item.detail}"]
+    if item.quoted_under:
+        out.append(f"  (log lines quoted under `{item.quoted_under}` above)")
+    if item.excerpt:
+        out.append("")
+        out.append("  ```text")
+        for n, text, cited in item.excerpt.lines:
+            out.append(f"  {'>' if cited else ' '} {n:>6}  {text}")
+        out.append("  ```")
+        out.append(f"  <sub>from {item.excerpt.source}</sub>")
+        out.append("")
+    return out
+
+
+def _md_hypothesis(h: HypothesisView) -> list[str]:
+    """One hypothesis's section: statement, why it was considered and dropped, its evidence."""
+    out = ["", f"### `{h.id}` — {h.verdict}", ""]
+    out.append(f"{h.statement} *({h.component}; from {h.source}; p {h.prior:.2f} → {h.posterior:.2f})*")
+    if h.rationale:
+        out += ["", f"Why it was considered: {h.rationale}"]
+    if h.why_dropped:
+        out += ["", "**Why it was dropped:**", ""]
+        out += [f"- {s}" for s in h.why_dropped]
+    out += ["", "Evidence:", ""]
+    for item in h.evidence:
+        out += _md_evidence_item(item)
+    return out
+
+
+def _md_design(rep: Report) -> list[str]:
+    """The alternatives weighed at each design step, and what was skipped."""
+    out = ["", "## Alternatives weighed at each step", ""]
     for d in rep.design:
         out.append(f"**Step {d.step}: {d.chosen}** — approval: {d.decision}")
         out.append("")
@@ -719,6 +810,12 @@ def render_markdown(rep: Report) -> str:
             out.append(f"- skipped for `{hid}`: {why}")
         if d.skipped:
             out.append("")
+    return out
+
+
+def _md_appendix(rep: Report) -> list[str]:
+    """The knowledge read, the notes and the FINDINGS.md entry (each only when there is one)."""
+    out: list[str] = []
     if rep.knowledge:
         out += ["## Knowledge read", ""]
         out += [f"- {_md(title)} — relevance {rel:.2f} (`{path}`)" for path, title, rel in rep.knowledge]
@@ -729,6 +826,20 @@ def render_markdown(rep: Report) -> str:
         out.append("")
     if rep.findings_entry:
         out += ["## FINDINGS.md entry", "", "````markdown", rep.findings_entry.rstrip(), "````", ""]
+    return out
+
+
+def render_markdown(rep: Report) -> str:
+    """The report as GitHub-flavoured Markdown (pictures become a text timeline and a table)."""
+    out = _md_summary(rep)
+    out += ["", "## How the run got there", ""]
+    out += [f"{i}. {line}" for i, line in enumerate(rep.narrative, start=1)]
+    out += _md_experiments(rep)
+    out += _md_hypothesis_tables(rep)
+    for h in rep.hypotheses:
+        out += _md_hypothesis(h)
+    out += _md_design(rep)
+    out += _md_appendix(rep)
     return "\n".join(out) + "\n"
 
 
@@ -764,169 +875,62 @@ def _text_timeline(rep: Report, width: int = 60) -> list[str]:
 
 # ---------------------------------------------------------------------------------- HTML
 
-_CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;margin:0;
- color:#1d2330;background:#f6f7f9;line-height:1.45}
-main{max-width:1120px;margin:0 auto;padding:24px 28px 60px}
-h1{font-size:1.55em;margin:.2em 0 .1em} h2{font-size:1.2em;margin:1.8em 0 .6em;border-bottom:1px solid #d5d9e0;
- padding-bottom:.2em} h3{font-size:1.02em;margin:0 0 .3em}
-.meta{color:#5b6475;font-size:.92em}
-.box{background:#fff;border:1px solid #d5d9e0;border-radius:8px;padding:14px 18px;margin:12px 0}
-.summary{border-left:6px solid #2e7d32} .summary.bad{border-left-color:#c62828} .summary.open{border-left-color:#ef8f00}
-.kv{display:grid;grid-template-columns:150px 1fr;gap:6px 14px} .kv b{color:#374151}
-table{border-collapse:collapse;width:100%;font-size:.9em;background:#fff}
-th,td{border:1px solid #dde1e7;padding:5px 8px;text-align:left;vertical-align:top}
-th{background:#eef1f5;font-weight:600} td.num{text-align:right;white-space:nowrap}
-.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:.8em;font-weight:600;color:#fff}
-.confirmed{background:#2e7d32}.supported{background:#558b2f}.refuted{background:#c62828}.open{background:#8a94a6}
-.ok{color:#2e7d32;font-weight:600}.fail{color:#c62828;font-weight:600}
-.ev{margin:4px 0 8px 0;padding-left:0;list-style:none} .ev li{margin:5px 0}
-.eff{display:inline-block;min-width:64px;font-size:.78em;font-weight:600;text-transform:uppercase;color:#5b6475}
-.eff.supports{color:#2e7d32}.eff.refutes{color:#c62828}.eff.weakens{color:#b26a00}.eff.confirms{color:#1b5e20}
-pre{background:#0f172a;color:#e2e8f0;padding:8px 10px;border-radius:6px;overflow-x:auto;font-size:.8em;margin:4px 0}
-pre .hit{color:#fde68a;font-weight:600} .src{font-size:.75em;color:#6b7280}
-.why{background:#fff7ed;border:1px solid #fed7aa;border-radius:6px;padding:8px 12px;margin:8px 0}
-.chosen td{background:#f3e8ff;font-weight:600} ol li{margin:4px 0} code{font-size:.92em}
-svg{background:#fff;border:1px solid #d5d9e0;border-radius:8px}
-"""
+#: Chart geometry: SVG user units of the plot areas. The plots stretch to their container
+#: (preserveAspectRatio="none", strokes that do not scale); every text is HTML beside them, so it wraps
+#: and is never clipped at any page width.
+_TRACK_W = 1000.0
+_PLOT_W, _PLOT_H = 1000.0, 300.0
 
 
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
+@dataclass
+class TimelineRow:
+    """One experiment on the host-time axis; positions are percent of the track's width."""
+
+    label: str
+    stage: str
+    ok: bool
+    start: float
+    load: float  # launch → ready (or to the crash / the end when never ready)
+    serve: float  # ready → stop (0 when never ready)
+    ready_at: float | None
+    crash_at: float | None
+    stop_at: float
+    ready_s: str
+    crash_s: str
 
 
-def render_html(rep: Report) -> str:
-    """The report as one self-contained HTML page (inline CSS and SVG, no script, no external files)."""
-    c = rep.status
-    cls = "summary" + ("" if c == "isolated" else (" bad" if c in ("error", "interrupted") else " open"))
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(rep.title)}</title><style>{_CSS}</style></head><body><main>",
-        f"<h1>{_e(rep.title)}</h1>",
-        f'<div class="meta">Model <b>{_e(rep.model)}</b> on {_e(rep.hardware)}. Started {_e(rep.started)}. '
-        f"Transcript <code>{_e(rep.transcript)}</code>.</div>",
-    ]
-    if not rep.finished:
-        parts.append(
-            '<div class="box why"><b>Unfinished run:</b> the transcript ends without run.ended.</div>'
-        )
-    parts.append(f'<section class="box {cls}"><div class="kv">')
-    for k, v in rep.summary:
-        parts.append(f"<b>{_e(k)}</b><div>{_e(v)}</div>")
-    if rep.ruled_out:
-        items = "".join(f"<li><b>{_e(w)}</b><br><i>{_e(y)}</i></li>" for w, y in rep.ruled_out)
-        parts.append(f'<b>ruled out</b><div><ul style="margin:0;padding-left:18px">{items}</ul></div>')
-    parts.append("</div></section>")
-    parts.append("<h2>How the run got there</h2><ol>")
-    parts += [f"<li>{_e(line)}</li>" for line in rep.narrative]
-    parts.append("</ol>")
-    parts.append("<h2>Experiments</h2>")
-    parts.append(
-        "<table><tr><th>#</th><th>change</th><th>approval</th><th>outcome</th><th>stage reached</th>"
-        "<th>ready after</th><th>crash after</th><th>host time</th><th>note</th></tr>"
-    )
-    for e in rep.experiments:
-        what = e.change if e.change != "—" else e.label.split(" ", 1)[1]
-        parts.append(
-            f"<tr><td class=num>{e.number}</td><td>{_e(what)}<br><span class=src>{_e(e.experiment_id)}</span></td>"
-            f"<td>{_e(e.approval)}</td><td class={'ok' if e.ok else 'fail'}>{_e(e.outcome)}</td><td>{_e(e.stage)}</td>"
-            f"<td class=num>{_dur(e.to_ready_s)}</td><td class=num>{_dur(e.to_crash_s)}</td>"
-            f"<td class=num>{e.host_seconds:.0f} s</td><td>{_e(e.notes)}</td></tr>"
-        )
-    parts.append("</table>")
-    parts.append("<p class=meta>Timeline of the experiments in host time (one after another):</p>")
-    parts.append(timeline_svg(rep))
-    parts.append("<h2>Hypotheses</h2>")
-    parts.append(
-        "<table><tr><th>hypothesis</th><th>component</th><th>verdict</th><th>p at start</th><th>p at end</th></tr>"
-    )
-    for h in rep.hypotheses:
-        parts.append(
-            f"<tr><td><code>{_e(h.id)}</code><br><span class=src>{_e(h.statement)}</span></td><td>{_e(h.component)}</td>"
-            f'<td><span class="badge {h.status}">{_e(h.verdict)}</span></td>'
-            f"<td class=num>{h.prior:.2f}</td><td class=num>{h.posterior:.2f}</td></tr>"
-        )
-    parts.append("</table>")
-    if rep.steps:
-        parts.append("<p class=meta>Probability of each hypothesis after each experiment:</p>")
-        parts.append(probability_svg(rep))
-    for h in rep.hypotheses:
-        parts.append(f'<div class="box" id="h-{_e(h.id)}">')
-        parts.append(
-            f'<h3><code>{_e(h.id)}</code> <span class="badge {h.status}">{_e(h.verdict)}</span>'
-            f' <span class="meta">p {h.prior:.2f} → {h.posterior:.2f} · {_e(h.component)} · from {_e(h.source)}</span></h3>'
-        )
-        parts.append(f"<div>{_e(h.statement)}</div>")
-        if h.rationale:
-            parts.append(f'<div class="meta">Why it was considered: {_e(h.rationale)}</div>')
-        if h.why_dropped:
-            parts.append(
-                '<div class="why"><b>Why it was dropped</b><ul style="margin:4px 0;padding-left:18px">'
-            )
-            parts += [f"<li>{_e(s)}</li>" for s in h.why_dropped]
-            parts.append("</ul></div>")
-        parts.append('<ul class="ev">')
-        for ev in h.evidence:
-            where = f" · {_e(ev.experiment)}" if ev.experiment else ""
-            if ev.line_numbers:
-                where += f" · log line{'s' if len(ev.line_numbers) > 1 else ''} {_e(', '.join(map(str, ev.line_numbers[:6])))}"
-            parts.append(
-                f'<li><span class="eff {_e(ev.effect)}">{_e(ev.effect)}</span> <span class=src>{_e(ev.kind)}{where}</span>'
-                f"<br>{_e(ev.detail)}"
-            )
-            if ev.quoted_under:
-                parts.append(
-                    f' <span class=src>(log lines quoted under <a href="#h-{_e(ev.quoted_under)}">'
-                    f"{_e(ev.quoted_under)}</a>)</span>"
-                )
-            if ev.excerpt:
-                body = "\n".join(
-                    (
-                        f'<span class="hit">&gt; {n:>6}  {_e(t[:220])}</span>'
-                        if cited
-                        else f"  {n:>6}  {_e(t[:220])}"
-                    )
-                    for n, t, cited in ev.excerpt.lines
-                )
-                parts.append(f"<pre>{body}</pre><div class=src>from {_e(ev.excerpt.source)}</div>")
-            parts.append("</li>")
-        parts.append("</ul></div>")
-    parts.append("<h2>Alternatives weighed at each step</h2>")
-    for d in rep.design:
-        parts.append(f'<div class="box"><h3>Step {d.step}: {_e(d.chosen)}</h3>')
-        parts.append(f'<div class="meta">{_e(d.why)} Approval: {_e(d.decision)}.</div>')
-        if d.alternatives:
-            parts.append(
-                "<table><tr><th>change</th><th>tests hypothesis</th><th>P(fix)</th><th>P(fix) per host-s</th><th></th></tr>"
-            )
-            for a in d.alternatives:
-                parts.append(
-                    f"<tr class={'chosen' if a.chosen else ''}><td>{_e(a.change)}</td><td>{_e(', '.join(a.tests) or '—')}</td>"
-                    f"<td class=num>{a.p_fix:.3f}</td><td class=num>{a.score:.2e}</td><td>{'chosen' if a.chosen else ''}</td></tr>"
-                )
-            parts.append("</table>")
-        if d.skipped:
-            parts.append(
-                "<ul>"
-                + "".join(f"<li>skipped for <code>{_e(h)}</code>: {_e(w)}</li>" for h, w in d.skipped)
-                + "</ul>"
-            )
-        parts.append("</div>")
-    if rep.knowledge:
-        parts.append("<h2>Knowledge read</h2><ul>")
-        parts += [
-            f"<li>{_e(t)} — relevance {r:.2f} <span class=src>{_e(p)}</span></li>"
-            for p, t, r in rep.knowledge
-        ]
-        parts.append("</ul>")
-    if rep.notes:
-        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in rep.notes) + "</ul>")
-    if rep.findings_entry:
-        parts.append(f"<h2>FINDINGS.md entry</h2><pre>{_e(rep.findings_entry)}</pre>")
-    parts.append("</main></body></html>")
-    return "\n".join(parts) + "\n"
+@dataclass
+class TimelineChart:
+    """The experiment timeline: rows in order, axis ticks (percent, text)."""
+
+    rows: list[TimelineRow]
+    ticks: list[tuple[float, str]]
+
+
+@dataclass
+class Series:
+    """One hypothesis's probability over the steps: SVG points in the plot's units, its legend text."""
+
+    id: str
+    color: str
+    width: int
+    points: list[tuple[float, float]]
+    mark: str  # ✓ confirmed, ✕ refuted, "" otherwise
+    note: str
+
+
+@dataclass
+class ProbabilityChart:
+    """Posterior of each hypothesis after each step: y ticks (percent from top, text), step labels
+    (one column per step, each point at its column's centre), the series."""
+
+    y_ticks: list[tuple[float, str]]
+    step_labels: list[str]
+    series: list[Series]
+
+    @property
+    def columns(self) -> int:
+        return max(1, len(self.step_labels))
 
 
 _TICKS_S = (10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
@@ -938,155 +942,103 @@ def _nice_step(total: float, target: int = 8) -> float:
     return float(next((t for t in _TICKS_S if t >= raw), _TICKS_S[-1]))
 
 
-def timeline_svg(rep: Report) -> str:
+def timeline_chart(rep: Report) -> TimelineChart:
     """Experiments one after another on a host-time axis: loading (launch → ready), serving
-    (ready → stop, green when the probes passed, red when not), a cross where it crashed."""
-    rows = rep.experiments
-    if not rows:
-        return '<p class="meta">(no experiment ran)</p>'
-    left, width, row_h, top = 300, 760, 30, 20
-    total = sum(r.host_seconds for r in rows) or 1.0
-    height = top + row_h * len(rows) + 70
-    sx = width / total
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="100%" viewBox="0 0 {left + width + 120} {height}" '
-        f'font-family="system-ui,sans-serif" font-size="12">'
-    ]
-    tick = _nice_step(total)
+    (ready → stop, green when the probes passed, red when not), where it crashed, where it stopped."""
+    total = sum(r.host_seconds for r in rep.experiments) or 1.0
+
+    def pct(t: float) -> float:
+        return round(100.0 * t / total, 3)
+
+    rows: list[TimelineRow] = []
+    t0 = 0.0
+    for r in rep.experiments:
+        ready = r.to_ready_s
+        end_load = ready if ready is not None else (r.to_crash_s if r.to_crash_s is not None else r.host_seconds)
+        load = min(r.host_seconds, end_load)
+        rows.append(
+            TimelineRow(
+                label=r.label,
+                stage=r.stage,
+                ok=r.ok,
+                start=pct(t0),
+                load=pct(load),
+                serve=pct(r.host_seconds - load) if ready is not None else 0.0,
+                ready_at=pct(t0 + ready) if ready is not None else None,
+                crash_at=pct(t0 + min(r.to_crash_s, r.host_seconds)) if r.to_crash_s is not None else None,
+                stop_at=pct(t0 + r.host_seconds),
+                ready_s=_dur(ready),
+                crash_s=_dur(r.to_crash_s),
+            )
+        )
+        t0 += r.host_seconds
+    step = _nice_step(total, target=6)  # room for each label at 800 px (tested in Chromium)
+    ticks: list[tuple[float, str]] = []
     t = 0.0
     while t <= total + 1e-9:
-        x = left + t * sx
-        out.append(
-            f'<line x1="{x:.1f}" y1="{top - 6}" x2="{x:.1f}" y2="{top + row_h * len(rows)}" stroke="#e5e7eb"/>'
-        )
-        out.append(
-            f'<text x="{x:.1f}" y="{top + row_h * len(rows) + 16}" text-anchor="middle" fill="#6b7280">{_e(_dur(t))}</text>'
-        )
-        t += tick
-    t0 = 0.0
-    for i, r in enumerate(rows):
-        y = top + i * row_h
-        x0 = left + t0 * sx
-        w = max(2.0, r.host_seconds * sx)
-        ready = r.to_ready_s
-        end_load = (
-            ready if ready is not None else (r.to_crash_s if r.to_crash_s is not None else r.host_seconds)
-        )
-        lw = min(w, max(1.0, end_load * sx))
-        out.append(
-            f'<text x="{left - 8}" y="{y + 19}" text-anchor="end" fill="#111827">{_e(r.label[:44])}</text>'
-        )
-        out.append(
-            f'<rect x="{x0:.1f}" y="{y + 6}" width="{lw:.1f}" height="18" fill="#93c5fd"><title>loading</title></rect>'
-        )
-        if ready is not None:
-            color = "#22c55e" if r.ok else "#ef4444"
-            out.append(
-                f'<rect x="{x0 + lw:.1f}" y="{y + 6}" width="{max(0.0, w - lw):.1f}" height="18" fill="{color}">'
-                f"<title>serving ({_e(r.stage)})</title></rect>"
-            )
-            out.append(
-                f'<circle cx="{x0 + lw:.1f}" cy="{y + 15}" r="4" fill="#fff" stroke="#166534" stroke-width="2"><title>ready after {_e(_dur(ready))}</title></circle>'
-            )
-        if r.to_crash_s is not None:
-            cx = x0 + min(w, r.to_crash_s * sx)
-            out.append(
-                f'<path d="M{cx - 6:.1f},{y + 9} l12,12 m0,-12 l-12,12" stroke="#7f1d1d" stroke-width="3">'
-                f"<title>crash after {_e(_dur(r.to_crash_s))}</title></path>"
-            )
-        out.append(
-            f'<rect x="{x0 + w - 2:.1f}" y="{y + 3}" width="3" height="24" fill="#111827"><title>stopped</title></rect>'
-        )
-        out.append(f'<text x="{x0 + w + 10:.1f}" y="{y + 19}" fill="#374151">{_e(r.stage)}</text>')
-        t0 += r.host_seconds
-    ly = top + row_h * len(rows) + 40
-    legend = [
-        ("#93c5fd", "loading (launch → ready)"),
-        ("#22c55e", "serving, probes ok"),
-        ("#ef4444", "serving, failed"),
-    ]
-    x = left
-    for color, text in legend:
-        out.append(f'<rect x="{x}" y="{ly - 10}" width="14" height="12" fill="{color}"/>')
-        out.append(f'<text x="{x + 20}" y="{ly}" fill="#374151">{_e(text)}</text>')
-        x += 190
-    out.append(f'<path d="M{x},{ly - 10} l10,10 m0,-10 l-10,10" stroke="#7f1d1d" stroke-width="3"/>')
-    out.append(f'<text x="{x + 16}" y="{ly}" fill="#374151">crash</text>')
-    out.append(f'<rect x="{x + 70}" y="{ly - 12}" width="3" height="14" fill="#111827"/>')
-    out.append(f'<text x="{x + 78}" y="{ly}" fill="#374151">stop</text>')
-    out.append(f'<text x="8" y="{ly}" fill="#6b7280">host time →</text>')
-    out.append("</svg>")
-    return "\n".join(o for o in out if o)
+        ticks.append((pct(t), _dur(t).replace(".0 ", " ")))  # "40 min", not "40.0 min"
+        t += step
+    return TimelineChart(rows, ticks)
 
 
-def probability_svg(rep: Report) -> str:
-    """Posterior of each hypothesis after each experiment (lines), with a legend; refuted hypotheses
-    end in a cross, the confirmed one in a check mark."""
+def probability_chart(rep: Report) -> ProbabilityChart:
+    """The posterior of each hypothesis after each experiment; refuted ones are marked ✕, the
+    confirmed one ✓ (in the legend)."""
     steps = rep.steps
-    left, width, top, height = 60, 620, 20, 260
-    legend_x = left + width + 40
-    n = len(rep.hypotheses)
-    total_h = max(top + height + 50, top + 22 * n + 20)
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="100%" viewBox="0 0 {legend_x + 460} {total_h}" '
-        f'font-family="system-ui,sans-serif" font-size="12">'
-    ]
-
-    def sx(i: int) -> float:
-        return left + (width * i / (len(steps) - 1) if len(steps) > 1 else width / 2)
-
-    def sy(p: float) -> float:
-        return top + height * (1 - p)
-
-    for p in (0, 0.25, 0.5, 0.75, 1.0):
-        out.append(
-            f'<line x1="{left}" y1="{sy(p):.1f}" x2="{left + width}" y2="{sy(p):.1f}" stroke="#e5e7eb"/>'
-        )
-        out.append(
-            f'<text x="{left - 8}" y="{sy(p) + 4:.1f}" text-anchor="end" fill="#6b7280">{p:.2f}</text>'
-        )
+    n = max(1, len(steps))
     labels = {e.number: e.label for e in rep.experiments}
-    for i, s in enumerate(steps):
-        out.append(
-            f'<line x1="{sx(i):.1f}" y1="{top}" x2="{sx(i):.1f}" y2="{top + height}" stroke="#f1f5f9"/>'
-        )
-        text = labels.get(s, f"#{s}")
-        anchor = "middle" if 0 < i < len(steps) - 1 or len(steps) == 1 else ("start" if i == 0 else "end")
-        out.append(
-            f'<text x="{sx(i):.1f}" y="{top + height + 16}" text-anchor="{anchor}" fill="#374151">'
-            f"after {_e(text[:34])}</text>"
-        )
+    series: list[Series] = []
     for k, h in enumerate(rep.hypotheses):
-        color = _PALETTE[k % len(_PALETTE)]
         vals = _carry(rep.series.get(h.id, {}), steps)
-        pts = [(sx(i), sy(v)) for i, v in enumerate(vals) if v is not None]
+        pts = [
+            (round(_PLOT_W * (i + 0.5) / n, 2), round(_PLOT_H * (1 - v), 2)) for i, v in enumerate(vals) if v is not None
+        ]
         if not pts:
             continue
-        wide = 3 if h.status in ("confirmed", "supported") else 2
-        out.append(
-            f'<polyline points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in pts)}" fill="none" stroke="{color}" '
-            f'stroke-width="{wide}"><title>{_e(h.id)}</title></polyline>'
-        )
-        for x, y in pts:
-            out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>')
-        x, y = pts[-1]
-        if h.status == "refuted":
-            out.append(
-                f'<path d="M{x - 6:.1f},{y - 6:.1f} l12,12 m0,-12 l-12,12" stroke="#b91c1c" stroke-width="2.5"/>'
+        series.append(
+            Series(
+                id=h.id,
+                color=_PALETTE[k % len(_PALETTE)],
+                width=3 if h.status in ("confirmed", "supported") else 2,
+                points=pts,
+                mark={"confirmed": "✓", "refuted": "✕"}.get(h.status, ""),
+                note=f"{h.verdict or h.status}, {h.prior:.2f} → {h.posterior:.2f}",
             )
-        elif h.status == "confirmed":
-            out.append(
-                f'<path d="M{x - 6:.1f},{y:.1f} l4,5 l9,-11" fill="none" stroke="#166534" stroke-width="3"/>'
-            )
-        ly = top + 10 + 22 * k
-        out.append(f'<rect x="{legend_x}" y="{ly - 9}" width="16" height="4" fill="{color}"/>')
-        out.append(
-            f'<text x="{legend_x + 22}" y="{ly - 3}" fill="#111827">{_e(h.id[:40])} '
-            f'<tspan fill="#6b7280">({_e(h.verdict or h.status)}, {h.prior:.2f} → {h.posterior:.2f})</tspan></text>'
         )
-    out.append(f'<text x="{left}" y="{top - 6}" fill="#6b7280">posterior probability</text>')
-    out.append("</svg>")
-    return "\n".join(out)
+    return ProbabilityChart(
+        y_ticks=[(round(100 * (1 - p), 2), f"{p:.2f}") for p in (1.0, 0.75, 0.5, 0.25, 0.0)],
+        step_labels=[f"after {labels.get(s, f'#{s}')}" for s in steps],
+        series=series,
+    )
+
+
+def _environment() -> Environment:
+    """The report's Jinja2 templates (package data under agent/templates), HTML-escaped throughout."""
+    env = Environment(
+        loader=PackageLoader("agent", "templates"),
+        autoescape=select_autoescape(("html", "j2")),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["dur"] = _dur
+    return env
+
+
+def render_html(rep: Report) -> str:
+    """The report as one self-contained HTML page (inline CSS and SVG, no script, no external files),
+    rendered from ``agent/templates/report.html.j2``."""
+    c = rep.status
+    tone = "" if c == "isolated" else (" bad" if c in ("error", "interrupted") else " open")
+    return _environment().get_template("report.html.j2").render(
+        rep=rep,
+        tone=tone,
+        timeline=timeline_chart(rep) if rep.experiments else None,
+        probability=probability_chart(rep) if rep.steps else None,
+        plot_w=_PLOT_W,
+        plot_h=_PLOT_H,
+        track_w=_TRACK_W,
+    )
 
 
 def render(run: RecordedRun, fmt: str) -> str:

@@ -17,6 +17,7 @@ from agent.case import Case
 from agent.catalog import CatalogEntry, load_catalog
 from agent.llm_planner import make_planner
 from agent.planner import Planner
+from agent.progress import ProgressBoard
 from agent.transcript import Transcript
 from tools.connect import connect_host
 from tools.flags import FlagCatalog
@@ -49,6 +50,8 @@ class Runtime:
     #: applies from the next approval on and is saved into the run's state there.
     approval_override: str | None = None
     unstopped: list[str] = field(default_factory=list)
+    #: Shows each launch while it loads (the CLI's live progress display); None: nothing is shown.
+    progress: ProgressBoard | None = None
 
     def host(self, case: Case) -> Host:
         """The case's host, connected on first use (local or ``ssh://``). Raises HostError.

@@ -16,7 +16,8 @@ graph costs, and what was gone before the first graph is the workspace.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agent.models import FlagValue
@@ -67,8 +68,70 @@ def _num(value: object) -> float | None:
         return None
 
 
-def _need(ev: ValueEvidence) -> tuple[float, float, float, list[int], float] | None:
-    """(need, per_graph, workspace, batch sizes ascending, free at capture start) in GB, or None."""
+@dataclass
+class CaptureCost:
+    """What CUDA-graph capture costs, read from the capture progress lines (GB): a graph of batch size
+    b costs ``base + per_bs × b``; ``workspace`` is what was gone before the first graph."""
+
+    base: float
+    per_bs: float
+    workspace: float
+    sizes: list[int]  # the batch sizes to capture, ascending
+    free0: float  # free at capture start
+    points: int  # how many graph costs the fit rests on
+
+    def graph(self, bs: int) -> float:
+        """The cost of the graph of batch size ``bs`` (GB)."""
+        return self.base + self.per_bs * bs
+
+    def up_to(self, max_bs: int) -> float:
+        """Workspace plus every graph up to ``max_bs`` (GB): what capture needs with that max batch size."""
+        return self.workspace + sum(self.graph(b) for b in self.sizes if b <= max_bs)
+
+    def text(self) -> str:
+        if self.per_bs > 0:
+            return f"{self.base:.3f} GB + {self.per_bs * 1024:.2f} MB × batch size per graph"
+        return f"{self.base:.3f} GB per graph"
+
+
+def _curve(ev: ValueEvidence) -> list[tuple[int, float]]:
+    """The (batch size, free GB after its graph) points of ``capture_curve``, in capture order."""
+    out: list[tuple[int, float]] = []
+    for item in str(ev.facts.get("capture_curve", "")).split():
+        bs, _, mem = item.partition(":")
+        if bs.isdigit() and _num(mem) is not None:
+            out.append((int(bs), float(mem)))
+    return out
+
+
+def _fit(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least-squares ``cost = base + per_bs × bs`` over (bs, cost) points, both terms kept >= 0 (a
+    constant when the sizes do not vary or the slope comes out negative; proportional when the
+    intercept does)."""
+    n = len(points)
+    mean_b = sum(b for b, _ in points) / n
+    mean_c = sum(c for _, c in points) / n
+    var = sum((b - mean_b) ** 2 for b, _ in points)
+    if var == 0:
+        return max(mean_c, 0.0), 0.0
+    slope = sum((b - mean_b) * (c - mean_c) for b, c in points) / var
+    if slope <= 0:
+        return max(mean_c, 0.0), 0.0
+    base = mean_c - slope * mean_b
+    if base < 0:
+        return 0.0, sum(c for _, c in points) / max(sum(b for b, _ in points), 1)
+    return base, slope
+
+
+def capture_cost(ev: ValueEvidence) -> CaptureCost | None:
+    """The capture's cost model from the log's figures, or None when the log lacks them.
+
+    With the whole curve (``capture_curve``), each graph's cost is the drop in free memory from the
+    previous progress line, so the model is fitted per batch size (capture runs the largest first: one
+    large graph's cost is not applied to the small ones). With only the first and the latest line, the
+    average drop stands for every graph. With a single line, the workspace is folded into that one
+    graph's cost (an overestimate: safe).
+    """
     free0 = ev.num("capture_avail_mem_gb")
     done = ev.num("capture_batches_done")
     last = ev.num("capture_last_avail_mem_gb")
@@ -76,31 +139,55 @@ def _need(ev: ValueEvidence) -> tuple[float, float, float, list[int], float] | N
     sizes = sorted(
         int(b) for b in str(ev.facts.get("cuda_graph_bs_list", "")).replace(" ", "").split(",") if b
     )
-    total = ev.num("capture_batches_total") or (len(sizes) or None)
-    if free0 is None or done is None or last is None or not total or done < 1:
+    if free0 is None:
+        return None
+    curve = _curve(ev)
+    if len(curve) >= 2:
+        drops = [(bs, prev - mem) for (_, prev), (bs, mem) in zip(curve, curve[1:], strict=False)]
+        base, per_bs = _fit(drops)
+        if base + per_bs * curve[0][0] > 0:
+            workspace = max(free0 - curve[0][1] - (base + per_bs * curve[0][0]), 0.0)
+            return CaptureCost(base, per_bs, workspace, sizes, free0, len(drops))
+    if done is None or last is None or done < 1:
         return None
     if done >= 2 and first is not None and first > last:
         per_graph = (first - last) / (done - 1)
         workspace = max(free0 - first - per_graph, 0.0)
-    else:  # one point: the workspace is folded into the per-graph cost (an overestimate: safe)
+    else:
         per_graph = (free0 - last) / done
         workspace = 0.0
     if per_graph <= 0:
         return None
-    return workspace + per_graph * total, per_graph, workspace, sizes, free0
+    return CaptureCost(per_graph, 0.0, workspace, sizes, free0, int(done))
+
+
+def _need(ev: ValueEvidence) -> tuple[float, CaptureCost] | None:
+    """(what the whole capture needs in GB, the cost model), or None."""
+    cost = capture_cost(ev)
+    if cost is None:
+        return None
+    total = int(ev.num("capture_batches_total") or len(cost.sizes) or 0)
+    if not total:
+        return None
+    if cost.sizes:
+        return cost.up_to(max(cost.sizes)), cost
+    return cost.workspace + cost.base * total, cost
 
 
 def mem_fraction_for_kv_pool(ev: ValueEvidence) -> tuple[str | None, str]:
     """Raise the static fraction just enough for a KV cache of at least ``MIN_KV_GB``.
 
-    f = ceil_0.01(1 − (free after weights − MIN_KV_GB) / total). The smallest such step keeps the most
+    f = ceil_0.01(1 − (free after weights − MIN_KV_GB) / total), total being the GPU's size (or, when
+    unknown, the free memory before loading the weights). The smallest such step keeps the most
     memory outside the pool for CUDA graphs and activations (too high a fraction makes capture run out
     of memory instead).
     """
     free = ev.num("weights_avail_mem_gb")
     if free is None:
         free = ev.num("avail_mem_gb")
-    total = ev.total_gib
+    # Without the GPU's size, the free memory before loading stands for it: SGLang 0.5.23 sizes the
+    # static budget from exactly that (mem_cache/kv_cache_configurator.py, pre_model_load_memory).
+    total = ev.total_gib or ev.num("pre_load_avail_mem_gb")
     if free is None or total is None or total <= 0:
         return None, "needs the free memory after loading ('Load weight end ... avail mem') and the GPU size"
     if free <= MIN_KV_GB:
@@ -132,7 +219,8 @@ def mem_fraction_for_graph_capture(ev: ValueEvidence) -> tuple[str | None, str]:
     total = ev.total_gib
     if est is None or total is None:
         return None, "needs the capture progress lines (free memory per captured batch) and the GPU size"
-    need, per_graph, workspace, _, free0 = est
+    need, cost = est
+    free0 = cost.free0
     f = ev.fraction()
     shortfall = max(need * CAPTURE_MARGIN - free0, 0.01 * total)
     new = math.floor((f - shortfall / total) * 100 + 1e-9) / 100
@@ -144,33 +232,72 @@ def mem_fraction_for_graph_capture(ev: ValueEvidence) -> tuple[str | None, str]:
         return None, f"it would take a fraction of {new:.2f}"
     return (
         f"{new:.2f}",
-        f"capture needs about {need:.2f} GB ({workspace:.2f} GB workspace + {per_graph:.3f} GB per graph) and "
-        f"had {free0:.2f} GB; {new:.2f} leaves {total * (1 - new):.2f} GB outside the static pool",
+        f"capture needs about {need:.2f} GB ({cost.workspace:.2f} GB workspace + graphs at {cost.text()}) "
+        f"and had {free0:.2f} GB; {new:.2f} leaves {total * (1 - new):.2f} GB outside the static pool",
     )
 
 
 def cuda_graph_max_bs_that_fits(ev: ValueEvidence) -> tuple[str | None, str]:
     """The largest captured batch size whose graphs fit in the memory capture had.
 
-    count = floor((free at capture start × ``CAPTURE_SHARE`` − workspace) / per-graph); the value is
-    the count-th smallest batch size of the capture list.
+    The graphs of every batch size up to the value, each at its own cost (``capture_cost``: fitted per
+    batch size from the progress lines), plus the workspace, must fit in the free memory at capture
+    start × ``CAPTURE_SHARE``.
     """
     est = _need(ev)
     if est is None:
         return None, "needs the capture progress lines (free memory per captured batch)"
-    _, per_graph, workspace, sizes, free0 = est
+    _, cost = est
+    sizes = cost.sizes
     if not sizes:
         return None, "needs the list of captured batch sizes ('Capture cuda graph bs [...]')"
-    count = int((free0 * CAPTURE_SHARE - workspace) // per_graph)
-    if count < 1:
+    room = cost.free0 * CAPTURE_SHARE
+    fits = [b for b in sizes if cost.up_to(b) <= room]
+    if not fits:
         return None, "not even the smallest batch size fits"
-    if count >= len(sizes):
+    if len(fits) == len(sizes):
         return None, "every batch size should fit: memory is not what stops the capture"
+    best = fits[-1]
     return (
-        str(sizes[count - 1]),
-        f"{free0:.2f} GB free at capture start, {workspace:.2f} GB workspace, {per_graph:.3f} GB per graph: "
-        f"{count} of {len(sizes)} batch sizes fit, up to {sizes[count - 1]}",
+        str(best),
+        f"{cost.free0:.2f} GB free at capture start, {cost.workspace:.2f} GB workspace, graphs at "
+        f"{cost.text()} (from {cost.points} captured graph{'s' if cost.points != 1 else ''}): "
+        f"{len(fits)} of {len(sizes)} batch sizes fit ({cost.up_to(best):.2f} GB), up to {best}",
     )
+
+
+def effective_before(kind: str, name: str, before: FlagValue, facts: Mapping[str, str]) -> FlagValue:
+    """The value a change starts from as the server ran it: the baseline's, or when the baseline leaves
+    the flag unset, the value the log's server arguments show for it (argparse dest: ``--cuda-graph-max-bs``
+    is ``cuda_graph_max_bs``); None when neither says."""
+    if before is not None or kind != "flag":
+        return before
+    return facts.get(name.lstrip("-").replace("-", "_"))
+
+
+_SOLUTIONS_HEAD = re.compile(r"\bPossible solutions:?\s*$")
+_SOLUTION_ITEM = re.compile(r"^\s*\d+\.\s+(?P<text>\S.*?)\s*$")
+
+
+def suggestions_in_log(lines: Sequence[str]) -> list[tuple[int, str]]:
+    """SGLang's own numbered "Possible solutions:" list after a failure (1-based line number, text),
+    e.g. after "Capture cuda graph failed" (sglang/srt/model_executor/cuda_graph_runner.py, 0.5.9;
+    runner_backend_utils CUDA_GRAPH_CAPTURE_FAILED_MSG, 0.5.23). Each list is read once."""
+    out: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    i = 0
+    while i < len(lines):
+        if _SOLUTIONS_HEAD.search(lines[i]):
+            j = i + 1
+            while j < len(lines) and (m := _SOLUTION_ITEM.match(lines[j])):
+                if m.group("text") not in seen:
+                    seen.add(m.group("text"))
+                    out.append((j + 1, m.group("text")))
+                j += 1
+            i = j
+        else:
+            i += 1
+    return out
 
 
 RULES: dict[str, Callable[[ValueEvidence], tuple[str | None, str]]] = {

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bench.run import BenchResult, run_bench
+from bench.run import METHODS, BenchResult, run_bench
 
 
 def render(result: BenchResult, console: Console) -> None:
@@ -63,11 +63,15 @@ def render(result: BenchResult, console: Console) -> None:
             escape(target.name), escape(target.measured), "[green]yes[/]" if target.met else "[red]NO[/]"
         )
     console.print(g)
+    for note in result.notes:
+        console.print(f"note: {escape(note)}", highlight=False)
     console.print(
         "host-s: modelled GPU-host seconds (wall seconds of each launch / time scale). random: a launch of a "
         "configuration another seed already ran is replayed from that run (deterministic worlds only). "
         "overhead per step: wall time between a server stopped and the next launch (analyse, update, design, "
-        "approve, checkpoint, transcript), host waits excluded.",
+        "approve, checkpoint, transcript), host waits excluded. agent-empty: the agent with a knowledge folder "
+        "whose hypothesis catalog is empty (HYPOLOOP_KNOWLEDGE). correct: chains need every link, not_isolated "
+        "worlds the implicated package named, the control nothing blamed.",
         style="dim",
     )
 
@@ -79,13 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         "--worlds", nargs="+", metavar="WORLD", help="world names under lab/worlds (default: all)"
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    ap.add_argument("--seeds", type=int, default=5, help="random-baseline seeds (default 5)")
+    ap.add_argument("--seeds", type=int, default=3, help="random-baseline seeds (default 3)")
     ap.add_argument("--time-scale", type=float, default=0.001, help="lab time scale (default 0.001)")
     ap.add_argument(
         "--methods",
         nargs="+",
-        default=["agent", "random", "human", "ddmin"],
-        choices=["agent", "random", "human", "ddmin"],
+        default=list(METHODS),
+        choices=list(METHODS),
         help="methods to run (default: all)",
     )
     ap.add_argument("--keep", type=Path, metavar="DIR", help="keep logs and transcripts in DIR")

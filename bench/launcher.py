@@ -15,7 +15,7 @@ from pathlib import Path
 from agent.case import Case
 from agent.models import FlagValue
 from tools.host import LocalHost, expand_argv
-from tools.probes import run_probe
+from tools.probes import Probe, run_probe
 from tools.server import ServerSession, render_command
 from tools.signatures import Signature, SignatureMatcher
 from tools.stall import StallWatch
@@ -31,6 +31,16 @@ class LaunchRecord:
     wall_s: float
     signatures: list[str] = field(default_factory=list)
     replayed: bool = False
+
+
+def probes_for(case: Case) -> list[Probe]:
+    """The case's probes, plus a burst of the first one at the case's reproduction concurrency
+    (``[reproduce] concurrency``) when the failure needs several requests at once."""
+    probes = list(case.probes)
+    n = case.reproduce.concurrency
+    if n > 1 and probes:
+        probes.append(probes[0].model_copy(update={"id": f"{probes[0].id}-x{n}", "concurrency": n}))
+    return probes
 
 
 class Launcher:
@@ -76,7 +86,7 @@ class Launcher:
             status: str = res.status
             if res.status == "ready" and res.base_url:
                 results = []
-                for probe in case.probes:
+                for probe in probes_for(case):
                     pr = run_probe(res.base_url, probe, model=case.model.path)
                     results.append(pr)
                     if pr.status in ("connection_error", "timeout"):

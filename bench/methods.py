@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.catalog import CatalogEntry
+from agent.catalog import CatalogEntry, load_catalog
 from agent.models import Baseline, Change
 from agent.planner import _IDENTITY_ENV, _IDENTITY_FLAGS, model_features  # the agent's own notion
 from agent.transcript import read_transcript
 from bench.launcher import Launcher, LaunchRecord
-from bench.worlds import BenchWorld, is_root_fix, matching_fix
+from bench.worlds import BenchWorld, matching_fix, score_run
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge import Finding, read_findings, relevance
 
@@ -58,6 +58,7 @@ class MethodResult:
     correct_rate: float | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    wrong_isolated: int = 0  # runs that ended `isolated` on something the truth does not call the fix
 
     def as_json(self) -> dict[str, Any]:
         """A JSON-plain dict of the result."""
@@ -69,6 +70,7 @@ class MethodResult:
             "wall_seconds": round(self.wall_s, 2),
             "found": self.found,
             "status": self.status,
+            "wrong_isolated": self.wrong_isolated,
         }
         if self.correct_rate is not None:
             out["correct_rate"] = round(self.correct_rate, 3)
@@ -81,22 +83,42 @@ class MethodResult:
 # ----------------------------------------------------------------------------------------------- agent
 
 
-def run_agent(world: BenchWorld, *, transcripts: Path, seed: str) -> MethodResult:
-    """Run ``hypoloop run CASE --auto --json`` in this process (the real CLI, graph and planner)."""
+#: The environment variable that points a run at another knowledge folder (issue 10, item 8).
+KNOWLEDGE_ENV = "HYPOLOOP_KNOWLEDGE"
+
+
+def run_agent(
+    world: BenchWorld, *, transcripts: Path, seed: str, knowledge: Path | None = None, method: str = "agent"
+) -> MethodResult:
+    """Run ``hypoloop run CASE --auto --json`` in this process (the real CLI, graph and planner).
+
+    ``knowledge``: a knowledge folder given through HYPOLOOP_KNOWLEDGE (e.g. one whose hypothesis
+    catalog is empty); ``extra["catalog_used"]`` then says whether the run still drew hypotheses from
+    the catalog (an agent that does not read the variable yet).
+    """
     from agent.cli import app  # imported late: the CLI installs signal handlers when it runs
 
     os.environ["HYPOLOOP_LAB_SEED"] = seed
+    saved = os.environ.get(KNOWLEDGE_ENV)
+    if knowledge is not None:
+        os.environ[KNOWLEDGE_ENV] = str(knowledge)
     out, err = io.StringIO(), io.StringIO()
     t0 = time.monotonic()
     code: Any = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = app(
-                ["run", str(world.case_path), "--auto", "--json", "--transcript-dir", str(transcripts)],
-                standalone_mode=False,
-            )
-        except SystemExit as exc:
-            code = exc.code
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = app(
+                    ["run", str(world.case_path), "--auto", "--json", "--transcript-dir", str(transcripts)],
+                    standalone_mode=False,
+                )
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        if saved is None:
+            os.environ.pop(KNOWLEDGE_ENV, None)
+        else:
+            os.environ[KNOWLEDGE_ENV] = saved
     wall = time.monotonic() - t0
     lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("{")]
     if not lines:
@@ -104,27 +126,68 @@ def run_agent(world: BenchWorld, *, transcripts: Path, seed: str) -> MethodResul
         raise RuntimeError(f"agent run on {world.name} printed no result (exit {code}): {' | '.join(tail)}")
     result = json.loads(lines[-1])
     fix = (result.get("root_cause") or {}).get("fix")
-    if world.expect == "not_isolated":
-        correct = result["status"] == "not_isolated"
-    else:
-        correct = result["status"] == "isolated" and bool(
-            fix and is_root_fix(world, fix["kind"], fix["name"], fix["after"])
-        )
+    ending = read_ending(world, Path(result["transcript"]), result)
+    score = score_run(
+        world,
+        result["status"],
+        (fix["kind"], fix["name"], fix["after"]) if fix else None,
+        ending["final"],
+        ending["named"],
+    )
     metrics = transcript_metrics(Path(result["transcript"]))
+    adopted = ending["adopted"]
+    found = _describe(fix["kind"], fix["name"], fix["after"]) if fix else None
+    if found and adopted:
+        found = " + ".join([*adopted, found])
     return MethodResult(
-        method="agent",
-        correct=correct,
+        method=method,
+        correct=score.correct,
         launches=result["launches"],
         host_s=result["host_seconds"],
         wall_s=wall,
-        found=_describe(fix["kind"], fix["name"], fix["after"]) if fix else None,
-        status=result["status"],
+        found=found,
+        status=f"{result['status']} ({score.why})",
+        wrong_isolated=int(score.wrong_isolated),
         extra={
             "component": (result.get("root_cause") or {}).get("component"),
             "transcript": result["transcript"],
+            "catalog_used": ending["catalog_used"],
             **metrics,
         },
     )
+
+
+def read_ending(world: BenchWorld, path: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """From a run's transcript: the configuration it ended on (the last adopted baseline with the fix
+    applied), the changes it adopted on the way (blockers passed), the text in which its conclusion
+    names what it implicates, and whether any hypothesis came from the hypothesis catalog."""
+    events = list(read_transcript(path))
+    base = world.case.baseline
+    fix = (result.get("root_cause") or {}).get("fix")
+    fix_key = (fix["kind"], fix["name"], fix["after"]) if fix else None
+    adopted: list[str] = []
+    catalog_ids = {entry.id for entry in load_catalog()}
+    catalog_used = False
+    conclusion: dict[str, Any] = {}
+    for ev in events:
+        if ev.type == "baseline.changed":
+            base = Baseline.model_validate(ev.data["baseline"])
+            change = (ev.data.get("adoption") or {}).get("change")
+            if isinstance(change, dict) and change.get("name"):
+                key = (change.get("kind", "flag"), change["name"], change.get("after"))
+                if key != fix_key:  # the fix itself is adopted before its confirmation
+                    adopted.append(_describe(*key))
+        elif ev.type == "hypothesis.added" and ev.data.get("id") in catalog_ids:
+            catalog_used = True
+        elif ev.type == "conclusion":
+            conclusion = ev.data
+    final = base
+    if fix:
+        final = base.apply(Change(kind=fix["kind"], name=fix["name"], before=fix.get("before"), after=fix["after"]))
+    named_parts = [str(conclusion.get("reason") or ""), json.dumps(conclusion.get("root_cause") or {})]
+    named_parts += [json.dumps(v) for k, v in conclusion.items() if "implicat" in k or "package" in k or "component" in k]
+    named_parts += [json.dumps(v) for k, v in result.items() if "implicat" in k or "package" in k]
+    return {"final": final, "adopted": adopted, "named": " ".join(named_parts), "catalog_used": catalog_used}
 
 
 def transcript_metrics(path: Path) -> dict[str, Any]:
@@ -162,6 +225,8 @@ def transcript_metrics(path: Path) -> dict[str, Any]:
 
 
 def _describe(kind: str, name: str, value: Any) -> str:
+    if value is None or value is False:
+        return f"unset {name}" if kind == "env" else f"no {name}"
     if kind == "env":
         return f"{name}={value}"
     return name if value is True else f"{name} {value}"
@@ -196,14 +261,16 @@ class LaunchCache:
 def _summary(
     method: str, world: BenchWorld, records: list[LaunchRecord], fix: Change | None, status: str
 ) -> MethodResult:
-    correct = (
-        fix is not None and is_root_fix(world, fix.kind, fix.name, fix.after)
-        if world.expect == "isolated"
-        else fix is None
-    )
+    # A baseline method "isolates" when its launches found a working change; a baseline that served
+    # at once blames nothing; otherwise it ends not isolated (and names nothing).
+    served_at_once = bool(records) and records[0].ok
+    ending = "isolated" if fix is not None else ("not_reproduced" if served_at_once else "not_isolated")
+    final = world.case.baseline.apply(fix) if fix is not None else world.case.baseline
+    score = score_run(world, ending, (fix.kind, fix.name, fix.after) if fix else None, final)
     return MethodResult(
         method=method,
-        correct=correct,
+        correct=score.correct,
+        wrong_isolated=int(score.wrong_isolated),
         launches=len(records),
         host_s=sum(r.host_s for r in records),
         wall_s=sum(r.wall_s for r in records),
@@ -273,8 +340,22 @@ def plausible_changes(
     return sorted(out.values(), key=lambda c: c.key())
 
 
-def run_random(world: BenchWorld, cache: LaunchCache, changes: list[Change], *, seeds: int) -> MethodResult:
-    """Uniform one-change search without replacement until the probes pass; mean over ``seeds``."""
+#: Launches a random search may spend on one seed (baseline included) before it gives up.
+RANDOM_MAX_LAUNCHES = 15
+
+
+def run_random(
+    world: BenchWorld,
+    cache: LaunchCache,
+    changes: list[Change],
+    *,
+    seeds: int,
+    max_launches: int = RANDOM_MAX_LAUNCHES,
+) -> MethodResult:
+    """Uniform one-change search without replacement until the probes pass (at most ``max_launches``
+    launches per seed, baseline included); mean over ``seeds``. ``extra["success_rate"]`` is the share
+    of seeds that found a correct fix and ``extra["success_launches"]`` their mean launches (None when
+    no seed succeeded)."""
     base = world.case.baseline
     runs: list[MethodResult] = []
     for s in range(seeds):
@@ -283,15 +364,17 @@ def run_random(world: BenchWorld, cache: LaunchCache, changes: list[Change], *, 
         rng.shuffle(order)
         records = [cache.run(base)]
         fix: Change | None = None
-        for change in order if not records[0].ok else []:  # a baseline that served: nothing to fix
+        budget = order[: max(max_launches - 1, 0)]
+        for change in budget if not records[0].ok else []:  # a baseline that served: nothing to fix
             rec = cache.run(base.apply(change))
             records.append(rec)
             if rec.ok:
                 fix = change
                 break
-        status = "found a working change" if fix else f"no working change among {len(changes)}"
+        status = "found a working change" if fix else f"no working change in {len(records)} launches"
         runs.append(_summary("random", world, records, fix, status))
     rate = sum(r.correct for r in runs) / len(runs)
+    winners = [r for r in runs if r.correct and world.expect == "isolated"]
     return MethodResult(
         method="random",
         correct=rate > 0.5,
@@ -305,7 +388,14 @@ def run_random(world: BenchWorld, cache: LaunchCache, changes: list[Change], *, 
             {"seed": i, "launches": r.launches, "found": r.found, "correct": r.correct}
             for i, r in enumerate(runs)
         ],
-        extra={"seeds": seeds, "plausible_changes": len(changes), "real_launches": cache.real},
+        wrong_isolated=sum(r.wrong_isolated for r in runs),
+        extra={
+            "seeds": seeds,
+            "plausible_changes": len(changes),
+            "real_launches": cache.real,
+            "success_rate": round(rate, 3),
+            "success_launches": statistics.fmean(r.launches for r in winners) if winners else None,
+        },
     )
 
 

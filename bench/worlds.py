@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.case import Case, load_case
+from agent.models import Baseline
 from lab.world import WORLDS_DIR, World, load_world
 
 
@@ -30,8 +31,19 @@ class BenchWorld:
 
     @property
     def expect(self) -> str:
-        """How a good run ends: isolated, or not_isolated when no single change fixes the world."""
+        """How a good run ends: isolated; not_isolated when no change within reach fixes the world;
+        not_reproduced for a no-fault control."""
         return self.world.truth.expect if self.world.truth else "isolated"
+
+    @property
+    def chain(self) -> tuple[tuple[dict[str, Any], ...], ...]:
+        """The blockers of a chain world, in order (each a tuple of alternative fixes); () otherwise."""
+        return self.world.truth.chain if self.world.truth else ()
+
+    @property
+    def package(self) -> str | None:
+        """The package a not_isolated ending must name (None when the truth names none)."""
+        return self.world.truth.package if self.world.truth else None
 
 
 def discover(names: list[str] | None = None) -> list[BenchWorld]:
@@ -86,24 +98,97 @@ def _number(value: Any) -> float | None:
         return None
 
 
+def _same(fix: dict[str, Any], value: Any) -> bool:
+    """Whether a value satisfies a truth fix: ``value = false`` means removed (None); a numeric value
+    is an example (any number counts); otherwise the same value in any spelling."""
+    want = fix.get("value", True)
+    if want is False:
+        return value is None or value is False
+    if value is None:
+        return False
+    if _number(want) is not None and _number(value) is not None and not isinstance(want, bool):
+        return True
+    return _norm(want) == _norm(value)
+
+
 def matching_fix(world: BenchWorld, kind: str, name: str, value: Any) -> dict[str, Any] | None:
     """The truth fix a change corresponds to (same variable; same value, or any value for a numeric
-    flag, whose working value the method's own launches established), else None."""
+    flag, whose working value the method's own launches established; removal for ``value = false``),
+    else None."""
     truth = world.world.truth
     if truth is None:
         return None
     for fix in truth.fixes:
-        if fix.get("kind") != kind or fix.get("name") != name:
-            continue
-        want = fix.get("value", True)
-        if _number(want) is not None and _number(value) is not None and not isinstance(want, bool):
-            return fix
-        if _norm(want) == _norm(value):
+        if fix.get("kind") == kind and fix.get("name") == name and _same(fix, value):
             return fix
     return None
+
+
+def chain_satisfied(world: BenchWorld, final: Baseline) -> list[bool]:
+    """Per link of the world's chain: does the final configuration hold a root alternative of it?
+
+    A link is passed when, against the case's baseline, the final configuration sets the variable to
+    the alternative's value (or removed it, for ``value = false``). Workarounds (``root = false``) do
+    not pass a link.
+    """
+    start = world.case.baseline
+    out = []
+    for link in world.chain:
+        ok = False
+        for fix in link:
+            if not fix.get("root", True):
+                continue
+            kind, name = fix["kind"], fix["name"]
+            now, before = final.value(kind, name), start.value(kind, name)
+            if _same(fix, now) and (now != before or fix.get("value") is False and before is not None):
+                ok = True
+        out.append(ok)
+    return out
 
 
 def is_root_fix(world: BenchWorld, kind: str, name: str, value: Any) -> bool:
     """Whether a change is a root-cause fix of the world (not a workaround)."""
     fix = matching_fix(world, kind, name, value)
     return bool(fix and fix.get("root", True))
+
+
+@dataclass
+class Score:
+    """How a run ended against the world's truth: correct or not, and a wrong ``isolated`` (a fix
+    claimed that is not the truth's) counted apart, with a short reason for the table."""
+
+    correct: bool
+    wrong_isolated: bool
+    why: str
+
+
+def score_run(
+    world: BenchWorld,
+    status: str,
+    fix: tuple[str, str, Any] | None,
+    final: Baseline | None,
+    named: str = "",
+) -> Score:
+    """Score one run: ``status`` its ending, ``fix`` its (kind, name, value) or None, ``final`` the
+    configuration it ended on (baseline adoptions and the fix applied), ``named`` the text of its
+    conclusion where a not_isolated ending names the implicated package.
+
+    isolated worlds: the fix is a root fix of the truth, or, for a chain, the final configuration
+    passes every link; not_isolated worlds: the run ends not_isolated and names the package; the
+    no-fault control: nothing is blamed (no fix, not isolated).
+    """
+    isolated = status == "isolated"
+    if world.expect == "not_reproduced":
+        ok = not isolated and fix is None and status != "error"
+        return Score(ok, isolated, "nothing blamed" if ok else f"ended {status} with a fix")
+    if world.expect == "not_isolated":
+        package = world.package
+        ok = status == "not_isolated" and (package is None or package.lower() in named.lower())
+        why = "names " + package if ok and package else (f"ended {status}" if status != "not_isolated" else "package not named")
+        return Score(ok, isolated, why)
+    if world.chain:
+        links = chain_satisfied(world, final) if isolated and final is not None else [False] * len(world.chain)
+        ok = isolated and all(links)
+        return Score(ok, isolated and not ok, f"chain {sum(links)}/{len(links)} links")
+    ok = isolated and fix is not None and is_root_fix(world, *fix)
+    return Score(ok, isolated and not ok, "root fix" if ok else ("not the root fix" if isolated else f"ended {status}"))

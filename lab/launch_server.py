@@ -15,12 +15,15 @@ Standard library only (the lab is also installed on remote hosts).
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
@@ -79,6 +82,7 @@ class SimLog:
         self.threshold = _LEVELS.get(level.lower(), 20)
         self.http_threshold = _LEVELS.get((http_level or level).lower(), self.threshold)
         self._lock = threading.Lock()
+        self._bar_open = False  # a tqdm bar's physical line is not ended yet
 
     def sim_elapsed(self) -> float:
         return (time.monotonic() - self.start_mono) / self.scale
@@ -92,6 +96,9 @@ class SimLog:
 
     def _write(self, text: str) -> None:
         with self._lock:
+            if self._bar_open:  # end the bar's physical line first, so the record starts a line of its own
+                text = "\n" + text
+                self._bar_open = False
             try:
                 sys.stderr.write(text if text.endswith("\n") else text + "\n")
                 sys.stderr.flush()
@@ -119,13 +126,24 @@ class SimLog:
             return
         self._write(f"[{self.stamp()}] {level.upper() + ':':<9} {text}")
 
-    def progress(self, text: str) -> None:
-        """tqdm progress bars are not log records: no prefix, never filtered."""
-        self._write(text)
+    def progress(self, text: str, *, last: bool = False) -> None:
+        """A tqdm progress-bar update: no prefix, never filtered by --log-level, redrawn in place.
+
+        tqdm's `status_printer` writes "\\r" + the bar for every update and a newline only when the bar
+        closes, so a log file holds the whole bar on one physical line (tqdm/std.py, used by SGLang's
+        weight loader and CUDA-graph capture).
+        """
+        with self._lock:
+            try:
+                sys.stderr.write("\r" + text + ("\n" if last else ""))
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
+            self._bar_open = not last
 
     def spec(self, spec: LineSpec, text: str, tp_size: int) -> None:
-        if spec.ranks == "all" and spec.source == "scheduler":
-            for rank in range(tp_size):
+        if spec.ranks != "0" and spec.source == "scheduler":
+            for rank in spec.rank_list(tp_size):
                 self.line(text, source="scheduler", level=spec.level, rank=rank)
         else:
             self.line(text, source=spec.source, level=spec.level)
@@ -153,14 +171,15 @@ def _bar(frac: float, width: int = 10) -> str:
     return out.ljust(width)
 
 
-_CAPTURE_SOLUTIONS = (
-    "Possible solutions:\n"
-    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-    "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n"
-    "3. disable torch compile by not using --enable-torch-compile\n"
-    "4. disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance loss)\n"
-    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose "
-)
+#: torch dtype SGLang prints for an effective --kv-cache-dtype (0.5.23 "KV Cache is allocated. dtype: ...").
+_TORCH_KV_DTYPES = {
+    "fp8_e4m3": "torch.float8_e4m3fn",
+    "fp8_e5m2": "torch.float8_e5m2",
+    "bf16": "torch.bfloat16",
+    "bfloat16": "torch.bfloat16",
+    "fp16": "torch.float16",
+    "fp4_e2m1": "torch.float4_e2m1fn_x2",
+}
 
 
 # ----------------------------------------------------------------------------------- the simulator
@@ -198,6 +217,7 @@ class StandIn:
         self.load_sensitive = any(f.uses("running_requests") for f in world.faults)
         self.in_flight = 0
         self.load_lock = threading.Lock()
+        self.release = world.version.release
         self.memory: MemoryPlan = plan_memory(
             world, self.args, default_cuda_graph_max_bs(world, self.parsed_args, self.parsed_user, env)
         )
@@ -212,8 +232,17 @@ class StandIn:
         ]
 
     def _emit_fault_lines(self, fault: Fault) -> None:
+        """A fault's lines; a scheduler line printed by several ranks is rendered per rank, so
+        `{rank}` differs between them (one rank's exception, the others' watchdog lines)."""
+        self.log.sleep(fault.delay_s)
         for spec in fault.lines:
-            self.log.spec(spec, render(spec.text, self.ctx), self.tp)
+            if spec.source != "scheduler" or spec.ranks == "0":
+                self.log.spec(spec, render(spec.text, self.ctx), self.tp)
+                continue
+            for rank in spec.rank_list(self.tp):
+                self.ctx.extra["rank"] = rank
+                self.log.line(render(spec.text, self.ctx), source="scheduler", level=spec.level, rank=rank)
+            self.ctx.extra["rank"] = 0
 
     def _fire(self, point: str, index: int | None = None, steps: int | None = None) -> None:
         """Fire the faults registered at `point` (for stepped phases: whose progress maps to `index`)."""
@@ -222,15 +251,35 @@ class StandIn:
                 continue
             if fault.effect in ("crash_at_first_decode", "wrong_output"):
                 continue
-            if fault.effect == "hang" and point == "first_decode":
+            if fault.effect in ("hang", "scheduler_dead") and point == "first_decode":
                 continue
             self.fired.add(fault.id)
+            if fault.effect == "scheduler_dead":
+                self._scheduler_dead(fault)
+                continue
             self._emit_fault_lines(fault)
             if fault.effect == "warning":
                 continue
             if fault.effect == "hang":
                 self._hang()
             raise _Exit(fault.exit_code if fault.exit_code is not None else 1)
+
+    def _ranks_text(self, key: str, values: Any = None, level: str = "info") -> None:
+        """One scheduler line per TP rank with the release's text `key` (none when the release prints none)."""
+        if not self.release.texts[key]:
+            return
+        self.log.ranks(lambda r: self.release.text(key, **(values(r) if values else {})), self.tp, level=level)
+
+    def _sigquit(self, *, running: bool) -> None:
+        """The launcher's reaction to a dying child: its SIGQUIT handler's error line (launch phase, or
+        the running-phase handler the tokenizer manager installs at the first request) and, in releases
+        that log it, kill_process_tree's own line. The caller then exits with -9 (SIGKILL of the tree)."""
+        self.log.line(
+            self.release.text("sigquit_running" if running else "sigquit_launch"), source="server", level="error"
+        )
+        kill = self.release.text("kill_tree", pid=self.pid)
+        if kill:
+            self.log.line(kill, source="server")
 
     def _hang(self) -> NoReturn:
         while True:
@@ -240,11 +289,7 @@ class StandIn:
         """A `Scheduler hit an exception` record with a traceback, then the parent's SIGQUIT line."""
         body = "\n".join(["Scheduler hit an exception: Traceback (most recent call last):", *frames, *final])
         self.log.line(body, source="scheduler", level="error", rank=rank)
-        self.log.line(
-            "Received sigquit from a child process. It usually means the child failed.",
-            source="server",
-            level="error",
-        )
+        self._sigquit(running=self.state == "ready")
 
     # -------------------------------------------------------------------------------------- run
 
@@ -262,7 +307,7 @@ class StandIn:
         for spec, text in self.res.logs:
             self.log.spec(spec, text, self.tp)
         self._fire("args")
-        self.log.line(f"server_args={self._server_args_repr()}")
+        self.log.line(self._server_args_line())
         self._phase_init()
         avail = self._phase_weights()
         avail = self._phase_kv_pool(avail)
@@ -278,9 +323,8 @@ class StandIn:
         self._phase_serve()
         return 0
 
-    def _server_args_repr(self) -> str:
-        parts = [f"{dest}={self.args.get(dest)!r}" for dest in self.world.version.dests]
-        return "ServerArgs(" + ", ".join(parts) + ")"
+    def _server_args_line(self) -> str:
+        return self.release.server_args_line(self.args, self.world.version.dests)
 
     def _unknown_model(self, model_path: str) -> None:
         frames = [
@@ -302,7 +346,7 @@ class StandIn:
     def _phase_init(self) -> None:
         timing = self.world.timing
         hw = self.world.hardware
-        self.log.ranks(lambda r: "Init torch distributed begin.", self.tp)
+        self._ranks_text("init_begin")
         self.log.sleep(timing.init_s * 0.4)
         if self.tp * int(self.args.get("pp_size") or 1) > hw.gpu_count and self.world.memory.enforce:
             frames = [
@@ -321,13 +365,11 @@ class StandIn:
                 "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
             ]
             self._scheduler_exception(frames, final, rank=hw.gpu_count)
-            raise _Exit(1)
+            raise _Exit(-9)
         self.log.line("sglang is using nccl==2.27.7", source="scheduler")
         self.log.sleep(timing.init_s * 0.6)
         overhead = self.world.memory.init_overhead_gb
-        self.log.ranks(
-            lambda r: f"Init torch distributed ends. mem usage={overhead + self._jitter(r):.2f} GB", self.tp
-        )
+        self._ranks_text("init_end", lambda r: {"usage": overhead + self._jitter(r)})
         self._fire("init")
 
     def _jitter(self, rank: int) -> float:
@@ -341,9 +383,7 @@ class StandIn:
         self.ctx.mem.update(
             total_gb=round(total, 2), avail_gb=round(avail_begin, 2), weights_gb=round(weights, 2)
         )
-        self.log.ranks(
-            lambda r: f"Load weight begin. avail mem={avail_begin - self._jitter(r):.2f} GB", self.tp
-        )
+        self._ranks_text("load_begin", lambda r: {"avail": avail_begin - self._jitter(r)})
         shards = self.world.model.checkpoint_shards
         dummy = self.args.get("load_format") == "dummy"
         per_shard = self.world.timing.load_s / shards * (0.05 if dummy else 1.0)
@@ -366,19 +406,27 @@ class StandIn:
                 rate = elapsed / done
                 self.log.progress(
                     f"Loading safetensors checkpoint shards: {done * 100 // shards:3d}% Completed | {done}/{shards} "
-                    f"[{_clock(elapsed)}<{_clock(rate * (shards - done))}, {_rate(rate)}]"
+                    f"[{_clock(elapsed)}<{_clock(rate * (shards - done))}, {_rate(rate)}]",
+                    last=done == shards,
                 )
         avail = plan.avail_after_load_gb
         self.ctx.mem["avail_gb"] = round(avail, 2)
-        arch, dtype = self.world.model.architecture, self.world.model.dtype
-        self.log.ranks(
-            lambda r: (
-                f"Load weight end. type={arch}, dtype={dtype}, avail mem={avail - self._jitter(r):.2f} GB, "
-                f"mem usage={weights:.2f} GB."
-            ),
-            self.tp,
+        arch, dtype = self.world.model.architecture, self._weight_dtype()
+        load_s = self.log.sim_elapsed() - start
+        self._ranks_text(
+            "load_end",
+            lambda r: {
+                "arch": arch, "dtype": dtype, "avail": avail - self._jitter(r), "usage": weights,
+                "elapsed": load_s + r * 0.02,
+            },
         )
         return avail
+
+    def _weight_dtype(self) -> str:
+        """The torch dtype of "Load weight end": --dtype when given, else the checkpoint's."""
+        given = str(self.args.get("dtype") or "auto")
+        named = {"half": "float16", "float16": "float16", "bfloat16": "bfloat16", "float": "float32"}
+        return self.world.model.dtype if given == "auto" else f"torch.{named.get(given, given)}"
 
     def _weights_oom(self, total: float, avail_begin: float, weights: float) -> NoReturn:
         free_mib = 500 + (self.pid % 400)
@@ -402,7 +450,7 @@ class StandIn:
             "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)",
         ]
         self._scheduler_exception(frames, final)
-        raise _Exit(1)
+        raise _Exit(-9)
 
     # --------------------------------------------------------------------------- phase: kv pool
 
@@ -417,32 +465,31 @@ class StandIn:
             frames = [
                 f'  File "{_SITE}/sglang/srt/managers/scheduler.py", line 3179, in run_scheduler_process',
                 "    scheduler = Scheduler(",
-                f'  File "{_SITE}/sglang/srt/model_executor/model_runner.py", line 452, in initialize',
-                "    self.init_memory_pool(min_per_gpu_memory)",
-                f'  File "{_SITE}/sglang/srt/model_executor/model_runner_kv_cache_mixin.py", line 416, '
-                "in init_memory_pool",
-                "    raise RuntimeError(",
+                *self.release.text("no_kv_room_frames", site=_SITE).split("\n"),
             ]
+            # 0.5.23 suggests the fraction at which the loaded weights leave room (the lab's memory
+            # model reserves total x (1 - fraction), so that is 1 - free-after-load / total here).
+            minimum = 1 - plan.avail_after_load_gb / max(plan.total_gb, 1e-9)
             final = [
-                "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
-                f"Current value: self.server_args.mem_fraction_static={frac}"
+                self.release.text(
+                    "no_kv_room", fraction=frac, minimum=minimum, suggested=math.ceil(minimum * 1000) / 1000
+                )
             ]
             self._scheduler_exception(frames, final)
-            raise _Exit(1)
+            raise _Exit(-9)
         self.max_total_num_tokens = tokens
         self.ctx.mem.update(kv_gb=round(kv_gb, 2), max_total_num_tokens=tokens)
         self.ctx.extra["max_total_num_tokens"] = tokens
         k_gb = kv_gb * mem.k_fraction
-        self.log.ranks(
-            lambda r: (
-                f"KV Cache is allocated. #tokens: {tokens}, K size: {k_gb:.2f} GB, V size: {kv_gb - k_gb:.2f} GB"
-            ),
-            self.tp,
+        kv_dtype = _TORCH_KV_DTYPES.get(str(self.args.get("kv_cache_dtype")), self.world.model.dtype)
+        self._ranks_text(
+            "kv_allocated",
+            lambda r: {"tokens": tokens, "k_gb": k_gb, "v_gb": kv_gb - k_gb, "kv_dtype": kv_dtype},
         )
         self.log.sleep(self.world.timing.kv_pool_s * 0.5)
         avail -= kv_gb
         self.ctx.mem["avail_gb"] = round(avail, 2)
-        self.log.ranks(lambda r: f"Memory pool end. avail mem={avail - self._jitter(r):.2f} GB", self.tp)
+        self._ranks_text("mem_pool_end", lambda r: {"avail": avail - self._jitter(r)})
         requested = self.args.get("max_running_requests")
         default_reqs = min(max(int(tokens / max(self.context_len, 1) * 512), 2048), 4096)
         self.max_running_requests = int(requested) if requested else min(default_reqs, max(tokens // 2, 1))
@@ -462,14 +509,10 @@ class StandIn:
         if self.args.get("enable_torch_compile"):
             per_batch *= 2.5
         start = self.log.sim_elapsed()
-        self.log.ranks(
-            lambda r: (
-                "Capture cuda graph begin. This can take up to several minutes. "
-                f"avail mem={avail - self._jitter(r):.2f} GB"
-            ),
-            self.tp,
-        )
-        self.log.line(f"Capture cuda graph bs {bs_list}", source="scheduler")
+        self._ranks_text("capture_begin", lambda r: {"avail": avail - self._jitter(r)})
+        bs_text = self.release.text("capture_bs", bs_list=bs_list)
+        if bs_text:
+            self.log.line(bs_text, source="scheduler")
         n = len(bs_list)
         oom_at = plan.capture_oom_batch if self.world.memory.enforce else None
         for i in range(n + 1):
@@ -487,18 +530,18 @@ class StandIn:
             cur = avail - plan.capture_need_gb(done)
             self.log.progress(
                 f"Capturing batches (bs={bs} avail_mem={cur:.2f} GB): {done * 100 // n:3d}%|{_bar(done / n)}| "
-                f"{done}/{n} [{_clock(elapsed)}<{_clock(rate * (n - done))}, {_rate(rate)}]"
+                f"{done}/{n} [{_clock(elapsed)}<{_clock(rate * (n - done))}, {_rate(rate)}]",
+                last=done == n,
             )
         elapsed = self.log.sim_elapsed() - start
         graph_gb = plan.graph_gb
         avail -= graph_gb
         self.ctx.mem.update(avail_gb=round(avail, 2), graph_gb=round(graph_gb, 2))
-        self.log.ranks(
-            lambda r: (
-                f"Capture cuda graph end. Time elapsed: {elapsed + r * 0.03:.2f} s. mem usage={graph_gb:.2f} GB. "
-                f"avail mem={avail - self._jitter(r):.2f} GB."
-            ),
-            self.tp,
+        self._ranks_text(
+            "capture_end",
+            lambda r: {
+                "elapsed": elapsed + r * 0.03, "usage": graph_gb, "avail": avail - self._jitter(r), "bs_list": bs_list,
+            },
         )
         return avail
 
@@ -525,9 +568,9 @@ class StandIn:
             f'  File "{_SITE}/sglang/srt/model_executor/cuda_graph_runner.py", line 423, in __init__',
             "    raise Exception(",
         ]
-        final = [f"Exception: Capture cuda graph failed: {oom}", *_CAPTURE_SOLUTIONS.split("\n")]
+        final = [f"Exception: Capture cuda graph failed: {oom}", *self.release.text("capture_solutions").split("\n")]
         self._scheduler_exception(frames, final)
-        raise _Exit(1)
+        raise _Exit(-9)
 
     def _default_cuda_graph_max_bs(self) -> int:
         """The max batch size the world resolves to when the user does not set one (timing baseline)."""
@@ -557,17 +600,81 @@ class StandIn:
         self.log.uvicorn(f"Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
         self._fire("warmup")
         if not self.args.get("skip_server_warmup"):
-            self.log.sleep(self.world.timing.warmup_s * 0.3)
-            self.log.uvicorn(f'127.0.0.1:{40000 + self.pid % 20000} - "GET /model_info HTTP/1.1" 200 OK')
-            prompt = "The capital city of France is"
-            self._log_prefill(responder.count_tokens(prompt), 0)
-            self.log.sleep(self.world.timing.warmup_s * 0.7)
-            self.log.uvicorn(f'127.0.0.1:{40002 + self.pid % 20000} - "POST /generate HTTP/1.1" 200 OK')
+            self._warmup_request_fault()
+            self._warmup(host, port)
         self.log.line("The server is fired up and ready to roll!")
         self.state = "ready"
         self._fire("ready")
         while True:
             time.sleep(0.5)
+
+    def _warmup(self, host: str, port: int) -> None:
+        """The launcher's warm-up, as SGLang 0.5.9 and 0.5.23 do it (entrypoints/http_server.py
+        `_execute_server_warmup`): poll GET /model_info (1 s apart), then POST /generate
+        {"text": "The capital city of France is", "sampling_params": {"temperature": 0,
+        "max_new_tokens": 8}} with the API key when one is set. So the warm-up decodes 8 greedy tokens
+        before the ready line: a decode fault can stop the start-up here. A failed or timed-out request
+        logs "Initialization failed. warmup error: <traceback>" and kills the process tree; a crash of
+        the scheduler ends the process through the running-phase SIGQUIT handler instead.
+        """
+        url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+        headers = {"Content-Type": "application/json"}
+        if self.args.get("api_key"):
+            headers["Authorization"] = f"Bearer {self.args.get('api_key')}"
+        self.log.sleep(self.world.timing.warmup_s * 0.3)
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url + "/model_info", headers=headers), timeout=5):
+                pass
+            body = json.dumps(
+                {"sampling_params": {"temperature": 0, "max_new_tokens": 8}, "text": "The capital city of France is"}
+            ).encode()
+            timeout = max(600 * self.log.scale, 1.0)  # SGLANG_WARMUP_TIMEOUT unset: 600 s
+            request = urllib.request.Request(url + "/generate", data=body, headers=headers, method="POST")
+            with urllib.request.urlopen(request, timeout=timeout) as resp:
+                resp.read()
+        except (urllib.error.URLError, OSError) as exc:
+            self._warmup_failed(exc)
+        self.log.sleep(self.world.timing.warmup_s * 0.7)
+
+    def _warmup_failed(self, exc: BaseException) -> NoReturn:
+        if isinstance(exc, urllib.error.HTTPError):
+            detail = exc.read().decode("utf-8", "replace")
+            final = f"AssertionError: {detail}"
+            frames = [f'  File "{_SITE}/sglang/srt/entrypoints/http_server.py", line 1770, in _execute_server_warmup',
+                      '    assert res.status_code == 200, f"{res.text}"']
+        else:
+            final = (
+                "requests.exceptions.ReadTimeout: HTTPConnectionPool(host='127.0.0.1', port="
+                f"{self.args.get('port')}): Read timed out. (read timeout=600)"
+            )
+            frames = [f'  File "{_SITE}/requests/adapters.py", line 713, in send',
+                      "    raise ReadTimeout(e, request=request)"]
+        trace = "\n".join(["Traceback (most recent call last):", *frames, final])
+        self.log.line(self.release.text("warmup_error", traceback=trace), source="server", level="error")
+        kill = self.release.text("kill_tree", pid=self.pid)
+        if kill:
+            self.log.line(kill, source="server")
+        _exit_process(-9)
+
+    def _scheduler_dead(self, fault: Fault) -> None:
+        """The scheduler died without a SIGQUIT to the launcher (e.g. the kernel's OOM killer): HTTP stays
+        up, /health answers 503 once its health check times out (SGLANG_HEALTH_CHECK_TIMEOUT, 20 s),
+        and generation requests wait forever for a scheduler that is gone (0.5.9/0.5.23
+        entrypoints/http_server.py `health_generate`)."""
+        self._emit_fault_lines(fault)
+        self.state = "scheduler_dead"
+
+    def _warmup_request_fault(self) -> None:
+        """A fault at the warm-up request (`at = "warmup"`, effect crash_at_first_decode): SGLang's
+        `_execute_server_warmup` (srt/entrypoints/http_server.py, 0.5.9) polls `/model_info`, sends one
+        generation and, when either fails, logs `Initialization failed. warmup error: <traceback>` and
+        kills its process tree. The fault's lines say what the warm-up saw; the process then exits
+        (default -9, as kill_process_tree leaves it). Never fires with --skip-server-warmup."""
+        for fault in self._faults("warmup"):
+            if fault.effect == "crash_at_first_decode":
+                self.fired.add(fault.id)
+                self._emit_fault_lines(fault)
+                _exit_process(fault.exit_code if fault.exit_code is not None else -9)
 
     # ------------------------------------------------------------------------------ generation
 
@@ -581,11 +688,20 @@ class StandIn:
             source="scheduler",
         )
 
-    def generate(self, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+    def generate(
+        self, prompt: str, max_new_tokens: int, temperature: float = 1.0, *, think: bool = False
+    ) -> dict[str, Any]:
         """Simulate one generation request. May crash the process or hang, per the world's faults.
 
+        `temperature` 0 decodes greedily (argmax: NaN logits give degenerate text, never the sampler's
+        `probability tensor contains ...` assert), > 0 samples (torch.multinomial / the sampling kernels,
+        where that assert fires): SGLang 0.5.9 and 0.5.23 layers/sampler.py `Sampler.forward`
+        (`if sampling_info.is_all_greedy: torch.argmax(logits, -1)`). Faults see it as `sampled`.
+        `think`: a reasoning model's chat reply starts with its thinking.
         Returns {"text", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "latency"}.
         """
+        if self.state == "scheduler_dead":
+            threading.Event().wait()
         prompt_tokens = responder.count_tokens(prompt) + 1
         cached = 0
         if not self.args.get("disable_radix_cache") and prompt in self.seen_prompts:
@@ -596,12 +712,12 @@ class StandIn:
         with self.load_lock:
             self.in_flight += 1
         try:
-            return self._generate(prompt, max_new_tokens, prompt_tokens, cached)
+            return self._generate(prompt, max_new_tokens, prompt_tokens, cached, temperature > 0, think)
         finally:
             with self.load_lock:
                 self.in_flight -= 1
 
-    def _decode_faults(self) -> tuple[list[Fault], int]:
+    def _decode_faults(self, sampled: bool) -> tuple[list[Fault], int]:
         """First-decode faults that hold for the batch this request joins, and the batch size.
 
         In worlds with load-dependent faults the request first waits `BATCH_WINDOW_S` so requests
@@ -612,6 +728,7 @@ class StandIn:
         with self.load_lock:
             running = max(1, self.in_flight)
             self.ctx.extra["running_requests"] = running
+            self.ctx.extra["sampled"] = sampled
             faults = [
                 f
                 for f in matching_faults(self.world, self.ctx, at="first_decode")
@@ -619,12 +736,14 @@ class StandIn:
             ]
         return faults, running
 
-    def _generate(self, prompt: str, max_new_tokens: int, prompt_tokens: int, cached: int) -> dict[str, Any]:
+    def _generate(
+        self, prompt: str, max_new_tokens: int, prompt_tokens: int, cached: int, sampled: bool, think: bool
+    ) -> dict[str, Any]:
         timing = self.world.timing
         degenerate: Fault | None = None
         running = 1
         if max_new_tokens > 1:
-            faults, running = self._decode_faults()
+            faults, running = self._decode_faults(sampled)
             for fault in faults:
                 if fault.effect == "warning" and fault.id not in self.fired:
                     self.fired.add(fault.id)
@@ -633,20 +752,33 @@ class StandIn:
                 if fault.effect == "hang":
                     self._emit_fault_lines(fault)
                     threading.Event().wait()
+                if fault.effect == "scheduler_dead":
+                    with self.decode_lock:
+                        if self.state != "scheduler_dead":
+                            self._scheduler_dead(fault)
+                    threading.Event().wait()
                 if fault.effect == "crash_at_first_decode":
                     with self.decode_lock:
                         self.log.sleep(1.0 / timing.decode_tokens_per_s)
                         self._emit_fault_lines(fault)
+                        if not any("sigquit" in spec.text.lower() for spec in fault.lines):
+                            # the first request installed the running-phase handler (even the warm-up's)
+                            self._sigquit(running=True)
                         _exit_process(fault.exit_code if fault.exit_code is not None else -9)
                 if fault.effect == "wrong_output":
                     degenerate = fault
                     self._emit_fault_lines(fault)
                     break
         if degenerate is not None:
-            text = responder.degenerate(degenerate.output, max_new_tokens)
+            text = (
+                responder.garbage(degenerate.text, max_new_tokens)
+                if degenerate.text is not None
+                else responder.degenerate(degenerate.output, max_new_tokens)
+            )
             truncated = True
         else:
-            text, truncated = responder.truncate(responder.answer(prompt), max_new_tokens)
+            full = (responder.THINKING if think else "") + responder.answer(prompt)
+            text, truncated = responder.truncate(full, max_new_tokens)
         completion = max(1, responder.count_tokens(text)) if degenerate is None else max_new_tokens
         latency = (
             prompt_tokens - cached
@@ -848,7 +980,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         lab = self.lab
-        if path == "/health":
+        if path in ("/health", "/health_generate") and lab.state == "scheduler_dead":
+            time.sleep(min(20 * lab.log.scale, 5.0))  # the health check waits for a scheduler that is gone
+            self._empty(503)
+        elif path == "/health":
             self._empty(200 if lab.state == "ready" else 503)
         elif path == "/health_generate":
             if lab.state != "ready":
@@ -938,7 +1073,16 @@ class _Handler(BaseHTTPRequestHandler):
             prompt_parts[-1],
         )
         max_tokens = self._max_tokens(body, 128)
-        result = self.lab.generate(last_user, max_tokens)
+        think = self._thinks(body)
+        result = self.lab.generate(last_user, max_tokens, _temperature(body.get("temperature")), think=think)
+        answer: str | None = result["text"]
+        reasoning: str | None = None
+        if think and self.lab.args.get("reasoning_parser"):
+            # --reasoning-parser moves the thinking into reasoning_content; content is what follows
+            # </think> (None while the reply is still thinking) (entrypoints/openai/serving_chat.py).
+            head, sep, tail = str(answer).partition("</think>")
+            reasoning = head.replace("<think>", "").strip()
+            answer = tail.lstrip("\n") if sep else None
         overhead = 4 * len(messages) + 2
         prompt_tokens = sum(responder.count_tokens(p) for p in prompt_parts) + overhead
         model = body.get("model") or self.lab.args.get("served_model_name")
@@ -959,8 +1103,8 @@ class _Handler(BaseHTTPRequestHandler):
                         "index": 0,
                         "message": {
                             "role": "assistant",
-                            "content": result["text"],
-                            "reasoning_content": None,
+                            "content": answer,
+                            "reasoning_content": reasoning,
                             "tool_calls": None,
                         },
                         "logprobs": None,
@@ -978,6 +1122,18 @@ class _Handler(BaseHTTPRequestHandler):
                 "metadata": {"weight_version": "default"},
             },
         )
+
+    def _thinks(self, body: dict[str, Any]) -> bool:
+        """Whether a chat reply starts with thinking: the world's model reasons (`model.reasoning`) and
+        the request's `chat_template_kwargs` do not turn it off (`enable_thinking` for Qwen3/GLM-style
+        templates, `thinking` for DeepSeek-V3.1-style ones); `model.reasoning = "always"` thinks anyway."""
+        reasoning = self.lab.world.model.fields.get("reasoning")
+        if not reasoning:
+            return False
+        if reasoning == "always":  # a template that opens <think> itself (DeepSeek-R1 style)
+            return True
+        kwargs = body.get("chat_template_kwargs") or {}
+        return not (kwargs.get("enable_thinking") is False or kwargs.get("thinking") is False)
 
     def _stream_chat(
         self, rid: str, created: int, model: Any, result: dict[str, Any], prompt_tokens: int
@@ -1028,7 +1184,7 @@ class _Handler(BaseHTTPRequestHandler):
         prompt = body.get("prompt", "")
         if isinstance(prompt, list):
             prompt = prompt[0] if prompt else ""
-        result = self.lab.generate(str(prompt), self._max_tokens(body, 16))
+        result = self.lab.generate(str(prompt), self._max_tokens(body, 16), _temperature(body.get("temperature")))
         self._send(
             200,
             {
@@ -1063,7 +1219,7 @@ class _Handler(BaseHTTPRequestHandler):
         prompts = text if isinstance(text, list) else [text]
         outputs = []
         for prompt in prompts:
-            result = self.lab.generate(str(prompt), max_new)
+            result = self.lab.generate(str(prompt), max_new, _temperature(params.get("temperature")))
             finish: dict[str, Any] = (
                 {"type": "length", "length": result["completion_tokens"]}
                 if result["finish_reason"] == "length"
@@ -1084,6 +1240,12 @@ class _Handler(BaseHTTPRequestHandler):
                 }
             )
         self._send(200, outputs if isinstance(text, list) else outputs[0])
+
+
+def _temperature(value: Any) -> float:
+    """A request's temperature; unset means SGLang's default sampling (temperature 1.0,
+    sampling/sampling_params.py), i.e. a sampled request."""
+    return 1.0 if value is None else float(value)
 
 
 # -------------------------------------------------------------------------------------------- main

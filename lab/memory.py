@@ -41,8 +41,10 @@ def default_cuda_graph_max_bs(
     world: World, parsed_args: dict[str, Any], parsed_user: dict[str, Any], env: Mapping[str, str]
 ) -> int:
     """The max batch size the world resolves to when the user sets none (the capture baseline)."""
-    args = {**parsed_args, "cuda_graph_max_bs": None, "cuda_graph_bs": None}
-    user = {k: v for k, v in parsed_user.items() if k not in ("cuda_graph_max_bs", "cuda_graph_bs")}
+    roles = world.version.release.roles
+    unset = {roles["cuda_graph_max_bs"], roles["cuda_graph_bs"]}
+    args = {**parsed_args, **dict.fromkeys(unset)}
+    user = {k: v for k, v in parsed_user.items() if k not in unset}
     base, _ = resolve(world, args, user, env)
     return int(base.args.get("cuda_graph_max_bs") or DEFAULT_CUDA_GRAPH_MAX_BS)
 

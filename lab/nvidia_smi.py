@@ -127,6 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WorldError as exc:
         print(f"lab.nvidia_smi: {exc}", file=sys.stderr)
         return 1
+    if hw.vendor != "nvidia":
+        # what nvidia-smi says where the NVIDIA driver is not loaded (an AMD or CPU-only host)
+        print(
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+            "latest NVIDIA driver is installed and running.",
+        )
+        return 9
     fields: list[str] | None = None
     fmt: set[str] = set()
     ids: list[int] | None = None

@@ -17,6 +17,14 @@ GENERIC_ANSWER = (
 )
 
 
+#: What a reasoning model "thinks" before answering when its chat template lets it (about 60 tokens).
+THINKING = (
+    "<think>\nOkay, the user is asking a short question. Let me recall what I know about it and check the "
+    "facts before I answer, so that the reply is correct and brief. I should answer in the form the user "
+    "asked for and not add anything that was not requested.\n</think>\n\n"
+)
+
+
 def count_tokens(text: str) -> int:
     """Approximate token count: words and punctuation marks (at least 1 for non-empty text)."""
     n = len(_TOKEN_RE.findall(text))
@@ -65,3 +73,11 @@ def degenerate(pattern: str, max_tokens: int) -> str:
     """Degenerate output of a broken model: `pattern` repeated once per token."""
     pattern = pattern or "!"
     return pattern * max(1, min(max_tokens, 2048))
+
+
+def garbage(text: str, max_tokens: int) -> str:
+    """Arbitrary wrong text of a broken model: the tokens of `text` cycled to `max_tokens` tokens
+    (no NaN, no single repeated character; e.g. mixed-script fragments of an overflowing fp16 model)."""
+    pieces = [m.group(0) for m in re.finditer(r"\s*\S+", text)] or ["?"]
+    n = max(1, min(max_tokens, 2048))
+    return "".join(pieces[i % len(pieces)] for i in range(n))

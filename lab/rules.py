@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,10 +208,44 @@ def build_parser(version: VersionDef, *, suppress_defaults: bool = False) -> arg
 _TYPES: dict[str, Any] = {"str": str, "int": int, "float": float}
 
 
+def _deprecated(base: type[argparse.Action], message: str) -> type[argparse.Action]:
+    """`base` (argparse's own action) that first warns, like SGLang 0.5.23's `DeprecatedStoreTrueAction`
+    (arg_groups/argparse_actions.py; argparse runs before logging is configured, so the warning reaches
+    stderr as a bare line). `{option}` in `message` becomes the spelling used."""
+
+    class Deprecated(base):  # type: ignore[valid-type,misc]
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                     option_string: str | None = None) -> None:
+            sys.stderr.write(message.replace("{option}", option_string or self.option_strings[0]) + "\n")
+            super().__call__(parser, namespace, values, option_string)
+
+    return Deprecated
+
+
+class _Removed(argparse.Action):
+    """A retired flag: `parser.error(message)` (exit 2), like 0.5.23's `DeprecatedAction(error_message=)`."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, message: str, nargs: Any = None,
+                 **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=nargs, **kwargs)
+        self.message = message
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parser.error(self.message)
+
+
+_ACTIONS: dict[str, Any] = {
+    "store_true": "store_true",
+    "store_false": "store_false",
+    "boolean_optional": argparse.BooleanOptionalAction,
+}
+
+
 def _add_flag(parser: argparse.ArgumentParser, flag: FlagDef, suppress: bool) -> None:
     kwargs: dict[str, Any] = {"dest": flag.dest, "help": flag.help or None}
-    if flag.action == "store_true":
-        kwargs["action"] = "store_true"
+    if flag.action in _ACTIONS:
+        kwargs["action"] = _ACTIONS[flag.action]
     else:
         kwargs["type"] = _TYPES[flag.type]
         if flag.choices is not None:
@@ -226,7 +261,33 @@ def _add_flag(parser: argparse.ArgumentParser, flag: FlagDef, suppress: bool) ->
         kwargs.pop("required", None)
     else:
         kwargs["default"] = flag.default
+    if flag.removed is not None:
+        nargs = 0 if flag.action in _ACTIONS else flag.nargs
+        parser.add_argument(
+            flag.name, *flag.aliases, action=_Removed, message=flag.removed, nargs=nargs,
+            dest=flag.dest, default=kwargs["default"], help=kwargs["help"],
+        )
+        return
+    if flag.deprecated is not None:
+        base = {
+            "store": argparse._StoreAction,
+            "store_true": argparse._StoreTrueAction,
+            "store_false": argparse._StoreFalseAction,
+            "boolean_optional": argparse.BooleanOptionalAction,
+        }[flag.action]
+        kwargs["action"] = _deprecated(base, flag.deprecated)
     parser.add_argument(flag.name, *flag.aliases, **kwargs)
+
+
+def role_view(version: VersionDef, args: dict[str, Any]) -> dict[str, Any]:
+    """`args` plus the lab's role names (`cuda_graph_max_bs`, `disable_cuda_graph`, ...) filled from the
+    dest that plays each role in this release (lab/release.py), where the role is not a dest itself."""
+    out = dict(args)
+    dests = set(version.dests)
+    for role, dest in version.release.roles.items():
+        if role not in dests:
+            out[role] = args.get(dest)
+    return out
 
 
 def parse_command_line(version: VersionDef, argv: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -273,6 +334,7 @@ def resolve(
     ctx = Context(world, res.args, res.user, env)
     for rule in (*world.resolve, *world.version.resolve):
         _apply_rule(rule, ctx, res)
+    res.args.update(role_view(world.version, res.args))
     return res, ctx
 
 
@@ -322,6 +384,8 @@ class LaunchPlan:
         fatal = [f for f in self.faults if f.effect in order]
         if self.effective.get("disable_cuda_graph"):
             fatal = [f for f in fatal if f.at != "capture"]
+        if self.effective.get("skip_server_warmup"):  # no warm-up request is sent
+            fatal = [f for f in fatal if not (f.at == "warmup" and f.effect == "crash_at_first_decode")]
         fatal.sort(key=lambda f: stage.get(f.at, 9))  # stable: file order wins within a stage
         return fatal[0] if fatal else None
 
@@ -330,9 +394,12 @@ def plan_launch(world: World, argv: Sequence[str], env: Mapping[str, str] | None
     """Resolve a command line against a world and list the faults that would apply.
 
     The memory model (OOM, no room for the KV cache) is not evaluated here; the server does that.
+    Request-time keys take a default request's values: `sampled` is true (a request that names no
+    temperature samples, SGLang's default temperature 1.0).
     """
     args, user = parse_command_line(world.version, argv)
     res, ctx = resolve(world, args, user, env or {})
+    ctx.extra.setdefault("sampled", True)
     return LaunchPlan(
         effective=dict(res.args),
         resolution_log=[text for _, text in res.logs],

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.release import Release, parse_release
+
 LAB_DIR = Path(__file__).resolve().parent
 WORLDS_DIR = LAB_DIR / "worlds"
 VERSIONS_DIR = LAB_DIR / "versions"
@@ -37,18 +39,27 @@ EFFECTS = (
     "wrong_output",
     "hang",
     "warning",
+    "scheduler_dead",
 )
 # Where in the start-up sequence an effect may fire (first entry = default).
 EFFECT_POINTS: dict[str, tuple[str, ...]] = {
     "launch_error": ("args",),
     "load_error": ("weights", "init", "kv_pool"),
     "capture_error": ("capture",),
-    "crash_at_first_decode": ("first_decode",),
+    # `warmup` for these two: the warm-up request SGLang sends to itself before the ready line.
+    "crash_at_first_decode": ("first_decode", "warmup"),
     "wrong_output": ("first_decode",),
     "hang": ("init", "weights", "kv_pool", "capture", "warmup", "first_decode"),
     "warning": ("init", "args", "weights", "kv_pool", "capture", "warmup", "ready", "first_decode"),
+    # The scheduler process dies without telling the parent (e.g. the kernel's OOM killer SIGKILLs it,
+    # so no SIGQUIT is sent): HTTP stays up, /health answers 503, generation requests never return.
+    "scheduler_dead": ("first_decode", "ready"),
 }
-DEFAULT_EXIT_CODES = {"launch_error": 1, "load_error": 1, "capture_error": 1, "crash_at_first_decode": -9}
+# A scheduler that dies sends SIGQUIT to the launcher, whose handler calls kill_process_tree(os.getpid()):
+# the launcher SIGKILLs itself, so the shell sees 137 (SGLang 0.5.9 and 0.5.23, entrypoints/engine.py
+# `launch_phase_sigquit_handler`, managers/tokenizer_manager.py `running_phase_sigquit_handler`,
+# utils/common.py `kill_process_tree`). Argument errors are raised in the launcher itself: exit 1.
+DEFAULT_EXIT_CODES = {"launch_error": 1, "load_error": -9, "capture_error": -9, "crash_at_first_decode": -9}
 
 OPERATORS = (
     "eq",
@@ -77,10 +88,13 @@ HW_KEYS = (
     "memory_gb",
     "driver_version",
     "cuda_version",
+    "vendor",
 )
 MEM_KEYS = ("total_gb", "avail_gb", "weights_gb", "kv_gb", "graph_gb", "max_total_num_tokens")
 # Bare names that templates and conditions may use besides flag dests. `running_requests` is the number
-# of requests decoded together in the batch being evaluated (first_decode faults only).
+# of requests decoded together in the batch being evaluated (first_decode faults only); `sampled` is true
+# when that request samples (temperature > 0) and false for greedy decoding (temperature 0, argmax), as
+# the server's own warm-up request does (first_decode faults only).
 EXTRA_KEYS = (
     "version",
     "pid",
@@ -89,8 +103,11 @@ EXTRA_KEYS = (
     "context_len",
     "max_running_requests",
     "running_requests",
+    "sampled",
 )
-TRUTH_EXPECT = ("isolated", "not_isolated")
+# isolated: one change (or a chain of changes, one per blocker) fixes it; not_isolated: no change
+# within reach fixes it (a broken package); not_reproduced: the reported failure does not happen here.
+TRUTH_EXPECT = ("isolated", "not_isolated", "not_reproduced")
 FIX_COSTS = ("none", "low", "medium", "high")
 
 _KEY_RE = re.compile(r"^(?:(args|user|hw|model|env|mem)\.)?([A-Za-z_][A-Za-z0-9_.]*)$")
@@ -108,14 +125,21 @@ class FlagDef:
     name: str
     aliases: tuple[str, ...]
     dest: str
-    type: str  # "str" | "int" | "float"; ignored for store_true
-    action: str  # "store" | "store_true"
-    choices: tuple[str, ...] | None
+    type: str  # "str" | "int" | "float"; ignored for switches
+    action: str  # "store" | "store_true" | "store_false" | "boolean_optional" (--x / --no-x)
+    choices: tuple[str, ...] | tuple[int, ...] | tuple[float, ...] | None  # of the flag's type
     default: Any
     help: str
     nargs: str | None
     required: bool
     metavar: str | None
+    deprecated: str | None = None  # warning printed when given (the flag still works)
+    removed: str | None = None  # argparse error printed when given (exit 2): the flag is retired
+
+    def option_strings(self) -> tuple[str, ...]:
+        """Every spelling argparse accepts: name, aliases and, for boolean_optional, `--no-<name>`."""
+        neg = ("--no-" + self.name[2:],) if self.action == "boolean_optional" else ()
+        return (self.name, *self.aliases, *neg)
 
 
 @dataclass(frozen=True)
@@ -141,7 +165,13 @@ class LineSpec:
     text: str
     source: str = "scheduler"
     level: str = "info"
-    ranks: str = "0"  # "0" (TP0 only) or "all"
+    ranks: str = "0"  # "0" (TP0 only), "all", or a comma list of ranks ("6", "1,3")
+
+    def rank_list(self, tp_size: int) -> list[int]:
+        """The TP ranks that print this line (ranks beyond `tp_size` print nothing)."""
+        if self.ranks == "all":
+            return list(range(tp_size))
+        return [r for r in (int(x) for x in self.ranks.split(",")) if r < max(tp_size, 1)]
 
 
 @dataclass(frozen=True)
@@ -170,6 +200,8 @@ class Fault:
     exit_code: int | None
     output: str
     probability: float = 1.0  # chance that the fault is live on a given launch (drawn once per launch)
+    text: str | None = None  # wrong_output: the (arbitrary) text a broken model returns instead of `output`
+    delay_s: float = 0.0  # simulated seconds between reaching the fault's point and its lines
 
     def uses(self, key: str) -> bool:
         """True if the fault's conditions read `key` (e.g. `running_requests`)."""
@@ -187,6 +219,10 @@ class Hardware:
     cuda_version: str
     memory_used_mib: int = 0
     power_limit_w: float = 600.0
+    #: "nvidia" (nvidia-smi answers), "amd" (amd-smi / rocm-smi answer; compute_capability is what
+    #: torch reports on ROCm, e.g. "9.4" for gfx942) or "cpu" (no GPU tool answers).
+    vendor: str = "nvidia"
+    gfx_target: str = ""  # AMD only, e.g. "gfx942"
 
     @property
     def cc_major(self) -> int:
@@ -210,6 +246,7 @@ class Hardware:
             "memory_gb": round(self.memory_mib / 1024, 2),
             "driver_version": self.driver_version,
             "cuda_version": self.cuda_version,
+            "vendor": self.vendor,
         }
 
 
@@ -256,14 +293,19 @@ class Model:
 @dataclass(frozen=True)
 class Truth:
     """Ground truth (lab tests and the bench only). `expect`: the honest ending of a good run
-    (`isolated`, or `not_isolated` when no single change fixes the failure). Each fix is
+    (`isolated`; `not_isolated` when no change within reach fixes the failure, naming `package`;
+    `not_reproduced` when the reported failure does not happen). Each fix is
     `{kind, name, value, root, cost, note}`: `root` false marks a workaround that avoids the broken
-    component, `cost` its performance cost (none, low, medium, high)."""
+    component, `cost` its performance cost (none, low, medium, high); `value = false` means the flag
+    or variable removed. `chain`: blockers one behind the other, each link a tuple of alternative
+    fixes; every link is needed, in order, and each one alone moves the failure to the next link."""
 
     root_cause: str
     component: str
     fixes: tuple[dict[str, Any], ...]
     expect: str = "isolated"
+    chain: tuple[tuple[dict[str, Any], ...], ...] = ()
+    package: str | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +314,7 @@ class VersionDef:
     path: Path
     flags: tuple[FlagDef, ...]
     resolve: tuple[ResolveRule, ...]
+    release: Release = field(default_factory=Release)
 
     @property
     def dests(self) -> tuple[str, ...]:
@@ -361,7 +404,7 @@ def load_world(spec: str) -> World:
     version_name = (
         ctx.req_str(data, "sglang", "version") if "sglang" in data else ctx.req_str(data, "", "version")
     )
-    version = load_version(version_name)
+    version = load_version(version_name, path.parent)
     hardware = _parse_hardware(ctx, data.get("hardware"))
     model = _parse_model(ctx, data.get("model"))
     timing = _parse_dataclass(ctx, data.get("timing", {}), Timing, "timing")
@@ -394,30 +437,54 @@ def load_world(spec: str) -> World:
     )
 
 
-def load_version(version: str) -> VersionDef:
-    """Load `lab/versions/<version>.toml`. Raises WorldError on any problem."""
-    if not re.fullmatch(r"[A-Za-z0-9._+-]+", version):
-        raise WorldError(f"invalid SGLang version name {version!r}")
-    path = VERSIONS_DIR / f"{version}.toml"
+def version_path(spec: str, base: Path | None = None) -> Path:
+    """Map a version name (`lab/versions/<version>.toml`) or a path to a version file (relative paths
+    against `base`, the directory of the world file that names it). Raises WorldError for a bad name."""
+    if spec.endswith(".toml") or "/" in spec or os.sep in spec:
+        path = Path(spec).expanduser()
+        return path if path.is_absolute() or base is None else base / path
+    if not re.fullmatch(r"[A-Za-z0-9._+-]+", spec):
+        raise WorldError(f"invalid SGLang version name {spec!r}")
+    return VERSIONS_DIR / f"{spec}.toml"
+
+
+def known_versions() -> list[str]:
+    """The releases under lab/versions/, oldest first."""
+    names = [p.stem for p in VERSIONS_DIR.glob("*.toml")]
+    return sorted(names, key=lambda v: [int(x) if x.isdigit() else x for x in re.split(r"[.+-]", v)])
+
+
+def load_version(version: str, base: Path | None = None) -> VersionDef:
+    """Load a version file by release name (`lab/versions/<version>.toml`) or by path. Raises WorldError."""
+    path = version_path(version, base)
+    if not path.is_file() and path.parent == VERSIONS_DIR:
+        raise WorldError(
+            f"flag definitions for SGLang {version} not found: {path} (known: {', '.join(known_versions())})"
+        )
     data = _read_toml(path, f"flag definitions for SGLang {version}")
     ctx = _Ctx(path)
     flags: list[FlagDef] = []
     seen: set[str] = set()
     for i, item in enumerate(ctx.list(data, "flag")):
         flag = _parse_flag(ctx, item, f"flag[{i}]")
-        for opt in (flag.name, *flag.aliases):
+        for opt in flag.option_strings():
             if opt in seen:
                 raise WorldError(f"{path}: flag[{i}]: option {opt} is defined twice")
             seen.add(opt)
         flags.append(flag)
     if not flags:
         raise WorldError(f"{path}: no [[flag]] entries")
-    partial = VersionDef(version=str(data.get("version", version)), path=path, flags=tuple(flags), resolve=())
+    try:
+        release = parse_release(data.get("release"), {f.dest for f in flags}, "release")
+    except ValueError as exc:
+        raise WorldError(f"{path}: {exc}") from None
+    name = str(data.get("version", path.stem))
+    partial = VersionDef(version=name, path=path, flags=tuple(flags), resolve=(), release=release)
     keys = _KeyCheck(partial, None)
     rules = tuple(
         _parse_resolve(ctx, keys, item, f"resolve[{i}]") for i, item in enumerate(ctx.list(data, "resolve"))
     )
-    return VersionDef(version=partial.version, path=path, flags=partial.flags, resolve=rules)
+    return dataclasses.replace(partial, resolve=rules)
 
 
 # ------------------------------------------------------------------------------------ parse helpers
@@ -452,30 +519,46 @@ class _Ctx:
         return value
 
 
+_FLAG_ACTIONS = ("store", "store_true", "store_false", "boolean_optional")
+_FLAG_KEYS = frozenset(
+    "name aliases type action choices default help nargs required metavar dest deprecated removed".split()
+)
+
+
 def _parse_flag(ctx: _Ctx, item: dict[str, Any], where: str) -> FlagDef:
     name = item.get("name")
     if not isinstance(name, str) or not name.startswith("--"):
         raise ctx.fail(f"{where}.name", "expected a string starting with '--'")
     where = f"{where} ({name})"
+    unknown = sorted(set(item) - _FLAG_KEYS)
+    if unknown:
+        raise ctx.fail(f"{where}.{unknown[0]}", f"unknown key (expected one of {', '.join(sorted(_FLAG_KEYS))})")
     aliases = item.get("aliases", [])
     if not isinstance(aliases, list) or not all(isinstance(a, str) and a.startswith("-") for a in aliases):
         raise ctx.fail(f"{where}.aliases", "expected a list of option strings")
     action = item.get("action", "store")
-    if action not in ("store", "store_true"):
-        raise ctx.fail(f"{where}.action", "expected 'store' or 'store_true'")
+    if action not in _FLAG_ACTIONS:
+        raise ctx.fail(f"{where}.action", f"expected one of {', '.join(_FLAG_ACTIONS)}")
     ftype = item.get("type", "str")
     if ftype not in ("str", "int", "float"):
         raise ctx.fail(f"{where}.type", "expected 'str', 'int' or 'float'")
     choices = item.get("choices")
+    pytypes: dict[str, tuple[type, ...]] = {"str": (str,), "int": (int,), "float": (int, float)}
+    pytype = pytypes[ftype]
     if choices is not None and (
-        not isinstance(choices, list) or not all(isinstance(c, str) for c in choices)
+        not isinstance(choices, list)
+        or not all(isinstance(c, pytype) and not isinstance(c, bool) for c in choices)
     ):
-        raise ctx.fail(f"{where}.choices", "expected a list of strings")
+        raise ctx.fail(f"{where}.choices", f"expected a list of {ftype} values (the flag's type)")
     nargs = item.get("nargs")
     if nargs is not None and nargs not in ("+", "*", "?"):
         raise ctx.fail(f"{where}.nargs", "expected '+', '*' or '?'")
-    default = item.get("default", False if action == "store_true" else None)
+    switch_default = {"store_true": False, "store_false": True}.get(action)
+    default = item.get("default", switch_default)
     dest = item.get("dest", name[2:].replace("-", "_"))
+    for key in ("deprecated", "removed"):
+        if key in item and not (isinstance(item[key], str) and item[key]):
+            raise ctx.fail(f"{where}.{key}", "expected a non-empty message")
     return FlagDef(
         name=name,
         aliases=tuple(aliases),
@@ -488,6 +571,8 @@ def _parse_flag(ctx: _Ctx, item: dict[str, Any], where: str) -> FlagDef:
         nargs=nargs,
         required=bool(item.get("required", False)),
         metavar=item.get("metavar"),
+        deprecated=item.get("deprecated"),
+        removed=item.get("removed"),
     )
 
 
@@ -503,6 +588,8 @@ def _parse_hardware(ctx: _Ctx, raw: Any) -> Hardware:
             cuda_version=str(data.get("cuda_version", "13.0")),
             memory_used_mib=int(data.get("memory_used_mib", 0)),
             power_limit_w=float(data.get("power_limit_w", 600.0)),
+            vendor=str(data.get("vendor", "nvidia")),
+            gfx_target=str(data.get("gfx_target", "")),
         )
     except KeyError as exc:
         raise ctx.fail("hardware", f"missing field {exc.args[0]!r}") from None
@@ -510,6 +597,8 @@ def _parse_hardware(ctx: _Ctx, raw: Any) -> Hardware:
         raise ctx.fail("hardware", f"bad value: {exc}") from None
     if not re.fullmatch(r"\d+\.\d+", hw.compute_capability):
         raise ctx.fail("hardware.compute_capability", "expected a string like '12.0'")
+    if hw.vendor not in ("nvidia", "amd", "cpu"):
+        raise ctx.fail("hardware.vendor", "expected 'nvidia', 'amd' or 'cpu'")
     return hw
 
 
@@ -577,21 +666,43 @@ def _parse_truth(ctx: _Ctx, raw: Any) -> Truth | None:
     if not isinstance(fixes, list) or not all(isinstance(f, dict) for f in fixes):
         raise ctx.fail("truth.fixes", "expected an array of tables {kind, name, value}")
     for i, fix in enumerate(fixes):
-        if fix.get("kind") not in ("flag", "env") or not isinstance(fix.get("name"), str):
-            raise ctx.fail(f"truth.fixes[{i}]", "expected kind = 'flag'|'env' and a name")
-        if "root" in fix and not isinstance(fix["root"], bool):
-            raise ctx.fail(f"truth.fixes[{i}].root", "expected true or false")
-        if "cost" in fix and fix["cost"] not in FIX_COSTS:
-            raise ctx.fail(f"truth.fixes[{i}].cost", f"expected one of {', '.join(FIX_COSTS)}")
+        _check_fix(ctx, fix, f"truth.fixes[{i}]")
+    raw_chain = data.get("chain", [])
+    if not isinstance(raw_chain, list):
+        raise ctx.fail("truth.chain", "expected an array of links (a fix table, or an array of alternatives)")
+    chain: list[tuple[dict[str, Any], ...]] = []
+    for i, link in enumerate(raw_chain):
+        alternatives = link if isinstance(link, list) else [link]
+        if not alternatives or not all(isinstance(a, dict) for a in alternatives):
+            raise ctx.fail(f"truth.chain[{i}]", "expected a fix table or a non-empty array of fix tables")
+        for j, fix in enumerate(alternatives):
+            _check_fix(ctx, fix, f"truth.chain[{i}][{j}]")
+        chain.append(tuple(alternatives))
     expect = str(data.get("expect", "isolated"))
     if expect not in TRUTH_EXPECT:
         raise ctx.fail("truth.expect", f"expected one of {', '.join(TRUTH_EXPECT)}")
+    package = data.get("package")
+    if package is not None and (not isinstance(package, str) or not package):
+        raise ctx.fail("truth.package", "expected the name of the implicated package")
+    if expect == "not_isolated" and "chain" in data:
+        raise ctx.fail("truth.chain", "a not_isolated world has no chain of fixes")
     return Truth(
         root_cause=str(data.get("root_cause", "")),
         component=str(data.get("component", "")),
         fixes=tuple(fixes),
         expect=expect,
+        chain=tuple(chain),
+        package=package,
     )
+
+
+def _check_fix(ctx: _Ctx, fix: dict[str, Any], where: str) -> None:
+    if fix.get("kind") not in ("flag", "env") or not isinstance(fix.get("name"), str):
+        raise ctx.fail(where, "expected kind = 'flag'|'env' and a name")
+    if "root" in fix and not isinstance(fix["root"], bool):
+        raise ctx.fail(f"{where}.root", "expected true or false")
+    if "cost" in fix and fix["cost"] not in FIX_COSTS:
+        raise ctx.fail(f"{where}.cost", f"expected one of {', '.join(FIX_COSTS)}")
 
 
 class _KeyCheck:
@@ -707,8 +818,8 @@ def _parse_lines(
             raise ctx.fail(w, f"source must be one of {', '.join(SOURCES)}")
         if spec.level not in LEVELS:
             raise ctx.fail(w, f"level must be one of {', '.join(LEVELS)}")
-        if spec.ranks not in ("0", "all"):
-            raise ctx.fail(w, "ranks must be '0' or 'all'")
+        if spec.ranks != "all" and not re.fullmatch(r"\d+(,\d+)*", spec.ranks):
+            raise ctx.fail(w, "ranks must be 'all' or a comma list of rank numbers ('0', '1,3')")
         _check_template(ctx, keys, spec.text, w)
         out.append(spec)
     return tuple(out)
@@ -761,6 +872,8 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         "source",
         "level",
         "probability",
+        "text",
+        "delay_s",
     }
     for key in item:
         if key not in allowed:
@@ -785,6 +898,12 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         or not 0.0 < probability <= 1.0
     ):
         raise ctx.fail(f"{where}.probability", "expected a number in (0, 1]: the chance per launch")
+    text = item.get("text")
+    if text is not None and (effect != "wrong_output" or not isinstance(text, str) or not text):
+        raise ctx.fail(f"{where}.text", "only a wrong_output fault has a text (a non-empty string)")
+    delay_s = item.get("delay_s", 0.0)
+    if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or delay_s < 0:
+        raise ctx.fail(f"{where}.delay_s", "expected simulated seconds >= 0")
     default_level = "warning" if effect in ("warning", "wrong_output") else "error"
     default_source = "raw" if effect == "launch_error" else "scheduler"
     return Fault(
@@ -805,4 +924,6 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         exit_code=exit_code,
         output=str(item.get("output", "!")),
         probability=float(probability),
+        text=text,
+        delay_s=float(delay_s),
     )

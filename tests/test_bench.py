@@ -93,3 +93,48 @@ def test_scoring_tells_root_fixes_from_workarounds() -> None:
     assert not is_root_fix(world, "flag", "--disable-cuda-graph", True)
     kv = discover(["kv-pool-no-room"])[0]
     assert is_root_fix(kv, "flag", "--mem-fraction-static", "0.93")  # any working value of a numeric fix
+
+
+def test_chains_are_scored_link_by_link_against_the_truth() -> None:
+    from bench.worlds import score_run
+
+    world = discover(["qwen3-next-b200x4"])[0]
+    base = world.case.baseline
+    passed = Baseline(
+        flags={k: v for k, v in base.flags.items() if k not in ("--quantization", "--attention-backend")},
+        env={"https_proxy": base.env["https_proxy"]},
+    )
+    last = ("env", "http_proxy", None)
+    assert score_run(world, "isolated", last, passed).correct
+    two_links = Baseline(flags={**passed.flags, "--attention-backend": "triton"}, env=dict(base.env))
+    score = score_run(world, "isolated", ("flag", "--attention-backend", "triton"), two_links)
+    assert not score.correct and score.wrong_isolated and score.why == "chain 2/3 links"
+    workaround = Baseline(flags={**passed.flags, "--skip-server-warmup": True}, env=dict(base.env))
+    assert not score_run(world, "isolated", ("flag", "--skip-server-warmup", True), workaround).correct
+    assert not score_run(world, "not_isolated", None, None).correct
+
+
+def test_not_isolated_needs_the_package_named_and_the_control_needs_nothing_blamed() -> None:
+    from bench.worlds import score_run
+
+    kernel = discover(["coder-lite-h100x2"])[0]
+    assert score_run(kernel, "not_isolated", None, None, "implicated package: sgl_kernel").correct
+    assert not score_run(kernel, "not_isolated", None, None, "nothing left to try").correct
+    wrong = score_run(kernel, "isolated", ("flag", "--tp-size", "1"), None)
+    assert not wrong.correct and wrong.wrong_isolated
+    control = discover(["llama8b-a100"])[0]
+    assert score_run(control, "not_isolated", None, None).correct
+    blamed = score_run(control, "isolated", ("flag", "--mem-fraction-static", "0.8"), None)
+    assert not blamed.correct and blamed.wrong_isolated
+    gemma = discover(["gemma3-l4"])[0]
+    assert is_root_fix(gemma, "flag", "--dtype", None)  # removing the flag: auto, the checkpoint's bf16
+    assert not is_root_fix(gemma, "flag", "--dtype", "float32")  # a costly workaround
+
+
+def test_the_empty_catalog_folder_keeps_everything_but_the_hypotheses(tmp_path: Path) -> None:
+    from bench.run import KNOWLEDGE_DIR, empty_catalog_knowledge
+
+    folder = empty_catalog_knowledge(tmp_path)
+    assert {p.name for p in folder.glob("*.toml")} == {p.name for p in KNOWLEDGE_DIR.glob("*.toml")}
+    assert load_catalog(folder / "hypotheses.toml") == []
+    assert (folder / "signatures.toml").read_text() == (KNOWLEDGE_DIR / "signatures.toml").read_text()

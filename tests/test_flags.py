@@ -490,3 +490,59 @@ def test_load_catalog_reports_output_without_options(tmp_path: Path) -> None:
     launcher = _script(tmp_path, "chatty.py", "print('hello, I am not argparse')\n")
     with pytest.raises(CatalogLoadError, match="printed no argparse options"):
         load_catalog(_SubprocessHost(), launcher, cache_dir=tmp_path / "cache", version="0.5.9")
+
+
+# ---------------------------------------------------------------- the real --help of two releases
+
+
+def _real(version: str) -> FlagCatalog:
+    name = "help_sglang_0.5.23.txt" if version == "0.5.23" else "help_sglang_0.5.9_full.txt"
+    return parse_help((DATA / name).read_text(), source=name, version=version)
+
+
+def test_real_0_5_9_and_0_5_23_help_parse_with_renamed_and_split_flags() -> None:
+    old, new = _real("0.5.9"), _real("0.5.23")
+    assert len(old.flags) > 300 and len(new.flags) > 500
+    # 0.5.9: one CUDA-graph max batch size, NSA backends, NaN detection
+    assert old.resolve("--cuda-graph-max-bs").takes_value and old.resolve("--cuda-graph-max-bs").value_type == "int"
+    assert old.has("--nsa-decode-backend") and old.has("--enable-nan-detection")
+    # 0.5.23: the max batch size is split per phase, so the old name is an ambiguous prefix
+    with pytest.raises(AmbiguousFlagError):
+        new.resolve("--cuda-graph-max-bs")
+    assert new.resolve("--cuda-graph-max-bs-decode").value_type == "int"
+    assert not new.has("--nsa-decode-backend") and "flashmla_sparse" in (new.resolve("--dsa-decode-backend").choices or [])
+    assert not new.has("--enable-nan-detection")
+    assert new.resolve("--disable-cuda-graph").deprecated and not new.resolve("--disable-decode-cuda-graph").deprecated
+    assert new.validate("--cuda-graph-max-bs-decode", 64) == ("--cuda-graph-max-bs-decode", "64")
+
+
+def test_boolean_optional_pairs_are_two_switches_not_aliases() -> None:
+    new = _real("0.5.23")
+    on, off = new.resolve("--enable-tf32-matmul"), new.resolve("--no-enable-tf32-matmul")
+    assert on.name == "--enable-tf32-matmul" and off.name == "--no-enable-tf32-matmul"
+    assert on.negation == off.name and off.negates == on.name
+    assert off.name not in on.aliases and not on.takes_value and not off.takes_value
+
+
+def test_numeric_choices_take_numbers() -> None:
+    new = _real("0.5.23")
+    assert new.resolve("--max-lora-chunk-size").choices == ["16", "32", "64", "128"]
+    assert new.validate("--max-lora-chunk-size", 64)[1] == "64"
+    with pytest.raises(InvalidFlagValueError):
+        new.validate("--max-lora-chunk-size", 48)
+
+
+@pytest.mark.parametrize(
+    ("name", "present", "absent"),
+    [
+        ("help_sglang_0.5.9_full.txt", "--cuda-graph-max-bs", "--cuda-graph-max-bs-decode"),
+        ("help_sglang_0.5.23.txt", "--cuda-graph-max-bs-decode", "--nsa-decode-backend"),
+    ],
+)
+def test_hypoloop_flags_reads_each_releases_real_help(tmp_path: Path, name: str, present: str, absent: str) -> None:
+    from clirun import run_cli
+
+    r = run_cli(tmp_path, "flags", "--from-file", str(DATA / name), "--json")
+    assert r.returncode == 0, r.stderr
+    flags = json.loads(r.stdout)["flags"]
+    assert present in flags and absent not in flags

@@ -130,3 +130,26 @@ def test_reacts_to_a_newly_written_line_within_a_fraction_of_a_second(tmp_path: 
     reaction = seen[0].seen_monotonic - written
     print(f"log watcher reaction time: {reaction * 1000:.1f} ms")
     assert 0 <= reaction < 0.5
+
+
+def test_tqdm_redraws_on_one_physical_line_are_records_of_their_own(tmp_path: Path) -> None:
+    # tqdm writes "\r" + bar for every update and "\n" only when the bar closes: one physical line of
+    # the log file holds every update (SGLang's "Loading safetensors checkpoint shards" bar).
+    log = tmp_path / "server.log"
+    w = LogWatcher(LocalHost(), str(log))
+    _append(log, b"before\n\rLoading 0% 0/4\rLoading 25% 1/4\r")
+    assert [(x.lineno, x.text) for x in w.poll()] == [(1, "before"), (2, "Loading 0% 0/4"), (2, "Loading 25% 1/4")]
+    _append(log, b"\nafter\r\n")  # the "\n" of a "\r\n" split across two reads ends the same line
+    assert [(x.lineno, x.text) for x in w.poll()] == [(3, "after")]
+    assert w.lines_read == 3 and w.offset == log.stat().st_size
+
+
+def test_scan_text_splits_records_like_the_watcher(tmp_path: Path) -> None:
+    from tools.logwatch import split_records
+
+    data = "a\r\n\rbar 1\rbar 2\r\n\nlast"
+    log = tmp_path / "server.log"
+    _append(log, data.encode())
+    w = LogWatcher(LocalHost(), str(log))
+    live = [(x.lineno, x.text) for x in w.flush()]
+    assert live == split_records(data) == [(1, "a"), (2, "bar 1"), (2, "bar 2"), (3, ""), (4, "last")]

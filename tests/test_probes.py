@@ -21,7 +21,7 @@ from tools.signatures import SignatureMatcher, load_signatures
 
 FAKE_SERVER = str(Path(__file__).parent / "fakes" / "fake_server.py")
 SIGS = load_signatures()
-CHAT, GENERATE = DEFAULT_PROBES
+CHAT, GENERATE, SAMPLED = DEFAULT_PROBES
 
 
 @pytest.fixture
@@ -59,6 +59,8 @@ def test_default_probes_ask_for_paris() -> None:
     assert CHAT.kind == "chat" and CHAT.expect == "Paris"
     assert CHAT.prompt == "What is the capital of France? Answer in one word."
     assert GENERATE.kind == "generate" and GENERATE.prompt == "The capital of France is"
+    # greedy (argmax) and sampled decoding fail differently on NaN logits: the defaults cover both
+    assert CHAT.temperature == GENERATE.temperature == 0 and SAMPLED.temperature > 0
 
 
 @pytest.mark.parametrize("probe", DEFAULT_PROBES, ids=lambda p: p.kind)
@@ -69,7 +71,7 @@ def test_correct_answer_is_ok(serve: Callable[..., str], probe: Probe) -> None:
     assert 0 < r.latency_s < 10
 
 
-@pytest.mark.parametrize("probe", DEFAULT_PROBES, ids=lambda p: p.kind)
+@pytest.mark.parametrize("probe", [CHAT, GENERATE], ids=lambda p: p.kind)  # the probes that expect "Paris"
 def test_wrong_answer_is_classified(serve: Callable[..., str], probe: Probe) -> None:
     url = serve("--answer", "Berlin")
     r = run_probe(url, probe, model="m", timeout_s=10)

@@ -92,7 +92,7 @@ def test_html_is_one_self_contained_file(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     page = out.read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
-    assert page.count("<svg") == 2  # the experiment timeline and the probabilities
+    assert page.count('<figure class="chart') == 2  # the experiment timeline and the probabilities
     for needle in ("<script", "<link", "@import", "url(", " src="):
         assert needle not in page
     assert not re.findall(r"https?://(?!www\.w3\.org/2000/svg)", page)  # nothing to fetch
@@ -120,7 +120,7 @@ def test_report_of_an_unfinished_run_says_so(tmp_path: Path) -> None:
 
 def test_bad_format_is_refused(tmp_path: Path) -> None:
     r = _hypoloop(tmp_path, "report", str(GLM5), "--format", "pdf")
-    assert r.returncode == 2 and "expected md or html" in r.stderr
+    assert r.returncode == 2 and "'pdf' is not one of 'md', 'html'" in r.stderr
 
 
 def test_a_proposal_made_again_after_an_edit_and_rejected_shows_no_outcome(tmp_path: Path) -> None:
@@ -135,7 +135,9 @@ def test_a_proposal_made_again_after_an_edit_and_rejected_shows_no_outcome(tmp_p
     first = answer("run", "lab:glm5-nvfp4-sm120", "--transcript-dir", "tr")
     run_id = str(first["run_id"])
     proposed = answer("resume", run_id, "--decision", "approve")["pending"]
-    repeated = answer("resume", run_id, "--decision", "edit", "--set", "--sampling-backend=pytorch")["pending"]
+    repeated = answer("resume", run_id, "--decision", "edit", "--set", "--sampling-backend=pytorch")[
+        "pending"
+    ]
     again = answer("resume", run_id, "--decision", "reject", "--reason", "bf16 halves the KV cache")
     assert isinstance(proposed, dict) and proposed["change"]["name"] == "--kv-cache-dtype"
     assert isinstance(repeated, dict) and repeated["experiment_id"] == proposed["experiment_id"]
@@ -159,3 +161,30 @@ def test_open_hypotheses_say_whether_they_were_tested() -> None:
     assert rows["fp8-gemm-scale-format"] == "refuted" and "not tested" not in rows.values()
     assert "Step 2, rejected proposal — --kv-cache-dtype: (unset) → bf16." in md
     assert "Not tested:" not in md and "- Still open: moe-kernel-numerics (p=" in md
+
+
+def test_a_run_without_a_root_cause_names_its_leading_open_hypothesis() -> None:
+    md = render(RecordedRun.load(REJECTED), "md")
+    summary = md.split("## How the run got there", 1)[0]
+    lead = re.search(r"\*\*leading hypothesis\*\*: (\S+) \(p=([0-9.]+)", summary)
+    assert lead is not None and lead.group(1) == "lowprec-kv-cache-attention-numerics"
+    assert "its test (--kv-cache-dtype: (unset) → bf16) was rejected" in summary
+    isolated = render(RecordedRun.load(GLM5), "md").split("## How the run got there", 1)[0]
+    assert "leading hypothesis" not in isolated  # the root cause is named instead
+
+
+def test_a_log_line_cited_for_several_hypotheses_is_quoted_once() -> None:
+    run = RecordedRun.load(GLM5)
+    rep = build_report(run)
+    citing = [
+        h.id
+        for h in rep.hypotheses
+        for e in h.evidence
+        if e.experiment and e.experiment.startswith("#1 ") and 224 in e.line_numbers
+    ]
+    assert len(citing) > 1  # several hypotheses rest on the NaN assert of the baseline
+    md = render(run, "md")
+    assert len(re.findall(r"^\s+>\s+224\s", md, re.M)) == 1
+    page = render(run, "html")
+    assert len(re.findall(r'<span class="hit">&gt;\s+224\s', page)) == 1
+    assert "log lines quoted under" in page

@@ -255,14 +255,14 @@ def test_feed_returns_new_hits_and_matches_aggregate(sigs: list[Signature]) -> N
     assert m.feed(1, "nothing interesting") == []
     hits = m.feed(2, "Load weight begin. avail mem=80.00 GB")
     assert [(h.signature_id, h.line_numbers, h.facts) for h in hits] == [
-        ("load_weight_begin", [2], {"avail_mem_gb": "80.00"})
+        ("load_weight_begin", [2], {"avail_mem_gb": "80.00", "pre_load_avail_mem_gb": "80.00"})
     ]
     m.feed(3, "Load weight begin. avail mem=79.00 GB")
     agg = {x.signature_id: x for x in m.matches()}["load_weight_begin"]
     assert agg.line_numbers == [2, 3]
     assert agg.first_line == "Load weight begin. avail mem=80.00 GB"
-    assert agg.facts == {"avail_mem_gb": "79.00"}
-    assert m.facts() == {"avail_mem_gb": "79.00"}
+    assert agg.facts == {"avail_mem_gb": "79.00", "pre_load_avail_mem_gb": "79.00"}
+    assert m.facts() == {"avail_mem_gb": "79.00", "pre_load_avail_mem_gb": "79.00"}
 
 
 def test_optional_groups_that_did_not_match_set_no_fact(sigs: list[Signature]) -> None:

@@ -263,7 +263,7 @@ def test_load_only_failure_needs_concurrent_requests(tmp_path: Path) -> None:
         result = run_probe(url, burst, model="m", timeout_s=20)
         assert not result.ok and result.status == "connection_error"
         assert "concurrent requests failed" in (result.error or "")
-        text = _wait_for(log, "Received sigquit")
+        text = _wait_for(log, "SIGQUIT received")  # the running-phase handler: the crash came after ready
         assert "illegal memory access" in text
     finally:
         host.terminate(handle, grace_s=1)  # type: ignore[arg-type]

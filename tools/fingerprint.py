@@ -1,10 +1,16 @@
-"""Host fingerprint: which GPUs, how many, which driver, which SGLang — evidence that needs no launch."""
+"""Host fingerprint: which GPUs, how many, which driver, which SGLang — evidence that needs no launch.
+
+Hosts of every kind: NVIDIA (`nvidia-smi`), AMD (`amd-smi`, else `rocm-smi`) and none (CPU only) are
+all hosts; a missing GPU tool is evidence, never an error. Where `python -m sglang.check_env` runs, its
+`Key: value` report (GPU names, compute capability, `CUDA available` / `ROCM available`, package
+versions; SGLang 0.5.9 and 0.5.23 python/sglang/check_env.py) is kept as evidence too.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tools.host import Host, HostError, expand_argv
 
@@ -23,6 +29,17 @@ class HostFingerprint(BaseModel):
     memory_total_mib: int | None = None
     driver_version: str | None = None
     sglang_version: str | None = None
+    #: "nvidia", "amd", or "none" (no GPU tool answered: a CPU-only host); None when not asked.
+    gpu_vendor: str | None = None
+    #: AMD's graphics target (gfx942 for MI300X), which stands where NVIDIA has a compute capability.
+    gpu_arch: str | None = None
+    #: `python -m sglang.check_env` as `key: value` pairs, when it ran.
+    check_env: dict[str, str] = Field(default_factory=dict)
+    #: What the GPU queries said when they found nothing (for the transcript).
+    notes: list[str] = Field(default_factory=list)
+    #: The host's spelling of each flag role (knowledge/flag_roles.toml), read from its --help by the
+    #: agent once the flag catalog is loaded; empty until then.
+    flag_roles: dict[str, str] = Field(default_factory=dict)
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -61,27 +78,159 @@ def parse_gpu_csv(text: str) -> list[tuple[str, str | None, int | None, str | No
     return rows
 
 
+#: AMD tools tried when the case's GPU query finds nothing: amd-smi (ROCm 6+), then the older rocm-smi.
+AMD_QUERIES: tuple[tuple[str, ...], ...] = (
+    ("amd-smi", "static", "--asic", "--vram", "--json"),
+    ("rocm-smi", "--showproductname", "--showmeminfo", "vram", "--json"),
+)
+
+
+def _tool_kind(argv: Sequence[str]) -> str:
+    text = " ".join(argv).lower().replace("_", "-")
+    if "amd-smi" in text:
+        return "amd-smi"
+    if "rocm-smi" in text:
+        return "rocm-smi"
+    return "nvidia-smi"
+
+
+def _amd_args(kind: str) -> list[str]:
+    return list(next(q for q in AMD_QUERIES if q[0] == kind)[1:])
+
+
+def parse_amd_json(text: str) -> list[tuple[str, str | None, int | None, str | None]]:
+    """Rows of (name, gfx target, VRAM MiB, driver) from `amd-smi static --asic --vram --json` (a list,
+    or {"gpu_data": [...]}; VRAM as {"size": {"value", "unit"}}, "vram_size" or "vram_total" in MB) or
+    from `rocm-smi --showproductname --showmeminfo vram --json` ({"card0": {"Card Series", "GFX Version",
+    "VRAM Total Memory (B)"}}). [] for output that is neither (public amd-smi / rocm-smi formats)."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    rows: list[tuple[str, str | None, int | None, str | None]] = []
+    if isinstance(data, dict) and isinstance(data.get("gpu_data"), list):
+        data = data["gpu_data"]
+    if isinstance(data, list):
+        for gpu in data:
+            if not isinstance(gpu, dict):
+                continue
+            asic = gpu.get("asic") or {}
+            vram = gpu.get("vram") or {}
+            size = vram.get("size")
+            mib: int | None = None
+            if isinstance(size, dict) and isinstance(size.get("value"), int | float):
+                mib = int(size["value"] * (1024 if str(size.get("unit", "MB")).upper().startswith("G") else 1))
+            elif isinstance(vram.get("vram_size"), int | float):
+                mib = int(vram["vram_size"])
+            elif isinstance(vram.get("vram_total"), int | float):
+                mib = int(vram["vram_total"])
+            driver = gpu.get("driver") or {}
+            rows.append(
+                (
+                    str(asic.get("market_name") or "AMD GPU"),
+                    asic.get("target_graphics_version"),
+                    mib,
+                    driver.get("version") or driver.get("driver_version"),
+                )
+            )
+        return rows
+    if isinstance(data, dict):
+        for key, card in data.items():
+            if not key.startswith("card") or not isinstance(card, dict):
+                continue
+            total = card.get("VRAM Total Memory (B)")
+            mib = int(str(total)) >> 20 if str(total or "").isdigit() else None
+            name = card.get("Card Series") or card.get("Card Model") or "AMD GPU"
+            rows.append((str(name), card.get("GFX Version"), mib, None))
+    return rows
+
+
+def parse_check_env(text: str) -> dict[str, str]:
+    """`python -m sglang.check_env` output as a dict: one `Key: value` per line (check_env.py prints
+    `f"{k}: {v}"`); lines without ": " are skipped."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(": ")
+        if sep and key.strip() and not key.startswith(" "):
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _run_query(host: Host, argv: list[str]) -> tuple[str | None, str]:
+    """(stdout, "") when the command ran and exited 0, else (None, why)."""
+    try:
+        res = host.run(argv, timeout=60.0)
+    except HostError as exc:
+        return None, str(exc)
+    if res.returncode != 0:
+        return None, f"{argv[0]} exited with {res.returncode}: {_one_line(res.stderr or res.stdout) or 'no output'}"
+    return res.stdout, ""
+
+
 def fingerprint(
-    host: Host, *, gpu_query_argv: Sequence[str], version_argv: Sequence[str] | None
+    host: Host,
+    *,
+    gpu_query_argv: Sequence[str],
+    version_argv: Sequence[str] | None,
+    check_env_argv: Sequence[str] | None = None,
 ) -> HostFingerprint:
     """Query the host's GPUs and SGLang version.
 
-    Runs `gpu_query_argv + GPU_QUERY_ARGS` (nvidia-smi's CSV query) and `version_argv` (its stdout,
-    stripped; the last non-empty line if it printed several), both with `{python}` expanded. Raises
-    `HostError` (one line) if a command is missing, fails, times out, prints nothing usable or reports
-    no GPU.
+    The GPU query is `gpu_query_argv` (nvidia-smi's CSV query, `GPU_QUERY_ARGS` appended; or, when the
+    argv names amd-smi / rocm-smi, that tool's JSON query), then, when it is missing or finds nothing,
+    the AMD tools of `AMD_QUERIES`; when none answers the host is CPU-only (`gpu_vendor` "none",
+    `gpu_count` 0), which is not an error. `check_env_argv` (e.g. `python -m sglang.check_env`) is run
+    when given; its report is evidence, and a failure of it is only a note. `version_argv`'s stdout
+    (stripped; the last non-empty line if several) is the SGLang version; all with `{python}` expanded.
+    Raises `HostError` (one line) if the version command fails or prints nothing, or a GPU tool's output
+    cannot be read.
     """
-    argv = expand_argv(list(gpu_query_argv) + GPU_QUERY_ARGS, host)
-    res = host.run(argv, timeout=60.0)
-    if res.returncode != 0:
-        detail = _one_line(res.stderr or res.stdout) or "no output"
-        raise HostError(f"GPU query {argv[0]} failed with exit code {res.returncode}: {detail}")
-    rows = parse_gpu_csv(res.stdout)
-    if not rows:
-        raise HostError(f"GPU query {argv[0]} reported no GPU")
-    name, cap, mem, driver = rows[0]
+    fp = HostFingerprint()
+    queries: list[tuple[str, list[str]]] = []
+    kind = _tool_kind(gpu_query_argv)
+    base = expand_argv(list(gpu_query_argv), host)
+    queries.append((kind, base + (GPU_QUERY_ARGS if kind == "nvidia-smi" else _amd_args(kind))))
+    queries += [(q[0], list(q)) for q in AMD_QUERIES if q[0] != kind]
+    for tool, argv in queries:
+        out, why = _run_query(host, argv)
+        if out is None:
+            fp.notes.append(why)
+            continue
+        if tool == "nvidia-smi":
+            rows = parse_gpu_csv(out)
+            if not rows:
+                fp.notes.append(f"{argv[0]} reported no GPU")
+                continue
+            name, cap, mem, driver = rows[0]
+            fp = fp.model_copy(
+                update={"gpu_vendor": "nvidia", "gpu_name": name, "gpu_count": len(rows), "compute_capability": cap,
+                        "memory_total_mib": mem, "driver_version": driver}
+            )
+        else:
+            amd = parse_amd_json(out)
+            if not amd:
+                fp.notes.append(f"{argv[0]} reported no GPU")
+                continue
+            name, arch, mem, driver = amd[0]
+            fp = fp.model_copy(
+                update={"gpu_vendor": "amd", "gpu_name": name, "gpu_count": len(amd), "gpu_arch": arch,
+                        "memory_total_mib": mem, "driver_version": driver}
+            )
+        break
+    else:
+        fp.gpu_vendor, fp.gpu_count = "none", 0
 
-    version: str | None = None
+    if check_env_argv:
+        cargv = expand_argv(list(check_env_argv), host)
+        out, why = _run_query(host, cargv)
+        if out is None:
+            fp.notes.append(f"check_env: {why}")
+        else:
+            fp.check_env = parse_check_env(out)
+            _fill_from_check_env(fp)
+
     if version_argv:
         vargv = expand_argv(version_argv, host)
         vres = host.run(vargv, timeout=120.0)
@@ -91,12 +240,24 @@ def fingerprint(
         lines = [ln.strip() for ln in vres.stdout.strip().splitlines() if ln.strip()]
         if not lines:
             raise HostError(f"version command {vargv[0]} printed nothing")
-        version = lines[-1]
-    return HostFingerprint(
-        gpu_name=name,
-        gpu_count=len(rows),
-        compute_capability=cap,
-        memory_total_mib=mem,
-        driver_version=driver,
-        sglang_version=version,
-    )
+        fp.sglang_version = lines[-1]
+    return fp
+
+
+def _fill_from_check_env(fp: HostFingerprint) -> None:
+    """Fill what the GPU tools left unknown from check_env's report ("GPU 0,1: NAME", "GPU 0,1 Compute
+    Capability: 9.0", "CUDA available" / "ROCM available")."""
+    env = fp.check_env
+    for key, value in env.items():
+        if key.startswith("GPU ") and key.endswith("Compute Capability") and fp.compute_capability is None:
+            fp.compute_capability = value
+        elif key.startswith("GPU ") and key[4:].replace(",", "").isdigit() and fp.gpu_name is None:
+            fp.gpu_name = value
+            fp.gpu_count = len(key[4:].split(","))
+    if fp.gpu_vendor in (None, "none"):
+        if env.get("ROCM available") == "True":
+            fp.gpu_vendor = "amd"
+        elif env.get("CUDA available") == "True":
+            fp.gpu_vendor = "nvidia"
+    if env.get("sglang") and fp.sglang_version is None:
+        fp.sglang_version = env["sglang"]

@@ -111,6 +111,9 @@ class FlagSpec(BaseModel):
     SGLang 0.5.9 that is ``--tensor-parallel-size``, with ``--tp-size`` an alias). ``default`` is the
     text the help shows (``None`` when it shows none or says None). ``metavar`` is as printed;
     ``nargs`` is argparse's ``"?"``, ``"+"``, ``"*"`` read from the metavar shape, else ``None``.
+    An ``argparse.BooleanOptionalAction`` pair (``--x, --no-x``, SGLang 0.5.23) becomes two switches
+    that point at each other: ``--x`` with ``negation="--no-x"`` and ``--no-x`` with ``negates="--x"``;
+    the negative spelling is never an alias, since it means the opposite.
     """
 
     name: str
@@ -123,6 +126,8 @@ class FlagSpec(BaseModel):
     deprecated: bool = False
     metavar: str | None = None
     nargs: str | None = None
+    negation: str | None = None
+    negates: str | None = None
 
     @property
     def option_strings(self) -> list[str]:
@@ -157,6 +162,17 @@ class FlagCatalog(BaseModel):
         except FlagError:
             return False
         return True
+
+    def lookup(self, name: str) -> FlagSpec | None:
+        """The flag whose name or alias is exactly ``name`` (no prefix matching), else None."""
+        index = self._option_index()
+        return self.flags[index[name]] if name in index else None
+
+    def resolve_role(self, spellings: Sequence[str]) -> FlagSpec | None:
+        """The host's spelling of a flag role: the first of ``spellings`` this catalog knows exactly and
+        that is not deprecated, else the first it knows at all, else None (knowledge/flag_roles.toml)."""
+        known = [spec for name in spellings if (spec := self.lookup(name)) is not None]
+        return next((spec for spec in known if not spec.deprecated), known[0] if known else None)
 
     def resolve(self, name: str) -> FlagSpec:
         """Find the flag argparse would pick for ``name``: exact option string, alias, or unique prefix.
@@ -329,8 +345,21 @@ def parse_help(text: str, *, source: str = "", version: str | None = None) -> Fl
     flags: dict[str, FlagSpec] = {}
     for invocation, help_lines in entries:
         spec = _spec_from_entry(invocation, _join_help(help_lines))
-        if spec is not None and spec.name not in flags:
-            flags[spec.name] = spec
+        if spec is None or spec.name in flags:
+            continue
+        flags[spec.name] = spec
+        negative = "--no-" + spec.name[2:]
+        if not spec.takes_value and negative in spec.aliases:
+            spec.aliases.remove(negative)
+            spec.negation = negative
+            flags[negative] = FlagSpec(
+                name=negative,
+                takes_value=False,
+                value_type="bool",
+                help=f"Turns {spec.name} off. {spec.help}".strip(),
+                deprecated=spec.deprecated,
+                negates=spec.name,
+            )
     return FlagCatalog(flags=flags, source=source, version=version)
 
 
@@ -701,3 +730,49 @@ def _write_cache(path: Path, host_name: str, launcher_argv: list[str], catalog: 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+_SERVER_ARGS_RE = re.compile(r"server_args=(?:ServerArgs\((?P<repr>.*)\)|(?P<dict>\{.*\}))\s*$")
+_REPR_FIELD_RE = re.compile(r"(?:^|, )([a-z_][a-z0-9_]*)=('(?:[^'\\]|\\.)*'|[^,()\[\]{}]*)")
+
+
+def catalog_from_server_args(log_text: str) -> FlagCatalog | None:
+    """A partial flag catalog read from the server-args line of a log, for when the host's ``--help`` is
+    not at hand (``hypoloop analyze`` of a log alone): every server argument ``x_y`` becomes a flag
+    ``--x-y`` with the type of its printed value (a bool is a switch). It tells which release's spelling
+    a log's host uses (``cuda_graph_max_bs_decode`` in 0.5.23, ``cuda_graph_max_bs`` in 0.5.9) but
+    knows no choices or aliases. Reads SGLang 0.5.9's ``server_args=ServerArgs(a=1, ...)`` and 0.5.23's
+    ``server_args={'a': 1, ...}`` (entrypoints/engine.py). None when the log has no such line.
+    """
+    import ast
+
+    for line in log_text.splitlines():
+        m = _SERVER_ARGS_RE.search(line)
+        if not m:
+            continue
+        values: dict[str, object] = {}
+        if m.group("dict"):
+            try:
+                parsed = ast.literal_eval(m.group("dict"))
+            except (ValueError, SyntaxError):
+                parsed = None
+            if isinstance(parsed, dict):
+                values = {str(k): v for k, v in parsed.items()}
+            else:
+                values = {k: None for k in re.findall(r"'([a-z_][a-z0-9_]*)': ", m.group("dict"))}
+        else:
+            for key, raw in _REPR_FIELD_RE.findall(m.group("repr")):
+                try:
+                    values[key] = ast.literal_eval(raw.strip())
+                except (ValueError, SyntaxError):
+                    values[key] = None
+        flags: dict[str, FlagSpec] = {}
+        for key, value in values.items():
+            name = "--" + key.replace("_", "-")
+            vtype: ValueType = (
+                "bool" if isinstance(value, bool) else "int" if isinstance(value, int)
+                else "float" if isinstance(value, float) else "str"
+            )
+            flags[name] = FlagSpec(name=name, takes_value=vtype != "bool", value_type=vtype)
+        return FlagCatalog(flags=flags, source="the log's server_args line") if flags else None
+    return None

@@ -1,11 +1,17 @@
 """Incremental tail of a log file on a host.
 
 `LogWatcher.poll()` reads only the bytes appended since the last poll (through `Host.read_from`, by
-byte offset), returns the complete lines among them, and keeps an unterminated tail for the next poll.
+byte offset), returns the complete records among them, and keeps an unterminated tail for the next poll.
+
+A *record* ends at "\\n", "\\r\\n" or a lone "\\r". tqdm progress bars (SGLang's "Loading safetensors
+checkpoint shards", "Capturing batches") redraw themselves with "\\r" on one physical line of the log
+file (tqdm's `status_printer` writes "\\r" + the bar, and a newline only when the bar closes), so one
+physical line can hold hundreds of updates: each is a record of its own, all with that line's number.
 """
 
 from __future__ import annotations
 
+import re
 import time
 
 from pydantic import BaseModel
@@ -13,6 +19,7 @@ from pydantic import BaseModel
 from tools.host import Host
 
 _CHUNK = 1 << 20
+_BREAK = re.compile(rb"\r\n|\r|\n")
 
 
 class LogLine(BaseModel):
@@ -24,16 +31,18 @@ class LogLine(BaseModel):
 
 
 class LogWatcher:
-    """Tails `path` on `host` from byte `start_offset`, one complete line at a time.
+    """Tails `path` on `host` from byte `start_offset`, one complete record at a time.
 
-    Attributes: `offset` — byte offset just past the last complete line returned (a new watcher started
-    there resumes cleanly); `lines_read` — complete lines returned so far (line numbers continue from it;
+    Attributes: `offset` — byte offset just past the last complete record returned (a new watcher started
+    there resumes cleanly); `lines_read` — complete physical lines so far (line numbers continue from it;
     with `start_offset` > 0 they count from the start offset, not the file's start); `bytes_read` — bytes
     consumed including an unterminated tail; `last_growth_monotonic` — when new bytes last arrived (None
-    before any), which also counts progress-bar updates that end in a carriage return.
+    before any).
 
-    Lines are split on "\\n"; a trailing "\\r" is removed and the text decoded as UTF-8 with replacement.
-    An unterminated tail longer than `max_line_bytes` is emitted as a line so memory stays bounded.
+    Records end at "\\n", "\\r\\n" or a lone "\\r" (a tqdm redraw); records of one physical line share
+    its 1-based `lineno`, so line numbers agree with an editor's. Empty pieces between carriage returns
+    are skipped; an empty line ended by "\\n" is a record. Text is decoded as UTF-8 with replacement. An
+    unterminated tail longer than `max_line_bytes` is emitted as a record so memory stays bounded.
     """
 
     def __init__(
@@ -47,6 +56,8 @@ class LogWatcher:
         self.last_growth_monotonic: float | None = None
         self._max_line_bytes = max_line_bytes
         self._tail = b""
+        self._cr_pending = False  # the last byte consumed was a "\r" that may be half of "\r\n"
+        self._line_has_records = False  # the current physical line already gave a record
 
     def _read_new(self) -> bytes:
         """All bytes appended since the last read, in chunks of at most 1 MiB."""
@@ -63,13 +74,15 @@ class LogWatcher:
         return b"".join(parts)
 
     def _make(self, raw: bytes, seen: float) -> LogLine:
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
+        self._line_has_records = True
+        return LogLine(lineno=self.lines_read + 1, text=raw.decode("utf-8", "replace"), seen_monotonic=seen)
+
+    def _end_line(self) -> None:
         self.lines_read += 1
-        return LogLine(lineno=self.lines_read, text=raw.decode("utf-8", "replace"), seen_monotonic=seen)
+        self._line_has_records = False
 
     def poll(self) -> list[LogLine]:
-        """Complete lines appended since the last poll ([] if none). Raises `HostError` from the host."""
+        """Complete records appended since the last poll ([] if none). Raises `HostError` from the host."""
         data = self._read_new()
         if not data:
             return []
@@ -79,13 +92,24 @@ class LogWatcher:
         buf = self._tail + data
         out: list[LogLine] = []
         start = 0
-        while True:
-            nl = buf.find(b"\n", start)
-            if nl < 0:
-                break
-            out.append(self._make(buf[start:nl], seen))
-            self.offset += nl + 1 - start
-            start = nl + 1
+        if self._cr_pending:
+            self._cr_pending = False
+            if buf.startswith(b"\n"):  # the "\n" of a "\r\n" split across two reads
+                self._end_line()
+                self.offset += 1
+                start = 1
+        for m in _BREAK.finditer(buf, start):
+            piece = buf[start : m.start()]
+            if m.group() == b"\r":
+                if piece:
+                    out.append(self._make(piece, seen))
+                self._cr_pending = m.end() == len(buf)
+            else:
+                if piece or not self._line_has_records:
+                    out.append(self._make(piece, seen))
+                self._end_line()
+            self.offset += m.end() - start
+            start = m.end()
         tail = buf[start:]
         while len(tail) > self._max_line_bytes:
             out.append(self._make(tail[: self._max_line_bytes], seen))
@@ -95,11 +119,28 @@ class LogWatcher:
         return out
 
     def flush(self) -> list[LogLine]:
-        """Read what is new, then return the unterminated tail as a last line (for a process that exited)."""
+        """Read what is new, then return the unterminated tail as a last record (for a process that exited)."""
         out = self.poll()
         if self._tail:
             seen = time.monotonic()
             out.append(self._make(self._tail, seen))
             self.offset += len(self._tail)
             self._tail = b""
+            self._end_line()
         return out
+
+
+def split_records(text: str) -> list[tuple[int, str]]:
+    """A whole log text as (1-based physical line number, record) pairs, split exactly like `LogWatcher`.
+
+    Records end at "\\n", "\\r\\n" or a lone "\\r"; empty pieces between carriage returns are dropped, an
+    empty line is kept; a last line without a newline is a record.
+    """
+    out: list[tuple[int, str]] = []
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for lineno, line in enumerate(lines, 1):
+        pieces = [p for p in line.split("\r") if p]
+        out.extend((lineno, p) for p in pieces or [""])
+    return out

@@ -5,6 +5,18 @@ probe POSTs SGLang's native /generate. The answer is classified, first failing c
 connection_error (refused, reset, dropped: the server died or is not up), timeout, http_error (status
 >= 400, or a body that is not a valid answer), empty, degenerate (repetition loops, NaN-like garbage),
 wrong_answer (`expect` not contained, case-insensitive), ok.
+
+Sampling: a probe at temperature 0 decodes greedily (argmax), one above 0 samples. The two fail
+differently on broken numerics: SGLang's sampler takes `torch.argmax` when every request is greedy, so
+NaN logits decode to garbage text, while a sampled request reaches the sampling kernels, whose
+`probability tensor contains either inf, nan or element < 0` assert kills the scheduler (SGLang 0.5.9
+and 0.5.23 python/sglang/srt/layers/sampler.py, `Sampler.forward`). So the default probes include both.
+
+Reasoning models: a chat probe asks the chat template not to think (`chat_template_kwargs` with
+`enable_thinking: false` for Qwen3/GLM-style templates and `thinking: false` for DeepSeek-V3.1-style
+ones; a template ignores keys it does not use), judges the answer after any `<think>...</think>` block
+or the server's separate `reasoning_content`, and when a reply is still all thinking when it ran out of
+tokens it asks once more with more tokens instead of calling the answer empty or wrong.
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ class Probe(BaseModel):
     max_tokens: int = 32
     expect: str | None = None
     concurrency: int = Field(default=1, ge=1, le=256)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)  # 0: greedy (argmax); > 0: sampled
 
 
 class ProbeResult(BaseModel):
@@ -58,7 +71,19 @@ DEFAULT_PROBES: list[Probe] = [
         expect="Paris",
     ),
     Probe(id="generate-capital", kind="generate", prompt="The capital of France is", expect="Paris"),
+    # Sampled: the path where NaN logits trip the sampler's assert instead of decoding to garbage.
+    Probe(
+        id="generate-sampled",
+        kind="generate",
+        prompt="The capital of France is",
+        max_tokens=16,
+        temperature=0.7,
+    ),
 ]
+
+#: Most tokens a probe asks for when a reasoning model is still thinking at its first `max_tokens`.
+REASONING_MAX_TOKENS = 1024
+_THINK_BLOCK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
 
 
 # --- text checks -----------------------------------------------------------------------------------
@@ -156,6 +181,34 @@ def _finish(probe: Probe, text: str | None, start: float, http_status: int | Non
 # --- requests --------------------------------------------------------------------------------------
 
 
+def split_thinking(text: str | None, reasoning: str | None = None) -> tuple[str, str]:
+    """(answer, thinking) of a reply: `<think>...</think>` blocks (an unterminated one runs to the end)
+    and a separate `reasoning_content` are thinking; the rest is the answer."""
+    raw = text or ""
+    thinking = [reasoning] if reasoning else []
+    thinking += [m.group(0) for m in _THINK_BLOCK.finditer(raw)]
+    answer = _THINK_BLOCK.sub("", raw)
+    if "</think>" in answer.lower():  # the template opened the block in the prompt: text before it thinks
+        head, _, answer = answer.rpartition("</think>")
+        thinking.append(head)
+    return answer.strip(), "\n".join(t for t in thinking if t)
+
+
+def _judge(probe: Probe, text: str | None, reasoning: str | None, start: float, status: int | None,
+           finish: str | None) -> ProbeResult | None:
+    """The result for a reply, or None when it was all thinking and ran out of tokens (ask again)."""
+    answer, thinking = split_thinking(text, reasoning)
+    if not thinking:
+        return _finish(probe, text, start, status)
+    if not answer:
+        reason = degeneracy_reason(thinking)
+        if reason is not None:
+            return _result(probe, "degenerate", start, http_status=status, text=thinking[:2000], error=reason)
+        if finish == "length":
+            return None
+    return _finish(probe, answer or thinking, start, status)
+
+
 def _run_chat(
     base_url: str, probe: Probe, model: str, timeout_s: float, start: float, api_key: str | None = None
 ) -> ProbeResult:
@@ -164,12 +217,34 @@ def _run_chat(
     client = openai.OpenAI(
         base_url=f"{base_url}/v1", api_key=api_key or "EMPTY", max_retries=0, timeout=timeout_s
     )
+    max_tokens = probe.max_tokens
+    try:
+        while True:
+            result = _chat_once(client, probe, model, timeout_s, start, max_tokens)
+            if result is not None:
+                return result
+            if max_tokens >= REASONING_MAX_TOKENS:
+                return _result(probe, "empty", start, http_status=200, text="",
+                               error=f"still thinking after {max_tokens} tokens")
+            max_tokens = min(REASONING_MAX_TOKENS, max_tokens * 8)
+    finally:
+        client.close()
+
+
+def _chat_once(
+    client: Any, probe: Probe, model: str, timeout_s: float, start: float, max_tokens: int
+) -> ProbeResult | None:
+    import openai
+
     try:
         resp = client.chat.completions.create(
             model=model,
             messages=[{"role": "user", "content": probe.prompt}],
-            max_tokens=probe.max_tokens,
-            temperature=0,
+            max_tokens=max_tokens,
+            temperature=probe.temperature,
+            # SGLang passes these to the chat template (entrypoints/openai/serving_chat.py); a template
+            # ignores the keys it does not read.
+            extra_body={"chat_template_kwargs": {"enable_thinking": False, "thinking": False}},
         )
     except openai.APITimeoutError as exc:
         return _result(probe, "timeout", start, error=_one_line(f"no answer within {timeout_s:g} s: {exc}"))
@@ -182,13 +257,19 @@ def _run_chat(
         )
     except openai.APIError as exc:  # e.g. a 200 whose body is not a chat completion
         return _result(probe, "http_error", start, http_status=200, error=_one_line(f"bad response: {exc}"))
-    finally:
-        client.close()
     if not resp.choices:
         return _result(probe, "empty", start, http_status=200, text="", error="no choices in response")
     choice = resp.choices[0]
-    text = choice.message.content if choice.message is not None else None
-    return _finish(probe, text, start, 200)
+    message = choice.message
+    text = message.content if message is not None else None
+    reasoning = getattr(message, "reasoning_content", None) if message is not None else None
+    if reasoning is None and message is not None and message.model_extra:
+        reasoning = message.model_extra.get("reasoning_content")
+    return _judge(probe, text, reasoning if isinstance(reasoning, str) else None, start, 200, choice.finish_reason)
+
+
+def _auth(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def _run_generate(
@@ -196,10 +277,10 @@ def _run_generate(
 ) -> ProbeResult:
     payload = {
         "text": probe.prompt,
-        "sampling_params": {"max_new_tokens": probe.max_tokens, "temperature": 0},
+        "sampling_params": {"max_new_tokens": probe.max_tokens, "temperature": probe.temperature},
     }
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False, headers=auth_headers(api_key)) as client:
+        with httpx.Client(timeout=timeout_s, trust_env=False, headers=_auth(api_key)) as client:
             resp = client.post(f"{base_url}/generate", json=payload)
     except httpx.TimeoutException as exc:
         return _result(probe, "timeout", start, error=_one_line(f"no answer within {timeout_s:g} s: {exc!r}"))
@@ -234,7 +315,12 @@ def _run_generate(
             error=_one_line(f"request aborted: {finish.get('message', '')}"),
         )
     text = body.get("text")
-    return _finish(probe, text if isinstance(text, str) else None, start, resp.status_code)
+    ftype = finish.get("type") if isinstance(finish, dict) else None
+    judged = _judge(probe, text if isinstance(text, str) else None, None, start, resp.status_code, ftype)
+    if judged is None:  # all thinking within max_new_tokens: not an empty answer
+        return _result(probe, "ok", start, http_status=resp.status_code, text=text,
+                       error="reasoning only within max_new_tokens")
+    return judged
 
 
 def run_probe(
@@ -244,11 +330,11 @@ def run_probe(
 
     `model` is the served model name for chat probes (SGLang accepts the model path). `timeout_s` bounds
     the whole request in seconds. No retries. Never raises for server-side problems: they are statuses.
-    Chat: `openai.OpenAI(base_url=base_url + "/v1", api_key="EMPTY", max_retries=0)`, temperature 0.
-    Generate: POST /generate {"text", "sampling_params": {"max_new_tokens", "temperature": 0}} (SGLang's
-    native API), read "text" and an abort in meta_info.finish_reason. `api_key`: the server's
-    ``--api-key``, sent as ``Authorization: Bearer KEY`` (SGLang's API-key middleware checks every route
-    but /health*; python/sglang/srt/utils add_api_key_middleware, 0.5.x).
+    `api_key` is the server's `--api-key` (sent as `Authorization: Bearer`, never logged).
+    Chat: `openai.OpenAI(base_url=base_url + "/v1", max_retries=0)` at the probe's temperature, thinking
+    turned off through `chat_template_kwargs`. Generate: POST /generate {"text", "sampling_params":
+    {"max_new_tokens", "temperature"}} (SGLang's native API), read "text" and an abort in
+    meta_info.finish_reason.
     """
     start = time.monotonic()
     base = base_url.rstrip("/")
@@ -272,7 +358,7 @@ _SEVERITY: tuple[ProbeStatus, ...] = (
 
 
 def _run_concurrent(
-    base: str, probe: Probe, model: str, timeout_s: float, start: float, api_key: str | None = None
+    base: str, probe: Probe, model: str, timeout_s: float, start: float, api_key: str | None
 ) -> ProbeResult:
     """`probe.concurrency` copies at once on threads; the worst result stands for all of them."""
     single = probe.model_copy(update={"concurrency": 1})
@@ -292,18 +378,15 @@ def _run_concurrent(
     return worst.model_copy(update={"latency_s": time.monotonic() - start, "error": error})
 
 
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    """The header a server started with ``--api-key`` wants (none without a key)."""
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
-def get_server_info(base_url: str, *, timeout_s: float = 10.0, api_key: str | None = None) -> dict[str, Any] | None:
+def get_server_info(
+    base_url: str, *, timeout_s: float = 10.0, api_key: str | None = None
+) -> dict[str, Any] | None:
     """The server's effective configuration: GET /get_server_info, then /server_info (newer SGLang).
 
     Returns the JSON object, or None if neither answers 200 with a JSON object within `timeout_s` s.
     """
     base = base_url.rstrip("/")
-    with httpx.Client(timeout=timeout_s, trust_env=False, headers=auth_headers(api_key)) as client:
+    with httpx.Client(timeout=timeout_s, trust_env=False, headers=_auth(api_key)) as client:
         for path in ("/get_server_info", "/server_info"):
             try:
                 resp = client.get(base + path)

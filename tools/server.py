@@ -13,12 +13,15 @@ anything left at interpreter exit. Nothing can clean up after SIGKILL of the orc
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 import httpx
 from pydantic import BaseModel, Field
 
+from tools.container import prepare as prepare_container
+from tools.container import recover as recover_container
 from tools.host import Host, HostError, ProcessHandle, expand_argv
 from tools.logwatch import LogLine, LogWatcher
 from tools.signatures import SignatureMatch, SignatureMatcher
@@ -102,7 +105,12 @@ class ServerSession:
     poll, e.g. `tools.stall.StallWatch.limit`) is the longest the log may go
     without growing; `fatal_grace_s` (capped at 2 s) is how long a crashing process may keep writing its
     traceback before `wait_ready`/`watch` return; `health_timeout_s` bounds the GET /health that confirms
-    a ready line; `stop_grace_s` is the SIGTERM-to-SIGKILL grace of `stop()`.
+    a ready line; `stop_grace_s` is the SIGTERM-to-SIGKILL grace of `stop()`; `health_poll_s` (None =
+    off) is how often `wait_ready` asks GET /health while no ready line was read: SGLang logs its ready
+    line at INFO, so a server started with `--log-level warning` never prints it, and /health answers 200
+    only once the warm-up finished (ServerStatus.Up; 0.5.9 and 0.5.23 entrypoints/http_server.py), which
+    is the same moment. `ready_source` says which of the two saw it first. `api_key` is the server's
+    `--api-key`, if any (SGLang exempts /health from it; sent anyway for proxies that do not).
 
     Detection delay: the time a line was written is unknown, but a complete line read by poll k cannot
     have been complete when poll k-1 started reading (it would have been read then). So for each line
@@ -130,9 +138,15 @@ class ServerSession:
         fatal_grace_s: float = 2.0,
         health_timeout_s: float = 5.0,
         stop_grace_s: float = 10.0,
+        health_poll_s: float | None = 1.0,
+        api_key: str | None = None,
     ) -> None:
         self.host = host
-        self.argv = expand_argv(argv, host)
+        # A launch through `docker exec` / `docker run` is rewritten so it can be stopped inside its
+        # container (tools/container.py); `container` says how.
+        self.argv, self.container = prepare_container(
+            expand_argv(argv, host), f"{port}-{uuid.uuid4().hex[:8]}"
+        )
         self.env = dict(env or {})
         self.log_path = log_path
         self.port = port
@@ -144,6 +158,10 @@ class ServerSession:
         self.fatal_grace_s = min(max(fatal_grace_s, 0.0), 2.0)
         self.health_timeout_s = health_timeout_s
         self.stop_grace_s = stop_grace_s
+        self.health_poll_s = health_poll_s
+        self.api_key = api_key
+        self._next_health_poll = 0.0
+        self.ready_source: Literal["log", "health"] | None = None
 
         self.handle: ProcessHandle | None = None
         self.base_url: str | None = None
@@ -191,6 +209,7 @@ class ServerSession:
         claim = getattr(self.host, "claim", None)  # a host that can record who looks after a server
         if claim is not None:
             claim(handle)
+        self.container = recover_container(handle.argv)
         self._watcher = LogWatcher(self.host, handle.log_path)
         self._prev_read_start = time.monotonic()
         self.base_url = f"http://127.0.0.1:{self.host.forward_port(self.port)}"
@@ -213,14 +232,34 @@ class ServerSession:
 
         `grace_s` defaults to the session's `stop_grace_s` (10 s; SGLang usually exits within a few).
 
-        Reads the log one last time. Idempotent; returns True when nothing of the group remains (also
-        when nothing was started). Raises `HostError` only if the host itself cannot be reached.
+        A server started through `docker exec` / `docker run` is first stopped inside its container
+        (tools/container.py), since signalling the engine's client does not reach it. Reads the log one
+        last time. Idempotent; returns True when nothing of the group (and of the server inside its
+        container) remains (also when nothing was started). Raises `HostError` only if the host itself cannot be reached.
         """
         if self.handle is None:
             return True
-        ok = self.host.terminate(self.handle, grace_s=self.stop_grace_s if grace_s is None else grace_s)
+        grace = self.stop_grace_s if grace_s is None else grace_s
+        inside = self._stop_in_container(grace) if self.container is not None else True
+        ok = self.host.terminate(self.handle, grace_s=grace)
         self._pump(flush=True)
-        return ok
+        return ok and inside
+
+    def _stop_in_container(self, grace_s: float) -> bool:
+        """Stop the server inside its container (see tools/container.py); True when it is gone there."""
+        assert self.container is not None
+        result = None
+        for argv in self.container.stop_commands(grace_s):
+            try:
+                result = self.host.run(argv, timeout=grace_s + 30.0)
+            except HostError as exc:
+                self.error = self.error or f"could not stop the server inside its container: {exc}"
+                return False
+        if result is None:
+            return True
+        if self.container.mode == "run":  # `inspect` of a removed container fails; a stopped one says false
+            return result.returncode != 0 or result.stdout.strip() == "false"
+        return result.returncode == 0
 
     # -- watching ---------------------------------------------------------------------------------
 
@@ -327,11 +366,33 @@ class ServerSession:
         except httpx.HTTPError:
             self.health_status = None
 
+    def _health_says_ready(self) -> bool:
+        """One GET /health, at most every `health_poll_s`; True on 200. Connection refused (HTTP not up
+        yet) and timeouts are just "not yet"."""
+        now = time.monotonic()
+        if self.health_poll_s is None or self.base_url is None or now < self._next_health_poll:
+            return False
+        self._next_health_poll = now + self.health_poll_s
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            with httpx.Client(timeout=min(self.health_timeout_s, 2.0), trust_env=False, headers=headers) as c:
+                status = c.get(f"{self.base_url}/health").status_code
+        except httpx.HTTPError:
+            return False
+        if status != 200:
+            return False
+        self.health_status = status
+        self._ready_at = time.monotonic()
+        self.ready_source = "health"
+        self._emit("ready")
+        return True
+
     def wait_ready(self) -> LaunchResult:
         """Watch the log until ready, fatal, exit, stall or `ready_timeout_s` after spawn.
 
         Returns at the first poll that sees a ready-kind line (then confirms with one GET /health,
-        recorded in `health_status`), a fatal-kind line (after letting the process finish its
+        recorded in `health_status`) or a 200 from the periodic GET /health (see `health_poll_s`), a
+        fatal-kind line (after letting the process finish its
         traceback for at most `fatal_grace_s`), or the process's exit. On timeout or stall the process
         is left running for inspection; `stop()` (or the context manager) ends it.
         """
@@ -346,7 +407,12 @@ class ServerSession:
                 self._drain_after_fatal()
                 return self._finish("crashed", self._fatal_at)
             if self._ready_at is not None:
-                self._check_health()
+                if self.ready_source is None:
+                    self.ready_source = "log"
+                    self._check_health()
+                return self._finish("ready", None)
+            if alive and self._health_says_ready():
+                self._pump()
                 return self._finish("ready", None)
             if not alive:
                 self._note_exit()

@@ -124,13 +124,16 @@ def _required_literal(pattern: str) -> str | None:
 
 
 class _Compiled:
-    __slots__ = ("sig", "regex", "literal", "fields")
+    __slots__ = ("sig", "regex", "literal", "fields", "appends")
 
     def __init__(self, sig: Signature) -> None:
         self.sig = sig
         self.regex = re.compile(sig.pattern)
         self.literal = _required_literal(sig.pattern)
         self.fields = {key: _template_fields(tpl) for key, tpl in sig.facts.items()}
+        #: Facts whose template starts with "+": each matching line appends its value (space-separated)
+        #: instead of replacing it, e.g. a capture curve "160:2.76 152:2.62 ...".
+        self.appends = {key for key, tpl in sig.facts.items() if tpl.startswith("+")}
 
     def facts_of(self, m: re.Match[str]) -> dict[str, str]:
         groups = m.groupdict()
@@ -139,7 +142,7 @@ class _Compiled:
             names = self.fields[key]
             if any(groups.get(n) is None for n in names):
                 continue  # an optional group that did not take part sets nothing
-            value = template.format(**{n: groups[n].strip() for n in names})
+            value = template.removeprefix("+").format(**{n: groups[n].strip() for n in names})
             if value:
                 out[key] = value
         return out
@@ -243,8 +246,8 @@ class SignatureMatcher:
                 self._matches[sig.id] = hit.model_copy(deep=True)
             else:
                 agg.line_numbers.append(lineno)
-                agg.facts.update(facts)
-            self._facts.update(facts)
+                agg.facts.update(_merged(agg.facts, facts, comp.appends))
+            self._facts.update(_merged(self._facts, facts, comp.appends))
         return hits
 
     def matches(self) -> list[SignatureMatch]:
@@ -256,16 +259,20 @@ class SignatureMatcher:
         return dict(self._facts)
 
 
-def scan_text(text: str, signatures: Iterable[Signature]) -> tuple[list[SignatureMatch], dict[str, str]]:
-    """Match a whole log text (e.g. an existing crash log); line numbers are 1-based.
+def _merged(old: dict[str, str], new: dict[str, str], appends: set[str]) -> dict[str, str]:
+    """``new`` with each appending fact joined onto its earlier value."""
+    return {k: f"{old[k]} {v}" if k in appends and old.get(k) else v for k, v in new.items()}
 
-    Lines are split on "\\n" with a trailing "\\r" removed, exactly like `LogWatcher`, so line numbers
-    agree with a live watch of the same file.
+
+def scan_text(text: str, signatures: Iterable[Signature]) -> tuple[list[SignatureMatch], dict[str, str]]:
+    """Match a whole log text (e.g. an existing crash log); line numbers are 1-based physical lines.
+
+    Records are split exactly like `LogWatcher` (`tools.logwatch.split_records`: at "\\n", "\\r\\n" and
+    tqdm's lone "\\r"), so line numbers agree with a live watch of the same file.
     """
+    from tools.logwatch import split_records
+
     matcher = SignatureMatcher(signatures)
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    for lineno, line in enumerate(lines, 1):
-        matcher.feed(lineno, line.removesuffix("\r"))
+    for lineno, record in split_records(text):
+        matcher.feed(lineno, record)
     return matcher.matches(), matcher.facts()

@@ -55,9 +55,12 @@ def classify_outcome(evidence: RawEvidence) -> Outcome:
     elif status in ("timeout", "stalled") and not ready:
         stage = "timeout"
     elif not ready:
+        # A launch-stage error after loading began (a ValueError raised while sizing the KV pool) is a
+        # load failure: the arguments were accepted.
+        loading = any(m.kind == "progress" and m.stage in ("load", "capture") for m in matches)
         stage = (
             "launch_failed"
-            if ("launch" in stages or (not stages and evidence.exit_code == 2))
+            if (("launch" in stages and not loading) or (not stages and evidence.exit_code == 2))
             else "load_failed"
         )
     elif any(p.status in ("connection_error", "http_error", "timeout") for p in probes) or "fatal" in kinds:
@@ -86,7 +89,7 @@ def classify_outcome(evidence: RawEvidence) -> Outcome:
                         components=["output"],
                         meaning=f"probe {p.probe_id}: {p.status}",
                         line_numbers=[],
-                        first_line=(p.text or "")[:120],
+                        first_line=p.text or "",
                         facts={},
                     )
                 )

@@ -20,8 +20,10 @@ from langgraph.types import Command, interrupt
 from agent.approval import (
     ApprovalAnswer,
     EditError,
+    LeadBlocked,
     apply_edit,
     build_request,
+    lead_blocked,
     load_risk_rules,
     must_ask,
     risky_reasons,
@@ -72,6 +74,7 @@ def _ask(
         mode=mode,
         risky=risky,
         error=state.get("approval_error"),
+        lead_blocked=_lead_blocked(state, rt, exp),
     )
     emit_once(
         rt.transcript,
@@ -176,6 +179,18 @@ def _refuse(rt: Runtime, exp: Experiment, seq: int, reason: str, answer: Any) ->
         node="approve",
     )
     return Command(goto="approve", update={"approval_seq": seq, "approval_error": reason})
+
+
+def _lead_blocked(state: RunState, rt: Runtime, exp: Experiment) -> LeadBlocked | None:
+    """The note on a leading hypothesis whose test was rejected (``agent.approval.lead_blocked``). The
+    flag catalog is the run's cached one; when it cannot be read the note offers no edits."""
+    try:
+        flags = rt.flags(case_of(state), sglang_version(state))
+    except (HostError, FlagError):
+        flags = None
+    return lead_blocked(
+        exp, hypotheses_of(state), planner_view(state), flags=flags, predict=rt.planner(state).prediction
+    )
 
 
 def edit_experiment(rt: Runtime, state: RunState, exp: Experiment, items: list[str], *, by: str = "user") -> Experiment:

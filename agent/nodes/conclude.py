@@ -176,6 +176,12 @@ def _catalog_alternatives(
         total_gib=float(mib) / 1024 if mib else None,
         flags=dict(fix_exp.baseline.flags),
     )
+    roles = (fingerprint or {}).get("flag_roles") or {}
+
+    def spelled(iv: Intervention) -> str:
+        """The host's spelling of the intervention's flag (its role's, when it names a role)."""
+        return str(roles.get(iv.role) or iv.names[0]) if iv.role else iv.names[0]
+
     out: list[dict[str, Any]] = []
     for iv in cause.interventions if cause else []:
         if any((iv.kind, n) in seen for n in iv.names):
@@ -187,16 +193,17 @@ def _catalog_alternatives(
             assert e.change is not None
             change, result, eid = e.change.describe(), ("fixed" if o.stage == "ok" else "did not fix"), e.id
         else:
-            before = fix_exp.baseline.value(iv.kind, iv.names[0])
+            before = fix_exp.baseline.value(iv.kind, spelled(iv))
             after = iv.values[0] if iv.values else True
             if iv.derive:
                 derived, _ = derive(iv.derive, evidence)
                 after = derived if derived is not None else after
-            change = Change(kind=iv.kind, name=iv.names[0], before=before, after=after).describe()
+            change = Change(kind=iv.kind, name=spelled(iv), before=before, after=after).describe()
             result, eid = "not tested", None
         if result == "did not fix":
             continue  # a change that left the failure in place is no alternative
-        out.append(_alternative(change, iv.kind, iv.names[0], iv, decisive=iv.decisive, eid=eid, result=result))
+        name = e.change.name if hit and e.change else spelled(iv)  # the host's spelling
+        out.append(_alternative(change, iv.kind, name, iv, decisive=iv.decisive, eid=eid, result=result))
     return out
 
 

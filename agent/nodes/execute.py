@@ -31,10 +31,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.case import Case
-from agent.crashsafe import api_key_of, infra_failure, probe_through_drops, server_info_through_drops
+from agent.case import Case, server_api_key
+from agent.crashsafe import infra_failure, probe_through_drops, server_info_through_drops
 from agent.evidence import RawEvidence
 from agent.models import Experiment
+from agent.progress import LoadProgress
 from agent.recovery import prior_launch, record_intent, recover, save_result
 from agent.runtime import Runtime
 from agent.state import RunState, case_of
@@ -132,6 +133,7 @@ def run_experiment(
     argv = render_command(
         expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host="127.0.0.1", port=port
     )
+    watch = rt.progress.launch(exp.id, rt.signatures) if rt.progress is not None else None
     session = ServerSession(
         host,
         argv,
@@ -139,15 +141,16 @@ def run_experiment(
         log_path=log_path,
         port=port,
         matcher=matcher,
-        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev),
+        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev, watch),
         ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
         stall_timeout_s=stall.limit,
+        api_key=server_api_key(exp.config().flags),
     )
     rt.sessions[exp.id] = session
     probes: list[ProbeResult] = []
     with session:
         t0 = _start_or_adopt(rt, session, exp, host, argv, run_id=run_id, adopt=adopt, record=record)
-        res = session.wait_ready()
+        res = _wait_ready(session, watch)
 
         spent = [0.0]  # wall seconds of this bookkeeping: the orchestrator's time, not the server's
 
@@ -182,15 +185,30 @@ def run_experiment(
     )
 
 
-def _on_watch_event(rt: Runtime, exp_id: str, stall: StallWatch, ev: WatchEvent) -> None:
-    """Feed the stall watch every event; record ready and fatal lines as observations."""
+def _on_watch_event(
+    rt: Runtime, exp_id: str, stall: StallWatch, ev: WatchEvent, watch: LoadProgress | None
+) -> None:
+    """Feed the stall watch and the progress display every event; record ready and fatal lines as
+    observations (whole: the evidence is never cut)."""
     stall.observe(ev)
+    if watch is not None:
+        watch.observe(ev)
     if ev.kind in ("ready", "fatal") and ev.line is not None:
         rt.transcript.emit(
             "observation",
-            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.lineno, "text": ev.line.text[:300]},
+            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.lineno, "text": ev.line.text},
             node="execute",
         )
+
+
+def _wait_ready(session: ServerSession, watch: LoadProgress | None) -> LaunchResult:
+    """``session.wait_ready()`` with the launch's progress display (if any) shown until it returns."""
+    if watch is None:
+        return session.wait_ready()
+    with watch:
+        res = session.wait_ready()
+        watch.finish(res.status)
+    return res
 
 
 def _start_or_adopt(
@@ -279,7 +297,7 @@ def _probe_or_record_failure(
         return None
     tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
     host = session.host
-    api_key = api_key_of(exp.config().flags)  # sent to the server, never written (the transcript redacts it)
+    api_key = server_api_key(exp.config().flags)  # sent to the server, never written (the transcript redacts it)
     server_info = server_info_through_drops(host, res.base_url, api_key=api_key)
     for probe in [*case.probes, *exp.probes]:
         pr = probe_through_drops(

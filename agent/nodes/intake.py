@@ -22,6 +22,7 @@ from typing import Any
 from langgraph.config import get_config
 
 from agent.case import Case, outside_warnings
+from agent.catalog import role_spellings
 from agent.evidence import RawEvidence
 from agent.models import Baseline, Experiment
 from agent.planner import RelevantFinding, model_features
@@ -105,6 +106,7 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
             host,
             gpu_query_argv=expand_argv(case.launcher.gpu_query_argv, host),
             version_argv=expand_argv(case.launcher.version_argv, host),
+            check_env_argv=case.launcher.check_env() or None,
         )
         tr.emit("host.fingerprint", to_payload("host.fingerprint", fp), node="intake")
         step = "launcher.argv (its --help gives the flag catalog)"
@@ -120,6 +122,8 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
             },
             node="intake",
         )
+        # the host's spelling of each flag role (knowledge/flag_roles.toml), from its --help
+        fp.flag_roles = role_spellings(flags)
         step = "baseline.flags"
         baseline = Baseline(env=dict(case.baseline.env))
         for name, value in case.baseline.flags.items():

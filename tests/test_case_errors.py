@@ -1,0 +1,49 @@
+"""Case-file mistakes are answered in the case file's words: the key, its table, the nearest known key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clirun import run_cli
+
+from agent.case import CaseError, load_case
+
+GOOD = 'name = "x"\n[model]\npath = "m"\n'
+
+
+def _case(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "case.toml"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (GOOD + "[budget]\nexperimnts = 3\n", "unknown key 'experimnts' in [budget]; did you mean 'experiments'?"),
+        ('knowlege = []\n' + GOOD, "unknown key 'knowlege' in the top level; did you mean 'knowledge'?"),
+        (GOOD + "[budjet]\nexperiments = 3\n", "unknown key 'budjet' in the top level; did you mean 'budget'?"),
+        (
+            GOOD + '[[probes]]\nid = "a"\nkind = "chat"\nprompt = "p"\nexpct = "x"\n',
+            "unknown key 'expct' in [[probes]] #1; did you mean 'expect'?",
+        ),
+        (GOOD + '[budget]\nready_timeout_s = "soon"\n', "field 'budget.ready_timeout_s': expected a number, got 'soon'"),
+        ('approval = "sometimes"\n' + GOOD, "field 'approval': expected one of 'each', 'risky' or 'auto', got 'sometimes'"),
+        ('name = "x"\n[model]\nfeatures = []\n', "required key 'path' is missing in [model]"),
+    ],
+)
+def test_case_error_names_key_and_suggests(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(CaseError) as err:
+        load_case(str(_case(tmp_path, text)))
+    assert expected in str(err.value)
+    assert "Extra inputs" not in str(err.value) and "Input should" not in str(err.value)
+
+
+def test_cli_case_typo_is_one_line(tmp_path: Path) -> None:
+    p = _case(tmp_path, GOOD + "[baseline]\nflgs = {}\n")
+    r = run_cli(tmp_path, "run", str(p), "--auto")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"error: {p}: unknown key 'flgs' in [baseline]; did you mean 'flags'? (known keys: env, flags)"
+    ]
