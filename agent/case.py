@@ -192,6 +192,22 @@ class Case(_Strict):
             v = {**v, "flags": {k: f for k, f in flags.items() if f is not None}}
         return v
 
+    def paths_outside_folder(self) -> list[tuple[str, str, Path]]:
+        """``(field, as written, resolved path)`` of each knowledge file and the observed log that lies
+        outside the case file's folder (symbolic links followed). Empty without a case file."""
+        if not self.source_path:
+            return []
+        folder = Path(self.source_path).resolve().parent
+        named = [(f"knowledge.{i}", k) for i, k in enumerate(self.knowledge)]
+        if self.observed_log:
+            named.append(("observed_log", self.observed_log))
+        out = []
+        for field, raw in named:
+            resolved = self.resolve_path(raw).resolve()
+            if not resolved.is_relative_to(folder):
+                out.append((field, raw, resolved))
+        return out
+
     def resolve_path(self, p: str) -> Path:
         """A path from the case file, relative to the case file's folder."""
         base = Path(self.source_path).parent if self.source_path else Path.cwd()
@@ -253,7 +269,29 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
             raise CaseError(f"{path}: field 'knowledge.{i}': {k}: file not found")
     if case.observed_log and not case.resolve_path(case.observed_log).is_file():
         raise CaseError(f"{path}: field 'observed_log': {case.observed_log}: file not found")
+    for field, raw, resolved in case.paths_outside_folder():
+        # Named explicitly = written as an absolute or ~ path: then it is meant, and only warned about.
+        # A relative path that climbs out (../) or a link inside the folder that points out is refused:
+        # a case file copied from elsewhere must not read files its author did not name.
+        if not explicit_path(raw):
+            raise CaseError(
+                f"{path}: field '{field}': {raw} resolves to {resolved}, outside the case's folder; write it "
+                "as an absolute path (or ~/...) to use a file from elsewhere"
+            )
     return case
+
+
+def explicit_path(raw: str) -> bool:
+    """Whether a path in a case file names its location explicitly (absolute, or from ``~``)."""
+    return raw.startswith(("/", "~"))
+
+
+def outside_warnings(case: Case) -> list[str]:
+    """One line per explicitly named file outside the case's folder (they are used, and said so)."""
+    return [
+        f"{case.source_path}: {field} = {raw} is outside the case's folder ({resolved}); using it as named"
+        for field, raw, resolved in case.paths_outside_folder()
+    ]
 
 
 def server_api_key(flags: Mapping[str, Any]) -> str | None:

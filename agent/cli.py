@@ -14,7 +14,6 @@ import os
 import re
 import secrets
 import signal
-import sqlite3
 import sys
 import tempfile
 import time
@@ -37,14 +36,15 @@ from agent.approval import (
     ask,
     describe_experiment,
 )
-from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case
+from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case, outside_warnings
 from agent.catalog import CatalogError
 from agent.knowledge_dir import knowledge_dir, knowledge_file
 from agent.models import Baseline, Change, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
 from agent.progress import ProgressBoard
+from agent.redact import redact_data, run_redactor
 from agent.render import EventRenderer, shown_line
-from agent.transcript import Transcript, TranscriptError, read_transcript
+from agent.transcript import Transcript, TranscriptError, damaged_lines, read_transcript
 from agent.values import effective_before, suggestions_in_log
 from tools.connect import connect_host
 from tools.fingerprint import HostFingerprint, fingerprint
@@ -106,6 +106,18 @@ def state_dir() -> Path:
     except OSError as exc:
         _fail(f"HYPOLOOP_HOME={home}: cannot use it as hypoloop's state folder: {exc.strerror or exc}")
     return home
+
+
+def _redacted(obj: Any, values: dict[str, Any] | None = None) -> Any:
+    """``obj`` (text or JSON-like data) as it may be printed: the run's redaction, with the case in the
+    run's checkpointed ``values`` (if any) and this process's environment."""
+    case = None
+    if values and values.get("case"):
+        try:
+            case = Case.model_validate(values["case"])
+        except ValidationError:
+            case = None
+    return redact_data(obj, run_redactor(case))
 
 
 def _interrupted(rt: Runtime, tr: Transcript, tpath: Path, run_id: str, *, json_out: bool) -> NoReturn:
@@ -196,7 +208,9 @@ def _drive(
     from langgraph.types import Command
 
     from agent.nodes.approve import edit_experiment
-    result: dict[str, Any] = graph.invoke(first, config)
+    # durability="sync": each step's checkpoint is on disk before the next step starts (and so before
+    # its side effects); LangGraph's default ("async") can lose the checkpoint after a step to a kill -9.
+    result: dict[str, Any] = graph.invoke(first, config, durability="sync")
     while result.get("__interrupt__"):
         request = ApprovalRequest.model_validate(result["__interrupt__"][0].value)
         if not sys.stdin.isatty():
@@ -222,7 +236,9 @@ def _drive(
             )
         if mode:
             answer.mode, mode = mode, None  # type: ignore[assignment]
-        result = graph.invoke(Command(resume=answer.model_dump(mode="json", exclude_none=True)), config)
+        result = graph.invoke(
+            Command(resume=answer.model_dump(mode="json", exclude_none=True)), config, durability="sync"
+        )
     return result
 
 
@@ -300,7 +316,7 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
             out["llm_usage"] = llm_usage
         if status == "error":
             out["error"] = conclusion.get("reason")
-        print(json.dumps(out))
+        print(json.dumps(_redacted(out, result)))
     else:
         console.print(f"transcript: {tpath}")
     if status == "error":
@@ -541,11 +557,9 @@ def _run(
     api_key_env: str | None, llm_context_tokens: int | None, llm_token_budget: int | None,
     llm_timeout: float | None, redact_hosts: bool, parallel: int = 1,
 ) -> None:
-    from langgraph.checkpoint.sqlite import SqliteSaver
-
     from agent.graph import build_graph
     from agent.llm_planner import llm_notices, planner_spec_from_options
-    from agent.runs import RunLock
+    from agent.runs import RunError, RunLock, open_checkpointer
     from agent.runtime import Runtime
     from agent.state import initial_state
     mode = _approval_mode(approve, auto)
@@ -566,14 +580,23 @@ def _run(
         _fail(str(exc))
     c = _load_case(case, host)
     c = _with_host_options(c, host, ssh_key, known_hosts, insecure_accept_host_key, remote_python)
+    for warning in outside_warnings(c):
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
     tpath = (transcript_dir / f"{run_id}.jsonl").absolute()  # printed and recorded: usable from anywhere
     _JsonResult.run_id = run_id
     sdir = state_dir()
+    store = open_checkpointer(sdir)
+    try:
+        saver = store.__enter__()
+    except RunError as exc:  # a damaged store: nothing was started yet
+        _fail(str(exc))
     lock = RunLock(sdir, run_id).acquire()  # `runs` shows it running; a concurrent `resume` is refused
     try:
-        tr = Transcript(tpath, run_id)
+        tr = Transcript(tpath, run_id, redact=run_redactor(c))
     except OSError as exc:
+        store.__exit__(None, None, None)
+        lock.release()
         _fail(f"{transcript_dir}: cannot write the transcript: {exc.strerror}")
     console = Console(stderr=json_out)
     tr.listeners.append(EventRenderer(console, verbose=verbose, show_input_errors=False, launch_progress=True))
@@ -583,8 +606,7 @@ def _run(
     # Servers that crashed runs left on the host: stopped with --auto, else after a yes at the terminal.
     rt.stop_orphans = auto
     rt.confirm_orphans = _confirm_orphans if sys.stdin.isatty() else None
-    conn = sqlite3.connect(sdir / "checkpoints.sqlite", check_same_thread=False)
-    graph = build_graph(rt, SqliteSaver(conn))
+    graph = build_graph(rt, saver)
     config: dict[str, Any] = {"configurable": {"thread_id": run_id}, "recursion_limit": 1000}
     _sigterm_as_interrupt()
     result: dict[str, Any] = {}
@@ -604,7 +626,7 @@ def _run(
     finally:
         rt.close()
         tr.close()
-        conn.close()
+        store.__exit__(None, None, None)
         lock.release()
     _report(result, run_id, tpath, json_out=json_out, console=console)
 
@@ -706,7 +728,8 @@ def _analyze(
                     "stage": outcome.stage,
                     "verdict": verdict,
                     "signatures": [
-                        {"id": m.signature_id, "kind": m.kind, "lines": m.line_numbers, "text": m.first_line}
+                        {"id": m.signature_id, "kind": m.kind, **_bounded_lines(m.line_numbers),
+                         "text": m.first_line}
                         for m in outcome.matches
                     ],
                     "facts": outcome.facts,
@@ -804,6 +827,28 @@ def _advice_text(change: Change, facts: dict[str, str]) -> str:
     if change.kind != "flag" or change.before is not None:
         return change.describe()
     return _with_log_before(change.describe(), facts)
+
+
+#: ``analyze --json``: at most this many line numbers and line ranges per signature (a log that repeats
+#: one warning a million times must not give a million-number JSON line).
+LINES_CAP = 20
+
+
+def _bounded_lines(lines: list[int]) -> dict[str, Any]:
+    """``lines`` (the first LINES_CAP line numbers), ``line_count`` (all of them), ``line_ranges``
+    (consecutive runs as [first, last], the first LINES_CAP of them) and ``truncated``."""
+    ranges: list[list[int]] = []
+    for n in sorted(set(lines)):
+        if ranges and n == ranges[-1][1] + 1:
+            ranges[-1][1] = n
+        else:
+            ranges.append([n, n])
+    return {
+        "lines": lines[:LINES_CAP],
+        "line_count": len(lines),
+        "line_ranges": ranges[:LINES_CAP],
+        "truncated": len(lines) > LINES_CAP or len(ranges) > LINES_CAP,
+    }
 
 
 def _read_text(path: Path, *, what: str) -> str:
@@ -1030,6 +1075,12 @@ def findings_add(
     )
 
 
+def _redacted_info(info: RunInfo) -> RunInfo:
+    """A run as ``runs``/``show`` print it: pending request and result redacted (values kept for use)."""
+    safe = _redacted(info.model_dump(mode="json", exclude={"values"}), info.values)
+    return info.model_validate({**safe, "values": info.values})
+
+
 _STATUS_STYLE = {
     "running": "cyan",
     "waiting for approval": "bold yellow",
@@ -1039,14 +1090,18 @@ _STATUS_STYLE = {
 
 
 def _run_detail(info: RunInfo) -> str:
+    left = ""
+    if info.leftovers:  # servers of a run nobody drives: resume adopts or stops them, a new run offers to
+        pids = ", ".join(str(x["pid"]) for x in info.leftovers)
+        left = f"; {len(info.leftovers)} server(s) left running (pid {pids})"
     if info.pending:
         req = ApprovalRequest.model_validate(info.pending)
-        return f"{req.experiment.id}: {describe_experiment(req.experiment)}"
+        return f"{req.experiment.id}: {describe_experiment(req.experiment)}{left}"
     if info.status == "running":
         return f"pid {info.holder}" if info.holder and info.holder > 0 else ""
     if info.status == "interrupted":
-        return f"hypoloop resume {info.run_id}"
-    return info.result or ""
+        return f"hypoloop resume {info.run_id}{left}"
+    return (info.result or "") + left
 
 
 @app.command("runs")
@@ -1054,12 +1109,16 @@ def runs_(
     json_out: Annotated[bool, typer.Option("--json", help="one JSON list")] = False,
 ) -> None:
     """List the runs in $HYPOLOOP_HOME: running, waiting for approval, interrupted or finished."""
-    from agent.runs import list_runs
+    from agent.runs import RunError, list_runs
     home = state_dir()
-    infos = list_runs(home)
+    try:
+        infos = list_runs(home)
+    except RunError as exc:
+        _fail(str(exc))
     if json_out:
-        print(json.dumps([i.model_dump(mode="json", exclude={"values"}) for i in infos]))
+        print(json.dumps([_redacted(i.model_dump(mode="json", exclude={"values"}), i.values) for i in infos]))
         return
+    infos = [_redacted_info(i) for i in infos]
     # Piped or captured (no terminal, so no width to fit): wide enough that nothing is cut.
     console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
     if not infos:
@@ -1109,8 +1168,9 @@ def show(
         out["conclusion"] = info.values.get("conclusion")
         out["rejections"] = info.values.get("rejections", [])
         out["edits"] = info.values.get("edits", [])
-        print(json.dumps(out))
+        print(json.dumps(_redacted(out, info.values)))
         return
+    info = _redacted_info(info)
     console = Console()
     render = EventRenderer(console, verbose=verbose)
     if info.transcript and Path(info.transcript).exists():
@@ -1257,9 +1317,11 @@ def _resume_locked(
         _fail(f"run {run_id}: its checkpoint names no transcript; it cannot be resumed by this version")
     tpath = Path(info.transcript)
     try:
-        tr = Transcript(tpath, run_id)
+        tr = Transcript(tpath, run_id, redact=run_redactor(Case.model_validate(info.values["case"])))
     except (OSError, TranscriptError) as exc:
         _fail(f"{tpath}: cannot continue the transcript: {exc}")
+    for problem in damaged_lines(tpath)[:3]:  # recovery reads past them; the file stays as it is
+        err_console.print(f"[yellow]warning:[/] {escape(problem)} (skipped; the run continues after it)")
     tr.step = info.launches + 1
     console = Console(stderr=json_out)
     tr.listeners.append(EventRenderer(console, verbose=verbose, launch_progress=True))
@@ -1300,6 +1362,12 @@ def _resume_locked(
                     "answer": first.resume if first is not None else None,
                 },
             )
+            if request is None and not info.next:
+                # No conclusion and nothing next: the checkpoint after the last step was lost (a kill
+                # under an older hypoloop). End the run honestly; its servers are stopped on the way.
+                from agent.crashsafe import end_lost_run
+
+                end_lost_run(rt, graph, config, info.values)
             result = _drive_guarded(graph, config, first, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
                                     console=console, json_out=json_out, mode=mode)
     finally:

@@ -22,6 +22,7 @@ from typing import Any
 
 from agent.models import command_text
 from agent.recorded import RecordedRun
+from agent.redact import REDACTED, run_redactor
 from agent.render import alternative_text
 from tools.knowledge import Finding, gpu_names, infer_features, parse_findings
 
@@ -59,6 +60,15 @@ def working_config(run: RecordedRun) -> tuple[dict[str, Any], dict[str, str]]:
     else:
         target[ch["name"]] = ch["after"]
     return flags, env
+
+
+def _secret_ref(name: str, value: object) -> str | None:
+    """A secret the transcript redacted, written as a shell variable the reader sets
+    (``--api-key "$API_KEY"``, ``HF_TOKEN="$HF_TOKEN"``); None for any other value."""
+    if value != REDACTED:
+        return None
+    var = re.sub(r"[^A-Za-z0-9_]", "_", name.strip("-")).upper()
+    return f'{name}="${var}"' if not name.startswith("-") else f'{name} "${var}"'
 
 
 def entry_for(run: RecordedRun, *, level: int = 2) -> str:
@@ -109,9 +119,9 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     cmd = [
         " ".join(launcher),
         f"--model-path {shlex.quote(model)}",
-        *(command_text({k: v}) for k, v in flags.items()),
+        *(_secret_ref(k, v) or command_text({k: v}) for k, v in flags.items()),
     ]
-    prefix = command_text({}, env)
+    prefix = " ".join(_secret_ref(k, v) or command_text({}, {k: v}) for k, v in env.items())
     lines += [
         "",
         "```bash",
@@ -150,7 +160,8 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
         f"Reference: hypoloop run {run.run_id}, {c.get('launches')} launches, {host_s:.0f} host-seconds; "
         f"transcript {run.path.resolve()} (review it with `hypoloop report`)."
     )
-    return "\n".join(lines) + "\n"
+    # Secrets never reach a notes file (the transcript is redacted already; an older one may not be).
+    return run_redactor()("\n".join(lines) + "\n")
 
 
 def _launcher(run: RecordedRun, case: dict[str, Any]) -> list[str]:

@@ -55,7 +55,7 @@ from agent.llm_client import (
 from agent.llm_context import ContextPack, build_context, estimate_tokens
 from agent.models import Change, Evidence, Experiment, FlagValue, Hypothesis, Intervention, Prediction
 from agent.planner import HistoryState, Planner, PlannerView, Proposal, RulePlanner, default_launch_cost_s
-from agent.redact import Redactor
+from agent.redact import Redactor, run_redactor
 from agent.transcript import Transcript
 from tools.flags import FlagCatalog, FlagError
 from tools.host import HostError
@@ -410,9 +410,8 @@ class LLMPlanner:
                 hosts.append(parse_target(case.host.target).host)
             except HostError:  # refused when the case was loaded; mask what there is
                 hosts.append(case.host.target.removeprefix("ssh://"))
-        return Redactor.for_env(
-            case.host.env,
-            case.baseline.env,
+        return run_redactor(
+            case,
             secrets=[k for k in (self.config.api_key(),) if k],
             hosts=hosts,
             mask_hosts=self.config.redact_hosts,

@@ -3,9 +3,15 @@
 - ``runs/RUN_ID/EXP_ID.result.json`` under ``$HYPOLOOP_HOME``: an experiment's evidence
   (``agent.evidence.RawEvidence``), saved the moment it is complete, so a process killed after a launch
   finished but before its checkpoint was written does not launch again.
-- A launch is recorded in the transcript (``server.launched`` with pid, process group, log and port)
-  before anything waits on it; :func:`prior_launch` reads that record back on resume and :func:`recover`
-  decides between reusing a result, adopting a live server and launching again.
+- A launch is recorded in the transcript twice: ``server.launching`` (log, port, run directory) BEFORE
+  the process is spawned (`record_intent`), ``server.launched`` (pid, process group) before anything
+  waits on it; :func:`prior_launch` reads those records back on resume and :func:`recover` decides
+  between reusing a result, adopting a live server and launching again. A kill between the two leaves
+  an intent that `resolve_intent` settles by finding the server by its log (``Host.find_launch``: the
+  log path is in a local server's environment, an SSH server's session leader writes ``LOG.pid`` first).
+- The evidence is saved before the server is stopped; a kill during the stop leaves a result and a
+  running server, which `stop_leftover` stops before the result is reused.
+- Damaged transcript lines are skipped (``on_bad``): recovery reads past them.
 
 Side effects: ``save_result`` writes the result file; ``recover`` and ``emit_once`` append to the
 transcript.
@@ -16,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,9 +30,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from agent.evidence import RawEvidence
-from agent.redact import scrub
-from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript
-from tools.host import ProcessHandle
+from agent.redact import redact_data
+from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript, skip_bad
+from tools.host import HostError, ProcessHandle
 
 if TYPE_CHECKING:
     from agent.runtime import Runtime
@@ -42,7 +49,7 @@ def emit_once(
     """
     want = {k: data.get(k) for k in key}
     try:
-        for ev in read_transcript(tr.path):
+        for ev in read_transcript(tr.path, on_bad=skip_bad):
             if ev.type == type and all(ev.data.get(k) == v for k, v in want.items()):
                 return None
     except TranscriptError:
@@ -50,26 +57,36 @@ def emit_once(
     return tr.emit(type, data, node=node)
 
 
-def result_path(home: Path, run_id: str, experiment_id: str) -> Path:
-    """Where an experiment's raw evidence is kept once complete."""
-    return home / "runs" / run_id / f"{experiment_id}.result.json"
+def result_path(home: Path, run_id: str, experiment_id: str, *, partial: bool = False) -> Path:
+    """Where an experiment's evidence is kept once complete (``partial``: while it is being gathered)."""
+    return home / "runs" / run_id / f"{experiment_id}.{'partial' if partial else 'result'}.json"
 
 
-def save_result(home: Path, run_id: str, evidence: RawEvidence) -> None:
-    """Write an experiment's evidence atomically (temp file, fsync, rename)."""
-    path = result_path(home, run_id, evidence.experiment_id)
+def save_result(
+    home: Path,
+    run_id: str,
+    evidence: RawEvidence,
+    *,
+    redact: Callable[[str], str] | None = None,
+    partial: bool = False,
+) -> None:
+    """Write an experiment's evidence atomically (temp file, fsync, rename); ``redact`` (the run's
+    redactor) keeps secrets out of it (a log line may quote ``api_key='...'``)."""
+    path = result_path(home, run_id, evidence.experiment_id, partial=partial)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(scrub(evidence.model_dump(mode="json")), fh)  # a server's --api-key is never written
+        data = evidence.model_dump(mode="json")
+        json.dump(redact_data(data, redact) if redact is not None else data, fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 
-def load_result(home: Path, run_id: str, experiment_id: str) -> RawEvidence | None:
-    """The saved evidence of an experiment, if a process completed it (None if absent or unreadable)."""
-    path = result_path(home, run_id, experiment_id)
+def load_result(home: Path, run_id: str, experiment_id: str, *, partial: bool = False) -> RawEvidence | None:
+    """The saved evidence of an experiment, if a process completed it (None if absent or unreadable);
+    ``partial``: what a process had gathered when it last saved (a launch it did not finish)."""
+    path = result_path(home, run_id, experiment_id, partial=partial)
     try:
         return RawEvidence.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, ValidationError):
@@ -99,12 +116,14 @@ def prior_launch(transcript: Path, experiment_id: str) -> PriorLaunch:
     start: float | None = None  # wall-clock start of the attempt being followed
     last = 0.0  # the latest event seen while it ran
     try:
-        for ev in read_transcript(transcript):
+        for ev in read_transcript(transcript, on_bad=skip_bad):
             if ev.data.get("experiment_id") != experiment_id:
                 continue
             if ev.type in ("server.lost", "experiment.relaunched", "experiment.recovered"):
                 continue  # written by a later process: not time the server was seen running
-            if ev.type == "server.launched":
+            if ev.type == "server.launching":  # an intent; superseded by the server.launched after it
+                record = {**ev.data, "intent": True}
+            elif ev.type == "server.launched":
                 if start is not None:
                     wall += max(0.0, last - start)
                 attempts += 1
@@ -159,6 +178,9 @@ def recover(
     tr = rt.transcript
     raw = load_result(rt.state_dir, run_id, experiment_id)
     if raw is not None:
+        prior = prior or prior_launch(tr.path, experiment_id)
+        if prior.open is not None and not prior.open.get("intent"):
+            stop_leftover(tr, host, experiment_id, prior.open)
         tr.emit(
             "experiment.recovered",
             {
@@ -170,10 +192,28 @@ def recover(
         )
         return raw, None, None
     prior = prior or prior_launch(tr.path, experiment_id)  # the caller may have read it already
+    if prior.open is not None and prior.open.get("intent"):
+        found = resolve_intent(tr, host, experiment_id, prior)
+        if found is not None and prior.open is not None:
+            return None, found, prior.open
     if prior.open is not None:
         handle = handle_from_record(prior.open)
         if handle is not None and host.is_alive(handle):
             return None, handle, prior.open
+        gathered = load_result(rt.state_dir, run_id, experiment_id, partial=True)
+        if gathered is not None and _shows_failure(gathered):
+            # The server is gone, but what the earlier process saw explains why (it crashed, or a probe
+            # failed): that is the outcome; launching again would repeat the experiment.
+            tr.emit(
+                "experiment.recovered",
+                {
+                    "experiment_id": experiment_id,
+                    "reason": "the process watching this launch was killed after the server failed; the "
+                    "evidence it had saved is the outcome, and nothing is launched again",
+                },
+                node="execute",
+            )
+            return gathered, None, None
         tr.emit(
             "server.lost",
             {
@@ -197,3 +237,112 @@ def recover(
             node="execute",
         )
     return None, None, None
+
+
+def record_intent(tr: Transcript, experiment_id: str, *, log_path: str, port: int, run_dir: str) -> None:
+    """Write ``server.launching`` (the launch about to happen) before the process is spawned."""
+    tr.emit(
+        "server.launching",
+        {"experiment_id": experiment_id, "log": log_path, "port": port, "run_dir": run_dir},
+        node="execute",
+    )
+
+
+def find_launch(host: Any, log_path: str) -> ProcessHandle | None:
+    """The live server launched with ``log_path`` on ``host`` (a host that cannot tell: None)."""
+    finder = getattr(host, "find_launch", None)
+    if finder is None or not log_path:
+        return None
+    handle: ProcessHandle | None = finder(log_path)
+    return handle
+
+
+def _log_started(host: Any, log_path: str) -> bool:
+    try:
+        return bool(host.read_from(log_path, 0, 1))
+    except HostError:
+        return False
+
+
+def resolve_intent(
+    tr: Transcript, host: Any, experiment_id: str, prior: PriorLaunch
+) -> ProcessHandle | None:
+    """An earlier process wrote ``server.launching`` for this experiment and died before
+    ``server.launched``: find out what became of that launch.
+
+    Returns the handle of the server if it runs (``prior.open`` becomes its launch record, with pid, and
+    a ``server.launched`` marked ``recovered`` is written so the transcript counts it); if it started and
+    is gone, records it as launched (``prior.attempts`` + 1) and leaves ``prior.open`` for ``server.lost``;
+    if it never started, clears ``prior.open``. Raises HostError when the host cannot be asked.
+    """
+    intent = prior.open
+    assert intent is not None
+    log = str(intent.get("log") or "")
+    handle = find_launch(host, log)
+    if handle is None and not _log_started(host, log):
+        prior.open = None  # killed before the spawn: nothing ran, nothing counts
+        return None
+    record = {
+        "experiment_id": experiment_id,
+        "port": intent.get("port"),
+        "log": log,
+        "pid": handle.pid if handle else None,
+        "pgid": handle.pgid if handle else None,
+        "started_wall": handle.started_wall if handle else None,
+        "orchestrator_pid": None,
+        "recovered": True,
+        "reason": "the process that launched it was killed before it could record the launch; found by "
+        + ("its log path" if handle else "its log, but the server is no longer running"),
+    }
+    tr.emit("server.launched", record, node="execute")
+    prior.attempts += 1
+    prior.open = record
+    return handle
+
+
+def stop_leftover(
+    tr: Transcript,
+    host: Any,
+    experiment_id: str,
+    record: dict[str, Any],
+    *,
+    reason: str = "its result was saved before an earlier process was killed; stopped now",
+) -> None:
+    """Stop the server of an open launch record whose result is already saved (an earlier process was
+    killed while stopping it), and record the stop. Never raises for a host that cannot be reached."""
+    handle = handle_from_record(record) or find_launch(host, str(record.get("log") or ""))
+    if handle is None:
+        return
+    try:
+        verified = host.terminate(handle, grace_s=5.0)
+    except HostError:
+        verified = False
+    tr.emit(
+        "server.stopped",
+        {"experiment_id": experiment_id, "pid": handle.pid, "log": handle.log_path, "verified": verified,
+         "wall_s": 0.0, "reason": reason},
+        node="execute",
+    )
+
+
+def open_launches(tr: Transcript) -> dict[str, dict[str, Any]]:
+    """Launch records of the transcript that no ``server.stopped`` closed, by experiment id."""
+    ids = {
+        str(ev.data.get("experiment_id"))
+        for ev in read_transcript(tr.path, on_bad=skip_bad)
+        if ev.type in ("server.launching", "server.launched", "server.adopted")
+    }
+    out = {}
+    for exp_id in sorted(ids):
+        rec = prior_launch(tr.path, exp_id).open
+        if rec is not None:
+            out[exp_id] = rec
+    return out
+
+
+def _shows_failure(evidence: RawEvidence) -> bool:
+    """Whether saved partial evidence already ends the launch: it crashed, exited or timed out, or a probe
+    failed (the server's end is then explained by what was seen)."""
+    if evidence.status not in (None, "ready"):
+        return True
+    return any(not p.ok for p in evidence.probes)

@@ -1,6 +1,8 @@
 """Redaction of secrets (and, on request, host names and IP addresses) from text that leaves the machine.
 
-Used on every prompt the LLM planner sends. Two layers:
+One redaction for everything a run writes or sends: the transcript writer (``redact_data`` on every
+event), reports, FINDINGS entries, ``show``/``runs`` output and ``--json`` lines, and every prompt the
+LLM planner sends (``run_redactor`` builds the run's redactor). Two layers:
 
 - **Literal secrets**: values of environment variables whose *name* says they are secret (``HF_TOKEN``,
   ``OPENAI_API_KEY``, ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD`` ...), taken from the case (host env,
@@ -23,10 +25,10 @@ import ipaddress
 import os
 import re
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "Redactor", "is_secret_name"]
+__all__ = ["REDACTED", "Redactor", "is_secret_name", "redact_data", "run_redactor", "scrub"]
 
 REDACTED = "<redacted>"
 
@@ -76,11 +78,16 @@ _FQDN = re.compile(
 _KEEP_IPS = frozenset({"127.0.0.1", "0.0.0.0", "::1", "::"})
 
 
+#: Environment variables whose names look secret but hold none: the working directories (``PWD``
+#: would otherwise make every path under the current directory ``<redacted>``) and the agent socket.
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK"})
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a variable/option/key name says its value is secret (``HF_TOKEN``, ``api_key``,
     ``--hf-token``, ``AWS_SECRET_ACCESS_KEY``); ``max_total_tokens`` and ``TOKENIZERS_PARALLELISM`` are not."""
     parts = [p for p in re.split(r"[_\-.\s]+", name.strip().strip("-").upper()) if p]
-    if not parts:
+    if not parts or name.strip() in _NOT_SECRET_NAMES:
         return False
     if any(p in _SECRET_PARTS for p in parts) or parts[-1] == "KEY":
         return True
@@ -137,6 +144,7 @@ class Redactor:
         for pattern, repl in _TOKEN_PATTERNS:
             text = pattern.sub(repl, text)
         text = _SECRET_OPTION.sub(self._option, text)
+        text = _API_KEY_FIELD.sub(_api_key_field, text)
         text = _ASSIGNMENT.sub(self._assignment, text)
         if self.mask_hosts:
             text = self._mask_hosts(text)
@@ -146,14 +154,15 @@ class Redactor:
     def _option(m: re.Match[str]) -> str:
         value = m.group(4)
         # "--api-key str" in a flag catalog is a type, not a key: real secrets are longer.
-        if value.lower() in _NOT_SECRET_VALUES or value.startswith("-") or len(value) < 6:
+        # A shell variable reference ("$API_KEY") names where the secret is, it is not the secret.
+        if value.lower() in _NOT_SECRET_VALUES or value.startswith(("-", "$")) or len(value) < 6:
             return m.group(0)
         return f"{m.group(1)}{m.group(2)}{m.group(3)}{REDACTED}{m.group(3)}"
 
     @staticmethod
     def _assignment(m: re.Match[str]) -> str:
         name, value = m.group(1), m.group(5)
-        if not is_secret_name(name) or value.lower() in _NOT_SECRET_VALUES:
+        if not is_secret_name(name) or value.lower() in _NOT_SECRET_VALUES or value.startswith("$"):
             return m.group(0)
         if re.fullmatch(r"[0-9.]{1,7}", value):  # "#cached-token: 0" in SGLang's batch lines
             return m.group(0)
@@ -196,39 +205,83 @@ class Redactor:
 _API_KEY_FIELD = re.compile(r"""(?i)(\b\w*api_key['"]?\s*[=:]\s*)(['"])([^'"]+)\2""")
 
 
+def _api_key_field(m: re.Match[str]) -> str:
+    if m.group(3).lower() in _NOT_SECRET_VALUES:
+        return m.group(0)
+    return f"{m.group(1)}{m.group(2)}{REDACTED}{m.group(2)}"
+
+
 def _secret_field(key: str) -> bool:
-    return (key.startswith("-") and is_secret_name(key)) or key.lower().endswith("api_key")
+    """Whether a field of structured data holds a secret: an environment variable or a command-line
+    option with a secret name (``HF_TOKEN``, ``--api-key``), or a lower-case field whose name is plainly
+    secret (``api_key``, ``password``). A lower-case name that ends in ``_key`` only (``change_key``) is
+    an identifier, not a key."""
+    if key.startswith("-") or key.isupper():
+        return is_secret_name(key)
+    parts = [p for p in re.split(r"[_\-.\s]+", key.upper()) if p]
+    if not parts or not is_secret_name(key):
+        return False
+    return any(p in _SECRET_PARTS for p in parts) or any(
+        pair in _SECRET_PAIRS for pair in zip(parts, parts[1:], strict=False)
+    )
+
+
+def _secret_value(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower() not in _NOT_SECRET_VALUES
+
+
+def redact_data(obj: Any, redactor: Callable[[str], str]) -> Any:
+    """A copy of JSON-like data with every secret replaced by ``<redacted>``: the value of a field named
+    like a secret (``{"HF_TOKEN": ...}``, ``{"--api-key": ...}``), the item after a secret option in an
+    argv list (``["--api-key", "sk-..."]``), the ``before``/``after`` of a change of a secret-named
+    variable, and, in every string, what ``redactor`` finds (known secret values, token shapes,
+    ``--api-key VALUE`` and ``api_key='...'`` in log lines)."""
+    if isinstance(obj, str):
+        return redactor(obj)
+    if isinstance(obj, dict):
+        secret_change = isinstance(obj.get("name"), str) and _secret_field(obj["name"]) and (
+            "before" in obj or "after" in obj
+        )
+        out: dict[Any, Any] = {}
+        for k, v in obj.items():
+            if isinstance(k, str) and _secret_field(k) and _secret_value(v):
+                out[k] = REDACTED
+            elif secret_change and k in ("before", "after") and _secret_value(v):
+                out[k] = REDACTED
+            else:
+                out[k] = redact_data(v, redactor)
+        return out
+    if isinstance(obj, list | tuple):
+        items = list(obj)
+        result: list[Any] = []
+        for i, v in enumerate(items):
+            prev = items[i - 1] if i else None
+            option = isinstance(prev, str) and prev.startswith("-") and "=" not in prev
+            if option and _secret_field(str(prev)) and _secret_value(v) and not str(v).startswith("-"):
+                result.append(REDACTED)
+            else:
+                result.append(redact_data(v, redactor))
+        return result
+    return obj
+
+
+def run_redactor(
+    case: Any = None, *, secrets: Iterable[str] = (), hosts: Iterable[str] = (), mask_hosts: bool = False
+) -> Redactor:
+    """The one redactor of a run: secret-named variables of the case (host and baseline env) and of this
+    process's environment, the values of secret-named baseline flags (``--api-key``), plus the token
+    shapes every redactor knows; ``secrets`` adds literal values (an LLM key), ``hosts``/``mask_hosts``
+    as for `Redactor.for_env`. ``case`` is an ``agent.case.Case`` (or None: the environment only)."""
+    envs: list[Mapping[str, str]] = []
+    flag_secrets: list[str] = []
+    if case is not None:
+        envs = [dict(case.host.env), dict(case.baseline.env)]
+        flag_secrets = [
+            str(v) for k, v in case.baseline.flags.items() if _secret_field(str(k)) and isinstance(v, str)
+        ]
+    return Redactor.for_env(*envs, secrets=[*flag_secrets, *secrets], hosts=hosts, mask_hosts=mask_hosts)
 
 
 def scrub(obj: Any) -> Any:
-    """A copy of a JSON-like value with server secrets removed, for everything hypoloop writes
-    (transcript events, saved experiment results): the value of a secret-named option key
-    (``{"--api-key": "..."}`` in a flag table, ``["--api-key", "..."]`` in an argv), of an ``*api_key``
-    field (``/server_info``), and inside
-    strings ``--api-key VALUE`` options and ``api_key='...'`` / ``'api_key': '...'`` fields of SGLang's
-    server-args line. Other text is left exactly as it is (replays compare it)."""
-    if isinstance(obj, dict):
-        return {
-            k: (
-                REDACTED
-                if isinstance(k, str) and isinstance(v, str) and _secret_field(k)
-                and v.strip().lower() not in _NOT_SECRET_VALUES
-                else scrub(v)
-            )
-            for k, v in obj.items()
-        }
-    if isinstance(obj, list):  # an argv: the item after "--api-key" is its value
-        return [
-            REDACTED
-            if i and isinstance(v, str) and isinstance(obj[i - 1], str) and _secret_field(obj[i - 1])
-            and v.strip().lower() not in _NOT_SECRET_VALUES
-            else scrub(v)
-            for i, v in enumerate(obj)
-        ]
-    if isinstance(obj, str) and ("key" in obj.lower()):
-        text = _SECRET_OPTION.sub(Redactor._option, obj)
-        return _API_KEY_FIELD.sub(
-            lambda m: m.group(0) if m.group(3).lower() in _NOT_SECRET_VALUES else f"{m.group(1)}{m.group(2)}{REDACTED}{m.group(2)}",
-            text,
-        )
-    return obj
+    """``redact_data`` with this process's redactor (no case): for callers that hold no run."""
+    return redact_data(obj, run_redactor())

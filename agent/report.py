@@ -24,6 +24,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from agent.recorded import ExperimentRun, HypothesisRecord, RecordedRun
+from agent.redact import run_redactor
 from agent.render import _change_text, alternative_text, shown_line
 
 #: Lines of context on each side of a cited log line, and the most lines one excerpt shows.
@@ -1043,8 +1044,22 @@ def render_html(rep: Report) -> str:
 def render(run: RecordedRun, fmt: str) -> str:
     """The report of ``run`` as ``md`` or ``html`` text. Raises ValueError for another format."""
     rep = build_report(run)
+    # Log excerpts come from the server logs too, and older transcripts were not redacted: the whole
+    # document passes the run's redaction (the case as recorded, this process's environment).
+    redact = run_redactor(_recorded_case(run))
     if fmt == "md":
-        return render_markdown(rep)
+        return redact(render_markdown(rep))
     if fmt == "html":
-        return render_html(rep)
+        return redact(render_html(rep))
     raise ValueError(f"--format {fmt}: expected md or html")
+
+
+def _recorded_case(run: RecordedRun) -> Any:
+    """The case of ``run`` as its ``run.started`` recorded it, or None."""
+    from agent.case import Case
+
+    data = run.started.get("case_data")
+    try:
+        return Case.model_validate(data) if data else None
+    except ValueError:
+        return None

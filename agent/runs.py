@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from agent.graph import build_graph
 from agent.runtime import Runtime
-from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript
+from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript, skip_bad
 
 RunStatus = Literal["running", "waiting for approval", "finished", "interrupted"]
 
@@ -45,14 +45,38 @@ def home_dir() -> Path:
     return Path(os.environ.get("HYPOLOOP_HOME", "~/.hypoloop")).expanduser()
 
 
+class StoreError(RunError):
+    """The checkpoint store cannot be read (damaged, truncated, not a database)."""
+
+
 @contextlib.contextmanager
 def open_checkpointer(home: Path) -> Iterator[SqliteSaver]:
-    """LangGraph's SQLite saver on ``home/checkpoints.sqlite`` (created), closed on exit."""
+    """LangGraph's SQLite saver on ``home/checkpoints.sqlite`` (created with its tables), closed on exit.
+
+    Raises StoreError (one line) when the file is damaged or is an empty (0-byte) file: hypoloop writes
+    its tables the moment it creates the store, so an empty one lost its runs and is never taken for
+    "no runs yet".
+    """
     home.mkdir(parents=True, exist_ok=True)
+    path = home / "checkpoints.sqlite"
+    if path.exists() and path.stat().st_size == 0:
+        raise StoreError(
+            f"{path}: the checkpoint store is empty (0 bytes): the runs it held are lost (the file was "
+            "truncated); move it away to start a new store (transcripts still hold what each run did)"
+        )
     # A generous busy timeout: `runs`/`show` may read while another process writes a checkpoint.
-    conn = sqlite3.connect(home / "checkpoints.sqlite", check_same_thread=False, timeout=30)
+    conn = sqlite3.connect(path, check_same_thread=False, timeout=30)
     try:
-        yield SqliteSaver(conn)
+        saver = SqliteSaver(conn)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            saver.setup()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(
+                f"{path}: the checkpoint store is damaged ({exc}); move it away to start a new store "
+                "(transcripts still hold what each run did)"
+            ) from None
+        yield saver
     finally:
         conn.close()
 
@@ -172,6 +196,11 @@ class RunInfo(BaseModel):
     launches: int = 0
     host_seconds: float = 0.0
     holder: int | None = None
+    #: The graph nodes the checkpoint says come next (empty for a run that ended, or whose checkpoint
+    #: after its last step was lost: then it has no conclusion and is not finished).
+    next: list[str] = []
+    #: Servers this run launched that still run on this machine although no process drives the run.
+    leftovers: list[dict[str, Any]] = []
     values: dict[str, Any] = {}
 
 
@@ -202,9 +231,9 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
     status: RunStatus
     if pending is not None:
         status = "waiting for approval"
-    elif not snap.next:
+    elif not snap.next and values.get("conclusion"):
         status = "finished"
-    else:
+    else:  # a run with no conclusion never counts as finished, whatever its checkpoint says comes next
         status = "running" if holder else "interrupted"
     conclusion = values.get("conclusion") or {}
     launches = int(values.get("launches", 0))
@@ -223,33 +252,58 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
         launches=launches,
         host_seconds=values.get("host_seconds", 0.0),
         holder=holder,
+        next=list(snap.next or ()),
+        leftovers=[] if holder else local_leftovers(home, run_id),
         values=values,
     )
+
+
+def local_leftovers(home: Path, run_id: str) -> list[dict[str, Any]]:
+    """Servers of ``run_id`` still running on this machine (found by the log path in their environment,
+    ``tools/leftovers.py``): pid, log and port of each."""
+    from tools.leftovers import port_from_argv, servers_under
+
+    return [
+        {"pid": p.pid, "log": p.log_path, "port": port_from_argv(p.argv())}
+        for p in servers_under(str(home / "runs" / run_id))
+    ]
 
 
 def _launches_in(transcript: Path) -> int:
     """Servers launched according to a transcript (``server.launched`` events; 0 if it is unreadable)."""
     try:
-        return sum(1 for ev in read_transcript(transcript) if ev.type == "server.launched")
+        return sum(1 for ev in read_transcript(transcript, on_bad=skip_bad) if ev.type == "server.launched")
     except (OSError, TranscriptError):
         return 0
 
 
 def list_runs(home: Path) -> list[RunInfo]:
-    """Every run in ``home``'s checkpoint store, oldest first."""
+    """Every run in ``home``'s checkpoint store, oldest first. Raises StoreError for a damaged store."""
     if not (home / "checkpoints.sqlite").exists():
         return []
-    with open_checkpointer(home) as saver:
-        graph = read_graph(home, saver)
-        infos = [run_info(home, graph, rid) for rid in run_ids(saver)]
+    try:
+        with open_checkpointer(home) as saver:
+            graph = read_graph(home, saver)
+            infos = [run_info(home, graph, rid) for rid in run_ids(saver)]
+    except (sqlite3.DatabaseError, ValueError) as exc:
+        if isinstance(exc, RunError):
+            raise
+        raise StoreError(f"{home / 'checkpoints.sqlite'}: the checkpoint store is damaged ({exc})") from None
     return [i for i in infos if i is not None]
 
 
 def load_run(home: Path, run_id: str) -> RunInfo:
-    """One run; raises RunError when the store has no run with that id."""
+    """One run; raises RunError when the store has no run with that id, StoreError when it is damaged."""
     if (home / "checkpoints.sqlite").exists():
-        with open_checkpointer(home) as saver:
-            info = run_info(home, read_graph(home, saver), run_id)
+        try:
+            with open_checkpointer(home) as saver:
+                info = run_info(home, read_graph(home, saver), run_id)
+        except (sqlite3.DatabaseError, ValueError) as exc:
+            if isinstance(exc, RunError):
+                raise
+            raise StoreError(
+                f"{home / 'checkpoints.sqlite'}: the checkpoint store is damaged ({exc})"
+            ) from None
         if info is not None:
             return info
     raise RunError(f"no run {run_id!r} in {home / 'checkpoints.sqlite'} (see `hypoloop runs`)")

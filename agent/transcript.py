@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agent.events import validate_payload
-from agent.redact import scrub
+from agent.redact import redact_data, run_redactor
 
 TRANSCRIPT_VERSION = 1
 
@@ -46,12 +46,18 @@ Listener = Callable[[TranscriptEvent], None]
 
 class Transcript:
     """Append-only JSONL writer. Every event is written and flushed (and fsynced) before ``emit`` returns,
-    so a crash loses at most the event being written."""
+    so a crash loses at most the event being written.
 
-    def __init__(self, path: Path, run_id: str) -> None:
+    Secrets never reach the file: each event's data passes through ``redact`` (``agent.redact.redact_data``
+    with ``redact``, a ``Redactor``: the run's, from ``agent.redact.run_redactor(case)``; by default the
+    one for this process's environment) before it is written or shown to listeners.
+    """
+
+    def __init__(self, path: Path, run_id: str, *, redact: Callable[[str], str] | None = None) -> None:
         self.path = path
         self.run_id = run_id
         self.step = 0
+        self.redact: Callable[[str], str] = redact or run_redactor()
         self.listeners: list[Listener] = []
         path.parent.mkdir(parents=True, exist_ok=True)
         _drop_torn_line(path)
@@ -65,6 +71,7 @@ class Transcript:
         events of concurrent experiments get distinct, increasing sequence numbers."""
         with self._lock:
             self.seq += 1
+            data = redact_data(data or {}, self.redact)
             ev = TranscriptEvent(
                 seq=self.seq,
                 ts=time.time(),
@@ -72,11 +79,13 @@ class Transcript:
                 step=self.step,
                 node=node,
                 type=type,
-                data=scrub(data or {}),  # a server's --api-key is never written (agent/redact.py)
+                data=data,
             )
             self._fh.write(json.dumps(ev.model_dump(mode="json"), ensure_ascii=False, default=str) + "\n")
             self._fh.flush()
             os.fsync(self._fh.fileno())
+            if _FAULT_KILL:
+                _fault_point(type)
             for listener in self.listeners:
                 listener(ev)
             return ev
@@ -85,6 +94,30 @@ class Transcript:
         """Close the file (events already written stay)."""
         if not self._fh.closed:
             self._fh.close()
+
+
+#: Fault injection for the kill tests (tests/test_crashproof.py): ``TYPE[#N][+MS]`` kills this process
+#: with SIGKILL right after the N-th (default first) event of TYPE is on disk, or MS milliseconds later
+#: (the process goes on meanwhile: a kill that lands a few ms after a step ends). Unset in normal use.
+_FAULT_KILL = os.environ.get("HYPOLOOP_FAULT_KILL", "")
+_fault_seen: dict[str, int] = {}
+
+
+def _fault_point(type: str) -> None:
+    spec, _, delay = _FAULT_KILL.partition("+")
+    name, _, nth = spec.partition("#")
+    if type != name:
+        return
+    _fault_seen[type] = _fault_seen.get(type, 0) + 1
+    if _fault_seen[type] != int(nth or 1):
+        return
+    import signal
+    import threading
+
+    if delay:
+        threading.Timer(int(delay) / 1000, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _drop_torn_line(path: Path) -> None:
@@ -98,12 +131,28 @@ def _drop_torn_line(path: Path) -> None:
             fh.truncate(data.rfind(b"\n") + 1)
 
 
+def skip_bad(exc: TranscriptError) -> None:
+    """``on_bad`` for readers that recover what they can from a damaged transcript (bad lines skipped)."""
+
+
+def damaged_lines(path: Path) -> list[str]:
+    """What is wrong with each bad line of a transcript (empty for a sound one)."""
+    bad: list[str] = []
+    try:
+        for _ in read_transcript(path, on_bad=lambda exc: bad.append(str(exc))):
+            pass
+    except TranscriptError as exc:  # unreadable file
+        bad.append(str(exc))
+    return bad
+
+
 def _last_seq(path: Path) -> int:
     if not path.exists():
         return 0
     last = 0
-    for ev in read_transcript(path, payloads=False):  # only the seq matters here
-        last = ev.seq
+    # Only the seq matters here; a damaged line in the middle does not stop a run from continuing.
+    for ev in read_transcript(path, payloads=False, on_bad=lambda exc: None):
+        last = max(last, ev.seq)
     return last
 
 
@@ -143,12 +192,15 @@ def _field_error(exc: ValidationError, prefix: str = "") -> str:
     return f"field '{loc or '(top level)'}': {err['msg']}{got}"
 
 
-def read_transcript(path: Path, *, payloads: bool = True) -> Iterator[TranscriptEvent]:
+def read_transcript(
+    path: Path, *, payloads: bool = True, on_bad: Callable[[TranscriptError], None] | None = None
+) -> Iterator[TranscriptEvent]:
     """Events of a transcript in order, read line by line (memory does not grow with the file).
 
     A truncated last line (no newline at the end, not a valid event: a write cut short by a crash) is
     skipped; any other malformed line raises TranscriptError naming the file, the line number and the
-    field. ``payloads=False`` checks the envelope only.
+    field, or, with ``on_bad``, is handed to it and skipped (recovery reads a damaged transcript up to
+    and past its bad lines). ``payloads=False`` checks the envelope only.
     """
     try:
         fh = open(path, "rb")  # noqa: SIM115
@@ -160,8 +212,11 @@ def read_transcript(path: Path, *, payloads: bool = True) -> Iterator[Transcript
                 continue
             try:
                 ev = parse_event(raw, where=f"{path}: line {i}", payloads=payloads)
-            except TranscriptError:
+            except TranscriptError as exc:
                 if not raw.endswith(b"\n"):
                     return  # a write cut short by a crash
-                raise
+                if on_bad is None:
+                    raise
+                on_bad(exc)
+                continue
             yield ev

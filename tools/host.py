@@ -25,6 +25,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from tools import leftovers
+
 TIME_SCALE_ENV = "HYPOLOOP_LAB_TIME_SCALE"
 
 
@@ -258,6 +260,18 @@ _REGISTRY_LOCK = threading.Lock()
 _REGISTRY: dict[int, tuple[LocalHost, ProcessHandle]] = {}
 
 
+def _handle_of(found: leftovers.LaunchedProcess) -> ProcessHandle:
+    age = found.age_s()
+    return ProcessHandle(
+        pid=found.pid,
+        pgid=found.pid,
+        argv=found.argv(),
+        log_path=found.log_path,
+        started_wall=time.time() - age,
+        started_monotonic=time.monotonic() - age,
+    )
+
+
 def terminate_all(grace_s: float = 2.0) -> list[int]:
     """Stop every process group spawned by any `LocalHost` of this process that is still running.
 
@@ -397,6 +411,10 @@ class LocalHost:
         path = os.path.abspath(log_path)
         merged = self._merged_env(env)
         merged.setdefault("PYTHONUNBUFFERED", "1")
+        # In the server's environment from its first instruction: a later process finds it by its log
+        # (resume adopts it) or as an orphan, whenever this process dies (tools/leftovers.py).
+        merged[leftovers.LAUNCH_LOG_ENV] = path
+        merged[leftovers.ORCHESTRATOR_ENV] = leftovers.orchestrator_marker()
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed below
@@ -540,6 +558,54 @@ class LocalHost:
         except OSError as exc:
             raise HostError(f"cannot create work dir {path}: {_one_line(str(exc))}") from None
         return path
+
+    # -- servers of earlier processes (tools/leftovers.py) ------------------------------------------
+
+    def find_launch(self, log_path: str) -> ProcessHandle | None:
+        """The live server an earlier process launched with this log (even one killed before it could
+        record the launch), or None."""
+        found = leftovers.find_launch(log_path)
+        return _handle_of(found) if found is not None else None
+
+    def claim(self, handle: ProcessHandle) -> None:
+        """Take over looking after a server an earlier process launched (it is no orphan any more)."""
+        leftovers.claim(handle.log_path)
+
+    def find_orphans(self) -> list[leftovers.Orphan]:
+        """Servers launched under this host's runs folder whose hypoloop process is gone (``pid_file`` is
+        ``LOG.pid``, so its folder names the run). Empty without a runs folder (``root``)."""
+        if not self._root:
+            return []
+        out = []
+        for p in leftovers.orphans_under(self._root):
+            argv = p.argv()
+            orch = p.orchestrator.partition(":")[0]
+            out.append(
+                leftovers.Orphan(
+                    pid_file=f"{p.log_path}.pid",
+                    log_path=p.log_path,
+                    pgid=p.pid,
+                    pid=p.pid,
+                    starttime=p.starttime,
+                    argv=argv,
+                    port=leftovers.port_from_argv(argv),
+                    client=socket.gethostname(),
+                    client_pid=int(orch) if orch.isdigit() else None,
+                    heartbeat_age_s=0.0,
+                    why=f"the hypoloop process that launched it (pid {orch or '?'}) is gone",
+                )
+            )
+        return out
+
+    def stop_orphan(self, orphan: Any, grace_s: float = 10.0) -> bool:
+        """Stop an orphaned server's process group (TERM, grace, KILL) and verify it is gone."""
+        if leftovers.proc_starttime(orphan.pgid) not in (None, orphan.starttime):
+            return True  # that pid belongs to another process now: the orphan is gone
+        handle = ProcessHandle(
+            pid=orphan.pgid, pgid=orphan.pgid, argv=list(orphan.argv), log_path=orphan.log_path,
+            started_wall=0.0, started_monotonic=0.0,
+        )
+        return self.terminate(handle, grace_s=grace_s)
 
     def close(self) -> None:
         """Stop every process this host spawned that still runs (2 s grace) and forget them."""

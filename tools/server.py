@@ -209,6 +209,9 @@ class ServerSession:
             return
         self._started = True
         self.handle = handle
+        claim = getattr(self.host, "claim", None)  # a host that can record who looks after a server
+        if claim is not None:
+            claim(handle)
         self.container = recover_container(handle.argv)
         self._watcher = LogWatcher(self.host, handle.log_path)
         self._prev_read_start = time.monotonic()

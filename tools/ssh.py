@@ -70,6 +70,8 @@ from tools.host import (
     ProcessHandle,
     expand_argv,
 )
+from tools.leftovers import Orphan
+from tools.leftovers import port_from_argv as _port_from_argv
 
 __all__ = ["Orphan", "SSHHost", "SSHOptions", "SSHStats", "SSHTarget", "parse_target"]
 
@@ -168,26 +170,6 @@ class SSHStats(BaseModel):
     wire_bytes_received: int = 0
 
 
-class Orphan(BaseModel):
-    """A server of an earlier hypoloop run still running on the host while its orchestrator is gone.
-
-    `heartbeat_age_s` is how long ago its orchestrator last touched the PID file; `why` says why it is
-    considered orphaned; `port` is its ``--port`` if the argv had one.
-    """
-
-    pid_file: str
-    log_path: str
-    pgid: int
-    pid: int | None
-    starttime: str
-    argv: list[str] = Field(default_factory=list)
-    port: int | None = None
-    client: str | None = None
-    client_pid: int | None = None
-    heartbeat_age_s: float
-    why: str
-
-
 # --- the remote shell snippets ---------------------------------------------------------------------
 
 # Process inspection in POSIX sh through /proc, with builtins only (no fork per process).
@@ -245,20 +227,6 @@ def _precheck(argv0: str) -> str:
         raise HostError(f"{argv0!r}: not a program name (it must not start with '-' or contain '=')")
     msg = _q(_NOT_FOUND_MARK + argv0)
     return f"command -v {_q(argv0)} >/dev/null 2>&1 || {{ echo {msg} >&2; exit 127; }}\n"
-
-
-def _port_from_argv(argv: Sequence[str]) -> int | None:
-    """The value of the last ``--port N`` / ``--port=N`` in `argv`, if any."""
-    port: int | None = None
-    for i, a in enumerate(argv):
-        value = None
-        if a == "--port" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif a.startswith("--port="):
-            value = a.split("=", 1)[1]
-        if value is not None and value.isdigit():
-            port = int(value)
-    return port
 
 
 # --- private state ---------------------------------------------------------------------------------
@@ -550,6 +518,16 @@ class SSHHost:
         self._heartbeat_stop = threading.Event()
         self._resolve()
         self._connect(first=True)
+        try:
+            # Logs, PID files and the work dir go through SFTP: a host without it is refused now, in plain
+            # words, instead of failing the first launch with "Channel closed.".
+            _ = self.home
+        except HostError:
+            client = self._client
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+            raise
         _HOSTS.add(self)
         threading.Thread(target=self._heartbeat, name="ssh-heartbeat", daemon=True).start()
 
@@ -695,6 +673,20 @@ class SSHHost:
             self.stats.reconnects += 1
             self._notify("host.reconnected", {"target": self.name, "host_key": info["host_key"]})
 
+    @property
+    def connection_epoch(self) -> int:
+        """How many connections were opened so far: it changes exactly when the connection was lost and
+        re-established, so a failure seen across a change may be the connection's, not the server's."""
+        return self.stats.connects
+
+    def check_connection(self) -> None:
+        """Make sure the connection works (one round trip; reconnects if it dropped). Raises
+        `HostUnreachable` if it cannot be re-established, `HostError` for a changed host key or refused
+        authentication on reconnect."""
+        self._deliver()
+        self._exec("exit 0\n", timeout=self.options.connect_timeout_s + 15.0)
+        self._deliver()
+
     def _known_name(self) -> str:
         return f"[{self._hostname}]:{self._port}" if self._port != 22 else self._hostname
 
@@ -719,7 +711,11 @@ class SSHHost:
             self._sftp_files.clear()
         with contextlib.suppress(Exception):
             client.close()
-        self._notify("host.connection_lost", {"target": self.name, "reason": _one_line(reason)})
+        # seen_at: when the drop was noticed here; the event itself is written later (at the next call).
+        self._notify(
+            "host.connection_lost",
+            {"target": self.name, "reason": _one_line(reason), "seen_at": round(time.time(), 3)},
+        )
 
     def _ensure(self) -> paramiko.Transport:
         """The live transport, reconnecting with backoff if the connection dropped.
@@ -895,7 +891,18 @@ class SSHHost:
             client = self._client
             if client is None:
                 raise EOFError("not connected")
-            self._sftp_client = client.open_sftp()
+            try:
+                self._sftp_client = client.open_sftp()
+            except paramiko.SSHException as exc:
+                transport = client.get_transport()
+                if transport is not None and transport.is_active():
+                    # The connection is fine but the server refused the subsystem ("Channel closed.").
+                    raise HostError(
+                        f"{self.name}: the host offers no SFTP subsystem ({_one_line(str(exc))}); hypoloop "
+                        "needs it to read logs and PID files: enable it in the host's sshd_config "
+                        "(Subsystem sftp internal-sftp)"
+                    ) from None
+                raise
             channel = self._sftp_client.get_channel()
             if channel is not None:
                 channel.settimeout(max(self.options.connect_timeout_s, 30.0))
@@ -1083,6 +1090,42 @@ class SSHHost:
             self._paces.pop(path, None)
         if old is not None:
             old.close()
+        return handle
+
+    def find_launch(self, log_path: str) -> ProcessHandle | None:
+        """The live server an earlier process started with this log (found by its PID file, which the
+        server's session leader writes before the server starts), or None."""
+        self._deliver()
+        path = self._abs(log_path)
+        words = (self._sftp_small(f"{path}.pid") or b"").decode(errors="replace").split("\n")
+        first = words[0].split() if words else []
+        if len(first) < 2 or not first[0].isdigit():
+            return None
+        lead = int(first[0])
+        child = words[1].strip() if len(words) > 1 else ""
+        meta_raw = self._sftp_small(f"{path}.json") or b"{}"
+        try:
+            meta = json.loads(meta_raw)
+        except ValueError:
+            meta = {}
+        started = float(meta.get("started") or time.time()) if isinstance(meta, dict) else time.time()
+        handle = ProcessHandle(
+            pid=int(child) if child.isdigit() else lead,
+            pgid=lead,
+            argv=[str(a) for a in meta.get("argv", [])] if isinstance(meta, dict) else [],
+            log_path=path,
+            started_wall=started,
+            started_monotonic=time.monotonic() - max(0.0, time.time() - started),
+        )
+        sp = _Spawned(
+            handle=handle, starttime=first[1], pid_file=f"{path}.pid", rc_file=f"{path}.rc",
+            port=_port_from_argv(handle.argv),
+        )
+        if not self._check_alive(sp):
+            return None
+        with self._lock:
+            self._spawned[lead] = sp
+            self._by_log[path] = sp
         return handle
 
     def _spawned_for(self, handle: ProcessHandle) -> _Spawned:

@@ -40,7 +40,7 @@ def conclude(state: RunState, rt: Runtime) -> dict[str, Any]:
     rt.transcript.emit("conclusion", to_payload("conclusion", c), node="conclude")
     rt.transcript.emit(
         "run.ended",
-        {"status": c.status, "launches": c.launches, "host_seconds": c.host_seconds},
+        {"status": c.status, "launches": c.launches, "host_seconds": c.host_seconds, "reason": c.reason},
         node="conclude",
     )
     return {"conclusion": c.model_dump(mode="json"), "status": c.status}

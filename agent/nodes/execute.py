@@ -17,35 +17,39 @@ Side effects:
 - files: the server's log (``EXP.log``, ``EXP.launchN.log`` for a relaunch) in the run's host workdir
   and the saved result ``$HYPOLOOP_HOME/runs/RUN_ID/EXP.result.json``.
 
-A host that became unreachable ends the run: the update carries ``status: "error"``, and after analyze
-the graph's error edge goes to conclude.
+Any host failure (unreachable, changed host key, refused authentication, no SFTP, full disk, missing
+launcher) ends the run: the update carries ``status: "error"`` with the cause, and after analyze the
+graph's error edge goes to conclude; it is never evidence about the deployment. A probe that fails
+across a dropped connection is sent again after reconnecting (``agent.crashsafe``), and
+``server.launching`` is written before the spawn (``agent.recovery``).
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agent.case import Case, server_api_key
+from agent.crashsafe import infra_failure, probe_through_drops, server_info_through_drops
 from agent.evidence import RawEvidence
 from agent.generators.evidence import LogExcerpt
 from agent.models import Experiment
 from agent.progress import LoadProgress
-from agent.recovery import prior_launch, recover, save_result
+from agent.recovery import prior_launch, record_intent, recover, save_result
 from agent.runtime import Runtime
 from agent.state import RunState, case_of
 from agent.wire import to_payload
 from tools.host import (
     Host,
     HostError,
-    HostUnreachable,
     ProcessHandle,
     QueuesJobs,
     SchedulerError,
     expand_argv,
 )
-from tools.probes import ProbeResult, get_server_info, run_probe
+from tools.probes import ProbeResult
 from tools.server import LaunchResult, ServerSession, WatchEvent, render_command
 from tools.signatures import SignatureMatcher
 from tools.stall import StallWatch
@@ -78,20 +82,16 @@ def execute(state: RunState, rt: Runtime) -> dict[str, Any]:
             evidence = run_experiment(
                 rt, case, state["run_id"], exp, adopt=adopt, record=record, launch_no=prior.attempts + 1
             )
-            save_result(rt.state_dir, state["run_id"], evidence)
+            save_result(rt.state_dir, state["run_id"], evidence, redact=tr.redact)
     except HostError as exc:
         tr.emit("error", {"message": str(exc), "experiment_id": exp.id}, node="execute")
         # Launches of this experiment that produced no outcome, this one included (the host failed
         # under a running server): each used the host, so each counts, with the time it was seen.
         lost = prior_launch(tr.path, exp.id)
         earlier, earlier_host_s = lost.attempts, lost.wall_s / time_scale
-        if isinstance(exc, HostUnreachable):  # nothing more can be learned there: end the run
-            rt.sessions.pop(exp.id, None)  # it cannot be stopped now; the next run there stops it
-            unreachable = {
-                "status": "error",
-                "error": f"experiment {exp.id}: {exc} (a server left running there is reported and "
-                "stopped by the next run on that host)",
-            }
+        # The host failed, not the server: that is no evidence about the deployment, and nothing more
+        # can be learned there. The run ends in error (conclude stops what it can still reach).
+        unreachable = infra_failure(rt, exp.id, exc)
         evidence = RawEvidence.infra_error(exp.id, str(exc))
     exp.status = "running"
     return {
@@ -160,11 +160,26 @@ def run_experiment(
     rt.sessions[exp.id] = session
     probes: list[ProbeResult] = []
     with session:
-        t0 = _start_or_adopt(rt, session, exp, host, argv, adopt=adopt, record=record)
+        t0 = _start_or_adopt(rt, session, exp, host, argv, run_id=run_id, adopt=adopt, record=record)
         res = _wait_ready(session, watch)
-        server_info = _probe_or_record_failure(rt, session, res, case, exp, probes)
+
+        spent = [0.0]  # wall seconds of this bookkeeping: the orchestrator's time, not the server's
+
+        def keep(server_info: dict[str, Any] | None, *, partial: bool) -> None:
+            # The evidence so far, on disk before the next event: a kill after the server failed leaves
+            # what it showed (agent.recovery uses it), not a launch to repeat.
+            began = time.monotonic()
+            save_result(rt.state_dir, run_id, RawEvidence.from_launch(
+                exp.id, final=session.result(), matcher=matcher, server_info=server_info, stall=stall,
+                probes=probes, log_path=log_path, t_ready_s=res.t_ready_s,
+                wall_s=began - t0 - spent[0], time_scale=host.time_scale,
+            ), redact=tr.redact, partial=partial)
+            spent[0] += time.monotonic() - began
+
+        server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep)
+        keep(server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
         stopped = session.stop()
-    wall = time.monotonic() - t0
+    wall = time.monotonic() - t0 - spent[0]
     queued: float | None = None
     if isinstance(host, QueuesJobs) and session.handle is not None:
         # Queue time is not GPU time: host-seconds count from the job's start, wall-clock from submission.
@@ -237,6 +252,7 @@ def _start_or_adopt(
     host: Host,
     argv: list[str],
     *,
+    run_id: str,
     adopt: ProcessHandle | None,
     record: dict[str, Any] | None,
 ) -> float:
@@ -271,7 +287,10 @@ def _start_or_adopt(
         {"tool": "launch_server", "argv": argv, "env": exp.config().env, "log": log_path},
         node="execute",
     )
+    record_intent(tr, exp.id, log_path=log_path, port=port, run_dir=host.workdir(run_id))
     session.start()
+    if session.error is not None:  # the host could not start it (missing launcher, full disk)
+        raise HostError(session.error)
     handle = session.handle
     tr.emit(
         "server.launched",
@@ -297,11 +316,14 @@ def _probe_or_record_failure(
     case: Case,
     exp: Experiment,
     probes: list[ProbeResult],
+    *,
+    keep: Callable[..., None],
 ) -> dict[str, Any] | None:
     """A ready server: ask ``/get_server_info``, run the probes (appended to ``probes``) and watch a
     moment longer for a crash they caused; its server info. Otherwise record the crash or timeout."""
     tr = rt.transcript
     if not (res.status == "ready" and res.base_url):
+        keep(None, partial=True)  # it crashed or timed out: that is its outcome, whatever happens next
         tr.emit(
             "server.crashed" if res.status not in ("timeout", "stalled") else "server.timeout",
             {"experiment_id": exp.id, "status": res.status, "exit_code": res.exit_code, "after_s": res.t_end_s},
@@ -309,11 +331,16 @@ def _probe_or_record_failure(
         )
         return None
     tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
-    api_key = server_api_key(exp.config().flags)  # the server's --api-key: sent, never written
-    server_info = get_server_info(res.base_url, api_key=api_key)
+    host = session.host
+    api_key = server_api_key(exp.config().flags)  # sent to the server, never written (the transcript redacts it)
+    server_info = server_info_through_drops(host, res.base_url, api_key=api_key)
     for probe in [*case.probes, *exp.probes]:
-        pr = run_probe(res.base_url, probe, model=case.model.path, api_key=api_key)
+        pr = probe_through_drops(
+            tr, host, res.base_url, probe, model=case.model.path, experiment_id=exp.id, api_key=api_key
+        )
         probes.append(pr)
+        if not pr.ok:  # the server may die of it: what it answered is kept before anything else happens
+            keep(server_info, partial=True)
         tr.emit("probe.result", to_payload("probe.result", pr, experiment_id=exp.id), node="execute")
         if pr.status in ("connection_error", "timeout"):
             break

@@ -21,13 +21,13 @@ from typing import Any
 
 from langgraph.config import get_config
 
-from agent.case import Case
+from agent.case import Case, outside_warnings
 from agent.catalog import role_spellings
 from agent.evidence import RawEvidence
 from agent.knowledge_dir import knowledge_dir
 from agent.models import Baseline, Experiment
 from agent.planner import RelevantFinding, model_features
-from agent.redact import REDACTED, is_secret_name
+from agent.redact import run_redactor
 from agent.runtime import Runtime
 from agent.state import RunState, case_of, seed_state
 from agent.transcript import Transcript
@@ -50,6 +50,9 @@ def intake(state: RunState, rt: Runtime) -> dict[str, Any]:
     seed = seed_state(dict(state), get_config().get("configurable", {}).get("thread_id"))
     state = {**state, **seed}  # type: ignore[typeddict-item]
     case = case_of(state)
+    tr.redact = run_redactor(case)  # its secrets are never written (the CLI set it already; Studio not)
+    for warning in outside_warnings(case):  # named explicitly in the case file, so used; and recorded
+        tr.emit("case.warning", {"message": warning}, node="intake")
     tr.emit(
         "run.started",
         {
@@ -58,7 +61,7 @@ def intake(state: RunState, rt: Runtime) -> dict[str, Any]:
             "host": case.host.target,
             "approval": state.get("approval"),
             "budget": case.budget.model_dump(),
-            "case_data": _without_secrets(case.model_dump(mode="json")),  # for `replay --redecide`
+            "case_data": case.model_dump(mode="json"),  # for `replay --redecide` (secrets redacted)
             "knowledge_dir": str(knowledge_dir()),  # the folder the run reads (``--knowledge``)
         },
         node="intake",
@@ -184,14 +187,3 @@ def ingest_log(case: Case, baseline: Baseline, signatures: list[Signature]) -> t
         status="running",
     )
     return RawEvidence.from_log(exp.id, text, signatures, str(path)), exp
-
-
-def _without_secrets(case_data: dict[str, Any]) -> dict[str, Any]:
-    """The case as written to the transcript: values of secret-named env variables (HF_TOKEN, *_PASSWORD,
-    ...) in the host and baseline env replaced by ``<redacted>``; transcripts are shared with reviewers."""
-    for section in ("host", "baseline"):
-        env = (case_data.get(section) or {}).get("env") or {}
-        for name in env:
-            if is_secret_name(name):
-                env[name] = REDACTED
-    return case_data
