@@ -52,7 +52,37 @@ def build_conclusion(state: RunState) -> Conclusion:
     experiments = {e["id"]: Experiment.model_validate(e) for e in state.get("experiments", [])}
     outcomes = {o["experiment_id"]: Outcome.model_validate(o) for o in state.get("outcomes", [])}
     rejections = [Rejection.model_validate(r) for r in state.get("rejections", [])]
-    base = Conclusion(
+    base = _base_conclusion(state, hyps, rejections)
+    if state.get("status") == "error":
+        return base.model_copy(update={"status": "error", "reason": state.get("error") or "error"})
+    passed = [e for e in experiments.values() if outcomes.get(e.id) and outcomes[e.id].stage == "ok"]
+    fix_exp = next((e for e in reversed(passed) if e.purpose == "test" and e.change), None)
+    confirm, refuted_by = _confirmation(state, fix_exp, experiments, outcomes)
+    reason = _fix_reason(state.get("conclude_reason") or "", fix_exp, confirm, refuted_by)
+    untested = [
+        {"id": h.id, "statement": h.statement, "posterior": h.posterior, "why": _why_open(h, rejections, confirm)}
+        for h in sorted(hyps, key=lambda h: -h.posterior)
+        if h.status == "open"
+    ]
+    if state.get("status") == "stopped":
+        return base.model_copy(update={"status": "stopped", "reason": reason, "untested": untested})
+    if not (confirm and fix_exp and fix_exp.change):
+        return _not_isolated(base, reason, untested, experiments, outcomes)
+    if _is_workaround(fix_exp.change, hyps):
+        return _workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes)
+    c = _isolated(state, base, reason, untested, hyps, fix_exp, confirm, experiments, outcomes)
+    c.findings_entry = findings_entry(state, c)
+    return c
+
+
+def _joined(reason: str, extra: str) -> str:
+    """``reason`` with ``extra`` appended after a semicolon (just ``extra`` when reason is empty)."""
+    return f"{reason}; {extra}" if reason else extra
+
+
+def _base_conclusion(state: RunState, hyps: list[Hypothesis], rejections: list[Rejection]) -> Conclusion:
+    """The not-isolated conclusion every ending starts from: what was refuted, rejected, edited and spent."""
+    return Conclusion(
         status="not_isolated",
         refuted=[
             {
@@ -77,61 +107,88 @@ def build_conclusion(state: RunState) -> Conclusion:
         edited=list(state.get("edits", [])),
         llm_usage=usage_summary(state.get("planner")),
     )
-    if state.get("status") == "error":
-        return base.model_copy(update={"status": "error", "reason": state.get("error") or "error"})
-    reason = state.get("conclude_reason") or ""
-    passed = [e for e in experiments.values() if outcomes.get(e.id) and outcomes[e.id].stage == "ok"]
-    fix_exp = next((e for e in reversed(passed) if e.purpose == "test" and e.change), None)
-    confirm, refuted_by = _confirmation(state, fix_exp, experiments, outcomes)
+
+
+def _fix_reason(
+    reason: str, fix_exp: Experiment | None, confirm: Experiment | None, refuted_by: str | None
+) -> str:
+    """The conclude reason extended with why a served fix is not the fix (re-run failed) or unconfirmed."""
     if refuted_by is not None and fix_exp is not None and fix_exp.change is not None:
-        refuted_fix = (
+        reason = _joined(
+            reason,
             f"{fix_exp.change.describe()} served in {fix_exp.id} but its re-run {refuted_by} did not hold, so "
-            "it is not the fix"
+            "it is not the fix",
         )
-        reason = f"{reason}; {refuted_fix}" if reason else refuted_fix
-    untested = [
-        {"id": h.id, "statement": h.statement, "posterior": h.posterior, "why": _why_open(h, rejections, confirm)}
-        for h in sorted(hyps, key=lambda h: -h.posterior)
-        if h.status == "open"
-    ]
     if fix_exp and fix_exp.change and not confirm and refuted_by is None:  # not (fully) confirmed
-        unconfirmed = (
-            f"{fix_exp.change.describe()} served correctly in {fix_exp.id} but was not confirmed by a re-run"
+        reason = _joined(
+            reason, f"{fix_exp.change.describe()} served correctly in {fix_exp.id} but was not confirmed by a re-run"
         )
-        reason = f"{reason}; {unconfirmed}" if reason else unconfirmed
-    if state.get("status") == "stopped":
-        return base.model_copy(update={"status": "stopped", "reason": reason, "untested": untested})
-    if not (confirm and fix_exp and fix_exp.change):
-        implicated = implicated_of(experiments, outcomes)
-        if implicated and implicated.get("missing"):
-            missing = (
-                f"the failure is a failed import of {implicated['missing']} (package {implicated['package']}) "
-                "that no flag or environment variable in the installed source avoids"
-            )
-            reason = f"{reason}; {missing}" if reason else missing
-        return base.model_copy(
-            update={"reason": reason or "no fix found", "untested": untested, "implicated": implicated}
+    return reason
+
+
+def _not_isolated(
+    base: Conclusion,
+    reason: str,
+    untested: list[dict[str, Any]],
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> Conclusion:
+    """The ending without a confirmed fix, naming a missing import no flag avoids when that is the failure."""
+    implicated = implicated_of(experiments, outcomes)
+    if implicated and implicated.get("missing"):
+        reason = _joined(
+            reason,
+            f"the failure is a failed import of {implicated['missing']} (package {implicated['package']}) "
+            "that no flag or environment variable in the installed source avoids",
         )
-    if _is_workaround(fix_exp.change, hyps):
-        # Only a workaround held: it avoids the broken part without naming the cause, so the root cause
-        # is not isolated (the workaround is reported as an alternative that fixed it).
-        return base.model_copy(
-            update={
-                "reason": f"only a workaround avoided the failure ({fix_exp.change.describe()}, confirmed by "
-                f"{confirm.id}); the root cause is not isolated" + (f"; {reason}" if reason else ""),
-                "untested": untested,
-                "implicated": implicated_of(experiments, outcomes),
-                "alternatives": [
-                    {"change": fix_exp.change.describe(), "kind": fix_exp.change.kind, "name": fix_exp.change.name,
-                     "workaround": True, "cost": "medium", "note": "", "decisive": True,
-                     "experiment_id": fix_exp.id, "result": "fixed"}
-                ],
-            }
-        )
+    return base.model_copy(update={"reason": reason or "no fix found", "untested": untested, "implicated": implicated})
+
+
+def _workaround_only(
+    base: Conclusion,
+    reason: str,
+    untested: list[dict[str, Any]],
+    fix_exp: Experiment,
+    confirm: Experiment,
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> Conclusion:
+    """The ending when only a workaround held: it avoids the broken part without naming the cause, so the
+    root cause is not isolated (the workaround is reported as an alternative that fixed it)."""
+    assert fix_exp.change is not None
+    return base.model_copy(
+        update={
+            "reason": f"only a workaround avoided the failure ({fix_exp.change.describe()}, confirmed by "
+            f"{confirm.id}); the root cause is not isolated" + (f"; {reason}" if reason else ""),
+            "untested": untested,
+            "implicated": implicated_of(experiments, outcomes),
+            "alternatives": [
+                {"change": fix_exp.change.describe(), "kind": fix_exp.change.kind, "name": fix_exp.change.name,
+                 "workaround": True, "cost": "medium", "note": "", "decisive": True,
+                 "experiment_id": fix_exp.id, "result": "fixed"}
+            ],
+        }
+    )
+
+
+def _isolated(
+    state: RunState,
+    base: Conclusion,
+    reason: str,
+    untested: list[dict[str, Any]],
+    hyps: list[Hypothesis],
+    fix_exp: Experiment,
+    confirm: Experiment,
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> Conclusion:
+    """The isolated ending: the confirmed cause (or the fix itself), the fix with its original value, and
+    the alternatives."""
+    assert fix_exp.change is not None
     cause = max((h for h in hyps if h.status == "confirmed"), key=lambda h: h.posterior, default=None)
     original = Case.model_validate(state["case"]).baseline
     fix = fix_exp.change.model_copy(update={"before": original.value(fix_exp.change.kind, fix_exp.change.name)})
-    c = base.model_copy(
+    return base.model_copy(
         update={
             "status": "isolated",
             "root_cause": {
@@ -147,8 +204,6 @@ def build_conclusion(state: RunState) -> Conclusion:
             "alternatives": _alternatives(cause, fix_exp, hyps, experiments, outcomes, state.get("fingerprint")),
         }
     )
-    c.findings_entry = findings_entry(state, c)
-    return c
 
 
 def _is_workaround(change: Change, hyps: list[Hypothesis]) -> bool:
