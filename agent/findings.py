@@ -114,6 +114,20 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
         lines.append(f"- Effective config of the working run: {fact[0]}={fact[1]}")
     for a in c.get("alternatives") or []:  # root fixes first, then by performance cost
         lines.append(f"- Alternative: {_plain(alternative_text(a))}")
+    lines += _working_command(run, case, model)
+    lines += _ruled_out(run, c.get("refuted") or [])
+    lines += _not_separated(c.get("untested") or [])
+    host_s = float(c.get("host_seconds") or 0.0)
+    lines.append(
+        f"Reference: hypoloop run {run.run_id}, {c.get('launches')} launches, {host_s:.0f} host-seconds; "
+        f"transcript {run.path.resolve()} (review it with `hypoloop report`)."
+    )
+    # Secrets never reach a notes file (the transcript is redacted already; an older one may not be).
+    return run_redactor()("\n".join(lines) + "\n")
+
+
+def _working_command(run: RecordedRun, case: dict[str, Any], model: str) -> list[str]:
+    """The entry's fenced launch command of the working configuration (secrets as references)."""
     flags, env = working_config(run)
     launcher = _launcher(run, case)
     cmd = [
@@ -122,7 +136,7 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
         *(_secret_ref(k, v) or command_text({k: v}) for k, v in flags.items()),
     ]
     prefix = " ".join(_secret_ref(k, v) or command_text({}, {k: v}) for k, v in env.items())
-    lines += [
+    return [
         "",
         "```bash",
         f"# works: served correctly and again on a confirmation re-run (hypoloop run {run.run_id})",
@@ -130,38 +144,41 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
         "```",
         "",
     ]
-    refuted = c.get("refuted") or []
-    if refuted:
-        lines.append("Ruled out by this run:")
-        lines.append("")
-        for r in refuted:
-            why = "; ".join(_plain(str(e.get("detail", ""))) for e in r.get("evidence", [])) or "refuted"
-            where = []
-            for e in r.get("evidence", []):
-                er = run.run_of(e.get("experiment_id"))
-                if er is not None:
-                    where.append(
-                        f"experiment {er.step}"
-                        + (f", log line {', '.join(map(str, e['lines'][:4]))}" if e.get("lines") else "")
-                    )
-            lines.append(
-                f"- {r.get('id')}: {_plain(str(r.get('statement', '')))} — {why}"
-                + (f" ({'; '.join(where)})" if where else "")
-            )
-        lines.append("")
-    unseparated = [u for u in c.get("untested") or [] if str(u.get("why", "")).startswith("not separated")]
+
+
+def _ruled_out(run: RecordedRun, refuted: list[dict[str, Any]]) -> list[str]:
+    """The entry's "Ruled out by this run" list: each refuted hypothesis, why, and where (experiment, log lines)."""
+    if not refuted:
+        return []
+    lines = ["Ruled out by this run:", ""]
+    for r in refuted:
+        why = "; ".join(_plain(str(e.get("detail", ""))) for e in r.get("evidence", [])) or "refuted"
+        where = []
+        for e in r.get("evidence", []):
+            er = run.run_of(e.get("experiment_id"))
+            if er is not None:
+                where.append(
+                    f"experiment {er.step}"
+                    + (f", log line {', '.join(map(str, e['lines'][:4]))}" if e.get("lines") else "")
+                )
+        lines.append(
+            f"- {r.get('id')}: {_plain(str(r.get('statement', '')))} — {why}"
+            + (f" ({'; '.join(where)})" if where else "")
+        )
+    lines.append("")
+    return lines
+
+
+def _not_separated(untested: list[dict[str, Any]]) -> list[str]:
+    """The entry's lines naming the open hypotheses no experiment separated from the fix."""
+    lines = []
+    unseparated = [u for u in untested if str(u.get("why", "")).startswith("not separated")]
     for u in unseparated:  # why: "not separated from the fix (EXP): DETAIL"
         head, _, detail = str(u.get("why")).partition(": ")
         lines.append(f"Not separated from the fix ({head.rsplit('(', 1)[-1].rstrip(')')}): {u.get('id')} — {_plain(detail)}.")
     if unseparated:
         lines.append("")
-    host_s = float(c.get("host_seconds") or 0.0)
-    lines.append(
-        f"Reference: hypoloop run {run.run_id}, {c.get('launches')} launches, {host_s:.0f} host-seconds; "
-        f"transcript {run.path.resolve()} (review it with `hypoloop report`)."
-    )
-    # Secrets never reach a notes file (the transcript is redacted already; an older one may not be).
-    return run_redactor()("\n".join(lines) + "\n")
+    return lines
 
 
 def _launcher(run: RecordedRun, case: dict[str, Any]) -> list[str]:
