@@ -213,6 +213,49 @@ def _env_words(env: Mapping[str, str]) -> list[str]:
     return words
 
 
+def _spawn_script(cmd: list[str], env: dict[str, str], path: str, *, nonce: str, port: int | None) -> str:
+    """The script ``SSHHost.spawn`` runs: start ``cmd`` detached, logged to ``path``; print its PID file's line."""
+    pid_file, rc_file, meta_file = f"{path}.pid", f"{path}.rc", f"{path}.json"
+    meta = json.dumps(
+        {
+            "argv": cmd,
+            "log": path,
+            "port": port,
+            "client": socket.gethostname(),
+            "client_pid": os.getpid(),
+            "started": time.time(),
+        }
+    )
+    child = (
+        f"echo $$ >> {_q(pid_file + '.tmp')} && mv {_q(pid_file + '.tmp')} {_q(pid_file)} && exec "
+        + _command_words(cmd, env)
+    )
+    leader = (
+        "trap : TERM INT HUP\n"
+        'read -r s < /proc/$$/stat; r=${s##*") "}; set -- $r\n'
+        f'echo "$$ ${{20}} {nonce}" > {_q(pid_file + ".tmp")}\n'
+        f"/bin/sh -c {_q(child)}\n"
+        f"echo $? > {_q(rc_file)}\n"
+    )
+    directory = path.rsplit("/", 1)[0] or "/"
+    return (
+        # A retry after a dropped connection finds the server this very call started.
+        f"if [ -s {_q(pid_file)} ] && grep -q {_q(nonce)} {_q(pid_file)}; then cat {_q(pid_file)}; exit 0; fi\n"
+        + _precheck(cmd[0])
+        + f"mkdir -p -- {_q(directory)} || exit 1\n"
+        + f"rm -f -- {_q(pid_file)} {_q(pid_file + '.tmp')} {_q(rc_file)}\n"
+        + f": > {_q(path)} || exit 1\n"
+        + f"printf '%s\\n' {_q(meta)} > {_q(meta_file)}\n"
+        + f"setsid -f /bin/sh -c {_q(leader)} </dev/null >> {_q(path)} 2>&1 || exit 1\n"
+        + "i=0\n"
+        + f"while [ ! -s {_q(pid_file)} ]; do\n"
+        + "  i=$((i+1)); if [ $i -gt 1000 ]; then echo 'hypoloop: no PID file after 20 s' >&2; exit 1; fi\n"
+        + "  sleep 0.02\n"
+        + "done\n"
+        + f"cat {_q(pid_file)}\n"
+    )
+
+
 def _command_words(argv: Sequence[str], env: Mapping[str, str]) -> str:
     """``env NAME=value ... ARGV`` as one quoted shell command line (``env`` so no shell syntax remains)."""
     return " ".join(["env", *_env_words(env), *(_q(a) for a in argv)])
@@ -576,6 +619,28 @@ class SSHHost:
 
     def _connect(self, *, first: bool = False) -> None:
         """Open a new connection (the old one, if any, is dropped first). Raises HostError."""
+        client = self._new_client()
+        sock = self._open(client)
+        info = self._connection_info(client)
+        if self.connect_info and self.connect_info.get("host_key") != info["host_key"]:
+            # Only possible with --insecure-accept-host-key: a checked key cannot change under us.
+            client.close()
+            raise HostError(f"{self.name}: the host key changed on reconnect ({info['host_key']}); refusing")
+        with self._lock:
+            self._client = client
+            self._sock = sock
+            self._given_up = False
+        self.stats.connects += 1
+        self.stats.round_trips += 4  # version exchange, key exchange, auth, session setup
+        if first:
+            self.connect_info = info
+            self._notify("host.connected", info)
+        else:
+            self.stats.reconnects += 1
+            self._notify("host.reconnected", {"target": self.name, "host_key": info["host_key"]})
+
+    def _new_client(self) -> paramiko.SSHClient:
+        """A client that checks host keys against known_hosts (or accepts any with --insecure-accept-host-key)."""
         opts = self.options
         client = paramiko.SSHClient()
         if opts.insecure_accept_host_key:
@@ -590,6 +655,12 @@ class SSHHost:
                 except (OSError, paramiko.SSHException) as exc:
                     raise HostError(f"known_hosts file {self._known_hosts}: {_one_line(str(exc))}") from None
             client.set_missing_host_key_policy(_RefuseUnknown())
+        return client
+
+    def _open(self, client: paramiko.SSHClient) -> _CountingSocket:
+        """Connect and authenticate ``client``; return its counting socket. Raises HostError (HostUnreachable
+        when the host cannot be reached), closing the client first."""
+        opts = self.options
         who = f"{self._user}@{self._where()}"
         try:
             raw: Any
@@ -643,11 +714,16 @@ class SSHHost:
             client.close()
             detail = _one_line(str(exc) or type(exc).__name__)
             raise HostUnreachable(f"{self.name}: cannot connect to {who}: {detail}") from None
+        return sock
+
+    def _connection_info(self, client: paramiko.SSHClient) -> dict[str, Any]:
+        """Turn on keepalives of the connected ``client``; return the ``host.connected`` record of it."""
+        opts = self.options
         transport = client.get_transport()
         assert transport is not None
         transport.set_keepalive(max(1, int(opts.keepalive_s)))
         server_key = transport.get_remote_server_key()
-        info = {
+        return {
             "target": self.name,
             "user": self._user,
             "hostname": self._hostname,
@@ -656,22 +732,6 @@ class SSHHost:
             "host_key_checked": not opts.insecure_accept_host_key,
             "known_hosts": None if opts.insecure_accept_host_key else self._known_hosts,
         }
-        if self.connect_info and self.connect_info.get("host_key") != info["host_key"]:
-            # Only possible with --insecure-accept-host-key: a checked key cannot change under us.
-            client.close()
-            raise HostError(f"{self.name}: the host key changed on reconnect ({info['host_key']}); refusing")
-        with self._lock:
-            self._client = client
-            self._sock = sock
-            self._given_up = False
-        self.stats.connects += 1
-        self.stats.round_trips += 4  # version exchange, key exchange, auth, session setup
-        if first:
-            self.connect_info = info
-            self._notify("host.connected", info)
-        else:
-            self.stats.reconnects += 1
-            self._notify("host.reconnected", {"target": self.name, "host_key": info["host_key"]})
 
     @property
     def connection_epoch(self) -> int:
@@ -1023,46 +1083,9 @@ class SSHHost:
         merged = self._merged_env(env)
         merged.setdefault("PYTHONUNBUFFERED", "1")
         nonce = secrets.token_hex(8)
-        pid_file, rc_file, meta_file = f"{path}.pid", f"{path}.rc", f"{path}.json"
+        pid_file, rc_file = f"{path}.pid", f"{path}.rc"
         port = _port_from_argv(cmd)
-        meta = json.dumps(
-            {
-                "argv": cmd,
-                "log": path,
-                "port": port,
-                "client": socket.gethostname(),
-                "client_pid": os.getpid(),
-                "started": time.time(),
-            }
-        )
-        child = (
-            f"echo $$ >> {_q(pid_file + '.tmp')} && mv {_q(pid_file + '.tmp')} {_q(pid_file)} && exec "
-            + _command_words(cmd, merged)
-        )
-        leader = (
-            "trap : TERM INT HUP\n"
-            'read -r s < /proc/$$/stat; r=${s##*") "}; set -- $r\n'
-            f'echo "$$ ${{20}} {nonce}" > {_q(pid_file + ".tmp")}\n'
-            f"/bin/sh -c {_q(child)}\n"
-            f"echo $? > {_q(rc_file)}\n"
-        )
-        directory = path.rsplit("/", 1)[0] or "/"
-        script = (
-            # A retry after a dropped connection finds the server this very call started.
-            f"if [ -s {_q(pid_file)} ] && grep -q {_q(nonce)} {_q(pid_file)}; then cat {_q(pid_file)}; exit 0; fi\n"
-            + _precheck(cmd[0])
-            + f"mkdir -p -- {_q(directory)} || exit 1\n"
-            + f"rm -f -- {_q(pid_file)} {_q(pid_file + '.tmp')} {_q(rc_file)}\n"
-            + f": > {_q(path)} || exit 1\n"
-            + f"printf '%s\\n' {_q(meta)} > {_q(meta_file)}\n"
-            + f"setsid -f /bin/sh -c {_q(leader)} </dev/null >> {_q(path)} 2>&1 || exit 1\n"
-            + "i=0\n"
-            + f"while [ ! -s {_q(pid_file)} ]; do\n"
-            + "  i=$((i+1)); if [ $i -gt 1000 ]; then echo 'hypoloop: no PID file after 20 s' >&2; exit 1; fi\n"
-            + "  sleep 0.02\n"
-            + "done\n"
-            + f"cat {_q(pid_file)}\n"
-        )
+        script = _spawn_script(cmd, merged, path, nonce=nonce, port=port)
         status, out, err = self._exec(script, timeout=60.0)
         self._deliver()
         stderr = err.decode("utf-8", "replace")
