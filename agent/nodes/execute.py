@@ -132,31 +132,9 @@ def run_experiment(
     log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{name}.log"
     matcher = SignatureMatcher(rt.signatures)
     excerpt = LogExcerpt()  # the lines kept as evidence (tracebacks, errors, warnings, the tail)
-    # Stall = no log progress for a stage-appropriate time (tools/stall.py); the case's stall_timeout_s,
-    # when given, caps it.
-    stall = StallWatch(
-        rt.signatures,
-        time_scale=host.time_scale,
-        ceiling_s=case.budget.stall_timeout_s * host.time_scale if case.budget.stall_timeout_s else None,
-    )
-    # A server on a batch node must listen beyond its loopback to be reached (SlurmHost.listen_host).
-    listen = getattr(host, "listen_host", "127.0.0.1")
-    argv = render_command(
-        expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host=listen, port=port
-    )
+    stall = _stall_watch(rt, case, host)
     watch = rt.progress.launch(exp.id, rt.signatures) if rt.progress is not None else None
-    session = ServerSession(
-        host,
-        argv,
-        env=exp.config().env,
-        log_path=log_path,
-        port=port,
-        matcher=matcher,
-        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev, watch, excerpt),
-        ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
-        stall_timeout_s=stall.limit,
-        api_key=server_api_key(exp.config().flags),
-    )
+    session, argv = _new_session(rt, case, exp, host, port, log_path, matcher, stall, excerpt, watch)
     rt.sessions[exp.id] = session
     probes: list[ProbeResult] = []
     with session:
@@ -179,20 +157,7 @@ def run_experiment(
         server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep)
         keep(server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
         stopped = session.stop()
-    wall = time.monotonic() - t0 - spent[0]
-    queued: float | None = None
-    if isinstance(host, QueuesJobs) and session.handle is not None:
-        # Queue time is not GPU time: host-seconds count from the job's start, wall-clock from submission.
-        queued = max(0.0, min(wall, session.handle.started_monotonic - t0))
-    tr.emit(
-        "server.stopped",
-        {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3), **_job_record(host, session.handle)},
-        node="execute",
-    )
-    rt.sessions.pop(exp.id, None)  # stopped and recorded; Runtime.close() handles only interrupted ones
-    failure = host.job_failure(session.handle) if isinstance(host, QueuesJobs) and session.handle else None
-    if failure is not None:  # the scheduler ended the job (node failure, cancelled by someone): no evidence
-        raise SchedulerError(f"{failure}; the outcome is no evidence about the server")
+    wall, queued = _record_stop(rt, host, session, exp, stopped, wall=time.monotonic() - t0 - spent[0], t0=t0)
     return RawEvidence.from_launch(
         exp.id,
         final=session.result(),
@@ -207,6 +172,72 @@ def run_experiment(
         log_excerpt=excerpt.lines(),
         queued_s=queued,
     )
+
+
+def _stall_watch(rt: Runtime, case: Case, host: Host) -> StallWatch:
+    """The launch's stall watch: no log progress for a stage-appropriate time (tools/stall.py), capped by
+    the case's stall_timeout_s when given."""
+    return StallWatch(
+        rt.signatures,
+        time_scale=host.time_scale,
+        ceiling_s=case.budget.stall_timeout_s * host.time_scale if case.budget.stall_timeout_s else None,
+    )
+
+
+def _new_session(
+    rt: Runtime,
+    case: Case,
+    exp: Experiment,
+    host: Host,
+    port: int,
+    log_path: str,
+    matcher: SignatureMatcher,
+    stall: StallWatch,
+    excerpt: LogExcerpt,
+    watch: LoadProgress | None,
+) -> tuple[ServerSession, list[str]]:
+    """(the not yet started server session of this experiment, its launch argv)."""
+    # A server on a batch node must listen beyond its loopback to be reached (SlurmHost.listen_host).
+    listen = getattr(host, "listen_host", "127.0.0.1")
+    argv = render_command(
+        expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host=listen, port=port
+    )
+    session = ServerSession(
+        host,
+        argv,
+        env=exp.config().env,
+        log_path=log_path,
+        port=port,
+        matcher=matcher,
+        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev, watch, excerpt),
+        ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
+        stall_timeout_s=stall.limit,
+        api_key=server_api_key(exp.config().flags),
+    )
+    return session, argv
+
+
+def _record_stop(
+    rt: Runtime, host: Host, session: ServerSession, exp: Experiment, stopped: bool, *, wall: float, t0: float
+) -> tuple[float, float | None]:
+    """Record the stopped server (``server.stopped``); return (wall seconds, seconds queued or None).
+
+    Raises SchedulerError when the scheduler ended the job (node failure, cancelled by someone): its
+    outcome is no evidence about the server."""
+    queued: float | None = None
+    if isinstance(host, QueuesJobs) and session.handle is not None:
+        # Queue time is not GPU time: host-seconds count from the job's start, wall-clock from submission.
+        queued = max(0.0, min(wall, session.handle.started_monotonic - t0))
+    rt.transcript.emit(
+        "server.stopped",
+        {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3), **_job_record(host, session.handle)},
+        node="execute",
+    )
+    rt.sessions.pop(exp.id, None)  # stopped and recorded; Runtime.close() handles only interrupted ones
+    failure = host.job_failure(session.handle) if isinstance(host, QueuesJobs) and session.handle else None
+    if failure is not None:
+        raise SchedulerError(f"{failure}; the outcome is no evidence about the server")
+    return wall, queued
 
 
 def _job_record(host: Host, handle: ProcessHandle | None) -> dict[str, Any]:
