@@ -55,8 +55,12 @@ from tools.knowledge import infer_features
 from tools.signatures import load_signatures
 
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
+    from agent.catalog import CatalogEntry
+    from agent.models import Hypothesis, Outcome, RelevantFinding
+    from agent.planner import Proposal
     from agent.runs import RunInfo
     from agent.runtime import Runtime
+    from tools.signatures import Signature
 
 app = typer.Typer(
     add_completion=False,
@@ -660,18 +664,10 @@ def _analyze(
 ) -> None:
     from agent.evidence import RawEvidence
     from agent.nodes.analyze import classify_outcome
-    from agent.runtime import ssh_options
     text = _read_text(logfile, what="log")
     if not text.strip():
         _fail(f"{logfile}: the log is empty")
-    try:
-        c = load_case(case) if case else Case(name=logfile.name, model=_model_from_log(text))
-        sigs = load_signatures(knowledge_file("signatures.toml"))
-        from agent.catalog import load_catalog
-
-        catalog = load_catalog()
-    except (CaseError, CatalogError, ValueError) as exc:
-        _fail(str(exc))
+    c, sigs, catalog = _analyze_setup(logfile, case, text)
     if not c.model.features:
         c.model.features = sorted(infer_features(text[:20000]))
     exp = Experiment(
@@ -685,33 +681,8 @@ def _analyze(
     fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability)
     notes: list[str] = []
     if case and not (gpu_name or compute_capability):
-        try:
-            qhost = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
-            try:
-                fp = fingerprint(
-                    qhost, gpu_query_argv=expand_argv(c.launcher.gpu_query_argv, qhost), version_argv=None
-                )
-            finally:
-                qhost.close()
-            notes.append(f"host {c.host.target}: {fp.gpu_count} x {fp.gpu_name} (compute capability "
-                         f"{fp.compute_capability})")
-        except HostError as exc:
-            notes.append(f"could not ask the case's host for its GPUs ({exc}); give --compute-capability")
-    findings = []
-    if case:
-        from agent.planner import RelevantFinding
-        from tools.knowledge import read_findings, relevance
-
-        for p in c.knowledge:
-            for f in read_findings(c.resolve_path(p)):
-                findings.append(
-                    RelevantFinding(
-                        finding=f,
-                        relevance=relevance(
-                            f, model=c.model.path, features=model_features(c), gpu_name=fp.gpu_name
-                        ),
-                    )
-                )
+        fp = _analyze_host_fingerprint(c, fp, notes)
+    findings = _analyze_findings(c, fp) if case else []
     view = PlannerView(case=c, fingerprint=fp, findings=findings, experiments=[exp], outcomes=[outcome])
     # Without the host's --help, the log's own server-args line says which release's flag spellings apply.
     planner = RulePlanner(catalog, catalog_from_server_args(text))
@@ -721,55 +692,115 @@ def _analyze(
     verdict = _log_verdict(outcome)
     suggestions = suggestions_in_log(text.split("\n"))
     if json_out:
-        print(
-            json.dumps(
-                {
-                    "log": str(logfile),
-                    "stage": outcome.stage,
-                    "verdict": verdict,
-                    "signatures": [
-                        {"id": m.signature_id, "kind": m.kind, **_bounded_lines(m.line_numbers),
-                         "text": m.first_line}
-                        for m in outcome.matches
-                    ],
-                    "facts": outcome.facts,
-                    "hypotheses": [
-                        {
-                            "id": h.id,
-                            "component": h.component,
-                            "statement": h.statement,
-                            "posterior": h.posterior,
-                        }
-                        for h in ranked
-                    ],
-                    "first_experiment": {
-                        **proposal.experiment.change.model_dump(),
-                        "effective_before": effective_before(
-                            proposal.experiment.change.kind,
-                            proposal.experiment.change.name,
-                            proposal.experiment.change.before,
-                            outcome.facts,
-                        ),
-                    }
-                    if proposal.experiment and proposal.experiment.change
-                    else None,
-                    "alternatives": [
-                        {"change": a["change"], "p_fix": a["p_fix"]}
-                        for a in proposal.considered
-                        if a.get("change")
-                        and not (proposal.experiment and proposal.experiment.change
-                                 and a["change"] == proposal.experiment.change.describe())
-                    ],
-                    "sglang_suggestions": [{"line": n, "text": t} for n, t in suggestions],
-                    "reason": proposal.conclude_reason,
-                }
-            )
-        )
+        print(json.dumps(_analyze_json(logfile, outcome, verdict, ranked, proposal, suggestions)))
         return
     console = Console()
     console.print(f"[bold]{escape(str(logfile))}[/]: stage reached [bold]{outcome.stage}[/] — {verdict}")
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]")
+    _print_log_findings(console, outcome, ranked, show_all)
+    _print_log_advice(console, outcome, proposal, suggestions)
+
+
+def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, list[Signature], list[CatalogEntry]]:
+    """(the case, log signatures, hypothesis catalog) for ``analyze``; bad input ends the command in one line."""
+    try:
+        c = load_case(case) if case else Case(name=logfile.name, model=_model_from_log(text))
+        sigs = load_signatures(knowledge_file("signatures.toml"))
+        from agent.catalog import load_catalog
+
+        catalog = load_catalog()
+    except (CaseError, CatalogError, ValueError) as exc:
+        _fail(str(exc))
+    return c, sigs, catalog
+
+
+def _analyze_host_fingerprint(c: Case, fp: HostFingerprint, notes: list[str]) -> HostFingerprint:
+    """The case's host's GPUs (asked over its connection), else ``fp``; a note says which, for the user."""
+    from agent.runtime import ssh_options
+    try:
+        qhost = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
+        try:
+            fp = fingerprint(
+                qhost, gpu_query_argv=expand_argv(c.launcher.gpu_query_argv, qhost), version_argv=None
+            )
+        finally:
+            qhost.close()
+        notes.append(f"host {c.host.target}: {fp.gpu_count} x {fp.gpu_name} (compute capability "
+                     f"{fp.compute_capability})")
+    except HostError as exc:
+        notes.append(f"could not ask the case's host for its GPUs ({exc}); give --compute-capability")
+    return fp
+
+
+def _analyze_findings(c: Case, fp: HostFingerprint) -> list[RelevantFinding]:
+    """The case's knowledge files' findings, each with its relevance to this model and GPU."""
+    from agent.planner import RelevantFinding
+    from tools.knowledge import read_findings, relevance
+
+    findings: list[RelevantFinding] = []
+    for p in c.knowledge:
+        for f in read_findings(c.resolve_path(p)):
+            findings.append(
+                RelevantFinding(
+                    finding=f,
+                    relevance=relevance(
+                        f, model=c.model.path, features=model_features(c), gpu_name=fp.gpu_name
+                    ),
+                )
+            )
+    return findings
+
+
+def _analyze_json(
+    logfile: Path, outcome: Outcome, verdict: str, ranked: list[Hypothesis], proposal: Proposal,
+    suggestions: list[tuple[int, str]],
+) -> dict[str, Any]:
+    """The ``analyze --json`` document: stage, verdict, signatures, facts, hypotheses and the advice."""
+    return {
+        "log": str(logfile),
+        "stage": outcome.stage,
+        "verdict": verdict,
+        "signatures": [
+            {"id": m.signature_id, "kind": m.kind, **_bounded_lines(m.line_numbers),
+             "text": m.first_line}
+            for m in outcome.matches
+        ],
+        "facts": outcome.facts,
+        "hypotheses": [
+            {
+                "id": h.id,
+                "component": h.component,
+                "statement": h.statement,
+                "posterior": h.posterior,
+            }
+            for h in ranked
+        ],
+        "first_experiment": {
+            **proposal.experiment.change.model_dump(),
+            "effective_before": effective_before(
+                proposal.experiment.change.kind,
+                proposal.experiment.change.name,
+                proposal.experiment.change.before,
+                outcome.facts,
+            ),
+        }
+        if proposal.experiment and proposal.experiment.change
+        else None,
+        "alternatives": [
+            {"change": a["change"], "p_fix": a["p_fix"]}
+            for a in proposal.considered
+            if a.get("change")
+            and not (proposal.experiment and proposal.experiment.change
+                     and a["change"] == proposal.experiment.change.describe())
+        ],
+        "sglang_suggestions": [{"line": n, "text": t} for n, t in suggestions],
+        "reason": proposal.conclude_reason,
+    }
+
+
+def _print_log_findings(console: Console, outcome: Outcome, ranked: list[Hypothesis], show_all: bool) -> None:
+    """Print the log's matched signatures, effective config and ranked hypotheses."""
     shown = [m for m in outcome.matches if m.kind in ("fatal", "error", "warning", "ready") or show_all]
     console.print("\n[bold]signatures[/] (first line number, kind, id: first matching line)")
     for m in shown:
@@ -791,6 +822,10 @@ def _analyze(
     for hy in ranked:
         console.print(f"  {hy.posterior:.2f}  {hy.id}  [dim]({hy.component})[/]", highlight=False)
         console.print(f"        {escape(hy.statement)}", highlight=False)
+
+
+def _print_log_advice(console: Console, outcome: Outcome, proposal: Proposal, suggestions: list[tuple[int, str]]) -> None:
+    """Print the first experiment (or why none), the planner's alternatives and SGLang's own suggestions."""
     console.print()
     first = proposal.experiment.change if proposal.experiment else None
     if proposal.experiment and first:
@@ -1288,11 +1323,8 @@ def _resume_locked(
     json_out: bool,
     verbose: bool,
 ) -> None:
-    from langgraph.types import Command
-
     from agent.graph import build_graph
     from agent.llm_planner import llm_notices
-    from agent.nodes.approve import edit_experiment
     from agent.runs import load_run, open_checkpointer
     from agent.runtime import Runtime
     info = load_run(home, run_id)  # read again under the lock: another process may have moved it on
@@ -1305,24 +1337,8 @@ def _resume_locked(
         err_console.print(msg)
         _report(info.values, run_id, Path(info.transcript or "?"), json_out=json_out, console=Console())
         return
-    if experiment and (request is None or request.experiment.id != experiment):
-        now = f"waiting: {waiting}" if waiting else "it waits for no approval"
-        _fail(f"{experiment} is not waiting for approval in run {run_id} ({now}); nothing was decided")
-    if request is None and decision:
-        _fail(
-            f"run {run_id} is not waiting for an approval (it stopped in the middle of a step); "
-            f"continue it with: hypoloop resume {run_id}"
-        )
-    if not info.transcript:
-        _fail(f"run {run_id}: its checkpoint names no transcript; it cannot be resumed by this version")
-    tpath = Path(info.transcript)
-    try:
-        tr = Transcript(tpath, run_id, redact=run_redactor(Case.model_validate(info.values["case"])))
-    except (OSError, TranscriptError) as exc:
-        _fail(f"{tpath}: cannot continue the transcript: {exc}")
-    for problem in damaged_lines(tpath)[:3]:  # recovery reads past them; the file stays as it is
-        err_console.print(f"[yellow]warning:[/] {escape(problem)} (skipped; the run continues after it)")
-    tr.step = info.launches + 1
+    _refuse_wrong_decision(run_id, request, waiting, decision=decision, experiment=experiment)
+    tr, tpath = _continue_transcript(info, run_id)
     console = Console(stderr=json_out)
     tr.listeners.append(EventRenderer(console, verbose=verbose, launch_progress=True))
     tr.listeners.append(llm_notices(console))
@@ -1337,21 +1353,10 @@ def _resume_locked(
             graph = build_graph(rt, saver)
             first: Any = None
             if request is not None and decision is not None:
-                answer = ApprovalAnswer(
-                    decision="approve" if decision == "approve-all" else decision,  # type: ignore[arg-type]
-                    all=decision == "approve-all",
-                    reason=reason,
-                    set=edits,
-                    experiment_id=request.experiment.id,
-                    mode=mode,  # type: ignore[arg-type]
-                    by="user",
+                first = _resume_command(
+                    rt, info, request, decision, reason=reason, edits=edits, mode=mode, run_id=run_id,
+                    waiting=waiting,
                 )
-                if answer.decision == "edit":
-                    try:
-                        edit_experiment(rt, info.values, request.experiment, answer.set)  # type: ignore[arg-type]
-                    except EditError as exc:
-                        _fail(f"edit refused: {exc}; run {run_id} still waits for approval of {waiting}")
-                first = Command(resume=answer.model_dump(mode="json", exclude_none=True))
             elif request is not None and not sys.stdin.isatty():
                 _pause_quietly(request, console, json_out=json_out, tpath=tpath)
             tr.emit(
@@ -1374,6 +1379,63 @@ def _resume_locked(
         rt.close()
         tr.close()
     _report(result, run_id, tpath, json_out=json_out, console=console)
+
+
+def _refuse_wrong_decision(
+    run_id: str, request: ApprovalRequest | None, waiting: str | None, *, decision: str | None,
+    experiment: str | None,
+) -> None:
+    """End the command in one line when the decision names an experiment that is not waiting, or the run waits
+    for no approval."""
+    if experiment and (request is None or request.experiment.id != experiment):
+        now = f"waiting: {waiting}" if waiting else "it waits for no approval"
+        _fail(f"{experiment} is not waiting for approval in run {run_id} ({now}); nothing was decided")
+    if request is None and decision:
+        _fail(
+            f"run {run_id} is not waiting for an approval (it stopped in the middle of a step); "
+            f"continue it with: hypoloop resume {run_id}"
+        )
+
+
+def _continue_transcript(info: RunInfo, run_id: str) -> tuple[Transcript, Path]:
+    """(the run's transcript opened to append, its path), warning about damaged lines; a transcript that
+    cannot be continued ends the command in one line."""
+    if not info.transcript:
+        _fail(f"run {run_id}: its checkpoint names no transcript; it cannot be resumed by this version")
+    tpath = Path(info.transcript)
+    try:
+        tr = Transcript(tpath, run_id, redact=run_redactor(Case.model_validate(info.values["case"])))
+    except (OSError, TranscriptError) as exc:
+        _fail(f"{tpath}: cannot continue the transcript: {exc}")
+    for problem in damaged_lines(tpath)[:3]:  # recovery reads past them; the file stays as it is
+        err_console.print(f"[yellow]warning:[/] {escape(problem)} (skipped; the run continues after it)")
+    tr.step = info.launches + 1
+    return tr, tpath
+
+
+def _resume_command(
+    rt: Runtime, info: RunInfo, request: ApprovalRequest, decision: str, *, reason: str | None, edits: list[str],
+    mode: str | None, run_id: str, waiting: str | None,
+) -> Any:
+    """The graph's resume command carrying the user's answer; an edit is applied first (refused in one line)."""
+    from langgraph.types import Command
+
+    from agent.nodes.approve import edit_experiment
+    answer = ApprovalAnswer(
+        decision="approve" if decision == "approve-all" else decision,  # type: ignore[arg-type]
+        all=decision == "approve-all",
+        reason=reason,
+        set=edits,
+        experiment_id=request.experiment.id,
+        mode=mode,  # type: ignore[arg-type]
+        by="user",
+    )
+    if answer.decision == "edit":
+        try:
+            edit_experiment(rt, info.values, request.experiment, answer.set)  # type: ignore[arg-type]
+        except EditError as exc:
+            _fail(f"edit refused: {exc}; run {run_id} still waits for approval of {waiting}")
+    return Command(resume=answer.model_dump(mode="json", exclude_none=True))
 
 
 def _pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool, tpath: Path) -> NoReturn:
