@@ -738,63 +738,12 @@ class RulePlanner:
                 )
                 continue
             weights[h.id] *= tunables().likelihood[pred][obs]
-            if pred == "fixed" and obs == "persists":
-                h.status = "refuted"
-                h.evidence.append(
-                    Evidence(
-                        kind="experiment",
-                        experiment_id=exp.id,
-                        effect="refutes",
-                        detail=f"predicted {change} would fix the symptom; it persisted ({out.stage}: "
-                        f"{', '.join(out.failure_signatures()[:3]) or _stall_text(out) or out.stage})",
-                    )
-                )
-            elif pred in ("fixed", "may_fix") and obs == "fixed":
-                h.status = "supported"
-                h.evidence.append(
-                    Evidence(
-                        kind="experiment",
-                        experiment_id=exp.id,
-                        effect="supports",
-                        detail=f"{change} fixed the symptom, as predicted",
-                    )
-                )
-            elif pred == "may_fix" and obs in ("persists", "changed"):
-                h.evidence.append(
-                    Evidence(
-                        kind="experiment",
-                        experiment_id=exp.id,
-                        effect="weakens",
-                        detail=f"{change} did not fix the symptom ({out.stage}); this hypothesis allowed that",
-                    )
-                )
-            elif pred in ("fixed", "may_fix") and obs == "advanced":
-                h.evidence.append(
-                    Evidence(
-                        kind="experiment",
-                        experiment_id=exp.id,
-                        effect="supports",
-                        detail=f"{change} moved the failure to a later stage ({out.stage})",
-                    )
-                )
-            elif pred == "persists" and obs == "fixed":
-                h.evidence.append(
-                    Evidence(
-                        kind="experiment",
-                        experiment_id=exp.id,
-                        effect="weakens",
-                        detail=f"the symptom went away with {change}, which this hypothesis does not explain",
-                    )
-                )
-            elif obs == "different":
-                h.evidence.append(
-                    Evidence(
-                        kind="experiment",
-                        experiment_id=exp.id,
-                        effect="neutral",
-                        detail=f"{change} failed earlier ({out.stage}); the symptom was not reached",
-                    )
-                )
+            judged = _judgement(pred, obs, change, out)
+            if judged is not None:
+                status, effect, detail = judged
+                if status is not None:
+                    h.status = status
+                h.evidence.append(Evidence(kind="experiment", experiment_id=exp.id, effect=effect, detail=detail))
 
     @staticmethod
     def _side_change(h: Hypothesis, before: dict[str, str], after: dict[str, str]) -> str | None:
@@ -1157,6 +1106,31 @@ def _flag_memo(flags: FlagCatalog) -> dict[tuple[Any, ...], Any]:
         entry = (flags, {})
         _FLAG_MEMOS[id(flags)] = entry
     return entry[1]
+
+
+def _judgement(
+    pred: str, obs: str, change: str, out: Outcome
+) -> tuple[Literal["supported", "refuted"] | None, EvidenceEffect, str] | None:
+    """(new status or None, evidence effect, detail) of an observation against a hypothesis's prediction;
+    None when the observation says nothing about it."""
+    if pred == "fixed" and obs == "persists":
+        return (
+            "refuted",
+            "refutes",
+            f"predicted {change} would fix the symptom; it persisted ({out.stage}: "
+            f"{', '.join(out.failure_signatures()[:3]) or _stall_text(out) or out.stage})",
+        )
+    if pred in ("fixed", "may_fix") and obs == "fixed":
+        return "supported", "supports", f"{change} fixed the symptom, as predicted"
+    if pred == "may_fix" and obs in ("persists", "changed"):
+        return None, "weakens", f"{change} did not fix the symptom ({out.stage}); this hypothesis allowed that"
+    if pred in ("fixed", "may_fix") and obs == "advanced":
+        return None, "supports", f"{change} moved the failure to a later stage ({out.stage})"
+    if pred == "persists" and obs == "fixed":
+        return None, "weakens", f"the symptom went away with {change}, which this hypothesis does not explain"
+    if obs == "different":
+        return None, "neutral", f"{change} failed earlier ({out.stage}); the symptom was not reached"
+    return None
 
 
 def _stall_text(out: Outcome) -> str:
