@@ -81,3 +81,18 @@ def test_a_knowledge_folder_that_does_not_exist_is_one_line_and_exit_2(tmp_path:
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "nope does not exist" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_resume_keeps_the_knowledge_folder_the_run_started_with(tmp_path: Path) -> None:
+    """A run paused for approval and resumed later (without --knowledge) still reads the folder it
+    started with: no catalog hypothesis appears after the resume either."""
+    folder = _empty_catalog(tmp_path)
+    first = _hypoloop(tmp_path, "run", "lab:nccl-p2p-hang", "--json", "--knowledge", str(folder))
+    assert first.returncode == 3, first.stderr[-2000:]  # no terminal: waits for the baseline's approval
+    paused = json.loads(first.stdout.strip().splitlines()[-1])
+    r = _hypoloop(tmp_path, "resume", paused["run_id"], "--decision", "approve", "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    events = [json.loads(line) for line in Path(paused["transcript"]).read_text().splitlines()]
+    catalog_ids = {e.id for e in load_catalog()}
+    added = [e["data"]["id"] for e in events if e["type"] == "hypothesis.added"]
+    assert added and not catalog_ids & set(added)
