@@ -96,3 +96,16 @@ def test_resume_keeps_the_knowledge_folder_the_run_started_with(tmp_path: Path) 
     catalog_ids = {e.id for e in load_catalog()}
     added = [e["data"]["id"] for e in events if e["type"] == "hypothesis.added"]
     assert added and not catalog_ids & set(added)
+
+
+def test_an_unusable_catalog_is_refused_before_a_run_exists(tmp_path: Path) -> None:
+    """A broken hypotheses.toml in --knowledge is one line and exit 2, and leaves no run behind that
+    `runs` would offer to resume."""
+    folder = tmp_path / "knowledge"
+    folder.mkdir()
+    (folder / "hypotheses.toml").write_text("[[hypothesis]]\nid = 'x'\n")  # required fields missing
+    r = _hypoloop(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--knowledge", str(folder))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "hypotheses.toml" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    listed = _hypoloop(tmp_path, "runs", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []
