@@ -309,6 +309,10 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
                 "component": root["component"],
                 "statement": root["statement"],
                 "fix": {k: fix[k] for k in ("kind", "name", "before", "after")} if fix else None,
+                # a chain: the changes adopted before the fix; the working configuration needs them all
+                "blockers": [
+                    {k: b.get(k) for k in ("kind", "name", "before", "after")} for b in conclusion.get("blockers", [])
+                ],
                 # other changes that avoid it: root fixes first, then cheapest in performance
                 "alternatives": [
                     {k: a.get(k) for k in ("kind", "name", "change", "workaround", "cost", "decisive", "result")}
