@@ -280,6 +280,18 @@ def _drive_guarded(
         _fail(f"internal error: {exc!r} (traceback in {tpath})", code=1)
 
 
+def _check_knowledge() -> None:
+    """Load the knowledge folder's signatures and hypothesis catalog once; a file that cannot be used is
+    one line and exit 2 (CatalogError/ValueError name the file and the entry)."""
+    from agent.catalog import load_catalog
+
+    try:
+        load_signatures(knowledge_file("signatures.toml"))
+        load_catalog()
+    except (CatalogError, ValueError) as exc:
+        _fail(str(exc))
+
+
 def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool, console: Console) -> None:
     """Print how the run ended (a JSON line with ``--json``); exit 1 if it ended in error."""
     from agent.llm_planner import describe_usage
@@ -301,6 +313,10 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
                 "component": root["component"],
                 "statement": root["statement"],
                 "fix": {k: fix[k] for k in ("kind", "name", "before", "after")} if fix else None,
+                # a chain: the changes adopted before the fix; the working configuration needs them all
+                "blockers": [
+                    {k: b.get(k) for k in ("kind", "name", "before", "after")} for b in conclusion.get("blockers", [])
+                ],
                 # other changes that avoid it: root fixes first, then cheapest in performance
                 "alternatives": [
                     {k: a.get(k) for k in ("kind", "name", "change", "workaround", "cost", "decisive", "result")}
@@ -584,6 +600,7 @@ def _run(
         _fail(str(exc))
     c = _load_case(case, host)
     c = _with_host_options(c, host, ssh_key, known_hosts, insecure_accept_host_key, remote_python)
+    _check_knowledge()  # unusable knowledge is refused before a run (and its checkpoint) exists
     for warning in outside_warnings(c):
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)

@@ -371,6 +371,8 @@ class ConclusionData(Payload):
     alternatives: list[dict[str, Any]] = Field(default_factory=list)
     #: not_isolated: the component and package the failure points at (``Conclusion.implicated``).
     implicated: dict[str, Any] | None = None
+    #: isolated: the blockers passed on the way (``Conclusion.blockers``).
+    blockers: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class RunEnded(Payload):

@@ -383,5 +383,8 @@ class Conclusion(BaseModel):
     #: ``package``: the third-party package in the traceback, ``evidence``: the exception line,
     #: ``experiment_id``, ``symptoms``); None when nothing failed (the failure did not reproduce).
     implicated: dict[str, Any] | None = None
+    #: isolated: changes adopted into the baseline before the fix, each of which moved the failure past a
+    #: blocker (a chain); with ``fix`` they make the working configuration ({kind, name, before, after}).
+    blockers: list[dict[str, Any]] = Field(default_factory=list)
     #: The LLM planner's spending over the run (requests, tokens, refusals, fallbacks); None for rules.
     llm_usage: dict[str, Any] | None = None

@@ -252,6 +252,8 @@ def conclusion_panel(d: dict[str, Any]) -> Panel:
         t.add_row(
             "root cause", f"{escape(d['root_cause']['statement'])} [dim]({d['root_cause']['component']})[/]"
         )
+    for b in d.get("blockers", []):
+        t.add_row("blocker fixed", escape(f"{_change_text(b)} (adopted first; the fix needs it too)"))
     if d.get("fix"):
         t.add_row("fix", escape(_change_text(d["fix"])))
     if d.get("confirmation_experiment_id"):

@@ -47,6 +47,8 @@ class RunState(TypedDict, total=False):
     planner: dict[str, Any] | None
     #: The ``--host`` the user gave on the command line (it replaced the case's host.target), if any.
     host_option: str | None
+    #: The knowledge folder the run reads (``--knowledge`` / $HYPOLOOP_KNOWLEDGE); `resume` keeps it.
+    knowledge_dir: str | None
     #: ``--parallel N``: how many one-change experiments a batch may run at once (1: one at a time).
     parallel: int
     #: A parallel batch being approved: its members still to ask about (None: no batch in progress),

@@ -49,3 +49,27 @@ def test_agent_is_right_on_the_new_world(name: str, catalog: str, bench_env: Pat
     assert not result.wrong_isolated
     if catalog == "empty":
         assert not result.extra["catalog_used"]
+
+
+def test_a_chain_reports_every_link_not_only_the_last(tmp_path: Path) -> None:
+    """On a world whose failure is a chain of blockers, the conclusion names the changes adopted on the
+    way (``blockers``) beside the final fix, so together they are the working configuration; each is a
+    variable of a different link of the world's truth."""
+    import json
+    import tomllib
+
+    from clirun import run_cli
+
+    name = "qwen3-30b-a3b-h100"
+    (world,) = discover([name])
+    chain = tomllib.loads((world.case_path.parent / "world.toml").read_text())["truth"]["chain"]
+    r = run_cli(tmp_path, "run", f"lab:{name}", "--auto", "--json", timeout=600, HYPOLOOP_LAB_TIME_SCALE=TIME_SCALE)
+    assert r.returncode == 0, r.stderr[-2000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["status"] == "isolated"
+    root = result["root_cause"]
+    found = [(c["kind"], c["name"]) for c in [*root["blockers"], root["fix"]]]
+    links = [{(alt["kind"], alt["name"]) for alt in link} for link in chain]
+    assert len(found) == len(links)
+    assert all(any(f in link for f in found) for link in links), (found, links)
+    assert "blocker fixed" in r.stderr

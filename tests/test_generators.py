@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -208,6 +209,11 @@ def test_component_generator_offers_every_legal_alternative_of_the_implicated_ba
     assert any("explicitly" in t for t in att.triggers)
     # The frames also name the KV pool: the KV-cache dtype that SGLang resolved is implicated too
     assert "component:--kv-cache-dtype" in _ids(cands)
+    # Why, in whole words (not word stems such as "attent")
+    texts = " ".join([att.statement, att.rationale, *att.triggers, *(e.detail for e in att.evidence)])
+    named = re.findall(r"names the failing component \(([^)]*)\)", texts)
+    assert named and all(w in ("attention",) or len(w) > 3 for w in ", ".join(named).split(", "))
+    assert "attent)" not in texts and "attent," not in texts
 
 
 def test_component_generator_tries_the_choices_the_error_names_first() -> None:

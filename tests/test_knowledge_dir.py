@@ -81,3 +81,31 @@ def test_a_knowledge_folder_that_does_not_exist_is_one_line_and_exit_2(tmp_path:
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "nope does not exist" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_resume_keeps_the_knowledge_folder_the_run_started_with(tmp_path: Path) -> None:
+    """A run paused for approval and resumed later (without --knowledge) still reads the folder it
+    started with: no catalog hypothesis appears after the resume either."""
+    folder = _empty_catalog(tmp_path)
+    first = _hypoloop(tmp_path, "run", "lab:nccl-p2p-hang", "--json", "--knowledge", str(folder))
+    assert first.returncode == 3, first.stderr[-2000:]  # no terminal: waits for the baseline's approval
+    paused = json.loads(first.stdout.strip().splitlines()[-1])
+    r = _hypoloop(tmp_path, "resume", paused["run_id"], "--decision", "approve", "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    events = [json.loads(line) for line in Path(paused["transcript"]).read_text().splitlines()]
+    catalog_ids = {e.id for e in load_catalog()}
+    added = [e["data"]["id"] for e in events if e["type"] == "hypothesis.added"]
+    assert added and not catalog_ids & set(added)
+
+
+def test_an_unusable_catalog_is_refused_before_a_run_exists(tmp_path: Path) -> None:
+    """A broken hypotheses.toml in --knowledge is one line and exit 2, and leaves no run behind that
+    `runs` would offer to resume."""
+    folder = tmp_path / "knowledge"
+    folder.mkdir()
+    (folder / "hypotheses.toml").write_text("[[hypothesis]]\nid = 'x'\n")  # required fields missing
+    r = _hypoloop(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--knowledge", str(folder))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "hypotheses.toml" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    listed = _hypoloop(tmp_path, "runs", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []

@@ -72,6 +72,17 @@ def _stems(text: str) -> frozenset[str]:
     return frozenset(out)
 
 
+def words_with_stems(text: str, wanted: set[str]) -> list[str]:
+    """The whole words of ``text`` whose stems are in ``wanted`` (for messages: "attention", not the stem
+    "attent"), in their order of appearance, each once."""
+    out: list[str] = []
+    for w in re.split(r"[^A-Za-z0-9]+|_", text):
+        w = w.lower()
+        if w and w not in out and _stem(w) in wanted:
+            out.append(w)
+    return out
+
+
 _CANON: dict[int, tuple[FlagCatalog, dict[str, FlagSpec | None]]] = {}
 
 

@@ -30,6 +30,7 @@ from agent.generators.common import (
     selecting_flags,
     specificity,
     stems,
+    words_with_stems,
 )
 from agent.models import IDENTITY_FLAGS, Evidence, Intervention
 from tools.flags import FlagSpec
@@ -89,7 +90,7 @@ class ImplicatedComponentGenerator:
             strength = imp.strength(inp.flags, shared)
             if strength >= MIN_SPECIFICITY:
                 factor = max(factor, strength)
-                how.append(f"it names the failing component ({', '.join(sorted(shared))})")
+                how.append(f"it names the failing component ({', '.join(words_with_stems(spec.name, shared))})")
             if cur and len(cur) >= 4 and cur in warn_text:
                 factor = max(factor, 1.0)
                 how.append(f"a warning names its value {current}")

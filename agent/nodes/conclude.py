@@ -15,6 +15,7 @@ from agent.case import Case
 from agent.findings import FindingsWriteError, entry_for
 from agent.llm_planner import usage_summary
 from agent.models import (
+    Baseline,
     Change,
     Conclusion,
     Experiment,
@@ -197,6 +198,7 @@ def _isolated(
                 "hypothesis_id": cause.id if cause else None,
             },
             "fix": fix,
+            "blockers": _blockers(original, fix_exp),
             "fix_experiment_id": fix_exp.id,
             "confirmation_experiment_id": confirm.id,
             "reason": reason,
@@ -204,6 +206,23 @@ def _isolated(
             "alternatives": _alternatives(cause, fix_exp, hyps, experiments, outcomes, state.get("fingerprint")),
         }
     )
+
+
+def _blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
+    """The changes the fix was tested on top of: where the fixing experiment's baseline differs from the
+    case's, the planner adopted a change that moved the failure past a blocker. Each is needed with the
+    fix (a chain); one dict per variable: kind, name, before (the case's), after (None: removed)."""
+    out: list[dict[str, Any]] = []
+    for kind, mine, theirs in (("flag", original.flags, fix_exp.baseline.flags),
+                               ("env", original.env, fix_exp.baseline.env)):
+        for name in sorted(set(mine) | set(theirs)):
+            if fix_exp.change and fix_exp.change.kind == kind and fix_exp.change.name == name:
+                continue
+            before, after = mine.get(name), theirs.get(name)
+            if value_key(before) != value_key(after):
+                change = Change(kind=kind, name=name, before=before, after=after)  # type: ignore[arg-type]
+                out.append({**change.model_dump(mode="json"), "change": change.describe()})
+    return out
 
 
 def _is_workaround(change: Change, hyps: list[Hypothesis]) -> bool:
