@@ -198,7 +198,7 @@ class ReplayRenderer(EventRenderer):
         t = Table(box=None, padding=(0, 1), show_header=True, header_style="dim", pad_edge=False)
         t.add_column("  p", justify="right")
         t.add_column("status")
-        t.add_column("hypothesis")
+        t.add_column("hypothesis", overflow="fold")
         if predictions:
             t.add_column("predicts")
         for hid, h in sorted(self.ledger.items(), key=lambda kv: -float(kv[1]["posterior"])):
@@ -249,8 +249,8 @@ class ReplayRenderer(EventRenderer):
             t = Table(box=None, padding=(0, 1), show_header=True, header_style="dim", pad_edge=False)
             t.add_column("  P(fix)", justify="right")
             t.add_column("per host-s", justify="right")
-            t.add_column("change")
-            t.add_column("tests")
+            t.add_column("change", overflow="fold")  # wrapped, never cut: the change is the evidence
+            t.add_column("tests", overflow="fold")
             for c in sorted(scored, key=lambda c: -float(c.get("score", 0.0))):
                 mark = "  [bold magenta]◀ chosen[/]" if c["change"] == chosen else ""
                 t.add_row(

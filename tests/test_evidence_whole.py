@@ -64,3 +64,15 @@ def test_reports_quote_the_fatal_line_whole(crashed_run: tuple[Path, str, str, s
         assert done.returncode == 0, done.stderr
         text = out.read_text()
         assert (html.escape(line, quote=False) if fmt == "html" else line) in text
+
+
+def test_replay_on_a_narrow_terminal_cuts_no_hypothesis_or_change(tmp_path: Path) -> None:
+    """At 60 columns the ledger's hypothesis ids and the alternatives' changes wrap; nothing is cut to an
+    ellipsis (every reference run, replayed whole)."""
+    refs = sorted((Path(__file__).resolve().parent.parent / "transcripts" / "reference").glob("*.jsonl"))
+    assert refs
+    for ref in refs:
+        r = run_cli(tmp_path, "replay", str(ref), COLUMNS="60")
+        assert r.returncode == 0, r.stderr[-2000:]
+        cut = [line for line in (r.stdout + r.stderr).splitlines() if "…" in line]
+        assert not cut, f"{ref.name}: {cut[:3]}"
