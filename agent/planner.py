@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 from agent.case import Case
 from agent.catalog import CatalogEntry
 from agent.generators import Candidate, CandidateGenerator, GeneratorInput
+from agent.generators.common import raise_site, specificity, stems
 from agent.generators.evidence import failure_evidence, parse_tracebacks
 from agent.generators.registry import default_generators
 from agent.models import (
@@ -84,6 +85,9 @@ _FLAKY_WORDS = re.compile(
 #: layout, the devices. A known-good finding of another model differs in these by necessity, so they
 #: are never proposed from a finding diff.
 _IDENTITY_FLAGS = IDENTITY_FLAGS
+#: A word the failing frame shares with a hypothesis's component ties them only when it is this specific
+#: (``agent.generators.common.specificity``: ``cache`` is in too many flag names to tie anything).
+_RELATED_SPECIFICITY = 0.25
 _IDENTITY_ENV = IDENTITY_ENV
 
 
@@ -499,10 +503,42 @@ class RulePlanner:
                 c.evidence.extend(cand.evidence[:1])
             if not covering and cand.id not in new:
                 new[cand.id] = cand
+        self._weigh_by_raise_site(list(new.values()), inp)
         for cand in new.values():
             ledger[cand.id] = cand.to_hypothesis()
             weights[cand.id] = cand.weight
         return list(new)
+
+    def _weigh_by_raise_site(self, cands: list[Candidate], inp: GeneratorInput) -> None:
+        """Weaken the catalog's priors that the traceback does not point at.
+
+        A catalog or symptom-class entry that fired on the symptom alone (no signature of its own), about
+        a component the innermost SGLang frame of the failure does not name, is multiplied by
+        ``ledger.elsewhere_factor``: an engineer reads the frame where the error surfaced before the
+        general suspects of that kind of failure. Entries tied to the exact error line (signature) and
+        the evidence generators' own candidates are left as they are.
+        """
+        site = raise_site(inp)
+        factor = tunables().ledger.elsewhere_factor
+        if site is None or factor >= 1.0:
+            return
+        for cand in cands:
+            if (cand.source or ("catalog" if cand.generator == "catalog" else "evidence")) != "catalog":
+                continue
+            shared = stems(cand.component) & site.words
+            if shared and (self.flags is None or specificity(self.flags, shared) >= _RELATED_SPECIFICITY):
+                continue  # the frame names this component
+            cand.weight *= factor
+            cand.evidence.append(
+                Evidence(
+                    kind="fact",
+                    detail=f"the error surfaced in {site.where}, which is not this component "
+                    f"({cand.component}) (x{factor:g})",
+                    experiment_id=inp.evidence.experiment_id,
+                    lines=[site.line],
+                    effect="weakens",
+                )
+            )
 
     def _covers(self, diff: Intervention, iv: Intervention, facts: dict[str, str]) -> bool:
         """Whether intervention ``iv`` makes the change ``diff`` names (same fact and value, or the same
