@@ -510,20 +510,21 @@ class RulePlanner:
         return list(new)
 
     def _weigh_by_raise_site(self, cands: list[Candidate], inp: GeneratorInput) -> None:
-        """Weaken the catalog's priors that the traceback does not point at.
+        """Weaken the catalog's general suspects that the traceback does not point at.
 
-        A catalog or symptom-class entry that fired on the symptom alone (no signature of its own), about
-        a component the innermost SGLang frame of the failure does not name, is multiplied by
+        A catalog or symptom-class entry that fired on the kind of failure alone (``Candidate.symptom_only``:
+        no signature, setting, model feature or host fact of this deployment backs it), about a component
+        the innermost SGLang frame of the failure does not name, is multiplied by
         ``ledger.elsewhere_factor``: an engineer reads the frame where the error surfaced before the
-        general suspects of that kind of failure. Entries tied to the exact error line (signature) and
-        the evidence generators' own candidates are left as they are.
+        general suspects of that kind of failure. Entries tied to this deployment and the evidence
+        generators' own candidates are left as they are.
         """
         site = raise_site(inp)
         factor = tunables().ledger.elsewhere_factor
         if site is None or factor >= 1.0:
             return
         for cand in cands:
-            if (cand.source or ("catalog" if cand.generator == "catalog" else "evidence")) != "catalog":
+            if not cand.symptom_only:
                 continue
             shared = stems(cand.component) & site.words
             if shared and (self.flags is None or specificity(self.flags, shared) >= _RELATED_SPECIFICITY):
