@@ -331,6 +331,13 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
             "reason": conclusion.get("reason", ""),  # why the run ended as it did
             # not_isolated: the component and package the failure points at (None: nothing failed)
             "implicated": conclusion.get("implicated"),
+            # what the run ruled out, each with the evidence that did; what stayed open, and why
+            "ruled_out": [
+                {"id": r["id"], "component": r.get("component"),
+                 "evidence": [e.get("detail") for e in r.get("evidence", [])]}
+                for r in conclusion.get("refuted", [])
+            ],
+            "untested": [{"id": u["id"], "why": u.get("why")} for u in conclusion.get("untested", [])],
         }
         if llm_usage:
             out["llm_usage"] = llm_usage
