@@ -992,6 +992,9 @@ class RulePlanner:
                 if change is None:
                     considered.append({"hypothesis": h.id, "skipped": how})
                     continue
+                if (off := self._inert(change, baseline, ref)) is not None:
+                    considered.append({"hypothesis": h.id, "skipped": off})
+                    continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
                 if exp_id in done:
                     continue
@@ -1000,6 +1003,28 @@ class RulePlanner:
                     continue
                 out.setdefault(change.key(), (change, iv, how))
         return out
+
+    def _inert(self, change: Change, baseline: Baseline, ref: Outcome) -> str | None:
+        """Why changing a flag cannot change the run, or None: it configures a feature whose
+        ``--enable-X`` switch (``FlagCatalog.feature_switch``) is off in the baseline and in the effective
+        configuration SGLang printed, so the feature's code never runs."""
+        if change.kind != "flag" or self.flags is None:
+            return None
+        switch = self.flags.feature_switch(change.name)
+        if switch is None:
+            return None
+        off = ("", "none", "null", "false", "0", "off", "disabled")
+        if any(str(baseline.flags.get(o, "")).strip().lower() not in off for o in switch.option_strings):
+            return None
+        dest = switch.name.lstrip("-").replace("-", "_")
+        effective = ref.facts.get(dest)
+        if effective is None:
+            effective = failure_evidence(ref).server_args.get(dest)
+        if effective is not None and str(effective).strip().lower() not in off:
+            return None
+        if switch.default is not None and str(switch.default).strip().lower() not in off:
+            return None
+        return f"{change.name} configures {switch.name}'s feature, which is off here: changing it changes nothing"
 
     def _score(
         self, state: HistoryState, change: Change, iv: Intervention, cost: float, facts: dict[str, str]

@@ -97,3 +97,21 @@ def test_the_frame_where_the_error_surfaced_is_read_before_general_suspects(benc
     ]
     assert any("surfaced in sglang.srt.mem_cache.hiradix_cache.writing_check" in d for d in weakened)
     assert not any(ev.get("effect") == "weakens" for ev in added["component:--hicache-io-backend"]["evidence"])
+
+
+def test_a_setting_of_a_feature_that_is_off_is_never_tested(bench_env: Path) -> None:
+    """The KV pool has no room; the traceback runs through the memory-pool code, whose words the
+    hierarchical cache's settings share. The host's --help says those settings belong to
+    --enable-hierarchical-cache, which is off here, so changing them cannot change the run: the agent
+    (without the catalog) never spends a launch on one and fixes the fraction in baseline, fix and
+    confirmation (it tried --hicache-mem-layout first before)."""
+    import json
+
+    (world,) = discover(["mi300x-no-kv-room"])
+    tr = bench_env / "tr-inert"
+    result = run_agent(world, transcripts=tr, seed="7", knowledge=empty_catalog_knowledge(bench_env))
+    assert result.correct and result.launches == 3, (result.status, result.found, result.launches)
+    events = [json.loads(line) for p in tr.glob("*.jsonl") for line in p.read_text().splitlines()]
+    changed = [e["data"]["change"]["name"] for e in events
+               if e["type"] == "experiment.proposed" and e["data"].get("change")]
+    assert changed and not any(n.startswith("--hicache-") for n in changed), changed
