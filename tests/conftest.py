@@ -125,3 +125,63 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         else:
             os.environ["SLURM_CONF"] = before
         cluster.stop()
+
+
+# --- a small disk: a tmpfs of a few MB that a test fills (a full disk without touching the real one) ---
+
+
+class SmallDisks:
+    """Mounts small tmpfs filesystems (`mount(path)`) and fills them (`fill(path)`: every byte taken,
+    so the next write there fails with ENOSPC, as on a full disk; `free(path)` gives the room back).
+    Everything mounted is unmounted at the end of the test."""
+
+    def __init__(self) -> None:
+        self.mounted: list[Path] = []
+
+    def mount(self, path: Path, size_mb: int = 8) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755", "tmpfs", str(path)],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        )
+        if r.returncode != 0:
+            message = f"cannot mount a small tmpfs here ({' '.join(r.stderr.split())}): needs root or CAP_SYS_ADMIN"
+            if _in_ci():
+                pytest.fail(message + "; under CI this is an error")
+            pytest.skip(message)
+        self.mounted.append(path)
+        return path
+
+    @staticmethod
+    def fill(path: Path) -> None:
+        fd = os.open(path / ".filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            for chunk in (1 << 16, 512, 1):  # down to the last byte a write can take
+                try:
+                    while True:
+                        os.write(fd, b"\0" * chunk)
+                except OSError:
+                    continue
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def free(path: Path) -> None:
+        (path / ".filler").unlink(missing_ok=True)
+
+    def unmount_all(self) -> None:
+        for path in reversed(self.mounted):
+            if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", str(path)], capture_output=True)  # still busy: detach it
+        self.mounted.clear()
+
+
+@pytest.fixture
+def small_disks() -> Iterator[SmallDisks]:
+    """Small tmpfs filesystems a test can fill; skipped where nothing can be mounted (not root), never
+    under CI=true."""
+    disks = SmallDisks()
+    try:
+        yield disks
+    finally:
+        disks.unmount_all()
