@@ -225,6 +225,42 @@ def test_a_full_disk_under_the_run_folder_ends_the_run_in_error(tmp_path: Path, 
     assert result["launches"] == 1
 
 
+@pytest.mark.parametrize("where", ["checkpoints", "transcript"])
+def test_a_full_disk_under_hypoloops_own_files_is_one_line_and_resume_goes_on(
+    tmp_path: Path, small_disks: Any, where: str
+) -> None:
+    """hypoloop's own checkpoint store or transcript cannot be written any more (ENOSPC) after the
+    baseline: one line naming what could not be written, exit 1, a JSON result with status error,
+    every server stopped; nothing done before is lost: with room again, `resume` finishes the run."""
+    home = tmp_path / "home"
+    if where == "checkpoints":
+        disk = small_disks.mount(home)
+        small_disks.mount(home / "runs", size_mb=64)  # the run folder has room: only the store is full
+    else:
+        disk = small_disks.mount(tmp_path / "tr")
+    r, transcript = _run_and_act(tmp_path, ["run", f"lab:{WORLD.name}", "--auto", "--json"], when="outcome",
+                                 act=lambda: small_disks.fill(disk))
+    run_id = transcript.stem
+    try:
+        assert r.returncode == 1, r.stderr[-3000:]
+        assert not _traceback(r.stderr) and "internal error" not in r.stderr
+        said = [line for line in r.stderr.splitlines() if "the disk is full" in line]
+        assert len(said) == 1, r.stderr[-3000:]
+        what = "checkpoint store" if where == "checkpoints" else str(transcript)
+        assert what in said[0] and f"hypoloop resume {run_id}" in said[0]
+        result = json.loads(r.stdout.strip().splitlines()[-1])
+        assert result["status"] == "error" and "the disk is full" in result["error"] and result["run_id"] == run_id
+        assert not _servers(run_id)
+        small_disks.free(disk)
+        again = run_cli(tmp_path, "resume", run_id, "--auto", "--json")
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert json.loads(again.stdout.strip().splitlines()[-1])["status"] == "isolated"
+    finally:
+        _kill_servers(run_id)
+    assert not _servers(run_id)
+    assert any(e["type"] == "run.resumed" for e in _events(transcript))
+
+
 # ------------------------------------------------------------------------------------------ over SSH
 
 
