@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +15,21 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the hypoloop processes the tests start, however the suite itself was started.
+
+    A background job of a non-interactive shell (``pytest &`` in a script or a job runner) starts with
+    SIGINT ignored; the ignore is inherited through exec, and Python installs its KeyboardInterrupt
+    handler only when SIGINT is not ignored at startup. Every hypoloop the tests start would then ignore
+    SIGINT (it respects an inherited ignore, as Unix programs do): the Ctrl-C tests waited 30 s in vain
+    and the terminal one saw exit 0 instead of 130. The tests play a user at a terminal, where Ctrl-C
+    reaches the foreground job, so the suite takes SIGINT back: a handler is reset to the default at
+    exec, so the processes it starts get Python's usual handler.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # --- sshd: a throwaway OpenSSH server on 127.0.0.1 (see .ci/sshd.py) ---------------------------------
