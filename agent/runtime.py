@@ -155,7 +155,8 @@ class Runtime:
         experiments whose server could not be verified gone (reasons in ``unstopped``).
 
         Never raises HostError. Every server is stopped before anything is written, so a transcript that
-        cannot be written (OSError, e.g. a full disk) stops no stop; that OSError is raised at the end.
+        cannot be written (OSError, e.g. a full disk) cannot keep one running; that OSError is raised at
+        the end.
         """
         stopped: list[tuple[str, ServerSession, bool]] = []
         for exp_id, s in self.sessions.items():

@@ -22,8 +22,8 @@ Any host failure (unreachable, changed host key, refused authentication, no SFTP
 launcher) ends the run: the update carries ``status: "error"`` with the cause, and after analyze the
 graph's error edge goes to conclude; it is never evidence about the deployment. Besides what the host
 raises, a launch that ended without being ready is checked for the launcher having vanished (Python's
-"No module named" for the ``-m`` module, exit status 127) and for a full disk under its log. A probe that fails
-across a dropped connection is sent again after reconnecting (``agent.crashsafe``), and
+"No module named" for the ``-m`` module, exit status 127) and for a full disk under its log. A probe
+that fails across a dropped connection is sent again after reconnecting (``agent.crashsafe``), and
 ``server.launching`` is written before the spawn (``agent.recovery``).
 """
 
