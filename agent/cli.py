@@ -8,12 +8,14 @@ run is in use by another hypoloop process, 130 interrupted.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
 import re
 import secrets
 import signal
+import sqlite3
 import sys
 import tempfile
 import time
@@ -273,11 +275,50 @@ def _drive_guarded(
         _fail(str(exc))
     except typer.Exit:
         raise
-    except Exception as exc:  # a bug: keep the details in the transcript, tell the user in one line
+    except Exception as exc:
+        full = _no_space(exc)
+        if full is not None:  # hypoloop's own files (transcript, results, checkpoints): not a bug
+            _out_of_space(rt, tr, run_id, full)
+        # a bug: keep the details in the transcript, tell the user in one line
         rt.close()
         tr.emit("error", {"message": f"internal error: {exc!r}", "traceback": traceback.format_exc()})
         tr.emit("run.ended", {"status": "error", "reason": f"internal error: {exc!r}"})
         _fail(f"internal error: {exc!r} (traceback in {tpath})", code=1)
+
+
+def _no_space(exc: BaseException) -> str | None:
+    """What could not be written, when ``exc`` (or an exception it came from) is a full disk or quota:
+    an OSError ENOSPC/EDQUOT (the transcript, a saved result) or SQLite's "database or disk is full"
+    (the checkpoint store); else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            what = current.filename or "hypoloop's files"
+            return f"cannot write {what} ({current.strerror or 'no space left on device'})"
+        if isinstance(current, sqlite3.OperationalError) and "full" in str(current).lower():
+            return f"cannot write the checkpoint store ({current})"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _out_of_space(rt: Runtime, tr: Transcript, run_id: str, what: str) -> NoReturn:
+    """End a run whose own files could not be written (the disk is full): stop its servers, say so in one
+    line (exit 1). Its checkpoint keeps every step completed before, so ``resume`` continues it once there
+    is room; what cannot be written now is not written."""
+    message = (
+        f"the disk is full: {what}; every server this run launched is stopped and its state is kept up to "
+        f"its last completed step: free some space in {rt.state_dir} and beside the transcript, then "
+        f"continue with: hypoloop resume {run_id}"
+    )
+    with contextlib.suppress(OSError):
+        rt.close()
+    tr.listeners.clear()  # the one line below says it; the transcript gets it too if it has room
+    with contextlib.suppress(OSError):
+        tr.emit("error", {"message": message})
+        tr.emit("run.ended", {"status": "error", "reason": message})
+    _fail(message, code=1)
 
 
 def _check_knowledge() -> None:

@@ -64,8 +64,10 @@ _SECRET_OPTION = re.compile(
 #: ``name=value``, ``name: value``, ``"name": "value"``; the name decides (``is_secret_name``).
 # The value may not itself be an assignment: in "RuntimeError: HF_TOKEN=hf_..." the match must be the
 # inner HF_TOKEN=..., not "RuntimeError: <everything after>", which would hide the secret from the check.
+# A name that is a file name inside a path ("with /home/u/.ssh/client_key: the host refused it") is no
+# assignment: the lookbehind keeps the match from starting after a "/" (or inside a word).
 _ASSIGNMENT = re.compile(
-    r"([A-Za-z_][A-Za-z0-9_.\-]*)([\"']?)(\s*[=:]\s*)([\"']?)"
+    r"(?<![\w.\-/])([A-Za-z_][A-Za-z0-9_.\-]*)([\"']?)(\s*[=:]\s*)([\"']?)"
     r"(?![A-Za-z_][A-Za-z0-9_.\-]*[\"']?\s*[=:])([^\s\"',;)}\]]+)\4"
 )
 

@@ -2,7 +2,8 @@
 ruled out and what is left; the ready-to-append FINDINGS.md entry of an isolated run.
 
 Side effects: stops every server this run still has running (``Runtime.stop_sessions``, which writes
-``server.stopped``), so nothing outlives the run and the stop is recorded before its end; reads the
+``server.stopped``), so nothing outlives the run and the stop is recorded before its end (a run that
+ended in error says which it could not reach, left for the next run's orphan sweep); reads the
 run's transcript back to build the FINDINGS.md entry; transcript ``conclusion`` and ``run.ended``.
 """
 
@@ -36,8 +37,14 @@ from agent.wire import to_payload
 
 def conclude(state: RunState, rt: Runtime) -> dict[str, Any]:
     """The conclude node: see the module docstring."""
-    rt.stop_sessions()  # nothing outlives its run, and the stop is recorded before the run's end
+    left = rt.stop_sessions()  # nothing outlives its run, and the stop is recorded before the run's end
     c = build_conclusion(state)
+    if left and c.status == "error":  # the host failed under them: say where they are and who stops them
+        c.reason = _joined(
+            c.reason,
+            f"the server of {', '.join(left)} could not be stopped from here; it is reported and stopped by the "
+            "next run on that host",
+        )
     rt.transcript.emit("conclusion", to_payload("conclusion", c), node="conclude")
     rt.transcript.emit(
         "run.ended",
