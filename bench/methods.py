@@ -422,6 +422,7 @@ def run_random(
                 "estimate": "exact",
                 "plausible_changes": len(changes),
                 "working_changes": exp.working,
+                "baseline_served": exp.launches == 1.0,
                 "real_launches": cache.real,
                 "success_rate": round(exp.rate, 3),
                 "success_launches": exp.launches if exp.correct and world.expect == "isolated" else None,

@@ -371,7 +371,12 @@ def _catalog_targets(results: list[WorldResult], notes: list[str]) -> list[Targe
     for w in results:
         rnd = w.methods.get("random")
         if rnd is not None:
-            if rnd.extra.get("estimate") == "exact":
+            if rnd.extra.get("estimate") == "exact" and rnd.extra.get("baseline_served"):
+                notes.append(
+                    f"{w.world}: the baseline served, so random stops after it, blaming nothing "
+                    f"({'correct' if rnd.correct else 'not correct'} here)"
+                )
+            elif rnd.extra.get("estimate") == "exact":
                 notes.append(
                     f"{w.world}: random finds the correct fix with probability {rnd.extra.get('success_rate', 0):.0%} "
                     f"({rnd.extra.get('working_changes', 0)} of {rnd.extra.get('plausible_changes', 0)} plausible "
