@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import os
 import re
@@ -65,7 +66,7 @@ if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # click's plain help: wraps every word at any width; rich's table cut names with '…'
     help="hypoloop: find why an LLM inference deployment fails, one experiment at a time.",
 )
 err_console = Console(stderr=True)
@@ -1097,7 +1098,9 @@ def report(
 
 
 findings_app = typer.Typer(
-    no_args_is_help=True, help="FINDINGS.md notes: append what a run found, in the style the reader parses."
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="FINDINGS.md notes: append what a run found, in the style the reader parses."
 )
 app.add_typer(findings_app, name="findings")
 
@@ -1288,7 +1291,7 @@ def resume(
 ) -> None:
     """Continue a run: answer the approval it waits for, or pick it up where an ended process left it.
 
-    The run keeps the knowledge folder it started with unless ``--knowledge`` names another."""
+    The run keeps the knowledge folder it started with unless --knowledge names another."""
     _JsonResult.pending, _JsonResult.run_id = json_out, run_id
     from agent.runs import RunError, RunInUse, RunLock, load_run
     mode = _approval_mode(approve, auto)
@@ -1475,10 +1478,13 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 
 def _tidy_help(command: Any) -> None:
     """Help that names values, not Python types: a switch shows nothing after its name, a choice shows
-    its choices (``each|risky|auto``), any other value its name in capitals (``PATH``, ``N``); applied to
-    every command and subcommand."""
+    its choices (``each|risky|auto``), any other value its name in capitals (``PATH``, ``N``); a command's
+    line in its group's list is its whole first paragraph (click would cut it with '...'); applied to every
+    command and subcommand."""
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)
+        if sub.help and not sub.short_help:
+            sub.short_help = " ".join(inspect.cleandoc(sub.help).split("\n\n")[0].split())
     params = list(getattr(command, "params", []))
     help_option = command.get_help_option(typer.Context(command))
     if help_option is not None:
