@@ -27,6 +27,7 @@ from rich.text import Text
 from agent.guard import GuardError, check_experiment
 from agent.models import Baseline, Change, Experiment, FlagValue, Hypothesis, Prediction, Rejection, value_key
 from agent.planner import PlannerView
+from agent.wording import count
 from tools.flags import FlagCatalog, FlagError
 
 ApprovalMode = Literal["each", "risky", "auto"]
@@ -656,7 +657,7 @@ def approval_panel(req: ApprovalRequest) -> Panel:
     grid.add_row(
         "cost",
         f"~{exp.cost_estimate_s:.0f} host-s for this launch; so far {req.launches} of "
-        f"{req.budget_launches} launches, {req.host_seconds:.0f} of {req.budget_host_seconds:.0f} host-s",
+        f"{count(req.budget_launches, 'launch')}, {req.host_seconds:.0f} of {req.budget_host_seconds:.0f} host-s",
     )
     for r in req.risky:
         grid.add_row("[red]risky[/]", escape(r))

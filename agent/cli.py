@@ -47,6 +47,7 @@ from agent.redact import redact_data, run_redactor
 from agent.render import EventRenderer, shown_line
 from agent.transcript import Transcript, TranscriptError, damaged_lines, read_transcript
 from agent.values import effective_before, suggestions_in_log
+from agent.wording import count
 from tools.connect import connect_host
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError, catalog_from_server_args, parse_help
@@ -478,7 +479,9 @@ def _host_notices(console: Console) -> Any:
                     f" ({escape(o['why'])})"
                 )
         elif ev.type == "host.orphans_left":
-            console.print(f"left {d.get('count')} orphaned server(s) running: {escape(str(d.get('reason')))}")
+            console.print(
+                f"left {count(d.get('count'), 'orphaned server')} running: {escape(str(d.get('reason')))}"
+            )
         elif ev.type == "host.orphan_stopped":
             what = f"Slurm job {d.get('job_id')}" if d.get("job_id") is not None else f"process group {d.get('pgid')}"
             console.print(
@@ -491,7 +494,8 @@ def _host_notices(console: Console) -> Any:
 
 def _confirm_orphans(orphans: list[dict[str, Any]]) -> bool:
     """Ask at the terminal whether to stop the orphaned servers just listed."""
-    err_console.print(f"stop the {len(orphans)} orphaned server(s)? [y/N]: ", end="")
+    what = "the orphaned server" if len(orphans) == 1 else f"the {len(orphans)} orphaned servers"
+    err_console.print(f"stop {what}? [y/N]: ", end="")
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
@@ -831,7 +835,7 @@ def _print_log_findings(console: Console, outcome: Outcome, ranked: list[Hypothe
         )
     hidden = len(outcome.matches) - len(shown)
     if hidden:
-        console.print(f"  [dim]({hidden} progress and fact signatures not shown; --all shows them)[/]")
+        console.print(f"  [dim]({count(hidden, 'progress or fact signature')} not shown; --all shows them)[/]")
     if outcome.facts:
         console.print("\n[bold]effective config[/]")
         for k, v in outcome.facts.items():
@@ -981,7 +985,7 @@ def flags(
     if json_out:
         print(catalog.model_dump_json())
         return
-    t = Table("flag", "aliases", "value", "choices", "default", title=f"{len(catalog.flags)} flags")
+    t = Table("flag", "aliases", "value", "choices", "default", title=count(len(catalog.flags), "flag"))
     for spec in catalog.flags.values():
         t.add_row(
             spec.name,
@@ -1061,7 +1065,9 @@ def _redecide(transcript: Path, planner_name: str, console: Console, *, verbose:
     if result.unfinished:
         console.print("[yellow]the run is unfinished (no run.ended): only the decisions recorded so far are compared[/]")
     if result.matched:
-        console.print(f"[green]all {len(result.decisions)} decisions match[/] ({result.planner} planner)")
+        n = len(result.decisions)
+        matched = "the one decision matches" if n == 1 else f"all {n} decisions match"
+        console.print(f"[green]{matched}[/] ({result.planner} planner)")
         return
     console.print(
         f"[bold red]diverges at seq {result.stopped_at}[/]: stopped there, since later observations were made "
@@ -1148,7 +1154,8 @@ def _run_detail(info: RunInfo) -> str:
     left = ""
     if info.leftovers:  # servers of a run nobody drives: resume adopts or stops them, a new run offers to
         pids = ", ".join(str(x["pid"]) for x in info.leftovers)
-        left = f"; {len(info.leftovers)} server(s) left running (pid {pids})"
+        pid_word = "pid" if len(info.leftovers) == 1 else "pids"
+        left = f"; {count(len(info.leftovers), 'server')} left running ({pid_word} {pids})"
     if info.pending:
         req = ApprovalRequest.model_validate(info.pending)
         return f"{req.experiment.id}: {describe_experiment(req.experiment)}{left}"
@@ -1183,7 +1190,7 @@ def runs_(
         console.print(f"runs in {home}", style="bold")
         for i in infos:
             style = _STATUS_STYLE.get(i.status, "white")
-            console.print(f"{i.run_id}  [{style}]{i.status}[/]  {i.launches} launches", soft_wrap=True)
+            console.print(f"{i.run_id}  [{style}]{i.status}[/]  {count(i.launches, 'launch')}", soft_wrap=True)
             console.print(
                 f"  {escape(i.case)}, updated {i.updated[:19].replace('T', ' ')}", soft_wrap=True, highlight=False
             )
@@ -1240,7 +1247,8 @@ def show(
     style = _STATUS_STYLE.get(info.status, "white")
     console.print(
         f"run [bold]{info.run_id}[/] ({escape(info.case)}): [{style}]{info.status}[/], "
-        f"{info.launches} launches, {info.host_seconds:.0f} host-seconds; transcript {escape(str(info.transcript))}",
+        f"{count(info.launches, 'launch')}, {count(info.host_seconds, 'host-second', fmt='.0f')}; "
+        f"transcript {escape(str(info.transcript))}",
         highlight=False,
     )
     if info.pending:

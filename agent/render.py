@@ -10,6 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 
 from agent.transcript import TranscriptEvent
+from agent.wording import count
 
 _STATUS_STYLE = {"refuted": "red", "supported": "green", "confirmed": "bold green", "open": "yellow"}
 
@@ -76,7 +77,7 @@ class EventRenderer:
 
     def _tool_result(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if d.get("tool") == "flag_catalog":
-            self._p(f"  flag catalog: {d.get('flags')} flags from launch_server --help")
+            self._p(f"  flag catalog: {count(d.get('flags'), 'flag')} from launch_server --help")
 
     def _knowledge_read(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         items = "; ".join(
@@ -274,7 +275,6 @@ def conclusion_panel(d: dict[str, Any]) -> Panel:
         )
     if d.get("reason"):
         t.add_row("reason", escape(d["reason"]))
-    n = d["launches"]
-    t.add_row("cost", f"{n} launch{'' if n == 1 else 'es'}, {d['host_seconds']:.0f} host-seconds")
+    t.add_row("cost", f"{count(d['launches'], 'launch')}, {count(d['host_seconds'], 'host-second', fmt='.0f')}")
     style = {"isolated": "green", "not_isolated": "yellow", "stopped": "yellow", "error": "red"}[d["status"]]
     return Panel(t, title="conclusion", border_style=style)
