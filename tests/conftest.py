@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,6 +15,13 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# The Ctrl-C tests send SIGINT to the hypoloop they start and expect exit code 130. A pytest started as a
+# background job of a non-interactive shell (`pytest &`, some CI wrappers) inherits SIGINT ignored, every
+# child it starts inherits that too, and Python then installs no KeyboardInterrupt handler: Ctrl-C did
+# nothing and the run went on to exit 0. A handler (unlike SIG_IGN) is reset to the default in a child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # --- sshd: a throwaway OpenSSH server on 127.0.0.1 (see .ci/sshd.py) ---------------------------------
