@@ -44,7 +44,7 @@ from agent.models import Baseline, Change, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
 from agent.progress import ProgressBoard
 from agent.redact import redact_data, run_redactor
-from agent.render import EventRenderer, shown_line
+from agent.render import EventRenderer, print_hanging, shown_line
 from agent.transcript import Transcript, TranscriptError, damaged_lines, read_transcript
 from agent.values import effective_before, suggestions_in_log
 from agent.wording import count
@@ -183,11 +183,11 @@ def _pause(
     tr.emit("run.paused", {"waiting_for": exp.id, "reason": why}, node="approve")
     if panel:
         console.print(approval_panel(request))
-    console.print(
+    print_hanging(
+        console,
         f"run [bold]{request.run_id}[/] waits for approval of {exp.id} ({escape(describe_experiment(exp))}); "
         f"{why}. Answer with: hypoloop resume {request.run_id} --decision approve|edit|reject|stop "
         "[--reason TEXT] [--set NAME=VALUE]",
-        highlight=False,
     )
     if json_out:
         print(_waiting_json(request, tr.path))
@@ -340,7 +340,7 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
             out["error"] = conclusion.get("reason")
         print(json.dumps(_redacted(out, result)))
     else:
-        console.print(f"transcript: {tpath}")
+        print_hanging(console, f"transcript: {escape(str(tpath))}")
     if status == "error":
         if result.get("error_kind") == "input":
             # Nothing was launched: the case's host, launcher or baseline is unusable as written.
@@ -1245,17 +1245,18 @@ def show(
         console.print(f"[dim](no transcript at {escape(str(info.transcript))})[/]")
     console.print()
     style = _STATUS_STYLE.get(info.status, "white")
-    console.print(
+    print_hanging(
+        console,
         f"run [bold]{info.run_id}[/] ({escape(info.case)}): [{style}]{info.status}[/], "
         f"{count(info.launches, 'launch')}, {count(info.host_seconds, 'host-second', fmt='.0f')}; "
         f"transcript {escape(str(info.transcript))}",
-        highlight=False,
     )
     if info.pending:
         console.print(approval_panel(ApprovalRequest.model_validate(info.pending)))
-        console.print(
+        print_hanging(
+            console,
             f"answer with: hypoloop resume {info.run_id} [--decision approve|edit|reject|stop] "
-            "[--reason TEXT] [--set NAME=VALUE]"
+            "[--reason TEXT] [--set NAME=VALUE]",
         )
     elif info.status == "interrupted":
         console.print(f"nothing is driving it: continue with hypoloop resume {info.run_id}")

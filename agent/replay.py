@@ -219,11 +219,13 @@ class ReplayRenderer(EventRenderer):
             mark = _EFFECT_MARK.get(e.get("effect", "supports"), "·")
             where = ""
             if e.get("lines"):
-                where = f" [dim](log lines {', '.join(map(str, e['lines'][:6]))}"
+                word = "log line" if len(e["lines"]) == 1 else "log lines"
+                where = f" [dim]({word} {', '.join(map(str, e['lines'][:6]))}"
                 where += f" of {e['experiment_id']})[/]" if e.get("experiment_id") else ")[/]"
-            self._p(
-                f"{indent}{mark} [dim]{e.get('kind')}:[/] {escape(shown_line(str(e.get('detail', ''))))}{where}"
-            )
+            kind, detail = str(e.get("kind")), shown_line(str(e.get("detail", "")))
+            # "signature: signature probability_tensor_nan: ..." says the kind twice: once is enough
+            label = "" if detail.startswith(f"{kind} ") else f"[dim]{escape(kind)}:[/] "
+            self._p(f"{indent}{mark} {label}{escape(detail)}{where}")
 
     # ----- handlers (the live ones plus detail)
 

@@ -133,7 +133,7 @@ def test_live_display_in_a_terminal_follows_the_load(tmp_path: Path) -> None:
         # The display's latest log line: its label and number are styled apart, so escape codes may sit
         # between them (a bare "log:\d+" matched only the renderer's ready line, which is missing when
         # GET /health answers first, and then the test fell a launch behind).
-        child.expect(r"log:(?:\x1b\[[\d;]*m)*\d+ ")
+        child.expect(r"log:(?:\x1b\[[\d;]*m)*\d+(?:\x1b\[[\d;]*m)* +\S")
         child.expect(r"✓ ready.{0,20}after [\d.]+ s")  # the baseline's summary line
         # The second launch: an expected time from the first one.
         child.expect(r"expected ~[\d.:]+( s)?.{0,40}from 1 earlier launch")
