@@ -985,16 +985,42 @@ def flags(
     if json_out:
         print(catalog.model_dump_json())
         return
-    t = Table("flag", "aliases", "value", "choices", "default", title=count(len(catalog.flags), "flag"))
-    for spec in catalog.flags.values():
-        t.add_row(
-            spec.name,
-            ", ".join(spec.aliases),
-            spec.value_type if spec.takes_value else "(switch)",
-            escape(", ".join(spec.choices or [])),
-            escape(str(spec.default or "")),
-        )
-    Console().print(t)
+    _print_flags(catalog)
+
+
+def _print_flags(catalog: FlagCatalog) -> None:
+    """The catalog for a person: a table when the terminal holds its names and aliases on one line each
+    with room for the choices; otherwise a list, one flag a line (its names, value type, default) with
+    its choices under it, since a five-column table at 80 columns cut the flag names (``--tokenizer-p…``).
+    Piped with no COLUMNS: as on a 200-column terminal. Nothing is cut."""
+    console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
+    specs = list(catalog.flags.values())
+    widest = max((len(s.name) for s in specs), default=4) + max(
+        (len(", ".join(s.aliases)) for s in specs), default=0
+    )
+    if console.width >= widest + 16 + 10 + 40:  # borders, the value column, 40 for choices and default
+        t = Table("flag", "aliases", "value", "choices", "default", title=count(len(catalog.flags), "flag"))
+        for col in t.columns:
+            col.overflow = "fold"
+        t.columns[0].no_wrap = t.columns[1].no_wrap = True
+        for spec in specs:
+            t.add_row(
+                spec.name,
+                ", ".join(spec.aliases),
+                spec.value_type if spec.takes_value else "(switch)",
+                escape(", ".join(spec.choices or [])),
+                escape(str(spec.default or "")),
+            )
+        console.print(t)
+        return
+    console.print(count(len(catalog.flags), "flag"), style="bold", highlight=False)
+    for spec in specs:
+        value = spec.value_type if spec.takes_value else "(switch)"
+        default = f"  [default: {spec.default}]" if spec.default else ""
+        names = escape(", ".join([spec.name, *spec.aliases]))
+        print_hanging(console, f"[bold]{names}[/]  {value}{escape(default)}")
+        if spec.choices:
+            print_hanging(console, f"    [dim]choices:[/] {escape(', '.join(spec.choices))}")
 
 
 @app.command()
