@@ -717,7 +717,7 @@ def _analyze(
         print(json.dumps(_analyze_json(logfile, outcome, verdict, ranked, proposal, suggestions)))
         return
     console = Console()
-    console.print(f"[bold]{escape(str(logfile))}[/]: stage reached [bold]{outcome.stage}[/] — {verdict}")
+    print_hanging(console, f"[bold]{escape(str(logfile))}[/]: stage reached [bold]{outcome.stage}[/] — {verdict}")
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]")
     _print_log_findings(console, outcome, ranked, show_all)
@@ -828,10 +828,10 @@ def _print_log_findings(console: Console, outcome: Outcome, ranked: list[Hypothe
     for m in shown:
         style = {"fatal": "red", "error": "red", "warning": "yellow", "ready": "green"}.get(m.kind, "dim")
         more = f" (+{len(m.line_numbers) - 1} more)" if len(m.line_numbers) > 1 else ""
-        console.print(
+        print_hanging(
+            console,
             f"  L{m.line_numbers[0] if m.line_numbers else '?':<5} [{style}]{m.kind:<8}[/] {m.signature_id}{more}: "
             f"[dim]{escape(shown_line(m.first_line).strip())}[/]",
-            highlight=False,
         )
     hidden = len(outcome.matches) - len(shown)
     if hidden:
@@ -839,11 +839,11 @@ def _print_log_findings(console: Console, outcome: Outcome, ranked: list[Hypothe
     if outcome.facts:
         console.print("\n[bold]effective config[/]")
         for k, v in outcome.facts.items():
-            console.print(f"  {k} = {escape(str(v))}", highlight=False)
+            print_hanging(console, f"  {k} = {escape(str(v))}")
     console.print("\n[bold]hypotheses[/] (probability, id, component)")
     for hy in ranked:
         console.print(f"  {hy.posterior:.2f}  {hy.id}  [dim]({hy.component})[/]", highlight=False)
-        console.print(f"        {escape(hy.statement)}", highlight=False)
+        print_hanging(console, f"        {escape(hy.statement)}", hang=0)
 
 
 def _print_log_advice(console: Console, outcome: Outcome, proposal: Proposal, suggestions: list[tuple[int, str]]) -> None:
@@ -851,22 +851,23 @@ def _print_log_advice(console: Console, outcome: Outcome, proposal: Proposal, su
     console.print()
     first = proposal.experiment.change if proposal.experiment else None
     if proposal.experiment and first:
-        console.print(
+        print_hanging(
+            console,
             f"first experiment: [bold magenta]{escape(_advice_text(first, outcome.facts))}[/] — "
-            f"{escape(proposal.experiment.rationale)}"
+            f"{escape(proposal.experiment.rationale)}",
         )
     else:
-        console.print(f"no experiment to propose: {proposal.conclude_reason}")
+        print_hanging(console, f"no experiment to propose: {escape(str(proposal.conclude_reason))}")
     others = [a for a in proposal.considered if a.get("change") and (first is None or a["change"] != first.describe())]
     if others:
         console.print("\n[bold]alternatives[/] (the planner's other candidates, P(fix))")
         for alt in others:
-            console.print(f"  {alt['p_fix']:.2f}  {escape(_with_log_before(str(alt['change']), outcome.facts))}", highlight=False)
+            print_hanging(console, f"  {alt['p_fix']:.2f}  {escape(_with_log_before(str(alt['change']), outcome.facts))}")
     if suggestions:
         lines = f"{suggestions[0][0]}-{suggestions[-1][0]}" if len(suggestions) > 1 else str(suggestions[0][0])
         console.print(f"\n[bold]SGLang's own suggestions[/] (log line{'s' if len(suggestions) > 1 else ''} {lines})")
         for n, text in suggestions:
-            console.print(f"  L{n:<5} {escape(text)}", highlight=False)
+            print_hanging(console, f"  L{n:<5} {escape(text)}")
 
 
 def _with_log_before(described: str, facts: dict[str, str]) -> str:

@@ -96,6 +96,12 @@ def test_a_wrapped_line_keeps_its_indentation(crashed_run: tuple[Path, str, str,
     for name, text in (("run", out), ("show", shown.stdout), ("replay", replayed.stdout)):
         assert _unindented(text) == [], f"{name}: {_unindented(text)[:5]}"
         assert max(len(x) for x in text.splitlines()) <= 70, name
+    analyzed = run_cli(tmp, "analyze", "fatal.log", **NARROW)
+    assert analyzed.returncode == 0, analyzed.stderr
+    sections = ("fatal.log:", "signatures", "effective config", "hypotheses", "first experiment:", "alternatives",
+                "SGLang's own", "no experiment")
+    loose = [x for x in analyzed.stdout.splitlines() if x.strip() and not x.startswith((" ", *sections))]
+    assert loose == [], f"analyze: {loose[:5]}"
 
 
 def test_the_story_says_each_thing_once(crashed_run: tuple[Path, str, str, str]) -> None:
