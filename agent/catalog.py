@@ -22,6 +22,11 @@ class CatalogError(ValueError):
     """A catalog file that cannot be used; one line naming the file, the entry and the field."""
 
 
+#: Facts the catalog's evidence context derives from the symptoms, not from the deployment
+#: (``agent.generators.catalog.evidence_context``).
+SYMPTOM_FACTS = frozenset({"failure_under_load"})
+
+
 class Condition(BaseModel):
     """One test against the evidence context. All given parts must hold.
 
@@ -43,6 +48,20 @@ class Condition(BaseModel):
     compute_capability_not_in: list[str] | None = None
     stage: list[str] | None = None
     gpu_name_matches: str | None = None
+
+    @property
+    def symptom_only(self) -> bool:
+        """Whether the condition tests only the kind of failure (a symptom class, the stage, or a fact
+        derived from the symptoms such as ``failure_under_load``), nothing of this deployment: no
+        signature, effective setting, model feature or host."""
+        return (
+            self.signature is None
+            and (self.fact is None or self.fact in SYMPTOM_FACTS)
+            and self.feature is None
+            and self.compute_capability_in is None
+            and self.compute_capability_not_in is None
+            and self.gpu_name_matches is None
+        )
 
     def holds(self, ctx: EvidenceContext) -> bool:
         """Whether every part of the condition holds in ``ctx``."""

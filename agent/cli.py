@@ -8,6 +8,7 @@ run is in use by another hypoloop process, 130 interrupted.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import inspect
 import json
@@ -15,6 +16,7 @@ import os
 import re
 import secrets
 import signal
+import sqlite3
 import sys
 import tempfile
 import time
@@ -39,7 +41,7 @@ from agent.approval import (
 )
 from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case, outside_warnings
 from agent.catalog import CatalogError
-from agent.knowledge_dir import knowledge_dir, knowledge_file
+from agent.knowledge_dir import chosen_dir, knowledge_dir, knowledge_file
 from agent.models import Baseline, Change, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
 from agent.progress import ProgressBoard
@@ -275,11 +277,50 @@ def _drive_guarded(
         _fail(str(exc))
     except typer.Exit:
         raise
-    except Exception as exc:  # a bug: keep the details in the transcript, tell the user in one line
+    except Exception as exc:
+        full = _no_space(exc)
+        if full is not None:  # hypoloop's own files (transcript, results, checkpoints): not a bug
+            _out_of_space(rt, tr, run_id, full)
+        # a bug: keep the details in the transcript, tell the user in one line
         rt.close()
         tr.emit("error", {"message": f"internal error: {exc!r}", "traceback": traceback.format_exc()})
         tr.emit("run.ended", {"status": "error", "reason": f"internal error: {exc!r}"})
         _fail(f"internal error: {exc!r} (traceback in {tpath})", code=1)
+
+
+def _no_space(exc: BaseException) -> str | None:
+    """What could not be written, when ``exc`` (or an exception it came from) is a full disk or quota:
+    an OSError ENOSPC/EDQUOT (the transcript, a saved result) or SQLite's "database or disk is full"
+    (the checkpoint store); else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            what = current.filename or "hypoloop's files"
+            return f"cannot write {what} ({current.strerror or 'no space left on device'})"
+        if isinstance(current, sqlite3.OperationalError) and "full" in str(current).lower():
+            return f"cannot write the checkpoint store ({current})"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _out_of_space(rt: Runtime, tr: Transcript, run_id: str, what: str) -> NoReturn:
+    """End a run whose own files could not be written (the disk is full): stop its servers, say so in one
+    line (exit 1). Its checkpoint keeps every step completed before, so ``resume`` continues it once there
+    is room; what cannot be written now is not written."""
+    message = (
+        f"the disk is full: {what}; every server this run launched is stopped and its state is kept up to "
+        f"its last completed step: free some space in {rt.state_dir} and beside the transcript, then "
+        f"continue with: hypoloop resume {run_id}"
+    )
+    with contextlib.suppress(OSError):
+        rt.close()
+    tr.listeners.clear()  # the one line below says it; the transcript gets it too if it has room
+    with contextlib.suppress(OSError):
+        tr.emit("error", {"message": message})
+        tr.emit("run.ended", {"status": "error", "reason": message})
+    _fail(message, code=1)
 
 
 def _check_knowledge() -> None:
@@ -333,6 +374,13 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
             "reason": conclusion.get("reason", ""),  # why the run ended as it did
             # not_isolated: the component and package the failure points at (None: nothing failed)
             "implicated": conclusion.get("implicated"),
+            # what the run ruled out, each with the evidence that did; what stayed open, and why
+            "ruled_out": [
+                {"id": r["id"], "component": r.get("component"),
+                 "evidence": [e.get("detail") for e in r.get("evidence", [])]}
+                for r in conclusion.get("refuted", [])
+            ],
+            "untested": [{"id": u["id"], "why": u.get("why")} for u in conclusion.get("untested", [])],
         }
         if llm_usage:
             out["llm_usage"] = llm_usage
@@ -644,7 +692,7 @@ def _run(
             transcript=str(tpath.resolve()),
             planner=planner_spec,
             host_option=host,
-            knowledge_dir=str(knowledge_dir()),
+            knowledge_dir=chosen_dir(),
             **({"parallel": parallel} if parallel > 1 else {}),
         )
         result = _drive_guarded(graph, config, initial, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
@@ -1047,15 +1095,19 @@ def replay(
         PlannerName, typer.Option(help="the planner to re-decide with (llm replays the model's recorded answers)")
     ] = "rules",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates and tool calls too")] = False,
+    knowledge: _KnowledgeOpt = None,
 ) -> None:
     """A recorded run step by step as it looked live, with the evidence behind each hypothesis and the
-    alternatives each step weighed; or (--redecide) checked against the current planner."""
+    alternatives each step weighed; or (--redecide) checked against the current planner, with the
+    knowledge folder the run read (or --knowledge)."""
     from agent.replay import replay as replay_run
 
     console = Console()
     if redecide:
-        _redecide(transcript, planner, console, verbose=verbose)
+        _redecide(transcript, planner, console, verbose=verbose, knowledge=knowledge)
         return
+    if knowledge is not None:
+        _fail("--knowledge is for --redecide (a replay shows what the run recorded)")
     if speed is not None and speed <= 0:
         _fail(f"--speed {speed}: expected a positive number")
     if speed is not None and follow:
@@ -1075,15 +1127,38 @@ def replay(
         raise typer.Exit(2)
 
 
-def _redecide(transcript: Path, planner_name: str, console: Console, *, verbose: bool) -> None:
+def _redecide_knowledge(recorded: object, option: Path | None) -> tuple[Path | str | None, str | None]:
+    """The knowledge folder a re-decision reads: ``--knowledge``, else the one the run recorded (a
+    transcript records one only when the run read a folder other than the repository's), else the folder
+    in force; with a warning when the recorded folder is gone."""
+    if option is not None:
+        return option, None
+    if isinstance(recorded, str) and recorded:
+        if Path(recorded).is_dir():
+            return recorded, None
+        return None, (
+            f"the run read the knowledge folder {recorded}, which is not here: re-deciding with "
+            f"{knowledge_dir()} (give the folder with --knowledge)"
+        )
+    return None, None
+
+
+def _redecide(
+    transcript: Path, planner_name: str, console: Console, *, verbose: bool, knowledge: Path | None = None
+) -> None:
     from agent.recorded import RecordedRun
     from agent.replay import RedecideError, redecide_planner, redecide_table
     from agent.replay import redecide as redecide_run
 
     try:
         recorded = RecordedRun.load(transcript)
-        planner, flags, warnings = redecide_planner(planner_name, recorded)
-        result = redecide_run(recorded, planner, flags, warnings=warnings)
+    except TranscriptError as exc:
+        _fail(str(exc))
+    folder, note = _redecide_knowledge(recorded.started.get("knowledge_dir"), knowledge)
+    try:
+        with _use_knowledge(folder):
+            planner, flags, warnings = redecide_planner(planner_name, recorded)
+            result = redecide_run(recorded, planner, flags, warnings=[*([note] if note else []), *warnings])
     except (TranscriptError, RedecideError) as exc:
         _fail(str(exc))
     for w in result.warnings:

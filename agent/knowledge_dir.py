@@ -22,6 +22,7 @@ __all__ = [
     "ENV_VAR",
     "KNOWLEDGE_FILES",
     "KnowledgeDirError",
+    "chosen_dir",
     "default_dir",
     "knowledge_dir",
     "knowledge_file",
@@ -58,6 +59,14 @@ def knowledge_dir() -> Path:
     """The knowledge folder in force: ``$HYPOLOOP_KNOWLEDGE`` when set, else the repository's."""
     env = os.environ.get(ENV_VAR)
     return check_dir(env, where=f"${ENV_VAR}") if env else default_dir()
+
+
+def chosen_dir() -> str | None:
+    """The knowledge folder in force as recorded in a run (run state, ``run.started``): its path when a
+    folder other than the repository's own was chosen, None for the repository's (so a transcript made in
+    one checkout re-decides and resumes with the knowledge of the checkout that reads it)."""
+    folder = knowledge_dir()
+    return None if folder == default_dir() else str(folder)
 
 
 def knowledge_file(name: str) -> Path:

@@ -38,6 +38,7 @@ from typing import Any
 
 from langgraph.types import Command
 
+from agent.crashsafe import infra_failure
 from agent.evidence import RawEvidence
 from agent.guard import GuardError, check_experiment
 from agent.models import Experiment, Outcome, Rejection
@@ -50,7 +51,7 @@ from agent.recovery import prior_launch, recover, save_result
 from agent.runtime import Runtime
 from agent.state import RunState, case_of, planner_view
 from agent.wire import to_payload
-from tools.host import HostError, HostUnreachable, ProcessHandle
+from tools.host import HostError, ProcessHandle
 
 __all__ = [
     "BatchResult",
@@ -321,8 +322,9 @@ def execute_or_batch(state: RunState, rt: Runtime) -> dict[str, Any]:
         earlier_host_s += lost.wall_s / rt.host(case).time_scale
         infra = RawEvidence.infra_error(exp_id, str(err))
         outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify_outcome(infra)))
-        if isinstance(err, HostUnreachable):
-            update = {"status": "error", "error": f"experiment {exp_id}: {err}"}
+        # Any host failure ends the run, as for one experiment (agent.crashsafe.infra_failure): an
+        # infra_error outcome must never be followed by more experiments.
+        update = update or infra_failure(rt, exp_id, err)
     return _batch_update(state, approved, evidence_of, outcomes, earlier, earlier_host_s, update)
 
 

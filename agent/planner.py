@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field
 from agent.case import Case
 from agent.catalog import CatalogEntry
 from agent.generators import Candidate, CandidateGenerator, GeneratorInput
+from agent.generators.common import raise_site, specificity, stems
 from agent.generators.evidence import failure_evidence, parse_tracebacks
 from agent.generators.registry import default_generators
 from agent.models import (
@@ -85,6 +86,9 @@ _FLAKY_WORDS = re.compile(
 #: layout, the devices. A known-good finding of another model differs in these by necessity, so they
 #: are never proposed from a finding diff.
 _IDENTITY_FLAGS = IDENTITY_FLAGS
+#: A word the failing frame shares with a hypothesis's component ties them only when it is this specific
+#: (``agent.generators.common.specificity``: ``cache`` is in too many flag names to tie anything).
+_RELATED_SPECIFICITY = 0.25
 _IDENTITY_ENV = IDENTITY_ENV
 
 
@@ -500,10 +504,43 @@ class RulePlanner:
                 c.evidence.extend(cand.evidence[:1])
             if not covering and cand.id not in new:
                 new[cand.id] = cand
+        self._weigh_by_raise_site(list(new.values()), inp)
         for cand in new.values():
             ledger[cand.id] = cand.to_hypothesis()
             weights[cand.id] = cand.weight
         return list(new)
+
+    def _weigh_by_raise_site(self, cands: list[Candidate], inp: GeneratorInput) -> None:
+        """Weaken the catalog's general suspects that the traceback does not point at.
+
+        A catalog or symptom-class entry that fired on the kind of failure alone (``Candidate.symptom_only``:
+        no signature, setting, model feature or host fact of this deployment backs it), about a component
+        the innermost SGLang frame of the failure does not name, is multiplied by
+        ``ledger.elsewhere_factor``: an engineer reads the frame where the error surfaced before the
+        general suspects of that kind of failure. Entries tied to this deployment and the evidence
+        generators' own candidates are left as they are.
+        """
+        site = raise_site(inp)
+        factor = tunables().ledger.elsewhere_factor
+        if site is None or factor >= 1.0:
+            return
+        for cand in cands:
+            if not cand.symptom_only:
+                continue
+            shared = stems(cand.component) & site.words
+            if shared and (self.flags is None or specificity(self.flags, shared) >= _RELATED_SPECIFICITY):
+                continue  # the frame names this component
+            cand.weight *= factor
+            cand.evidence.append(
+                Evidence(
+                    kind="fact",
+                    detail=f"the error surfaced in {site.where}, which is not this component "
+                    f"({cand.component}) (x{factor:g})",
+                    experiment_id=inp.evidence.experiment_id,
+                    lines=[site.line],
+                    effect="weakens",
+                )
+            )
 
     def _covers(self, diff: Intervention, iv: Intervention, facts: dict[str, str]) -> bool:
         """Whether intervention ``iv`` makes the change ``diff`` names (same fact and value, or the same
@@ -956,6 +993,9 @@ class RulePlanner:
                 if change is None:
                     considered.append({"hypothesis": h.id, "skipped": how})
                     continue
+                if (off := self._inert(change, baseline, ref)) is not None:
+                    considered.append({"hypothesis": h.id, "skipped": off})
+                    continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
                 if exp_id in done:
                     continue
@@ -964,6 +1004,28 @@ class RulePlanner:
                     continue
                 out.setdefault(change.key(), (change, iv, how))
         return out
+
+    def _inert(self, change: Change, baseline: Baseline, ref: Outcome) -> str | None:
+        """Why changing a flag cannot change the run, or None: it configures a feature whose
+        ``--enable-X`` switch (``FlagCatalog.feature_switch``) is off in the baseline and in the effective
+        configuration SGLang printed, so the feature's code never runs."""
+        if change.kind != "flag" or self.flags is None:
+            return None
+        switch = self.flags.feature_switch(change.name)
+        if switch is None:
+            return None
+        off = ("", "none", "null", "false", "0", "off", "disabled")
+        if any(str(baseline.flags.get(o, "")).strip().lower() not in off for o in switch.option_strings):
+            return None
+        dest = switch.name.lstrip("-").replace("-", "_")
+        effective = ref.facts.get(dest)
+        if effective is None:
+            effective = failure_evidence(ref).server_args.get(dest)
+        if effective is not None and str(effective).strip().lower() not in off:
+            return None
+        if switch.default is not None and str(switch.default).strip().lower() not in off:
+            return None
+        return f"{change.name} configures {switch.name}'s feature, which is off here: changing it changes nothing"
 
     def _score(
         self, state: HistoryState, change: Change, iv: Intervention, cost: float, facts: dict[str, str]

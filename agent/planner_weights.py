@@ -39,6 +39,7 @@ class LedgerWeights(_Strict):
     failed_confirmation_may_fix: float = _Probability
     passed_blocker: float = _Probability
     passed_blocker_own: float = _Probability
+    elsewhere_factor: float = _Probability
 
 
 class ChoiceWeights(_Strict):

@@ -71,16 +71,22 @@ def save_result(
     partial: bool = False,
 ) -> None:
     """Write an experiment's evidence atomically (temp file, fsync, rename); ``redact`` (the run's
-    redactor) keeps secrets out of it (a log line may quote ``api_key='...'``)."""
+    redactor) keeps secrets out of it (a log line may quote ``api_key='...'``). Raises OSError naming the
+    file (e.g. ENOSPC: a full disk)."""
     path = result_path(home, run_id, evidence.experiment_id, partial=partial)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        data = evidence.model_dump(mode="json")
-        json.dump(redact_data(data, redact) if redact is not None else data, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    data = evidence.model_dump(mode="json")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(redact_data(data, redact) if redact is not None else data, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc  # a full disk: say which file
 
 
 def load_result(home: Path, run_id: str, experiment_id: str, *, partial: bool = False) -> RawEvidence | None:

@@ -21,6 +21,7 @@ only caught when it is one of the names given.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import re
@@ -63,8 +64,10 @@ _SECRET_OPTION = re.compile(
 #: ``name=value``, ``name: value``, ``"name": "value"``; the name decides (``is_secret_name``).
 # The value may not itself be an assignment: in "RuntimeError: HF_TOKEN=hf_..." the match must be the
 # inner HF_TOKEN=..., not "RuntimeError: <everything after>", which would hide the secret from the check.
+# A name that is a file name inside a path ("with /home/u/.ssh/client_key: the host refused it") is no
+# assignment: the lookbehind keeps the match from starting after a "/" (or inside a word).
 _ASSIGNMENT = re.compile(
-    r"([A-Za-z_][A-Za-z0-9_.\-]*)([\"']?)(\s*[=:]\s*)([\"']?)"
+    r"(?<![\w.\-/])([A-Za-z_][A-Za-z0-9_.\-]*)([\"']?)(\s*[=:]\s*)([\"']?)"
     r"(?![A-Za-z_][A-Za-z0-9_.\-]*[\"']?\s*[=:])([^\s\"',;)}\]]+)\4"
 )
 
@@ -83,6 +86,7 @@ _KEEP_IPS = frozenset({"127.0.0.1", "0.0.0.0", "::1", "::"})
 _NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD", "SSH_AUTH_SOCK"})
 
 
+@functools.lru_cache(maxsize=8192)
 def is_secret_name(name: str) -> bool:
     """Whether a variable/option/key name says its value is secret (``HF_TOKEN``, ``api_key``,
     ``--hf-token``, ``AWS_SECRET_ACCESS_KEY``); ``max_total_tokens`` and ``TOKENIZERS_PARALLELISM`` are not."""
@@ -92,6 +96,11 @@ def is_secret_name(name: str) -> bool:
     if any(p in _SECRET_PARTS for p in parts) or parts[-1] == "KEY":
         return True
     return any(pair in _SECRET_PAIRS for pair in zip(parts, parts[1:], strict=False))
+
+
+#: Texts up to this many characters, at most this many, are remembered with their redaction.
+_MEMO_TEXT_MAX = 4096
+_MEMO_ENTRIES = 20000
 
 
 class Redactor:
@@ -112,6 +121,8 @@ class Redactor:
             {h for h in hosts if h and h not in ("localhost", "local")}, key=len, reverse=True
         )
         self._placeholders: dict[str, str] = {}
+        # Texts already redacted (the same flag help, paths and log lines pass many times in a run).
+        self._memo: dict[str, str] = {}
 
     @classmethod
     def for_env(
@@ -139,6 +150,17 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         """``text`` with every secret replaced by ``<redacted>`` (and hosts masked if asked)."""
+        done = self._memo.get(text)
+        if done is not None:
+            return done
+        out = self._redact(text)
+        if len(text) <= _MEMO_TEXT_MAX:
+            if len(self._memo) >= _MEMO_ENTRIES:
+                self._memo.clear()
+            self._memo[text] = out
+        return out
+
+    def _redact(self, text: str) -> str:
         for s in self._secrets:
             text = text.replace(s, REDACTED)
         for pattern, repl in _TOKEN_PATTERNS:
@@ -211,6 +233,7 @@ def _api_key_field(m: re.Match[str]) -> str:
     return f"{m.group(1)}{m.group(2)}{REDACTED}{m.group(2)}"
 
 
+@functools.lru_cache(maxsize=8192)
 def _secret_field(key: str) -> bool:
     """Whether a field of structured data holds a secret: an environment variable or a command-line
     option with a secret name (``HF_TOKEN``, ``--api-key``), or a lower-case field whose name is plainly

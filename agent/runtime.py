@@ -141,21 +141,37 @@ class Runtime:
 
         Never raises HostError: a server that cannot be stopped because the host is unreachable stays
         there (the run already ended in error saying so) and the next start on that host reports it as an
-        orphan; the reasons are kept in ``unstopped``.
+        orphan; the reasons are kept in ``unstopped``. The host is closed even when writing the
+        ``server.stopped`` records fails (a full disk), and that OSError is raised after.
         """
-        self.stop_sessions()
-        if self._host is not None:
-            self._host.close()
+        try:
+            self.stop_sessions()
+        finally:
+            if self._host is not None:
+                self._host.close()
 
-    def stop_sessions(self) -> None:
-        """Stop (and record stopping) the servers an interrupt or an error left running. Never raises."""
+    def stop_sessions(self) -> list[str]:
+        """Stop (and record stopping) the servers an interrupt or an error left running; the ids of the
+        experiments whose server could not be verified gone (reasons in ``unstopped``).
+
+        Never raises HostError. Every server is stopped before anything is written, so a transcript that
+        cannot be written (OSError, e.g. a full disk) cannot keep one running; that OSError is raised at
+        the end.
+        """
+        stopped: list[tuple[str, ServerSession, bool]] = []
         for exp_id, s in self.sessions.items():
             try:
                 verified = s.stop()
             except HostError as exc:
                 self.unstopped.append(str(exc))
                 verified = False
-            if s.handle is not None:
+            stopped.append((exp_id, s, verified))
+        self.sessions.clear()
+        failed: OSError | None = None
+        for exp_id, s, verified in stopped:
+            if s.handle is None:
+                continue
+            try:
                 self.transcript.emit(
                     "server.stopped",
                     {"experiment_id": exp_id, "pid": s.handle.pid, "log": s.log_path, "verified": verified,
@@ -163,7 +179,11 @@ class Runtime:
                      "wall_s": round(time.monotonic() - s.handle.started_monotonic, 3)},
                     node="execute",
                 )
-        self.sessions.clear()
+            except OSError as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+        return [exp_id for exp_id, s, verified in stopped if s.handle is not None and not verified]
 
 
 def _orphan_run(orphan: Any) -> str:

@@ -22,7 +22,8 @@ from bench.run import METHODS, BenchResult, run_bench
 def render(result: BenchResult, console: Console) -> None:
     """The rich tables: every world and method, then the targets with measured figures."""
     t = Table(
-        title=f"hypoloop bench — lab time scale {result.time_scale:g}, random = mean of {result.seeds} seeds, "
+        title=f"hypoloop bench — lab time scale {result.time_scale:g}, random = exact expectation over every "
+        f"order (flaky worlds: mean of {result.seeds} seeds), "
         f"{result.wall_s:.0f} s wall",
         show_lines=False,
     )
@@ -38,7 +39,9 @@ def render(result: BenchResult, console: Console) -> None:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for w in result.worlds:
         for i, (name, m) in enumerate(w.methods.items()):
-            if m.correct_rate is not None:
+            if m.correct_rate is not None and m.extra.get("estimate") == "exact":
+                correct = f"{'yes' if m.correct else 'no'} (p={m.correct_rate:.2f})"
+            elif m.correct_rate is not None:
                 correct = f"{'yes' if m.correct else 'no'} ({m.correct_rate * m.extra.get('seeds', 1):.0f}/{m.extra.get('seeds', 1)})"
             else:
                 correct = "yes" if m.correct else "no"
@@ -66,8 +69,11 @@ def render(result: BenchResult, console: Console) -> None:
     for note in result.notes:
         console.print(f"note: {escape(note)}", highlight=False)
     console.print(
-        "host-s: modelled GPU-host seconds (wall seconds of each launch / time scale). random: a launch of a "
-        "configuration another seed already ran is replayed from that run (deterministic worlds only). "
+        "host-s: modelled GPU-host seconds (wall seconds of each launch / time scale). random: uniform one-change "
+        "search over the plausible changes, stopping at the first that passes (no confirmation launch); on a "
+        "deterministic world every change is launched once and the figures are the exact expectation over all "
+        "orders, 1 + (N+1)/(k+1) launches for k working changes of N (p: the chance the change found is a root "
+        "fix); a launch of a configuration already run is replayed from that run. "
         "overhead per step: wall time between a server stopped and the next launch (analyse, update, design, "
         "approve, checkpoint, transcript), host waits excluded. agent-empty: the agent with a knowledge folder "
         "whose hypothesis catalog is empty (HYPOLOOP_KNOWLEDGE). correct: chains need every link, not_isolated "

@@ -372,9 +372,15 @@ def run_random(
     max_launches: int | None = RANDOM_MAX_LAUNCHES,
 ) -> MethodResult:
     """Uniform one-change search without replacement until the probes pass (at most ``max_launches``
-    launches per seed, baseline included); mean over ``seeds``. ``extra["success_rate"]`` is the share
-    of seeds that found a correct fix and ``extra["success_launches"]`` their mean launches (None when
-    no seed succeeded)."""
+    launches per seed, baseline included).
+
+    On a deterministic world without a launch cap the figures are the exact expectation over every
+    order (``random_expectation``: every plausible change is launched once, through the cache); the
+    ``seeds`` seeded orders are still run and listed. On a flaky world they are the mean over ``seeds``.
+    ``extra["success_rate"]`` is the share of orders (or seeds) that found a correct fix,
+    ``extra["success_launches"]`` their mean launches (None when none did) and ``extra["estimate"]``
+    says which of the two the figures are.
+    """
     base = world.case.baseline
     runs: list[MethodResult] = []
     for s in range(seeds):
@@ -392,6 +398,37 @@ def run_random(
                 break
         status = "found a working change" if fix else f"no working change in {count(len(records), 'launch')}"
         runs.append(_summary("random", world, records, fix, status))
+    seeded = {
+        "seed_mean_launches": round(statistics.fmean(r.launches for r in runs), 2),
+        "seed_success_rate": round(sum(r.correct for r in runs) / len(runs), 3),
+    }
+    listed = [
+        {"seed": i, "launches": r.launches, "found": r.found, "correct": r.correct} for i, r in enumerate(runs)
+    ]
+    if cache.enabled and max_launches is None:
+        exp = random_expectation(world, cache, changes)
+        return MethodResult(
+            method="random",
+            correct=exp.rate > 0.5,
+            correct_rate=exp.rate,
+            launches=exp.launches,
+            host_s=exp.host_s,
+            wall_s=exp.wall_s,
+            found=f"{exp.working} of {len(changes)} changes work, {exp.correct} of them a root fix",
+            status=f"{len(changes)} plausible changes",
+            runs=listed,
+            wrong_isolated=sum(r.wrong_isolated for r in runs),
+            extra={
+                "seeds": seeds,
+                "estimate": "exact",
+                "plausible_changes": len(changes),
+                "working_changes": exp.working,
+                "real_launches": cache.real,
+                "success_rate": round(exp.rate, 3),
+                "success_launches": exp.launches if exp.correct and world.expect == "isolated" else None,
+                **seeded,
+            },
+        )
     rate = sum(r.correct for r in runs) / len(runs)
     winners = [r for r in runs if r.correct and world.expect == "isolated"]
     return MethodResult(
@@ -403,18 +440,72 @@ def run_random(
         wall_s=statistics.fmean(r.wall_s for r in runs),
         found=f"{sum(r.found is not None for r in runs)} of {seeds} seeds found a working change",
         status=f"{len(changes)} plausible changes",
-        runs=[
-            {"seed": i, "launches": r.launches, "found": r.found, "correct": r.correct}
-            for i, r in enumerate(runs)
-        ],
+        runs=listed,
         wrong_isolated=sum(r.wrong_isolated for r in runs),
         extra={
             "seeds": seeds,
+            "estimate": "seeds",
             "plausible_changes": len(changes),
             "real_launches": cache.real,
             "success_rate": round(rate, 3),
             "success_launches": statistics.fmean(r.launches for r in winners) if winners else None,
+            **seeded,
         },
+    )
+
+
+@dataclass
+class RandomExpectation:
+    """Random one-change search's exact expectation on a deterministic world (see ``random_expectation``)."""
+
+    launches: float  # expected launches, baseline included
+    host_s: float
+    wall_s: float
+    working: int  # plausible changes that make the probes pass
+    correct: int  # of those, the ones the world's truth calls a root fix
+    rate: float  # P(the first working change found is a root fix)
+
+
+def random_expectation(world: BenchWorld, cache: LaunchCache, changes: list[Change]) -> RandomExpectation:
+    """The exact expectation of uniform one-change search without replacement over ``changes``.
+
+    Every change is launched once (through ``cache``). With N changes of which k work, the search stops
+    at the first working one of a uniformly random order: each failing change comes before every
+    working one with probability 1/(k+1), so E[launches] = 1 + (N+1)/(k+1) (the baseline is the 1), and
+    each working change is the one found with probability 1/k. Which working change is found does not
+    depend on where it stands, so the launches of the orders that end on a root fix have the same
+    mean. With k = 0 every change is launched: 1 + N. A baseline that serves ends after one launch.
+    """
+    base = world.case.baseline
+    base_rec = cache.run(base)
+    if base_rec.ok:
+        ok = score_run(world, "not_reproduced", None, base).correct
+        return RandomExpectation(1.0, base_rec.host_s, base_rec.wall_s, 0, 0, 1.0 if ok else 0.0)
+    recs = [(c, cache.run(base.apply(c))) for c in changes]
+    working = [(c, r) for c, r in recs if r.ok]
+    failing = [r for _c, r in recs if not r.ok]
+    n, k = len(changes), len(working)
+    if k == 0:
+        return RandomExpectation(
+            1.0 + n,
+            base_rec.host_s + sum(r.host_s for _c, r in recs),
+            base_rec.wall_s + sum(r.wall_s for _c, r in recs),
+            0, 0, 1.0 if score_run(world, "not_isolated", None, base).correct else 0.0,
+        )
+    correct = sum(
+        score_run(world, "isolated", (c.kind, c.name, c.after), base.apply(c)).correct
+        for c, _r in working
+    )
+
+    def expected(cost: Callable[[LaunchRecord], float]) -> float:
+        return (
+            cost(base_rec)
+            + sum(cost(r) for r in failing) / (k + 1)
+            + sum(cost(r) for _c, r in working) / k
+        )
+
+    return RandomExpectation(
+        1.0 + (n + 1) / (k + 1), expected(lambda r: r.host_s), expected(lambda r: r.wall_s), k, correct, correct / k
     )
 
 

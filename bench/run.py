@@ -276,20 +276,26 @@ def _aggregate(results: list[WorldResult], time_scale: float, seeds: int, wall: 
                 )
             )
         if agent is not None and rnd is not None and w.expect == "isolated":
-            # Efficiency counts correct runs only: the agent's, against random's successful seeds.
+            # Efficiency counts correct runs only: the agent's, against random's successful orders.
             won = rnd.extra.get("success_launches")
             name = f"{w.world}: agent launches <= 1/2 of random's mean"
             if not agent.correct:
                 targets.append(Target(name, "the agent was not correct (only correct runs count)", False))
             elif won is None:
                 seeds = rnd.extra.get("seeds", 0)
-                targets.append(Target(name, f"{agent.launches:g} vs random: no fix in {seeds} seeds", True))
+                never = (
+                    "no plausible change is a root fix" if rnd.extra.get("estimate") == "exact"
+                    else f"no fix in {seeds} seeds"
+                )
+                targets.append(Target(name, f"{agent.launches:g} vs random: {never}", True))
             else:
                 targets.append(
                     Target(
                         name,
-                        f"{agent.launches:g} vs {won:.1f} over random's successful seeds "
-                        f"(ratio {agent.launches / won:.2f})",
+                        f"{agent.launches:g} vs {won:.1f} "
+                        + ("(random's exact expectation) " if rnd.extra.get("estimate") == "exact"
+                           else "over random's successful seeds ")
+                        + f"(ratio {agent.launches / won:.2f})",
                         agent.launches <= RANDOM_RATIO_TARGET * won,
                     )
                 )
@@ -366,8 +372,16 @@ def _catalog_targets(results: list[WorldResult], notes: list[str]) -> list[Targe
     for w in results:
         rnd = w.methods.get("random")
         if rnd is not None:
-            notes.append(
-                f"{w.world}: random found the correct fix on {rnd.extra.get('success_rate', 0):.0%} of "
-                f"{rnd.extra.get('seeds', 0)} seeds"
-            )
+            if rnd.extra.get("estimate") == "exact":
+                notes.append(
+                    f"{w.world}: random finds the correct fix with probability {rnd.extra.get('success_rate', 0):.0%} "
+                    f"({rnd.extra.get('working_changes', 0)} of {rnd.extra.get('plausible_changes', 0)} plausible "
+                    f"changes work; its {rnd.extra.get('seeds', 0)} seeded orders: {rnd.extra.get('seed_mean_launches')} "
+                    f"launches on average, {rnd.extra.get('seed_success_rate', 0):.0%} correct)"
+                )
+            else:
+                notes.append(
+                    f"{w.world}: random found the correct fix on {rnd.extra.get('success_rate', 0):.0%} of "
+                    f"{rnd.extra.get('seeds', 0)} seeds"
+                )
     return out

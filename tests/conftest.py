@@ -16,12 +16,20 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
-# The Ctrl-C tests send SIGINT to the hypoloop they start and expect exit code 130. A pytest started as a
-# background job of a non-interactive shell (`pytest &`, some CI wrappers) inherits SIGINT ignored, every
-# child it starts inherits that too, and Python then installs no KeyboardInterrupt handler: Ctrl-C did
-# nothing and the run went on to exit 0. A handler (unlike SIG_IGN) is reset to the default in a child.
-if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the hypoloop processes the tests start, however the suite itself was started.
+
+    A background job of a non-interactive shell (``pytest &`` in a script or a job runner) starts with
+    SIGINT ignored; the ignore is inherited through exec, and Python installs its KeyboardInterrupt
+    handler only when SIGINT is not ignored at startup. Every hypoloop the tests start would then ignore
+    SIGINT (it respects an inherited ignore, as Unix programs do): the Ctrl-C tests waited 30 s in vain
+    and the terminal one saw exit 0 instead of 130. The tests play a user at a terminal, where Ctrl-C
+    reaches the foreground job, so the suite takes SIGINT back: a handler is reset to the default at
+    exec, so the processes it starts get Python's usual handler.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # --- sshd: a throwaway OpenSSH server on 127.0.0.1 (see .ci/sshd.py) ---------------------------------
@@ -133,3 +141,63 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         else:
             os.environ["SLURM_CONF"] = before
         cluster.stop()
+
+
+# --- a small disk: a tmpfs of a few MB that a test fills (a full disk without touching the real one) ---
+
+
+class SmallDisks:
+    """Mounts small tmpfs filesystems (`mount(path)`) and fills them (`fill(path)`: every byte taken,
+    so the next write there fails with ENOSPC, as on a full disk; `free(path)` gives the room back).
+    Everything mounted is unmounted at the end of the test."""
+
+    def __init__(self) -> None:
+        self.mounted: list[Path] = []
+
+    def mount(self, path: Path, size_mb: int = 8) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755", "tmpfs", str(path)],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        )
+        if r.returncode != 0:
+            message = f"cannot mount a small tmpfs here ({' '.join(r.stderr.split())}): needs root or CAP_SYS_ADMIN"
+            if _in_ci():
+                pytest.fail(message + "; under CI this is an error")
+            pytest.skip(message)
+        self.mounted.append(path)
+        return path
+
+    @staticmethod
+    def fill(path: Path) -> None:
+        fd = os.open(path / ".filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            for chunk in (1 << 16, 512, 1):  # down to the last byte a write can take
+                try:
+                    while True:
+                        os.write(fd, b"\0" * chunk)
+                except OSError:
+                    continue
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def free(path: Path) -> None:
+        (path / ".filler").unlink(missing_ok=True)
+
+    def unmount_all(self) -> None:
+        for path in reversed(self.mounted):
+            if subprocess.run(["umount", str(path)], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", str(path)], capture_output=True)  # still busy: detach it
+        self.mounted.clear()
+
+
+@pytest.fixture
+def small_disks() -> Iterator[SmallDisks]:
+    """Small tmpfs filesystems a test can fill; skipped where nothing can be mounted (not root), never
+    under CI=true."""
+    disks = SmallDisks()
+    try:
+        yield disks
+    finally:
+        disks.unmount_all()

@@ -3,15 +3,19 @@ a table and JSON with the targets; ddmin and the human sequence behave as descri
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent.catalog import load_catalog
-from agent.models import Baseline
-from bench.methods import plausible_changes
+from agent.models import Baseline, Change
+from bench.launcher import LaunchRecord
+from bench.methods import LaunchCache, plausible_changes, random_expectation
 from bench.run import run_bench
 from bench.worlds import discover, is_root_fix
 from tools.flags import parse_help
@@ -55,12 +59,56 @@ def test_bench_runs_on_one_world_and_prints_json_with_targets(tmp_path: Path) ->
     )
     assert agent["launches"] == 3 and agent["host_seconds"] > 0 and agent["wall_seconds"] > 0
     assert rnd["launches"] > agent["launches"] and rnd["seeds"] == 2 and len(rnd["runs"]) == 2
+    # A deterministic world: every plausible change launched once, the exact expectation reported.
+    n, k = rnd["plausible_changes"], rnd["working_changes"]
+    assert rnd["estimate"] == "exact" and k >= 1 and rnd["real_launches"] == n + 1
+    assert rnd["launches"] == round(1 + (n + 1) / (k + 1), 2)
     assert "human" not in world and "ddmin" not in world  # no human session and no known-good finding here
     assert out["agent_detection_delay_s"]["median"] < 0.2
     assert out["agent_overhead_per_step_ms"]["steps"] == 3
     names = [t["target"] for t in out["targets"]]
     assert "triton-ptxas-sm120: agent launches <= 1/2 of random's mean" in names
     assert any(n.startswith("agent overhead per step") for n in names)
+
+
+class _TableLauncher:
+    """Serves when the configuration sets one of ``working`` (flag name -> value); costs 10 host-s."""
+
+    def __init__(self, working: dict[str, object]) -> None:
+        self.working = working
+        self.launches = 0
+
+    def launch(self, flags: dict[str, object], env: dict[str, str]) -> LaunchRecord:
+        self.launches += 1
+        ok = any(flags.get(name) == value for name, value in self.working.items())
+        return LaunchRecord(ok, "ok" if ok else "crash", 10.0, 0.01)
+
+
+def test_random_exact_expectation_equals_the_mean_over_every_order() -> None:
+    """The bench's random figures are the mean over all orders of the plausible changes: checked
+    against brute force over every permutation of six changes, two of which work (one a root fix)."""
+    world = next(w for w in discover(["gemma3-l4"]))
+    changes = [
+        Change(kind="flag", name="--dtype", before="float16", after=v)
+        for v in ("bfloat16", "float32", "half")
+    ] + [
+        Change(kind="flag", name=f"--x{i}", before=None, after=True) for i in range(3)
+    ]
+    launcher = _TableLauncher({"--dtype": "bfloat16", "--x1": True})
+    # --dtype float32 does not serve here (the table says so), so k = 2: bfloat16 (root) and --x1.
+    cache = LaunchCache(launcher, enabled=True, seed_env=dict)  # type: ignore[arg-type]
+    exp = random_expectation(world, cache, changes)
+    orders = list(itertools.permutations(changes))
+    lengths, correct = [], 0
+    for order in orders:
+        i = next(i for i, c in enumerate(order) if c.name in ("--x1",) or c.after == "bfloat16")
+        lengths.append(1 + i + 1)
+        correct += order[i].after == "bfloat16"
+    assert exp.working == 2 and exp.correct == 1
+    assert exp.launches == pytest.approx(sum(lengths) / len(orders)) == pytest.approx(1 + 7 / 3)
+    assert exp.rate == pytest.approx(correct / len(orders)) == pytest.approx(0.5)
+    assert exp.host_s == pytest.approx(10.0 * sum(lengths) / len(orders))
+    assert launcher.launches == 1 + len(changes)  # each configuration once, however many orders
 
 
 def test_human_sequence_and_ddmin_on_the_worlds_that_have_them(tmp_path: Path) -> None:

@@ -373,3 +373,18 @@ def test_the_working_directory_is_not_taken_for_a_secret(monkeypatch: pytest.Mon
     monkeypatch.setenv("DB_PWD", "a-real-database-password")
     data = {"log": f"{tmp_path}/runs/x.log", "note": "password a-real-database-password"}
     assert redact_data(data, run_redactor()) == {"log": f"{tmp_path}/runs/x.log", "note": "password <redacted>"}
+
+
+def test_a_file_name_in_a_path_is_not_taken_for_a_secret_assignment() -> None:
+    """"with /home/u/.ssh/client_key: the host refused the key" (an SSH error) kept its words: the file
+    name before the colon is no ``name: value`` assignment. A real assignment is still redacted."""
+    from agent.redact import run_redactor
+
+    redact = run_redactor()
+    for text in (
+        "authentication failed for root with /home/u/.ssh/client_key: the host refused the key",
+        "ssh key /home/u/.ssh/deploy_key: file not found",
+    ):
+        assert redact(text) == text
+    assert redact("RuntimeError: HF_TOKEN=hf_" + "x" * 24) == "RuntimeError: HF_TOKEN=<redacted>"
+    assert redact("client_key: s3cr3t-value-123") == "client_key: <redacted>"

@@ -570,3 +570,18 @@ def test_hypoloop_flags_cuts_no_name_or_choice(tmp_path: Path, columns: str) -> 
             assert n in words if len(n) < int(columns) - 4 else n in squashed, n
         for value in [*(spec["choices"] or []), spec["default"] or ""]:
             assert re.sub(r"[\s,]+", "", value) in squashed, (name, value)
+
+
+def test_a_flag_knows_the_switch_of_the_feature_it_configures() -> None:
+    """Read off the real SGLang 0.5.23 help: the hierarchical cache's settings belong to
+    --enable-hierarchical-cache (alias --enable-hicache), PD disaggregation's to --disaggregation-mode
+    (off as 'null'); switches and plain settings have none."""
+    real = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="real 0.5.23", version="0.5.23")
+    switch = real.feature_switch
+    assert (s := switch("--hicache-io-backend")) is not None and s.name == "--enable-hierarchical-cache"
+    assert (s := switch("--hicache-mem-layout")) is not None and s.name == "--enable-hierarchical-cache"
+    assert (s := switch("--disaggregation-decode-allocation-policy")) is not None
+    assert s.name == "--disaggregation-mode"
+    for name in ("--enable-hierarchical-cache", "--mem-fraction-static", "--attention-backend",
+                 "--disaggregation-mode", "--kv-cache-dtype"):
+        assert switch(name) is None, name

@@ -249,6 +249,32 @@ def test_remedies_generator_reads_sglang_possible_solutions_list() -> None:
     assert "--enable-torch-compile" not in {n for c in cands for n in c.interventions[0].names}
 
 
+def _torch_oom(tried: str, free: str, unused: str) -> str:
+    return (
+        f"[2026-01-02 03:04:09 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        f'  File "{SITE}/sglang/srt/model_executor/cuda_graph_runner.py", line 423, in __init__\n'
+        "    raise Exception(\n"
+        f"Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate {tried}. GPU 0 has a total "
+        f"capacity of 79.10 GiB of which {free} is free. Including non-PyTorch memory, this process has 78.60 GiB "
+        f"memory in use. Of the allocated memory 76.90 GiB is allocated by PyTorch, and {unused} is reserved by "
+        "PyTorch but unallocated. If reserved but unallocated memory is large try setting "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.\n"
+    )
+
+
+def test_remedies_generator_weighs_a_conditional_remedy_by_the_texts_own_figures() -> None:
+    """PyTorch offers expandable segments "if reserved but unallocated memory is large": when the free
+    memory and the reserved-but-unallocated memory together cannot hold the request, no arrangement of
+    the segments serves it, so the remedy is not proposed; when they can, it is."""
+    env_of = lambda text: [  # noqa: E731
+        c for c in RemediesGenerator().generate(_input(text, _case())) if c.interventions[0].kind == "env"
+    ]
+    assert env_of(_torch_oom("1.75 GiB", "512.00 MiB", "312.55 MiB")) == []
+    (frag,) = env_of(_torch_oom("1.75 GiB", "512.00 MiB", "2.10 GiB"))
+    assert frag.interventions[0].names == ["PYTORCH_CUDA_ALLOC_CONF"]
+    assert frag.interventions[0].values == ["expandable_segments:True"]
+
+
 def test_remedies_generator_marks_a_safety_override_variable_a_workaround() -> None:
     cands = RemediesGenerator().generate(_input(CONTEXT_LEN, _case({"--context-length": 65536})))
     env = next(c for c in cands if c.interventions[0].kind == "env")

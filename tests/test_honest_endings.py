@@ -119,3 +119,21 @@ ImportError: {SITE}/sgl_kernel/sm90/common_ops.abi3.so: undefined symbol: _ZN3c1
     proposal = planner.propose(view, planner.history(view))
     assert proposal.experiment is None
     assert "imports sgl_kernel" in (proposal.conclude_reason or "")
+
+
+def test_a_failed_import_rules_out_the_flag_only_hypotheses_with_that_evidence(tmp_path: Any) -> None:
+    """On a host whose kernel package fails to import before SGLang reads its arguments, the ending
+    lists the flag-only hypotheses as ruled out by that (not as open and "not tested" beside "no flag can
+    fix it"), in the --json result too, and names the package."""
+    import json
+
+    from clirun import run_cli
+
+    r = run_cli(tmp_path, "run", "lab:coder-lite-h100x2", "--auto", "--json", HYPOLOOP_LAB_TIME_SCALE="0.002")
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["status"] == "not_isolated" and out["implicated"]["package"] == "sgl_kernel"
+    ruled = {x["id"]: x for x in out["ruled_out"]}
+    assert "component:--attention-backend" in ruled
+    assert any("before SGLang reads any launch flag" in d for d in ruled["component:--attention-backend"]["evidence"])
+    assert not any(u["id"].startswith("component:") for u in out["untested"])

@@ -57,6 +57,31 @@ def test_run_with_an_empty_catalog_uses_no_catalog_hypothesis_and_records_the_fo
     assert (result["root_cause"]["fix"]["name"], result["root_cause"]["fix"]["after"]) == ("NCCL_P2P_DISABLE", "1")
 
 
+def test_redecide_reads_the_knowledge_folder_the_run_read(tmp_path: Path) -> None:
+    """A run made with an empty catalog re-decides identically, because --redecide reads the folder the
+    run recorded (it re-decided with the repository's catalog before); when that folder is gone it says so
+    and --knowledge gives it back. A run with the repository's own folder records none, so its transcript
+    re-decides in any checkout."""
+    folder = _empty_catalog(tmp_path)
+    r = _hypoloop(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--json", "--knowledge", str(folder))
+    assert r.returncode == 0, r.stderr[-2000:]
+    transcript = json.loads(r.stdout.strip().splitlines()[-1])["transcript"]
+    same = _hypoloop(tmp_path, "replay", transcript, "--redecide")
+    assert same.returncode == 0 and "warning" not in same.stderr, same.stdout[-2000:] + same.stderr[-2000:]
+    moved = folder.rename(tmp_path / "elsewhere")
+    gone = _hypoloop(tmp_path, "replay", transcript, "--redecide")
+    assert f"the run read the knowledge folder {folder.resolve()}, which is not here" in " ".join(gone.stderr.split())
+    assert gone.returncode == 1  # the repository's catalog decides differently
+    given = _hypoloop(tmp_path, "replay", transcript, "--redecide", "--knowledge", str(moved))
+    assert given.returncode == 0 and "warning" not in given.stderr, given.stderr[-2000:]
+    own = _hypoloop(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--json")
+    events = [
+        json.loads(line)
+        for line in Path(json.loads(own.stdout.strip().splitlines()[-1])["transcript"]).read_text().splitlines()
+    ]
+    assert next(e for e in events if e["type"] == "run.started")["data"]["knowledge_dir"] is None
+
+
 def test_analyze_reads_the_knowledge_folder_from_the_environment(tmp_path: Path) -> None:
     log = tmp_path / "crash.log"
     log.write_text(

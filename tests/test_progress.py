@@ -153,18 +153,6 @@ def test_live_display_in_a_terminal_follows_the_load(tmp_path: Path) -> None:
     assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "interrupted"
 
 
-def test_a_child_of_the_tests_stops_on_ctrl_c(tmp_path: Path) -> None:
-    """The Ctrl-C tests need children that turn SIGINT into KeyboardInterrupt. A pytest started as a
-    background job of a non-interactive shell (`pytest &`) inherits SIGINT ignored; so would each child,
-    and Python then installs no handler: Ctrl-C did nothing and a run went on to exit 0 (conftest.py
-    restores the default)."""
-    probe = "import signal, sys; sys.exit(0 if signal.getsignal(signal.SIGINT) is signal.default_int_handler else 1)"
-    child = pexpect.spawn(sys.executable, ["-c", probe], cwd=str(tmp_path))
-    child.expect(pexpect.EOF, timeout=30)
-    child.close()
-    assert child.exitstatus == 0, "a child of the tests ignores SIGINT: Ctrl-C tests cannot work"
-
-
 def test_a_launch_that_crashes_while_loading_ends_in_one_line_naming_the_stage(tmp_path: Path) -> None:
     done = run_cli(tmp_path, "run", "lab:cuda-graph-oom", "--auto", COLUMNS="200")
     assert done.returncode == 0, done.stderr

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -99,6 +101,29 @@ def test_ctrl_c_stops_the_server_it_launched(tmp_path: Path) -> None:
     assert not _lab_processes(run_id)
     events = _events(transcript)
     assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "interrupted"
+
+
+def test_ctrl_c_tests_hold_when_the_suite_starts_with_sigint_ignored(tmp_path: Path) -> None:
+    """A suite started as a background job (`pytest &` in a script: SIGINT ignored, and inherited by every
+    process it starts) still delivers Ctrl-C to the hypoloop it runs (tests/conftest.py): the Ctrl-C test
+    above passes there too, instead of waiting 30 s for an exit that never comes."""
+    test = f"{Path(__file__).name}::test_ctrl_c_stops_the_server_it_launched"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "inner"),
+             test],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as a shell starts a background job
+        )
+    finally:  # a hypoloop that never saw the Ctrl-C was killed by the inner test; its server is not left
+        for pid in live_processes(str(tmp_path), only="lab.launch_server"):
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+    assert r.returncode == 0, r.stdout[-3000:]
 
 
 def test_missing_case_file_is_a_one_line_error(tmp_path: Path) -> None:

@@ -135,6 +135,10 @@ class FlagSpec(BaseModel):
         return [self.name, *self.aliases]
 
 
+#: Defaults that mean a ``--X-mode`` feature is off (``--disaggregation-mode null``).
+_OFF_VALUES = frozenset({"null", "none", "off", "disabled", "false"})
+
+
 class FlagCatalog(BaseModel):
     """Every flag a launcher accepts, keyed by canonical name; JSON round-trippable.
 
@@ -173,6 +177,31 @@ class FlagCatalog(BaseModel):
         that is not deprecated, else the first it knows at all, else None (knowledge/flag_roles.toml)."""
         known = [spec for name in spellings if (spec := self.lookup(name)) is not None]
         return next((spec for spec in known if not spec.deprecated), known[0] if known else None)
+
+    def feature_switch(self, name: str) -> FlagSpec | None:
+        """The switch of the feature the flag ``name`` configures, read off the names: a boolean
+        ``--enable-X`` (``--hicache-io-backend`` is a setting of ``--enable-hierarchical-cache``, whose
+        alias is ``--enable-hicache``) or an ``--X-mode`` that is off by default
+        (``--disaggregation-decode-allocation-policy`` of ``--disaggregation-mode null``); SGLang's
+        ``server_args.py``. None when no switch's X (three letters or more) prefixes the flag's name, or
+        when the flag is itself a switch."""
+        spec = self.lookup(name)
+        if spec is None or any(o.startswith(("--enable-", "--disable-")) for o in spec.option_strings):
+            return None
+        opts = spec.option_strings
+        for switch in self.flags.values():
+            if switch is spec:
+                continue
+            for opt in switch.option_strings:
+                if not switch.takes_value and opt.startswith("--enable-"):
+                    feature = opt.removeprefix("--enable-")
+                elif switch.takes_value and opt.endswith("-mode") and str(switch.default).lower() in _OFF_VALUES:
+                    feature = opt.removeprefix("--").removesuffix("-mode")  # --disaggregation-mode null
+                else:
+                    continue
+                if len(feature) >= 3 and any(o.startswith(f"--{feature}-") for o in opts):
+                    return switch
+        return None
 
     def resolve(self, name: str) -> FlagSpec:
         """Find the flag argparse would pick for ``name``: exact option string, alias, or unique prefix.

@@ -69,6 +69,27 @@ class HostUnreachable(HostError):
     """
 
 
+class DiskFull(HostError):
+    """The disk that holds a run's folder on the host is full (or nearly): a server's log cannot be
+    written there, so a launch would say nothing about the deployment. A run that hits this ends with
+    status ``error``."""
+
+
+#: Below this many free bytes (for unprivileged writers) a run's folder counts as full: no launch starts
+#: there, and a launch that failed there is taken for the disk's failure, not the server's. An SGLang
+#: launch log is tens of KB to a few MB; 1 MiB is far below what any working host has free.
+MIN_FREE_BYTES = 1 << 20
+
+
+def disk_full_error(host: str, path: str, free: int) -> DiskFull:
+    """The `DiskFull` of a run folder `path` on `host` with `free` bytes left, in plain words."""
+    return DiskFull(
+        f"{host}: the disk holding {path} is full ({free} bytes free): the server's log cannot be written "
+        "there, so a launch would say nothing about the deployment; free some space there, then start the "
+        "run again"
+    )
+
+
 class CommandTimeout(HostError):
     """`Host.run` hit its timeout; the command's whole process group was killed.
 
@@ -116,6 +137,8 @@ class Host(Protocol):
     def free_port(self) -> int: ...
 
     def workdir(self, run_id: str) -> str: ...
+
+    def free_bytes(self, path: str) -> int | None: ...
 
     def close(self) -> None: ...
 
@@ -403,7 +426,8 @@ class LocalHost:
 
         The log file is created (with parent directories) or truncated. `env` is merged over the host
         environment; PYTHONUNBUFFERED=1 is added unless set, so a Python server's lines reach the file
-        as they are printed. Raises `HostError` if the command is not found or cannot start.
+        as they are printed. Raises `DiskFull` (a `HostError`) when the log's disk has less than
+        `MIN_FREE_BYTES` free, `HostError` if the command is not found or cannot start.
         """
         cmd = expand_argv(argv, self)
         if not cmd:
@@ -417,6 +441,12 @@ class LocalHost:
         merged[leftovers.ORCHESTRATOR_ENV] = leftovers.orchestrator_marker()
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
+        except OSError as exc:
+            raise HostError(f"cannot create the folder of log file {path}: {_one_line(str(exc))}") from None
+        free = self.free_bytes(os.path.dirname(path))
+        if free is not None and free < MIN_FREE_BYTES:
+            raise disk_full_error(self.name, os.path.dirname(path), free)
+        try:
             log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed below
         except OSError as exc:
             raise HostError(f"cannot open log file {path}: {_one_line(str(exc))}") from None
@@ -558,6 +588,15 @@ class LocalHost:
         except OSError as exc:
             raise HostError(f"cannot create work dir {path}: {_one_line(str(exc))}") from None
         return path
+
+    def free_bytes(self, path: str) -> int | None:
+        """Bytes an unprivileged writer may still use on the filesystem holding `path` (statvfs
+        ``f_bavail * f_frsize``); None when it cannot be told (`path` missing)."""
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            return None
+        return int(st.f_bavail * st.f_frsize)
 
     # -- servers of earlier processes (tools/leftovers.py) ------------------------------------------
 

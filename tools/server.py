@@ -12,6 +12,7 @@ anything left at interpreter exit. Nothing can clean up after SIGKILL of the orc
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +58,46 @@ def render_command(
         if value is not True:
             argv.append(str(value))
     return argv + ["--host", host, "--port", str(port)]
+
+
+#: What a Python interpreter prints (one line, its own path first) when the module of ``-m`` or the
+#: script it was given does not exist (CPython 3.x ``runpy`` and ``main.c``):
+#: ``python: No module named pkg.mod``, ``python: Error while finding module specification for 'pkg.mod'
+#: (ModuleNotFoundError: No module named 'pkg')``, ``python: can't open file '/x.py': [Errno 2] ...``.
+#: A traceback's ``ModuleNotFoundError: No module named 'x'`` (an import inside the server) is not one.
+_NO_MODULE = re.compile(r"^(\S+): No module named ([\w.]+)$")
+_NO_MODULE_SPEC = re.compile(r"^(\S+): Error while finding module specification for '([\w.]+)'")
+_NO_SCRIPT = re.compile(r"^(\S+): can't open file '([^']+)': \[Errno 2\]")
+#: Shell exit statuses for a program that is missing (127) or not executable (126); SGLang never uses them.
+_NOT_RUNNABLE = {126: "not executable", 127: "not found"}
+
+
+def launcher_missing(argv: Sequence[str], lines: Sequence[LogLine], exit_code: int | None) -> str | None:
+    """Why the launch command itself could not run, or None when it did (the server then failed or not).
+
+    A launch whose process ended because its launcher is gone (the ``-m`` module, the script given to the
+    interpreter, or a program the launcher runs: exit status 127/126) never ran the server: that says
+    nothing about the deployment. A module the server imports later is not the launcher
+    (``ModuleNotFoundError: No module named 'flashinfer'`` in a traceback is the server's failure).
+    Returns one line naming what is missing and quoting the log line that says so.
+    """
+    module = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "-m"), None)
+    for line in lines:
+        text = line.text.strip()
+        m = _NO_MODULE.match(text) or _NO_MODULE_SPEC.match(text)
+        if m and module and m.group(2) == module and not m.group(1).endswith("Error"):
+            return f"the launcher's module {module} is not installed on the host (log line {line.lineno}: {text})"
+        m = _NO_SCRIPT.match(text)
+        if m and m.group(2) in argv:
+            return f"the launcher's script {m.group(2)} is not on the host (log line {line.lineno}: {text})"
+    if exit_code in _NOT_RUNNABLE:
+        last = next((ln for ln in reversed(lines) if ln.text.strip()), None)
+        said = f" (log line {last.lineno}: {last.text.strip()})" if last else ""
+        return (
+            f"the launch command ended with exit status {exit_code}: a program it runs is "
+            f"{_NOT_RUNNABLE[exit_code]}{said}"
+        )
+    return None
 
 
 class WatchEvent(BaseModel):

@@ -62,6 +62,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tools.host import (
+    MIN_FREE_BYTES,
     CommandResult,
     Host,
     HostError,
@@ -69,6 +70,7 @@ from tools.host import (
     LocalHost,
     ProcessHandle,
     SchedulerError,
+    disk_full_error,
 )
 from tools.ssh import SSHHost, _local_pid_alive, parse_target
 
@@ -523,6 +525,10 @@ class SlurmHost:
         """The per-run directory on the submit side's storage (see the module docstring); created."""
         return self.shell.workdir(run_id)
 
+    def free_bytes(self, path: str) -> int | None:
+        """Free bytes of the submit side's filesystem holding `path` (where job output goes)."""
+        return self.shell.free_bytes(path)
+
     def read_from(self, path: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
         """Up to `max_bytes` of `path` (a job's output file) from byte `offset`; b"" if nothing new."""
         return self.shell.read_from(path, offset, max_bytes)
@@ -545,7 +551,8 @@ class SlurmHost:
         Returns as soon as the job id is known (the handle's `pid` and `pgid` are the job id, its start
         the submission until `wait_started`). The run id is the log's folder name (the per-run work dir)
         and tags the job (name and comment). Raises `SchedulerError` when sbatch refuses the job (e.g.
-        an unknown gres or account), `HostError` when the host fails.
+        an unknown gres or account), `DiskFull` when the log's folder has less than `MIN_FREE_BYTES` free,
+        `HostError` when the host fails.
         """
         if not argv:
             raise HostError("empty command")
@@ -554,6 +561,9 @@ class SlurmHost:
         if not _RUN_ID.match(run_id):
             run_id = "run"
         exp = base.removesuffix(".log")
+        free = self.shell.free_bytes(folder)
+        if free is not None and free < MIN_FREE_BYTES:
+            raise disk_full_error(self.name, folder, free)
         wrapper = f"{folder}/{_WRAPPER}"
         r = self.shell.run(["sh", "-c", _WRITE_WRAPPER, "sh", wrapper], timeout=30.0)
         if r.returncode != 0:

@@ -62,12 +62,14 @@ import paramiko
 from pydantic import BaseModel, Field
 
 from tools.host import (
+    MIN_FREE_BYTES,
     TIME_SCALE_ENV,
     CommandResult,
     CommandTimeout,
     HostError,
     HostUnreachable,
     ProcessHandle,
+    disk_full_error,
     expand_argv,
 )
 from tools.leftovers import Orphan
@@ -79,6 +81,10 @@ T = TypeVar("T")
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NOT_FOUND_MARK = "hypoloop: command not found: "
+_DISK_FULL_MARK = "hypoloop: disk full: "
+#: Free KiB (POSIX ``df -Pk``: the "Available" column, for unprivileged writers) of the filesystem holding
+#: "$d"; empty when df cannot tell.
+_SH_FREE_KB = """avail=$(df -Pk -- "$d" 2>/dev/null | awk 'NR==2 {print $4}')\n"""
 
 
 def _one_line(text: str, limit: int = 300) -> str:
@@ -243,6 +249,11 @@ def _spawn_script(cmd: list[str], env: dict[str, str], path: str, *, nonce: str,
         f"if [ -s {_q(pid_file)} ] && grep -q {_q(nonce)} {_q(pid_file)}; then cat {_q(pid_file)}; exit 0; fi\n"
         + _precheck(cmd[0])
         + f"mkdir -p -- {_q(directory)} || exit 1\n"
+        # A full disk: the server's log could not be written, so the launch would say nothing.
+        + f"d={_q(directory)}\n"
+        + _SH_FREE_KB
+        + f'case "$avail" in ""|*[!0-9]*) ;; *) if [ "$avail" -lt {MIN_FREE_BYTES // 1024} ]; then '
+        + f'echo "{_DISK_FULL_MARK}$((avail * 1024))" >&2; exit 28; fi ;; esac\n'
         + f"rm -f -- {_q(pid_file)} {_q(pid_file + '.tmp')} {_q(rc_file)}\n"
         + f": > {_q(path)} || exit 1\n"
         + f"printf '%s\\n' {_q(meta)} > {_q(meta_file)}\n"
@@ -1062,6 +1073,16 @@ class SSHHost:
         self._sftp_makedirs(path)
         return path
 
+    def free_bytes(self, path: str) -> int | None:
+        """Bytes an unprivileged writer may still use on the host's filesystem holding `path` (POSIX
+        ``df -Pk``, "Available"); None when it cannot be told (no df, `path` missing). One command."""
+        self._deliver()
+        script = f"d={_q(self._abs(path))}\n" + _SH_FREE_KB + 'echo "$avail"\n'
+        _, out, _ = self._exec(script, timeout=30.0)
+        self._deliver()
+        text = out.decode(errors="replace").strip()
+        return int(text) * 1024 if text.isdigit() else None
+
     # -- servers ---------------------------------------------------------------------------------
 
     def spawn(
@@ -1073,7 +1094,8 @@ class SSHHost:
         file ``LOG.rc`` and a description ``LOG.json`` beside it. The handle's `pgid` is the session
         leader's pid, `pid` the server's. `env` is merged over the host environment; PYTHONUNBUFFERED=1 is
         added unless set. A spawn cut off by a dropped connection is finished after reconnecting without
-        starting a second server. Raises `HostError` if the command is not found or does not start.
+        starting a second server. Raises `DiskFull` (a `HostError`) when the log's disk has less than
+        `tools.host.MIN_FREE_BYTES` free, `HostError` if the command is not found or does not start.
         """
         self._deliver()
         cmd = expand_argv(argv, self)
@@ -1091,6 +1113,9 @@ class SSHHost:
         stderr = err.decode("utf-8", "replace")
         if status == 127 and _NOT_FOUND_MARK in stderr:
             raise HostError(f"command not found: {cmd[0]} (on {self.name})")
+        if status == 28 and _DISK_FULL_MARK in stderr:
+            free = stderr.split(_DISK_FULL_MARK, 1)[1].split()[0]
+            raise disk_full_error(self.name, path.rsplit("/", 1)[0] or "/", int(free) if free.isdigit() else 0)
         lines = out.decode("utf-8", "replace").split()
         if status != 0 or len(lines) < 4:
             raise HostError(

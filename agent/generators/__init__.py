@@ -201,6 +201,9 @@ class Candidate(BaseModel):
     #: already has an intervention making the same change, that one's weight is multiplied by
     #: ``1 + support`` and this one is not added (a known-good deployment backing a catalog cause).
     support: float | None = None
+    #: A catalog prior that fired on the kind of failure alone (symptom classes, nothing of this
+    #: deployment: ``agent.catalog.Condition.symptom_only``).
+    symptom_only: bool = False
     #: The ledger's ``source`` (signature, catalog, finding, evidence); default from the generator.
     source: Literal["signature", "finding", "catalog", "model", "evidence"] | None = None
 

@@ -89,6 +89,7 @@ def entries_to_candidates(
                 stage=entry.stage,
                 triggers=[c.describe() for c in fired],
                 source="signature" if any(c.signature for c in fired) else "catalog",
+                symptom_only=all(c.symptom_only for c in [*fired, *boosts]),
             )
         )
     return out

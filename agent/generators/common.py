@@ -197,6 +197,33 @@ class Implicated:
         )
 
 
+@dataclass
+class RaiseSite:
+    """Where the failing run's error surfaced: the innermost SGLang frame of its last traceback
+    (``where``: ``module.function``) and the stems of that frame's file, function and failing line
+    (``words``; not the exception message, whose words are the kind of failure, ``CUDA error``, more often
+    than the place)."""
+
+    where: str
+    words: set[str]
+    line: int
+
+
+def raise_site(inp: GeneratorInput) -> RaiseSite | None:
+    """The innermost SGLang frame of the last traceback in the failing run's log, or None when no
+    traceback passes through SGLang (then nothing points anywhere in particular)."""
+    for tb in reversed(inp.evidence.tracebacks):
+        fr = next((f for f in reversed(tb.frames) if f.package == "sglang" and f.module), None)
+        if fr is None or fr.module is None:
+            continue
+        module = fr.module
+        words = stems(module.rsplit(".", 1)[-1]) | stems(fr.function or "")
+        if fr.code:
+            words |= stems(re.sub(r"\W+", " ", fr.code))
+        return RaiseSite(where=f"{module}.{fr.function}", words=words, line=tb.log_line)
+    return None
+
+
 def implicated(inp: GeneratorInput) -> Implicated:
     """Read the tracebacks of the failing run (innermost first) into an ``Implicated``."""
     imp = Implicated()

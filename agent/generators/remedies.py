@@ -143,6 +143,8 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
             found.append((f"remedy:{spec.name}" + (f"={values[0]}" if not direction else f":{direction}"),
                           iv, kind, ll, what))
         for m in _ENV.finditer(text):
+            if _condition_fails(text[: m.start()]) is not None:
+                continue  # the text offers it only if something holds that its own figures deny
             override = bool(_OVERRIDE.search(m.group("name")))
             iv = Intervention(kind="env", names=[m.group("name")], values=[m.group("value")],
                               decisive=kind == "error", cost="low", workaround=override,
@@ -150,6 +152,40 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
             found.append((f"remedy:{m.group('name')}={m.group('value')}", iv, kind, ll,
                           f"{m.group('name')}={m.group('value')}"))
     return found
+
+
+#: PyTorch's out-of-memory message (``c10/cuda/CUDACachingAllocator.cpp``, every release since 2.0):
+#: "Tried to allocate 1.75 GiB. GPU 0 has a total capacity of 79.10 GiB of which 512.00 MiB is free. ...
+#: and 312.55 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try
+#: setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+_SIZE = r"(?P<{0}>\d+(?:\.\d+)?) (?P<{0}_unit>[KMGT]i?B)"
+_TRIED = re.compile(r"Tried to allocate " + _SIZE.format("v"))
+_FREE = re.compile(r"of which " + _SIZE.format("v") + " is free")
+_RESERVED_UNUSED = re.compile(_SIZE.format("v") + r" is reserved by PyTorch but unallocated")
+_UNITS = {"KB": 1 / 1024, "KiB": 1 / 1024, "MB": 1.0, "MiB": 1.0, "GB": 1024.0, "GiB": 1024.0,
+          "TB": 1024.0**2, "TiB": 1024.0**2}
+
+
+def _mib(m: re.Match[str] | None) -> float | None:
+    return float(m.group("v")) * _UNITS.get(m.group("v_unit"), 1.0) if m else None
+
+
+def _condition_fails(before: str) -> str | None:
+    """Why a remedy the text offers only under a condition ("If reserved but unallocated memory is large
+    try setting ...") does not apply, judged by the text's own figures; None when it may apply.
+
+    Defragmenting (``expandable_segments``) can only serve a request that the free memory plus the
+    memory PyTorch reserved but left unallocated could hold together: when both are smaller than the
+    request, the allocation fails however the segments are arranged."""
+    if not re.search(r"\bif\b[^.]*\breserved but unallocated\b[^.]*$", before, re.I):
+        return None
+    tried, free, unused = _mib(_TRIED.search(before)), _mib(_FREE.search(before)), _mib(_RESERVED_UNUSED.search(before))
+    if tried is None or free is None or unused is None:
+        return None
+    if free + unused >= tried:
+        return None
+    return (f"{free:.0f} MiB free and {unused:.0f} MiB reserved but unallocated cannot hold the {tried:.0f} MiB "
+            "requested, however the memory is arranged")
 
 
 def _step(current: FlagValue, direction: str, value_type: str) -> list[FlagValue]:

@@ -2,7 +2,8 @@
 ruled out and what is left; the ready-to-append FINDINGS.md entry of an isolated run.
 
 Side effects: stops every server this run still has running (``Runtime.stop_sessions``, which writes
-``server.stopped``), so nothing outlives the run and the stop is recorded before its end; reads the
+``server.stopped``), so nothing outlives the run and the stop is recorded before its end (a run that
+ended in error says which it could not reach, left for the next run's orphan sweep); reads the
 run's transcript back to build the FINDINGS.md entry; transcript ``conclusion`` and ``run.ended``.
 """
 
@@ -25,7 +26,7 @@ from agent.models import (
     Rejection,
     value_key,
 )
-from agent.planner import COST_ORDER
+from agent.planner import COST_ORDER, import_time_failure
 from agent.recorded import RecordedRun
 from agent.runtime import Runtime
 from agent.state import RunState, hypotheses_of
@@ -36,8 +37,14 @@ from agent.wire import to_payload
 
 def conclude(state: RunState, rt: Runtime) -> dict[str, Any]:
     """The conclude node: see the module docstring."""
-    rt.stop_sessions()  # nothing outlives its run, and the stop is recorded before the run's end
+    left = rt.stop_sessions()  # nothing outlives its run, and the stop is recorded before the run's end
     c = build_conclusion(state)
+    if left and c.status == "error":  # the host failed under them: say where they are and who stops them
+        c.reason = _joined(
+            c.reason,
+            f"the server of {', '.join(left)} could not be stopped from here; it is reported and stopped by the "
+            "next run on that host",
+        )
     rt.transcript.emit("conclusion", to_payload("conclusion", c), node="conclude")
     rt.transcript.emit(
         "run.ended",
@@ -68,6 +75,7 @@ def build_conclusion(state: RunState) -> Conclusion:
     if state.get("status") == "stopped":
         return base.model_copy(update={"status": "stopped", "reason": reason, "untested": untested})
     if not (confirm and fix_exp and fix_exp.change):
+        base, untested = _ruled_out_by_import(base, untested, hyps, experiments, outcomes)
         return _not_isolated(base, reason, untested, experiments, outcomes)
     if _is_workaround(fix_exp.change, hyps):
         return _workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes)
@@ -143,6 +151,47 @@ def _not_isolated(
             "that no flag or environment variable in the installed source avoids",
         )
     return base.model_copy(update={"reason": reason or "no fix found", "untested": untested, "implicated": implicated})
+
+
+def _ruled_out_by_import(
+    base: Conclusion,
+    untested: list[dict[str, Any]],
+    hyps: list[Hypothesis],
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> tuple[Conclusion, list[dict[str, Any]]]:
+    """When the last failure is an import that fails before SGLang reads its arguments
+    (``agent.planner.import_time_failure``), the open hypotheses that only a launch flag would test are
+    ruled out by that, not left "not tested": no flag reaches the failing code. Those with an
+    environment-variable test stay open (a variable can change what is imported)."""
+    failing = [outcomes[e.id] for e in experiments.values()
+               if e.id in outcomes and outcomes[e.id].stage not in ("ok", "infra_error")]
+    importing = import_time_failure(failing[-1]) if failing else None
+    if importing is None:
+        return base, untested
+    by_id = {h.id: h for h in hyps}
+    flag_only = {
+        u["id"] for u in untested
+        if (h := by_id.get(u["id"])) is not None and h.interventions and all(iv.kind == "flag" for iv in h.interventions)
+    }
+    if not flag_only:
+        return base, untested
+    detail = (
+        f"the failure happens while Python imports {importing}, before SGLang reads any launch flag "
+        f"({failing[-1].experiment_id}): no flag reaches the failing code"
+    )
+    ruled = [
+        {
+            "id": h.id,
+            "statement": h.statement,
+            "component": h.component,
+            "evidence": [{"kind": "fact", "detail": detail, "experiment_id": failing[-1].experiment_id,
+                          "lines": [], "effect": "refutes"}],
+        }
+        for h in sorted((by_id[i] for i in flag_only), key=lambda h: (-h.posterior, h.id))
+    ]
+    rest = [u for u in untested if u["id"] not in flag_only]
+    return base.model_copy(update={"refuted": [*base.refuted, *ruled]}), rest
 
 
 def _workaround_only(

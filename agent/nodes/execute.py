@@ -8,7 +8,8 @@ Side effects:
 
 - host: launches one server (``tools.server.ServerSession``), sends the probe requests and
   ``/get_server_info`` to it, stops it (always, also on Ctrl-C: ``Runtime.close`` stops an interrupted
-  one); may connect to the host first;
+  one); may connect to the host first; after a launch that did not end ready, asks the free space of
+  its log's disk (``Host.free_bytes``);
 - transcript: ``tool.call`` (launch_server), ``server.launched`` (before anything waits on it) or
   ``server.adopted``, ``observation`` (ready and fatal lines), ``server.ready``, ``probe.result``,
   ``server.crashed``/``server.timeout``, ``server.stopped``, ``experiment.skipped``, ``error`` (the host
@@ -19,8 +20,10 @@ Side effects:
 
 Any host failure (unreachable, changed host key, refused authentication, no SFTP, full disk, missing
 launcher) ends the run: the update carries ``status: "error"`` with the cause, and after analyze the
-graph's error edge goes to conclude; it is never evidence about the deployment. A probe that fails
-across a dropped connection is sent again after reconnecting (``agent.crashsafe``), and
+graph's error edge goes to conclude; it is never evidence about the deployment. Besides what the host
+raises, a launch that ended without being ready is checked for the launcher having vanished (Python's
+"No module named" for the ``-m`` module, exit status 127) and for a full disk under its log. A probe
+that fails across a dropped connection is sent again after reconnecting (``agent.crashsafe``), and
 ``server.launching`` is written before the spawn (``agent.recovery``).
 """
 
@@ -42,15 +45,17 @@ from agent.runtime import Runtime
 from agent.state import RunState, case_of
 from agent.wire import to_payload
 from tools.host import (
+    MIN_FREE_BYTES,
     Host,
     HostError,
     ProcessHandle,
     QueuesJobs,
     SchedulerError,
+    disk_full_error,
     expand_argv,
 )
 from tools.probes import ProbeResult
-from tools.server import LaunchResult, ServerSession, WatchEvent, render_command
+from tools.server import LaunchResult, ServerSession, WatchEvent, launcher_missing, render_command
 from tools.signatures import SignatureMatcher
 from tools.stall import StallWatch
 
@@ -155,6 +160,7 @@ def run_experiment(
             spent[0] += time.monotonic() - began
 
         server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep)
+        _raise_if_the_host_failed(session, host, log_path)
         keep(server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
         stopped = session.stop()
     wall, queued = _record_stop(rt, host, session, exp, stopped, wall=time.monotonic() - t0 - spent[0], t0=t0)
@@ -172,6 +178,24 @@ def run_experiment(
         log_excerpt=excerpt.lines(),
         queued_s=queued,
     )
+
+
+def _raise_if_the_host_failed(session: ServerSession, host: Host, log_path: str) -> None:
+    """Raise HostError when a launch that did not end ready (or wrote no log) failed because of the host,
+    not the server: its launcher is gone (`tools.server.launcher_missing`: present at the run's start,
+    removed or replaced since), or the disk of its log is full (`tools.host.DiskFull`: the server's lines,
+    its traceback included, could not be written). Either way the outcome says nothing about the
+    deployment. One ``Host.free_bytes`` query, only for such a launch."""
+    final = session.result()
+    if final.status == "ready" and session.lines:
+        return
+    missing = launcher_missing(session.argv, session.lines, final.exit_code)
+    if missing is not None:
+        raise HostError(f"{host.name}: {missing}")
+    folder = log_path.rsplit("/", 1)[0] or "/"
+    free = host.free_bytes(folder)
+    if free is not None and free < MIN_FREE_BYTES:
+        raise disk_full_error(host.name, folder, free)
 
 
 def _stall_watch(rt: Runtime, case: Case, host: Host) -> StallWatch:

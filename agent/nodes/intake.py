@@ -24,7 +24,7 @@ from langgraph.config import get_config
 from agent.case import Case, outside_warnings
 from agent.catalog import role_spellings
 from agent.evidence import RawEvidence
-from agent.knowledge_dir import knowledge_dir
+from agent.knowledge_dir import chosen_dir
 from agent.models import Baseline, Experiment
 from agent.planner import RelevantFinding, model_features
 from agent.redact import run_redactor
@@ -62,7 +62,8 @@ def intake(state: RunState, rt: Runtime) -> dict[str, Any]:
             "approval": state.get("approval"),
             "budget": case.budget.model_dump(),
             "case_data": case.model_dump(mode="json"),  # for `replay --redecide` (secrets redacted)
-            "knowledge_dir": str(knowledge_dir()),  # the folder the run reads (``--knowledge``)
+            # the folder the run reads (``--knowledge``); None: the repository's own
+            "knowledge_dir": chosen_dir(),
         },
         node="intake",
     )
