@@ -27,6 +27,7 @@ from rich.text import Text
 from agent.guard import GuardError, check_experiment
 from agent.models import Baseline, Change, Experiment, FlagValue, Hypothesis, Prediction, Rejection, value_key
 from agent.planner import PlannerView
+from agent.wording import count
 from tools.flags import FlagCatalog, FlagError
 
 ApprovalMode = Literal["each", "risky", "auto"]
@@ -642,7 +643,7 @@ def approval_panel(req: ApprovalRequest) -> Panel:
     by_id = {h.id: h for h in req.hypotheses}
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
-    grid.add_column()
+    grid.add_column(overflow="fold")  # a word wider than the column folds: nothing ends in '…'
     grid.add_row("change", f"[bold magenta]{escape(describe_experiment(exp))}[/]")
     if req.tests:
         tested = "; ".join(
@@ -656,15 +657,22 @@ def approval_panel(req: ApprovalRequest) -> Panel:
     grid.add_row(
         "cost",
         f"~{exp.cost_estimate_s:.0f} host-s for this launch; so far {req.launches} of "
-        f"{req.budget_launches} launches, {req.host_seconds:.0f} of {req.budget_host_seconds:.0f} host-s",
+        f"{count(req.budget_launches, 'launch')}, {req.host_seconds:.0f} of {req.budget_host_seconds:.0f} host-s",
     )
     for r in req.risky:
         grid.add_row("[red]risky[/]", escape(r))
     parts: list[Any] = [grid]
     if req.hypotheses:
-        t = Table("p", "hypothesis", "predicts", "statement", box=None, padding=(0, 1), header_style="bold")
+        # The statement goes under its id, so the id keeps a line of its own on a narrow terminal (side by
+        # side, an 80-column screen folded ids mid-word: lowprec-kv-cache-attention-n / umerics).
+        t = Table(box=None, padding=(0, 1), header_style="bold")
+        t.add_column("p", no_wrap=True)
+        t.add_column("predicts", no_wrap=True)
+        t.add_column("hypothesis", overflow="fold")  # what a reader looks up: folded if need be, never cut
         for h in req.hypotheses:
-            t.add_row(f"{h.posterior:.2f}", escape(h.id), _PREDICTS[h.predicts], escape(h.statement))
+            t.add_row(
+                f"{h.posterior:.2f}", _PREDICTS[h.predicts], f"{escape(h.id)}\n[dim]{escape(h.statement)}[/]"
+            )
         parts.append(t)
     if req.batch:
         grid.add_row("batch", escape("\n".join(req.batch)))
@@ -696,8 +704,8 @@ def _lead_blocked_text(lb: LeadBlocked) -> Group:
     if lb.edits:
         lines.append(Text("  to test it another way, [e]dit with one of:"))
         grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="bold magenta", no_wrap=True)
-        grid.add_column()
+        grid.add_column(style="bold magenta", overflow="fold")
+        grid.add_column(overflow="fold")
         for offer in lb.edits:
             grid.add_row(f"    {escape(offer.set)}", escape(offer.why))
         lines.append(grid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import inspect
 import json
 import os
 import re
@@ -45,9 +46,10 @@ from agent.models import Baseline, Change, Experiment
 from agent.planner import PlannerView, RulePlanner, model_features
 from agent.progress import ProgressBoard
 from agent.redact import redact_data, run_redactor
-from agent.render import EventRenderer, shown_line
+from agent.render import EventRenderer, print_hanging, shown_line
 from agent.transcript import Transcript, TranscriptError, damaged_lines, read_transcript
 from agent.values import effective_before, suggestions_in_log
+from agent.wording import count
 from tools.connect import connect_host
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError, catalog_from_server_args, parse_help
@@ -67,7 +69,7 @@ if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,  # click's plain help: wraps every word at any width; rich's table cut names with '…'
     help="hypoloop: find why an LLM inference deployment fails, one experiment at a time.",
 )
 err_console = Console(stderr=True)
@@ -183,11 +185,11 @@ def _pause(
     tr.emit("run.paused", {"waiting_for": exp.id, "reason": why}, node="approve")
     if panel:
         console.print(approval_panel(request))
-    console.print(
+    print_hanging(
+        console,
         f"run [bold]{request.run_id}[/] waits for approval of {exp.id} ({escape(describe_experiment(exp))}); "
         f"{why}. Answer with: hypoloop resume {request.run_id} --decision approve|edit|reject|stop "
         "[--reason TEXT] [--set NAME=VALUE]",
-        highlight=False,
     )
     if json_out:
         print(_waiting_json(request, tr.path))
@@ -386,7 +388,7 @@ def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool,
             out["error"] = conclusion.get("reason")
         print(json.dumps(_redacted(out, result)))
     else:
-        console.print(f"transcript: {tpath}")
+        print_hanging(console, f"transcript: {escape(str(tpath))}")
     if status == "error":
         if result.get("error_kind") == "input":
             # Nothing was launched: the case's host, launcher or baseline is unusable as written.
@@ -525,7 +527,9 @@ def _host_notices(console: Console) -> Any:
                     f" ({escape(o['why'])})"
                 )
         elif ev.type == "host.orphans_left":
-            console.print(f"left {d.get('count')} orphaned server(s) running: {escape(str(d.get('reason')))}")
+            console.print(
+                f"left {count(d.get('count'), 'orphaned server')} running: {escape(str(d.get('reason')))}"
+            )
         elif ev.type == "host.orphan_stopped":
             what = f"Slurm job {d.get('job_id')}" if d.get("job_id") is not None else f"process group {d.get('pgid')}"
             console.print(
@@ -538,7 +542,8 @@ def _host_notices(console: Console) -> Any:
 
 def _confirm_orphans(orphans: list[dict[str, Any]]) -> bool:
     """Ask at the terminal whether to stop the orphaned servers just listed."""
-    err_console.print(f"stop the {len(orphans)} orphaned server(s)? [y/N]: ", end="")
+    what = "the orphaned server" if len(orphans) == 1 else f"the {len(orphans)} orphaned servers"
+    err_console.print(f"stop {what}? [y/N]: ", end="")
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
@@ -760,7 +765,7 @@ def _analyze(
         print(json.dumps(_analyze_json(logfile, outcome, verdict, ranked, proposal, suggestions)))
         return
     console = Console()
-    console.print(f"[bold]{escape(str(logfile))}[/]: stage reached [bold]{outcome.stage}[/] — {verdict}")
+    print_hanging(console, f"[bold]{escape(str(logfile))}[/]: stage reached [bold]{outcome.stage}[/] — {verdict}")
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]")
     _print_log_findings(console, outcome, ranked, show_all)
@@ -871,22 +876,22 @@ def _print_log_findings(console: Console, outcome: Outcome, ranked: list[Hypothe
     for m in shown:
         style = {"fatal": "red", "error": "red", "warning": "yellow", "ready": "green"}.get(m.kind, "dim")
         more = f" (+{len(m.line_numbers) - 1} more)" if len(m.line_numbers) > 1 else ""
-        console.print(
+        print_hanging(
+            console,
             f"  L{m.line_numbers[0] if m.line_numbers else '?':<5} [{style}]{m.kind:<8}[/] {m.signature_id}{more}: "
             f"[dim]{escape(shown_line(m.first_line).strip())}[/]",
-            highlight=False,
         )
     hidden = len(outcome.matches) - len(shown)
     if hidden:
-        console.print(f"  [dim]({hidden} progress and fact signatures not shown; --all shows them)[/]")
+        console.print(f"  [dim]({count(hidden, 'progress or fact signature')} not shown; --all shows them)[/]")
     if outcome.facts:
         console.print("\n[bold]effective config[/]")
         for k, v in outcome.facts.items():
-            console.print(f"  {k} = {escape(str(v))}", highlight=False)
+            print_hanging(console, f"  {k} = {escape(str(v))}")
     console.print("\n[bold]hypotheses[/] (probability, id, component)")
     for hy in ranked:
         console.print(f"  {hy.posterior:.2f}  {hy.id}  [dim]({hy.component})[/]", highlight=False)
-        console.print(f"        {escape(hy.statement)}", highlight=False)
+        print_hanging(console, f"        {escape(hy.statement)}", hang=0)
 
 
 def _print_log_advice(console: Console, outcome: Outcome, proposal: Proposal, suggestions: list[tuple[int, str]]) -> None:
@@ -894,22 +899,23 @@ def _print_log_advice(console: Console, outcome: Outcome, proposal: Proposal, su
     console.print()
     first = proposal.experiment.change if proposal.experiment else None
     if proposal.experiment and first:
-        console.print(
+        print_hanging(
+            console,
             f"first experiment: [bold magenta]{escape(_advice_text(first, outcome.facts))}[/] — "
-            f"{escape(proposal.experiment.rationale)}"
+            f"{escape(proposal.experiment.rationale)}",
         )
     else:
-        console.print(f"no experiment to propose: {proposal.conclude_reason}")
+        print_hanging(console, f"no experiment to propose: {escape(str(proposal.conclude_reason))}")
     others = [a for a in proposal.considered if a.get("change") and (first is None or a["change"] != first.describe())]
     if others:
         console.print("\n[bold]alternatives[/] (the planner's other candidates, P(fix))")
         for alt in others:
-            console.print(f"  {alt['p_fix']:.2f}  {escape(_with_log_before(str(alt['change']), outcome.facts))}", highlight=False)
+            print_hanging(console, f"  {alt['p_fix']:.2f}  {escape(_with_log_before(str(alt['change']), outcome.facts))}")
     if suggestions:
         lines = f"{suggestions[0][0]}-{suggestions[-1][0]}" if len(suggestions) > 1 else str(suggestions[0][0])
         console.print(f"\n[bold]SGLang's own suggestions[/] (log line{'s' if len(suggestions) > 1 else ''} {lines})")
         for n, text in suggestions:
-            console.print(f"  L{n:<5} {escape(text)}", highlight=False)
+            print_hanging(console, f"  L{n:<5} {escape(text)}")
 
 
 def _with_log_before(described: str, facts: dict[str, str]) -> str:
@@ -1028,16 +1034,42 @@ def flags(
     if json_out:
         print(catalog.model_dump_json())
         return
-    t = Table("flag", "aliases", "value", "choices", "default", title=f"{len(catalog.flags)} flags")
-    for spec in catalog.flags.values():
-        t.add_row(
-            spec.name,
-            ", ".join(spec.aliases),
-            spec.value_type if spec.takes_value else "(switch)",
-            escape(", ".join(spec.choices or [])),
-            escape(str(spec.default or "")),
-        )
-    Console().print(t)
+    _print_flags(catalog)
+
+
+def _print_flags(catalog: FlagCatalog) -> None:
+    """The catalog for a person: a table when the terminal holds its names and aliases on one line each
+    with room for the choices; otherwise a list, one flag a line (its names, value type, default) with
+    its choices under it, since a five-column table at 80 columns cut the flag names (``--tokenizer-p…``).
+    Piped with no COLUMNS: as on a 200-column terminal. Nothing is cut."""
+    console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
+    specs = list(catalog.flags.values())
+    widest = max((len(s.name) for s in specs), default=4) + max(
+        (len(", ".join(s.aliases)) for s in specs), default=0
+    )
+    if console.width >= widest + 16 + 10 + 40:  # borders, the value column, 40 for choices and default
+        t = Table("flag", "aliases", "value", "choices", "default", title=count(len(catalog.flags), "flag"))
+        for col in t.columns:
+            col.overflow = "fold"
+        t.columns[0].no_wrap = t.columns[1].no_wrap = True
+        for spec in specs:
+            t.add_row(
+                spec.name,
+                ", ".join(spec.aliases),
+                spec.value_type if spec.takes_value else "(switch)",
+                escape(", ".join(spec.choices or [])),
+                escape(str(spec.default or "")),
+            )
+        console.print(t)
+        return
+    console.print(count(len(catalog.flags), "flag"), style="bold", highlight=False)
+    for spec in specs:
+        value = spec.value_type if spec.takes_value else "(switch)"
+        default = f"  [default: {spec.default}]" if spec.default else ""
+        names = escape(", ".join([spec.name, *spec.aliases]))
+        print_hanging(console, f"[bold]{names}[/]  {value}{escape(default)}")
+        if spec.choices:
+            print_hanging(console, f"    [dim]choices:[/] {escape(', '.join(spec.choices))}")
 
 
 @app.command()
@@ -1135,7 +1167,9 @@ def _redecide(
     if result.unfinished:
         console.print("[yellow]the run is unfinished (no run.ended): only the decisions recorded so far are compared[/]")
     if result.matched:
-        console.print(f"[green]all {len(result.decisions)} decisions match[/] ({result.planner} planner)")
+        n = len(result.decisions)
+        matched = "the one decision matches" if n == 1 else f"all {n} decisions match"
+        console.print(f"[green]{matched}[/] ({result.planner} planner)")
         return
     console.print(
         f"[bold red]diverges at seq {result.stopped_at}[/]: stopped there, since later observations were made "
@@ -1172,7 +1206,9 @@ def report(
 
 
 findings_app = typer.Typer(
-    no_args_is_help=True, help="FINDINGS.md notes: append what a run found, in the style the reader parses."
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="FINDINGS.md notes: append what a run found, in the style the reader parses."
 )
 app.add_typer(findings_app, name="findings")
 
@@ -1220,7 +1256,8 @@ def _run_detail(info: RunInfo) -> str:
     left = ""
     if info.leftovers:  # servers of a run nobody drives: resume adopts or stops them, a new run offers to
         pids = ", ".join(str(x["pid"]) for x in info.leftovers)
-        left = f"; {len(info.leftovers)} server(s) left running (pid {pids})"
+        pid_word = "pid" if len(info.leftovers) == 1 else "pids"
+        left = f"; {count(len(info.leftovers), 'server')} left running ({pid_word} {pids})"
     if info.pending:
         req = ApprovalRequest.model_validate(info.pending)
         return f"{req.experiment.id}: {describe_experiment(req.experiment)}{left}"
@@ -1255,7 +1292,7 @@ def runs_(
         console.print(f"runs in {home}", style="bold")
         for i in infos:
             style = _STATUS_STYLE.get(i.status, "white")
-            console.print(f"{i.run_id}  [{style}]{i.status}[/]  {i.launches} launches", soft_wrap=True)
+            console.print(f"{i.run_id}  [{style}]{i.status}[/]  {count(i.launches, 'launch')}", soft_wrap=True)
             console.print(
                 f"  {escape(i.case)}, updated {i.updated[:19].replace('T', ' ')}", soft_wrap=True, highlight=False
             )
@@ -1310,16 +1347,18 @@ def show(
         console.print(f"[dim](no transcript at {escape(str(info.transcript))})[/]")
     console.print()
     style = _STATUS_STYLE.get(info.status, "white")
-    console.print(
+    print_hanging(
+        console,
         f"run [bold]{info.run_id}[/] ({escape(info.case)}): [{style}]{info.status}[/], "
-        f"{info.launches} launches, {info.host_seconds:.0f} host-seconds; transcript {escape(str(info.transcript))}",
-        highlight=False,
+        f"{count(info.launches, 'launch')}, {count(info.host_seconds, 'host-second', fmt='.0f')}; "
+        f"transcript {escape(str(info.transcript))}",
     )
     if info.pending:
         console.print(approval_panel(ApprovalRequest.model_validate(info.pending)))
-        console.print(
+        print_hanging(
+            console,
             f"answer with: hypoloop resume {info.run_id} [--decision approve|edit|reject|stop] "
-            "[--reason TEXT] [--set NAME=VALUE]"
+            "[--reason TEXT] [--set NAME=VALUE]",
         )
     elif info.status == "interrupted":
         console.print(f"nothing is driving it: continue with hypoloop resume {info.run_id}")
@@ -1363,7 +1402,7 @@ def resume(
 ) -> None:
     """Continue a run: answer the approval it waits for, or pick it up where an ended process left it.
 
-    The run keeps the knowledge folder it started with unless ``--knowledge`` names another."""
+    The run keeps the knowledge folder it started with unless --knowledge names another."""
     _JsonResult.pending, _JsonResult.run_id = json_out, run_id
     from agent.runs import RunError, RunInUse, RunLock, load_run
     mode = _approval_mode(approve, auto)
@@ -1550,10 +1589,13 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 
 def _tidy_help(command: Any) -> None:
     """Help that names values, not Python types: a switch shows nothing after its name, a choice shows
-    its choices (``each|risky|auto``), any other value its name in capitals (``PATH``, ``N``); applied to
-    every command and subcommand."""
+    its choices (``each|risky|auto``), any other value its name in capitals (``PATH``, ``N``); a command's
+    line in its group's list is its whole first paragraph (click would cut it with '...'); applied to every
+    command and subcommand."""
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)
+        if sub.help and not sub.short_help:
+            sub.short_help = " ".join(inspect.cleandoc(sub.help).split("\n\n")[0].split())
     params = list(getattr(command, "params", []))
     help_option = command.get_help_option(typer.Context(command))
     if help_option is not None:

@@ -15,6 +15,7 @@ from typing import Any
 from agent.case import Case
 from agent.recovery import find_launch, open_launches, stop_leftover
 from agent.transcript import Transcript
+from agent.wording import count
 from tools.host import HostError, HostUnreachable
 from tools.probes import get_server_info, run_probe
 
@@ -64,7 +65,7 @@ def probe_through_drops(
             node="execute",
         )
     raise HostUnreachable(
-        f"{getattr(host, 'name', 'the host')}: the connection dropped during probe {probe.id} {tries} times; "
+        f"{getattr(host, 'name', 'the host')}: the connection dropped during probe {probe.id} {count(tries, 'time')}; "
         "the server's answer could not be read"
     )
 

@@ -24,6 +24,7 @@ from agent.models import command_text
 from agent.recorded import RecordedRun
 from agent.redact import REDACTED, run_redactor
 from agent.render import alternative_text
+from agent.wording import count
 from tools.knowledge import Finding, gpu_names, infer_features, parse_findings
 
 
@@ -88,8 +89,8 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     case = run.case_dict() or {}
     gpu = str(fp.get("gpu_name") or "unknown GPU")
     short_gpu = (gpu_names(gpu) or [gpu])[0]
-    count = fp.get("gpu_count")
-    hardware = f"{count}x {short_gpu}" if count else short_gpu
+    gpu_count = fp.get("gpu_count")
+    hardware = f"{gpu_count}x {short_gpu}" if gpu_count else short_gpu
     date = time.strftime("%Y-%m-%d", time.localtime(run.first_ts or time.time()))
     fixed = {fix["name"]: fix.get("after")}
     fix_text = command_text(fixed) if fix.get("kind") == "flag" else command_text({}, fixed)
@@ -99,7 +100,7 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     features = sorted(set((case.get("model") or {}).get("features") or []) | infer_features(model))
     lines.append(f"- Model: {model}" + (f" ({', '.join(features)})" if features else ""))
     lines.append(
-        f"- Hardware: {count or '?'} × {gpu}, compute capability {fp.get('compute_capability') or '?'}, driver "
+        f"- Hardware: {gpu_count or '?'} × {gpu}, compute capability {fp.get('compute_capability') or '?'}, driver "
         f"{fp.get('driver_version') or '?'}; SGLang {fp.get('sglang_version') or '?'}"
     )
     lines.append(f"- Symptom: {_symptom(run)}")
@@ -119,7 +120,8 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     lines += _not_separated(c.get("untested") or [])
     host_s = float(c.get("host_seconds") or 0.0)
     lines.append(
-        f"Reference: hypoloop run {run.run_id}, {c.get('launches')} launches, {host_s:.0f} host-seconds; "
+        f"Reference: hypoloop run {run.run_id}, {count(c.get('launches'), 'launch')}, "
+        f"{count(host_s, 'host-second', fmt='.0f')}; "
         f"transcript {run.path.resolve()} (review it with `hypoloop report`)."
     )
     # Secrets never reach a notes file (the transcript is redacted already; an older one may not be).

@@ -57,6 +57,7 @@ from agent.models import Change, Evidence, Experiment, FlagValue, Hypothesis, In
 from agent.planner import HistoryState, Planner, PlannerView, Proposal, RulePlanner, default_launch_cost_s
 from agent.redact import Redactor, run_redactor
 from agent.transcript import Transcript
+from agent.wording import count
 from tools.flags import FlagCatalog, FlagError
 from tools.host import HostError
 from tools.ssh import parse_target
@@ -749,10 +750,12 @@ def describe_usage(u: Mapping[str, Any]) -> str:
     """One line about the LLM planner's spending, as printed at the end of a run."""
     est = f", {u['estimated_tokens']} of them estimated" if u.get("estimated_tokens") else ""
     return (
-        f"LLM planner ({u.get('model')}): {u.get('requests', 0)} requests, {u.get('total_tokens', 0)} tokens "
+        f"LLM planner ({u.get('model')}): {count(u.get('requests', 0), 'request')}, "
+        f"{count(u.get('total_tokens', 0), 'token')} "
         f"of {u.get('token_budget')} ({u.get('prompt_tokens', 0)} prompt + {u.get('completion_tokens', 0)} "
-        f"completion{est}), {u.get('latency_s', 0)} s; {u.get('accepted', 0)} proposals accepted, "
-        f"{u.get('refused', 0)} refused, {u.get('errors', 0)} errors, {u.get('fallbacks', 0)} rule fallbacks"
+        f"completion{est}), {u.get('latency_s', 0)} s; {count(u.get('accepted', 0), 'proposal')} accepted, "
+        f"{u.get('refused', 0)} refused, {count(u.get('errors', 0), 'error')}, "
+        f"{count(u.get('fallbacks', 0), 'rule fallback')}"
     )
 
 

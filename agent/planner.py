@@ -61,6 +61,7 @@ from agent.models import (
 )
 from agent.planner_weights import weights as tunables
 from agent.values import ValueEvidence, derive, moves_in_direction
+from agent.wording import count
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge import infer_features
@@ -834,7 +835,7 @@ class RulePlanner:
 
         def within_budget(slots: int) -> str | None:
             if view.launches + slots > budget.experiments:
-                return f"experiment budget spent ({view.launches} of {budget.experiments} launches)"
+                return f"experiment budget spent ({view.launches} of {count(budget.experiments, 'launch')})"
             if view.host_seconds + cost > budget.host_seconds:
                 return (
                     f"host-second budget spent ({view.host_seconds:.0f} of {budget.host_seconds:.0f} s; "
@@ -936,7 +937,7 @@ class RulePlanner:
             )
         else:
             return Proposal(
-                conclude_reason=f"the baseline served correctly in {runs} launches (one with bursts of up "
+                conclude_reason=f"the baseline served correctly in {count(runs, 'launch')} (one with bursts of up "
                 f"to {BURST_LEVELS[-1]} concurrent requests): the failure could not be reproduced"
             )
         exp_id = Experiment.make_id(state.baseline, None, "baseline", attempt=runs + 1, probes=probes)
@@ -1059,7 +1060,7 @@ class RulePlanner:
             for h in live
         ]
         tested = [p.hypothesis_id for p in predictions if p.expect != "persists"]
-        rationale = f"tests {', '.join(tested)}: P(fix) = {p_fix:.2f} for ~{cost:.0f} host-seconds; {why}"
+        rationale = f"tests {', '.join(tested)}: P(fix) = {p_fix:.2f} for ~{count(cost, 'host-second', fmt='.0f')}; {why}"
         if how:
             rationale += f"; value: {how}"
         return Proposal(
@@ -1118,7 +1119,7 @@ class RulePlanner:
             scored.append((score, -order, change, p_fix, how))
             considered.append({"change": change.describe(), "p_fix": round(p_fix, 3), "score": score})
         scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
-        why = f"the best probability per host-second among {len(scored)} candidate changes"
+        why = f"the best probability per host-second among {count(len(scored), 'candidate change')}"
         return self._test(state, baseline, scored[0], cost, ref.facts, why, considered)
 
     def _alternative(

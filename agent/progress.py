@@ -36,7 +36,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from agent.render import shown_line
+from agent.render import print_hanging, shown_line
 from tools.signatures import Signature
 
 #: The steps of a start-up in order, as a user names them.
@@ -222,7 +222,7 @@ class LoadProgress:
     # -- showing -----------------------------------------------------------------------------------
 
     def _plain_line(self, text: str) -> None:
-        self.console.print(f"    [dim]{escape(self.name)}[/] {text}", highlight=False, soft_wrap=False)
+        print_hanging(self.console, f"    [dim]{escape(self.name)}[/] {text}")
 
     def __rich__(self) -> RenderableType:
         elapsed = self.elapsed()
@@ -256,9 +256,11 @@ class LoadProgress:
         parts: list[RenderableType] = [head, row]
         if self.last_line is not None:
             n, text = self.last_line
-            line = Text.assemble(("     log:", "dim"), (f"{n} ", "dim"), text)
-            line.overflow = "fold"  # the evidence wraps, never cut
-            parts.append(line)
+            log = Table.grid(padding=(0, 1))
+            log.add_column(no_wrap=True, style="dim")
+            log.add_column(overflow="fold")  # the evidence wraps (under itself, not at column 0), never cut
+            log.add_row(f"     log:{n}", Text(text))
+            parts.append(log)
         return Group(*parts)
 
     def __enter__(self) -> LoadProgress:
@@ -296,7 +298,7 @@ class LoadProgress:
         else:
             where = self.stage + (f" {self.detail}" if self.detail else "")
             head = f"[red]✗ {escape(status)}[/] during {escape(where)} after {clock(elapsed)}"
-        self.console.print(f"  {head} [dim]— {escape(' · '.join(spans))}[/]", highlight=False)
+        print_hanging(self.console, f"  {head} [dim]— {escape(' · '.join(spans))}[/]")
 
 
 class ProgressBoard:

@@ -8,8 +8,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from agent.transcript import TranscriptEvent
+from agent.wording import count
 
 _STATUS_STYLE = {"refuted": "red", "supported": "green", "confirmed": "bold green", "open": "yellow"}
 
@@ -31,6 +33,24 @@ def _change_text(change: dict[str, Any] | None) -> str:
         return "(unset)" if v is None else ("(on)" if v is True else str(v))
 
     return f"{change['name']}: {show(change.get('before'))} → {show(change.get('after'))}"
+
+
+def print_hanging(console: Console, text: str, *, hang: int = 2, highlight: bool = False) -> None:
+    """Print one line of rich markup whose leading spaces are its indentation; when it is wider than the
+    terminal, its continuation lines start ``hang`` columns further in (not at column 0), so a story of
+    indented lines keeps its shape on a narrow terminal. Nothing is cut: a word longer than a line is
+    folded. A line that fits, or a terminal too narrow to indent (< 20 columns left), prints as is."""
+    body = text.lstrip(" ")
+    indent = len(text) - len(body)
+    line = Text.from_markup(body)
+    width = console.width - indent - hang
+    if width < 20 or line.cell_len <= console.width - indent:
+        console.print(text, highlight=highlight)
+        return
+    line.overflow = "fold"
+    for i, part in enumerate(line.wrap(console, width)):
+        part.rstrip()
+        console.print(Text(" " * (indent if i == 0 else indent + hang)) + part, highlight=highlight)
 
 
 class EventRenderer:
@@ -59,7 +79,7 @@ class EventRenderer:
             self.console.print(f"[dim]{ev.type} {escape(str(ev.data))}[/]")
 
     def _p(self, text: str) -> None:
-        self.console.print(text, highlight=False)
+        print_hanging(self.console, text)
 
     def _run_started(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         self._p(
@@ -76,7 +96,7 @@ class EventRenderer:
 
     def _tool_result(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if d.get("tool") == "flag_catalog":
-            self._p(f"  flag catalog: {d.get('flags')} flags from launch_server --help")
+            self._p(f"  flag catalog: {count(d.get('flags'), 'flag')} from launch_server --help")
 
     def _knowledge_read(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         items = "; ".join(
@@ -201,8 +221,11 @@ class EventRenderer:
     def _outcome(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         style = "green" if d["stage"] == "ok" else "red"
         t = d.get("timings", {})
+        stage, summary = str(d["stage"]), str(d.get("summary", ""))
+        if summary == stage or summary.startswith(f"{stage}; "):  # the summary opens with the stage: once
+            summary = summary[len(stage) :].removeprefix("; ")
         self._p(
-            f"  outcome: [{style}]{d['stage']}[/]  {escape(d.get('summary', ''))}  "
+            f"  outcome: [{style}]{escape(stage)}[/]{'; ' + escape(summary) if summary else ''}  "
             f"[dim]({t.get('host_seconds', 0):.0f} host-s)[/]"
         )
         facts = d.get("facts") or {}
@@ -245,8 +268,8 @@ def alternative_text(a: dict[str, Any]) -> str:
 def conclusion_panel(d: dict[str, Any]) -> Panel:
     """A rich panel of a conclusion dict (``Conclusion.model_dump()``)."""
     t = Table.grid(padding=(0, 1))
-    t.add_column(style="bold")
-    t.add_column()
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")  # a word wider than the column (a path, an id) folds, never ends in '…'
     t.add_row("status", d["status"])
     if d.get("root_cause"):
         t.add_row(
@@ -263,8 +286,19 @@ def conclusion_panel(d: dict[str, Any]) -> Panel:
     for r in d.get("refuted", []):
         why = r["evidence"][0]["detail"] if r.get("evidence") else ""
         t.add_row("ruled out", f"{r['id']}: {escape(shown_line(why))}")
+    # Open hypotheses left for the same reason are one row (an isolated run often leaves a dozen
+    # "deprioritised: the symptom went away with ..." ones; a row each buried the result).
+    by_why: dict[str, list[dict[str, Any]]] = {}
     for u in d.get("untested", []):
-        t.add_row("open", escape(f"{u['id']} (p={u['posterior']:.2f}, {u['why']})"))
+        by_why.setdefault(str(u["why"]), []).append(u)
+    for why, group in by_why.items():
+        if len(group) == 1:
+            u = group[0]
+            t.add_row("open", escape(f"{u['id']} (p={u['posterior']:.2f}, {why})"))
+        else:
+            ids = ", ".join(str(u["id"]) for u in group)
+            top = max(float(u["posterior"]) for u in group)
+            t.add_row("open", escape(f"{ids} ({len(group)} hypotheses, p ≤ {top:.2f} each): {why}"))
     for r in d.get("rejected", []):
         t.add_row("rejected", escape(f"{r.get('change') or r['experiment_id']}: {r['reason']}"))
     for e in d.get("edited", []):
@@ -274,7 +308,6 @@ def conclusion_panel(d: dict[str, Any]) -> Panel:
         )
     if d.get("reason"):
         t.add_row("reason", escape(d["reason"]))
-    n = d["launches"]
-    t.add_row("cost", f"{n} launch{'' if n == 1 else 'es'}, {d['host_seconds']:.0f} host-seconds")
+    t.add_row("cost", f"{count(d['launches'], 'launch')}, {count(d['host_seconds'], 'host-second', fmt='.0f')}")
     style = {"isolated": "green", "not_isolated": "yellow", "stopped": "yellow", "error": "red"}[d["status"]]
     return Panel(t, title="conclusion", border_style=style)

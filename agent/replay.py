@@ -29,6 +29,7 @@ from rich.table import Table
 
 from agent.render import EventRenderer, _change_text, shown_line
 from agent.transcript import TranscriptError, TranscriptEvent, parse_event, read_transcript
+from agent.wording import count
 
 if TYPE_CHECKING:
     from agent.case import Case
@@ -184,7 +185,7 @@ class ReplayRenderer(EventRenderer):
     def _jump_header(self, ev: TranscriptEvent) -> None:
         self._p(
             f"[bold]▶ run {self.run_id}[/]  case [cyan]{escape(self.case)}[/]  — jumped to step {self.from_step} "
-            f"(seq {ev.seq}); {self.launches} launches before it"
+            f"(seq {ev.seq}); {count(self.launches, 'launch')} before it"
         )
         if self.baseline:
             flags = " ".join(
@@ -218,11 +219,13 @@ class ReplayRenderer(EventRenderer):
             mark = _EFFECT_MARK.get(e.get("effect", "supports"), "·")
             where = ""
             if e.get("lines"):
-                where = f" [dim](log lines {', '.join(map(str, e['lines'][:6]))}"
+                word = "log line" if len(e["lines"]) == 1 else "log lines"
+                where = f" [dim]({word} {', '.join(map(str, e['lines'][:6]))}"
                 where += f" of {e['experiment_id']})[/]" if e.get("experiment_id") else ")[/]"
-            self._p(
-                f"{indent}{mark} [dim]{e.get('kind')}:[/] {escape(shown_line(str(e.get('detail', ''))))}{where}"
-            )
+            kind, detail = str(e.get("kind")), shown_line(str(e.get("detail", "")))
+            # "signature: signature probability_tensor_nan: ..." says the kind twice: once is enough
+            label = "" if detail.startswith(f"{kind} ") else f"[dim]{escape(kind)}:[/] "
+            self._p(f"{indent}{mark} {label}{escape(detail)}{where}")
 
     # ----- handlers (the live ones plus detail)
 
@@ -285,7 +288,8 @@ class ReplayRenderer(EventRenderer):
         reason = f" — {escape(str(d['reason']))}" if d.get("reason") else ""
         cost = ""
         if d.get("launches") is not None:
-            cost = f" ({d.get('launches')} launches, {float(d.get('host_seconds') or 0):.0f} host-seconds)"
+            host_s = float(d.get("host_seconds") or 0)
+            cost = f" ({count(d.get('launches'), 'launch')}, {count(host_s, 'host-second', fmt='.0f')})"
         self._p(f"[bold]■ run ended:[/] {d.get('status')}{cost}{reason}")
 
 
@@ -512,7 +516,8 @@ def view_at(run: RecordedRun, seq: int, case: Case, warnings: list[str] | None =
             )
     if missing and warnings is not None and not any("findings" in w for w in warnings):
         warnings.append(
-            f"{missing} findings were recorded by title only (an older format); re-deciding without them"
+            f"{count(missing, 'finding')} {'was' if missing == 1 else 'were'} recorded by title only (an older format); "
+            f"re-deciding without {'it' if missing == 1 else 'them'}"
         )
     rejections = []
     for rj in run.rejections:

@@ -26,6 +26,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from agent.recorded import ExperimentRun, HypothesisRecord, RecordedRun
 from agent.redact import run_redactor
 from agent.render import _change_text, alternative_text, shown_line
+from agent.wording import count
 
 #: Lines of context on each side of a cited log line, and the most lines one excerpt shows.
 _CONTEXT = 1
@@ -529,7 +530,11 @@ def _summary(run: RecordedRun, c: dict[str, Any], status: str, symptom: str) -> 
         (c.get("launches"), c.get("host_seconds")) if c else (run.launches(), run.host_seconds())
     )
     summary.append(
-        ("cost", f"{launches} launches, {float(host_s or 0):.0f} host-seconds ({_dur(float(host_s or 0))})")
+        (
+            "cost",
+            f"{count(launches, 'launch')}, {count(float(host_s or 0), 'host-second', fmt='.0f')} "
+            f"({_dur(float(host_s or 0))})",
+        )
     )
     return summary
 

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agent.models import FlagValue
+from agent.wording import count
 
 #: Which way each rule moves its flag, so a hypothesis can tell whether a change is "its" fix.
 DIRECTIONS: dict[str, str] = {
@@ -268,7 +269,8 @@ def cuda_graph_max_bs_that_fits(ev: ValueEvidence) -> tuple[str | None, str]:
         str(best),
         f"{cost.free0:.2f} GB free at capture start, {cost.workspace:.2f} GB workspace, graphs at "
         f"{cost.text()} (from {cost.points} captured graph{'s' if cost.points != 1 else ''}): "
-        f"{len(fits)} of {len(sizes)} batch sizes fit ({cost.up_to(best):.2f} GB), up to {best}",
+        f"{len(fits)} of {count(len(sizes), 'batch size')} {'fits' if len(fits) == 1 else 'fit'} "
+        f"({cost.up_to(best):.2f} GB), up to {best}",
     )
 
 

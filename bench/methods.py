@@ -24,6 +24,7 @@ from agent.catalog import CatalogEntry, load_catalog
 from agent.models import Baseline, Change
 from agent.planner import _IDENTITY_ENV, _IDENTITY_FLAGS, model_features  # the agent's own notion
 from agent.transcript import read_transcript
+from agent.wording import count
 from bench.launcher import Launcher, LaunchRecord
 from bench.worlds import BenchWorld, matching_fix, score_run
 from tools.flags import FlagCatalog, FlagError
@@ -395,7 +396,7 @@ def run_random(
             if rec.ok:
                 fix = change
                 break
-        status = "found a working change" if fix else f"no working change in {len(records)} launches"
+        status = "found a working change" if fix else f"no working change in {count(len(records), 'launch')}"
         runs.append(_summary("random", world, records, fix, status))
     seeded = {
         "seed_mean_launches": round(statistics.fmean(r.launches for r in runs), 2),

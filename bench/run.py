@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.catalog import load_catalog
+from agent.wording import count
 from bench.launcher import Launcher
 from bench.methods import (
     LaunchCache,
@@ -199,7 +200,7 @@ def _run_world(
         out.methods["agent"] = r = run_agent(
             w, transcripts=root / "transcripts", seed=f"bench:{w.name}:agent"
         )
-        say(f"{w.name}: agent: {r.status}, {r.found}, {r.launches:g} launches, {r.wall_s:.1f} s")
+        say(f"{w.name}: agent: {r.status}, {r.found}, {count(r.launches, 'launch', fmt='g')}, {r.wall_s:.1f} s")
     if "agent-empty" in methods and empty_knowledge is not None:
         say(f"{w.name}: agent, empty catalog")
         out.methods["agent-empty"] = r = run_agent(
@@ -209,7 +210,7 @@ def _run_world(
             knowledge=empty_knowledge,
             method="agent-empty",
         )
-        say(f"{w.name}: agent, empty catalog: {r.status}, {r.found}, {r.launches:g} launches")
+        say(f"{w.name}: agent, empty catalog: {r.status}, {r.found}, {count(r.launches, 'launch', fmt='g')}")
     launcher = Launcher(w.case, sigs, root / "launches" / w.name)
     counter = iter(range(1_000_000))
 
@@ -236,13 +237,13 @@ def _run_world(
             say(f"{w.name}: random over {len(changes)} plausible changes, {seeds} seeds")
             cache = LaunchCache(launcher, enabled=not w.flaky, seed_env=seed_env)
             out.methods["random"] = r = run_random(w, cache, changes, seeds=seeds)
-            say(f"{w.name}: random: {r.launches:.1f} launches on average, {cache.real} real launches")
+            say(f"{w.name}: random: {r.launches:.1f} launches on average, {count(cache.real, 'real launch')}")
         if "human" in methods and (h := run_human(w, launcher, seed_env)) is not None:
             out.methods["human"] = h
-            say(f"{w.name}: human: {h.launches:g} launches")
+            say(f"{w.name}: human: {count(h.launches, 'launch', fmt='g')}")
         if "ddmin" in methods and (d := run_ddmin(w, launcher, flags, seed_env)) is not None:
             out.methods["ddmin"] = d
-            say(f"{w.name}: ddmin: {d.launches:g} launches, {d.status}")
+            say(f"{w.name}: ddmin: {count(d.launches, 'launch', fmt='g')}, {d.status}")
     finally:
         launcher.close()
     return out
@@ -314,7 +315,7 @@ def _aggregate(results: list[WorldResult], time_scale: float, seeds: int, wall: 
         targets.append(
             Target(
                 "agent detection delay median < 0.2 s",
-                f"median {det_med:.3f} s, max {det_max:.3f} s over {len(medians)} launches",
+                f"median {det_med:.3f} s, max {det_max:.3f} s over {count(len(medians), 'launch')}",
                 det_med < DETECTION_DELAY_TARGET_S,
             )
         )
@@ -322,7 +323,7 @@ def _aggregate(results: list[WorldResult], time_scale: float, seeds: int, wall: 
         targets.append(
             Target(
                 "agent overhead per step median < 50 ms",
-                f"median {ovh_med * 1000:.1f} ms, max {max(steps) * 1000:.1f} ms over {len(steps)} steps",
+                f"median {ovh_med * 1000:.1f} ms, max {max(steps) * 1000:.1f} ms over {count(len(steps), 'step')}",
                 ovh_med < OVERHEAD_TARGET_S,
             )
         )

@@ -131,7 +131,7 @@ def test_a_killed_run_left_server_is_listed_and_stopped_at_the_next_start(tmp_pa
         listed = {i["run_id"]: i for i in json.loads(run_cli(tmp_path, "runs", "--json").stdout)}
         assert [x["pid"] for x in listed[run_id]["leftovers"]] == list(servers)
         table = run_cli(tmp_path, "runs")
-        assert "1 server(s) left running" in table.stdout
+        assert "1 server left running" in table.stdout
         second = run_cli(tmp_path, "run", WORLD, "--auto", "--json", HYPOLOOP_LAB_TIME_SCALE=SCALE)
         assert second.returncode == 0, second.stderr[-3000:]
         assert not _lab_servers(run_id)

@@ -548,6 +548,30 @@ def test_hypoloop_flags_reads_each_releases_real_help(tmp_path: Path, name: str,
     assert present in flags and absent not in flags
 
 
+@pytest.mark.parametrize("columns", ["60", "80", "130"])
+def test_hypoloop_flags_cuts_no_name_or_choice(tmp_path: Path, columns: str) -> None:
+    """`hypoloop flags` on a narrow or wide terminal: every flag name and alias whole on its line, every
+    choice and default shown (wrapped, perhaps), nothing ends in '…' (a 5-column table at 80 columns
+    showed --tokenizer-p…)."""
+    import re
+
+    from clirun import run_cli
+
+    help_file = str(DATA / "help_sglang_0.5.23.txt")
+    flags = json.loads(run_cli(tmp_path, "flags", "--from-file", help_file, "--json").stdout)["flags"]
+    r = run_cli(tmp_path, "flags", "--from-file", help_file, COLUMNS=columns)
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= int(columns)
+    words = set(re.sub(r"[│┃╭╮╰╯─━┏┓┗┛┡┩╇┳┻,]", " ", r.stdout).split())
+    squashed = re.sub(r"[\s│┃─━,]+", "", r.stdout)
+    for name, spec in flags.items():
+        for n in [name, *spec["aliases"]]:  # one wider than the terminal can only be folded
+            assert n in words if len(n) < int(columns) - 4 else n in squashed, n
+        for value in [*(spec["choices"] or []), spec["default"] or ""]:
+            assert re.sub(r"[\s,]+", "", value) in squashed, (name, value)
+
+
 def test_a_flag_knows_the_switch_of_the_feature_it_configures() -> None:
     """Read off the real SGLang 0.5.23 help: the hierarchical cache's settings belong to
     --enable-hierarchical-cache (alias --enable-hicache), PD disaggregation's to --disaggregation-mode

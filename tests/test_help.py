@@ -54,3 +54,37 @@ def test_a_value_outside_the_choices_is_one_line(tmp_path: Path) -> None:
     ]
     r = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--aprove", "each")
     assert r.returncode == 2 and "Possible options: --approve" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def _words(text: str) -> list[str]:
+    """The words of a help screen with box drawing and line breaks gone: what a reader must find in it."""
+    return re.sub(r"[│╭╮╰╯─]", " ", text).split()
+
+
+def test_no_help_screen_is_cut_at_80_or_60_columns(tmp_path: Path) -> None:
+    """Every command's help on a narrow terminal: nothing ends in '…', every option name and every word of
+    every option's description appears whole (wrapping may break a word only at the line's end, so a long
+    word is checked with the line breaks joined), and no line is wider than the terminal."""
+    command = typer.main.get_command(app)
+    _tidy_help(command)
+    for columns in (80, 60):
+        for cmd in ["", *COMMANDS, "findings"]:
+            r = run_cli(tmp_path, *cmd.split(), "--help", COLUMNS=str(columns))
+            assert r.returncode == 0, r.stderr
+            where = f"hypoloop {cmd} --help at {columns} columns"
+            assert "…" not in r.stdout and "..." not in r.stdout.replace("[ARGS]...", ""), f"{where}:\n{r.stdout}"
+            too_wide = [line for line in r.stdout.splitlines() if len(line) > columns]
+            assert too_wide == [], f"{where}: lines wider than the terminal {too_wide}"
+            joined = "".join(_words(r.stdout))
+            sub = command
+            for part in cmd.split():
+                sub = sub.commands[part]  # type: ignore[attr-defined]
+            for p in getattr(sub, "params", []):
+                for name in getattr(p, "opts", []) if p.param_type_name == "option" else []:
+                    assert name in _words(r.stdout) or f"{name}," in " ".join(_words(r.stdout)), f"{where}: {name}"
+                for word in (p.help or "").split():
+                    assert word in joined, f"{where}: the help of {p.name} lost {word!r}"
+            for name, child in getattr(sub, "commands", {}).items():
+                first = (child.help or "").split("\n\n")[0].split()
+                for word in first:
+                    assert word in joined, f"{where}: the summary of {name} lost {word!r}"

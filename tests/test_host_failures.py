@@ -116,7 +116,8 @@ def _assert_ended_in_error(r: subprocess.CompletedProcess[str], transcript: Path
     screen and in the transcript, nothing launched or concluded after the failure."""
     assert r.returncode == 1, r.stderr[-3000:]
     assert not _traceback(r.stderr) and "internal error" not in r.stdout + r.stderr
-    assert cause in r.stdout + r.stderr, (r.stdout[-2000:], r.stderr[-2000:])
+    # the screen wraps long lines (its width, the tmp path's length): the phrase is looked for across breaks
+    assert cause in " ".join((r.stdout + r.stderr).split()), (r.stdout[-2000:], r.stderr[-2000:])
     events = _events(transcript)
     types = [e["type"] for e in events]
     first_error = types.index("error")

@@ -3,6 +3,7 @@ real terminal session (pexpect), and plain stage lines when no terminal is attac
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -129,8 +130,11 @@ def test_live_display_in_a_terminal_follows_the_load(tmp_path: Path) -> None:
         child.expect(r"elapsed \d+\.\d s")
         child.expect(r"CUDA-graph capture (\d+) of (\d+)")
         assert int(child.match.group(1)) <= int(child.match.group(2))
-        child.expect(r"log:\d+")  # the latest log line
-        child.expect(r"✓ ready.{0,20}after [\d.]+ s")
+        # The display's latest log line: its label and number are styled apart, so escape codes may sit
+        # between them (a bare "log:\d+" matched only the renderer's ready line, which is missing when
+        # GET /health answers first, and then the test fell a launch behind).
+        child.expect(r"log:(?:\x1b\[[\d;]*m)*\d+(?:\x1b\[[\d;]*m)* +\S")
+        child.expect(r"✓ ready.{0,20}after [\d.]+ s")  # the baseline's summary line
         # The second launch: an expected time from the first one.
         child.expect(r"expected ~[\d.:]+( s)?.{0,40}from 1 earlier launch")
         child.sendintr()  # Ctrl-C while the display is live: the server is stopped, the display ends
@@ -140,6 +144,13 @@ def test_live_display_in_a_terminal_follows_the_load(tmp_path: Path) -> None:
     assert seen[0] <= seen[1]
     assert child.exitstatus == 130
     assert not live_processes(str(tmp_path), only="lab.launch_server")
+    # Ctrl-C reached the second launch while it loaded (not a later step, not after the run ended).
+    (transcript,) = (tmp_path / "transcripts").glob("*.jsonl")
+    events = [json.loads(line) for line in transcript.read_text().splitlines()]
+    launched = [e["data"]["experiment_id"] for e in events if e["type"] == "server.launched"]
+    ready = [e["data"]["experiment_id"] for e in events if e["type"] == "server.ready"]
+    assert len(launched) == 2 and ready == launched[:1]
+    assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "interrupted"
 
 
 def test_a_launch_that_crashes_while_loading_ends_in_one_line_naming_the_stage(tmp_path: Path) -> None:
