@@ -17,6 +17,24 @@ GLM5 = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
 REJECTED = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120-reject-kv.jsonl"
 
 
+def _events(path: Path) -> list[dict]:  # type: ignore[type-arg]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+#: Where the baseline's NaN assert sits in the reference run's log (two lines: the assert and its tail),
+#: and how many probes its confirmation sent; read from the transcript, which a regeneration changes.
+NAN_FIRST, NAN_LAST = next(
+    m["line_numbers"][:2]
+    for e in _events(GLM5)
+    if e["type"] == "outcome"
+    for m in e["data"]["matches"]
+    if m["signature_id"] == "probability_tensor_nan"
+)
+CONFIRM_PROBES = next(
+    len(e["data"]["probes"]) for e in reversed(_events(GLM5)) if e["type"] == "outcome" and e["data"]["stage"] == "ok"
+)
+
+
 def _hypoloop(tmp_path: Path, *args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
     """``hypoloop ARGS`` as a user runs it (tests/clirun.py), 200 columns wide."""
     return run_cli(tmp_path, *args, timeout=timeout, **{"COLUMNS": "200", **env})
@@ -29,7 +47,7 @@ def test_markdown_names_root_cause_fix_and_why_deepgemm_was_dropped() -> None:
         "**root cause**: The sparse-attention (DSA/NSA) decode kernels read the fp8_e4m3 KV cache" in summary
     )
     assert "**fix**: --kv-cache-dtype: (unset) → bf16" in summary
-    assert "**confirmation**" in summary and "2/2 probes ok" in summary
+    assert "**confirmation**" in summary and f"{CONFIRM_PROBES}/{CONFIRM_PROBES} probes ok" in summary
     # Ruled out, with the reason and where it was seen: the DeepGemm warning also appears in a run that
     # served correctly.
     assert "fp8-gemm-scale-format" in summary and "DeepGemm" in summary
@@ -59,7 +77,7 @@ def test_excerpts_fall_back_to_the_transcript_when_the_log_is_gone() -> None:
     items = [e for h in rep.hypotheses for e in h.evidence if e.excerpt]
     assert items
     assert all("transcript" in e.excerpt.source for e in items if e.excerpt)
-    nan = next(e for e in items if 224 in e.line_numbers)
+    nan = next(e for e in items if NAN_FIRST in e.line_numbers)
     assert nan.excerpt and "probability tensor contains" in nan.excerpt.lines[0][1]
 
 
@@ -75,15 +93,15 @@ def test_excerpts_come_from_the_server_log_when_it_exists(tmp_path: Path) -> Non
     path = tmp_path / "t.jsonl"
     path.write_text("".join(lines), encoding="utf-8")
     rep = build_report(RecordedRun.load(path))
-    nan = next(e for h in rep.hypotheses for e in h.evidence if e.excerpt and 224 in e.line_numbers)
+    nan = next(e for h in rep.hypotheses for e in h.evidence if e.excerpt and NAN_FIRST in e.line_numbers)
     assert nan.excerpt is not None and str(log) in nan.excerpt.source
     assert [(n, cited) for n, _, cited in nan.excerpt.lines] == [
-        (223, False),
-        (224, True),
-        (225, True),
-        (226, False),
+        (NAN_FIRST - 1, False),
+        (NAN_FIRST, True),
+        (NAN_LAST, True),
+        (NAN_LAST + 1, False),
     ]
-    assert nan.excerpt.lines[1][1] == "log line number 224"
+    assert nan.excerpt.lines[1][1] == f"log line number {NAN_FIRST}"
 
 
 def test_html_is_one_self_contained_file(tmp_path: Path) -> None:
@@ -183,11 +201,11 @@ def test_a_log_line_cited_for_several_hypotheses_is_quoted_once() -> None:
         h.id
         for h in rep.hypotheses
         for e in h.evidence
-        if e.experiment and e.experiment.startswith("#1 ") and 224 in e.line_numbers
+        if e.experiment and e.experiment.startswith("#1 ") and NAN_FIRST in e.line_numbers
     ]
     assert len(citing) > 1  # several hypotheses rest on the NaN assert of the baseline
     md = render(run, "md")
-    assert len(re.findall(r"^\s+>\s+224\s", md, re.M)) == 1
+    assert len(re.findall(rf"^\s+>\s+{NAN_FIRST}\s", md, re.M)) == 1
     page = render(run, "html")
-    assert len(re.findall(r'<span class="hit">&gt;\s+224\s', page)) == 1
+    assert len(re.findall(rf'<span class="hit">&gt;\s+{NAN_FIRST}\s', page)) == 1
     assert "log lines quoted under" in page
