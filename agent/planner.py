@@ -599,7 +599,10 @@ class RulePlanner:
                 st.fixes, st.failing_baseline, st.failing_reference = [], None, None
                 st.confirmations = 0
             blocker = obs in ("advanced", "changed")
-            created = self._create(view, out, ledger, weights, exp.config(), refresh=blocker) if out.stage != "ok" else []
+            # Against the current baseline: a failed test that was not adopted leaves the baseline as it
+            # was, so its own change is not "the baseline's setting" to revert or to diff (after an
+            # adoption the current baseline is this test's configuration).
+            created = self._create(view, out, ledger, weights, st.baseline, refresh=blocker) if out.stage != "ok" else []
             self._normalise(ledger, weights, set(created))
         st.hypotheses = list(ledger.values())
         return st

@@ -298,7 +298,8 @@ def conclusion_panel(d: dict[str, Any]) -> Panel:
         else:
             ids = ", ".join(str(u["id"]) for u in group)
             top = max(float(u["posterior"]) for u in group)
-            t.add_row("open", escape(f"{ids} ({len(group)} hypotheses, p ≤ {top:.2f} each): {why}"))
+            many = why.replace("which this hypothesis does not explain", "which none of them explains")
+            t.add_row("open", escape(f"{ids} ({len(group)} hypotheses, p ≤ {max(top, 0.01):.2f} each): {many}"))
     for r in d.get("rejected", []):
         t.add_row("rejected", escape(f"{r.get('change') or r['experiment_id']}: {r['reason']}"))
     for e in d.get("edited", []):

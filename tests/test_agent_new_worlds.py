@@ -115,3 +115,47 @@ def test_a_setting_of_a_feature_that_is_off_is_never_tested(bench_env: Path) -> 
     changed = [e["data"]["change"]["name"] for e in events
                if e["type"] == "experiment.proposed" and e["data"].get("change")]
     assert changed and not any(n.startswith("--hicache-") for n in changed), changed
+
+
+def test_a_failed_test_that_was_not_adopted_is_not_the_baselines_setting(bench_env: Path) -> None:
+    """Without the catalog on the motivating case, a test that changes the attention backend and fails
+    is not adopted; the hypotheses made from its failure are weighed against the baseline the run keeps,
+    so none says 'the baseline's own setting --attention-backend ... causes the failure' (the baseline
+    never set it), and no known-good difference is computed from that test's configuration."""
+    import json
+
+    (world,) = discover(["glm5-nvfp4-sm120"])
+    tr = bench_env / "tr-notadopted"
+    result = run_agent(world, transcripts=tr, seed="7", knowledge=empty_catalog_knowledge(bench_env))
+    assert result.correct, (result.status, result.found)
+    events = [json.loads(line) for p in tr.glob("*.jsonl") for line in p.read_text().splitlines()]
+    base = set(world.case.baseline.flags)
+    adopted = {e["data"]["adoption"]["change"]["name"] for e in events if e["type"] == "baseline.changed"}
+    for e in events:
+        if e["type"] != "hypothesis.added":
+            continue
+        hid = e["data"]["id"]
+        if hid.startswith("revert:"):
+            assert hid.removeprefix("revert:") in base | adopted, hid
+        for ev in e["data"]["evidence"]:
+            assert "sets --attention-backend" not in ev["detail"], (hid, ev["detail"])
+
+
+def test_a_fix_of_a_reverted_setting_is_not_said_to_leave_it_unexplained(bench_env: Path) -> None:
+    """gemma3-l4's launch script forces --dtype float16; the fix gives --dtype another value. The
+    conclusion does not call "the baseline's own --dtype causes it" a hypothesis the fix 'does not
+    explain': it says the fix changed that very variable another way."""
+    (world,) = discover(["gemma3-l4"])
+    tr = bench_env / "tr-revert"
+    result = run_agent(world, transcripts=tr, seed="7")
+    assert result.correct, (result.status, result.found)
+    import json
+
+    conclusion = next(
+        json.loads(line)["data"] for p in tr.glob("*.jsonl") for line in p.read_text().splitlines()
+        if json.loads(line)["type"] == "conclusion"
+    )
+    why = {u["id"]: u["why"] for u in conclusion["untested"]}
+    if "revert:--dtype" in why:
+        assert "does not explain" not in why["revert:--dtype"]
+        assert "changed this hypothesis's own variable" in why["revert:--dtype"]

@@ -68,7 +68,8 @@ def build_conclusion(state: RunState) -> Conclusion:
     confirm, refuted_by = _confirmation(state, fix_exp, experiments, outcomes)
     reason = _fix_reason(state.get("conclude_reason") or "", fix_exp, confirm, refuted_by)
     untested = [
-        {"id": h.id, "statement": h.statement, "posterior": h.posterior, "why": _why_open(h, rejections, confirm)}
+        {"id": h.id, "statement": h.statement, "posterior": h.posterior,
+         "why": _why_open(h, rejections, confirm, fix_exp.change if confirm and fix_exp else None)}
         for h in sorted(hyps, key=lambda h: -h.posterior)
         if h.status == "open"
     ]
@@ -368,9 +369,15 @@ _NOT_BLAMED = frozenset({"sglang", "torch", "runpy", "importlib", "asyncio", "co
                          "multiprocessing", "typing", "contextlib", "functools"})
 
 
-def _why_open(h: Hypothesis, rejections: list[Rejection], confirm: Experiment | None) -> str:
+def _why_open(
+    h: Hypothesis, rejections: list[Rejection], confirm: Experiment | None, fix: Change | None = None
+) -> str:
     """Why a hypothesis is still open at the end: its test was rejected, confounded, inconclusive, or
-    never run (deprioritised by a confirmed fix, or not reached)."""
+    never run (deprioritised by a confirmed fix, or not reached); or the confirmed fix changed its own
+    variable another way (``fix``), which neither confirms nor refutes it."""
+    if fix is not None and any(iv.kind == fix.kind and fix.name in iv.names for iv in h.interventions):
+        return (f"the fix ({fix.describe()}) changed this hypothesis's own variable another way than it "
+                "proposed, so it is neither confirmed nor ruled out")
     for r in rejections:
         if r.change is not None and any(
             r.change.kind == iv.kind and r.change.name in iv.names for iv in h.interventions
