@@ -862,7 +862,7 @@ def _carry(series: dict[int, float], steps: list[int]) -> list[float | None]:
 
 def _text_timeline(rep: Report, width: int = 60) -> list[str]:
     total = sum(e.host_seconds for e in rep.experiments) or 1.0
-    label_w = min(44, max((len(e.label) for e in rep.experiments), default=10))
+    label_w = max((len(e.label) for e in rep.experiments), default=10)  # whole labels: a change is never cut
     lines = []
     t0 = 0.0
     for e in rep.experiments:
@@ -874,7 +874,7 @@ def _text_timeline(rep: Report, width: int = 60) -> list[str]:
         if e.to_crash_s is not None:
             pos = min(len(bar) - 1, max(0, round(e.to_crash_s / total * width)))
             bar = bar[:pos] + "X" + bar[pos + 1 :]
-        lines.append(f"{e.label[:label_w]:<{label_w}} {' ' * start}{bar}")
+        lines.append(f"{e.label:<{label_w}} {' ' * start}{bar}")
         t0 += e.host_seconds
     lines.append(f"{'':<{label_w}} 0{' ' * (width - 2)}{_dur(total)}")
     return lines
