@@ -243,3 +243,24 @@ def test_log_lines_and_changes_are_never_cut(tmp_path: Path) -> None:
     assert any("http_proxy" in c for _, c in changes), changes
     for n, change in changes:
         assert f"#{n} {change}" in timeline, f"the timeline cut #{n} {change}:\n{timeline}"
+
+
+def test_a_hypothesis_the_conclusion_ruled_out_is_neither_leading_nor_open(tmp_path: Path) -> None:
+    """A failed import before any flag is read: the conclusion rules the flag-only ideas out while the
+    ledger leaves them open. The report follows the conclusion: none of them is named the leading
+    hypothesis, and each one's verdict is 'ruled out' with the conclusion's evidence."""
+    r = _hypoloop(tmp_path, "run", "lab:coder-lite-h100x2", "--auto", timeout=300)
+    assert r.returncode == 0, r.stderr
+    transcript = next((tmp_path / "transcripts").glob("*.jsonl"))
+    conclusion = next(e for e in reversed(_events(transcript)) if e["type"] == "conclusion")["data"]
+    ruled_out = {x["id"]: x["evidence"][0]["detail"] for x in conclusion["refuted"]}
+    assert conclusion["status"] == "not_isolated" and ruled_out, conclusion
+    md = _hypoloop(tmp_path, "report", str(transcript)).stdout
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    leading = next((line for line in summary.splitlines() if "**leading hypothesis**" in line), "")
+    assert not any(f" {h} " in leading for h in ruled_out), leading
+    for h, why in ruled_out.items():
+        row = next(line for line in md.splitlines() if line.startswith(f"| `{h}` |") and "| 0." in line)
+        assert row.split(" | ")[2] == "ruled out", row
+        section = md.split(f"### `{h}` — ", 1)[1].split("\n### ", 1)[0]
+        assert section.startswith("ruled out") and why in section, section
