@@ -1635,8 +1635,11 @@ def main() -> None:
     _tidy_help(command)
     try:
         code = command.main(standalone_mode=False, prog_name="hypoloop")
-    except _click_errors.NoArgsIsHelpError:
-        raise SystemExit(2) from None  # the help was printed
+    except _click_errors.NoArgsIsHelpError as exc:
+        # the help is the error's message (click prints it on stderr in standalone mode, which is off here):
+        # a bare `hypoloop` or `hypoloop findings` shows what there is to run, on stdout, exit code 2 as in click
+        sys.stdout.write(exc.format_message().rstrip("\n") + "\n")
+        raise SystemExit(2) from None
     except _click_errors.UsageError as exc:
         hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
         message = exc.format_message().replace("Value error, ", "")

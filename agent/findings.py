@@ -93,8 +93,12 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     hardware = f"{gpu_count}x {short_gpu}" if gpu_count else short_gpu
     date = time.strftime("%Y-%m-%d", time.localtime(run.first_ts or time.time()))
     fixed = {fix["name"]: fix.get("after")}
+    removed = fix.get("after") in (None, False)  # the fix drops a flag or unsets a variable
     fix_text = command_text(fixed) if fix.get("kind") == "flag" else command_text({}, fixed)
-    lines = [f"{'#' * level} {date} — {model} on {hardware}: works with {fix_text}", ""]
+    verdict = f"works without {fix['name']}" if removed else f"works with {fix_text}"
+    if removed:
+        fix_text = f"{'drop' if fix.get('kind') == 'flag' else 'unset'} {fix['name']}"
+    lines = [f"{'#' * level} {date} — {model} on {hardware}: {verdict}", ""]
     lines.append(f"Written by `hypoloop findings add` from run {run.run_id}.")
     lines.append("")
     features = sorted(set((case.get("model") or {}).get("features") or []) | infer_features(model))
@@ -128,6 +132,16 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     return run_redactor()("\n".join(lines) + "\n")
 
 
+def _unset_env(run: RecordedRun) -> list[str]:
+    """The environment variables the fix (or a blocker adopted before it) unset, in that order; the
+    working command must run without them."""
+    c = run.conclusion or {}
+    changes = [*(c.get("blockers") or []), c.get("fix") or {}]
+    names = [str(ch["name"]) for ch in changes if ch.get("kind") == "env" and ch.get("after") in (None, False)]
+    _, env = working_config(run)
+    return [n for n in dict.fromkeys(names) if n not in env]
+
+
 def _working_command(run: RecordedRun, case: dict[str, Any], model: str) -> list[str]:
     """The entry's fenced launch command of the working configuration (secrets as references)."""
     flags, env = working_config(run)
@@ -138,6 +152,9 @@ def _working_command(run: RecordedRun, case: dict[str, Any], model: str) -> list
         *(_secret_ref(k, v) or command_text({k: v}) for k, v in flags.items()),
     ]
     prefix = " ".join(_secret_ref(k, v) or command_text({}, {k: v}) for k, v in env.items())
+    unset = _unset_env(run)
+    if unset:  # the fix took these out of the environment: a shell that sets them must not pass them on
+        prefix = (prefix + " " if prefix else "") + "env " + " ".join(f"-u {shlex.quote(n)}" for n in unset)
     return [
         "",
         "```bash",

@@ -582,8 +582,13 @@ def _hypothesis_views(run: RecordedRun, c: dict[str, Any], design: list[DesignSt
     """The hypothesis ledger: confirmed, supported, refuted, then open, each by falling posterior."""
     hypotheses: list[HypothesisView] = []
     why_open = {str(u.get("id")): str(u.get("why") or "") for u in c.get("untested", [])}
+    ruled_out = _ruled_out_by_conclusion(c)
     order = {"confirmed": 0, "supported": 1, "refuted": 2, "open": 3}
-    for h in sorted(run.hypotheses.values(), key=lambda x: (order.get(x.status, 4), -x.posterior)):
+
+    def status(h: HypothesisRecord) -> str:
+        return "refuted" if h.status == "open" and h.id in ruled_out else h.status
+
+    for h in sorted(run.hypotheses.values(), key=lambda x: (order.get(status(x), 4), -x.posterior)):
         view = HypothesisView(
             id=h.id,
             statement=str(h.added.get("statement", "")),
@@ -598,6 +603,11 @@ def _hypothesis_views(run: RecordedRun, c: dict[str, Any], design: list[DesignSt
         )
         if h.status == "refuted":
             view.why_dropped = _why_dropped(run, h, design)
+        elif h.id in ruled_out:
+            # the ledger left it open, the conclusion ruled it out (e.g. a flag-only idea when the failure
+            # is an import before any flag is read): the conclusion's verdict and evidence are what holds
+            view.status, view.verdict = "refuted", "ruled out"
+            view.why_dropped = [f"Ruled out by the conclusion: {ruled_out[h.id]}"]
         hypotheses.append(view)
     return hypotheses
 
@@ -676,10 +686,21 @@ def build_report(run: RecordedRun) -> Report:
     )
 
 
+def _ruled_out_by_conclusion(c: dict[str, Any]) -> dict[str, str]:
+    """The hypotheses the conclusion ruled out (its ``refuted`` list, which may name ones the ledger left
+    open), each with the evidence that did, joined into one sentence."""
+    return {
+        str(r.get("id")): "; ".join(str(e.get("detail")) for e in r.get("evidence", [])) or "ruled out"
+        for r in c.get("refuted", [])
+    }
+
+
 def _leading_open(run: RecordedRun, c: dict[str, Any]) -> str | None:
     """The open hypothesis with the highest probability, as one line (id, probability, component,
-    statement, and why it is still open), for a run that named no root cause; None when none is open."""
-    open_ = [h for h in run.hypotheses.values() if h.status == "open"]
+    statement, and why it is still open), for a run that named no root cause; None when none is open.
+    One the conclusion ruled out is not open, whatever the ledger says."""
+    ruled_out = _ruled_out_by_conclusion(c)
+    open_ = [h for h in run.hypotheses.values() if h.status == "open" and h.id not in ruled_out]
     if not open_:
         return None
     h = max(open_, key=lambda x: x.posterior)
@@ -862,7 +883,7 @@ def _carry(series: dict[int, float], steps: list[int]) -> list[float | None]:
 
 def _text_timeline(rep: Report, width: int = 60) -> list[str]:
     total = sum(e.host_seconds for e in rep.experiments) or 1.0
-    label_w = min(44, max((len(e.label) for e in rep.experiments), default=10))
+    label_w = max((len(e.label) for e in rep.experiments), default=10)  # whole labels: a change is never cut
     lines = []
     t0 = 0.0
     for e in rep.experiments:
@@ -874,7 +895,7 @@ def _text_timeline(rep: Report, width: int = 60) -> list[str]:
         if e.to_crash_s is not None:
             pos = min(len(bar) - 1, max(0, round(e.to_crash_s / total * width)))
             bar = bar[:pos] + "X" + bar[pos + 1 :]
-        lines.append(f"{e.label[:label_w]:<{label_w}} {' ' * start}{bar}")
+        lines.append(f"{e.label:<{label_w}} {' ' * start}{bar}")
         t0 += e.host_seconds
     lines.append(f"{'':<{label_w}} 0{' ' * (width - 2)}{_dur(total)}")
     return lines

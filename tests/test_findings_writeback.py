@@ -130,3 +130,25 @@ def test_the_conclusion_entry_is_what_findings_add_writes_with_its_alternatives(
     assert not (tmp_path / "F.md").exists()  # --dry-run writes nothing
     # The symptom quotes the line that names the cause, not the generic "Scheduler hit an exception".
     assert "- Symptom: load_failed: \"ptxas fatal : Value 'sm_120' is not defined" in r.stdout
+
+
+def test_a_fix_that_unsets_a_variable_says_so_and_its_command_unsets_it(tmp_path: Path) -> None:
+    """The run's fix removes an environment variable (the baseline's http_proxy): the entry says 'works
+    without' and 'unset', never 'http_proxy=None', and its working command runs with the variable unset
+    (a shell that exports it must not pass it on); the reader takes the command's env without it."""
+    r = _hypoloop(tmp_path, "run", "lab:qwen3-next-b200x4", "--auto", timeout=300)
+    assert r.returncode == 0, r.stderr
+    transcript = next((tmp_path / "transcripts").glob("*.jsonl"))
+    fix = RecordedRun.load(transcript).conclusion["fix"]  # type: ignore[index]
+    assert fix["kind"] == "env" and fix["after"] is None, fix
+    name = fix["name"]
+    dry = _hypoloop(tmp_path, "findings", "add", str(transcript), "--to", str(tmp_path / "F.md"), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "None" not in dry.stdout, dry.stdout
+    assert f": works without {name}\n" in dry.stdout.splitlines()[0] + "\n", dry.stdout
+    assert f"- Fix: unset {name} (before: " in dry.stdout, dry.stdout
+    command = dry.stdout.split("```bash", 1)[1].split("```", 1)[0]
+    assert f"env -u {name} " in command and f"{name}=" not in command, command
+    assert _hypoloop(tmp_path, "findings", "add", str(transcript), "--to", str(tmp_path / "F.md")).returncode == 0
+    found = read_findings(tmp_path / "F.md")[-1]
+    assert found.outcome == "works" and name not in found.env and "--attention-backend" in found.flags, found

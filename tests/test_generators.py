@@ -342,3 +342,17 @@ def test_generators_find_nothing_in_a_run_that_served() -> None:
                    probes=[ProbeResult(probe_id="chat", ok=True, status="ok", latency_s=0.1)])
     inp = _input("", _case({"--attention-backend": "triton"}), outcome=out, catalog=load_catalog())
     assert [c.id for cls in REGISTRY for c in cls().generate(inp)] == []
+
+
+def test_component_statement_names_the_default_when_the_value_is_unknown() -> None:
+    """A selecting flag the baseline leaves unset and the log never reports: the hypothesis says SGLang
+    chooses it at startup, not '(None)'; a known value is named as it is."""
+    cands = ImplicatedComponentGenerator().generate(_input(IMPORT_ERROR, _case()))
+    statements = {c.id: c.statement for c in cands if c.id.startswith("component:--")}
+    assert "component:--attention-backend" in statements, statements
+    for cid, text in statements.items():
+        assert "None" not in text, f"{cid}: {text}"
+    assert "selects (its default, chosen by SGLang at startup) fails" in statements["component:--attention-backend"]
+    known = ImplicatedComponentGenerator().generate(_input(ATTENTION_ASSERT, _case({"--attention-backend": "triton"})))
+    att = next(c for c in known if c.id == "component:--attention-backend")
+    assert "--attention-backend selects (triton) fails" in att.statement

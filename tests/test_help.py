@@ -88,3 +88,17 @@ def test_no_help_screen_is_cut_at_80_or_60_columns(tmp_path: Path) -> None:
                 first = (child.help or "").split("\n\n")[0].split()
                 for word in first:
                     assert word in joined, f"{where}: the summary of {name} lost {word!r}"
+
+
+def test_a_bare_command_group_prints_its_help(tmp_path: Path) -> None:
+    """`hypoloop` and `hypoloop findings` with nothing after them show the usage and the commands (on
+    stdout, exit code 2 as click gives), not a silent exit."""
+    for cmd, children in (("", ["run", "report", "findings"]), ("findings", ["add"])):
+        r = run_cli(tmp_path, *cmd.split(), COLUMNS="100")
+        where = f"bare `hypoloop {cmd}`"
+        assert r.returncode == 2, f"{where}: {r.returncode}"
+        assert r.stdout.startswith(f"Usage: hypoloop {cmd}".rstrip() + " [OPTIONS] COMMAND"), f"{where}:\n{r.stdout}"
+        assert "Commands:" in r.stdout, f"{where}:\n{r.stdout}"
+        listed = [line.split()[0] for line in r.stdout.split("Commands:")[1].splitlines() if line.startswith("  ")]
+        for child in children:
+            assert child in listed, f"{where} does not list {child}:\n{r.stdout}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -209,3 +210,57 @@ def test_a_log_line_cited_for_several_hypotheses_is_quoted_once() -> None:
     page = render(run, "html")
     assert len(re.findall(rf'<span class="hit">&gt;\s+{NAN_FIRST}\s', page)) == 1
     assert "log lines quoted under" in page
+
+
+def _excerpt_lines(md: str) -> dict[int, set[str]]:
+    """The numbered log lines the report's excerpts quote: line number → the texts quoted for it."""
+    out: dict[int, set[str]] = {}
+    for m in re.finditer(r"^\s*>?\s+(\d+)  (.*)$", md, re.M):
+        out.setdefault(int(m.group(1)), set()).add(m.group(2).rstrip())
+    return out
+
+
+def test_log_lines_and_changes_are_never_cut(tmp_path: Path) -> None:
+    """Issue 13: an evidence line quoted in the report is the whole log line (the reader wraps it), in
+    Markdown and HTML, and the Markdown timeline names each experiment's change whole. A run whose error
+    line is long and whose fix is a proxy URL shows both."""
+    r = _hypoloop(tmp_path, "run", "lab:qwen3-next-b200x4", "--auto", timeout=300)
+    assert r.returncode == 0, r.stderr
+    transcript = next((tmp_path / "transcripts").glob("*.jsonl"))
+    md = _hypoloop(tmp_path, "report", str(transcript), "--format", "md").stdout
+    page = _hypoloop(tmp_path, "report", str(transcript), "--format", "html").stdout
+    quoted = _excerpt_lines(md)
+    cited = re.findall(r"log line (\d+): (.+)$", md, re.M)
+    assert cited, md
+    for n, text in cited:
+        assert text.rstrip() in quoted.get(int(n), set()), f"log line {n} shown as {text!r}, the log has {quoted.get(int(n))}"
+    html_cited = re.findall(r"<br>log line (\d+): ([^<\n]+)", page)
+    assert html_cited, page
+    for n, text in html_cited:
+        assert text.rstrip() in {html.escape(t, quote=False) for t in quoted.get(int(n), set())}, f"html log line {n}: {text!r}"
+    timeline = md.split("```text", 1)[1].split("```", 1)[0]
+    changes = re.findall(r"^\| (\d+) \| ([^|]+?) \| ", md.split("## Experiments", 1)[1].split("## Hypotheses", 1)[0], re.M)
+    assert any("http_proxy" in c for _, c in changes), changes
+    for n, change in changes:
+        assert f"#{n} {change}" in timeline, f"the timeline cut #{n} {change}:\n{timeline}"
+
+
+def test_a_hypothesis_the_conclusion_ruled_out_is_neither_leading_nor_open(tmp_path: Path) -> None:
+    """A failed import before any flag is read: the conclusion rules the flag-only ideas out while the
+    ledger leaves them open. The report follows the conclusion: none of them is named the leading
+    hypothesis, and each one's verdict is 'ruled out' with the conclusion's evidence."""
+    r = _hypoloop(tmp_path, "run", "lab:coder-lite-h100x2", "--auto", timeout=300)
+    assert r.returncode == 0, r.stderr
+    transcript = next((tmp_path / "transcripts").glob("*.jsonl"))
+    conclusion = next(e for e in reversed(_events(transcript)) if e["type"] == "conclusion")["data"]
+    ruled_out = {x["id"]: x["evidence"][0]["detail"] for x in conclusion["refuted"]}
+    assert conclusion["status"] == "not_isolated" and ruled_out, conclusion
+    md = _hypoloop(tmp_path, "report", str(transcript)).stdout
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    leading = next((line for line in summary.splitlines() if "**leading hypothesis**" in line), "")
+    assert not any(f" {h} " in leading for h in ruled_out), leading
+    for h, why in ruled_out.items():
+        row = next(line for line in md.splitlines() if line.startswith(f"| `{h}` |") and "| 0." in line)
+        assert row.split(" | ")[2] == "ruled out", row
+        section = md.split(f"### `{h}` — ", 1)[1].split("\n### ", 1)[0]
+        assert section.startswith("ruled out") and why in section, section

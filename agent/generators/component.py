@@ -54,8 +54,15 @@ _CHOICE_FACT_SUFFIXES = ("_backend", "kv_cache_dtype")
 
 
 def _statement(spec: FlagSpec, current: object, how: str) -> str:
+    """The hypothesis in words. A flag whose value in the failing run is unknown (unset, and neither the
+    server nor the help's default names one) is left for SGLang to choose at startup: say so rather than
+    print the missing value ("(None)")."""
+    if current is None or str(current).strip() in ("", "None"):
+        chosen = "its default, chosen by SGLang at startup"
+    else:
+        chosen = str(current)
     return (
-        f"The implementation {spec.name} selects ({current}) fails on this host ({how}); another of its "
+        f"The implementation {spec.name} selects ({chosen}) fails on this host ({how}); another of its "
         "legal choices avoids it"
     )
 

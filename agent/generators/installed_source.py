@@ -140,7 +140,7 @@ class InstalledSourceGenerator:
             detail = f"{lead.where()}: {lead.guard} {lead.condition}"
             if lead.via:
                 detail += " (via " + "; ".join(lead.via[:3]) + ")"
-            ev = Evidence(kind="host", detail=detail[:500], experiment_id=inp.reference.experiment_id)
+            ev = Evidence(kind="host", detail=detail, experiment_id=inp.reference.experiment_id)
             cand = by_var.get(key)
             if cand is not None:
                 cand.evidence.append(ev)

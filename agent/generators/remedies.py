@@ -97,7 +97,7 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
             after_text = text[m.end() : m.end() + 80]
             sentence = before_text[-80:] + m.group(0) + after_text
             costly = bool(_COSTLY.search(after_text))
-            note = " ".join(text.strip().split())[:160]
+            note = " ".join(text.strip().split())  # whole: a reader sees the line it came from
             if _NOT_USING.search(before_text[-30:]):
                 if not any(n in inp.baseline.flags for n in spec.option_strings):
                     continue
@@ -148,7 +148,7 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
             override = bool(_OVERRIDE.search(m.group("name")))
             iv = Intervention(kind="env", names=[m.group("name")], values=[m.group("value")],
                               decisive=kind == "error", cost="low", workaround=override,
-                              note=" ".join(text.split())[:160])
+                              note=" ".join(text.split()))
             found.append((f"remedy:{m.group('name')}={m.group('value')}", iv, kind, ll,
                           f"{m.group('name')}={m.group('value')}"))
     return found
@@ -222,7 +222,7 @@ class RemediesGenerator:
                 weight=weight[kind] * (OVERRIDE_FACTOR if override else 1.0),
                 rationale=f"the {'error' if kind == 'error' else kind} text names this change",
                 generator=self.name,
-                evidence=[Evidence(kind="signature", detail=f"log line {ll.line}: {ll.text.strip()[:200]}",
+                evidence=[Evidence(kind="signature", detail=f"log line {ll.line}: {ll.text.strip()}",
                                    experiment_id=inp.evidence.experiment_id, lines=[ll.line])],
                 interventions=[iv],
                 triggers=[kind],

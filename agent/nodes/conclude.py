@@ -357,7 +357,7 @@ def implicated_of(experiments: dict[str, Experiment], outcomes: dict[str, Outcom
         "component": component,
         "package": package,
         "missing": missing.module if missing is not None else None,
-        "evidence": exc[:300] or failing[-1].summary,
+        "evidence": exc or failing[-1].summary,  # the whole line: evidence is never cut where shown
         "experiment_id": failing[-1].experiment_id,
         "symptoms": ev.symptoms,
     }
