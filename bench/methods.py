@@ -405,52 +405,43 @@ def run_random(
     listed = [
         {"seed": i, "launches": r.launches, "found": r.found, "correct": r.correct} for i, r in enumerate(runs)
     ]
+    common: dict[str, Any] = {
+        "seeds": seeds,
+        "plausible_changes": len(changes),
+        **seeded,
+    }
     if cache.enabled and max_launches is None:
         exp = random_expectation(world, cache, changes)
-        return MethodResult(
-            method="random",
-            correct=exp.rate > 0.5,
-            correct_rate=exp.rate,
-            launches=exp.launches,
-            host_s=exp.host_s,
-            wall_s=exp.wall_s,
-            found=f"{exp.working} of {len(changes)} changes work, {exp.correct} of them a root fix",
-            status=f"{len(changes)} plausible changes",
-            runs=listed,
-            wrong_isolated=sum(r.wrong_isolated for r in runs),
-            extra={
-                "seeds": seeds,
-                "estimate": "exact",
-                "plausible_changes": len(changes),
-                "working_changes": exp.working,
-                "baseline_served": exp.launches == 1.0,
-                "real_launches": cache.real,
-                "success_rate": round(exp.rate, 3),
-                "success_launches": exp.launches if exp.correct and world.expect == "isolated" else None,
-                **seeded,
-            },
-        )
-    rate = sum(r.correct for r in runs) / len(runs)
-    winners = [r for r in runs if r.correct and world.expect == "isolated"]
+        rate, launches, host_s, wall_s = exp.rate, exp.launches, exp.host_s, exp.wall_s
+        found = f"{exp.working} of {len(changes)} changes work, {exp.correct} of them a root fix"
+        success = exp.launches if exp.correct and world.expect == "isolated" else None
+        extra = {"estimate": "exact", "working_changes": exp.working, "baseline_served": exp.launches == 1.0}
+    else:
+        rate = sum(r.correct for r in runs) / len(runs)
+        winners = [r for r in runs if r.correct and world.expect == "isolated"]
+        launches = statistics.fmean(r.launches for r in runs)
+        host_s = statistics.fmean(r.host_s for r in runs)
+        wall_s = statistics.fmean(r.wall_s for r in runs)
+        found = f"{sum(r.found is not None for r in runs)} of {seeds} seeds found a working change"
+        success = statistics.fmean(r.launches for r in winners) if winners else None
+        extra = {"estimate": "seeds"}
     return MethodResult(
         method="random",
         correct=rate > 0.5,
         correct_rate=rate,
-        launches=statistics.fmean(r.launches for r in runs),
-        host_s=statistics.fmean(r.host_s for r in runs),
-        wall_s=statistics.fmean(r.wall_s for r in runs),
-        found=f"{sum(r.found is not None for r in runs)} of {seeds} seeds found a working change",
+        launches=launches,
+        host_s=host_s,
+        wall_s=wall_s,
+        found=found,
         status=f"{len(changes)} plausible changes",
         runs=listed,
         wrong_isolated=sum(r.wrong_isolated for r in runs),
         extra={
-            "seeds": seeds,
-            "estimate": "seeds",
-            "plausible_changes": len(changes),
+            **common,
+            **extra,
             "real_launches": cache.real,
             "success_rate": round(rate, 3),
-            "success_launches": statistics.fmean(r.launches for r in winners) if winners else None,
-            **seeded,
+            "success_launches": success,
         },
     )
 

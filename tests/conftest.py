@@ -35,17 +35,22 @@ def pytest_configure(config: pytest.Config) -> None:
 # --- sshd: a throwaway OpenSSH server on 127.0.0.1 (see .ci/sshd.py) ---------------------------------
 
 
-def load_sshd_helper() -> ModuleType:
-    """The `.ci/sshd.py` module (it is a script directory, not a package)."""
-    name = "hypoloop_ci_sshd"
+def _load_ci_script(stem: str) -> ModuleType:
+    """The `.ci/STEM.py` module, loaded once (`.ci` is a script directory, not a package)."""
+    name = f"hypoloop_ci_{stem}"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / ".ci" / "sshd.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / ".ci" / f"{stem}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def load_sshd_helper() -> ModuleType:
+    """The `.ci/sshd.py` module."""
+    return _load_ci_script("sshd")
 
 
 def _in_ci() -> bool:
@@ -102,15 +107,7 @@ def own_sshd(tmp_path: Path) -> Iterator[Any]:
 
 def load_slurm_helper() -> ModuleType:
     """The `.ci/slurm.py` module."""
-    name = "hypoloop_ci_slurm"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO / ".ci" / "slurm.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return _load_ci_script("slurm")
 
 
 @pytest.fixture(scope="session")
