@@ -30,6 +30,7 @@ Beyond one change at a time:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
@@ -980,6 +981,8 @@ class RulePlanner:
         probes = state.extra_probes()
         evidence = self._evidence(view, ref, baseline)
         live = [h for h in state.hypotheses if h.status in ("open", "supported")]
+        # SGLang's printed settings of the failing run, parsed from its log at most once per step
+        server_args = functools.cache(lambda: failure_evidence(ref).server_args)
         out: dict[str, tuple[Change, Intervention, str]] = {}
         for h in sorted(live, key=lambda h: -h.posterior):
             for iv in h.interventions:
@@ -996,7 +999,7 @@ class RulePlanner:
                 if change is None:
                     considered.append({"hypothesis": h.id, "skipped": how})
                     continue
-                if (off := self._inert(change, baseline, ref)) is not None:
+                if (off := self._inert(change, baseline, ref, server_args)) is not None:
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
@@ -1008,9 +1011,11 @@ class RulePlanner:
                 out.setdefault(change.key(), (change, iv, how))
         return out
 
-    def _inert(self, change: Change, baseline: Baseline, ref: Outcome) -> str | None:
+    def _inert(
+        self, change: Change, baseline: Baseline, ref: Outcome, server_args: Callable[[], dict[str, str]]
+    ) -> str | None:
         """Why changing a flag cannot change the run, or None: it configures a feature whose
-        ``--enable-X`` switch (``FlagCatalog.feature_switch``) is off in the baseline and in the effective
+        switch (``FlagCatalog.feature_switch``: ``--enable-X`` or an ``--X-mode``) is off in the baseline and the effective
         configuration SGLang printed, so the feature's code never runs."""
         if change.kind != "flag" or self.flags is None:
             return None
@@ -1023,7 +1028,7 @@ class RulePlanner:
         dest = switch.name.lstrip("-").replace("-", "_")
         effective = ref.facts.get(dest)
         if effective is None:
-            effective = failure_evidence(ref).server_args.get(dest)
+            effective = server_args().get(dest)
         if effective is not None and str(effective).strip().lower() not in off:
             return None
         if switch.default is not None and str(switch.default).strip().lower() not in off:
