@@ -43,6 +43,7 @@ from agent.generators import Candidate, CandidateGenerator, GeneratorInput
 from agent.generators.common import raise_site, specificity, stems
 from agent.generators.evidence import failure_evidence, parse_tracebacks
 from agent.generators.registry import default_generators
+from agent.in_play import InPlay
 from agent.models import (
     IDENTITY_ENV,
     IDENTITY_FLAGS,
@@ -983,6 +984,7 @@ class RulePlanner:
         live = [h for h in state.hypotheses if h.status in ("open", "supported")]
         # SGLang's printed settings of the failing run, parsed from its log at most once per step
         server_args = functools.cache(lambda: failure_evidence(ref).server_args)
+        in_play = functools.cache(lambda: InPlay(view.fingerprint, baseline, server_args(), self.flags))
         out: dict[str, tuple[Change, Intervention, str]] = {}
         for h in sorted(live, key=lambda h: -h.posterior):
             for iv in h.interventions:
@@ -1000,6 +1002,9 @@ class RulePlanner:
                     considered.append({"hypothesis": h.id, "skipped": how})
                     continue
                 if (off := self._inert(change, baseline, ref, server_args)) is not None:
+                    considered.append({"hypothesis": h.id, "skipped": off})
+                    continue
+                if (off := in_play().why_not(change)) is not None:
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)

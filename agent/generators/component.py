@@ -85,7 +85,8 @@ class ImplicatedComponentGenerator:
         out: list[Candidate] = []
         for spec in selecting_flags(inp.flags):
             current = effective_value(inp, spec)
-            alts = alternative_choices(spec, current, inp.fingerprint.gpu_name if inp.fingerprint else None)
+            fp = inp.fingerprint
+            alts = alternative_choices(spec, current, fp.gpu_name if fp else None, fp.gpu_vendor if fp else None)
             if not alts:
                 continue
             factor, how, lines = 0.0, [], list(imp.lines[:3])

@@ -1,0 +1,182 @@
+"""Only what is in play, and errors that name their remedy (issue 20, points 1 and 2).
+
+Real parts: SGLang 0.5.23's own ``--help`` (tests/data/help_sglang_0.5.23.txt), its error texts as its
+source prints them (srt/utils/common.py ``get_device``; a missing package's ModuleNotFoundError), the
+model's config.json read from disk through the real ``LocalHost``, and the rule planner with the
+repository's knowledge.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent.case import Case
+from agent.catalog import load_catalog
+from agent.evidence import RawEvidence
+from agent.models import Baseline, Experiment
+from agent.nodes.analyze import classify_outcome
+from agent.nodes.intake import _read_model_and_cpus
+from agent.planner import PlannerView, Proposal, RulePlanner
+from tools.fingerprint import HostFingerprint
+from tools.flags import FlagCatalog, parse_help
+from tools.host import LocalHost
+from tools.model_config import checkpoint_facts
+from tools.signatures import load_signatures
+
+DATA = Path(__file__).parent / "data"
+FLAGS: FlagCatalog = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="fixture", version="0.5.23")
+SITE = "/venv/lib/python3.11/site-packages"
+
+#: SGLang 0.5.23 on a host without an accelerator, launched with no --device (srt/utils/common.py:1124,
+#: reached from arg_groups/serving_hook.py handle_missing_default_values).
+NO_ACCELERATOR = f"""Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "{SITE}/sglang/launch_server.py", line 40, in <module>
+    server_args = prepare_server_args(sys.argv[1:])
+  File "{SITE}/sglang/srt/arg_groups/serving_hook.py", line 652, in handle_missing_default_values
+    device=get_device(),
+  File "{SITE}/sglang/srt/utils/common.py", line 1124, in get_device
+    raise RuntimeError(
+RuntimeError: No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform plugin is available.
+"""
+
+FLASHINFER_MISSING = f"""[2026-12-01 10:00:00] server_args={{'model_path': '/m/tiny', 'device': 'cpu', 'attention_backend': 'flashinfer'}}
+[2026-12-01 10:00:03] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 3179, in run_scheduler_process
+    scheduler = Scheduler(
+  File "{SITE}/sglang/srt/model_executor/model_runner.py", line 1951, in init_attention_backend
+    self.attn_backend = self._get_attention_backend()
+  File "{SITE}/sglang/srt/layers/attention/flashinfer_backend.py", line 50, in <module>
+    from flashinfer import BatchDecodeWithPagedKVCacheWrapper
+ModuleNotFoundError: No module named 'flashinfer'
+"""
+
+DENSE_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "num_hidden_layers": 2, "max_position_embeddings": 512, "torch_dtype": "float32",
+}
+MOE = {**DENSE_LLAMA, "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 8, "num_experts_per_tok": 2,
+       "moe_intermediate_size": 64}
+CPU_HOST = HostFingerprint(gpu_vendor="none", gpu_count=0, sglang_version="0.5.23", cpu_count=2)
+GPU_HOST = HostFingerprint(gpu_vendor="nvidia", gpu_name="NVIDIA H100 80GB HBM3", gpu_count=1,
+                           compute_capability="9.0", memory_total_mib=81559, sglang_version="0.5.23")
+
+
+def _fingerprint(tmp_path: Path, config: dict[str, object], fp: HostFingerprint,
+                 name: str = "model") -> tuple[HostFingerprint, str]:
+    """The fingerprint intake builds: the model's config.json read from disk through LocalHost."""
+    model = tmp_path / name
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    fp = fp.model_copy(deep=True)
+    case = Case.model_validate({"name": "c", "model": {"path": str(model)},
+                                "baseline": {"flags": {"--model-path": str(model)}}})
+    _read_model_and_cpus(LocalHost(), case, fp)
+    return fp, str(model)
+
+
+def _run(fp: HostFingerprint, flags: dict[str, object], log: str) -> tuple[RulePlanner, PlannerView, Proposal]:
+    """A baseline launch that failed with ``log``, and the planner's next proposal."""
+    case = Case.model_validate({"name": "c", "model": {"path": str(flags["--model-path"])},
+                                "baseline": {"flags": flags}})
+    case.baseline = Baseline(flags={FLAGS.resolve(k).name: v for k, v in case.baseline.flags.items()})
+    view = PlannerView(case=case, fingerprint=fp)
+    planner = RulePlanner(load_catalog(), FLAGS)
+    first = planner.propose(view, planner.history(view)).experiment
+    assert first is not None and first.purpose == "baseline"
+    first = first.model_copy(update={"status": "done"})
+    raw = RawEvidence.from_log(first.id, log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    view.experiments.append(first)
+    view.outcomes.append(classify_outcome(raw))
+    view.launches = 1
+    return planner, view, planner.propose(view, planner.history(view))
+
+
+def _touched(exp: Experiment | None) -> str:
+    assert exp is not None and exp.change is not None
+    return exp.change.name
+
+
+def test_the_model_config_is_read_from_the_host_where_the_model_path_points(tmp_path: Path) -> None:
+    fp, _ = _fingerprint(tmp_path, MOE, CPU_HOST)
+    assert fp.checkpoint["architecture"] == "Qwen3MoeForCausalLM"
+    assert "num_experts" in fp.checkpoint["keys"].split()
+    assert fp.checkpoint["max_position_embeddings"] == "512"
+    assert fp.checkpoint_source and fp.checkpoint_source.endswith("config.json")
+    # an empty value says the feature is absent, and quantization is read off its method
+    facts = checkpoint_facts({"num_experts": 0, "quantization_config": {"quant_method": "fp8"}})
+    assert "num_experts" not in facts["keys"].split() and "quant_method:fp8" in facts["keys"].split()
+
+
+def test_bare_command_on_a_cpu_host_tries_the_cpu_device_first_and_nothing_out_of_play(tmp_path: Path) -> None:
+    fp, model = _fingerprint(tmp_path, DENSE_LLAMA, CPU_HOST)
+    _, _, prop = _run(fp, {"--model-path": model}, NO_ACCELERATOR)
+    exp = prop.experiment
+    assert exp is not None and exp.change is not None
+    assert (exp.change.name, exp.change.after) == ("--device", "cpu")
+    # the CUDA-graph backends the failing frames might suggest were weighed and skipped, with the reason
+    skipped = [c["skipped"] for c in prop.considered if "skipped" in c]
+    assert not any(c.get("change", "").startswith("--cuda-graph") for c in prop.considered)
+    assert all("not in play" in s for s in skipped if "cuda-graph" in s)
+
+
+def test_an_error_naming_a_flags_choices_gives_the_value_that_fits_this_host(tmp_path: Path) -> None:
+    # the same error on a host with an NVIDIA GPU names --device too, with the value for that platform
+    fp, model = _fingerprint(tmp_path, DENSE_LLAMA, GPU_HOST)
+    planner, view, _ = _run(fp, {"--model-path": model}, NO_ACCELERATOR)
+    ledger = {h.id: h for h in planner.history(view).hypotheses}
+    assert ledger["remedy:--device=cuda"].interventions[0].values == ["cuda"]
+    assert "remedy:--device=cpu" not in ledger
+
+
+def test_a_package_the_users_own_setting_needs_is_missing_so_that_setting_is_reverted_first(tmp_path: Path) -> None:
+    fp, model = _fingerprint(tmp_path, DENSE_LLAMA, CPU_HOST)
+    planner, view, prop = _run(
+        fp, {"--model-path": model, "--device": "cpu", "--attention-backend": "flashinfer"}, FLASHINFER_MISSING
+    )
+    exp = prop.experiment
+    assert exp is not None and exp.change is not None, prop.conclude_reason
+    assert (exp.change.name, exp.change.before, exp.change.after) == ("--attention-backend", "flashinfer", None)
+
+
+def test_moe_settings_are_not_candidates_on_a_dense_model_but_are_on_an_moe_one(tmp_path: Path) -> None:
+    dense, model = _fingerprint(tmp_path, DENSE_LLAMA, GPU_HOST, "dense")
+    moe, model2 = _fingerprint(tmp_path, MOE, GPU_HOST, "moe")
+    log = FLASHINFER_MISSING.replace("flashinfer", "moe_kernels").replace("attention_backend", "x")
+    log = log.replace("layers/attention/moe_kernels_backend.py", "layers/moe/fused_moe_triton/layer.py")
+
+    def moe_skips(fp: HostFingerprint, path: str) -> list[str]:
+        _, _, prop = _run(fp, {"--model-path": path}, log)
+        return [c["skipped"] for c in prop.considered if "skipped" in c and "configures moe" in c["skipped"]]
+
+    assert moe_skips(dense, model), "a dense model's MoE settings are skipped as not in play"
+    assert not moe_skips(moe, model2)
+
+
+def test_an_unreadable_model_config_skips_nothing_on_a_guess(tmp_path: Path) -> None:
+    fp = CPU_HOST.model_copy(deep=True)
+    case = Case.model_validate({"name": "c", "model": {"path": str(tmp_path / "absent")}})
+    _read_model_and_cpus(LocalHost(), case, fp)
+    assert fp.checkpoint == {} and fp.checkpoint_source
+    from agent.in_play import InPlay
+    from agent.models import Change
+
+    ip = InPlay(GPU_HOST, Baseline(), {}, FLAGS)
+    assert ip.why_not(Change(kind="flag", name="--moe-runner-backend", after="triton")) is None
+
+
+def test_a_sentence_full_stop_is_not_part_of_a_value_the_error_names() -> None:
+    from agent.generators import GeneratorInput
+    from agent.generators.evidence import failure_evidence
+    from agent.generators.remedies import remedies_in
+
+    log = ("ValueError: User-specified context_length (4096) is greater than the derived context_length (512). "
+           "To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1.\n")
+    raw = RawEvidence.from_log("e", log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    out = classify_outcome(raw)
+    case = Case.model_validate({"name": "c", "model": {"path": "m"}})
+    inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
+                         fingerprint=CPU_HOST, flags=FLAGS)
+    values = {iv.names[0]: iv.values for _, iv, *_ in remedies_in(inp) if iv.kind == "env"}
+    assert values["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == ["1"]
