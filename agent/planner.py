@@ -45,8 +45,6 @@ from agent.generators.evidence import failure_evidence, parse_tracebacks
 from agent.generators.registry import default_generators
 from agent.in_play import InPlay
 from agent.models import (
-    IDENTITY_ENV,
-    IDENTITY_FLAGS,
     STAGE_ORDER,
     VALUE_ALIASES,
     Baseline,
@@ -62,6 +60,7 @@ from agent.models import (
     RelevantFinding,
 )
 from agent.planner_weights import weights as tunables
+from agent.served import description_keeps, served_settings
 from agent.values import ValueEvidence, derive, moves_in_direction
 from agent.wording import count
 from tools.fingerprint import HostFingerprint
@@ -84,14 +83,9 @@ _FLAKY_WORDS = re.compile(
     r"every (?:few|other)|\b\d+\s*(?:of|in|out of)\s*\d+\s*(?:launches|runs|starts|attempts|times)",
     re.IGNORECASE,
 )
-#: What a deployment *is* rather than how it runs: the model, its checkpoint format, the parallel
-#: layout, the devices. A known-good finding of another model differs in these by necessity, so they
-#: are never proposed from a finding diff.
-_IDENTITY_FLAGS = IDENTITY_FLAGS
 #: A word the failing frame shares with a hypothesis's component ties them only when it is this specific
 #: (``agent.generators.common.specificity``: ``cache`` is in too many flag names to tie anything).
 _RELATED_SPECIFICITY = 0.25
-_IDENTITY_ENV = IDENTITY_ENV
 
 
 class PlannerView(BaseModel):
@@ -335,6 +329,8 @@ class RulePlanner:
         self.flags = flags
         #: The candidate generators (``agent.generators.registry``); the catalog is one of them.
         self.generators = generators if generators is not None else default_generators()
+        #: The case of the history being read (its intent decides which changes alter the deployment).
+        self._case: Case | None = None
 
     def checkpoint(self) -> None:
         """Nothing to keep: the rule planner decides from the run's state alone."""
@@ -557,6 +553,7 @@ class RulePlanner:
 
     def history(self, view: PlannerView) -> HistoryState:
         """Rebuild the ledger and the current baseline from the run's history (see module docstring)."""
+        self._case = view.case
         ledger: dict[str, Hypothesis] = {}
         weights: dict[str, float] = {}
         st = HistoryState(
@@ -726,6 +723,9 @@ class RulePlanner:
         self, change: Change, ledger: dict[str, Hypothesis], facts: dict[str, str]
     ) -> tuple[bool, Literal["none", "low", "medium", "high"]]:
         """Whether a change is a workaround and its performance cost, from the interventions it matches."""
+        if served_settings().changes_deployment(change.kind, change.name, change.after, self.flags,
+                                                description_keeps(self._case) if self._case else set()):
+            return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)
         ivs = [iv for h in ledger.values() for iv in h.interventions if self._matches(change, iv, facts)]
         if not ivs:
             return False, "low"

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from agent.generators import Candidate, GeneratorInput
 from agent.generators.common import canon, fact_flag
-from agent.models import IDENTITY_ENV, IDENTITY_FLAGS, Evidence, FlagValue, Intervention, value_key
+from agent.models import Evidence, FlagValue, Intervention, value_key
 from agent.planner_weights import weights as tunables
+from agent.served import served_settings
 
 __all__ = ["KnownGoodDiffGenerator"]
 
@@ -43,13 +44,13 @@ class KnownGoodDiffGenerator:
             for name, value in f.flags.items():
                 spec = canon(inp.flags, name) if inp.flags is not None else None
                 cname = spec.name if spec else (name if inp.flags is None else None)
-                if cname is None or cname in IDENTITY_FLAGS:
+                if cname is None or served_settings().role("flag", cname, inp.flags) is not None:
                     continue
                 if not _same(inp.baseline.flags.get(cname), value):
                     diffs.append((Intervention(names=[cname], values=[value], decisive=False),
                                   f"{cname}={value}", f"known-good '{f.title}' runs with {cname} {value}"))
             for name, value in f.env.items():
-                if name not in IDENTITY_ENV and inp.baseline.env.get(name) != value:
+                if name not in served_settings().env and inp.baseline.env.get(name) != value:
                     diffs.append((Intervention(kind="env", names=[name], values=[value], decisive=False),
                                   f"{name}={value}", f"known-good '{f.title}' runs with {name}={value}"))
             for fact, value in f.facts.items():
