@@ -236,6 +236,35 @@ def classify_observation(outcome: Outcome, reference: Outcome) -> str:
     return "changed"
 
 
+#: Symptom classes that only say where a failure happened, not what kind it is.
+_GENERIC_CLASSES = frozenset({"startup_error", "crash_at_decode"})
+
+
+def class_gone(reference: Outcome, outcome: Outcome) -> bool:
+    """Whether the failure class of ``reference`` (its specific symptom classes: out of memory at load,
+    NaN, illegal memory access, an import error, ...) is absent from ``outcome``. Two generic start-up
+    errors with different exceptions count as different classes."""
+    ref = set(failure_evidence(reference).symptoms) - _GENERIC_CLASSES
+    out = set(failure_evidence(outcome).symptoms) - _GENERIC_CLASSES
+    if ref & out:
+        return False
+    # the same error with other values (a quoted name, a figure) is the same failure in other words
+    return not (error_templates(reference) & error_templates(outcome))
+
+
+def error_templates(outcome: Outcome) -> set[str]:
+    """The exception lines of an outcome with the values blanked: quoted and parenthesised text and
+    numbers (``ValueError: ... (fp8) does not match ... (awq).`` -> ``ValueError: ... (#) does not match
+    ... (#).``)."""
+    out = set()
+    for tb in parse_tracebacks(outcome.log_excerpt):
+        if not tb.exception:
+            continue
+        t = re.sub(r"\([^()]*\)|'[^']*'|\"[^\"]*\"|`[^`]*`", "#", tb.exception)
+        out.add(re.sub(r"\d+(?:\.\d+)?", "#", t)[:200])
+    return out
+
+
 def exception_keys(outcome: Outcome) -> set[str]:
     """The exception lines of an outcome's tracebacks with numbers blanked (``RuntimeError: size #``),
     so the same error with other figures is the same error."""
@@ -331,6 +360,7 @@ class RulePlanner:
         self.generators = generators if generators is not None else default_generators()
         #: The case of the history being read (its intent decides which changes alter the deployment).
         self._case: Case | None = None
+        self._checkpoint: dict[str, str] = {}
 
     def checkpoint(self) -> None:
         """Nothing to keep: the rule planner decides from the run's state alone."""
@@ -554,6 +584,7 @@ class RulePlanner:
     def history(self, view: PlannerView) -> HistoryState:
         """Rebuild the ledger and the current baseline from the run's history (see module docstring)."""
         self._case = view.case
+        self._checkpoint = view.fingerprint.checkpoint if view.fingerprint else {}
         ledger: dict[str, Hypothesis] = {}
         weights: dict[str, float] = {}
         st = HistoryState(
@@ -583,9 +614,11 @@ class RulePlanner:
                 self._refute_by_cause_signature(ledger, out)
             if obs == "fixed" and exp.change is not None:
                 self._adopt_fix(st, exp, exp.change, ref, out, ledger)
-            elif obs in ("advanced", "changed"):
-                # Past a blocker: a later stage, or another error in place of this one (a chain of
-                # blockers is solved one link per launch).
+            elif obs == "advanced" or (obs == "changed" and class_gone(ref, out)):
+                # Past a blocker: a later stage, further progress lines at the same stage, or another
+                # error once the failure's class is gone (a chain of blockers is solved one link per
+                # launch). An error of the same class in other words is not progress (issue 20, point
+                # 4): adopting it would lose the evidence of the first.
                 st.adoptions.append(self._adoption(exp, ref, out))
                 st.baseline, st.reference = exp.config(), out
                 refs[_key(st.baseline)] = out
@@ -597,7 +630,7 @@ class RulePlanner:
                     weights[h.id] *= tunables().ledger.passed_blocker_own if own else tunables().ledger.passed_blocker
                 st.fixes, st.failing_baseline, st.failing_reference = [], None, None
                 st.confirmations = 0
-            blocker = obs in ("advanced", "changed")
+            blocker = obs == "advanced" or (obs == "changed" and class_gone(ref, out))
             # Against the current baseline: a failed test that was not adopted leaves the baseline as it
             # was, so its own change is not "the baseline's setting" to revert or to diff (after an
             # adoption the current baseline is this test's configuration).
@@ -724,7 +757,8 @@ class RulePlanner:
     ) -> tuple[bool, Literal["none", "low", "medium", "high"]]:
         """Whether a change is a workaround and its performance cost, from the interventions it matches."""
         if served_settings().changes_deployment(change.kind, change.name, change.after, self.flags,
-                                                description_keeps(self._case) if self._case else set()):
+                                                description_keeps(self._case) if self._case else set(),
+                                                self._checkpoint):
             return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)
         ivs = [iv for h in ledger.values() for iv in h.interventions if self._matches(change, iv, facts)]
         if not ivs:

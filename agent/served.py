@@ -31,8 +31,9 @@ class Served:
 
     def __init__(self, served_flags: frozenset[str], place_flags: frozenset[str],
                  served_env: frozenset[str], place_env: frozenset[str],
-                 removable: frozenset[str] = frozenset()) -> None:
-        self.removable = removable
+                 from_checkpoint: dict[str, str] | None = None) -> None:
+        #: flag (any spelling) -> the config.json digest key that declares its value ("" : none)
+        self.from_checkpoint = from_checkpoint or {}
         self.served_flags = served_flags
         self.place_flags = place_flags
         self.served_env = served_env
@@ -49,18 +50,31 @@ class Served:
         return self.served_env | self.place_env
 
     def changes_deployment(self, kind: str, name: str, after: object, flags: FlagCatalog | None = None,
-                           keeps: set[str] | frozenset[str] = frozenset()) -> bool:
+                           keeps: set[str] | frozenset[str] = frozenset(),
+                           checkpoint: dict[str, str] | None = None) -> bool:
         """Whether changing the setting to ``after`` (None: removing it) changes what is served: a
-        setting the user needs (``keeps``), or a ``served`` one, except a removal that lets SGLang take
-        the value from the checkpoint (``removal_keeps_model``)."""
+        setting the user needs (``keeps``), or a ``served`` one, except one SGLang can take from the
+        checkpoint (``from_checkpoint``) removed, or set to what the checkpoint's config.json digest
+        (``checkpoint``) declares, or set while that is unknown."""
         canon = _canon(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True
         if self.role(kind, name, flags) != "served":
             return False
-        if after is None and (name in self.removable or canon in {_canon(flags, n) for n in self.removable}):
+        key = next((k for n, k in self.from_checkpoint.items() if n == name or _canon(flags, n) == canon), None)
+        if key is None:
+            return True
+        if after is None:
+            return False  # SGLang takes the checkpoint's own value
+        if not key:
+            return True  # a new value the checkpoint cannot vouch for
+        declared = (checkpoint or {}).get(key)
+        if declared is None:
             return False
-        return True
+        try:
+            return float(str(after)) > float(declared)  # a shorter window than the model's keeps the model
+        except ValueError:
+            return str(after).strip().lower() != declared.strip().lower()
 
     def role(self, kind: str, name: str, flags: FlagCatalog | None = None) -> str | None:
         """``served``, ``place`` or None for a setting (a flag spelled any way the host accepts)."""
@@ -86,17 +100,19 @@ def _canon(flags: FlagCatalog | None, name: str) -> str:
 def _load(path: Path, mtime: float) -> Served:
     data = tomllib.loads(path.read_text(encoding="utf-8"))
     sets: dict[tuple[str, str], set[str]] = {}
+    from_ckpt: dict[str, str] = {}
     for i, s in enumerate(data.get("setting", [])):
         kind, role = str(s.get("kind", "flag")), str(s.get("role", ""))
         if kind not in ("flag", "env") or role not in ("served", "place") or not s.get("name"):
             raise ValueError(f"{path}: setting #{i + 1}: expected name, kind flag|env and role served|place")
         sets.setdefault((kind, role), set()).update([str(s["name"]), *map(str, s.get("aliases", []))])
-        if s.get("removal_keeps_model"):
-            sets.setdefault(("removable", ""), set()).update([str(s["name"]), *map(str, s.get("aliases", []))])
+        if "from_checkpoint" in s:
+            for n in [str(s["name"]), *map(str, s.get("aliases", []))]:
+                from_ckpt[n] = str(s["from_checkpoint"])
     return Served(
         frozenset(sets.get(("flag", "served"), set())), frozenset(sets.get(("flag", "place"), set())),
         frozenset(sets.get(("env", "served"), set())), frozenset(sets.get(("env", "place"), set())),
-        frozenset(sets.get(("removable", ""), set())),
+        from_ckpt,
     )
 
 

@@ -180,3 +180,46 @@ def test_a_sentence_full_stop_is_not_part_of_a_value_the_error_names() -> None:
                          fingerprint=CPU_HOST, flags=FLAGS)
     values = {iv.names[0]: iv.values for _, iv, *_ in remedies_in(inp) if iv.kind == "env"}
     assert values["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == ["1"]
+
+
+# ----- progress is a later stage or the failure gone (point 4) -----------------------------------------
+
+QUANT = ("Traceback (most recent call last):\n"
+         f'  File "{SITE}/sglang/srt/configs/model_config.py", line 700, in _verify_quantization\n'
+         "    raise ValueError(\n"
+         "ValueError: Quantization method specified in the model config (fp8) does not match the quantization "
+         "method specified in the `quantization` argument ({q}).\n")
+NEXT = ("Traceback (most recent call last):\n"
+        f'  File "{SITE}/sglang/srt/server_args.py", line 1200, in _handle_attention_backend\n'
+        "    raise AssertionError(\n"
+        "AssertionError: triton or trtllm_mha backend are the only supported backends for hybrid GDN models\n")
+
+
+def _test_run(planner: RulePlanner, view: PlannerView, change_name: str, after: str, log: str) -> None:
+    from agent.models import Change
+
+    base = planner.history(view).baseline
+    change = Change(kind="flag", name=change_name, before=base.flags.get(change_name), after=after)
+    exp = Experiment(id=Experiment.make_id(base, change, "test"), purpose="test", baseline=base, change=change,
+                     status="done")
+    raw = RawEvidence.from_log(exp.id, log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    view.experiments.append(exp)
+    view.outcomes.append(classify_outcome(raw))
+    view.launches += 1
+
+
+def test_the_error_names_the_value_in_force_and_the_checkpoints_so_the_other_is_proposed() -> None:
+    fp = GPU_HOST
+    _, _, prop = _run(fp, {"--model-path": "/m/x", "--quantization": "w8a8_fp8"}, QUANT.format(q="w8a8_fp8"))
+    assert prop.experiment is not None and prop.experiment.change is not None
+    assert (prop.experiment.change.name, prop.experiment.change.after) == ("--quantization", "fp8")
+
+
+def test_the_same_error_with_another_value_is_not_progress_but_another_error_is() -> None:
+    planner, view, _ = _run(GPU_HOST, {"--model-path": "/m/x", "--quantization": "w8a8_fp8"}, QUANT.format(q="w8a8_fp8"))
+    _test_run(planner, view, "--quantization", "awq", QUANT.format(q="awq"))
+    st = planner.history(view)
+    assert st.baseline.flags["--quantization"] == "w8a8_fp8" and not st.adoptions  # not adopted
+    _test_run(planner, view, "--quantization", "fp8", NEXT)
+    st = planner.history(view)
+    assert st.baseline.flags["--quantization"] == "fp8" and len(st.adoptions) == 1  # past a blocker

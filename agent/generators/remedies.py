@@ -189,8 +189,9 @@ def _alternatives(inp: GeneratorInput) -> list[tuple[str, Intervention, str, Log
     """An error that names several options of one flag's documented choices (devices, backends,
     dtypes) names that flag as the remedy. The values proposed are those that fit this host: for a
     flag whose choices are devices, the device of the host's platform (``knowledge/subsystems.toml``,
-    ``[[platform]]``); otherwise the choices the error names, unless it says they are missing or refused
-    (then the other documented choices). The value in force is never proposed."""
+    ``[[platform]]``); when the error names the value in force beside another (``the model config (fp8)
+    does not match ... (w8a8_fp8)``), the other; otherwise the choices it names, unless it says they are
+    missing or refused (then nothing). The value in force is never proposed."""
     if inp.flags is None:
         return []
     know = load_subsystems()
@@ -214,9 +215,12 @@ def _alternatives(inp: GeneratorInput) -> list[tuple[str, Intervention, str, Log
                 fit = device_for(platform, know)
                 values = [c for c in choices if fit is not None and c.lower() == fit.lower()]
                 how = f"the value for this host's platform ({platform})"
+            elif cur is not None and cur in {c.lower() for c in named}:
+                # the error names the value in force and another: the other is what it points at
+                values = [c for c in named if c.lower() != cur]
+                how = "the other choice the error names beside the one in force"
             elif _NEGATED.search(text):
-                values = [c for c in choices if c not in named]
-                how = "a documented choice the error does not rule out"
+                continue  # it names choices that are missing or refused, and none that fits this host
             else:
                 values = named
                 how = "a choice the error names"

@@ -79,7 +79,8 @@ def build_conclusion(state: RunState) -> Conclusion:
     if not (confirm and fix_exp and fix_exp.change):
         base, untested = _ruled_out_by_import(base, untested, hyps, experiments, outcomes)
         return _not_isolated(base, reason, untested, experiments, outcomes)
-    deployment = _changes_deployment(fix_exp, Case.model_validate(state["case"]))
+    deployment = _changes_deployment(fix_exp, Case.model_validate(state["case"]),
+                                     (state.get("fingerprint") or {}).get("checkpoint") or {})
     if deployment:
         return _workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
                                 changes_deployment=deployment)
@@ -215,8 +216,8 @@ def _workaround_only(
     ``changes_deployment``: the setting it changed defines what is served or the user needs it
     (knowledge/served.toml, the case's intent), so it is a workaround that changes the deployment."""
     assert fix_exp.change is not None
-    what = (f"only a change of what is served avoided the failure ({changes_deployment}: a workaround that "
-            "changes the deployment" if changes_deployment else "only a workaround avoided the failure (")
+    what = (f"only a change of what is served avoided the failure ({changes_deployment} changed: a workaround "
+            "that changes the deployment; " if changes_deployment else "only a workaround avoided the failure (")
     return base.model_copy(
         update={
             "reason": f"{what}{fix_exp.change.describe()}, confirmed by "
@@ -285,7 +286,7 @@ def _blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
     return out
 
 
-def _changes_deployment(fix_exp: Experiment, case: Case) -> str | None:
+def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str]) -> str | None:
     """The setting the fix (or a blocker adopted on the way to it) changed that defines what is served
     (knowledge/served.toml) or that the user needs (the case's intent), as ``NAME before → after``; else
     None."""
@@ -296,7 +297,7 @@ def _changes_deployment(fix_exp: Experiment, case: Case) -> str | None:
     for ch in changes:
         if ch is None:
             continue
-        if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps):
+        if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint):
             return ch.name
     return None
 
