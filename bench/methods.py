@@ -159,6 +159,17 @@ def run_agent(
     )
 
 
+def answer_catalog_ids() -> set[str]:
+    """Ledger ids of every knowledge entry that maps a symptom to a remedy, as the repository ships it:
+    the hypothesis catalog's ids and the symptom-class rules' (``symptom:`` + id, symptoms.toml). A run
+    that adds one of these drew on the catalog (the empty-catalog ablation must not)."""
+    from agent.generators.symptoms import symptom_rules
+    from agent.knowledge_dir import default_dir, use_knowledge
+
+    with use_knowledge(default_dir()):
+        return {e.id for e in load_catalog()} | {f"symptom:{e.id}" for e in symptom_rules()}
+
+
 def read_ending(world: BenchWorld, path: Path, result: dict[str, Any]) -> dict[str, Any]:
     """From a run's transcript: the configuration it ended on (the last adopted baseline with the fix
     applied), the changes it adopted on the way (blockers passed), the text in which its conclusion
@@ -168,7 +179,7 @@ def read_ending(world: BenchWorld, path: Path, result: dict[str, Any]) -> dict[s
     fix = (result.get("root_cause") or {}).get("fix")
     fix_key = (fix["kind"], fix["name"], fix["after"]) if fix else None
     adopted: list[str] = []
-    catalog_ids = {entry.id for entry in load_catalog()}
+    catalog_ids = answer_catalog_ids()
     catalog_used = False
     conclusion: dict[str, Any] = {}
     for ev in events:

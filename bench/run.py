@@ -141,15 +141,22 @@ def _bench_env(workdir: Path, time_scale: float) -> Iterator[None]:
                 os.environ[k] = v
 
 
+#: Knowledge files that map a symptom to a remedy (the answer catalogs): the empty-catalog ablation
+#: empties every one of them.
+ANSWER_FILES = ("hypotheses.toml", "symptoms.toml")
+
+
 def empty_catalog_knowledge(root: Path) -> Path:
-    """A knowledge folder like the repository's (signatures, limits, risky changes) whose hypothesis
-    catalog is empty: what the agent knows without priors. Returns the folder."""
+    """A knowledge folder like the repository's (signatures, limits, risky changes, subsystems, what a
+    deployment is) in which every file that maps a symptom to a remedy (``ANSWER_FILES``: the hypothesis
+    catalog and the symptom-class rules) is empty: what the agent knows without priors. Returns it."""
     folder = root / "knowledge-empty-catalog"
     folder.mkdir(parents=True, exist_ok=True)
     for src in KNOWLEDGE_DIR.glob("*.toml"):
-        if src.name != "hypotheses.toml":
+        if src.name not in ANSWER_FILES:
             shutil.copy2(src, folder / src.name)
-    (folder / "hypotheses.toml").write_text("# no hypotheses: the agent reasons from the evidence alone\n")
+    for name in ANSWER_FILES:
+        (folder / name).write_text("# emptied by the ablation: the agent reasons from the evidence alone\n")
     return folder
 
 
