@@ -31,6 +31,7 @@ Beyond one change at a time:
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
@@ -150,15 +151,24 @@ class HistoryState(BaseModel):
         """The fix to keep: root over workaround, then cheapest; the earliest among equals."""
         return min(self.fixes, key=lambda f: f.rank()) if self.fixes else None
 
+    #: Passing re-runs a fix needs on a flaky or intermittent failure (``confirmations_required``).
+    flaky_confirmations: int = 2
+    #: The case's own load (``[reproduce] concurrency``): every launch sends it.
+    case_load: Probe | None = None
+
     @property
     def confirmations_needed(self) -> int:
-        """Passing re-runs a fix needs: two once the run has seen a flaky outcome or the case says the
-        failure is intermittent, else one."""
-        return 2 if self.flaky or self.intermittent else 1
+        """Passing re-runs a fix needs: on a failure that is flaky (seen) or intermittent (said), as many
+        as make a false confirmation at most 5% likely at the failure rate observed so far
+        (``confirmations_required``); else one."""
+        return self.flaky_confirmations if self.flaky or self.intermittent else 1
 
     def extra_probes(self) -> list[Probe]:
-        """Probes every experiment adds to the case's probes."""
-        return [self.load_probe] if self.load_probe is not None else []
+        """Probes every experiment adds to the case's probes: the burst that failed, else the case's
+        own load (a load-only failure must see its load on every reproduction, test and confirmation)."""
+        if self.load_probe is not None:
+            return [self.load_probe]
+        return [self.case_load] if self.case_load is not None else []
 
 
 class Proposal(BaseModel):
@@ -202,6 +212,30 @@ def model_features(case: Case) -> set[str]:
     """Model features from the case's hints, the model name and the baseline flags (moe, dsa, nvfp4, ...)."""
     text = " ".join([case.model.path, *[f"{k} {v}" for k, v in case.baseline.flags.items()]])
     return set(case.model.features) | infer_features(text)
+
+
+#: The largest chance a confirmation may pass by luck on a flaky failure (issue 20, point 6).
+FALSE_CONFIRMATION = 0.05
+
+
+def confirmations_required(experiments: list[Experiment], outcomes: dict[str, Outcome]) -> int:
+    """Passing re-runs a fix needs on a flaky failure so that a false confirmation has at most a 5%
+    chance: the failure rate p of the configurations seen failing is estimated from every launch of them
+    (Laplace's rule, (failures + 1) / (launches + 2), so one failure is not taken for certainty), and a
+    broken configuration passes n launches in a row with chance (1 - p)^n; the fixing launch counts as
+    one of the n."""
+    runs: dict[str, list[bool]] = {}
+    for e in experiments:
+        o = outcomes.get(e.id)
+        if o is None or o.stage == "infra_error":
+            continue
+        runs.setdefault(Experiment.make_id(e.config(), None, "config", probes=e.probes), []).append(o.stage == "ok")
+    failing = [v for v in runs.values() if False in v]
+    fails = sum(v.count(False) for v in failing)
+    total = sum(len(v) for v in failing)
+    p = min(0.99, (fails + 1) / (total + 2))
+    passes = math.ceil(math.log(FALSE_CONFIRMATION) / math.log(1.0 - p))
+    return max(1, passes - 1)
 
 
 def classify_observation(outcome: Outcome, reference: Outcome) -> str:
@@ -591,6 +625,10 @@ class RulePlanner:
             hypotheses=[],
             baseline=view.case.baseline,
             intermittent=view.case.reproduce.intermittent or speaks_of_flakiness(view.case),
+            flaky_confirmations=confirmations_required(
+                [e for e in view.experiments if e.status == "done"], {o.experiment_id: o for o in view.outcomes}
+            ),
+            case_load=load_probe_for(view.case, level) if (level := load_level(view.case)) else None,
         )
         refs: dict[str, Outcome] = {}  # configuration -> its failing outcome
         for exp in view.experiments:

@@ -338,9 +338,11 @@ def _confirmation(
     passing = [e for e, o in reruns if o.stage == "ok"]
     case = Case.model_validate(state["case"])
     flaky = _seen_flaky(experiments, outcomes)
-    from agent.planner import speaks_of_flakiness
+    from agent.planner import confirmations_required, speaks_of_flakiness
 
-    needed = 2 if case.reproduce.intermittent or speaks_of_flakiness(case) or flaky else 1
+    needed = 1
+    if case.reproduce.intermittent or speaks_of_flakiness(case) or flaky:
+        needed = confirmations_required([e for e in experiments.values() if e.id in outcomes], outcomes)
     return (passing[-1] if len(passing) >= needed else None), None
 
 
