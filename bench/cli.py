@@ -1,4 +1,4 @@
-"""`python -m bench [--worlds NAME ...] [--json]`: the agent against baselines on the lab worlds.
+"""`python -m bench [--worlds NAME ... | --sealed | --all-worlds] [--json]`: the agent against baselines on the lab worlds.
 
 Prints a table for people (progress on stderr while it runs) or, with ``--json``, one JSON object for
 machines. Exit code 0 when the run finished (``all_targets_met`` in the JSON says whether every target
@@ -87,7 +87,20 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m bench``."""
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--worlds", nargs="+", metavar="WORLD", help="world names under lab/worlds (default: all)"
+        "--worlds",
+        nargs="+",
+        metavar="WORLD",
+        help="world names (lab/worlds, then lab/worlds-sealed) or world directories "
+        "(default: every development world under lab/worlds)",
+    )
+    which = ap.add_mutually_exclusive_group()
+    which.add_argument(
+        "--sealed",
+        action="store_true",
+        help="run the sealed worlds (lab/worlds-sealed) instead of the development worlds",
+    )
+    which.add_argument(
+        "--all-worlds", action="store_true", help="run the development worlds, then the sealed worlds"
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     ap.add_argument("--seeds", type=int, default=3, help="random-baseline seeds (default 3)")
@@ -110,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.seeds < 1 or not args.time_scale > 0:
         ap.error("--seeds must be >= 1 and --time-scale > 0")
+    if args.worlds and (args.sealed or args.all_worlds):
+        ap.error("--worlds names the worlds to run; it cannot be combined with --sealed or --all-worlds")
+    world_set = "sealed" if args.sealed else "all" if args.all_worlds else "dev"
     err = Console(stderr=True)
 
     def progress(msg: str) -> None:
@@ -126,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
             methods=tuple(args.methods),
             workdir=args.keep,
             progress=progress,
+            world_set=world_set,
         )
     except ValueError as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}")

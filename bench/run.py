@@ -210,11 +210,14 @@ def run_bench(
     methods: tuple[str, ...] = METHODS,
     workdir: Path | None = None,
     progress: Callable[[str], None] | None = None,
+    world_set: str = "dev",
 ) -> BenchResult:
-    """Run the bench on the named worlds (all lab worlds when None). ``workdir`` keeps logs and
-    transcripts (a temporary folder, removed afterwards, when None)."""
+    """Run the bench on the named worlds (when None, every world of ``world_set``: "dev", the
+    development worlds of lab/worlds; "sealed", lab/worlds-sealed; "all", both). ``workdir`` keeps
+    logs and transcripts (a temporary folder, removed afterwards, when None). Raises ValueError for
+    an unknown world or world set."""
     say = progress or (lambda _msg: None)
-    worlds = discover(names)
+    worlds = discover(names, world_set)
     own = workdir is None
     root = Path(tempfile.mkdtemp(prefix="hypoloop-bench-", dir=_memory_dir())) if workdir is None else workdir
     t0 = time.monotonic()

@@ -46,24 +46,51 @@ class BenchWorld:
         return self.world.truth.package if self.world.truth else None
 
 
-def discover(names: list[str] | None = None) -> list[BenchWorld]:
-    """Worlds with a world.toml and a case.toml under lab/worlds (all, sorted, or the given names).
+#: Worlds written from public reports and committed with the planner's result before the planner was
+#: changed for them (bench/sealed-log.md). They are not part of the default run: ``--sealed`` runs
+#: them, ``--all-worlds`` runs them after the development worlds of lab/worlds.
+SEALED_DIR = WORLDS_DIR.parent / "worlds-sealed"
 
-    A name may also be a path to a world directory holding both files. Raises ValueError for an
-    unknown name.
+#: The world sets ``discover`` knows: the development worlds (the default), the sealed half, or both.
+WORLD_SETS = ("dev", "sealed", "all")
+
+
+def _names_in(folder: Path) -> list[str]:
+    """Names of the directories under ``folder`` that hold both a world.toml and a case.toml, sorted."""
+    return sorted(p.parent.name for p in folder.glob("*/case.toml") if (p.parent / "world.toml").is_file())
+
+
+def discover(names: list[str] | None = None, world_set: str = "dev") -> list[BenchWorld]:
+    """Worlds with a world.toml and a case.toml: the given names, else every world of ``world_set``.
+
+    ``world_set`` is "dev" (lab/worlds, the default), "sealed" (lab/worlds-sealed) or "all" (both,
+    the development worlds first). A name is looked up in lab/worlds, then in lab/worlds-sealed; it
+    may also be a path to a world directory holding both files. Raises ValueError for an unknown name
+    or world set.
     """
+    if world_set not in WORLD_SETS:
+        raise ValueError(f"unknown world set {world_set!r} (expected one of: {', '.join(WORLD_SETS)})")
+    folders: list[Path] = []
     if not names:
-        names = sorted(
-            p.parent.name for p in WORLDS_DIR.glob("*/case.toml") if (p.parent / "world.toml").is_file()
-        )
-        names = _field_order(names)
+        if world_set in ("dev", "all"):
+            folders += [WORLDS_DIR / n for n in _field_order(_names_in(WORLDS_DIR))]
+        if world_set in ("sealed", "all"):
+            folders += [SEALED_DIR / n for n in _names_in(SEALED_DIR)]
+    else:
+        for name in names:
+            if "/" in name or Path(name).is_dir():
+                folders.append(Path(name))
+            elif not (WORLDS_DIR / name).is_dir() and (SEALED_DIR / name).is_dir():
+                folders.append(SEALED_DIR / name)
+            else:
+                folders.append(WORLDS_DIR / name)
     out = []
-    for name in names:
-        folder = Path(name) if ("/" in name or Path(name).is_dir()) else WORLDS_DIR / name
+    for folder in folders:
+        name = str(folder) if folder.parent not in (WORLDS_DIR, SEALED_DIR) else folder.name
         case_path, world_path = folder / "case.toml", folder / "world.toml"
         if not case_path.is_file() or not world_path.is_file():
-            known = ", ".join(sorted(p.parent.name for p in WORLDS_DIR.glob("*/case.toml")))
-            raise ValueError(f"unknown world {name!r} (known: {known})")
+            known = ", ".join(_names_in(WORLDS_DIR))
+            raise ValueError(f"unknown world {name!r} (known: {known}; the sealed worlds are not listed)")
         out.append(
             BenchWorld(
                 name=folder.name,

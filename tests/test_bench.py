@@ -217,3 +217,33 @@ def test_random_baseline_also_reverts_the_baselines_own_settings() -> None:
     keys = {c.key() for c in plausible_changes(baseline, load_catalog(), HELP, findings=[])}
     assert {"flag:--dtype=null", "env:http_proxy=null", 'flag:--dtype="bf16"'} <= keys
     assert "flag:--tp-size=null" not in keys  # the parallel layout is part of the deployment's identity
+
+
+def test_sealed_worlds_stay_out_of_the_default_run_and_run_on_request() -> None:
+    """The default world set is the development worlds only; ``--sealed`` and ``--all-worlds`` add the
+    sealed half (lab/worlds-sealed), which a bare name also reaches; the flags refuse --worlds."""
+    from bench.worlds import SEALED_DIR, WORLDS_DIR
+
+    dev = {w.case_path.parent for w in discover()}
+    sealed = {w.case_path.parent for w in discover(None, "sealed")}
+    assert sealed, "no sealed worlds found"
+    assert all(p.parent == SEALED_DIR for p in sealed)
+    assert all(p.parent == WORLDS_DIR for p in dev)
+    assert not dev & sealed
+    assert [w.case_path.parent for w in discover(None, "all")] == [w.case_path.parent for w in discover()] + [
+        w.case_path.parent for w in discover(None, "sealed")
+    ]
+    one = sorted(sealed)[0]
+    (found,) = discover([one.name])
+    assert found.case_path.parent == one and found.name == one.name
+    with pytest.raises(ValueError, match="world set"):
+        discover(None, "everything")
+    r = subprocess.run(
+        [sys.executable, "-m", "bench", "--sealed", "--worlds", one.name],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_env(),
+        timeout=60,
+    )
+    assert r.returncode == 2 and "cannot be combined" in r.stderr
