@@ -50,6 +50,9 @@ class Knowledge:
     platforms: list[dict[str, Any]] = field(default_factory=list)
     traits: dict[str, list[str]] = field(default_factory=dict)
     subsystems: list[Subsystem] = field(default_factory=list)
+    #: (flag pattern, value pattern, conditions, why) of ``[[implementation]]``
+    implementations: list[tuple[re.Pattern[str], re.Pattern[str], list[dict[str, Any]], str]] = field(
+        default_factory=list)
 
 
 class SubsystemsError(ValueError):
@@ -79,6 +82,12 @@ def _load(path: Path, mtime: float) -> Knowledge:
             )
         except (KeyError, re.error) as exc:
             raise SubsystemsError(f"{path}: subsystem #{i + 1}: {exc}") from None
+    for i, m in enumerate(data.get("implementation", [])):
+        try:
+            k.implementations.append((re.compile(m["flags"]), re.compile(m["values"], re.I),
+                                      list(m.get("in_play_any", [])), str(m.get("why", ""))))
+        except (KeyError, re.error) as exc:
+            raise SubsystemsError(f"{path}: implementation #{i + 1}: {exc}") from None
     return k
 
 
@@ -218,4 +227,11 @@ class InPlay:
             if not results or any(r is not False for r in results):
                 continue  # in play, or not known to be out of play
             return f"{change.name} configures {s.id}, which is not in play here: {s.why}"
+        if change.kind == "flag" and isinstance(change.after, str):
+            for flags, values, conds, why in self.k.implementations:
+                if not flags.search(change.name) or not values.fullmatch(change.after.strip()):
+                    continue
+                results = [self._holds(c) for c in conds]
+                if results and all(r is False for r in results):
+                    return f"{change.name} {change.after} does not run on this host's platform ({self.platform}): {why}"
         return None

@@ -223,3 +223,18 @@ def test_the_same_error_with_another_value_is_not_progress_but_another_error_is(
     _test_run(planner, view, "--quantization", "fp8", NEXT)
     st = planner.history(view)
     assert st.baseline.flags["--quantization"] == "fp8" and len(st.adoptions) == 1  # past a blocker
+
+
+def test_gpu_kernel_choices_are_not_candidates_on_a_cpu_host() -> None:
+    """On a CPU host the attention backend's alternatives are the CPU ones: Triton has no CPU driver,
+    FlashInfer is CUDA code (knowledge/subsystems.toml [[implementation]])."""
+    from agent.in_play import InPlay
+    from agent.models import Change
+
+    cpu = InPlay(CPU_HOST, Baseline(flags={"--device": "cpu"}), {}, FLAGS)
+    gpu = InPlay(GPU_HOST, Baseline(), {}, FLAGS)
+    for value in ("triton", "flashinfer", "fa3"):
+        change = Change(kind="flag", name="--attention-backend", before="intel_amx", after=value)
+        assert cpu.why_not(change) is not None and "platform (cpu)" in str(cpu.why_not(change))
+        assert gpu.why_not(change) is None
+    assert cpu.why_not(Change(kind="flag", name="--attention-backend", before="intel_amx", after="torch_native")) is None

@@ -4,9 +4,10 @@ Delta debugging over the explicit settings (Zeller, "Yesterday, my program worke
 Why?", 1999) with one-variable steps: if one explicit flag or environment variable causes the failure,
 removing it (so SGLang's default or auto-resolution applies) fixes it. Low weight: the generic fallback
 that keeps a run from ending "nothing left to try" while reversions remain in budget. Settings that say
-where the server runs and what it loads (knowledge/served.toml, role "place") are never reverted; one
-that defines what is served (role "served", or kept by the case's intent) is reverted only as a
-workaround that changes the deployment, unless SGLang reads the same value off the checkpoint.
+where the server runs and what it loads (knowledge/served.toml, role "place") are never reverted, nor a
+"served" one whose removal changes the deployment (the parallel layout); one SGLang can read off the
+checkpoint (quantization, context length) is an ordinary candidate, unless the case's intent keeps it
+(then it is reverted only as a workaround that changes the deployment).
 A setting whose words the failing frames or error share (``http_proxy`` and a failing
 ``http_server`` frame) is a likelier suspect.
 """
@@ -58,6 +59,8 @@ class SettingsVsDefaultsGenerator:
             role = served.role("flag", canonical, inp.flags)
             if role == "place":
                 continue  # where it runs and what it loads: never reverted
+            if role == "served" and served.changes_deployment("flag", canonical, None, inp.flags):
+                continue  # the parallel layout: reverting it takes other devices, not a cause to test
             deployment = served.changes_deployment("flag", canonical, None, inp.flags, keeps)
             if spec is not None and spec.default is not None and str(spec.default) == str(value):
                 continue  # set to the default: reverting changes nothing
