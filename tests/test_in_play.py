@@ -238,3 +238,32 @@ def test_gpu_kernel_choices_are_not_candidates_on_a_cpu_host() -> None:
         assert cpu.why_not(change) is not None and "platform (cpu)" in str(cpu.why_not(change))
         assert gpu.why_not(change) is None
     assert cpu.why_not(Change(kind="flag", name="--attention-backend", before="intel_amx", after="torch_native")) is None
+
+
+# ----- asynchronous device faults, ROCm too (points 3 and 8) -------------------------------------------
+
+#: A ROCm hardware exception as the ROCm runtime prints it on every rank (rocdevice.cpp), then SGLang's
+#: scheduler death; the server args say TP 8 on an AMD host.
+HSA = """[2026-12-01 10:00:00] server_args={'model_path': '/m/x', 'tp_size': 8, 'attention_backend': 'aiter'}
+:0:rocdevice.cpp            :3020: 8243150981 us:  Callback: Queue 0x7f2a4c600000 Aborting with error : HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception. code: 0x1016
+[2026-12-01 10:00:09] Rank 0 scheduler is dead. Please check if there are relevant logs.
+[2026-12-01 10:00:09] Received sigquit from a child process. It usually means the child failed.
+"""
+MI300X = HostFingerprint(gpu_vendor="amd", gpu_name="AMD Instinct MI300X", gpu_count=8, gpu_arch="gfx942",
+                         memory_total_mib=196592, sglang_version="0.5.23")
+
+
+def test_a_rocm_hardware_exception_is_localised_first_and_a_working_localiser_is_a_workaround() -> None:
+    from agent.generators.evidence import failure_evidence
+
+    planner, view, prop = _run(MI300X, {"--model-path": "/m/x", "--tp-size": "8"}, HSA)
+    assert "illegal_memory_access" in failure_evidence(view.outcomes[0]).symptoms
+    exp = prop.experiment
+    assert exp is not None and exp.change is not None
+    # a localiser that takes a whole subsystem out, not a guess among MoE or attention kernels
+    ledger = {h.id: h for h in planner.history(view).hypotheses}
+    localisers = {iv.names[0] for h in ledger.values() if h.id.startswith("symptom:async-fault")
+                  for iv in h.interventions}
+    assert exp.change.name in localisers | {FLAGS.resolve_role(["--disable-decode-cuda-graph"]).name}  # type: ignore[union-attr]
+    assert all(iv.workaround for h in ledger.values() if h.id.startswith("symptom:async-fault")
+               for iv in h.interventions)
