@@ -267,3 +267,30 @@ def test_a_rocm_hardware_exception_is_localised_first_and_a_working_localiser_is
     assert exp.change.name in localisers | {FLAGS.resolve_role(["--disable-decode-cuda-graph"]).name}  # type: ignore[union-attr]
     assert all(iv.workaround for h in ledger.values() if h.id.startswith("symptom:async-fault")
                for iv in h.interventions)
+
+
+def test_notes_that_name_a_file_for_a_feature_that_is_on_fill_its_unset_path_setting() -> None:
+    from agent.generators import GeneratorInput
+    from agent.generators.evidence import failure_evidence
+    from agent.generators.findings import KnownGoodDiffGenerator
+    from agent.models import RelevantFinding
+    from tools.knowledge import Finding
+
+    notes = Finding(source="FINDINGS.md", title="Notes on this box", outcome="unknown",
+                    text="- trained an EAGLE3 draft head with SpecForge; the checkpoint is in `/models/m-eagle3`.\n"
+                         "- the tokenizer cache lives in `/data/cache`.")
+    log = ("Traceback (most recent call last):\n"
+           f'  File "{SITE}/sglang/srt/speculative/eagle_worker.py", line 120, in __init__\n'
+           "    self.draft_model_runner.model.set_embed(embed)\n"
+           "AttributeError: 'Qwen2ForCausalLM' object has no attribute 'set_embed'\n")
+    raw = RawEvidence.from_log("e", log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    out = classify_outcome(raw)
+
+    def paths(flags: dict[str, str]) -> set[str]:
+        case = Case.model_validate({"name": "c", "model": {"path": "m"}, "baseline": {"flags": flags}})
+        inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
+                             fingerprint=GPU_HOST, flags=FLAGS, findings=[RelevantFinding(finding=notes, relevance=0.3)])
+        return {c.id for c in KnownGoodDiffGenerator().generate(inp)}
+
+    assert paths({"--speculative-algorithm": "EAGLE3"}) == {"finding:--speculative-draft-model-path=/models/m-eagle3"}
+    assert paths({}) == set()  # speculative decoding off: its draft path is not in play
