@@ -294,3 +294,26 @@ def test_notes_that_name_a_file_for_a_feature_that_is_on_fill_its_unset_path_set
 
     assert paths({"--speculative-algorithm": "EAGLE3"}) == {"finding:--speculative-draft-model-path=/models/m-eagle3"}
     assert paths({}) == set()  # speculative decoding off: its draft path is not in play
+
+
+def test_the_servers_own_shutdown_after_passing_probes_is_not_a_failure() -> None:
+    """Real SGLang 0.5.23 on this host, stopped by hypoloop after every probe passed: its detokenizer
+    dies of the SIGTERM and SGLang triggers a SIGQUIT (lines as logged on 2026-12-02). A confirmation
+    read that as a crash and refuted the fix."""
+    from tools.probes import ProbeResult
+
+    log = """[2026-12-02 02:22:52] The server is fired up and ready to roll!
+[2026-12-02 02:22:57] INFO:     127.0.0.1:57716 - "POST /generate HTTP/1.1" 200 OK
+[2026-12-02 02:22:57] SIGTERM received. signum=None frame=None. Draining requests and shutting down...
+[2026-12-02 02:22:58] Subprocess detokenizer (pid=22620) crashed with exit code -15. Triggering SIGQUIT for cleanup...
+[2026-12-02 02:22:58] SIGQUIT received. signum=None, frame=None. It usually means one child failed.
+[2026-12-02 02:23:03] kill_process_tree called: parent_pid=21801, include_parent=True, pid=21801
+"""
+    probes = [ProbeResult(probe_id="chat", ok=True, status="ok", http_status=200, text="Paris", latency_s=1.5)]
+    raw = RawEvidence.from_log("e", log, load_signatures(), "x.log").model_copy(update={"status": "ready", "probes": probes})
+    assert classify_outcome(raw).stage == "ok"
+    # the same lines before the server was asked to stop are a crash
+    early = log.replace("[2026-12-02 02:22:57] SIGTERM received. signum=None frame=None. Draining requests and shutting down...\n", "")
+    failed = [ProbeResult(probe_id="chat", ok=False, status="connection_error", latency_s=1.5)]
+    raw = RawEvidence.from_log("e", early, load_signatures(), "x.log").model_copy(update={"status": "ready", "probes": failed})
+    assert classify_outcome(raw).stage == "request_failed"
