@@ -129,6 +129,14 @@ class ReproduceSpec(_Strict):
     intermittent: bool = False
 
 
+class IntentSpec(_Strict):
+    """What the user needs kept: ``keep`` lists settings (``--context-length``, ``--kv-cache-dtype``, an
+    environment variable) that a fix must not change; a change to one is at most a workaround that
+    changes the deployment."""
+
+    keep: list[str] = Field(default_factory=list)
+
+
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: In ``host.env`` values, the folder of the case file (so a case can name files beside it).
 CASE_DIR = "{case_dir}"
@@ -148,6 +156,7 @@ class Case(_Strict):
     observed_log: str | None = None
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     reproduce: ReproduceSpec = Field(default_factory=ReproduceSpec)
+    intent: IntentSpec = Field(default_factory=IntentSpec)
     approval: Literal["each", "risky", "auto"] = "each"
     source_path: str | None = None
 

@@ -99,6 +99,9 @@ class HostFingerprintData(Payload):
     gpu_arch: str | None = None  # AMD graphics target, e.g. gfx942
     check_env: dict[str, str] = Field(default_factory=dict)  # `python -m sglang.check_env`, when it ran
     notes: list[str] = Field(default_factory=list)  # what GPU tools said when they found nothing
+    checkpoint: dict[str, str] = Field(default_factory=dict)  # the model's config.json, digested
+    checkpoint_source: str | None = None  # where it was read, or why not
+    cpu_count: int | None = None  # logical CPUs of the host
 
 
 class ToolCall(Payload):

@@ -40,30 +40,6 @@ STAGE_ORDER: dict[str, int] = {
 }
 
 
-#: What a deployment *is* rather than how it runs: the model, its checkpoint format, the parallel
-#: layout, the devices, where it listens. Never reverted or copied from another deployment's notes.
-IDENTITY_FLAGS = frozenset(
-    {
-        "--model-path",
-        "--model",
-        "--served-model-name",
-        "--host",
-        "--port",
-        "--tokenizer-path",
-        "--quantization",
-        "--tp-size",
-        "--tensor-parallel-size",
-        "--dp-size",
-        "--data-parallel-size",
-        "--ep-size",
-        "--expert-parallel-size",
-        "--pp-size",
-        "--pipeline-parallel-size",
-        "--context-length",
-        "--revision",
-    }
-)
-IDENTITY_ENV = frozenset({"CUDA_VISIBLE_DEVICES", "HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"})
 
 #: Spellings SGLang accepts for one value (``--kv-cache-dtype bf16`` and ``bfloat16``; server_args.py).
 VALUE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}

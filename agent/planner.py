@@ -31,6 +31,7 @@ Beyond one change at a time:
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
@@ -43,9 +44,8 @@ from agent.generators import Candidate, CandidateGenerator, GeneratorInput
 from agent.generators.common import raise_site, specificity, stems
 from agent.generators.evidence import failure_evidence, parse_tracebacks
 from agent.generators.registry import default_generators
+from agent.in_play import InPlay
 from agent.models import (
-    IDENTITY_ENV,
-    IDENTITY_FLAGS,
     STAGE_ORDER,
     VALUE_ALIASES,
     Baseline,
@@ -61,6 +61,7 @@ from agent.models import (
     RelevantFinding,
 )
 from agent.planner_weights import weights as tunables
+from agent.served import description_keeps, served_settings
 from agent.values import ValueEvidence, derive, moves_in_direction
 from agent.wording import count
 from tools.fingerprint import HostFingerprint
@@ -83,14 +84,9 @@ _FLAKY_WORDS = re.compile(
     r"every (?:few|other)|\b\d+\s*(?:of|in|out of)\s*\d+\s*(?:launches|runs|starts|attempts|times)",
     re.IGNORECASE,
 )
-#: What a deployment *is* rather than how it runs: the model, its checkpoint format, the parallel
-#: layout, the devices. A known-good finding of another model differs in these by necessity, so they
-#: are never proposed from a finding diff.
-_IDENTITY_FLAGS = IDENTITY_FLAGS
 #: A word the failing frame shares with a hypothesis's component ties them only when it is this specific
 #: (``agent.generators.common.specificity``: ``cache`` is in too many flag names to tie anything).
 _RELATED_SPECIFICITY = 0.25
-_IDENTITY_ENV = IDENTITY_ENV
 
 
 class PlannerView(BaseModel):
@@ -155,15 +151,24 @@ class HistoryState(BaseModel):
         """The fix to keep: root over workaround, then cheapest; the earliest among equals."""
         return min(self.fixes, key=lambda f: f.rank()) if self.fixes else None
 
+    #: Passing re-runs a fix needs on a flaky or intermittent failure (``confirmations_required``).
+    flaky_confirmations: int = 2
+    #: The case's own load (``[reproduce] concurrency``): every launch sends it.
+    case_load: Probe | None = None
+
     @property
     def confirmations_needed(self) -> int:
-        """Passing re-runs a fix needs: two once the run has seen a flaky outcome or the case says the
-        failure is intermittent, else one."""
-        return 2 if self.flaky or self.intermittent else 1
+        """Passing re-runs a fix needs: on a failure that is flaky (seen) or intermittent (said), as many
+        as make a false confirmation at most 5% likely at the failure rate observed so far
+        (``confirmations_required``); else one."""
+        return self.flaky_confirmations if self.flaky or self.intermittent else 1
 
     def extra_probes(self) -> list[Probe]:
-        """Probes every experiment adds to the case's probes."""
-        return [self.load_probe] if self.load_probe is not None else []
+        """Probes every experiment adds to the case's probes: the burst that failed, else the case's
+        own load (a load-only failure must see its load on every reproduction, test and confirmation)."""
+        if self.load_probe is not None:
+            return [self.load_probe]
+        return [self.case_load] if self.case_load is not None else []
 
 
 class Proposal(BaseModel):
@@ -209,6 +214,30 @@ def model_features(case: Case) -> set[str]:
     return set(case.model.features) | infer_features(text)
 
 
+#: The largest chance a confirmation may pass by luck on a flaky failure (issue 20, point 6).
+FALSE_CONFIRMATION = 0.05
+
+
+def confirmations_required(experiments: list[Experiment], outcomes: dict[str, Outcome]) -> int:
+    """Passing re-runs a fix needs on a flaky failure so that a false confirmation has at most a 5%
+    chance: the failure rate p of the configurations seen failing is estimated from every launch of them
+    (Laplace's rule, (failures + 1) / (launches + 2), so one failure is not taken for certainty), and a
+    broken configuration passes n launches in a row with chance (1 - p)^n; the fixing launch counts as
+    one of the n."""
+    runs: dict[str, list[bool]] = {}
+    for e in experiments:
+        o = outcomes.get(e.id)
+        if o is None or o.stage == "infra_error":
+            continue
+        runs.setdefault(Experiment.make_id(e.config(), None, "config", probes=e.probes), []).append(o.stage == "ok")
+    failing = [v for v in runs.values() if False in v]
+    fails = sum(v.count(False) for v in failing)
+    total = sum(len(v) for v in failing)
+    p = min(0.99, (fails + 1) / (total + 2))
+    passes = math.ceil(math.log(FALSE_CONFIRMATION) / math.log(1.0 - p))
+    return max(1, passes - 1)
+
+
 def classify_observation(outcome: Outcome, reference: Outcome) -> str:
     """How an outcome compares with the failing reference run: fixed, persists, changed, advanced,
     different (failed earlier, symptom not reached) or infra (no information).
@@ -239,6 +268,35 @@ def classify_observation(outcome: Outcome, reference: Outcome) -> str:
             return "changed"  # the same wrapper lines, but another exception underneath
         return "persists"
     return "changed"
+
+
+#: Symptom classes that only say where a failure happened, not what kind it is.
+_GENERIC_CLASSES = frozenset({"startup_error", "crash_at_decode"})
+
+
+def class_gone(reference: Outcome, outcome: Outcome) -> bool:
+    """Whether the failure class of ``reference`` (its specific symptom classes: out of memory at load,
+    NaN, illegal memory access, an import error, ...) is absent from ``outcome``. Two generic start-up
+    errors with different exceptions count as different classes."""
+    ref = set(failure_evidence(reference).symptoms) - _GENERIC_CLASSES
+    out = set(failure_evidence(outcome).symptoms) - _GENERIC_CLASSES
+    if ref & out:
+        return False
+    # the same error with other values (a quoted name, a figure) is the same failure in other words
+    return not (error_templates(reference) & error_templates(outcome))
+
+
+def error_templates(outcome: Outcome) -> set[str]:
+    """The exception lines of an outcome with the values blanked: quoted and parenthesised text and
+    numbers (``ValueError: ... (fp8) does not match ... (awq).`` -> ``ValueError: ... (#) does not match
+    ... (#).``)."""
+    out = set()
+    for tb in parse_tracebacks(outcome.log_excerpt):
+        if not tb.exception:
+            continue
+        t = re.sub(r"\([^()]*\)|'[^']*'|\"[^\"]*\"|`[^`]*`", "#", tb.exception)
+        out.add(re.sub(r"\d+(?:\.\d+)?", "#", t)[:200])
+    return out
 
 
 def exception_keys(outcome: Outcome) -> set[str]:
@@ -334,6 +392,9 @@ class RulePlanner:
         self.flags = flags
         #: The candidate generators (``agent.generators.registry``); the catalog is one of them.
         self.generators = generators if generators is not None else default_generators()
+        #: The case of the history being read (its intent decides which changes alter the deployment).
+        self._case: Case | None = None
+        self._checkpoint: dict[str, str] = {}
 
     def checkpoint(self) -> None:
         """Nothing to keep: the rule planner decides from the run's state alone."""
@@ -556,12 +617,18 @@ class RulePlanner:
 
     def history(self, view: PlannerView) -> HistoryState:
         """Rebuild the ledger and the current baseline from the run's history (see module docstring)."""
+        self._case = view.case
+        self._checkpoint = view.fingerprint.checkpoint if view.fingerprint else {}
         ledger: dict[str, Hypothesis] = {}
         weights: dict[str, float] = {}
         st = HistoryState(
             hypotheses=[],
             baseline=view.case.baseline,
             intermittent=view.case.reproduce.intermittent or speaks_of_flakiness(view.case),
+            flaky_confirmations=confirmations_required(
+                [e for e in view.experiments if e.status == "done"], {o.experiment_id: o for o in view.outcomes}
+            ),
+            case_load=load_probe_for(view.case, level) if (level := load_level(view.case)) else None,
         )
         refs: dict[str, Outcome] = {}  # configuration -> its failing outcome
         for exp in view.experiments:
@@ -585,9 +652,11 @@ class RulePlanner:
                 self._refute_by_cause_signature(ledger, out)
             if obs == "fixed" and exp.change is not None:
                 self._adopt_fix(st, exp, exp.change, ref, out, ledger)
-            elif obs in ("advanced", "changed"):
-                # Past a blocker: a later stage, or another error in place of this one (a chain of
-                # blockers is solved one link per launch).
+            elif obs == "advanced" or (obs == "changed" and class_gone(ref, out)):
+                # Past a blocker: a later stage, further progress lines at the same stage, or another
+                # error once the failure's class is gone (a chain of blockers is solved one link per
+                # launch). An error of the same class in other words is not progress (issue 20, point
+                # 4): adopting it would lose the evidence of the first.
                 st.adoptions.append(self._adoption(exp, ref, out))
                 st.baseline, st.reference = exp.config(), out
                 refs[_key(st.baseline)] = out
@@ -599,7 +668,7 @@ class RulePlanner:
                     weights[h.id] *= tunables().ledger.passed_blocker_own if own else tunables().ledger.passed_blocker
                 st.fixes, st.failing_baseline, st.failing_reference = [], None, None
                 st.confirmations = 0
-            blocker = obs in ("advanced", "changed")
+            blocker = obs == "advanced" or (obs == "changed" and class_gone(ref, out))
             # Against the current baseline: a failed test that was not adopted leaves the baseline as it
             # was, so its own change is not "the baseline's setting" to revert or to diff (after an
             # adoption the current baseline is this test's configuration).
@@ -725,6 +794,10 @@ class RulePlanner:
         self, change: Change, ledger: dict[str, Hypothesis], facts: dict[str, str]
     ) -> tuple[bool, Literal["none", "low", "medium", "high"]]:
         """Whether a change is a workaround and its performance cost, from the interventions it matches."""
+        if served_settings().changes_deployment(change.kind, change.name, change.after, self.flags,
+                                                description_keeps(self._case) if self._case else set(),
+                                                self._checkpoint):
+            return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)
         ivs = [iv for h in ledger.values() for iv in h.interventions if self._matches(change, iv, facts)]
         if not ivs:
             return False, "low"
@@ -983,6 +1056,7 @@ class RulePlanner:
         live = [h for h in state.hypotheses if h.status in ("open", "supported")]
         # SGLang's printed settings of the failing run, parsed from its log at most once per step
         server_args = functools.cache(lambda: failure_evidence(ref).server_args)
+        in_play = functools.cache(lambda: InPlay(view.fingerprint, baseline, server_args(), self.flags))
         out: dict[str, tuple[Change, Intervention, str]] = {}
         for h in sorted(live, key=lambda h: -h.posterior):
             for iv in h.interventions:
@@ -1000,6 +1074,9 @@ class RulePlanner:
                     considered.append({"hypothesis": h.id, "skipped": how})
                     continue
                 if (off := self._inert(change, baseline, ref, server_args)) is not None:
+                    considered.append({"hypothesis": h.id, "skipped": off})
+                    continue
+                if (off := in_play().why_not(change)) is not None:
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)

@@ -97,6 +97,17 @@ def load_weights(path: Path | None = None) -> PlannerWeights:
 
 
 @functools.cache
+def _weights_of(path: Path, mtime: float) -> PlannerWeights:
+    return load_weights(path)
+
+
 def weights() -> PlannerWeights:
-    """The repository's planner weights, read on first use. Raises PlannerWeightsError."""
-    return load_weights()
+    """The planner weights of the knowledge folder in force (``planner.toml`` there, else the
+    repository's), read once per file version: ``python -m bench --sweep`` runs the bench over folders
+    that differ in one tunable. Raises PlannerWeightsError."""
+    from agent.knowledge_dir import knowledge_file
+
+    path = knowledge_file("planner.toml")
+    if not path.is_file():
+        path = default_weights_path()
+    return _weights_of(path, path.stat().st_mtime)

@@ -11,12 +11,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from bench.run import METHODS, BenchResult, run_bench
+from bench.run import METHODS, BenchResult, run_bench, run_sweep
 
 
 def render(result: BenchResult, console: Console) -> None:
@@ -113,6 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--keep", type=Path, metavar="DIR", help="keep logs and transcripts in DIR")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    ap.add_argument(
+        "--sweep",
+        metavar="NAME=V1,V2",
+        help="run the bench once per value of one tunable of knowledge/planner.toml (SECTION.KEY, e.g. "
+        "ledger.elsewhere_factor=0.25,0.5,1.0) and print every world's figures for each",
+    )
     args = ap.parse_args(argv)
     if args.seeds < 1 or not args.time_scale > 0:
         ap.error("--seeds must be >= 1 and --time-scale > 0")
@@ -125,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quiet:
             err.print(f"[dim]bench:[/] {escape(msg)}", highlight=False)
 
+    if args.sweep:
+        return _sweep(args, ap, err, progress)
     try:
         result = run_bench(
             args.worlds,
@@ -145,6 +154,53 @@ def main(argv: list[str] | None = None) -> int:
         if not out.is_terminal:
             out = Console(width=160)
         render(result, out)
+    return 0
+
+
+def _sweep(args: argparse.Namespace, ap: argparse.ArgumentParser, err: Console, progress: Any) -> int:
+    """``--sweep NAME=V1,V2``: one bench per value, then one table: world x value (correct, launches)."""
+    import tempfile
+
+    name, sep, vals = args.sweep.partition("=")
+    values = [v.strip() for v in vals.split(",") if v.strip()]
+    if not sep or not values:
+        ap.error("--sweep expects NAME=V1,V2 (e.g. ledger.elsewhere_factor=0.25,0.5,1.0)")
+    root = args.keep or Path(tempfile.mkdtemp(prefix="hypoloop-sweep-"))
+    try:
+        runs = run_sweep(name, values, workdir=root, names=args.worlds, seeds=args.seeds,
+                         time_scale=args.time_scale, methods=tuple(args.methods), progress=progress)
+    except ValueError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        return 2
+    if args.json:
+        print(json.dumps({"sweep": name, "runs": {v: r.as_json() for v, r in runs}}))
+        return 0
+    t = Table(title=f"sweep of {name}: correct / launches per world and method")
+    t.add_column("world")
+    t.add_column("method")
+    for v, _ in runs:
+        t.add_column(f"{name}={v}", justify="center")
+    first = runs[0][1]
+    for w in first.worlds:
+        for m in w.methods:
+            cells = []
+            for _, r in runs:
+                rw = next((x for x in r.worlds if x.world == w.world), None)
+                mm = rw.methods.get(m) if rw else None
+                cells.append("—" if mm is None else f"{'yes' if mm.correct else 'no'} / {mm.launches:g}")
+            t.add_row(w.world, m, *cells)
+    for m in first.worlds[0].methods if first.worlds else []:
+        cells = []
+        for _, r in runs:
+            ms = [w.methods[m] for w in r.worlds if m in w.methods]
+            wrong = sum(1 for x in ms if x.status == "isolated" and not x.correct)
+            cells.append(f"{sum(x.correct for x in ms)}/{len(ms)} correct, {wrong} wrong isolated, "
+                         f"{sum(x.launches for x in ms) / max(1, len(ms)):.2f} launches")
+        t.add_row("[b]all worlds[/]", m, *cells)
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=200)
+    out.print(t)
     return 0
 
 

@@ -22,7 +22,8 @@ from typing import Any
 
 from agent.catalog import CatalogEntry, load_catalog
 from agent.models import Baseline, Change
-from agent.planner import _IDENTITY_ENV, _IDENTITY_FLAGS, model_features  # the agent's own notion
+from agent.planner import model_features
+from agent.served import served_settings  # the agent's own notion of what a deployment is
 from agent.transcript import read_transcript
 from agent.wording import count
 from bench.launcher import Launcher, LaunchRecord
@@ -40,8 +41,6 @@ HUMAN_SEQUENCES: dict[str, list[tuple[str, str, str | bool]]] = {
         ("flag", "--kv-cache-dtype", "bf16"),
     ]
 }
-#: Flags a random search never reverts: the deployment's identity minus what is only a setting.
-_KEEP_ON_REVERT = frozenset(_IDENTITY_FLAGS) - {"--quantization", "--context-length"}
 #: Choices named for other vendors' hardware are not plausible on an NVIDIA host.
 _OTHER_VENDORS = re.compile(r"aiter|wave|ascend|intel|xpu|npu|hip|rocm|amx|^cpu$")
 
@@ -160,6 +159,17 @@ def run_agent(
     )
 
 
+def answer_catalog_ids() -> set[str]:
+    """Ledger ids of every knowledge entry that maps a symptom to a remedy, as the repository ships it:
+    the hypothesis catalog's ids and the symptom-class rules' (``symptom:`` + id, symptoms.toml). A run
+    that adds one of these drew on the catalog (the empty-catalog ablation must not)."""
+    from agent.generators.symptoms import symptom_rules
+    from agent.knowledge_dir import default_dir, use_knowledge
+
+    with use_knowledge(default_dir()):
+        return {e.id for e in load_catalog()} | {f"symptom:{e.id}" for e in symptom_rules()}
+
+
 def read_ending(world: BenchWorld, path: Path, result: dict[str, Any]) -> dict[str, Any]:
     """From a run's transcript: the configuration it ended on (the last adopted baseline with the fix
     applied), the changes it adopted on the way (blockers passed), the text in which its conclusion
@@ -169,7 +179,7 @@ def read_ending(world: BenchWorld, path: Path, result: dict[str, Any]) -> dict[s
     fix = (result.get("root_cause") or {}).get("fix")
     fix_key = (fix["kind"], fix["name"], fix["after"]) if fix else None
     adopted: list[str] = []
-    catalog_ids = {entry.id for entry in load_catalog()}
+    catalog_ids = answer_catalog_ids()
     catalog_used = False
     conclusion: dict[str, Any] = {}
     for ev in events:
@@ -335,25 +345,26 @@ def plausible_changes(
             elif not spec.takes_value:
                 add("flag", name, True)
     # The baseline's own explicit settings: each removed, and every other choice of a flag with choices
-    # (not where it listens, what it serves or its parallel layout; a quantization or context length
-    # set on the command line is a setting like any other).
+    # (not where it runs and what it loads: knowledge/served.toml's "place" settings; one that defines
+    # what is served may be tried, as the agent may, but is never a root fix).
+    served = served_settings()
     for name in baseline.flags:
-        if flags.has(name) and flags.resolve(name).name not in _KEEP_ON_REVERT:
+        if flags.has(name) and served.role("flag", flags.resolve(name).name, flags) != "place":
             removal = Change(kind="flag", name=flags.resolve(name).name, before=baseline.flags[name], after=None)
             out.setdefault(removal.key(), removal)
             for choice in flags.resolve(name).choices or ():
                 if not _OTHER_VENDORS.search(choice):
                     add("flag", name, choice)
     for name, value in baseline.env.items():
-        if name not in _IDENTITY_ENV:
+        if served.role("env", name) != "place":
             removal = Change(kind="env", name=name, before=value, after=None)
             out.setdefault(removal.key(), removal)
     for f in findings:
         for name, value in f.flags.items():
-            if flags.has(name) and flags.resolve(name).name not in _IDENTITY_FLAGS:
+            if flags.has(name) and served.role("flag", flags.resolve(name).name, flags) is None:
                 add("flag", name, value)
         for name, value in f.env.items():
-            if name not in _IDENTITY_ENV:
+            if name not in served.env:
                 add("env", name, value)
     return sorted(out.values(), key=lambda c: c.key())
 
@@ -554,7 +565,7 @@ def known_good_diffs(world: BenchWorld, flags: FlagCatalog) -> tuple[Finding | N
         if not flags.has(name):
             continue
         canon = flags.resolve(name).name
-        if canon in _IDENTITY_FLAGS or canon == "--model-path":
+        if served_settings().role("flag", canon, flags) is not None:
             continue
         try:
             _, legal = flags.validate(canon, value)
@@ -563,7 +574,7 @@ def known_good_diffs(world: BenchWorld, flags: FlagCatalog) -> tuple[Finding | N
         if str(base.flags.get(canon)) != str(legal):
             diffs.append(Change(kind="flag", name=canon, before=base.flags.get(canon), after=legal))
     for name, value in finding.env.items():
-        if name not in _IDENTITY_ENV and base.env.get(name) != value:
+        if name not in served_settings().env and base.env.get(name) != value:
             diffs.append(Change(kind="env", name=name, before=base.env.get(name), after=value))
     return finding, diffs
 

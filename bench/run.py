@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.catalog import load_catalog
+from agent.knowledge_dir import knowledge_dir, use_knowledge
 from agent.wording import count
 from bench.launcher import Launcher
 from bench.methods import (
@@ -141,16 +143,63 @@ def _bench_env(workdir: Path, time_scale: float) -> Iterator[None]:
                 os.environ[k] = v
 
 
+#: Knowledge files that map a symptom to a remedy (the answer catalogs): the empty-catalog ablation
+#: empties every one of them.
+ANSWER_FILES = ("hypotheses.toml", "symptoms.toml")
+
+
 def empty_catalog_knowledge(root: Path) -> Path:
-    """A knowledge folder like the repository's (signatures, limits, risky changes) whose hypothesis
-    catalog is empty: what the agent knows without priors. Returns the folder."""
+    """A knowledge folder like the repository's (signatures, limits, risky changes, subsystems, what a
+    deployment is) in which every file that maps a symptom to a remedy (``ANSWER_FILES``: the hypothesis
+    catalog and the symptom-class rules) is empty: what the agent knows without priors. Returns it."""
     folder = root / "knowledge-empty-catalog"
     folder.mkdir(parents=True, exist_ok=True)
-    for src in KNOWLEDGE_DIR.glob("*.toml"):
-        if src.name != "hypotheses.toml":
+    for src in knowledge_dir().glob("*.toml"):
+        if src.name not in ANSWER_FILES:
             shutil.copy2(src, folder / src.name)
-    (folder / "hypotheses.toml").write_text("# no hypotheses: the agent reasons from the evidence alone\n")
+    for name in ANSWER_FILES:
+        (folder / name).write_text("# emptied by the ablation: the agent reasons from the evidence alone\n")
     return folder
+
+
+def swept_knowledge(root: Path, name: str, value: str) -> Path:
+    """A copy of the knowledge folder in force whose ``planner.toml`` sets the tunable ``name``
+    (``SECTION.KEY``, e.g. ``ledger.elsewhere_factor``) to ``value`` (TOML text). Raises ValueError when
+    the file has no such key."""
+    section, _, key = name.partition(".")
+    if not section or not key:
+        raise ValueError(f"--sweep {name}: expected SECTION.KEY, e.g. ledger.elsewhere_factor")
+    folder = root / f"knowledge-{name}={value}"
+    folder.mkdir(parents=True, exist_ok=True)
+    for src in knowledge_dir().glob("*.toml"):
+        shutil.copy2(src, folder / src.name)
+    text = (folder / "planner.toml").read_text(encoding="utf-8")
+    head = re.search(rf"(?m)^\[{re.escape(section)}\]\s*$", text)
+    if head is None:
+        raise ValueError(f"--sweep {name}: planner.toml has no [{section}] section")
+    nxt = re.search(r"(?m)^\[", text[head.end():])
+    end = head.end() + (nxt.start() if nxt else len(text) - head.end())
+    body, n = re.subn(rf"(?m)^{re.escape(key)}\s*=.*$", f"{key} = {value}", text[head.end():end])
+    if n != 1:
+        raise ValueError(f"--sweep {name}: planner.toml's [{section}] has no key {key}")
+    (folder / "planner.toml").write_text(text[: head.end()] + body + text[end:], encoding="utf-8")
+    from agent.planner_weights import load_weights
+
+    load_weights(folder / "planner.toml")  # a value out of range is one line here, not a crash later
+    return folder
+
+
+def run_sweep(name: str, values: list[str], *, workdir: Path, **kw: Any) -> list[tuple[str, BenchResult]]:
+    """The bench over the same worlds once per value of one tunable (``swept_knowledge``): a tunable
+    changes only with the figures of every world in front of it (issue 20)."""
+    out = []
+    for value in values:
+        folder = swept_knowledge(workdir, name, value)
+        sub = workdir / f"run-{name}={value}"
+        sub.mkdir(parents=True, exist_ok=True)
+        with use_knowledge(folder):
+            out.append((value, run_bench(workdir=sub, **kw)))
+    return out
 
 
 def run_bench(

@@ -79,14 +79,14 @@ def test_the_frame_where_the_error_surfaced_is_read_before_general_suspects(benc
     """A crash under load whose traceback ends in the hierarchical cache's code: the catalog's general
     suspects of load-only failures (the overlap scheduler, CUDA-graph padding) fire on the symptom alone
     and are weakened, with the frame named as evidence; the first test changes a flag of the component
-    the frame names, so the run takes baseline, fix and confirmation (it took six launches when the
-    catalog's symptom-only priors outranked the frame)."""
+    the frame names (the catalog's symptom-only priors outranked the frame before). No launch count is
+    pinned on this one world (issue 20: a tunable answers to the sweep over all worlds)."""
     import json
 
     (world,) = discover(["qwen3-14b-h100"])
     tr = bench_env / "tr-frame"
     result = run_agent(world, transcripts=tr, seed="7")
-    assert result.correct and result.launches == 3, (result.status, result.found, result.launches)
+    assert result.correct, (result.status, result.found, result.launches)
     events = [json.loads(line) for p in tr.glob("*.jsonl") for line in p.read_text().splitlines()]
     data = [(e["type"], e["data"]) for e in events]
     tests = [d for t, d in data if t == "experiment.proposed" and d["purpose"] == "test"]
@@ -103,14 +103,13 @@ def test_a_setting_of_a_feature_that_is_off_is_never_tested(bench_env: Path) -> 
     """The KV pool has no room; the traceback runs through the memory-pool code, whose words the
     hierarchical cache's settings share. The host's --help says those settings belong to
     --enable-hierarchical-cache, which is off here, so changing them cannot change the run: the agent
-    (without the catalog) never spends a launch on one and fixes the fraction in baseline, fix and
-    confirmation (it tried --hicache-mem-layout first before)."""
+    (without the catalog) never spends a launch on one (it tried --hicache-mem-layout first before)."""
     import json
 
     (world,) = discover(["mi300x-no-kv-room"])
     tr = bench_env / "tr-inert"
     result = run_agent(world, transcripts=tr, seed="7", knowledge=empty_catalog_knowledge(bench_env))
-    assert result.correct and result.launches == 3, (result.status, result.found, result.launches)
+    assert result.correct, (result.status, result.found, result.launches)
     events = [json.loads(line) for p in tr.glob("*.jsonl") for line in p.read_text().splitlines()]
     changed = [e["data"]["change"]["name"] for e in events
                if e["type"] == "experiment.proposed" and e["data"].get("change")]

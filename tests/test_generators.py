@@ -291,6 +291,13 @@ def test_settings_generator_reverts_each_explicit_setting_but_not_what_is_served
     by = {c.id: c.weight for c in cands}
     # the error speaks of the context length: that setting is the likelier suspect
     assert by["revert:--context-length"] > by["revert:--quantization"]
+    # removing --context-length or --quantization lets SGLang read them off the checkpoint (the same
+    # model): ordinary candidates; the parallel layout is never reverted (knowledge/served.toml); a
+    # setting the user says they need is reverted only as a workaround that changes the deployment
+    assert not any(c.interventions[0].workaround for c in cands)
+    kept = _case({"--context-length": 65536}, intent={"keep": ["--context-length"]})
+    (c,) = SettingsVsDefaultsGenerator().generate(_input(CONTEXT_LEN, kept))
+    assert c.interventions[0].workaround and c.interventions[0].cost == "high"
 
 
 def test_known_good_diff_generator_turns_an_effective_config_difference_into_its_flag() -> None:

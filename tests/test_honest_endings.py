@@ -137,3 +137,48 @@ def test_a_failed_import_rules_out_the_flag_only_hypotheses_with_that_evidence(t
     assert "component:--attention-backend" in ruled
     assert any("before SGLang reads any launch flag" in d for d in ruled["component:--attention-backend"]["evidence"])
     assert not any(u["id"].startswith("component:") for u in out["untested"])
+
+
+# ----- the user's intent kept (issue 20, point 5) ------------------------------------------------------
+
+KV = Change(kind="flag", name="--kv-cache-dtype", before="fp8_e4m3", after="bf16")
+KV_BASE = Baseline(flags={"--tp-size": "2", "--kv-cache-dtype": "fp8_e4m3"})
+
+
+def _kv_runs() -> list[tuple[Experiment, bool]]:
+    base = _exp("baseline", KV_BASE)
+    test = _exp("test", KV_BASE, KV)
+    return [(base, False), (test, True), (_exp("confirm", test.config()), True)]
+
+
+def test_a_fix_that_changes_a_setting_the_user_keeps_is_a_workaround_not_the_fix() -> None:
+    state = _state(_kv_runs(), intent={"keep": ["--kv-cache-dtype"]})
+    state["case"]["baseline"] = KV_BASE.model_dump(mode="json")
+    c = build_conclusion(state)  # type: ignore[arg-type]
+    assert c.status == "not_isolated"
+    assert "changes the deployment" in c.reason and "--kv-cache-dtype" in c.reason
+    assert [a["change"] for a in c.alternatives] == [KV.describe()]
+
+
+def test_the_description_saying_a_setting_is_needed_keeps_it_too() -> None:
+    state = _state(_kv_runs(), description="We need --kv-cache-dtype fp8_e4m3 for the long contexts we serve.")
+    state["case"]["baseline"] = KV_BASE.model_dump(mode="json")
+    assert build_conclusion(state).status == "not_isolated"  # type: ignore[arg-type]
+    # without that sentence the same run isolates it
+    plain = _state(_kv_runs())
+    plain["case"]["baseline"] = KV_BASE.model_dump(mode="json")
+    assert build_conclusion(plain).status == "isolated"  # type: ignore[arg-type]
+
+
+def test_changing_the_parallel_layout_changes_the_deployment_but_dropping_a_redundant_quantization_does_not() -> None:
+    layout = Change(kind="flag", name="--tp-size", before="2", after="1")
+    base = _exp("baseline", BASE)
+    test = _exp("test", BASE, layout)
+    c = build_conclusion(_state([(base, False), (test, True), (_exp("confirm", test.config()), True)]))  # type: ignore[arg-type]
+    assert c.status == "not_isolated" and "changes the deployment" in c.reason
+    qbase = Baseline(flags={"--tp-size": "2", "--quantization": "w8a8_fp8"})
+    drop = Change(kind="flag", name="--quantization", before="w8a8_fp8", after=None)
+    b2, t2 = _exp("baseline", qbase), _exp("test", qbase, drop)
+    state = _state([(b2, False), (t2, True), (_exp("confirm", t2.config()), True)])
+    state["case"]["baseline"] = qbase.model_dump(mode="json")
+    assert build_conclusion(state).status == "isolated"  # type: ignore[arg-type]

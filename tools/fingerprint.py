@@ -40,6 +40,13 @@ class HostFingerprint(BaseModel):
     #: The host's spelling of each flag role (knowledge/flag_roles.toml), read from its --help by the
     #: agent once the flag catalog is loaded; empty until then.
     flag_roles: dict[str, str] = Field(default_factory=dict)
+    #: The served model's config.json digested (``tools.model_config.checkpoint_facts``); empty when
+    #: it could not be read from the host (then nothing about the model is assumed).
+    checkpoint: dict[str, str] = Field(default_factory=dict)
+    #: Where the config.json was read, or why it could not be.
+    checkpoint_source: str | None = None
+    #: Logical CPUs of the host (``getconf _NPROCESSORS_ONLN``), when known.
+    cpu_count: int | None = None
 
 
 def _one_line(text: str, limit: int = 200) -> str:

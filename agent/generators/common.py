@@ -139,15 +139,35 @@ def effective_value(inp: GeneratorInput, spec: FlagSpec) -> FlagValue:
     return spec.default
 
 
-def alternative_choices(spec: FlagSpec, current: FlagValue, gpu_name: str | None = None) -> list[str]:
+def alternative_choices(
+    spec: FlagSpec, current: FlagValue, gpu_name: str | None = None, vendor: str | None = None
+) -> list[str]:
     """A choice flag's legal alternatives to ``current``: portable implementations first, then the
     rest in the help's order; ``current`` itself left out, and other vendors' choices too unless the
     host's GPU is not an NVIDIA one (``gpu_name`` as nvidia-smi or the fingerprint gives it)."""
     cur = norm(str(current)) if current is not None else None
-    nvidia = gpu_name is None or "nvidia" in gpu_name.lower() or not gpu_name.strip()
+    if vendor is not None:
+        nvidia = vendor == "nvidia"
+    else:
+        nvidia = gpu_name is None or "nvidia" in gpu_name.lower() or not gpu_name.strip()
     alts = [c for c in spec.choices or [] if norm(c) != cur and not (nvidia and _OTHER_VENDOR.search(c))]
     first = [c for p in PORTABLE_CHOICES for c in alts if c == p]
     return first + [c for c in alts if c not in first]
+
+
+#: A list of quoted values in a flag's help text: "The device to use ('cuda', 'xpu', 'cpu')." (SGLang
+#: documents choices this way where argparse has none, e.g. 0.5.23's --device).
+_QUOTED_LIST = re.compile(r"(?:'[A-Za-z0-9_.+-]+'\s*,\s*)+'[A-Za-z0-9_.+-]+'")
+
+
+def documented_choices(spec: FlagSpec) -> list[str]:
+    """A value flag's choices: argparse's, else a list of quoted values in its help text; [] if none."""
+    if spec.choices:
+        return list(spec.choices)
+    if not spec.takes_value:
+        return []
+    m = _QUOTED_LIST.search(spec.help or "")
+    return re.findall(r"'([^']+)'", m.group(0)) if m else []
 
 
 def explicit(inp: GeneratorInput, spec: FlagSpec) -> bool:

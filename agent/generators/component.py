@@ -32,7 +32,8 @@ from agent.generators.common import (
     stems,
     words_with_stems,
 )
-from agent.models import IDENTITY_FLAGS, Evidence, Intervention
+from agent.models import Evidence, Intervention
+from agent.served import served_settings
 from tools.flags import FlagSpec
 
 __all__ = ["ImplicatedComponentGenerator"]
@@ -85,7 +86,8 @@ class ImplicatedComponentGenerator:
         out: list[Candidate] = []
         for spec in selecting_flags(inp.flags):
             current = effective_value(inp, spec)
-            alts = alternative_choices(spec, current, inp.fingerprint.gpu_name if inp.fingerprint else None)
+            fp = inp.fingerprint
+            alts = alternative_choices(spec, current, fp.gpu_name if fp else None, fp.gpu_vendor if fp else None)
             if not alts:
                 continue
             factor, how, lines = 0.0, [], list(imp.lines[:3])
@@ -157,7 +159,7 @@ class ImplicatedComponentGenerator:
         """Stems of the flags the baseline sets (features someone turned on or tuned)."""
         words: set[str] = set()
         for name in inp.baseline.flags:
-            if name in IDENTITY_FLAGS:
+            if served_settings().role("flag", name, inp.flags) is not None:
                 continue
             words |= stems(name.lstrip("-").removeprefix("enable-"))
         return words

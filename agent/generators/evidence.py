@@ -165,7 +165,7 @@ def symptom_classes(outcome: Outcome, tracebacks: list[Traceback], text: str) ->
         out.append("nan_inf")
     if {"degenerate_output", "wrong_answer"} & sigs and "nan_inf" not in out:
         out.append("garbage_output")
-    if "illegal_memory_access" in sigs or "illegal memory access" in err_text:
+    if {"illegal_memory_access", "rocm_gpu_fault"} & sigs or "illegal memory access" in err_text:
         out.append("illegal_memory_access")
     if "device_side_assert" in sigs:
         out.append("device_assert")

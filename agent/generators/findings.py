@@ -10,10 +10,14 @@ adding a second hypothesis (``agent.planner``).
 
 from __future__ import annotations
 
+import re
+
 from agent.generators import Candidate, GeneratorInput
-from agent.generators.common import canon, fact_flag
-from agent.models import IDENTITY_ENV, IDENTITY_FLAGS, Evidence, FlagValue, Intervention, value_key
+from agent.generators.common import canon, fact_flag, specificity, stems, words_with_stems
+from agent.in_play import InPlay
+from agent.models import Change, Evidence, FlagValue, Intervention, value_key
 from agent.planner_weights import weights as tunables
+from agent.served import served_settings
 
 __all__ = ["KnownGoodDiffGenerator"]
 
@@ -43,13 +47,13 @@ class KnownGoodDiffGenerator:
             for name, value in f.flags.items():
                 spec = canon(inp.flags, name) if inp.flags is not None else None
                 cname = spec.name if spec else (name if inp.flags is None else None)
-                if cname is None or cname in IDENTITY_FLAGS:
+                if cname is None or served_settings().role("flag", cname, inp.flags) is not None:
                     continue
                 if not _same(inp.baseline.flags.get(cname), value):
                     diffs.append((Intervention(names=[cname], values=[value], decisive=False),
                                   f"{cname}={value}", f"known-good '{f.title}' runs with {cname} {value}"))
             for name, value in f.env.items():
-                if name not in IDENTITY_ENV and inp.baseline.env.get(name) != value:
+                if name not in served_settings().env and inp.baseline.env.get(name) != value:
                     diffs.append((Intervention(kind="env", names=[name], values=[value], decisive=False),
                                   f"{name}={value}", f"known-good '{f.title}' runs with {name}={value}"))
             for fact, value in f.facts.items():
@@ -78,4 +82,59 @@ class KnownGoodDiffGenerator:
                     source="finding",
                     support=rf.relevance,
                 )
+        for cand in _named_paths(inp):
+            out.setdefault(cand.id, cand)
         return list(out.values())
+
+
+#: A path written in the notes as code (``/models/x``, ``~/ckpt``).
+_PATH = re.compile(r"`(?P<p>(?:/|~/)[^`\s]+)`")
+#: Weight of "the notes name the file this unset path setting wants".
+NAMED_PATH_WEIGHT = 0.12
+
+
+def _named_paths(inp: GeneratorInput) -> list[Candidate]:
+    """A file the case's notes name for a feature the run turns on, for a path setting of that feature
+    the baseline leaves unset: "trained an EAGLE3 draft head ... the checkpoint is in
+    `/models/x-eagle3`" and an unset ``--speculative-draft-model-path`` while speculative decoding is on.
+    The sentence and the path must share a specific word with the flag's name (``draft``); the flag's
+    subsystem must be in play (``agent.in_play``)."""
+    if inp.flags is None or inp.evidence.stage == "ok":
+        return []
+    play = InPlay(inp.fingerprint, inp.baseline, inp.evidence.server_args, inp.flags)
+    path_flags = [
+        spec for spec in inp.flags.flags.values()
+        if spec.takes_value and not spec.deprecated and spec.name.endswith("-path")
+        and not any(n in inp.baseline.flags for n in spec.option_strings)
+        and served_settings().role("flag", spec.name, inp.flags) is None
+        and play.subsystems_of("flag", spec.name)  # a path of a feature, not of the deployment
+    ]
+    out: list[Candidate] = []
+    for rf in inp.findings:
+        for sentence in re.split(r"(?<=\.)\s+|\n", rf.finding.text):
+            for m in _PATH.finditer(sentence):
+                path = m.group("p")
+                words = stems(sentence) | stems(path)
+                for spec in path_flags:
+                    change = Change(kind="flag", name=spec.name, after=path)
+                    if play.why_not(change) is not None:
+                        continue
+                    shared = stems(spec.name) & words - {"path", "model", "file", "dir"}
+                    if not shared or specificity(inp.flags, shared) < 0.25:
+                        continue
+                    # the feature the flag configures must be on: a subsystem with a setting condition
+                    cid = f"finding:{spec.name}={path}"
+                    out.append(Candidate(
+                        id=cid,
+                        statement=f"{spec.name} is unset, so the feature it configures falls back to a default "
+                        f"that does not fit; the notes name {path} for it",
+                        component=f"config.{spec.name.lstrip('-').replace('-', '_')}",
+                        weight=NAMED_PATH_WEIGHT,
+                        rationale=f"the notes '{rf.finding.title}' name {path} beside "
+                        f"{', '.join(words_with_stems(sentence, shared)) or ', '.join(sorted(shared))}",
+                        generator="known_good_diff",
+                        evidence=[Evidence(kind="finding", detail=f"{rf.finding.source}: {sentence.strip()}")],
+                        interventions=[Intervention(names=[spec.name], values=[path], decisive=False, cost="none")],
+                        source="finding",
+                    ))
+    return out

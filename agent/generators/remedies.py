@@ -23,7 +23,8 @@ import re
 
 from agent.catalog import load_roles
 from agent.generators import Candidate, GeneratorInput
-from agent.generators.common import canon, effective_value, fact_flag
+from agent.generators.common import canon, documented_choices, effective_value, fact_flag, norm
+from agent.in_play import device_for, load_subsystems, platform_of
 from agent.models import Evidence, FlagValue, Intervention, LogLine
 from agent.values import rule_for
 
@@ -33,6 +34,8 @@ __all__ = ["RemediesGenerator", "remedies_in"]
 WEIGHT_ERROR = 0.3
 WEIGHT_SOLUTION = 0.1
 WEIGHT_WARNING = 0.05
+#: The user's own setting chose a package that is not installed: reverting it is the first thing to try.
+WEIGHT_MISSING = 0.5
 #: A named variable that overrides a safety check (``_OVERRIDE``) weighs this much of a plain remedy.
 OVERRIDE_FACTOR = 0.3
 
@@ -111,7 +114,7 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
                                   workaround=workaround, note=note)
                 found.append((f"remedy:{spec.name}", iv, kind, ll, f"{spec.name}"))
                 continue
-            value = m.group("value")
+            value = _no_full_stop(m.group("value"))
             values: list[FlagValue] = []
             derive = None
             direction = "raise" if _RAISE.search(sentence) else "lower" if _LOWER.search(sentence) else None
@@ -146,12 +149,130 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
             if _condition_fails(text[: m.start()]) is not None:
                 continue  # the text offers it only if something holds that its own figures deny
             override = bool(_OVERRIDE.search(m.group("name")))
-            iv = Intervention(kind="env", names=[m.group("name")], values=[m.group("value")],
+            env_value = _no_full_stop(m.group("value"))
+            iv = Intervention(kind="env", names=[m.group("name")], values=[env_value],
                               decisive=kind == "error", cost="low", workaround=override,
                               note=" ".join(text.split()))
-            found.append((f"remedy:{m.group('name')}={m.group('value')}", iv, kind, ll,
-                          f"{m.group('name')}={m.group('value')}"))
+            found.append((f"remedy:{m.group('name')}={env_value}", iv, kind, ll,
+                          f"{m.group('name')}={env_value}"))
+    found += _alternatives(inp)
+    found += _missing_package_reverts(inp)
     return found
+
+
+def _no_full_stop(value: str | None) -> str | None:
+    """A value read from prose without the sentence's trailing full stop (``=1.`` is ``1``), unless the
+    dot is all there is."""
+    if value is None:
+        return None
+    stripped = value.rstrip(".,;:")
+    return stripped or value
+
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*")
+#: An error that says the options it names are missing or refused (then they are not what to use).
+_NEGATED = re.compile(r"\b(?:no|not|none of|neither|unavailable|missing|unsupported)\b", re.I)
+
+
+def _error_lines(inp: GeneratorInput) -> list[LogLine]:
+    """The log lines that state the failure: exception lines of the tracebacks and fatal/error lines."""
+    exceptions = {tb.exception.strip() for tb in inp.evidence.tracebacks if tb.exception}
+    out = []
+    for ll in inp.evidence.log:
+        t = ll.text.strip()
+        if t in exceptions or re.search(r"\b\w*(?:Error|Exception)\b:", t):
+            out.append(ll)
+    return out
+
+
+def _alternatives(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """An error that names several options of one flag's documented choices (devices, backends,
+    dtypes) names that flag as the remedy. The values proposed are those that fit this host: for a
+    flag whose choices are devices, the device of the host's platform (``knowledge/subsystems.toml``,
+    ``[[platform]]``); when the error names the value in force beside another (``the model config (fp8)
+    does not match ... (w8a8_fp8)``), the other; otherwise the choices it names, unless it says they are
+    missing or refused (then nothing). The value in force is never proposed."""
+    if inp.flags is None:
+        return []
+    know = load_subsystems()
+    device_values = {str(p.get("device")) for p in know.platforms if p.get("device")}
+    platform = platform_of(inp.fingerprint, None, know)
+    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    seen: set[str] = set()
+    for ll in _error_lines(inp):
+        text = ll.text
+        words = {w.lower() for w in _WORD.findall(text)}
+        for spec in inp.flags.flags.values():
+            if spec.deprecated or not spec.takes_value or spec.name in seen:
+                continue
+            choices = documented_choices(spec)
+            named = [c for c in choices if len(c) >= 3 and c.lower() in words and c.lower() not in _PLAIN]
+            if len(named) < 2:
+                continue
+            current = effective_value(inp, spec)
+            cur = str(current).lower() if current is not None else None
+            if len(device_values & {c.lower() for c in choices}) >= 2 and platform is not None:
+                fit = device_for(platform, know)
+                values = [c for c in choices if fit is not None and c.lower() == fit.lower()]
+                how = f"the value for this host's platform ({platform})"
+            elif cur is not None and cur in {c.lower() for c in named}:
+                # the error names the value in force and another: the other is what it points at
+                values = [c for c in named if c.lower() != cur]
+                how = "the other choice the error names beside the one in force"
+            elif _NEGATED.search(text):
+                continue  # it names choices that are missing or refused, and none that fits this host
+            else:
+                values = named
+                how = "a choice the error names"
+            values = [v for v in values if v.lower() != cur]
+            if not values:
+                continue
+            seen.add(spec.name)
+            fact = spec.name.lstrip("-").replace("-", "_")
+            iv = Intervention(names=[spec.name], values=list(values), decisive=len(values) == 1,
+                              fact=fact if fact_flag(inp.flags, fact) is spec else None, cost="low",
+                              note=f"{how}; the error names {', '.join(named)} among {spec.name}'s choices: "
+                              + " ".join(text.split()))
+            out.append((f"remedy:{spec.name}={values[0]}", iv, "error", ll,
+                        f"{spec.name} {values[0]} ({how})"))
+    return out
+
+
+#: Words that are choices of many flags and say nothing about one (``auto``, ``none``, ``default``).
+_PLAIN = frozenset({"auto", "none", "null", "default", "true", "false", "off", "on", "all"})
+_MISSING = re.compile(
+    r"No module named '(?P<a>[A-Za-z_][\w.]*)'|(?P<b>[A-Za-z_][\w-]*) (?:package )?is not installed|"
+    r"(?:install|installed) (?P<c>[A-Za-z_][\w-]*) (?:first|to use)",
+    re.I,
+)
+
+
+def _missing_package_reverts(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """An error that a package is not installed, where the user's own explicit setting chose that
+    package (``--attention-backend flashinfer`` and ``No module named 'flashinfer'``): reverting that
+    setting lets SGLang choose an implementation that is installed. A first-class remedy."""
+    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    for ll in _error_lines(inp) + [w for w in inp.evidence.log if _MISSING.search(w.text)]:
+        for m in _MISSING.finditer(ll.text):
+            pkg = norm((m.group("a") or m.group("b") or m.group("c") or "").split(".")[0])
+            if len(pkg) < 3:
+                continue
+            for name, value in inp.baseline.flags.items():
+                if not isinstance(value, str) or value is True:
+                    continue
+                v = norm(value)
+                if len(v) < 3 or not (pkg.startswith(v) or v.startswith(pkg)):
+                    continue
+                spec = canon(inp.flags, name)
+                cname = spec.name if spec else name
+                cid = f"remedy:{cname}=off"
+                if any(f[0] == cid for f in out):
+                    continue
+                iv = Intervention(names=[cname], values=[None], decisive=True, cost="low",
+                                  note=f"{pkg} is not installed and {cname} {value} needs it: "
+                                  + " ".join(ll.text.split()))
+                out.append((cid, iv, "missing", ll, f"without {cname} (it needs {value}, which is not installed)"))
+    return out
 
 
 #: PyTorch's out-of-memory message (``c10/cuda/CUDACachingAllocator.cpp``, every release since 2.0):
@@ -209,7 +330,8 @@ class RemediesGenerator:
 
     def generate(self, inp: GeneratorInput) -> list[Candidate]:
         """Candidates ``remedy:...``; the same remedy named twice counts once, at its strongest."""
-        weight = {"error": WEIGHT_ERROR, "solution": WEIGHT_SOLUTION, "warning": WEIGHT_WARNING}
+        weight = {"error": WEIGHT_ERROR, "solution": WEIGHT_SOLUTION, "warning": WEIGHT_WARNING,
+                  "missing": WEIGHT_MISSING}
         best: dict[str, Candidate] = {}
         for cid, iv, kind, ll, what in remedies_in(inp):
             override = iv.kind == "env" and iv.workaround
@@ -220,7 +342,8 @@ class RemediesGenerator:
                                       f"env.{iv.names[0]}"),
                 # a variable that silences the check is weighed below fixing what the check caught
                 weight=weight[kind] * (OVERRIDE_FACTOR if override else 1.0),
-                rationale=f"the {'error' if kind == 'error' else kind} text names this change",
+                rationale=(f"the {'error' if kind == 'error' else kind} text names this change" if kind != "missing"
+                           else "the error says a package is not installed that the user's own setting chose"),
                 generator=self.name,
                 evidence=[Evidence(kind="signature", detail=f"log line {ll.line}: {ll.text.strip()}",
                                    experiment_id=inp.evidence.experiment_id, lines=[ll.line])],

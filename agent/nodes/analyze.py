@@ -115,6 +115,12 @@ def classify_outcome(evidence: RawEvidence) -> Outcome:
     matches = list(evidence.matches)
     probes = evidence.probes
     status = evidence.status
+    # Once every probe passed, what the server logs after it was asked to stop (its own shutdown: SGLang
+    # 0.5.23's detokenizer "crashed with exit code -15. Triggering SIGQUIT") is not the failure under test.
+    stop = min((n for m in matches if m.signature_id == "server_stopping" for n in m.line_numbers), default=None)
+    if stop is not None and probes and all(p.ok for p in probes):
+        matches = [m for m in matches
+                   if m.kind not in ("fatal", "error") or not m.line_numbers or min(m.line_numbers) < stop]
     kinds = {m.kind for m in matches}
     stages = {m.stage for m in matches if m.kind in ("fatal", "error")}
     ready = "ready" in kinds or status == "ready"

@@ -29,6 +29,7 @@ from agent.models import (
 from agent.planner import COST_ORDER, import_time_failure
 from agent.recorded import RecordedRun
 from agent.runtime import Runtime
+from agent.served import description_keeps, served_settings
 from agent.state import RunState, hypotheses_of
 from agent.transcript import TranscriptError
 from agent.values import ValueEvidence, derive
@@ -78,6 +79,11 @@ def build_conclusion(state: RunState) -> Conclusion:
     if not (confirm and fix_exp and fix_exp.change):
         base, untested = _ruled_out_by_import(base, untested, hyps, experiments, outcomes)
         return _not_isolated(base, reason, untested, experiments, outcomes)
+    deployment = _changes_deployment(fix_exp, Case.model_validate(state["case"]),
+                                     (state.get("fingerprint") or {}).get("checkpoint") or {})
+    if deployment:
+        return _workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
+                                changes_deployment=deployment)
     if _is_workaround(fix_exp.change, hyps):
         return _workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes)
     c = _isolated(state, base, reason, untested, hyps, fix_exp, confirm, experiments, outcomes)
@@ -203,13 +209,18 @@ def _workaround_only(
     confirm: Experiment,
     experiments: dict[str, Experiment],
     outcomes: dict[str, Outcome],
+    changes_deployment: str | None = None,
 ) -> Conclusion:
     """The ending when only a workaround held: it avoids the broken part without naming the cause, so the
-    root cause is not isolated (the workaround is reported as an alternative that fixed it)."""
+    root cause is not isolated (the workaround is reported as an alternative that fixed it).
+    ``changes_deployment``: the setting it changed defines what is served or the user needs it
+    (knowledge/served.toml, the case's intent), so it is a workaround that changes the deployment."""
     assert fix_exp.change is not None
+    what = (f"only a change of what is served avoided the failure ({changes_deployment} changed: a workaround "
+            "that changes the deployment; " if changes_deployment else "only a workaround avoided the failure (")
     return base.model_copy(
         update={
-            "reason": f"only a workaround avoided the failure ({fix_exp.change.describe()}, confirmed by "
+            "reason": f"{what}{fix_exp.change.describe()}, confirmed by "
             f"{confirm.id}); the root cause is not isolated" + (f"; {reason}" if reason else ""),
             "untested": untested,
             "implicated": implicated_of(experiments, outcomes),
@@ -275,6 +286,22 @@ def _blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
     return out
 
 
+def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str]) -> str | None:
+    """The setting the fix (or a blocker adopted on the way to it) changed that defines what is served
+    (knowledge/served.toml) or that the user needs (the case's intent), as ``NAME before → after``; else
+    None."""
+    served, keeps = served_settings(), description_keeps(case)
+    original = case.baseline
+    changes = [fix_exp.change] if fix_exp.change else []
+    changes += [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in _blockers(original, fix_exp)]
+    for ch in changes:
+        if ch is None:
+            continue
+        if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint):
+            return ch.name
+    return None
+
+
 def _is_workaround(change: Change, hyps: list[Hypothesis]) -> bool:
     """Whether the ledger calls this change a workaround (an intervention making it says so), as the
     planner ranks fixes (``RulePlanner._fix_kind``)."""
@@ -311,9 +338,11 @@ def _confirmation(
     passing = [e for e, o in reruns if o.stage == "ok"]
     case = Case.model_validate(state["case"])
     flaky = _seen_flaky(experiments, outcomes)
-    from agent.planner import speaks_of_flakiness
+    from agent.planner import confirmations_required, speaks_of_flakiness
 
-    needed = 2 if case.reproduce.intermittent or speaks_of_flakiness(case) or flaky else 1
+    needed = 1
+    if case.reproduce.intermittent or speaks_of_flakiness(case) or flaky:
+        needed = confirmations_required([e for e in experiments.values() if e.id in outcomes], outcomes)
     return (passing[-1] if len(passing) >= needed else None), None
 
 

@@ -34,8 +34,9 @@ from agent.transcript import Transcript
 from agent.wire import to_payload
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagError
-from tools.host import HostError, expand_argv
+from tools.host import Host, HostError, expand_argv
 from tools.knowledge import KnowledgeError, read_findings, relevance
+from tools.model_config import checkpoint_facts, read_model_config
 from tools.signatures import Signature
 
 
@@ -111,6 +112,7 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
             version_argv=expand_argv(case.launcher.version_argv, host),
             check_env_argv=case.launcher.check_env() or None,
         )
+        _read_model_and_cpus(host, case, fp)
         tr.emit("host.fingerprint", to_payload("host.fingerprint", fp), node="intake")
         step = "launcher.argv (its --help gives the flag catalog)"
         flags = rt.flags(case, fp.sglang_version)
@@ -137,6 +139,23 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
             raise _InputError(f"--host: {exc}") from None  # the user's option replaced host.target
         raise _InputError(f"{where}: {step}: {exc}") from None
     return fp, baseline
+
+
+def _read_model_and_cpus(host: Host, case: Case, fp: HostFingerprint) -> None:
+    """The served model's config.json (where ``--model-path`` points, read through the host) and the
+    host's CPU count, into the fingerprint; what cannot be read stays unknown (never an error)."""
+    path = next((str(v) for k, v in case.baseline.flags.items() if k in ("--model-path", "--model") and v),
+                case.model.path)
+    config, where = read_model_config(host, path, {**case.host.env, **case.baseline.env})
+    fp.checkpoint_source = where
+    if config is not None:
+        fp.checkpoint = checkpoint_facts(config)
+    try:
+        res = host.run(["getconf", "_NPROCESSORS_ONLN"], timeout=10.0)
+        if res.returncode == 0 and res.stdout.strip().isdigit():
+            fp.cpu_count = int(res.stdout.strip())
+    except HostError:
+        pass
 
 
 def _read_knowledge(tr: Transcript, case: Case, fp: HostFingerprint) -> list[RelevantFinding]:

@@ -1,0 +1,319 @@
+"""Only what is in play, and errors that name their remedy (issue 20, points 1 and 2).
+
+Real parts: SGLang 0.5.23's own ``--help`` (tests/data/help_sglang_0.5.23.txt), its error texts as its
+source prints them (srt/utils/common.py ``get_device``; a missing package's ModuleNotFoundError), the
+model's config.json read from disk through the real ``LocalHost``, and the rule planner with the
+repository's knowledge.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent.case import Case
+from agent.catalog import load_catalog
+from agent.evidence import RawEvidence
+from agent.models import Baseline, Experiment
+from agent.nodes.analyze import classify_outcome
+from agent.nodes.intake import _read_model_and_cpus
+from agent.planner import PlannerView, Proposal, RulePlanner
+from tools.fingerprint import HostFingerprint
+from tools.flags import FlagCatalog, parse_help
+from tools.host import LocalHost
+from tools.model_config import checkpoint_facts
+from tools.signatures import load_signatures
+
+DATA = Path(__file__).parent / "data"
+FLAGS: FlagCatalog = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="fixture", version="0.5.23")
+SITE = "/venv/lib/python3.11/site-packages"
+
+#: SGLang 0.5.23 on a host without an accelerator, launched with no --device (srt/utils/common.py:1124,
+#: reached from arg_groups/serving_hook.py handle_missing_default_values).
+NO_ACCELERATOR = f"""Traceback (most recent call last):
+  File "<frozen runpy>", line 198, in _run_module_as_main
+  File "{SITE}/sglang/launch_server.py", line 40, in <module>
+    server_args = prepare_server_args(sys.argv[1:])
+  File "{SITE}/sglang/srt/arg_groups/serving_hook.py", line 652, in handle_missing_default_values
+    device=get_device(),
+  File "{SITE}/sglang/srt/utils/common.py", line 1124, in get_device
+    raise RuntimeError(
+RuntimeError: No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform plugin is available.
+"""
+
+FLASHINFER_MISSING = f"""[2026-12-01 10:00:00] server_args={{'model_path': '/m/tiny', 'device': 'cpu', 'attention_backend': 'flashinfer'}}
+[2026-12-01 10:00:03] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 3179, in run_scheduler_process
+    scheduler = Scheduler(
+  File "{SITE}/sglang/srt/model_executor/model_runner.py", line 1951, in init_attention_backend
+    self.attn_backend = self._get_attention_backend()
+  File "{SITE}/sglang/srt/layers/attention/flashinfer_backend.py", line 50, in <module>
+    from flashinfer import BatchDecodeWithPagedKVCacheWrapper
+ModuleNotFoundError: No module named 'flashinfer'
+"""
+
+DENSE_LLAMA = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "num_hidden_layers": 2, "max_position_embeddings": 512, "torch_dtype": "float32",
+}
+MOE = {**DENSE_LLAMA, "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 8, "num_experts_per_tok": 2,
+       "moe_intermediate_size": 64}
+CPU_HOST = HostFingerprint(gpu_vendor="none", gpu_count=0, sglang_version="0.5.23", cpu_count=2)
+GPU_HOST = HostFingerprint(gpu_vendor="nvidia", gpu_name="NVIDIA H100 80GB HBM3", gpu_count=1,
+                           compute_capability="9.0", memory_total_mib=81559, sglang_version="0.5.23")
+
+
+def _fingerprint(tmp_path: Path, config: dict[str, object], fp: HostFingerprint,
+                 name: str = "model") -> tuple[HostFingerprint, str]:
+    """The fingerprint intake builds: the model's config.json read from disk through LocalHost."""
+    model = tmp_path / name
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    fp = fp.model_copy(deep=True)
+    case = Case.model_validate({"name": "c", "model": {"path": str(model)},
+                                "baseline": {"flags": {"--model-path": str(model)}}})
+    _read_model_and_cpus(LocalHost(), case, fp)
+    return fp, str(model)
+
+
+def _run(fp: HostFingerprint, flags: dict[str, object], log: str) -> tuple[RulePlanner, PlannerView, Proposal]:
+    """A baseline launch that failed with ``log``, and the planner's next proposal."""
+    case = Case.model_validate({"name": "c", "model": {"path": str(flags["--model-path"])},
+                                "baseline": {"flags": flags}})
+    case.baseline = Baseline(flags={FLAGS.resolve(k).name: v for k, v in case.baseline.flags.items()})
+    view = PlannerView(case=case, fingerprint=fp)
+    planner = RulePlanner(load_catalog(), FLAGS)
+    first = planner.propose(view, planner.history(view)).experiment
+    assert first is not None and first.purpose == "baseline"
+    first = first.model_copy(update={"status": "done"})
+    raw = RawEvidence.from_log(first.id, log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    view.experiments.append(first)
+    view.outcomes.append(classify_outcome(raw))
+    view.launches = 1
+    return planner, view, planner.propose(view, planner.history(view))
+
+
+def _touched(exp: Experiment | None) -> str:
+    assert exp is not None and exp.change is not None
+    return exp.change.name
+
+
+def test_the_model_config_is_read_from_the_host_where_the_model_path_points(tmp_path: Path) -> None:
+    fp, _ = _fingerprint(tmp_path, MOE, CPU_HOST)
+    assert fp.checkpoint["architecture"] == "Qwen3MoeForCausalLM"
+    assert "num_experts" in fp.checkpoint["keys"].split()
+    assert fp.checkpoint["max_position_embeddings"] == "512"
+    assert fp.checkpoint_source and fp.checkpoint_source.endswith("config.json")
+    # an empty value says the feature is absent, and quantization is read off its method
+    facts = checkpoint_facts({"num_experts": 0, "quantization_config": {"quant_method": "fp8"}})
+    assert "num_experts" not in facts["keys"].split() and "quant_method:fp8" in facts["keys"].split()
+
+
+def test_bare_command_on_a_cpu_host_tries_the_cpu_device_first_and_nothing_out_of_play(tmp_path: Path) -> None:
+    fp, model = _fingerprint(tmp_path, DENSE_LLAMA, CPU_HOST)
+    _, _, prop = _run(fp, {"--model-path": model}, NO_ACCELERATOR)
+    exp = prop.experiment
+    assert exp is not None and exp.change is not None
+    assert (exp.change.name, exp.change.after) == ("--device", "cpu")
+    # the CUDA-graph backends the failing frames might suggest were weighed and skipped, with the reason
+    skipped = [c["skipped"] for c in prop.considered if "skipped" in c]
+    assert not any(c.get("change", "").startswith("--cuda-graph") for c in prop.considered)
+    assert all("not in play" in s for s in skipped if "cuda-graph" in s)
+
+
+def test_an_error_naming_a_flags_choices_gives_the_value_that_fits_this_host(tmp_path: Path) -> None:
+    # the same error on a host with an NVIDIA GPU names --device too, with the value for that platform
+    fp, model = _fingerprint(tmp_path, DENSE_LLAMA, GPU_HOST)
+    planner, view, _ = _run(fp, {"--model-path": model}, NO_ACCELERATOR)
+    ledger = {h.id: h for h in planner.history(view).hypotheses}
+    assert ledger["remedy:--device=cuda"].interventions[0].values == ["cuda"]
+    assert "remedy:--device=cpu" not in ledger
+
+
+def test_a_package_the_users_own_setting_needs_is_missing_so_that_setting_is_reverted_first(tmp_path: Path) -> None:
+    fp, model = _fingerprint(tmp_path, DENSE_LLAMA, CPU_HOST)
+    planner, view, prop = _run(
+        fp, {"--model-path": model, "--device": "cpu", "--attention-backend": "flashinfer"}, FLASHINFER_MISSING
+    )
+    exp = prop.experiment
+    assert exp is not None and exp.change is not None, prop.conclude_reason
+    assert (exp.change.name, exp.change.before, exp.change.after) == ("--attention-backend", "flashinfer", None)
+
+
+def test_moe_settings_are_not_candidates_on_a_dense_model_but_are_on_an_moe_one(tmp_path: Path) -> None:
+    dense, model = _fingerprint(tmp_path, DENSE_LLAMA, GPU_HOST, "dense")
+    moe, model2 = _fingerprint(tmp_path, MOE, GPU_HOST, "moe")
+    log = FLASHINFER_MISSING.replace("flashinfer", "moe_kernels").replace("attention_backend", "x")
+    log = log.replace("layers/attention/moe_kernels_backend.py", "layers/moe/fused_moe_triton/layer.py")
+
+    def moe_skips(fp: HostFingerprint, path: str) -> list[str]:
+        _, _, prop = _run(fp, {"--model-path": path}, log)
+        return [c["skipped"] for c in prop.considered if "skipped" in c and "configures moe" in c["skipped"]]
+
+    assert moe_skips(dense, model), "a dense model's MoE settings are skipped as not in play"
+    assert not moe_skips(moe, model2)
+
+
+def test_an_unreadable_model_config_skips_nothing_on_a_guess(tmp_path: Path) -> None:
+    fp = CPU_HOST.model_copy(deep=True)
+    case = Case.model_validate({"name": "c", "model": {"path": str(tmp_path / "absent")}})
+    _read_model_and_cpus(LocalHost(), case, fp)
+    assert fp.checkpoint == {} and fp.checkpoint_source
+    from agent.in_play import InPlay
+    from agent.models import Change
+
+    ip = InPlay(GPU_HOST, Baseline(), {}, FLAGS)
+    assert ip.why_not(Change(kind="flag", name="--moe-runner-backend", after="triton")) is None
+
+
+def test_a_sentence_full_stop_is_not_part_of_a_value_the_error_names() -> None:
+    from agent.generators import GeneratorInput
+    from agent.generators.evidence import failure_evidence
+    from agent.generators.remedies import remedies_in
+
+    log = ("ValueError: User-specified context_length (4096) is greater than the derived context_length (512). "
+           "To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1.\n")
+    raw = RawEvidence.from_log("e", log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    out = classify_outcome(raw)
+    case = Case.model_validate({"name": "c", "model": {"path": "m"}})
+    inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
+                         fingerprint=CPU_HOST, flags=FLAGS)
+    values = {iv.names[0]: iv.values for _, iv, *_ in remedies_in(inp) if iv.kind == "env"}
+    assert values["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == ["1"]
+
+
+# ----- progress is a later stage or the failure gone (point 4) -----------------------------------------
+
+QUANT = ("Traceback (most recent call last):\n"
+         f'  File "{SITE}/sglang/srt/configs/model_config.py", line 700, in _verify_quantization\n'
+         "    raise ValueError(\n"
+         "ValueError: Quantization method specified in the model config (fp8) does not match the quantization "
+         "method specified in the `quantization` argument ({q}).\n")
+NEXT = ("Traceback (most recent call last):\n"
+        f'  File "{SITE}/sglang/srt/server_args.py", line 1200, in _handle_attention_backend\n'
+        "    raise AssertionError(\n"
+        "AssertionError: triton or trtllm_mha backend are the only supported backends for hybrid GDN models\n")
+
+
+def _test_run(planner: RulePlanner, view: PlannerView, change_name: str, after: str, log: str) -> None:
+    from agent.models import Change
+
+    base = planner.history(view).baseline
+    change = Change(kind="flag", name=change_name, before=base.flags.get(change_name), after=after)
+    exp = Experiment(id=Experiment.make_id(base, change, "test"), purpose="test", baseline=base, change=change,
+                     status="done")
+    raw = RawEvidence.from_log(exp.id, log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    view.experiments.append(exp)
+    view.outcomes.append(classify_outcome(raw))
+    view.launches += 1
+
+
+def test_the_error_names_the_value_in_force_and_the_checkpoints_so_the_other_is_proposed() -> None:
+    fp = GPU_HOST
+    _, _, prop = _run(fp, {"--model-path": "/m/x", "--quantization": "w8a8_fp8"}, QUANT.format(q="w8a8_fp8"))
+    assert prop.experiment is not None and prop.experiment.change is not None
+    assert (prop.experiment.change.name, prop.experiment.change.after) == ("--quantization", "fp8")
+
+
+def test_the_same_error_with_another_value_is_not_progress_but_another_error_is() -> None:
+    planner, view, _ = _run(GPU_HOST, {"--model-path": "/m/x", "--quantization": "w8a8_fp8"}, QUANT.format(q="w8a8_fp8"))
+    _test_run(planner, view, "--quantization", "awq", QUANT.format(q="awq"))
+    st = planner.history(view)
+    assert st.baseline.flags["--quantization"] == "w8a8_fp8" and not st.adoptions  # not adopted
+    _test_run(planner, view, "--quantization", "fp8", NEXT)
+    st = planner.history(view)
+    assert st.baseline.flags["--quantization"] == "fp8" and len(st.adoptions) == 1  # past a blocker
+
+
+def test_gpu_kernel_choices_are_not_candidates_on_a_cpu_host() -> None:
+    """On a CPU host the attention backend's alternatives are the CPU ones: Triton has no CPU driver,
+    FlashInfer is CUDA code (knowledge/subsystems.toml [[implementation]])."""
+    from agent.in_play import InPlay
+    from agent.models import Change
+
+    cpu = InPlay(CPU_HOST, Baseline(flags={"--device": "cpu"}), {}, FLAGS)
+    gpu = InPlay(GPU_HOST, Baseline(), {}, FLAGS)
+    for value in ("triton", "flashinfer", "fa3"):
+        change = Change(kind="flag", name="--attention-backend", before="intel_amx", after=value)
+        assert cpu.why_not(change) is not None and "platform (cpu)" in str(cpu.why_not(change))
+        assert gpu.why_not(change) is None
+    assert cpu.why_not(Change(kind="flag", name="--attention-backend", before="intel_amx", after="torch_native")) is None
+
+
+# ----- asynchronous device faults, ROCm too (points 3 and 8) -------------------------------------------
+
+#: A ROCm hardware exception as the ROCm runtime prints it on every rank (rocdevice.cpp), then SGLang's
+#: scheduler death; the server args say TP 8 on an AMD host.
+HSA = """[2026-12-01 10:00:00] server_args={'model_path': '/m/x', 'tp_size': 8, 'attention_backend': 'aiter'}
+:0:rocdevice.cpp            :3020: 8243150981 us:  Callback: Queue 0x7f2a4c600000 Aborting with error : HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception. code: 0x1016
+[2026-12-01 10:00:09] Rank 0 scheduler is dead. Please check if there are relevant logs.
+[2026-12-01 10:00:09] Received sigquit from a child process. It usually means the child failed.
+"""
+MI300X = HostFingerprint(gpu_vendor="amd", gpu_name="AMD Instinct MI300X", gpu_count=8, gpu_arch="gfx942",
+                         memory_total_mib=196592, sglang_version="0.5.23")
+
+
+def test_a_rocm_hardware_exception_is_localised_first_and_a_working_localiser_is_a_workaround() -> None:
+    from agent.generators.evidence import failure_evidence
+
+    planner, view, prop = _run(MI300X, {"--model-path": "/m/x", "--tp-size": "8"}, HSA)
+    assert "illegal_memory_access" in failure_evidence(view.outcomes[0]).symptoms
+    exp = prop.experiment
+    assert exp is not None and exp.change is not None
+    # a localiser that takes a whole subsystem out, not a guess among MoE or attention kernels
+    ledger = {h.id: h for h in planner.history(view).hypotheses}
+    localisers = {iv.names[0] for h in ledger.values() if h.id.startswith("symptom:async-fault")
+                  for iv in h.interventions}
+    assert exp.change.name in localisers | {FLAGS.resolve_role(["--disable-decode-cuda-graph"]).name}  # type: ignore[union-attr]
+    assert all(iv.workaround for h in ledger.values() if h.id.startswith("symptom:async-fault")
+               for iv in h.interventions)
+
+
+def test_notes_that_name_a_file_for_a_feature_that_is_on_fill_its_unset_path_setting() -> None:
+    from agent.generators import GeneratorInput
+    from agent.generators.evidence import failure_evidence
+    from agent.generators.findings import KnownGoodDiffGenerator
+    from agent.models import RelevantFinding
+    from tools.knowledge import Finding
+
+    notes = Finding(source="FINDINGS.md", title="Notes on this box", outcome="unknown",
+                    text="- trained an EAGLE3 draft head with SpecForge; the checkpoint is in `/models/m-eagle3`.\n"
+                         "- the tokenizer cache lives in `/data/cache`.")
+    log = ("Traceback (most recent call last):\n"
+           f'  File "{SITE}/sglang/srt/speculative/eagle_worker.py", line 120, in __init__\n'
+           "    self.draft_model_runner.model.set_embed(embed)\n"
+           "AttributeError: 'Qwen2ForCausalLM' object has no attribute 'set_embed'\n")
+    raw = RawEvidence.from_log("e", log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    out = classify_outcome(raw)
+
+    def paths(flags: dict[str, str]) -> set[str]:
+        case = Case.model_validate({"name": "c", "model": {"path": "m"}, "baseline": {"flags": flags}})
+        inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
+                             fingerprint=GPU_HOST, flags=FLAGS, findings=[RelevantFinding(finding=notes, relevance=0.3)])
+        return {c.id for c in KnownGoodDiffGenerator().generate(inp)}
+
+    assert paths({"--speculative-algorithm": "EAGLE3"}) == {"finding:--speculative-draft-model-path=/models/m-eagle3"}
+    assert paths({}) == set()  # speculative decoding off: its draft path is not in play
+
+
+def test_the_servers_own_shutdown_after_passing_probes_is_not_a_failure() -> None:
+    """Real SGLang 0.5.23 on this host, stopped by hypoloop after every probe passed: its detokenizer
+    dies of the SIGTERM and SGLang triggers a SIGQUIT (lines as logged on 2026-12-02). A confirmation
+    read that as a crash and refuted the fix."""
+    from tools.probes import ProbeResult
+
+    log = """[2026-12-02 02:22:52] The server is fired up and ready to roll!
+[2026-12-02 02:22:57] INFO:     127.0.0.1:57716 - "POST /generate HTTP/1.1" 200 OK
+[2026-12-02 02:22:57] SIGTERM received. signum=None frame=None. Draining requests and shutting down...
+[2026-12-02 02:22:58] Subprocess detokenizer (pid=22620) crashed with exit code -15. Triggering SIGQUIT for cleanup...
+[2026-12-02 02:22:58] SIGQUIT received. signum=None, frame=None. It usually means one child failed.
+[2026-12-02 02:23:03] kill_process_tree called: parent_pid=21801, include_parent=True, pid=21801
+"""
+    probes = [ProbeResult(probe_id="chat", ok=True, status="ok", http_status=200, text="Paris", latency_s=1.5)]
+    raw = RawEvidence.from_log("e", log, load_signatures(), "x.log").model_copy(update={"status": "ready", "probes": probes})
+    assert classify_outcome(raw).stage == "ok"
+    # the same lines before the server was asked to stop are a crash
+    early = log.replace("[2026-12-02 02:22:57] SIGTERM received. signum=None frame=None. Draining requests and shutting down...\n", "")
+    failed = [ProbeResult(probe_id="chat", ok=False, status="connection_error", latency_s=1.5)]
+    raw = RawEvidence.from_log("e", early, load_signatures(), "x.log").model_copy(update={"status": "ready", "probes": failed})
+    assert classify_outcome(raw).stage == "request_failed"
