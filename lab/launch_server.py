@@ -369,7 +369,9 @@ class StandIn:
         self.log.line("sglang is using nccl==2.27.7", source="scheduler")
         self.log.sleep(timing.init_s * 0.6)
         overhead = self.world.memory.init_overhead_gb
-        self._ranks_text("init_end", lambda r: {"usage": overhead + self._jitter(r)})
+        self._ranks_text(
+            "init_end", lambda r: {"usage": overhead + self._jitter(r), "elapsed": self.world.timing.init_s * 0.5}
+        )
         self._fire("init")
 
     def _jitter(self, rank: int) -> float:

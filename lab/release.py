@@ -78,7 +78,7 @@ DEFAULT_TEXTS: dict[str, str] = {
 #: The values each text is rendered with (checked when a version file is loaded).
 TEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "init_begin": (),
-    "init_end": ("usage",),
+    "init_end": ("usage", "elapsed"),
     "load_begin": ("avail",),
     "load_end": ("arch", "dtype", "avail", "usage", "elapsed"),
     "kv_allocated": ("tokens", "k_gb", "v_gb", "kv_dtype"),

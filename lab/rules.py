@@ -236,10 +236,25 @@ class _Removed(argparse.Action):
         parser.error(self.message)
 
 
+class _Warn(argparse.Action):
+    """SGLang's `DeprecatedAction`: takes no value, stores nothing (the default stays); the warning is
+    added by `_deprecated`."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.pop("nargs", None)
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        return None
+
+
 _ACTIONS: dict[str, Any] = {
     "store_true": "store_true",
     "store_false": "store_false",
     "boolean_optional": argparse.BooleanOptionalAction,
+    "store_const": "store_const",
+    "warn": _Warn,
 }
 
 
@@ -247,6 +262,8 @@ def _add_flag(parser: argparse.ArgumentParser, flag: FlagDef, suppress: bool) ->
     kwargs: dict[str, Any] = {"dest": flag.dest, "help": flag.help or None}
     if flag.action in _ACTIONS:
         kwargs["action"] = _ACTIONS[flag.action]
+        if flag.action == "store_const":
+            kwargs["const"] = flag.const
     else:
         kwargs["type"] = _TYPES[flag.type]
         if flag.choices is not None:
@@ -275,6 +292,8 @@ def _add_flag(parser: argparse.ArgumentParser, flag: FlagDef, suppress: bool) ->
             "store_true": argparse._StoreTrueAction,
             "store_false": argparse._StoreFalseAction,
             "boolean_optional": argparse.BooleanOptionalAction,
+            "store_const": argparse._StoreConstAction,
+            "warn": _Warn,
         }[flag.action]
         kwargs["action"] = _deprecated(base, flag.deprecated)
     parser.add_argument(flag.name, *flag.aliases, **kwargs)

@@ -130,7 +130,9 @@ class FlagDef:
     aliases: tuple[str, ...]
     dest: str
     type: str  # "str" | "int" | "float"; ignored for switches
-    action: str  # "store" | "store_true" | "store_false" | "boolean_optional" (--x / --no-x)
+    action: str  # "store" | "store_true" | "store_false" | "boolean_optional" (--x / --no-x) |
+    # "store_const" (stores `const`, takes no value) | "warn" (takes no value, stores nothing: prints its
+    # `deprecated` message, like SGLang's DeprecatedAction)
     choices: tuple[str, ...] | tuple[int, ...] | tuple[float, ...] | None  # of the flag's type
     default: Any
     help: str
@@ -139,6 +141,17 @@ class FlagDef:
     metavar: str | None
     deprecated: str | None = None  # warning printed when given (the flag still works)
     removed: str | None = None  # argparse error printed when given (exit 2): the flag is retired
+    const: Any = None  # store_const: the value stored
+
+    @property
+    def takes_value(self) -> bool:
+        """Whether the flag is followed by a value on the command line (store with nargs != 0)."""
+        return self.action == "store"
+
+    @property
+    def is_list(self) -> bool:
+        """Whether the flag takes several values (`nargs` '+' or '*': `--cuda-graph-bs 1 2 4 8`)."""
+        return self.action == "store" and self.nargs in ("+", "*")
 
     def option_strings(self) -> tuple[str, ...]:
         """Every spelling argparse accepts: name, aliases and, for boolean_optional, `--no-<name>`."""
@@ -523,9 +536,9 @@ class _Ctx:
         return value
 
 
-_FLAG_ACTIONS = ("store", "store_true", "store_false", "boolean_optional")
+_FLAG_ACTIONS = ("store", "store_true", "store_false", "boolean_optional", "store_const", "warn")
 _FLAG_KEYS = frozenset(
-    "name aliases type action choices default help nargs required metavar dest deprecated removed".split()
+    "name aliases type action choices default help nargs required metavar dest deprecated removed const".split()
 )
 
 
@@ -577,6 +590,7 @@ def _parse_flag(ctx: _Ctx, item: dict[str, Any], where: str) -> FlagDef:
         metavar=item.get("metavar"),
         deprecated=item.get("deprecated"),
         removed=item.get("removed"),
+        const=item.get("const"),
     )
 
 

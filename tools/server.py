@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from tools.container import prepare as prepare_container
 from tools.container import recover as recover_container
+from tools.flags import value_words
 from tools.host import Host, HostError, ProcessHandle, QueuesJobs, SchedulerError, expand_argv
 from tools.logwatch import LogLine, LogWatcher
 from tools.signatures import SignatureMatch, SignatureMatcher
@@ -44,7 +45,8 @@ def render_command(
     """The launch argv: launcher, `--model-path M`, flags in order, then `--host H --port P`.
 
     True renders a bare flag, False/None omits it, other values become `str(value)` as one argv item
-    (no shell is involved, so no quoting is needed). `--model-path`, `--host` and `--port` in `flags`
+    (no shell is involved, so no quoting is needed), except a list-valued flag's space-separated value
+    (`--cuda-graph-bs 1 2 4 8`), one item per word (`tools.flags.value_words`). `--model-path`, `--host` and `--port` in `flags`
     are dropped because the session owns them. `{python}` in the launcher is left for `expand_argv`.
     Raises ValueError for a flag name that does not start with "-".
     """
@@ -56,7 +58,7 @@ def render_command(
             continue
         argv.append(name)
         if value is not True:
-            argv.append(str(value))
+            argv.extend(value_words(str(value)))
     return argv + ["--host", host, "--port", str(port)]
 
 
