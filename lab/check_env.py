@@ -8,8 +8,10 @@ the driver version, PyTorch and the package versions (`sglang: 0.5.23`). Standar
 
 from __future__ import annotations
 
+import os
 import sys
 
+from lab.model_files import ensure_model_files
 from lab.world import WorldError, load_world_from_env
 
 
@@ -20,6 +22,7 @@ def main() -> int:
     except WorldError as exc:
         print(f"lab.check_env: {exc}", file=sys.stderr)
         return 1
+    ensure_model_files(world, os.environ)
     hw = world.hardware
     ids = ",".join(str(i) for i in range(hw.gpu_count))
     lines = [f"Python: {sys.version.split()[0]} (main) [GCC 12.2.0]"]

@@ -33,6 +33,7 @@ from typing import Any, NoReturn
 from lab import responder
 from lab.chance import is_live, launch_seed
 from lab.memory import MemoryPlan, capture_batch_sizes, default_cuda_graph_max_bs, plan_memory
+from lab.model_files import ensure_model_files
 from lab.rules import Resolution, matching_faults, parse_command_line, render, resolve
 from lab.world import Fault, LineSpec, World, WorldError, load_world_from_env, time_scale_from_env
 
@@ -304,6 +305,7 @@ class StandIn:
         if model_path not in (self.world.model.path, *self.world.model.aliases):
             self._unknown_model(model_path)  # SGLang reads the HF config before any model-specific rule
             return 1
+        ensure_model_files(self.world, os.environ, model_path)
         for spec, text in self.res.logs:
             self.log.spec(spec, text, self.tp)
         self._fire("args")
