@@ -12,7 +12,7 @@ import os
 import sys
 
 from lab.model_files import ensure_model_files
-from lab.world import WorldError, load_world_from_env
+from lab.world import WorldError, load_world_from_env, package_key
 
 
 def main() -> int:
@@ -35,7 +35,14 @@ def main() -> int:
                   f"{hw.cuda_version}", f"CUDA Driver Version: {hw.driver_version}"]
     else:
         lines += ["CUDA available: False"]
-    lines += ["PyTorch: 2.9.1", f"sglang: {world.version.version}", "ulimit soft: 1048576"]
+    # BaseEnv.check_env: PyTorch, then get_package_versions over PACKAGE_LIST (importlib.metadata.version;
+    # a missing distribution prints "Module Not Found"), then the topology and ulimit
+    torch = world.packages.get("torch", "2.9.1")
+    lines.append(f"PyTorch: {torch}")
+    listed = world.version.check_env_packages or ("sglang",)
+    for name in listed:
+        lines.append(f"{name}: {world.packages.get(package_key(name), 'Module Not Found')}")
+    lines.append("ulimit soft: 1048576")
     print("\n".join(lines))
     return 0
 

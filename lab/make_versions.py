@@ -401,6 +401,32 @@ def _flag_block(opt: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def installed_packages(release: str) -> dict[str, str]:
+    """The packages a `pip install sglang==<release>` pins on Linux x86_64 (`name==version` lines of
+    the wheel's METADATA without an extra; markers that exclude x86_64 are skipped), plus sglang itself."""
+    meta = next((source_dir(release) / f"sglang-{release}.dist-info").glob("METADATA"), None)
+    pins: dict[str, str] = {"sglang": release}
+    if meta is None:
+        return pins
+    for line in meta.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"Requires-Dist: ([A-Za-z0-9_.\-]+)(?:\[[^\]]*\])?==([^;\s]+)\s*(?:;(.*))?$", line)
+        if not m:
+            continue
+        marker = m.group(3) or ""
+        if "extra ==" in marker or ('platform_machine ==' in marker and "x86_64" not in marker):
+            continue
+        pins[m.group(1).lower().replace("_", "-")] = m.group(2)
+    return dict(sorted(pins.items()))
+
+
+def check_env_packages(release: str) -> list[str]:
+    """`PACKAGE_LIST` of the release's `sglang/check_env.py`: the packages `check_env` reports, in order."""
+    path = source_dir(release) / "sglang" / "check_env.py"
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    m = re.search(r"PACKAGE_LIST = \[(.*?)\]", text, re.S)
+    return re.findall(r'"([^"]+)"', m.group(1)) if m else []
+
+
 def version_toml(release: str, options: list[dict[str, Any]]) -> str:
     """The whole version file of one release: header, one `[[flag]]` per option, the hand-written part."""
     part = PARTS_DIR / f"{release}-release.toml"
@@ -410,9 +436,16 @@ def version_toml(release: str, options: list[dict[str, Any]]) -> str:
         f"# ServerArgs.add_cli_args, from the wheel on the package registry): all {len(options)} options.\n"
         f"# The [release] table and [[resolve]] rules at the end are hand-written from the release's\n"
         f"# sources (parts/{part.name}). Format: lab/README.md. Do not edit by hand: regenerate.\n\n"
-        f'version = "{release}"\n\n'
+        f'version = "{release}"\n'
+        f"# the packages `python -m sglang.check_env` reports (sglang/check_env.py PACKAGE_LIST)\n"
+        f"check_env_packages = {_toml(check_env_packages(release))}\n\n"
     )
     body = "\n\n".join(_flag_block(o) for o in options) + "\n\n"
+    pins = installed_packages(release)
+    body += (
+        "# What `pip install sglang==" + release + "` installs on Linux x86_64 (the wheel's METADATA pins).\n"
+        "[installed]\n" + "".join(f"{_toml(k)} = {_toml(v)}\n" for k, v in pins.items()) + "\n"
+    )
     tail = part.read_text(encoding="utf-8") if part.is_file() else ""
     return head + body + tail
 

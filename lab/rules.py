@@ -24,6 +24,7 @@ from lab.world import (
     VersionDef,
     World,
     WorldError,
+    package_key,
 )
 
 
@@ -72,6 +73,8 @@ class Context:
             return self.env.get(name)
         if prefix == "mem":
             return self.mem.get(name)
+        if prefix == "pkg":
+            return self.world.packages.get(package_key(name))
         return self.extra.get(key)
 
 
@@ -131,7 +134,26 @@ def _clause_holds(actual: Any, op: str, operand: Any) -> bool:
         return (actual is not None) == bool(operand)
     if op == "matches":
         return actual is not None and re.search(str(operand), str(actual)) is not None
+    if op.startswith("version_"):
+        if actual is None:
+            return False
+        a, b = version_key(str(actual)), version_key(str(operand))
+        return {"version_lt": a < b, "version_le": a <= b, "version_gt": a > b, "version_ge": a >= b}[op]
     raise WorldError(f"unknown operator {op!r}")
+
+
+def version_key(text: str) -> tuple[Any, ...]:
+    """An order for release strings (PEP 440 in the shapes packages use): `0.6.3` < `0.6.3.post1`,
+    `0.7.0rc1` < `0.7.0`, `2.9.1+cu128` == `2.9.1` (the local part is ignored), `1.10` > `1.9`."""
+    base = text.strip().lower().split("+", 1)[0].lstrip("v")
+    m = re.match(r"^(\d+(?:\.\d+)*)(?:[.-]?(dev|a|alpha|b|beta|rc|c|post)[.-]?(\d*))?", base)
+    if not m:
+        return ((), 0, 0, base)
+    release = tuple(int(x) for x in m.group(1).split("."))
+    while len(release) > 1 and release[-1] == 0:
+        release = release[:-1]
+    rank = {"dev": -4, "a": -3, "alpha": -3, "b": -2, "beta": -2, "rc": -1, "c": -1, "post": 1}.get(m.group(2) or "", 0)
+    return (release, rank, int(m.group(3) or 0), "")
 
 
 def holds(condition: Condition | None, ctx: Context) -> bool:

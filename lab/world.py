@@ -74,6 +74,10 @@ OPERATORS = (
     "not_contains",
     "is_set",
     "matches",
+    "version_lt",
+    "version_le",
+    "version_gt",
+    "version_ge",
 )
 SOURCES = ("scheduler", "server", "raw")
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -114,7 +118,7 @@ SITE_DIR = str(Path(__file__).resolve().parent / "site")
 TRUTH_EXPECT = ("isolated", "not_isolated", "not_reproduced")
 FIX_COSTS = ("none", "low", "medium", "high")
 
-_KEY_RE = re.compile(r"^(?:(args|user|hw|model|env|mem)\.)?([A-Za-z_][A-Za-z0-9_.]*)$")
+_KEY_RE = re.compile(r"^(?:(args|user|hw|model|env|mem|pkg)\.)?([A-Za-z_][A-Za-z0-9_.\-]*)$")
 TEMPLATE_RE = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_.]*)(?::([^{}]*))?\}")
 
 
@@ -332,10 +336,30 @@ class VersionDef:
     flags: tuple[FlagDef, ...]
     resolve: tuple[ResolveRule, ...]
     release: Release = field(default_factory=Release)
+    installed: dict[str, str] = field(default_factory=dict)  # package -> version `pip install` pins
+    check_env_packages: tuple[str, ...] = ()  # what `check_env` reports, in its order
 
     @property
     def dests(self) -> tuple[str, ...]:
         return tuple(f.dest for f in self.flags)
+
+
+@dataclass(frozen=True)
+class PackageChange:
+    """One entry of a host's package history (`[[package_change]]`): `name` went from `before` to
+    `after` (either "" for installed / removed) at `when` (free text as a user would say it, e.g.
+    "2026-11-30 14:00" or "yesterday"), with an optional `note` (how: `pip install -U flashinfer-python`)."""
+
+    name: str
+    before: str
+    after: str
+    when: str
+    note: str = ""
+
+
+def package_key(name: str) -> str:
+    """A package name as pip compares them (PEP 503: case-folded, runs of '-', '_', '.' as one '-')."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -351,6 +375,8 @@ class World:
     resolve: tuple[ResolveRule, ...]
     faults: tuple[Fault, ...]
     truth: Truth | None
+    packages: dict[str, str] = field(default_factory=dict)  # installed package -> version (normalised names)
+    package_changes: tuple[PackageChange, ...] = ()
 
 
 # ----------------------------------------------------------------------------------------- loading
@@ -439,6 +465,7 @@ def load_world(spec: str) -> World:
             raise WorldError(f"{path}: fault id {fault.id!r} is used twice")
         seen.add(fault.id)
     truth = _parse_truth(ctx, data.get("truth"))
+    packages, changes = _parse_packages(ctx, data, version)
     return World(
         name=str(data.get("name", path.parent.name)),
         path=path,
@@ -451,7 +478,50 @@ def load_world(spec: str) -> World:
         resolve=resolve,
         faults=faults,
         truth=truth,
+        packages=packages,
+        package_changes=changes,
     )
+
+
+def _parse_packages(ctx: _Ctx, data: dict[str, Any], version: VersionDef) -> tuple[dict[str, str], tuple[PackageChange, ...]]:
+    """`[packages]` (name = "version"; false = not installed) over the release's pins; `[[package_change]]`."""
+    raw = data.get("packages", {})
+    if not isinstance(raw, dict):
+        raise ctx.fail("packages", 'expected a table of package = "version" (false: not installed)')
+    packages = dict(version.installed)
+    for name, value in raw.items():
+        if value is False:
+            packages.pop(package_key(name), None)
+        elif isinstance(value, str) and value:
+            packages[package_key(name)] = value
+        else:
+            raise ctx.fail(f"packages.{name}", 'expected a version string such as "0.6.3", or false (not installed)')
+    changes: list[PackageChange] = []
+    for i, item in enumerate(ctx.list(data, "package_change")):
+        where = f"package_change[{i}]"
+        unknown = sorted(set(item) - {"name", "before", "after", "when", "note"})
+        if unknown:
+            raise ctx.fail(f"{where}.{unknown[0]}", "unknown field (allowed: after, before, name, note, when)")
+        for key in ("name", "when"):
+            if not isinstance(item.get(key), str) or not item[key]:
+                raise ctx.fail(f"{where}.{key}", "expected a non-empty string")
+        for key in ("before", "after", "note"):
+            if not isinstance(item.get(key, ""), str):
+                raise ctx.fail(f"{where}.{key}", "expected a string (\"\" for not installed)")
+        change = PackageChange(
+            name=item["name"], before=item.get("before", ""), after=item.get("after", ""), when=item["when"],
+            note=item.get("note", ""),
+        )
+        changes.append(change)
+    last = {package_key(c.name): (i, c) for i, c in enumerate(changes)}
+    for key, (i, change) in last.items():
+        if packages.get(key, "") != change.after:
+            now = packages.get(key) or "not installed"
+            raise ctx.fail(
+                f"package_change[{i}].after",
+                f"{change.after or 'not installed'!r} is not what [packages] says is installed now ({now!r})",
+            )
+    return packages, tuple(changes)
 
 
 def version_path(spec: str, base: Path | None = None) -> Path:
@@ -496,7 +566,16 @@ def load_version(version: str, base: Path | None = None) -> VersionDef:
     except ValueError as exc:
         raise WorldError(f"{path}: {exc}") from None
     name = str(data.get("version", path.stem))
-    partial = VersionDef(version=name, path=path, flags=tuple(flags), resolve=(), release=release)
+    installed = data.get("installed", {})
+    listed = data.get("check_env_packages", [])
+    if not isinstance(installed, dict) or not all(isinstance(v, str) for v in installed.values()):
+        raise WorldError(f"{path}: installed: expected a table of package = \"version\"")
+    if not isinstance(listed, list) or not all(isinstance(v, str) for v in listed):
+        raise WorldError(f"{path}: check_env_packages: expected a list of package names")
+    partial = VersionDef(
+        version=name, path=path, flags=tuple(flags), resolve=(), release=release,
+        installed={package_key(k): v for k, v in installed.items()}, check_env_packages=tuple(listed),
+    )
     keys = _KeyCheck(partial, None)
     rules = tuple(
         _parse_resolve(ctx, keys, item, f"resolve[{i}]") for i, item in enumerate(ctx.list(data, "resolve"))
@@ -781,6 +860,8 @@ def _parse_condition(ctx: _Ctx, keys: _KeyCheck, raw: Any, where: str) -> Condit
                         isinstance(operand, bool) or not isinstance(operand, int | float)
                     ):
                         raise ctx.fail(f"{alt_where}.{key}.{op}", "expected a number")
+                    if op.startswith("version_") and not isinstance(operand, str | int | float):
+                        raise ctx.fail(f"{alt_where}.{key}.{op}", 'expected a version such as "0.6.3"')
                     if op == "is_set" and not isinstance(operand, bool):
                         raise ctx.fail(f"{alt_where}.{key}.{op}", "expected true or false")
                     if op == "matches":
