@@ -313,7 +313,13 @@ class StandIn:
         self._phase_init()
         avail = self._phase_weights()
         avail = self._phase_kv_pool(avail)
-        avail = self._phase_capture(avail)
+        if self.release.prefill_graph_first:
+            avail = self._phase_piecewise(avail)
+            avail = self._phase_capture(avail)
+        else:
+            avail = self._phase_capture(avail)
+            avail = self._phase_piecewise(avail)
+        avail = self._phase_draft(avail)
         self.log.line(
             f"max_total_num_tokens={self.max_total_num_tokens}, "
             f"chunked_prefill_size={self.args.get('chunked_prefill_size')}, "
@@ -547,6 +553,56 @@ class StandIn:
                 "elapsed": elapsed + r * 0.03, "usage": graph_gb, "avail": avail - self._jitter(r), "bs_list": bs_list,
             },
         )
+        return avail
+
+    def _prefill_graph_backend(self) -> str | None:
+        """The prefill (piecewise) CUDA-graph setting when it is on, else None: 0.5.9's
+        `--enable-piecewise-cuda-graph` switch, 0.5.17+'s `--cuda-graph-backend-prefill` (not `disabled`)."""
+        value = self.release.role(self.args, "prefill_cuda_graph")
+        if not value or value == "disabled" or not self.graph_on:
+            return None
+        return "full" if value is True else str(value)
+
+    def _phase_piecewise(self, avail: float) -> float:
+        """Prefill (piecewise) CUDA-graph capture: the release's begin/end lines; faults at
+        `piecewise_capture` fire with progress 0 (after the begin line) or 1 (before the end line)."""
+        backend = self._prefill_graph_backend()
+        if backend is None:
+            return avail
+        tokens = self.args.get("piecewise_cuda_graph_max_tokens") or self.args.get("cuda_graph_max_bs_prefill") or 4096
+        self._ranks_text("piecewise_begin", lambda r: {"avail": avail - self._jitter(r), "tokens": tokens,
+                                                       "backend": backend})
+        self._fire("piecewise_capture", 0, 1)
+        self.log.sleep(self.world.timing.piecewise_s)
+        self._fire("piecewise_capture", 1, 1)
+        usage = 0.05 * self.memory.graph_gb
+        avail -= usage
+        self._ranks_text(
+            "piecewise_end",
+            lambda r: {"elapsed": self.world.timing.piecewise_s + r * 0.03, "usage": usage, "avail": avail - self._jitter(r)},
+        )
+        return avail
+
+    def _phase_draft(self, avail: float) -> float:
+        """The speculative draft worker (`--speculative-algorithm` set): faults at `draft_worker` fire with
+        progress 0 (before its weights), 0.5 (after them) or 1 (after its CUDA graphs)."""
+        if not self.args.get("speculative_algorithm"):
+            return avail
+        timing = self.world.timing
+        self._fire("draft_worker", 0, 2)
+        self.log.sleep(timing.draft_s * 0.6)
+        self._fire("draft_worker", 1, 2)
+        if self.graph_on:
+            bs_list = self.memory.capture_batch_sizes
+            self._ranks_text("draft_capture_begin", lambda r: {"avail": avail - self._jitter(r), "bs_list": bs_list})
+            self.log.sleep(timing.draft_s * 0.4)
+            usage = 0.1 * self.memory.graph_gb
+            avail -= usage
+            self._ranks_text(
+                "draft_capture_end",
+                lambda r: {"elapsed": timing.draft_s * 0.4 + r * 0.03, "usage": usage, "avail": avail - self._jitter(r)},
+            )
+        self._fire("draft_worker", 2, 2)
         return avail
 
     def _capture_oom(self, avail: float, bs: int, captured: int) -> NoReturn:
@@ -861,9 +917,24 @@ class StandIn:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(self.pid, signal.SIGTERM)
             return 143
-        self.log.line(
-            "SIGTERM received. signum=15 frame=None. Draining requests and shutting down...", level="warning"
-        )
+        self.log.line(self.release.text("sigterm"), level="warning")
+        for fault in self._faults("shutdown"):
+            self.fired.add(fault.id)
+            self._emit_fault_lines(fault)
+            if fault.effect == "hang":  # the shutdown never finishes: only SIGKILL ends the process
+                self._hang()
+        crash = self.release.text("watchdog_crash", pid=self.pid + 1)
+        if crash:
+            # the scheduler died of the group's SIGTERM; the launcher's watchdog sees it within its 1 s
+            # interval and SIGQUITs the launcher, whose running-phase handler kills the tree (137)
+            self.log.sleep(0.5)
+            self.log.line(crash, level="error")
+            self._sigquit(running=True)
+            try:
+                self.httpd.server_close()
+            except OSError:
+                pass
+            return -9
         self.log.uvicorn("Shutting down")
         self.log.uvicorn("Waiting for application shutdown.")
         self.log.uvicorn("Application shutdown complete.")

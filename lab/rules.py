@@ -420,12 +420,15 @@ class LaunchPlan:
             "weights": 2,
             "kv_pool": 3,
             "capture": 4,
+            "piecewise_capture": 4,
+            "draft_worker": 4.5,
             "warmup": 5,
             "first_decode": 6,
+            "shutdown": 10,
         }
-        fatal = [f for f in self.faults if f.effect in order]
+        fatal = [f for f in self.faults if f.effect in order and f.at != "shutdown"]
         if self.effective.get("disable_cuda_graph"):
-            fatal = [f for f in fatal if f.at != "capture"]
+            fatal = [f for f in fatal if f.at not in ("capture", "piecewise_capture")]
         if self.effective.get("skip_server_warmup"):  # no warm-up request is sent
             fatal = [f for f in fatal if not (f.at == "warmup" and f.effect == "crash_at_first_decode")]
         fatal.sort(key=lambda f: stage.get(f.at, 9))  # stable: file order wins within a stage

@@ -42,19 +42,31 @@ EFFECTS = (
     "scheduler_dead",
 )
 # Where in the start-up sequence an effect may fire (first entry = default).
+# Stages in start-up order (a release orders the two graph captures its own way: lab/release.py):
+# init, weights, kv_pool, piecewise_capture (prefill graphs), capture = decode_capture, draft_worker,
+# warmup, ready, serving (= first_decode: requests), shutdown (SIGTERM).
 EFFECT_POINTS: dict[str, tuple[str, ...]] = {
     "launch_error": ("args",),
-    "load_error": ("weights", "init", "kv_pool"),
-    "capture_error": ("capture",),
+    "load_error": ("weights", "init", "kv_pool", "draft_worker"),
+    "capture_error": ("capture", "decode_capture", "piecewise_capture", "draft_worker"),
     # `warmup` for these two: the warm-up request SGLang sends to itself before the ready line.
-    "crash_at_first_decode": ("first_decode", "warmup"),
-    "wrong_output": ("first_decode",),
-    "hang": ("init", "weights", "kv_pool", "capture", "warmup", "first_decode"),
-    "warning": ("init", "args", "weights", "kv_pool", "capture", "warmup", "ready", "first_decode"),
+    "crash_at_first_decode": ("first_decode", "warmup", "serving"),
+    "wrong_output": ("first_decode", "serving"),
+    "hang": (
+        "init", "weights", "kv_pool", "capture", "decode_capture", "piecewise_capture", "draft_worker", "warmup",
+        "first_decode", "serving", "shutdown",
+    ),
+    "warning": (
+        "init", "args", "weights", "kv_pool", "capture", "decode_capture", "piecewise_capture", "draft_worker",
+        "warmup", "ready", "first_decode", "serving", "shutdown",
+    ),
     # The scheduler process dies without telling the parent (e.g. the kernel's OOM killer SIGKILLs it,
     # so no SIGQUIT is sent): HTTP stays up, /health answers 503, generation requests never return.
-    "scheduler_dead": ("first_decode", "ready"),
+    "scheduler_dead": ("first_decode", "ready", "serving"),
 }
+#: Stage names that are another name of a point: the decode-graph capture is `capture`; requests being
+#: served are `first_decode` (each decode request checks its faults).
+POINT_ALIASES = {"decode_capture": "capture", "serving": "first_decode"}
 # A scheduler that dies sends SIGQUIT to the launcher, whose handler calls kill_process_tree(os.getpid()):
 # the launcher SIGKILLs itself, so the shell sees 137 (SGLang 0.5.9 and 0.5.23, entrypoints/engine.py
 # `launch_phase_sigquit_handler`, managers/tokenizer_manager.py `running_phase_sigquit_handler`,
@@ -280,6 +292,8 @@ class Timing:
     kv_pool_s: float = 3.0
     capture_s: float = 30.0
     warmup_s: float = 5.0
+    piecewise_s: float = 10.0  # prefill (piecewise) CUDA-graph capture, when enabled
+    draft_s: float = 15.0  # the speculative draft worker: its weights and its CUDA graphs
     prefill_tokens_per_s: float = 5000.0
     decode_tokens_per_s: float = 50.0
 
@@ -984,6 +998,7 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
     at = str(item.get("at", points[0]))
     if at not in points:
         raise ctx.fail(f"{where}.at", f"effect {effect} can happen at: {', '.join(points)}")
+    at = POINT_ALIASES.get(at, at)
     progress = item.get("progress", 0.0)
     if isinstance(progress, bool) or not isinstance(progress, int | float) or not 0.0 <= progress <= 1.0:
         raise ctx.fail(f"{where}.progress", "expected a number between 0 and 1")

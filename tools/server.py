@@ -210,6 +210,10 @@ class ServerSession:
         self.base_url: str | None = None
         self.error: str | None = None
         self.lines: list[LogLine] = []
+        #: what the server printed after our own stop() signalled it (its shutdown sequence: SGLang 0.5.17+
+        #: logs its scheduler's death by that SIGTERM and SIGQUITs itself); never evidence of the experiment
+        self.shutdown_lines: list[LogLine] = []
+        self._stopping = False
         self.detection_delays_s: list[float] = []
         self._status: LaunchStatus | None = None
         self._t_end: float | None = None
@@ -298,6 +302,9 @@ class ServerSession:
         if self.handle is None:
             return True
         grace = self.stop_grace_s if grace_s is None else grace_s
+        if not self._stopping:
+            self._pump()  # what it printed before our signal is evidence; what follows is its shutdown
+            self._stopping = True
         inside = self._stop_in_container(grace) if self.container is not None else True
         ok = self.host.terminate(self.handle, grace_s=grace)
         self._pump(flush=True)
@@ -331,6 +338,10 @@ class ServerSession:
             return []
         read_start = time.monotonic()
         new = self._watcher.flush() if flush else self._watcher.poll()
+        if self._stopping:
+            self.shutdown_lines.extend(new)
+            self._prev_read_start = read_start
+            return new
         for line in new:
             self.detection_delays_s.append(max(0.0, line.seen_monotonic - self._prev_read_start))
             self.lines.append(line)
