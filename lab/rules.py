@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab import expr
 from lab.world import (
     SITE_DIR,
     TEMPLATE_RE,
@@ -163,7 +164,11 @@ def holds(condition: Condition | None, ctx: Context) -> bool:
     if not condition.alternatives:
         return True
     return any(
-        all(_clause_holds(ctx.get(c.key), c.op, c.operand) for c in alt) for alt in condition.alternatives
+        all(
+            expr.holds(c.operand, ctx.get) if c.op == "expr" else _clause_holds(ctx.get(c.key), c.op, c.operand)
+            for c in alt
+        )
+        for alt in condition.alternatives
     )
 
 

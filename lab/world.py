@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab import expr
 from lab.release import Release, parse_release
 
 LAB_DIR = Path(__file__).resolve().parent
@@ -857,6 +858,19 @@ def _parse_condition(ctx: _Ctx, keys: _KeyCheck, raw: Any, where: str) -> Condit
             raise ctx.fail(alt_where, "expected a table of key = condition")
         clauses: list[Clause] = []
         for key, spec in alt.items():
+            if key == "expr":  # a relation between settings (lab/expr.py)
+                if not isinstance(spec, str):
+                    raise ctx.fail(f"{alt_where}.expr", "expected an expression string")
+                try:
+                    tree = expr.parse(spec)
+                except expr.ExprError as exc:
+                    raise ctx.fail(f"{alt_where}.expr", f"{spec!r}: {exc}") from None
+                for name in expr.keys(tree):
+                    err = keys.check(name)
+                    if err:
+                        raise ctx.fail(f"{alt_where}.expr", f"{spec!r}: {err}")
+                clauses.append(Clause("expr", "expr", tree))
+                continue
             err = keys.check(key)
             if err:
                 raise ctx.fail(alt_where, err)
