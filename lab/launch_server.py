@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
 from lab import responder
-from lab.chance import is_live, launch_seed
+from lab.chance import hits_request, is_live, launch_seed, onset_s
 from lab.memory import MemoryPlan, capture_batch_sizes, default_cuda_graph_max_bs, plan_memory
 from lab.model_files import ensure_model_files
 from lab.rules import Resolution, matching_faults, parse_command_line, render, resolve
@@ -214,6 +214,8 @@ class StandIn:
         self.ctx.extra["running_requests"] = 0
         # Flaky faults: drawn once per launch (lab/chance.py); a fault that is not live never fires.
         self.seed = launch_seed(env)
+        self.requests_seen = 0  # decode requests taken, the warm-up's included (per-request draws)
+        self.ready_at: float | None = None  # simulated seconds at the ready line (per-minute faults)
         self.dormant = {f.id for f in world.faults if not is_live(f, self.seed)}
         self.load_sensitive = any(f.uses("running_requests") for f in world.faults)
         self.in_flight = 0
@@ -663,6 +665,7 @@ class StandIn:
             self._warmup_request_fault()
             self._warmup(host, port)
         self.log.line("The server is fired up and ready to roll!")
+        self.ready_at = self.log.sim_elapsed()
         self.state = "ready"
         self._fire("ready")
         while True:
@@ -787,12 +790,18 @@ class StandIn:
             time.sleep(BATCH_WINDOW_S)
         with self.load_lock:
             running = max(1, self.in_flight)
+            request = self.requests_seen
+            self.requests_seen += 1
+            serving_s = self.log.sim_elapsed() - self.ready_at if self.ready_at is not None else -1.0
             self.ctx.extra["running_requests"] = running
             self.ctx.extra["sampled"] = sampled
+            self.ctx.extra["serving_s"] = max(serving_s, 0.0)
             faults = [
                 f
                 for f in matching_faults(self.world, self.ctx, at="first_decode")
                 if f.id not in self.dormant
+                and hits_request(f, self.seed, request)
+                and (f.per_minute <= 0 or serving_s >= onset_s(f, self.seed))
             ]
         return faults, running
 

@@ -122,6 +122,7 @@ EXTRA_KEYS = (
     "max_running_requests",
     "running_requests",
     "sampled",
+    "serving_s",
 )
 #: The simulated installed-source tree (lab/site/README.md): the value of the `site` template key, so a
 #: world's traceback can point into files that exist on the host running the lab.
@@ -234,6 +235,8 @@ class Fault:
     exit_code: int | None
     output: str
     probability: float = 1.0  # chance that the fault is live on a given launch (drawn once per launch)
+    per_request: float = 1.0  # serving faults: chance that a request the fault matches is hit (drawn per request)
+    per_minute: float = 0.0  # serving faults: events per simulated minute of serving; 0 = from the first request
     text: str | None = None  # wrong_output: the (arbitrary) text a broken model returns instead of `output`
     delay_s: float = 0.0  # simulated seconds between reaching the fault's point and its lines
 
@@ -999,6 +1002,8 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         "source",
         "level",
         "probability",
+        "per_request",
+        "per_minute",
         "text",
         "delay_s",
     }
@@ -1026,6 +1031,14 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         or not 0.0 < probability <= 1.0
     ):
         raise ctx.fail(f"{where}.probability", "expected a number in (0, 1]: the chance per launch")
+    per_request = item.get("per_request", 1.0)
+    if isinstance(per_request, bool) or not isinstance(per_request, int | float) or not 0.0 < per_request <= 1.0:
+        raise ctx.fail(f"{where}.per_request", "expected a number in (0, 1]: the chance per request")
+    per_minute = item.get("per_minute", 0.0)
+    if isinstance(per_minute, bool) or not isinstance(per_minute, int | float) or per_minute < 0:
+        raise ctx.fail(f"{where}.per_minute", "expected events per simulated minute of serving (>= 0)")
+    if (per_request < 1.0 or per_minute > 0) and at != "first_decode":
+        raise ctx.fail(f"{where}.at", "per_request and per_minute apply to serving faults (at = first_decode / serving)")
     text = item.get("text")
     if text is not None and (effect != "wrong_output" or not isinstance(text, str) or not text):
         raise ctx.fail(f"{where}.text", "only a wrong_output fault has a text (a non-empty string)")
@@ -1052,6 +1065,8 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         exit_code=exit_code,
         output=str(item.get("output", "!")),
         probability=float(probability),
+        per_request=float(per_request),
+        per_minute=float(per_minute),
         text=text,
         delay_s=float(delay_s),
     )
