@@ -35,7 +35,15 @@ from lab.chance import hits_request, is_live, launch_seed, onset_s
 from lab.memory import MemoryPlan, capture_batch_sizes, default_cuda_graph_max_bs, plan_memory
 from lab.model_files import ensure_model_files
 from lab.rules import Resolution, matching_faults, parse_command_line, render, resolve
-from lab.world import Fault, LineSpec, World, WorldError, load_world_from_env, time_scale_from_env
+from lab.world import (
+    DEATH_SIGNALS,
+    Fault,
+    LineSpec,
+    World,
+    WorldError,
+    load_world_from_env,
+    time_scale_from_env,
+)
 
 #: Wall seconds a decode request waits for others to join its batch, in worlds whose faults depend on
 #: `running_requests` (the simulated scheduler batches requests that arrive together).
@@ -254,12 +262,14 @@ class StandIn:
                 continue
             if fault.effect in ("crash_at_first_decode", "wrong_output"):
                 continue
-            if fault.effect in ("hang", "scheduler_dead") and point == "first_decode":
+            if fault.effect in ("hang", "scheduler_dead", "signal_death") and point == "first_decode":
                 continue
             self.fired.add(fault.id)
             if fault.effect == "scheduler_dead":
                 self._scheduler_dead(fault)
                 continue
+            if fault.effect == "signal_death":
+                self._signal_death(fault)
             self._emit_fault_lines(fault)
             if fault.effect == "warning":
                 continue
@@ -719,6 +729,35 @@ class StandIn:
             self.log.line(kill, source="server")
         _exit_process(-9)
 
+    def _signal_death(self, fault: Fault) -> None:
+        """The scheduler process dies of a platform signal: the fault's own lines (e.g. the HSA runtime's
+        `Memory access fault by GPU node-2 ...`), faulthandler's `Fatal Python error: Aborted` (SGLang
+        enables faulthandler in run_scheduler_process) from a thread with no Python frame, then the
+        launcher's reaction: while starting, the release's child_died_launch (exit 1); while serving,
+        the SubprocessWatchdog's line, SIGQUIT and the tree kill (137) where the release has the
+        watchdog (0.5.17+), else the scheduler is silently gone (0.5.9: HTTP up, requests hang)."""
+        number, name = DEATH_SIGNALS[fault.signal]
+        self._emit_fault_lines(fault)
+        if name:
+            tid = 0x7F3A2B7FE640 + number
+            self.log.line(
+                f"Fatal Python error: {name}\n\nThread 0x{tid:016x} (most recent call first):\n  <no Python frame>\n\n"
+                "Extension modules: numpy._core._multiarray_umath, torch._C, torch._C._dynamo.autograd_compiler, "
+                "zmq.backend.cython._zmq, uvloop.loop, psutil._psutil_linux (total: 6)",
+                source="raw", level="error",
+            )
+        if self.state not in ("warming", "ready"):
+            self.log.line(self.release.text("child_died_launch", code=-number, site=_SITE), level="error")
+            raise _Exit(1)
+        crash = self.release.text("watchdog_crash", pid=self.pid + 1, code=-number)
+        if not crash:
+            self.state = "scheduler_dead"
+            threading.Event().wait()
+        self.log.sleep(0.5)
+        self.log.line(crash, level="error")
+        self._sigquit(running=True)
+        _exit_process(-9)
+
     def _scheduler_dead(self, fault: Fault) -> None:
         """The scheduler died without a SIGQUIT to the launcher (e.g. the kernel's OOM killer): HTTP stays
         up, /health answers 503 once its health check times out (SGLANG_HEALTH_CHECK_TIMEOUT, 20 s),
@@ -826,6 +865,9 @@ class StandIn:
                         if self.state != "scheduler_dead":
                             self._scheduler_dead(fault)
                     threading.Event().wait()
+                if fault.effect == "signal_death":
+                    with self.decode_lock:
+                        self._signal_death(fault)
                 if fault.effect == "crash_at_first_decode":
                     with self.decode_lock:
                         self.log.sleep(1.0 / timing.decode_tokens_per_s)
@@ -932,7 +974,7 @@ class StandIn:
             self._emit_fault_lines(fault)
             if fault.effect == "hang":  # the shutdown never finishes: only SIGKILL ends the process
                 self._hang()
-        crash = self.release.text("watchdog_crash", pid=self.pid + 1)
+        crash = self.release.text("watchdog_crash", pid=self.pid + 1, code=-15)
         if crash:
             # the scheduler died of the group's SIGTERM; the launcher's watchdog sees it within its 1 s
             # interval and SIGQUITs the launcher, whose running-phase handler kills the tree (137)

@@ -91,6 +91,15 @@ DEFAULT_TEXTS: dict[str, str] = {
     # utils/watchdog.py SubprocessWatchdog._check_processes (0.5.17+): the scheduler died of the SIGTERM
     # the process group received; "" where the release has no watchdog (0.5.9)
     "watchdog_crash": "",
+    # entrypoints/engine.py _wait_for_scheduler_ready: a scheduler that died while the server was starting
+    # (the pipe closed): 0.5.9 logs two lines and re-raises the EOFError (exit 1)
+    "child_died_launch": (
+        "Rank 0 scheduler is dead. Please check if there are relevant logs.\nExit code: {code}\n"
+        "Traceback (most recent call last):\n"
+        '  File "{site}/sglang/srt/entrypoints/engine.py", line 894, in _wait_for_scheduler_ready\n'
+        "    data = scheduler_pipe_readers[i].recv()\n"
+        "EOFError"
+    ),
 }
 
 #: The values each text is rendered with (checked when a version file is loaded).
@@ -116,7 +125,8 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "draft_capture_begin": ("avail", "bs_list"),
     "draft_capture_end": ("elapsed", "usage", "avail"),
     "sigterm": (),
-    "watchdog_crash": ("pid",),
+    "watchdog_crash": ("pid", "code"),
+    "child_died_launch": ("code", "site"),
 }
 
 #: Roles the lab's memory model and capture phase read, and the 0.5.9 dest that plays each.

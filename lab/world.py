@@ -41,6 +41,7 @@ EFFECTS = (
     "hang",
     "warning",
     "scheduler_dead",
+    "signal_death",
 )
 # Where in the start-up sequence an effect may fire (first entry = default).
 # Stages in start-up order (a release orders the two graph captures its own way: lab/release.py):
@@ -64,6 +65,13 @@ EFFECT_POINTS: dict[str, tuple[str, ...]] = {
     # The scheduler process dies without telling the parent (e.g. the kernel's OOM killer SIGKILLs it,
     # so no SIGQUIT is sent): HTTP stays up, /health answers 503, generation requests never return.
     "scheduler_dead": ("first_decode", "ready", "serving"),
+    # The scheduler process dies of a signal the platform raises (ROCm's HSA runtime aborts on a GPU
+    # memory fault: SIGABRT; a native crash: SIGSEGV): faulthandler's "Fatal Python error", then the
+    # launcher's reaction of the release (lab/release.py: child_died_launch, watchdog_crash).
+    "signal_death": (
+        "first_decode", "serving", "init", "weights", "kv_pool", "capture", "decode_capture", "piecewise_capture",
+        "draft_worker",
+    ),
 }
 #: Stage names that are another name of a point: the decode-graph capture is `capture`; requests being
 #: served are `first_decode` (each decode request checks its faults).
@@ -73,6 +81,10 @@ POINT_ALIASES = {"decode_capture": "capture", "serving": "first_decode"}
 # `launch_phase_sigquit_handler`, managers/tokenizer_manager.py `running_phase_sigquit_handler`,
 # utils/common.py `kill_process_tree`). Argument errors are raised in the launcher itself: exit 1.
 DEFAULT_EXIT_CODES = {"launch_error": 1, "load_error": -9, "capture_error": -9, "crash_at_first_decode": -9}
+#: signal_death: the signals a platform kills the scheduler with, and faulthandler's name for each
+#: (CPython Python/faulthandler.c `faulthandler_handlers`; SIGKILL cannot be caught: nothing is printed).
+DEATH_SIGNALS = {"SIGABRT": (6, "Aborted"), "SIGSEGV": (11, "Segmentation fault"), "SIGBUS": (7, "Bus error"),
+                 "SIGFPE": (8, "Floating-point exception"), "SIGILL": (4, "Illegal instruction"), "SIGKILL": (9, "")}
 
 OPERATORS = (
     "eq",
@@ -237,6 +249,7 @@ class Fault:
     probability: float = 1.0  # chance that the fault is live on a given launch (drawn once per launch)
     per_request: float = 1.0  # serving faults: chance that a request the fault matches is hit (drawn per request)
     per_minute: float = 0.0  # serving faults: events per simulated minute of serving; 0 = from the first request
+    signal: str = "SIGABRT"  # signal_death: the signal the scheduler process dies of
     text: str | None = None  # wrong_output: the (arbitrary) text a broken model returns instead of `output`
     delay_s: float = 0.0  # simulated seconds between reaching the fault's point and its lines
 
@@ -1004,6 +1017,7 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         "probability",
         "per_request",
         "per_minute",
+        "signal",
         "text",
         "delay_s",
     }
@@ -1031,6 +1045,9 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         or not 0.0 < probability <= 1.0
     ):
         raise ctx.fail(f"{where}.probability", "expected a number in (0, 1]: the chance per launch")
+    death = item.get("signal", "SIGABRT")
+    if death not in DEATH_SIGNALS or ("signal" in item and effect != "signal_death"):
+        raise ctx.fail(f"{where}.signal", f"a signal_death fault's signal: one of {', '.join(DEATH_SIGNALS)}")
     per_request = item.get("per_request", 1.0)
     if isinstance(per_request, bool) or not isinstance(per_request, int | float) or not 0.0 < per_request <= 1.0:
         raise ctx.fail(f"{where}.per_request", "expected a number in (0, 1]: the chance per request")
@@ -1046,7 +1063,7 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
     if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or delay_s < 0:
         raise ctx.fail(f"{where}.delay_s", "expected simulated seconds >= 0")
     default_level = "warning" if effect in ("warning", "wrong_output") else "error"
-    default_source = "raw" if effect == "launch_error" else "scheduler"
+    default_source = "raw" if effect in ("launch_error", "signal_death") else "scheduler"
     return Fault(
         id=str(item.get("id", where)),
         when=_parse_condition(ctx, keys, item.get("when"), f"{where}.when"),
@@ -1067,6 +1084,7 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         probability=float(probability),
         per_request=float(per_request),
         per_minute=float(per_minute),
+        signal=str(death),
         text=text,
         delay_s=float(delay_s),
     )
