@@ -30,10 +30,13 @@ SERVER_ARGS_FORMATS = ("repr", "dict")
 DEFAULT_TEXTS: dict[str, str] = {
     # model_executor/model_runner.py init_torch_distributed
     "init_begin": "Init torch distributed begin.",
-    "init_end": "Init torch distributed ends. mem usage={usage:.2f} GB",
+    "init_end": "Init torch distributed ends. elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB",
     # model_executor/model_runner.py load_model
     "load_begin": "Load weight begin. avail mem={avail:.2f} GB",
-    "load_end": "Load weight end. type={arch}, dtype={dtype}, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB.",
+    "load_end": (
+        "Load weight end. elapsed={elapsed:.2f} s, type={arch}, dtype={dtype}, avail mem={avail:.2f} GB, "
+        "mem usage={usage:.2f} GB."
+    ),
     # mem_cache/memory_pool.py MHATokenToKVPool._create_buffers
     "kv_allocated": "KV Cache is allocated. #tokens: {tokens}, K size: {k_gb:.2f} GB, V size: {v_gb:.2f} GB",
     # model_executor/model_runner_kv_cache_mixin.py init_memory_pool
