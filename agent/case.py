@@ -188,15 +188,23 @@ class Case(_Strict):
                     flags[key] = True if value else None
                 elif isinstance(value, int | float | str):
                     flags[key] = str(value)
+                elif (
+                    isinstance(value, list)
+                    and value
+                    and all(isinstance(x, int | float | str) and not isinstance(x, bool) for x in value)
+                ):
+                    # a list-valued flag (nargs '+': "--cuda-graph-bs" = [1, 2, 4, 8]): its words, space-separated
+                    flags[key] = " ".join(str(x) for x in value)
                 else:
                     hint = (
                         "; a JSON value is written as a TOML string, e.g. "
                         f"\"{key}\" = '{{\"key\": \"value\"}}'"
-                        if isinstance(value, dict | list)
+                        if isinstance(value, dict)
                         else ""
                     )
                     raise ValueError(
-                        f"flag {key}: expected a string, number or true, got {type(value).__name__}{hint}"
+                        f"flag {key}: expected a string, number, true or a non-empty list of numbers/strings "
+                        f"(a list-valued flag), got {type(value).__name__}{hint}"
                     )
             v = {**v, "flags": {k: f for k, f in flags.items() if f is not None}}
         return v

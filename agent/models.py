@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tools.flags import value_words
 from tools.knowledge import Finding
 from tools.probes import Probe, ProbeResult
 from tools.signatures import SignatureMatch
@@ -96,10 +97,11 @@ class Change(BaseModel):
 def command_text(flags: dict[str, Any], env: dict[str, Any] | None = None) -> str:
     """Flags (and env assignments before them) as a shell would take them: a switch alone, a value
     flag followed by its value, every value ``shlex``-quoted where it needs it (a JSON value of
-    ``--json-model-override-args`` stays one word). ``""`` when both are empty."""
+    ``--json-model-override-args`` stays one word; a list-valued flag's value, ``--cuda-graph-bs 1 2 4 8``,
+    is one word per item: ``tools.flags.value_words``). ``""`` when both are empty."""
     parts = [f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()]
     for k, v in flags.items():
-        parts.append(k if v is True else f"{k} {shlex.quote(str(v))}")
+        parts.append(k if v is True else " ".join([k, *(shlex.quote(w) for w in value_words(str(v)))]))
     return " ".join(parts)
 
 

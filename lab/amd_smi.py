@@ -11,9 +11,11 @@ whose hardware is not AMD it fails the way the tools do without the amdgpu drive
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 
+from lab.model_files import ensure_model_files
 from lab.world import WorldError, load_world_from_env
 
 
@@ -21,10 +23,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: 0 with JSON on stdout, 1 when no world or no AMD GPU, 2 for other arguments."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        hw = load_world_from_env().hardware
+        world = load_world_from_env()
     except WorldError as exc:
         print(f"lab.amd_smi: {exc}", file=sys.stderr)
         return 1
+    ensure_model_files(world, os.environ)  # the host's files exist whichever lab tool runs first
+    hw = world.hardware
     if hw.vendor != "amd":
         print("ERROR:root:Unable to detect any GPU devices, check amdgpu version and module status", file=sys.stderr)
         return 1

@@ -1,4 +1,5 @@
-"""Per-launch randomness of the lab: which flaky faults are live on this launch.
+"""The lab's randomness: which flaky faults are live on a launch, which requests a per-request fault
+hits, and when a per-minute fault starts under traffic.
 
 A fault with `probability = p` is live on a launch with chance p, drawn once when the server starts.
 Without HYPOLOOP_LAB_SEED every launch draws fresh randomness. With it, launch n under seed S (n = 0,
@@ -65,3 +66,21 @@ def is_live(fault: Fault, seed: str) -> bool:
     if fault.probability >= 1.0:
         return True
     return random.Random(f"{seed}:{fault.id}").random() < fault.probability
+
+
+def hits_request(fault: Fault, seed: str, request: int) -> bool:
+    """Whether request number `request` (0, 1, ... in the order the server took them) is hit by a fault
+    with `per_request = p`: its own draw from `random.Random("<seed>:<fault id>:request:<n>")`, so a
+    replayed launch hits the same requests and a lucky request says nothing about the next one."""
+    if fault.per_request >= 1.0:
+        return True
+    return random.Random(f"{seed}:{fault.id}:request:{request}").random() < fault.per_request
+
+
+def onset_s(fault: Fault, seed: str) -> float:
+    """Simulated seconds of serving before a fault with `per_minute = r` starts to act: the first event
+    of a Poisson process of rate r per minute (exponential waiting time, mean 60 / r s), drawn once per
+    launch from `random.Random("<seed>:<fault id>:onset")`. 0 for faults without a rate."""
+    if fault.per_minute <= 0:
+        return 0.0
+    return random.Random(f"{seed}:{fault.id}:onset").expovariate(fault.per_minute / 60.0)

@@ -8,9 +8,11 @@ the driver version, PyTorch and the package versions (`sglang: 0.5.23`). Standar
 
 from __future__ import annotations
 
+import os
 import sys
 
-from lab.world import WorldError, load_world_from_env
+from lab.model_files import ensure_model_files
+from lab.world import WorldError, load_world_from_env, package_key
 
 
 def main() -> int:
@@ -20,6 +22,7 @@ def main() -> int:
     except WorldError as exc:
         print(f"lab.check_env: {exc}", file=sys.stderr)
         return 1
+    ensure_model_files(world, os.environ)
     hw = world.hardware
     ids = ",".join(str(i) for i in range(hw.gpu_count))
     lines = [f"Python: {sys.version.split()[0]} (main) [GCC 12.2.0]"]
@@ -32,7 +35,14 @@ def main() -> int:
                   f"{hw.cuda_version}", f"CUDA Driver Version: {hw.driver_version}"]
     else:
         lines += ["CUDA available: False"]
-    lines += ["PyTorch: 2.9.1", f"sglang: {world.version.version}", "ulimit soft: 1048576"]
+    # BaseEnv.check_env: PyTorch, then get_package_versions over PACKAGE_LIST (importlib.metadata.version;
+    # a missing distribution prints "Module Not Found"), then the topology and ulimit
+    torch = world.packages.get("torch", "2.9.1")
+    lines.append(f"PyTorch: {torch}")
+    listed = world.version.check_env_packages or ("sglang",)
+    for name in listed:
+        lines.append(f"{name}: {world.packages.get(package_key(name), 'Module Not Found')}")
+    lines.append("ulimit soft: 1048576")
     print("\n".join(lines))
     return 0
 

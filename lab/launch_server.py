@@ -31,10 +31,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NoReturn
 
 from lab import responder
-from lab.chance import is_live, launch_seed
+from lab.chance import hits_request, is_live, launch_seed, onset_s
 from lab.memory import MemoryPlan, capture_batch_sizes, default_cuda_graph_max_bs, plan_memory
+from lab.model_files import ensure_model_files
 from lab.rules import Resolution, matching_faults, parse_command_line, render, resolve
-from lab.world import Fault, LineSpec, World, WorldError, load_world_from_env, time_scale_from_env
+from lab.world import (
+    DEATH_SIGNALS,
+    Fault,
+    LineSpec,
+    World,
+    WorldError,
+    load_world_from_env,
+    time_scale_from_env,
+)
 
 #: Wall seconds a decode request waits for others to join its batch, in worlds whose faults depend on
 #: `running_requests` (the simulated scheduler batches requests that arrive together).
@@ -213,6 +222,8 @@ class StandIn:
         self.ctx.extra["running_requests"] = 0
         # Flaky faults: drawn once per launch (lab/chance.py); a fault that is not live never fires.
         self.seed = launch_seed(env)
+        self.requests_seen = 0  # decode requests taken, the warm-up's included (per-request draws)
+        self.ready_at: float | None = None  # simulated seconds at the ready line (per-minute faults)
         self.dormant = {f.id for f in world.faults if not is_live(f, self.seed)}
         self.load_sensitive = any(f.uses("running_requests") for f in world.faults)
         self.in_flight = 0
@@ -251,12 +262,14 @@ class StandIn:
                 continue
             if fault.effect in ("crash_at_first_decode", "wrong_output"):
                 continue
-            if fault.effect in ("hang", "scheduler_dead") and point == "first_decode":
+            if fault.effect in ("hang", "scheduler_dead", "signal_death") and point == "first_decode":
                 continue
             self.fired.add(fault.id)
             if fault.effect == "scheduler_dead":
                 self._scheduler_dead(fault)
                 continue
+            if fault.effect == "signal_death":
+                self._signal_death(fault)
             self._emit_fault_lines(fault)
             if fault.effect == "warning":
                 continue
@@ -304,6 +317,7 @@ class StandIn:
         if model_path not in (self.world.model.path, *self.world.model.aliases):
             self._unknown_model(model_path)  # SGLang reads the HF config before any model-specific rule
             return 1
+        ensure_model_files(self.world, os.environ, model_path)
         for spec, text in self.res.logs:
             self.log.spec(spec, text, self.tp)
         self._fire("args")
@@ -311,7 +325,13 @@ class StandIn:
         self._phase_init()
         avail = self._phase_weights()
         avail = self._phase_kv_pool(avail)
-        avail = self._phase_capture(avail)
+        if self.release.prefill_graph_first:
+            avail = self._phase_piecewise(avail)
+            avail = self._phase_capture(avail)
+        else:
+            avail = self._phase_capture(avail)
+            avail = self._phase_piecewise(avail)
+        avail = self._phase_draft(avail)
         self.log.line(
             f"max_total_num_tokens={self.max_total_num_tokens}, "
             f"chunked_prefill_size={self.args.get('chunked_prefill_size')}, "
@@ -369,7 +389,9 @@ class StandIn:
         self.log.line("sglang is using nccl==2.27.7", source="scheduler")
         self.log.sleep(timing.init_s * 0.6)
         overhead = self.world.memory.init_overhead_gb
-        self._ranks_text("init_end", lambda r: {"usage": overhead + self._jitter(r)})
+        self._ranks_text(
+            "init_end", lambda r: {"usage": overhead + self._jitter(r), "elapsed": self.world.timing.init_s * 0.5}
+        )
         self._fire("init")
 
     def _jitter(self, rank: int) -> float:
@@ -545,6 +567,56 @@ class StandIn:
         )
         return avail
 
+    def _prefill_graph_backend(self) -> str | None:
+        """The prefill (piecewise) CUDA-graph setting when it is on, else None: 0.5.9's
+        `--enable-piecewise-cuda-graph` switch, 0.5.17+'s `--cuda-graph-backend-prefill` (not `disabled`)."""
+        value = self.release.role(self.args, "prefill_cuda_graph")
+        if not value or value == "disabled" or not self.graph_on:
+            return None
+        return "full" if value is True else str(value)
+
+    def _phase_piecewise(self, avail: float) -> float:
+        """Prefill (piecewise) CUDA-graph capture: the release's begin/end lines; faults at
+        `piecewise_capture` fire with progress 0 (after the begin line) or 1 (before the end line)."""
+        backend = self._prefill_graph_backend()
+        if backend is None:
+            return avail
+        tokens = self.args.get("piecewise_cuda_graph_max_tokens") or self.args.get("cuda_graph_max_bs_prefill") or 4096
+        self._ranks_text("piecewise_begin", lambda r: {"avail": avail - self._jitter(r), "tokens": tokens,
+                                                       "backend": backend})
+        self._fire("piecewise_capture", 0, 1)
+        self.log.sleep(self.world.timing.piecewise_s)
+        self._fire("piecewise_capture", 1, 1)
+        usage = 0.05 * self.memory.graph_gb
+        avail -= usage
+        self._ranks_text(
+            "piecewise_end",
+            lambda r: {"elapsed": self.world.timing.piecewise_s + r * 0.03, "usage": usage, "avail": avail - self._jitter(r)},
+        )
+        return avail
+
+    def _phase_draft(self, avail: float) -> float:
+        """The speculative draft worker (`--speculative-algorithm` set): faults at `draft_worker` fire with
+        progress 0 (before its weights), 0.5 (after them) or 1 (after its CUDA graphs)."""
+        if not self.args.get("speculative_algorithm"):
+            return avail
+        timing = self.world.timing
+        self._fire("draft_worker", 0, 2)
+        self.log.sleep(timing.draft_s * 0.6)
+        self._fire("draft_worker", 1, 2)
+        if self.graph_on:
+            bs_list = self.memory.capture_batch_sizes
+            self._ranks_text("draft_capture_begin", lambda r: {"avail": avail - self._jitter(r), "bs_list": bs_list})
+            self.log.sleep(timing.draft_s * 0.4)
+            usage = 0.1 * self.memory.graph_gb
+            avail -= usage
+            self._ranks_text(
+                "draft_capture_end",
+                lambda r: {"elapsed": timing.draft_s * 0.4 + r * 0.03, "usage": usage, "avail": avail - self._jitter(r)},
+            )
+        self._fire("draft_worker", 2, 2)
+        return avail
+
     def _capture_oom(self, avail: float, bs: int, captured: int) -> NoReturn:
         """CUDA-graph capture ran out of memory at batch size `bs` (SGLang 0.5.x cuda_graph_runner)."""
         plan = self.memory
@@ -603,6 +675,7 @@ class StandIn:
             self._warmup_request_fault()
             self._warmup(host, port)
         self.log.line("The server is fired up and ready to roll!")
+        self.ready_at = self.log.sim_elapsed()
         self.state = "ready"
         self._fire("ready")
         while True:
@@ -654,6 +727,35 @@ class StandIn:
         kill = self.release.text("kill_tree", pid=self.pid)
         if kill:
             self.log.line(kill, source="server")
+        _exit_process(-9)
+
+    def _signal_death(self, fault: Fault) -> None:
+        """The scheduler process dies of a platform signal: the fault's own lines (e.g. the HSA runtime's
+        `Memory access fault by GPU node-2 ...`), faulthandler's `Fatal Python error: Aborted` (SGLang
+        enables faulthandler in run_scheduler_process) from a thread with no Python frame, then the
+        launcher's reaction: while starting, the release's child_died_launch (exit 1); while serving,
+        the SubprocessWatchdog's line, SIGQUIT and the tree kill (137) where the release has the
+        watchdog (0.5.17+), else the scheduler is silently gone (0.5.9: HTTP up, requests hang)."""
+        number, name = DEATH_SIGNALS[fault.signal]
+        self._emit_fault_lines(fault)
+        if name:
+            tid = 0x7F3A2B7FE640 + number
+            self.log.line(
+                f"Fatal Python error: {name}\n\nThread 0x{tid:016x} (most recent call first):\n  <no Python frame>\n\n"
+                "Extension modules: numpy._core._multiarray_umath, torch._C, torch._C._dynamo.autograd_compiler, "
+                "zmq.backend.cython._zmq, uvloop.loop, psutil._psutil_linux (total: 6)",
+                source="raw", level="error",
+            )
+        if self.state not in ("warming", "ready"):
+            self.log.line(self.release.text("child_died_launch", code=-number, site=_SITE), level="error")
+            raise _Exit(1)
+        crash = self.release.text("watchdog_crash", pid=self.pid + 1, code=-number)
+        if not crash:
+            self.state = "scheduler_dead"
+            threading.Event().wait()
+        self.log.sleep(0.5)
+        self.log.line(crash, level="error")
+        self._sigquit(running=True)
         _exit_process(-9)
 
     def _scheduler_dead(self, fault: Fault) -> None:
@@ -727,12 +829,18 @@ class StandIn:
             time.sleep(BATCH_WINDOW_S)
         with self.load_lock:
             running = max(1, self.in_flight)
+            request = self.requests_seen
+            self.requests_seen += 1
+            serving_s = self.log.sim_elapsed() - self.ready_at if self.ready_at is not None else -1.0
             self.ctx.extra["running_requests"] = running
             self.ctx.extra["sampled"] = sampled
+            self.ctx.extra["serving_s"] = max(serving_s, 0.0)
             faults = [
                 f
                 for f in matching_faults(self.world, self.ctx, at="first_decode")
                 if f.id not in self.dormant
+                and hits_request(f, self.seed, request)
+                and (f.per_minute <= 0 or serving_s >= onset_s(f, self.seed))
             ]
         return faults, running
 
@@ -757,6 +865,9 @@ class StandIn:
                         if self.state != "scheduler_dead":
                             self._scheduler_dead(fault)
                     threading.Event().wait()
+                if fault.effect == "signal_death":
+                    with self.decode_lock:
+                        self._signal_death(fault)
                 if fault.effect == "crash_at_first_decode":
                     with self.decode_lock:
                         self.log.sleep(1.0 / timing.decode_tokens_per_s)
@@ -857,9 +968,24 @@ class StandIn:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(self.pid, signal.SIGTERM)
             return 143
-        self.log.line(
-            "SIGTERM received. signum=15 frame=None. Draining requests and shutting down...", level="warning"
-        )
+        self.log.line(self.release.text("sigterm"), level="warning")
+        for fault in self._faults("shutdown"):
+            self.fired.add(fault.id)
+            self._emit_fault_lines(fault)
+            if fault.effect == "hang":  # the shutdown never finishes: only SIGKILL ends the process
+                self._hang()
+        crash = self.release.text("watchdog_crash", pid=self.pid + 1, code=-15)
+        if crash:
+            # the scheduler died of the group's SIGTERM; the launcher's watchdog sees it within its 1 s
+            # interval and SIGQUITs the launcher, whose running-phase handler kills the tree (137)
+            self.log.sleep(0.5)
+            self.log.line(crash, level="error")
+            self._sigquit(running=True)
+            try:
+                self.httpd.server_close()
+            except OSError:
+                pass
+            return -9
         self.log.uvicorn("Shutting down")
         self.log.uvicorn("Waiting for application shutdown.")
         self.log.uvicorn("Application shutdown complete.")

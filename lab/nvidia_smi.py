@@ -12,10 +12,12 @@ Standard library only.
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 
+from lab.model_files import ensure_model_files
 from lab.world import Hardware, WorldError, load_world_from_env
 
 # field -> (header unit or "", value(hw, index) -> (number-or-text, unit or ""))
@@ -123,10 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; exit codes follow nvidia-smi (0 ok, 2 bad arguments/field), 1 if no world."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        hw = load_world_from_env().hardware
+        world = load_world_from_env()
     except WorldError as exc:
         print(f"lab.nvidia_smi: {exc}", file=sys.stderr)
         return 1
+    ensure_model_files(world, os.environ)  # the host's files exist whichever lab tool runs first
+    hw = world.hardware
     if hw.vendor != "nvidia":
         # what nvidia-smi says where the NVIDIA driver is not loaded (an AMD or CPU-only host)
         print(

@@ -30,10 +30,13 @@ SERVER_ARGS_FORMATS = ("repr", "dict")
 DEFAULT_TEXTS: dict[str, str] = {
     # model_executor/model_runner.py init_torch_distributed
     "init_begin": "Init torch distributed begin.",
-    "init_end": "Init torch distributed ends. mem usage={usage:.2f} GB",
+    "init_end": "Init torch distributed ends. elapsed={elapsed:.2f} s, mem usage={usage:.2f} GB",
     # model_executor/model_runner.py load_model
     "load_begin": "Load weight begin. avail mem={avail:.2f} GB",
-    "load_end": "Load weight end. type={arch}, dtype={dtype}, avail mem={avail:.2f} GB, mem usage={usage:.2f} GB.",
+    "load_end": (
+        "Load weight end. elapsed={elapsed:.2f} s, type={arch}, dtype={dtype}, avail mem={avail:.2f} GB, "
+        "mem usage={usage:.2f} GB."
+    ),
     # mem_cache/memory_pool.py MHATokenToKVPool._create_buffers
     "kv_allocated": "KV Cache is allocated. #tokens: {tokens}, K size: {k_gb:.2f} GB, V size: {v_gb:.2f} GB",
     # model_executor/model_runner_kv_cache_mixin.py init_memory_pool
@@ -73,12 +76,39 @@ DEFAULT_TEXTS: dict[str, str] = {
     "kill_tree": "",
     # entrypoints/http_server.py _execute_server_warmup: a warm-up request that failed or timed out
     "warmup_error": "Initialization failed. warmup error: {traceback}",
+    # model_executor/model_runner.py init_piecewise_cuda_graphs (--enable-piecewise-cuda-graph; after the
+    # decode graphs in 0.5.9)
+    "piecewise_begin": "Capture piecewise CUDA graph begin. avail mem={avail:.2f} GB",
+    "piecewise_end": (
+        "Capture piecewise CUDA graph end. Time elapsed: {elapsed:.2f} s. mem usage={usage:.2f} GB. "
+        "avail mem={avail:.2f} GB."
+    ),
+    # speculative/eagle_worker_v2.py init_cuda_graphs (the draft worker, after the target's graphs)
+    "draft_capture_begin": "Capture draft cuda graph begin. This can take up to several minutes. avail mem={avail:.2f} GB",
+    "draft_capture_end": (
+        "Capture draft cuda graph end. Time elapsed: {elapsed:.2f} s. mem usage={usage:.2f} GB. avail mem={avail:.2f} GB."
+    ),
+    # managers/tokenizer_manager.py SignalHandler.sigterm_handler, installed with loop.add_signal_handler
+    # (which passes no arguments, hence signum=None), then the drain loop sigterm_watchdog
+    "sigterm": "SIGTERM received. signum=None frame=None. Draining requests and shutting down...",
+    # utils/watchdog.py SubprocessWatchdog._check_processes (0.5.17+): the scheduler died of the SIGTERM
+    # the process group received; "" where the release has no watchdog (0.5.9)
+    "watchdog_crash": "",
+    # entrypoints/engine.py _wait_for_scheduler_ready: a scheduler that died while the server was starting
+    # (the pipe closed): 0.5.9 logs two lines and re-raises the EOFError (exit 1)
+    "child_died_launch": (
+        "Rank 0 scheduler is dead. Please check if there are relevant logs.\nExit code: {code}\n"
+        "Traceback (most recent call last):\n"
+        '  File "{site}/sglang/srt/entrypoints/engine.py", line 894, in _wait_for_scheduler_ready\n'
+        "    data = scheduler_pipe_readers[i].recv()\n"
+        "EOFError"
+    ),
 }
 
 #: The values each text is rendered with (checked when a version file is loaded).
 TEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "init_begin": (),
-    "init_end": ("usage",),
+    "init_end": ("usage", "elapsed"),
     "load_begin": ("avail",),
     "load_end": ("arch", "dtype", "avail", "usage", "elapsed"),
     "kv_allocated": ("tokens", "k_gb", "v_gb", "kv_dtype"),
@@ -93,6 +123,13 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "sigquit_running": (),
     "kill_tree": ("pid",),
     "warmup_error": ("traceback",),
+    "piecewise_begin": ("avail", "tokens", "backend"),
+    "piecewise_end": ("elapsed", "usage", "avail"),
+    "draft_capture_begin": ("avail", "bs_list"),
+    "draft_capture_end": ("elapsed", "usage", "avail"),
+    "sigterm": (),
+    "watchdog_crash": ("pid", "code"),
+    "child_died_launch": ("code", "site"),
 }
 
 #: Roles the lab's memory model and capture phase read, and the 0.5.9 dest that plays each.
@@ -100,6 +137,9 @@ DEFAULT_ROLES: dict[str, str] = {
     "cuda_graph_max_bs": "cuda_graph_max_bs",
     "cuda_graph_bs": "cuda_graph_bs",
     "disable_cuda_graph": "disable_cuda_graph",
+    # the setting that turns prefill (piecewise) CUDA graphs on: a switch in 0.5.9, a backend name
+    # ("disabled" = off) in 0.5.17+
+    "prefill_cuda_graph": "enable_piecewise_cuda_graph",
 }
 
 
@@ -108,6 +148,9 @@ class Release:
     """The non-flag traits of one imitated SGLang release."""
 
     server_args_format: str = "repr"
+    #: prefill (piecewise) CUDA graphs are captured before the decode graphs (0.5.17+,
+    #: cuda_graph_setup.py: "prefill before decode"), else after them (0.5.9 model_runner.initialize)
+    prefill_graph_first: bool = False
     texts: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_TEXTS))
     roles: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_ROLES))
 
@@ -137,9 +180,14 @@ def parse_release(raw: Any, dests: set[str], where: str) -> Release:
         return Release()
     if not isinstance(raw, dict):
         raise ValueError(f"{where}: expected a table")
-    unknown = set(raw) - {"server_args_format", "texts", "roles"}
+    unknown = set(raw) - {"server_args_format", "texts", "roles", "prefill_graph_first"}
     if unknown:
-        raise ValueError(f"{where}.{sorted(unknown)[0]}: unknown key (expected server_args_format, texts, roles)")
+        raise ValueError(
+            f"{where}.{sorted(unknown)[0]}: unknown key (expected server_args_format, texts, roles, prefill_graph_first)"
+        )
+    first = raw.get("prefill_graph_first", False)
+    if not isinstance(first, bool):
+        raise ValueError(f"{where}.prefill_graph_first: expected true or false")
     fmt = raw.get("server_args_format", "repr")
     if fmt not in SERVER_ARGS_FORMATS:
         raise ValueError(f"{where}.server_args_format: expected one of {', '.join(SERVER_ARGS_FORMATS)}")
@@ -168,4 +216,4 @@ def parse_release(raw: Any, dests: set[str], where: str) -> Release:
         if dest not in dests:
             raise ValueError(f"{where}.roles.{role}: {dest!r} is not the dest of a flag of this version")
         roles[role] = str(dest)
-    return Release(server_args_format=fmt, texts=texts, roles=roles)
+    return Release(server_args_format=fmt, texts=texts, roles=roles, prefill_graph_first=first)

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab import expr
 from lab.world import (
     SITE_DIR,
     TEMPLATE_RE,
@@ -24,6 +25,7 @@ from lab.world import (
     VersionDef,
     World,
     WorldError,
+    package_key,
 )
 
 
@@ -72,6 +74,8 @@ class Context:
             return self.env.get(name)
         if prefix == "mem":
             return self.mem.get(name)
+        if prefix == "pkg":
+            return self.world.packages.get(package_key(name))
         return self.extra.get(key)
 
 
@@ -131,7 +135,26 @@ def _clause_holds(actual: Any, op: str, operand: Any) -> bool:
         return (actual is not None) == bool(operand)
     if op == "matches":
         return actual is not None and re.search(str(operand), str(actual)) is not None
+    if op.startswith("version_"):
+        if actual is None:
+            return False
+        a, b = version_key(str(actual)), version_key(str(operand))
+        return {"version_lt": a < b, "version_le": a <= b, "version_gt": a > b, "version_ge": a >= b}[op]
     raise WorldError(f"unknown operator {op!r}")
+
+
+def version_key(text: str) -> tuple[Any, ...]:
+    """An order for release strings (PEP 440 in the shapes packages use): `0.6.3` < `0.6.3.post1`,
+    `0.7.0rc1` < `0.7.0`, `2.9.1+cu128` == `2.9.1` (the local part is ignored), `1.10` > `1.9`."""
+    base = text.strip().lower().split("+", 1)[0].lstrip("v")
+    m = re.match(r"^(\d+(?:\.\d+)*)(?:[.-]?(dev|a|alpha|b|beta|rc|c|post)[.-]?(\d*))?", base)
+    if not m:
+        return ((), 0, 0, base)
+    release = tuple(int(x) for x in m.group(1).split("."))
+    while len(release) > 1 and release[-1] == 0:
+        release = release[:-1]
+    rank = {"dev": -4, "a": -3, "alpha": -3, "b": -2, "beta": -2, "rc": -1, "c": -1, "post": 1}.get(m.group(2) or "", 0)
+    return (release, rank, int(m.group(3) or 0), "")
 
 
 def holds(condition: Condition | None, ctx: Context) -> bool:
@@ -141,7 +164,11 @@ def holds(condition: Condition | None, ctx: Context) -> bool:
     if not condition.alternatives:
         return True
     return any(
-        all(_clause_holds(ctx.get(c.key), c.op, c.operand) for c in alt) for alt in condition.alternatives
+        all(
+            expr.holds(c.operand, ctx.get) if c.op == "expr" else _clause_holds(ctx.get(c.key), c.op, c.operand)
+            for c in alt
+        )
+        for alt in condition.alternatives
     )
 
 
@@ -236,10 +263,25 @@ class _Removed(argparse.Action):
         parser.error(self.message)
 
 
+class _Warn(argparse.Action):
+    """SGLang's `DeprecatedAction`: takes no value, stores nothing (the default stays); the warning is
+    added by `_deprecated`."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        kwargs.pop("nargs", None)
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        return None
+
+
 _ACTIONS: dict[str, Any] = {
     "store_true": "store_true",
     "store_false": "store_false",
     "boolean_optional": argparse.BooleanOptionalAction,
+    "store_const": "store_const",
+    "warn": _Warn,
 }
 
 
@@ -247,6 +289,8 @@ def _add_flag(parser: argparse.ArgumentParser, flag: FlagDef, suppress: bool) ->
     kwargs: dict[str, Any] = {"dest": flag.dest, "help": flag.help or None}
     if flag.action in _ACTIONS:
         kwargs["action"] = _ACTIONS[flag.action]
+        if flag.action == "store_const":
+            kwargs["const"] = flag.const
     else:
         kwargs["type"] = _TYPES[flag.type]
         if flag.choices is not None:
@@ -275,6 +319,8 @@ def _add_flag(parser: argparse.ArgumentParser, flag: FlagDef, suppress: bool) ->
             "store_true": argparse._StoreTrueAction,
             "store_false": argparse._StoreFalseAction,
             "boolean_optional": argparse.BooleanOptionalAction,
+            "store_const": argparse._StoreConstAction,
+            "warn": _Warn,
         }[flag.action]
         kwargs["action"] = _deprecated(base, flag.deprecated)
     parser.add_argument(flag.name, *flag.aliases, **kwargs)
@@ -379,12 +425,15 @@ class LaunchPlan:
             "weights": 2,
             "kv_pool": 3,
             "capture": 4,
+            "piecewise_capture": 4,
+            "draft_worker": 4.5,
             "warmup": 5,
             "first_decode": 6,
+            "shutdown": 10,
         }
-        fatal = [f for f in self.faults if f.effect in order]
+        fatal = [f for f in self.faults if f.effect in order and f.at != "shutdown"]
         if self.effective.get("disable_cuda_graph"):
-            fatal = [f for f in fatal if f.at != "capture"]
+            fatal = [f for f in fatal if f.at not in ("capture", "piecewise_capture")]
         if self.effective.get("skip_server_warmup"):  # no warm-up request is sent
             fatal = [f for f in fatal if not (f.at == "warmup" and f.effect == "crash_at_first_decode")]
         fatal.sort(key=lambda f: stage.get(f.at, 9))  # stable: file order wins within a stage

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab import expr
 from lab.release import Release, parse_release
 
 LAB_DIR = Path(__file__).resolve().parent
@@ -40,26 +41,50 @@ EFFECTS = (
     "hang",
     "warning",
     "scheduler_dead",
+    "signal_death",
 )
 # Where in the start-up sequence an effect may fire (first entry = default).
+# Stages in start-up order (a release orders the two graph captures its own way: lab/release.py):
+# init, weights, kv_pool, piecewise_capture (prefill graphs), capture = decode_capture, draft_worker,
+# warmup, ready, serving (= first_decode: requests), shutdown (SIGTERM).
 EFFECT_POINTS: dict[str, tuple[str, ...]] = {
     "launch_error": ("args",),
-    "load_error": ("weights", "init", "kv_pool"),
-    "capture_error": ("capture",),
+    "load_error": ("weights", "init", "kv_pool", "draft_worker"),
+    "capture_error": ("capture", "decode_capture", "piecewise_capture", "draft_worker"),
     # `warmup` for these two: the warm-up request SGLang sends to itself before the ready line.
-    "crash_at_first_decode": ("first_decode", "warmup"),
-    "wrong_output": ("first_decode",),
-    "hang": ("init", "weights", "kv_pool", "capture", "warmup", "first_decode"),
-    "warning": ("init", "args", "weights", "kv_pool", "capture", "warmup", "ready", "first_decode"),
+    "crash_at_first_decode": ("first_decode", "warmup", "serving"),
+    "wrong_output": ("first_decode", "serving"),
+    "hang": (
+        "init", "weights", "kv_pool", "capture", "decode_capture", "piecewise_capture", "draft_worker", "warmup",
+        "first_decode", "serving", "shutdown",
+    ),
+    "warning": (
+        "init", "args", "weights", "kv_pool", "capture", "decode_capture", "piecewise_capture", "draft_worker",
+        "warmup", "ready", "first_decode", "serving", "shutdown",
+    ),
     # The scheduler process dies without telling the parent (e.g. the kernel's OOM killer SIGKILLs it,
     # so no SIGQUIT is sent): HTTP stays up, /health answers 503, generation requests never return.
-    "scheduler_dead": ("first_decode", "ready"),
+    "scheduler_dead": ("first_decode", "ready", "serving"),
+    # The scheduler process dies of a signal the platform raises (ROCm's HSA runtime aborts on a GPU
+    # memory fault: SIGABRT; a native crash: SIGSEGV): faulthandler's "Fatal Python error", then the
+    # launcher's reaction of the release (lab/release.py: child_died_launch, watchdog_crash).
+    "signal_death": (
+        "first_decode", "serving", "init", "weights", "kv_pool", "capture", "decode_capture", "piecewise_capture",
+        "draft_worker",
+    ),
 }
+#: Stage names that are another name of a point: the decode-graph capture is `capture`; requests being
+#: served are `first_decode` (each decode request checks its faults).
+POINT_ALIASES = {"decode_capture": "capture", "serving": "first_decode"}
 # A scheduler that dies sends SIGQUIT to the launcher, whose handler calls kill_process_tree(os.getpid()):
 # the launcher SIGKILLs itself, so the shell sees 137 (SGLang 0.5.9 and 0.5.23, entrypoints/engine.py
 # `launch_phase_sigquit_handler`, managers/tokenizer_manager.py `running_phase_sigquit_handler`,
 # utils/common.py `kill_process_tree`). Argument errors are raised in the launcher itself: exit 1.
 DEFAULT_EXIT_CODES = {"launch_error": 1, "load_error": -9, "capture_error": -9, "crash_at_first_decode": -9}
+#: signal_death: the signals a platform kills the scheduler with, and faulthandler's name for each
+#: (CPython Python/faulthandler.c `faulthandler_handlers`; SIGKILL cannot be caught: nothing is printed).
+DEATH_SIGNALS = {"SIGABRT": (6, "Aborted"), "SIGSEGV": (11, "Segmentation fault"), "SIGBUS": (7, "Bus error"),
+                 "SIGFPE": (8, "Floating-point exception"), "SIGILL": (4, "Illegal instruction"), "SIGKILL": (9, "")}
 
 OPERATORS = (
     "eq",
@@ -74,6 +99,10 @@ OPERATORS = (
     "not_contains",
     "is_set",
     "matches",
+    "version_lt",
+    "version_le",
+    "version_gt",
+    "version_ge",
 )
 SOURCES = ("scheduler", "server", "raw")
 LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -105,6 +134,7 @@ EXTRA_KEYS = (
     "max_running_requests",
     "running_requests",
     "sampled",
+    "serving_s",
 )
 #: The simulated installed-source tree (lab/site/README.md): the value of the `site` template key, so a
 #: world's traceback can point into files that exist on the host running the lab.
@@ -114,7 +144,7 @@ SITE_DIR = str(Path(__file__).resolve().parent / "site")
 TRUTH_EXPECT = ("isolated", "not_isolated", "not_reproduced")
 FIX_COSTS = ("none", "low", "medium", "high")
 
-_KEY_RE = re.compile(r"^(?:(args|user|hw|model|env|mem)\.)?([A-Za-z_][A-Za-z0-9_.]*)$")
+_KEY_RE = re.compile(r"^(?:(args|user|hw|model|env|mem|pkg)\.)?([A-Za-z_][A-Za-z0-9_.\-]*)$")
 TEMPLATE_RE = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_.]*)(?::([^{}]*))?\}")
 
 
@@ -130,7 +160,9 @@ class FlagDef:
     aliases: tuple[str, ...]
     dest: str
     type: str  # "str" | "int" | "float"; ignored for switches
-    action: str  # "store" | "store_true" | "store_false" | "boolean_optional" (--x / --no-x)
+    action: str  # "store" | "store_true" | "store_false" | "boolean_optional" (--x / --no-x) |
+    # "store_const" (stores `const`, takes no value) | "warn" (takes no value, stores nothing: prints its
+    # `deprecated` message, like SGLang's DeprecatedAction)
     choices: tuple[str, ...] | tuple[int, ...] | tuple[float, ...] | None  # of the flag's type
     default: Any
     help: str
@@ -139,6 +171,17 @@ class FlagDef:
     metavar: str | None
     deprecated: str | None = None  # warning printed when given (the flag still works)
     removed: str | None = None  # argparse error printed when given (exit 2): the flag is retired
+    const: Any = None  # store_const: the value stored
+
+    @property
+    def takes_value(self) -> bool:
+        """Whether the flag is followed by a value on the command line (store with nargs != 0)."""
+        return self.action == "store"
+
+    @property
+    def is_list(self) -> bool:
+        """Whether the flag takes several values (`nargs` '+' or '*': `--cuda-graph-bs 1 2 4 8`)."""
+        return self.action == "store" and self.nargs in ("+", "*")
 
     def option_strings(self) -> tuple[str, ...]:
         """Every spelling argparse accepts: name, aliases and, for boolean_optional, `--no-<name>`."""
@@ -204,6 +247,9 @@ class Fault:
     exit_code: int | None
     output: str
     probability: float = 1.0  # chance that the fault is live on a given launch (drawn once per launch)
+    per_request: float = 1.0  # serving faults: chance that a request the fault matches is hit (drawn per request)
+    per_minute: float = 0.0  # serving faults: events per simulated minute of serving; 0 = from the first request
+    signal: str = "SIGABRT"  # signal_death: the signal the scheduler process dies of
     text: str | None = None  # wrong_output: the (arbitrary) text a broken model returns instead of `output`
     delay_s: float = 0.0  # simulated seconds between reaching the fault's point and its lines
 
@@ -263,6 +309,8 @@ class Timing:
     kv_pool_s: float = 3.0
     capture_s: float = 30.0
     warmup_s: float = 5.0
+    piecewise_s: float = 10.0  # prefill (piecewise) CUDA-graph capture, when enabled
+    draft_s: float = 15.0  # the speculative draft worker: its weights and its CUDA graphs
     prefill_tokens_per_s: float = 5000.0
     decode_tokens_per_s: float = 50.0
 
@@ -319,10 +367,30 @@ class VersionDef:
     flags: tuple[FlagDef, ...]
     resolve: tuple[ResolveRule, ...]
     release: Release = field(default_factory=Release)
+    installed: dict[str, str] = field(default_factory=dict)  # package -> version `pip install` pins
+    check_env_packages: tuple[str, ...] = ()  # what `check_env` reports, in its order
 
     @property
     def dests(self) -> tuple[str, ...]:
         return tuple(f.dest for f in self.flags)
+
+
+@dataclass(frozen=True)
+class PackageChange:
+    """One entry of a host's package history (`[[package_change]]`): `name` went from `before` to
+    `after` (either "" for installed / removed) at `when` (free text as a user would say it, e.g.
+    "2026-11-30 14:00" or "yesterday"), with an optional `note` (how: `pip install -U flashinfer-python`)."""
+
+    name: str
+    before: str
+    after: str
+    when: str
+    note: str = ""
+
+
+def package_key(name: str) -> str:
+    """A package name as pip compares them (PEP 503: case-folded, runs of '-', '_', '.' as one '-')."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @dataclass(frozen=True)
@@ -338,6 +406,8 @@ class World:
     resolve: tuple[ResolveRule, ...]
     faults: tuple[Fault, ...]
     truth: Truth | None
+    packages: dict[str, str] = field(default_factory=dict)  # installed package -> version (normalised names)
+    package_changes: tuple[PackageChange, ...] = ()
 
 
 # ----------------------------------------------------------------------------------------- loading
@@ -426,6 +496,7 @@ def load_world(spec: str) -> World:
             raise WorldError(f"{path}: fault id {fault.id!r} is used twice")
         seen.add(fault.id)
     truth = _parse_truth(ctx, data.get("truth"))
+    packages, changes = _parse_packages(ctx, data, version)
     return World(
         name=str(data.get("name", path.parent.name)),
         path=path,
@@ -438,7 +509,50 @@ def load_world(spec: str) -> World:
         resolve=resolve,
         faults=faults,
         truth=truth,
+        packages=packages,
+        package_changes=changes,
     )
+
+
+def _parse_packages(ctx: _Ctx, data: dict[str, Any], version: VersionDef) -> tuple[dict[str, str], tuple[PackageChange, ...]]:
+    """`[packages]` (name = "version"; false = not installed) over the release's pins; `[[package_change]]`."""
+    raw = data.get("packages", {})
+    if not isinstance(raw, dict):
+        raise ctx.fail("packages", 'expected a table of package = "version" (false: not installed)')
+    packages = dict(version.installed)
+    for name, value in raw.items():
+        if value is False:
+            packages.pop(package_key(name), None)
+        elif isinstance(value, str) and value:
+            packages[package_key(name)] = value
+        else:
+            raise ctx.fail(f"packages.{name}", 'expected a version string such as "0.6.3", or false (not installed)')
+    changes: list[PackageChange] = []
+    for i, item in enumerate(ctx.list(data, "package_change")):
+        where = f"package_change[{i}]"
+        unknown = sorted(set(item) - {"name", "before", "after", "when", "note"})
+        if unknown:
+            raise ctx.fail(f"{where}.{unknown[0]}", "unknown field (allowed: after, before, name, note, when)")
+        for key in ("name", "when"):
+            if not isinstance(item.get(key), str) or not item[key]:
+                raise ctx.fail(f"{where}.{key}", "expected a non-empty string")
+        for key in ("before", "after", "note"):
+            if not isinstance(item.get(key, ""), str):
+                raise ctx.fail(f"{where}.{key}", "expected a string (\"\" for not installed)")
+        change = PackageChange(
+            name=item["name"], before=item.get("before", ""), after=item.get("after", ""), when=item["when"],
+            note=item.get("note", ""),
+        )
+        changes.append(change)
+    last = {package_key(c.name): (i, c) for i, c in enumerate(changes)}
+    for key, (i, change) in last.items():
+        if packages.get(key, "") != change.after:
+            now = packages.get(key) or "not installed"
+            raise ctx.fail(
+                f"package_change[{i}].after",
+                f"{change.after or 'not installed'!r} is not what [packages] says is installed now ({now!r})",
+            )
+    return packages, tuple(changes)
 
 
 def version_path(spec: str, base: Path | None = None) -> Path:
@@ -483,7 +597,16 @@ def load_version(version: str, base: Path | None = None) -> VersionDef:
     except ValueError as exc:
         raise WorldError(f"{path}: {exc}") from None
     name = str(data.get("version", path.stem))
-    partial = VersionDef(version=name, path=path, flags=tuple(flags), resolve=(), release=release)
+    installed = data.get("installed", {})
+    listed = data.get("check_env_packages", [])
+    if not isinstance(installed, dict) or not all(isinstance(v, str) for v in installed.values()):
+        raise WorldError(f"{path}: installed: expected a table of package = \"version\"")
+    if not isinstance(listed, list) or not all(isinstance(v, str) for v in listed):
+        raise WorldError(f"{path}: check_env_packages: expected a list of package names")
+    partial = VersionDef(
+        version=name, path=path, flags=tuple(flags), resolve=(), release=release,
+        installed={package_key(k): v for k, v in installed.items()}, check_env_packages=tuple(listed),
+    )
     keys = _KeyCheck(partial, None)
     rules = tuple(
         _parse_resolve(ctx, keys, item, f"resolve[{i}]") for i, item in enumerate(ctx.list(data, "resolve"))
@@ -523,9 +646,9 @@ class _Ctx:
         return value
 
 
-_FLAG_ACTIONS = ("store", "store_true", "store_false", "boolean_optional")
+_FLAG_ACTIONS = ("store", "store_true", "store_false", "boolean_optional", "store_const", "warn")
 _FLAG_KEYS = frozenset(
-    "name aliases type action choices default help nargs required metavar dest deprecated removed".split()
+    "name aliases type action choices default help nargs required metavar dest deprecated removed const".split()
 )
 
 
@@ -577,6 +700,7 @@ def _parse_flag(ctx: _Ctx, item: dict[str, Any], where: str) -> FlagDef:
         metavar=item.get("metavar"),
         deprecated=item.get("deprecated"),
         removed=item.get("removed"),
+        const=item.get("const"),
     )
 
 
@@ -750,6 +874,19 @@ def _parse_condition(ctx: _Ctx, keys: _KeyCheck, raw: Any, where: str) -> Condit
             raise ctx.fail(alt_where, "expected a table of key = condition")
         clauses: list[Clause] = []
         for key, spec in alt.items():
+            if key == "expr":  # a relation between settings (lab/expr.py)
+                if not isinstance(spec, str):
+                    raise ctx.fail(f"{alt_where}.expr", "expected an expression string")
+                try:
+                    tree = expr.parse(spec)
+                except expr.ExprError as exc:
+                    raise ctx.fail(f"{alt_where}.expr", f"{spec!r}: {exc}") from None
+                for name in expr.keys(tree):
+                    err = keys.check(name)
+                    if err:
+                        raise ctx.fail(f"{alt_where}.expr", f"{spec!r}: {err}")
+                clauses.append(Clause("expr", "expr", tree))
+                continue
             err = keys.check(key)
             if err:
                 raise ctx.fail(alt_where, err)
@@ -767,6 +904,8 @@ def _parse_condition(ctx: _Ctx, keys: _KeyCheck, raw: Any, where: str) -> Condit
                         isinstance(operand, bool) or not isinstance(operand, int | float)
                     ):
                         raise ctx.fail(f"{alt_where}.{key}.{op}", "expected a number")
+                    if op.startswith("version_") and not isinstance(operand, str | int | float):
+                        raise ctx.fail(f"{alt_where}.{key}.{op}", 'expected a version such as "0.6.3"')
                     if op == "is_set" and not isinstance(operand, bool):
                         raise ctx.fail(f"{alt_where}.{key}.{op}", "expected true or false")
                     if op == "matches":
@@ -876,6 +1015,9 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         "source",
         "level",
         "probability",
+        "per_request",
+        "per_minute",
+        "signal",
         "text",
         "delay_s",
     }
@@ -889,6 +1031,7 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
     at = str(item.get("at", points[0]))
     if at not in points:
         raise ctx.fail(f"{where}.at", f"effect {effect} can happen at: {', '.join(points)}")
+    at = POINT_ALIASES.get(at, at)
     progress = item.get("progress", 0.0)
     if isinstance(progress, bool) or not isinstance(progress, int | float) or not 0.0 <= progress <= 1.0:
         raise ctx.fail(f"{where}.progress", "expected a number between 0 and 1")
@@ -902,6 +1045,17 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         or not 0.0 < probability <= 1.0
     ):
         raise ctx.fail(f"{where}.probability", "expected a number in (0, 1]: the chance per launch")
+    death = item.get("signal", "SIGABRT")
+    if death not in DEATH_SIGNALS or ("signal" in item and effect != "signal_death"):
+        raise ctx.fail(f"{where}.signal", f"a signal_death fault's signal: one of {', '.join(DEATH_SIGNALS)}")
+    per_request = item.get("per_request", 1.0)
+    if isinstance(per_request, bool) or not isinstance(per_request, int | float) or not 0.0 < per_request <= 1.0:
+        raise ctx.fail(f"{where}.per_request", "expected a number in (0, 1]: the chance per request")
+    per_minute = item.get("per_minute", 0.0)
+    if isinstance(per_minute, bool) or not isinstance(per_minute, int | float) or per_minute < 0:
+        raise ctx.fail(f"{where}.per_minute", "expected events per simulated minute of serving (>= 0)")
+    if (per_request < 1.0 or per_minute > 0) and at != "first_decode":
+        raise ctx.fail(f"{where}.at", "per_request and per_minute apply to serving faults (at = first_decode / serving)")
     text = item.get("text")
     if text is not None and (effect != "wrong_output" or not isinstance(text, str) or not text):
         raise ctx.fail(f"{where}.text", "only a wrong_output fault has a text (a non-empty string)")
@@ -909,7 +1063,7 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
     if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or delay_s < 0:
         raise ctx.fail(f"{where}.delay_s", "expected simulated seconds >= 0")
     default_level = "warning" if effect in ("warning", "wrong_output") else "error"
-    default_source = "raw" if effect == "launch_error" else "scheduler"
+    default_source = "raw" if effect in ("launch_error", "signal_death") else "scheduler"
     return Fault(
         id=str(item.get("id", where)),
         when=_parse_condition(ctx, keys, item.get("when"), f"{where}.when"),
@@ -928,6 +1082,9 @@ def _parse_fault(ctx: _Ctx, keys: _KeyCheck, item: dict[str, Any], where: str) -
         exit_code=exit_code,
         output=str(item.get("output", "!")),
         probability=float(probability),
+        per_request=float(per_request),
+        per_minute=float(per_minute),
+        signal=str(death),
         text=text,
         delay_s=float(delay_s),
     )

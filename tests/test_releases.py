@@ -416,5 +416,5 @@ def test_a_world_can_name_its_version_file_by_path(tmp_path: Path) -> None:
     loaded = load_world(str(world))
     assert loaded.version.version == "0.5.23" and loaded.version.release.server_args_format == "dict"
     world.write_text(TINY_0523.replace('version = "0.5.23"', 'version = "0.5.99"'))
-    with pytest.raises(WorldError, match=r"SGLang 0\.5\.99 not found.*known: 0\.5\.9, 0\.5\.23"):
+    with pytest.raises(WorldError, match=r"SGLang 0\.5\.99 not found.*known: 0\.5\.9, 0\.5\.17, 0\.5\.23"):
         load_world(str(world))

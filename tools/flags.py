@@ -44,10 +44,23 @@ __all__ = [
     "UnknownFlagError",
     "load_catalog",
     "parse_help",
+    "value_words",
 ]
 
+
+def value_words(value: str) -> list[str]:
+    """The command-line words of one flag value: a list-valued flag's value (argparse ``nargs='+'``/``'*'``,
+    ``--cuda-graph-bs 1 2 4 8``) is kept as one string of space-separated words and becomes one argv
+    item per word; a JSON document (``--json-model-override-args '{"a": 1}'``) and any value without
+    whitespace stay one item. Values with whitespace are refused by ``FlagCatalog.validate`` for every
+    flag that is neither list-valued nor JSON-taking."""
+    text = str(value)
+    if not any(ch.isspace() for ch in text) or _is_json_document(text):
+        return [text]
+    return text.split()
+
 ValueType = Literal["str", "int", "float", "bool"]
-FlagValue = str | bool | int | float | None
+FlagValue = str | bool | int | float | list[str] | list[int] | list[float] | tuple[str, ...] | None
 
 # Characters refused in any flag value. Values become argv elements, but on an SSH host the argv is
 # joined into a shell command line, so a value must not be able to change that command's meaning
@@ -250,7 +263,10 @@ class FlagCatalog(BaseModel):
         leaving a switch off means omitting it. Value flags take str/int/float: ints are normalised
         (``"08"`` -> ``"8"``), floats must be finite (a string keeps its spelling, a Python float becomes
         ``repr``), choices are matched exactly like argparse. A flag whose value is optional (nargs
-        ``?``) also accepts ``True`` (bare flag). Values with whitespace, control characters or shell
+        ``?``) also accepts ``True`` (bare flag). A list-valued flag (nargs ``+``/``*``: ``--cuda-graph-bs
+        1 2 4 8``) takes a list or a space-separated string; each item is checked like a single value
+        and the result is one space-separated string (``value_words`` splits it for the command line).
+        Values with whitespace, control characters or shell
         metacharacters (``;|&$`<>()``, quotes, backslash, glob/brace characters), empty values, and values
         starting with ``-`` that are not numbers are refused, with one exception: a flag whose name or
         help says it takes JSON (SGLang's ``--json-model-override-args``, "A dictionary in JSON string
@@ -272,6 +288,17 @@ class FlagCatalog(BaseModel):
             )
         if value is True and spec.nargs == "?":
             return flag, True
+        if spec.nargs in ("+", "*") and (
+            isinstance(value, list | tuple) or (isinstance(value, str) and len(value.split()) > 1)
+        ):
+            words = [_value_text(spec, w) for w in value] if isinstance(value, list | tuple) else value.split()
+            if not words:
+                raise InvalidFlagValueError(f"{flag}: empty list (expected {_expected(spec)})", flag=flag)
+            return flag, " ".join(str(self.validate(flag, w)[1]) for w in words)
+        if isinstance(value, list | tuple):
+            raise InvalidFlagValueError(
+                f"{flag}: takes one value ({_expected(spec)}), got a list of {len(value)}", flag=flag
+            )
         if value is None or isinstance(value, bool):
             got = "no value" if value in (None, True) else _show(value)
             raise InvalidFlagValueError(f"{flag}: expects a value ({_expected(spec)}), got {got}", flag=flag)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from tools.container import prepare as prepare_container
 from tools.container import recover as recover_container
+from tools.flags import value_words
 from tools.host import Host, HostError, ProcessHandle, QueuesJobs, SchedulerError, expand_argv
 from tools.logwatch import LogLine, LogWatcher
 from tools.signatures import SignatureMatch, SignatureMatcher
@@ -44,7 +45,8 @@ def render_command(
     """The launch argv: launcher, `--model-path M`, flags in order, then `--host H --port P`.
 
     True renders a bare flag, False/None omits it, other values become `str(value)` as one argv item
-    (no shell is involved, so no quoting is needed). `--model-path`, `--host` and `--port` in `flags`
+    (no shell is involved, so no quoting is needed), except a list-valued flag's space-separated value
+    (`--cuda-graph-bs 1 2 4 8`), one item per word (`tools.flags.value_words`). `--model-path`, `--host` and `--port` in `flags`
     are dropped because the session owns them. `{python}` in the launcher is left for `expand_argv`.
     Raises ValueError for a flag name that does not start with "-".
     """
@@ -56,7 +58,7 @@ def render_command(
             continue
         argv.append(name)
         if value is not True:
-            argv.append(str(value))
+            argv.extend(value_words(str(value)))
     return argv + ["--host", host, "--port", str(port)]
 
 
@@ -208,6 +210,10 @@ class ServerSession:
         self.base_url: str | None = None
         self.error: str | None = None
         self.lines: list[LogLine] = []
+        #: what the server printed after our own stop() signalled it (its shutdown sequence: SGLang 0.5.17+
+        #: logs its scheduler's death by that SIGTERM and SIGQUITs itself); never evidence of the experiment
+        self.shutdown_lines: list[LogLine] = []
+        self._stopping = False
         self.detection_delays_s: list[float] = []
         self._status: LaunchStatus | None = None
         self._t_end: float | None = None
@@ -296,6 +302,9 @@ class ServerSession:
         if self.handle is None:
             return True
         grace = self.stop_grace_s if grace_s is None else grace_s
+        if not self._stopping:
+            self._pump()  # what it printed before our signal is evidence; what follows is its shutdown
+            self._stopping = True
         inside = self._stop_in_container(grace) if self.container is not None else True
         ok = self.host.terminate(self.handle, grace_s=grace)
         self._pump(flush=True)
@@ -329,6 +338,10 @@ class ServerSession:
             return []
         read_start = time.monotonic()
         new = self._watcher.flush() if flush else self._watcher.poll()
+        if self._stopping:
+            self.shutdown_lines.extend(new)
+            self._prev_read_start = read_start
+            return new
         for line in new:
             self.detection_delays_s.append(max(0.0, line.seen_monotonic - self._prev_read_start))
             self.lines.append(line)
