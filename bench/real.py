@@ -14,7 +14,9 @@ in one line why it cannot be used.
 from __future__ import annotations
 
 import os
+import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,3 +156,79 @@ def discover(
             )
         )
     return out
+
+
+# ------------------------------------------------------------------------------------------ the bench
+
+
+def run_real(
+    engines: list[str] | None = None,
+    names: list[str] | None = None,
+    *,
+    methods: tuple[str, ...] = ("agent", "random"),
+    seeds: int = 1,
+    workdir: Path,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """``python -m bench --real``: the agent and the random one-change baseline on each real case.
+
+    Every method launches the real engine on this host; the random search may spend as many launches
+    as a good agent run may (chain length + 3 per seed). Returns a JSON-plain dict: ``cases`` (per case
+    and method: correct, launches, host-seconds, wall seconds, what it found, its ending) and
+    ``wall_s``. Raises ValueError for an unknown case name or a bed that is not built (one line).
+    """
+    from agent.catalog import load_catalog
+    from bench.launcher import Launcher
+    from bench.methods import LaunchCache, plausible_changes, run_agent, run_random
+    from tools.flags import load_catalog as load_flag_catalog
+    from tools.host import expand_argv
+    from tools.knowledge import read_findings
+    from tools.signatures import load_signatures
+
+    say = progress or (lambda _msg: None)
+    missing = bed_missing()
+    if missing is not None:
+        raise ValueError(missing)
+    cases = discover(engines, names, out_dir=workdir / "cases")
+    if not cases:
+        raise ValueError(f"no real cases under {REAL_DIR} for engines {', '.join(engines or ['any'])}")
+    saved = os.environ.get("HYPOLOOP_HOME")
+    os.environ["HYPOLOOP_HOME"] = str(workdir / "home")
+    t0 = time.monotonic()
+    out: list[dict[str, Any]] = []
+    try:
+        catalog, sigs = load_catalog(), load_signatures()
+        for case in cases:
+            row: dict[str, Any] = {"case": case.name, "engine": case.engine, "expect": case.expect, "methods": {}}
+            if "agent" in methods:
+                say(f"{case.name}: agent")
+                r = run_agent(case, transcripts=workdir / "transcripts", seed=f"real:{case.name}")  # type: ignore[arg-type]
+                row["methods"]["agent"] = r.as_json()
+                say(f"{case.name}: agent: {r.status}, {r.found}, {r.launches:g} launches, {r.wall_s:.0f} s")
+            if "random" in methods:
+                launcher = Launcher(case.case, sigs, workdir / "launches" / case.name)
+                try:
+                    flags = load_flag_catalog(
+                        launcher.host, expand_argv(case.case.launcher.argv, launcher.host),
+                        cache_dir=workdir / "flag-cache", version=None,
+                    )
+                    findings = [
+                        f for p in case.case.knowledge for f in read_findings(case.case.resolve_path(p))
+                        if f.outcome == "works"
+                    ]
+                    changes = plausible_changes(case.case.baseline, catalog, flags, findings)
+                    say(f"{case.name}: random over {len(changes)} plausible changes, at most "
+                        f"{case.max_launches} launches, {seeds} seed(s)")
+                    cache = LaunchCache(launcher, enabled=True, seed_env=dict)
+                    r = run_random(case, cache, changes, seeds=seeds, max_launches=case.max_launches)  # type: ignore[arg-type]
+                    row["methods"]["random"] = r.as_json()
+                    say(f"{case.name}: random: {r.status}, {r.launches:g} launches")
+                finally:
+                    launcher.close()
+            out.append(row)
+    finally:
+        if saved is None:
+            os.environ.pop("HYPOLOOP_HOME", None)
+        else:
+            os.environ["HYPOLOOP_HOME"] = saved
+    return {"bed": str(bed_root()), "cases": out, "wall_s": round(time.monotonic() - t0, 1)}
