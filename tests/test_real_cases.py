@@ -34,12 +34,13 @@ def _story(transcript: Path) -> str:
     """What the run did, one line per experiment (for a failure message)."""
     out = []
     for ev in read_transcript(transcript):
-        if ev.type == "experiment.designed" or ev.type == "experiment.approved":
+        if ev.type == "experiment.proposed":
             change = ev.data.get("change") or {}
-            out.append(f"{ev.type}: {change.get('kind')} {change.get('name')} -> {change.get('after')}")
+            what = f"{change.get('name')}: {change.get('before')} -> {change.get('after')}" if change else "baseline"
+            out.append(f"experiment {ev.data.get('id')} ({ev.data.get('purpose')}): {what}")
         elif ev.type == "outcome":
             sigs = [m.get("signature_id") for m in ev.data.get("matches", []) if m.get("kind") in ("fatal", "error")]
-            out.append(f"outcome {ev.data.get('experiment_id')}: {ev.data.get('status')} {sigs}")
+            out.append(f"outcome {ev.data.get('experiment_id')}: {ev.data.get('stage')} {sigs}")
         elif ev.type == "conclusion":
             out.append(f"conclusion: {ev.data.get('status')}: {str(ev.data.get('reason'))[:300]}")
     return "\n".join(out)
@@ -76,4 +77,4 @@ def test_hypoloop_reaches_the_right_ending_on_a_real_engine(name: str, engines: 
         # The good launch: probes answered as the healthy model does, the server was stopped by hypoloop,
         # and its shutdown lines did not turn the outcome into a failure.
         outcomes = [ev.data for ev in read_transcript(transcript) if ev.type == "outcome"]
-        assert outcomes and all(o.get("status") == "ok" for o in outcomes), story
+        assert outcomes and all(o.get("stage") == "ok" for o in outcomes), story
