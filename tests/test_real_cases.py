@@ -11,11 +11,12 @@ Marked ``real_engine``: skipped with the reason where the bed is not built, an e
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from clirun import run_cli
+from clirun import HYPOLOOP, cli_env
 from conftest import EnginesBed, engine_processes
 
 from agent.transcript import read_transcript
@@ -50,7 +51,12 @@ def _story(transcript: Path) -> str:
 def test_hypoloop_reaches_the_right_ending_on_a_real_engine(name: str, engines: EnginesBed, tmp_path: Path) -> None:
     case = discover(names=[name], out_dir=tmp_path / "cases", root=engines.root)[0]
     t0 = time.monotonic()
-    proc = run_cli(tmp_path, "run", str(case.case_path), "--auto", "--json", timeout=RUN_TIMEOUT_S)
+    env = cli_env(tmp_path)
+    env.pop("HYPOLOOP_LAB_TIME_SCALE", None)  # real engines run on real time, as a user's do
+    proc = subprocess.run(
+        [*HYPOLOOP, "run", str(case.case_path), "--auto", "--json"], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL,
+    )
     wall = time.monotonic() - t0
     # Everything the run started inherited its HYPOLOOP_HOME: nothing of it may still run.
     left = engine_processes(str(tmp_path / "home"))
