@@ -238,8 +238,8 @@ def engines() -> EnginesBed:
     reason = bed_missing(root)
     if reason is not None:
         if _in_ci():
-            pytest.fail(reason + "; .ci/run builds it with .ci/real-engines, so under CI this is an error")
-        pytest.skip(reason + " - build it with .ci/real-engines (3-5 minutes, cached outside the checkout)")
+            pytest.fail(reason + "; .ci/run builds it, so under CI this is an error")
+        pytest.skip(reason + " (3-5 minutes, cached outside the checkout)")
     return EnginesBed(root)
 
 
