@@ -224,7 +224,8 @@ def _new_session(
     # A server on a batch node must listen beyond its loopback to be reached (SlurmHost.listen_host).
     listen = getattr(host, "listen_host", "127.0.0.1")
     argv = render_command(
-        expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host=listen, port=port
+        expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host=listen, port=port,
+        engine=case.launcher.engine_impl(),
     )
     session = ServerSession(
         host,

@@ -110,10 +110,11 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
             gpu_query_argv=expand_argv(case.launcher.gpu_query_argv, host),
             version_argv=expand_argv(case.launcher.version_argv, host),
             check_env_argv=case.launcher.check_env() or None,
+            engine=case.launcher.engine_impl(),
         )
         tr.emit("host.fingerprint", to_payload("host.fingerprint", fp), node="intake")
         step = "launcher.argv (its --help gives the flag catalog)"
-        flags = rt.flags(case, fp.sglang_version)
+        flags = rt.flags(case, fp.engine_version)
         tr.emit(
             "tool.result",
             {
