@@ -26,7 +26,7 @@ from tools.flags import FlagCatalog
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import FindsOrphans, Host, HostError, expand_argv
 from tools.server import ServerSession
-from tools.signatures import Signature, load_signatures
+from tools.signatures import Signature, for_engine, load_signatures
 from tools.ssh import SSHOptions
 
 
@@ -124,6 +124,10 @@ class Runtime:
         if self._signatures is None:
             self._signatures = load_signatures(knowledge_file("signatures.toml"))
         return self._signatures
+
+    def signatures_for(self, case: Case) -> list[Signature]:
+        """The log signatures that apply to the case's engine (`tools.signatures.for_engine`)."""
+        return for_engine(self.signatures, case.launcher.engine_impl().name)
 
     @property
     def catalog(self) -> list[CatalogEntry]:

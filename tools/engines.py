@@ -30,6 +30,7 @@ __all__ = [
     "SGLang",
     "VLLM",
     "detect",
+    "detect_log",
     "get_engine",
 ]
 
@@ -62,6 +63,7 @@ class EngineData(BaseModel):
     env_prefix: str
     envs_file: str
     check_env_module: str = ""
+    log_markers: list[str] = Field(default_factory=list)
     source: str
 
 
@@ -229,3 +231,14 @@ def detect(argv: Sequence[str]) -> str | None:
         if _program_match(words, data.programs):
             return name
     return None
+
+
+def detect_log(text: str) -> str | None:
+    """The engine whose log `text` is: the engine with the most `log_markers` in it, or None when it
+    carries none (a bare Python traceback, a log cut before the engine spoke)."""
+    best, best_n = None, 0
+    for name, data in _load(ENGINES_FILE).items():
+        n = sum(text.count(marker) for marker in data.log_markers)
+        if n > best_n:
+            best, best_n = name, n
+    return best

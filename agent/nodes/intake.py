@@ -82,7 +82,7 @@ def intake(state: RunState, rt: Runtime) -> dict[str, Any]:
         "baseline": baseline.model_dump(mode="json"),
     }
     if case.observed_log:
-        evidence, exp = ingest_log(case, baseline, rt.signatures)
+        evidence, exp = ingest_log(case, baseline, rt.signatures_for(case))
         update["raw"] = evidence.model_dump(mode="json")
         update["experiments"] = [exp.model_dump(mode="json")]
         tr.emit("observation", {"source": case.observed_log, "experiment_id": exp.id}, node="intake")
