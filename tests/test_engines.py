@@ -1,0 +1,117 @@
+"""vLLM as a second engine (issue 22): a case names its engine or it is told from the launcher; the launch
+names the model the engine's way; each engine's log is read with its own signatures (one engine's ready
+line never ends the wait for another); `analyze` reads a vLLM log as vLLM's.
+
+The vLLM texts below are the messages of vLLM 0.32.0's source (file named at each), as its process
+writes them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from clirun import run_cli
+
+from agent.case import CaseError, load_case
+from tools.engines import detect, detect_log, get_engine
+from tools.server import render_command
+from tools.signatures import for_engine, load_signatures, scan_text
+
+
+def _case(tmp_path: Path, launcher: str) -> Path:
+    path = tmp_path / "case.toml"
+    path.write_text(f'name = "c"\n[launcher]\n{launcher}\n[model]\npath = "/models/tiny"\n', encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("launcher", "engine", "model_args"),
+    [
+        ('engine = "vllm"', "vllm", ["/models/tiny"]),
+        ('argv = ["vllm", "serve"]', "vllm", ["/models/tiny"]),
+        ('argv = ["/opt/venv/bin/vllm", "serve"]', "vllm", ["/models/tiny"]),
+        ('argv = ["{python}", "-m", "vllm.entrypoints.openai.api_server"]', "vllm", ["--model", "/models/tiny"]),
+        ('argv = ["python", "-m", "sglang.launch_server"]', "sglang", ["--model-path", "/models/tiny"]),
+        ('argv = ["{python}", "-m", "lab.launch_server"]', "sglang", ["--model-path", "/models/tiny"]),
+    ],
+)
+def test_a_case_names_its_engine_or_it_is_told_from_the_launcher(
+    tmp_path: Path, launcher: str, engine: str, model_args: list[str]
+) -> None:
+    case = load_case(str(_case(tmp_path, launcher)))
+    assert case.launcher.engine == engine
+    own = case.launcher.engine_impl().data.fallback_model_flag  # the model's flag, positional or not
+    argv = render_command(
+        case.launcher.argv, case.model.path, {"--max-model-len": "256", own: "x", "--port": "1"},
+        host="127.0.0.1", port=8000, engine=case.launcher.engine_impl(),
+    )
+    n = len(case.launcher.argv)
+    assert argv[n : n + len(model_args)] == model_args
+    # The session owns the model, host and port: a flag naming them again is dropped, not passed twice.
+    assert argv.count("--port") == 1 and "x" not in argv
+    assert argv[-4:] == ["--host", "127.0.0.1", "--port", "8000"]
+    # The version query asks for the engine's own distribution.
+    assert get_engine(engine).data.distributions[0] in " ".join(case.launcher.version_argv)
+
+
+def test_vllm_flags_are_read_from_help_all_and_sglangs_from_help() -> None:
+    assert get_engine("vllm").help_argv(["vllm", "serve"]) == ["vllm", "serve", "--help=all"]
+    assert get_engine("sglang").help_argv(["python", "-m", "sglang.launch_server"])[-1] == "--help"
+    assert detect(["bash", "-c", "run.sh"]) is None
+
+
+def test_an_unknown_engine_is_one_line_naming_the_field(tmp_path: Path) -> None:
+    with pytest.raises(CaseError) as err:
+        load_case(str(_case(tmp_path, 'engine = "tgi"')))
+    msg = str(err.value)
+    assert "\n" not in msg and "launcher.engine" in msg and "'vllm'" in msg
+
+
+#: A vLLM 0.32.0 launch whose --max-model-len is beyond the model's positions: the API server process
+#: prints the version, its arguments, and the config error (vllm/config/model.py) as a pydantic error.
+VLLM_MAX_LEN_LOG = """\
+(APIServer pid=4242) INFO 12-01 10:00:00 [api_utils.py:327] vLLM server version 0.32.0, serving model /m/tiny
+(APIServer pid=4242) INFO 12-01 10:00:00 [api_utils.py:286] non-default args: {'model': '/m/tiny', 'max_model_len': 4096, 'enforce_eager': True}
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/vllm/entrypoints/cli/main.py", line 75, in main
+    args.dispatch_function(args)
+  File "/venv/lib/python3.11/site-packages/vllm/config/model.py", line 2662, in _get_and_verify_max_len
+    raise ValueError(
+pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig
+  Value error, User-specified max_model_len (4096) is greater than the derived max_model_len (max_position_embeddings=512 or model_max_length=None in model's config.json). To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. VLLM_ALLOW_LONG_MAX_MODEL_LEN must be used with extreme caution. [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]
+"""
+
+#: SGLang 0.5.23 logs uvicorn's start-up line before its warm-up request; ready is the line after it.
+SGLANG_WARMUP_LOG = """\
+[2026-12-01 10:00:00] server_args={'model_path': '/m/tiny', 'device': 'cpu'}
+[2026-12-01 10:00:30] INFO:     Application startup complete.
+[2026-12-01 10:00:30] INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)
+"""
+
+
+def test_each_engine_log_is_read_with_its_own_signatures() -> None:
+    sigs = load_signatures()
+    assert detect_log(VLLM_MAX_LEN_LOG) == "vllm" and detect_log(SGLANG_WARMUP_LOG) == "sglang"
+    vllm, facts = scan_text(VLLM_MAX_LEN_LOG, for_engine(sigs, "vllm"))
+    ids = {m.signature_id for m in vllm}
+    assert {"vllm_server_version", "vllm_max_model_len_too_long"} <= ids
+    assert facts["max_model_len"] == "4096" and facts["derived_max_model_len"] == "512"
+    # uvicorn's start-up line is not SGLang's readiness (its warm-up has not run yet).
+    sglang, _ = scan_text(SGLANG_WARMUP_LOG, for_engine(sigs, "sglang"))
+    assert not [m for m in sglang if m.kind == "ready"]
+    ready, _ = scan_text("(APIServer pid=1) INFO:     Application startup complete.", for_engine(sigs, "vllm"))
+    assert [m.signature_id for m in ready if m.kind == "ready"] == ["vllm_ready"]
+    # Every vLLM signature names its source release.
+    assert all("vLLM" in s.source or "vllm" in s.source for s in sigs if "vllm" in s.engines)
+
+
+def test_analyze_reads_a_vllm_log_as_vllms(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(VLLM_MAX_LEN_LOG, encoding="utf-8")
+    proc = run_cli(tmp_path, "analyze", str(log), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    text = json.dumps(out)
+    assert "vllm_max_model_len_too_long" in text
+    assert out["stage"] == "launch_failed", out["stage"]
