@@ -108,7 +108,7 @@ class LauncherSpec(_Strict):
             if not v.get("argv"):
                 v["argv"] = list(eng.data.default_argv)
             if not v.get("version_argv"):
-                v["version_argv"] = eng.version_argv()
+                v["version_argv"] = eng.version_argv(v["argv"])
         return v
 
     def engine_impl(self) -> Engine:

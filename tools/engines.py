@@ -79,7 +79,7 @@ class Engine(Protocol):
     @property
     def display(self) -> str: ...
 
-    def version_argv(self) -> list[str]: ...
+    def version_argv(self, launcher_argv: Sequence[str] = ()) -> list[str]: ...
 
     def help_argv(self, launcher_argv: Sequence[str]) -> list[str]: ...
 
@@ -111,9 +111,10 @@ class _Base:
     def __repr__(self) -> str:
         return f"<engine {self.name}>"
 
-    def version_argv(self) -> list[str]:
+    def version_argv(self, launcher_argv: Sequence[str] = ()) -> list[str]:
         """A command printing the installed version (the first of `distributions` that is installed)
-        on its last line; exits 1 with a message when none is. ``{python}`` is the host's interpreter."""
+        on its last line; exits 1 with a message when none is. It runs the launcher's own interpreter
+        (`launcher_python`), so the version is that of the environment the server runs in."""
         names = ", ".join(repr(d) for d in self.data.distributions)
         code = (
             "import importlib.metadata as m, sys\n"
@@ -122,7 +123,7 @@ class _Base:
             "    except m.PackageNotFoundError: pass\n"
             f"else: sys.exit('none of {names} is installed')"
         )
-        return ["python", "-c", code]
+        return [launcher_python(launcher_argv), "-c", code]
 
     def help_argv(self, launcher_argv: Sequence[str]) -> list[str]:
         """The launcher asked for every flag it accepts (`help_args` appended)."""
@@ -180,6 +181,21 @@ class VLLM(_Base):
 
 
 _CLASSES: dict[str, type[_Base]] = {"sglang": SGLang, "vllm": VLLM}
+
+
+def launcher_python(launcher_argv: Sequence[str]) -> str:
+    """The interpreter of a launcher's environment: its first word when that is a Python
+    (``{python}``, ``/venv/bin/python3``), the ``python`` beside a program given by path
+    (``/venv/bin/vllm`` -> ``/venv/bin/python``), else ``python`` from the PATH."""
+    if not launcher_argv:
+        return "python"
+    first = str(launcher_argv[0])
+    base = posixpath.basename(first)
+    if first == "{python}" or base.startswith("python"):
+        return first
+    if "/" in first:
+        return posixpath.join(posixpath.dirname(first), "python")
+    return "python"
 
 
 def _program_match(argv: Sequence[str], programs: Sequence[str]) -> bool:
