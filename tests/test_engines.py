@@ -115,3 +115,18 @@ def test_analyze_reads_a_vllm_log_as_vllms(tmp_path: Path) -> None:
     text = json.dumps(out)
     assert "vllm_max_model_len_too_long" in text
     assert out["stage"] == "launch_failed", out["stage"]
+
+
+def test_flags_reads_vllms_help_all_with_its_groups_aliases_and_defaults(tmp_path: Path) -> None:
+    """`hypoloop flags --from-file` on vLLM 0.32.0's real `vllm serve --help=all`: the flags of every
+    argument group, `-tp`-style short aliases, `(default: X)` suffixes and `--x/--no-x` pairs."""
+    help_file = Path(__file__).parent / "data" / "help_vllm_0.32.0_all.txt"
+    proc = run_cli(tmp_path, "flags", "--from-file", str(help_file), "--json")
+    assert proc.returncode == 0, proc.stderr
+    flags = json.loads(proc.stdout)["flags"]
+    assert len(flags) > 300
+    tp = flags["--tensor-parallel-size"]
+    assert tp["aliases"] == ["-tp"] and tp["value_type"] == "int" and tp["default"] == "1"
+    assert flags["--max-model-len"]["value_type"] == "int"
+    assert flags["--enforce-eager"]["negation"] == "--no-enforce-eager"
+    assert "float32" in flags["--dtype"]["choices"]
