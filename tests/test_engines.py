@@ -130,3 +130,17 @@ def test_flags_reads_vllms_help_all_with_its_groups_aliases_and_defaults(tmp_pat
     assert flags["--max-model-len"]["value_type"] == "int"
     assert flags["--enforce-eager"]["negation"] == "--no-enforce-eager"
     assert "float32" in flags["--dtype"]["choices"]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_the_version_query_runs_with_the_launchers_interpreter(engine: str) -> None:
+    """The version command is real Python run by the interpreter beside the launcher: here (no engine in
+    the test environment) it says in one line that none of the engine's distributions is installed."""
+    import subprocess
+    import sys
+
+    launcher = [str(Path(sys.executable).parent / "vllm"), "serve"]
+    argv = get_engine(engine).version_argv(launcher)
+    assert argv[0] == str(Path(sys.executable).parent / "python")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1 and proc.stderr.strip().startswith("none of " + get_engine(engine).data.distributions[0])

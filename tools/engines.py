@@ -63,6 +63,7 @@ class EngineData(BaseModel):
     env_prefix: str
     envs_file: str
     check_env_module: str = ""
+    settings_marker: str = ""
     log_markers: list[str] = Field(default_factory=list)
     source: str
 
@@ -115,13 +116,17 @@ class _Base:
         """A command printing the installed version (the first of `distributions` that is installed)
         on its last line; exits 1 with a message when none is. It runs the launcher's own interpreter
         (`launcher_python`), so the version is that of the environment the server runs in."""
-        names = ", ".join(repr(d) for d in self.data.distributions)
+        names = tuple(self.data.distributions)
         code = (
             "import importlib.metadata as m, sys\n"
-            f"for d in ({names},):\n"
-            "    try:\n        print(m.version(d)); break\n"
-            "    except m.PackageNotFoundError: pass\n"
-            f"else: sys.exit('none of {names} is installed')"
+            f"for d in {names!r}:\n"
+            "    try:\n"
+            "        print(m.version(d))\n"
+            "        break\n"
+            "    except m.PackageNotFoundError:\n"
+            "        pass\n"
+            "else:\n"
+            f"    sys.exit('none of {', '.join(names)} is installed')\n"
         )
         return [launcher_python(launcher_argv), "-c", code]
 
@@ -258,3 +263,13 @@ def detect_log(text: str) -> str | None:
         if n > best_n:
             best, best_n = name, n
     return best
+
+
+def settings_markers() -> tuple[str, ...]:
+    """What precedes each engine's printed settings line (``server_args=``, ``non-default args: ``)."""
+    return tuple(d.settings_marker for d in _load(ENGINES_FILE).values() if d.settings_marker)
+
+
+def settings_marker_in(text: str) -> str | None:
+    """The settings marker `text` carries (`settings_markers`), or None."""
+    return next((m for m in settings_markers() if m in text), None)
