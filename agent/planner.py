@@ -420,7 +420,9 @@ class RulePlanner:
             else:
                 how = f"fallback value; the evidence gave none ({how})"
         for value in candidates:
-            if value is None:  # a reversion: remove the setting so SGLang's default applies
+            # A reversion: remove the setting so the engine's default applies (``values = [false]`` in
+            # the catalog, as a truth's ``value = false`` means removed; for a switch, off is unset too).
+            if value is None or value is False:
                 before = baseline.value(iv.kind, name)
                 if before is None:
                     return None, f"{name} is not set in the baseline"
