@@ -16,11 +16,45 @@ from typing import Any
 
 import pytest
 from clirun import run_cli
-from conftest import engine_processes
 
-from bench.real_cases import RealCase, judge, real_cases
+from bench.real_cases import RealCase, engines_root, judge, real_cases
 
 CASES = real_cases("vllm-")
+
+
+class Bed:
+    """The real-engine bed of `.ci/real-engines` (its folder; `bin/vllm` and the tiny model in it)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+
+@pytest.fixture(scope="session")
+def engines() -> Bed:
+    """The bed, or a skip naming what is missing (build it with `.ci/real-engines`)."""
+    root = engines_root()
+    for need in ("bin/vllm", "tiny-llama/config.json", "tiny-llama/model.safetensors"):
+        if not (root / need).is_file():
+            pytest.skip(f"no real-engine bed at {root} ({need} missing): build it with .ci/real-engines")
+    return Bed(root)
+
+
+def engine_processes(marker: str) -> list[tuple[int, str]]:
+    """(pid, command line) of live processes whose environment holds `marker` (the run's HYPOLOOP_HOME,
+    inherited by the engine and every child it starts, whatever they rename themselves to)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if marker in environ and state not in ("Z", "X"):
+            found.append((int(entry.name), cmd.strip()))
+    return found
 
 
 def run_case(tmp_path: Path, case: RealCase, root: Path) -> tuple[dict[str, Any], float, str]:
