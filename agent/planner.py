@@ -386,7 +386,8 @@ class RulePlanner:
         names = {self._canon(iv.kind, n) for n in iv.names} if iv.role is None else {self._role(iv)}
         if change.name not in names:
             return False
-        if any(_same_value(change.after, v) for v in iv.values):
+        # ``false`` in the catalog is a removal, as realize() makes it (after = None).
+        if any(_same_value(change.after, None if v is False else v) for v in iv.values):
             return True
         if iv.derive and change.after is not None:  # a removal's effective value is unknown here
             before: Any = change.before

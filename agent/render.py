@@ -97,7 +97,7 @@ class EventRenderer:
 
     def _tool_result(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if d.get("tool") == "flag_catalog":
-            self._p(f"  flag catalog: {count(d.get('flags'), 'flag')} from launch_server --help")
+            self._p(f"  flag catalog: {count(d.get('flags'), 'flag')} from the launcher's --help")
 
     def _knowledge_read(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         items = "; ".join(

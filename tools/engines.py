@@ -64,6 +64,7 @@ class EngineData(BaseModel):
     envs_file: str
     check_env_module: str = ""
     settings_marker: str = ""
+    dump_markers: list[str] = Field(default_factory=list)
     log_markers: list[str] = Field(default_factory=list)
     source: str
 
@@ -273,3 +274,11 @@ def settings_markers() -> tuple[str, ...]:
 def settings_marker_in(text: str) -> str | None:
     """The settings marker `text` carries (`settings_markers`), or None."""
     return next((m for m in settings_markers() if m in text), None)
+
+
+def is_settings_dump(text: str) -> bool:
+    """Whether a log line prints an engine's configuration (its settings line or another dump): its
+    values (``'warn'``, ``auto``) are settings, not warnings."""
+    if settings_marker_in(text):
+        return True
+    return any(m in text for d in _load(ENGINES_FILE).values() for m in d.dump_markers)

@@ -18,7 +18,7 @@ from collections import deque
 
 from agent.generators import FailureEvidence, Frame, Traceback
 from agent.models import LogLine, Outcome
-from tools.engines import settings_marker_in
+from tools.engines import is_settings_dump, settings_marker_in
 from tools.tracebacks import parse_numbered_lines
 
 __all__ = [
@@ -254,7 +254,10 @@ def failure_evidence(outcome: Outcome) -> FailureEvidence:
         lines = [LogLine(line=n, text=t) for n, t in sorted(seen.items())]
     tracebacks = parse_tracebacks(lines)
     text = "\n".join(ll.text for ll in lines)
-    warnings = [ll for ll in lines if _WARNING.search(ll.text) and not _TB_START.search(ll.text)]
+    warnings = [
+        ll for ll in lines
+        if _WARNING.search(ll.text) and not _TB_START.search(ll.text) and not is_settings_dump(ll.text)
+    ]
     failing = [_probe_concurrency(p.probe_id) for p in outcome.probes if not p.ok]
     conc = min([n for n in failing if n > 1] or [max([1, *(_probe_concurrency(p.probe_id) for p in outcome.probes)])])
     return FailureEvidence(
