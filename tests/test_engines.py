@@ -144,3 +144,31 @@ def test_the_version_query_runs_with_the_launchers_interpreter(engine: str) -> N
     assert argv[0] == str(Path(sys.executable).parent / "python")
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and proc.stderr.strip().startswith("none of " + get_engine(engine).data.distributions[0])
+
+
+@pytest.mark.parametrize(
+    ("log", "baseline", "kind", "name", "after"),
+    [
+        ("quant-awq", '"--enforce-eager" = true, "--quantization" = "awq"', "flag", "--quantization", None),
+        ("max-model-len", '"--enforce-eager" = true, "--max-model-len" = 4096', "flag", "--max-model-len", None),
+        ("tp2-no-bind", '"--enforce-eager" = true, "--tensor-parallel-size" = 2', "env",
+         "VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+    ],
+)
+def test_analyze_advises_the_change_vllms_own_error_points_at(
+    tmp_path: Path, log: str, baseline: str, kind: str, name: str, after: str | None
+) -> None:
+    """Real logs of vLLM 0.32.0 on this CPU host (tests/data/logs_vllm_0.32.0, written by `vllm serve`
+    with one wrong setting): the first experiment `analyze` advises is the change vLLM's message points
+    at (remove the refused setting; bind threads by hand on a one-NUMA-node host), not a flag whose value
+    some INFO line happens to contain."""
+    case = tmp_path / "case.toml"
+    case.write_text(
+        f'name = "c"\n[launcher]\nengine = "vllm"\n[model]\npath = "/m/tiny"\n[baseline]\nflags = {{ {baseline} }}\n',
+        encoding="utf-8",
+    )
+    path = Path(__file__).parent / "data" / "logs_vllm_0.32.0" / f"{log}.log"
+    proc = run_cli(tmp_path, "analyze", str(path), "--case", str(case), "--json")
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(proc.stdout)["first_experiment"]
+    assert (first["kind"], first["name"], first["after"]) == (kind, name, after), first
