@@ -261,9 +261,14 @@ class ServerEnded(Payload):
 
 
 class ServerStopped(Payload):
+    """``server.stopped``: ``log_line_at_stop`` is how many log lines had been read when hypoloop asked
+    the server to stop; ``shutdown_lines`` how many it wrote after (its shutdown, not evidence)."""
+
     experiment_id: str
     verified: bool
     wall_s: float | None = None
+    log_line_at_stop: int | None = None
+    shutdown_lines: int | None = None
     job: SlurmJobData | None = None
 
 

@@ -82,6 +82,64 @@ def render(result: BenchResult, console: Console) -> None:
     )
 
 
+def render_real(result: dict, console: Console) -> None:
+    """The real-engine table: each case and method with its ending, launches, host-seconds and wall."""
+    t = Table(title=f"hypoloop on real engines ({result['bed']}), {result['wall_s']:.0f} s wall")
+    for col, just in (("case", "left"), ("engine", "left"), ("method", "left"), ("correct", "center"),
+                      ("launches", "right"), ("host-s", "right"), ("ending / fix found", "left")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for row in result["cases"]:
+        for i, (name, m) in enumerate(row["methods"].items()):
+            ok = m["correct_root_cause"]
+            t.add_row(
+                row["case"] if i == 0 else "", row["engine"] if i == 0 else "", name,
+                f"[{'green' if ok else 'red'}]{'yes' if ok else 'no'}[/]", f"{m['launches']:g}",
+                f"{m['host_seconds']:,.0f}", escape(f"{m.get('status') or ''}: {m.get('found') or '—'}"),
+                end_section=i == len(row["methods"]) - 1,
+            )
+    console.print(t)
+    console.print(
+        "real launches on this host's CPU (host-s = wall seconds of the launches). random: uniform one-change "
+        "search, at most chain length + 3 launches per seed, stopping at the first change that serves.",
+        style="dim",
+    )
+
+
+def main_real(args: argparse.Namespace, err: Console) -> int:
+    """``python -m bench --real``: the real-engine cases (bench/real.py)."""
+    import tempfile
+
+    from bench.real import bed_missing, run_real
+
+    missing = bed_missing()
+    if missing is not None:
+        if args.json:
+            print(json.dumps({"skipped": missing}))
+        print(f"bench --real: {missing}", file=sys.stderr)
+        return 0
+    methods = tuple(m for m in args.methods if m in ("agent", "random")) or ("agent", "random")
+    workdir = args.keep or Path(tempfile.mkdtemp(prefix="hypoloop-real-"))
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            err.print(f"[dim]bench --real:[/] {escape(msg)}", highlight=False)
+
+    try:
+        result = run_real(args.engines, args.worlds, methods=methods, seeds=args.seeds if args.seeds_set else 1,
+                          workdir=workdir, progress=progress)
+    except ValueError as exc:
+        err.print(f"[bold red]error:[/] {escape(str(exc))}")
+        return 2
+    if args.json:
+        print(json.dumps(result))
+    else:
+        out = Console()
+        if not out.is_terminal:
+            out = Console(width=160)
+        render_real(result, out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m bench``."""
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
@@ -89,7 +147,15 @@ def main(argv: list[str] | None = None) -> int:
         "--worlds", nargs="+", metavar="WORLD", help="world names under lab/worlds (default: all)"
     )
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    ap.add_argument("--seeds", type=int, default=3, help="random-baseline seeds (default 3)")
+    ap.add_argument("--seeds", type=int, default=None, help="random-baseline seeds (default 3; 1 with --real)")
+    ap.add_argument(
+        "--real", action="store_true",
+        help="run the real-engine cases (bench/real) on this host instead of the lab worlds "
+        "(needs the bed of .ci/real-engines); --worlds then names real cases",
+    )
+    ap.add_argument(
+        "--engines", nargs="+", metavar="ENGINE", help="with --real: the engines whose cases run (sglang, vllm)"
+    )
     ap.add_argument("--time-scale", type=float, default=0.001, help="lab time scale (default 0.001)")
     ap.add_argument(
         "--methods",
@@ -101,9 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, metavar="DIR", help="keep logs and transcripts in DIR")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = ap.parse_args(argv)
+    args.seeds_set = args.seeds is not None
+    if args.seeds is None:
+        args.seeds = 3
     if args.seeds < 1 or not args.time_scale > 0:
         ap.error("--seeds must be >= 1 and --time-scale > 0")
     err = Console(stderr=True)
+    if args.real:
+        return main_real(args, err)
+    if args.engines:
+        ap.error("--engines needs --real")
 
     def progress(msg: str) -> None:
         if not args.quiet:

@@ -198,3 +198,67 @@ def small_disks() -> Iterator[SmallDisks]:
         yield disks
     finally:
         disks.unmount_all()
+
+
+# --- real engines: real SGLang and real vLLM serving a tiny trained Llama on this CPU (.ci/real-engines) ---
+
+
+class EnginesBed:
+    """The real-engine bed built by `.ci/real-engines`: `.root` (the environment), `.python` (its
+    interpreter, which has sglang and vllm), `.model` (the tiny trained Llama's folder) and `.healthy`
+    (what that model answers greedily when served correctly: a list of {kind, prompt, answer}, written
+    by `.ci/tiny_llama.py`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.python = root / "bin" / "python"
+        self.model = root / "tiny-llama"
+        healthy = self.model / "healthy.json"
+        self.healthy: list[dict[str, str]] = (
+            __import__("json").loads(healthy.read_text()) if healthy.is_file() else []
+        )
+
+    def env(self) -> dict[str, str]:
+        """The environment a launch on this bed needs: its bin first on PATH, nothing downloaded."""
+        return {
+            **os.environ,
+            "PATH": f"{self.root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+
+
+@pytest.fixture(scope="session")
+def engines() -> EnginesBed:
+    """The real-engine bed; skipped with the reason where it is not built, a failure under CI=true
+    (.ci/run builds it). Build it by hand with `.ci/real-engines` (3-5 minutes, cached)."""
+    from bench.real import bed_missing, bed_root
+
+    root = bed_root()
+    reason = bed_missing(root)
+    if reason is not None:
+        if _in_ci():
+            pytest.fail(reason + "; .ci/run builds it with .ci/real-engines, so under CI this is an error")
+        pytest.skip(reason + " - build it with .ci/real-engines (3-5 minutes, cached outside the checkout)")
+    return EnginesBed(root)
+
+
+def engine_processes(marker: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process whose environment holds `marker` (e.g. the test's
+    HYPOLOOP_HOME, inherited by everything a hypoloop run starts: the engine, its scheduler children
+    that rename themselves, its compile workers), read from /proc. Other users of the machine's engines
+    do not count."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            environ = (entry / "environ").read_bytes().decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if state in ("Z", "X") or marker not in environ:
+            continue
+        found.append((int(entry.name), cmd))
+    return found

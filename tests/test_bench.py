@@ -193,3 +193,30 @@ def test_random_baseline_also_reverts_the_baselines_own_settings() -> None:
     keys = {c.key() for c in plausible_changes(baseline, load_catalog(), HELP, findings=[])}
     assert {"flag:--dtype=null", "env:http_proxy=null", 'flag:--dtype="bf16"'} <= keys
     assert "flag:--tp-size=null" not in keys  # the parallel layout is part of the deployment's identity
+
+
+# --- real-engine cases (bench/real, issue 22) --------------------------------------------------------
+
+
+def test_every_real_case_loads_with_its_truth_and_a_launch_limit(tmp_path: Path) -> None:
+    from bench.real import discover
+
+    cases = discover(out_dir=tmp_path, root=tmp_path / "bed")
+    sglang = [c for c in cases if c.engine == "sglang"]
+    assert len([c for c in sglang if c.expect != "not_reproduced"]) >= 6
+    assert any(c.chain for c in sglang) and any(c.expect == "not_isolated" for c in sglang)
+    for c in cases:
+        text = c.case_path.read_text()
+        assert "{engines}" not in text and str(tmp_path / "bed") in text
+        assert not (c.case_path.parent / "truth.toml").exists()  # the agent never sees the truth
+        assert c.case.budget.experiments <= c.max_launches
+        assert all(p.answer for p in c.case.probes)  # judged against the healthy model's answers
+
+
+def test_bench_real_without_the_bed_says_so_in_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "HYPOLOOP_ENGINES": str(tmp_path / "no-bed")}
+    r = subprocess.run([sys.executable, "-m", "bench", "--real", "--json"], capture_output=True, text=True,
+                       env=env, timeout=120, cwd=str(Path(__file__).resolve().parent.parent))
+    assert r.returncode == 0
+    assert json.loads(r.stdout)["skipped"].startswith(f"the real-engine bed at {tmp_path / 'no-bed'} is not built")
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

@@ -176,3 +176,44 @@ def test_classify_text_order() -> None:
     assert classify_text("berlin", "Paris")[0] == "wrong_answer"
     assert classify_text("PARIS", "paris") == ("ok", None)
     assert classify_text("anything sensible", None) == ("ok", None)
+
+
+# --- judged against what the model at hand answers when healthy (issue 22) ---------------------------
+
+
+@pytest.mark.parametrize("kind", ["chat", "generate"])
+def test_the_healthy_models_own_answer_passes_even_if_it_does_not_look_like_english(
+    serve: Callable[..., str], kind: str
+) -> None:
+    # A tiny model's healthy answer can repeat itself; measured on a good launch, it is the right one.
+    healthy = "Paris Paris Paris Paris Paris Paris Paris Paris"
+    base = serve("--answer", healthy)
+    probe = Probe(id="p", kind=kind, prompt="The capital of France is", answer="Paris Paris")  # type: ignore[arg-type]
+    r = run_probe(base, probe, model="m")
+    assert r.status == "ok" and r.ok, r
+
+
+@pytest.mark.parametrize("kind", ["chat", "generate"])
+def test_fluent_text_that_is_not_the_healthy_answer_is_wrong(serve: Callable[..., str], kind: str) -> None:
+    base = serve("--answer", "The weather is lovely today and the birds are singing.")
+    probe = Probe(id="p", kind=kind, prompt="The capital of France is", answer=" Paris.")  # type: ignore[arg-type]
+    r = run_probe(base, probe, model="m")
+    assert r.status == "wrong_answer" and not r.ok
+    assert r.error is not None and "Paris" in r.error
+
+
+def test_garbage_that_is_not_the_healthy_answer_is_still_called_degenerate() -> None:
+    status, reason = classify_text("!!!!!!!!!!!!!!!!!!!!!!!!", None, " Paris")
+    assert status == "degenerate" and reason is not None and "Paris" in reason
+
+
+def test_a_case_lists_the_healthy_answers_of_its_probes(tmp_path: Path) -> None:
+    from agent.case import load_case
+
+    case = tmp_path / "case.toml"
+    case.write_text(
+        'name = "c"\n[model]\npath = "m"\n'
+        '[[probes]]\nid = "g"\nkind = "generate"\nprompt = "The capital of France is"\nanswer = " Paris."\n'
+    )
+    loaded = load_case(str(case))
+    assert [(p.prompt, p.answer) for p in loaded.probes] == [("The capital of France is", " Paris.")]

@@ -365,3 +365,49 @@ def test_no_fake_server_left_running() -> None:
         if any(b"fake_server.py" in c for c in cmd) and int(stat[stat.rfind(")") + 2 :].split()[1]) == me:
             leftovers.append(p.name)
     assert leftovers == []
+
+
+#: What real SGLang 0.5.23 writes when it is stopped with SIGTERM while serving (seen on the real engine,
+#: issue 22): its scheduler child dies of the signal and the parent reads that as a child failure.
+SGLANG_0523_SHUTDOWN = [
+    "[2026-12-01 10:00:00] Subprocess scheduler_0 (pid=4242) crashed with exit code -15. "
+    "Triggering SIGQUIT for cleanup...",
+    "[2026-12-01 10:00:00] SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+]
+
+
+def test_lines_written_after_the_stop_request_are_shutdown_not_evidence(
+    host: LocalHost, tmp_path: Path
+) -> None:
+    args = ["--then", "serve"]
+    for line in SGLANG_0523_SHUTDOWN:
+        args += ["--on-sigterm-line", line]
+    events: list[WatchEvent] = []
+    with _session(host, tmp_path, args, events=events) as s:
+        assert s.wait_ready().status == "ready"
+        assert run_probe(s.base_url or "", DEFAULT_PROBES[1], model="fake-model").ok
+        s.watch(0.2)
+        before = len(s.lines)
+        assert s.stop()
+    final = s.result()
+    log = (tmp_path / "server.log").read_text()
+    assert "Triggering SIGQUIT" in log and "It usually means one child failed" in log  # it was written
+    assert final.status == "ready"
+    assert [m for m in final.matches if m.kind in ("fatal", "error")] == []
+    assert final.stop_line == before and final.stop_offset is not None
+    assert len(final.lines) == before  # nothing after the stop request joined the evidence
+    assert [x.text for x in final.shutdown_lines][:2] == SGLANG_0523_SHUTDOWN
+    assert not any(e.kind == "fatal" for e in events)
+    assert log[final.stop_offset:].startswith(SGLANG_0523_SHUTDOWN[0])
+
+
+def test_a_crash_before_the_stop_request_stays_evidence(host: LocalHost, tmp_path: Path) -> None:
+    with _session(host, tmp_path, ["--then", "serve", "--on-request", "crash"]) as s:
+        assert s.wait_ready().status == "ready"
+        run_probe(s.base_url or "", DEFAULT_PROBES[1], model="fake-model", timeout_s=20.0)
+        s.watch(2.0)
+        s.stop()
+    final = s.result()
+    assert final.status == "crashed"
+    assert any(m.kind == "fatal" for m in final.matches)
+    assert final.shutdown_lines == []

@@ -6,6 +6,12 @@ connection_error (refused, reset, dropped: the server died or is not up), timeou
 >= 400, or a body that is not a valid answer), empty, degenerate (repetition loops, NaN-like garbage),
 wrong_answer (`expect` not contained, case-insensitive), ok.
 
+Wrong for the model at hand: a probe may carry `answer`, the text the healthy model is known to give
+for its prompt (measured on a launch known to be good, at temperature 0). Such a probe is judged
+against that answer alone: a reply that begins with it is ok however it looks (a tiny or odd model's
+healthy answer need not look like English), any other reply is wrong (reported as degenerate when it
+also looks like garbage, so broken numerics still read as such).
+
 Sampling: a probe at temperature 0 decodes greedily (argmax), one above 0 samples. The two fail
 differently on broken numerics: SGLang's sampler takes `torch.argmax` when every request is greedy, so
 NaN logits decode to garbage text, while a sampled request reaches the sampling kernels, whose
@@ -48,6 +54,9 @@ class Probe(BaseModel):
     prompt: str
     max_tokens: int = 32
     expect: str | None = None
+    #: What the healthy model answers to `prompt` at temperature 0 (its start is enough), from a launch
+    #: known to be good. When set, the reply is judged against it instead of "does it look like language".
+    answer: str | None = Field(default=None, min_length=1)
     concurrency: int = Field(default=1, ge=1, le=256)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)  # 0: greedy (argmax); > 0: sampled
 
@@ -151,10 +160,30 @@ def degeneracy_reason(text: str) -> str | None:
     return None
 
 
-def classify_text(text: str | None, expect: str | None) -> tuple[ProbeStatus, str | None]:
-    """Status for a successful HTTP answer's text: empty, degenerate, wrong_answer or ok (with reason)."""
+def _squash(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def classify_text(
+    text: str | None, expect: str | None, answer: str | None = None
+) -> tuple[ProbeStatus, str | None]:
+    """Status for a successful HTTP answer's text: empty, degenerate, wrong_answer or ok (with reason).
+
+    `answer`: the healthy model's known reply to this prompt. When given, a text that begins with it
+    (case and runs of whitespace ignored) is ok without the language checks; any other text is
+    degenerate if it looks like garbage, else wrong_answer. `expect` still has to be contained.
+    """
     if text is None or not text.strip():
         return "empty", None
+    if answer is not None:
+        if not _squash(text).startswith(_squash(answer)):
+            reason = degeneracy_reason(text)
+            if reason is not None:
+                return "degenerate", f"{reason}; the healthy model answers {_one_line(answer, 80)!r}"
+            return "wrong_answer", f"the healthy model answers {_one_line(answer, 80)!r}"
+        if expect is not None and expect.lower() not in text.lower():
+            return "wrong_answer", f"expected {expect!r}"
+        return "ok", None
     reason = degeneracy_reason(text)
     if reason is not None:
         return "degenerate", reason
@@ -175,7 +204,7 @@ def _result(probe: Probe, status: ProbeStatus, start: float, **kw: Any) -> Probe
 
 
 def _finish(probe: Probe, text: str | None, start: float, http_status: int | None) -> ProbeResult:
-    status, reason = classify_text(text, probe.expect)
+    status, reason = classify_text(text, probe.expect, probe.answer)
     return _result(probe, status, start, http_status=http_status, text=text, error=reason)
 
 

@@ -124,6 +124,12 @@ class LaunchResult(BaseModel):
     `detection_delays_s[i]` is an upper bound, in seconds, on how long line i sat in the log before it
     was read (see `ServerSession`). `health_status` is the HTTP status of GET /health right after the
     ready line (None if not checked or no answer).
+
+    `stop_line`/`stop_offset`: how many physical log lines, and how many bytes, had been read when
+    hypoloop asked the server to stop (None before `stop()`); `shutdown_lines` are the lines written
+    after that request. They are the server's reaction to our own SIGTERM, not evidence: they are not in
+    `lines` and never reach the signature matcher (SGLang 0.5.23 logs "Subprocess scheduler_0 ...
+    crashed with exit code -15. Triggering SIGQUIT for cleanup..." when it is stopped, issue 22).
     """
 
     status: LaunchStatus
@@ -138,6 +144,9 @@ class LaunchResult(BaseModel):
     base_url: str | None = None
     health_status: int | None = None
     error: str | None = None
+    stop_line: int | None = None
+    stop_offset: int | None = None
+    shutdown_lines: list[LogLine] = Field(default_factory=list)
 
 
 class ServerSession:
@@ -223,6 +232,10 @@ class ServerSession:
         self._ready_at: float | None = None
         self._fatal_at: float | None = None
         self._exit_seen = False
+        # Set when hypoloop asks the server to stop: lines read from then on are shutdown, not evidence.
+        self.stop_line: int | None = None
+        self.stop_offset: int | None = None
+        self.shutdown_lines: list[LogLine] = []
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -297,9 +310,18 @@ class ServerSession:
         (tools/container.py), since signalling the engine's client does not reach it. Reads the log one
         last time. Idempotent; returns True when nothing of the group (and of the server inside its
         container) remains (also when nothing was started). Raises `HostError` only if the host itself cannot be reached.
+
+        Before signalling, everything the server wrote so far is read as evidence; the log position at
+        that moment is kept (`stop_line`, `stop_offset`) and every line after it goes to `shutdown_lines`:
+        a server's reaction to being stopped (a child "crashed with exit code -15", SIGQUIT for cleanup)
+        is our own doing, not a failure of the deployment.
         """
         if self.handle is None:
             return True
+        if self.stop_line is None and self._watcher is not None:
+            self._pump(flush=not self._alive())  # a dead process's last unterminated line is evidence too
+            self.stop_line = self._watcher.lines_read
+            self.stop_offset = self._watcher.offset
         grace = self.stop_grace_s if grace_s is None else grace_s
         inside = self._stop_in_container(grace) if self.container is not None else True
         ok = self.host.terminate(self.handle, grace_s=grace)
@@ -334,6 +356,9 @@ class ServerSession:
             return []
         read_start = time.monotonic()
         new = self._watcher.flush() if flush else self._watcher.poll()
+        if self.stop_line is not None:  # written after we asked the server to stop: shutdown, not evidence
+            self.shutdown_lines.extend(new)
+            return []
         for line in new:
             self.detection_delays_s.append(max(0.0, line.seen_monotonic - self._prev_read_start))
             self.lines.append(line)
@@ -416,6 +441,9 @@ class ServerSession:
             base_url=self.base_url,
             health_status=self.health_status,
             error=self.error,
+            stop_line=self.stop_line,
+            stop_offset=self.stop_offset,
+            shutdown_lines=list(self.shutdown_lines),
         )
 
     def _check_health(self) -> None:

@@ -255,7 +255,16 @@ def _record_stop(
         queued = max(0.0, min(wall, session.handle.started_monotonic - t0))
     rt.transcript.emit(
         "server.stopped",
-        {"experiment_id": exp.id, "verified": stopped, "wall_s": round(wall, 3), **_job_record(host, session.handle)},
+        {
+            "experiment_id": exp.id,
+            "verified": stopped,
+            "wall_s": round(wall, 3),
+            # Where the log stood when hypoloop asked the server to stop: later lines are its shutdown,
+            # never evidence (tools.server.ServerSession.stop).
+            "log_line_at_stop": session.stop_line,
+            "shutdown_lines": len(session.shutdown_lines),
+            **_job_record(host, session.handle),
+        },
         node="execute",
     )
     rt.sessions.pop(exp.id, None)  # stopped and recorded; Runtime.close() handles only interrupted ones

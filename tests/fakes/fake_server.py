@@ -6,7 +6,8 @@ flags that `render_command` adds (--model-path, unknown flags are an argparse er
 
     python fake_server.py [--port P] [--line TEXT]... [--interval S] [--trigger-file F --trigger-line T]...
                           [--then serve|exit|crash|hang] [--answer TEXT] [--on-request answer|crash|hang|error]
-                          [--ignore-sigterm] [--child none|sleep|stubborn] [--child-pid-file F]
+                          [--ignore-sigterm] [--on-sigterm-line TEXT]... [--child none|sleep|stubborn]
+                          [--child-pid-file F]
 """
 
 from __future__ import annotations
@@ -133,6 +134,8 @@ def main() -> None:
     p.add_argument("--answer", default="Paris")
     p.add_argument("--on-request", choices=["answer", "crash", "hang", "error"], default="answer")
     p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--on-sigterm-line", action="append", default=[],
+                   help="a line printed when SIGTERM arrives, before the usual shutdown line")
     p.add_argument("--child", choices=["none", "sleep", "stubborn"], default="none")
     p.add_argument("--child-pid-file")
     p.add_argument("--tail", help="text printed without a newline just before exiting")
@@ -143,6 +146,8 @@ def main() -> None:
     else:
 
         def on_term(signum: int, frame: object) -> None:
+            for line in ARGS.on_sigterm_line:
+                say(line)
             say("Received SIGTERM, shutting down.")
             os._exit(0)
 

@@ -1,0 +1,234 @@
+"""Real-engine cases: real SGLang and vLLM serving the bed's tiny model on this host's CPU (issue 22).
+
+A case lives in ``bench/real/<engine>-<name>/``: ``case.toml`` is an ordinary hypoloop case in which
+``{engines}`` stands for the real-engine bed (``.ci/real-engines``: its environment and its tiny model,
+``{engines}/tiny-llama``); ``truth.toml`` beside it holds a ``[truth]`` table in the lab worlds' format
+(lab/README.md) and is read only to score a run, never by the agent. ``materialize`` writes the case
+with ``{engines}`` filled in (what a user of that bed would have written), next to nothing else, so
+the agent cannot see the truth.
+
+The bed: ``$HYPOLOOP_ENGINES`` or ``~/.cache/hypoloop/engines-v1`` (``bed_root``); ``bed_missing`` says
+in one line why it cannot be used.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.case import Case, load_case
+from lab.world import Truth, WorldError, _Ctx, _parse_truth
+
+REAL_DIR = Path(__file__).resolve().parent / "real"
+#: In a real case file, the folder of the real-engine bed.
+ENGINES = "{engines}"
+BED_FILES = (
+    "bin/python",
+    ".hypoloop-bed-version",
+    "tiny-llama/config.json",
+    "tiny-llama/model.safetensors",
+    "tiny-llama/healthy.json",
+)
+
+
+def bed_root() -> Path:
+    """Where `.ci/real-engines` builds the bed: ``$HYPOLOOP_ENGINES`` or ``~/.cache/hypoloop/engines-v1``."""
+    return Path(os.environ.get("HYPOLOOP_ENGINES") or Path.home() / ".cache" / "hypoloop" / "engines-v1")
+
+
+def bed_missing(root: Path | None = None) -> str | None:
+    """One line saying why the bed at ``root`` (default `bed_root()`) cannot be used, or None."""
+    root = root or bed_root()
+    for rel in BED_FILES:
+        if not (root / rel).is_file():
+            return f"the real-engine bed at {root} is not built ({rel} missing); build it with .ci/real-engines"
+    return None
+
+
+@dataclass
+class _TruthOnly:
+    truth: Truth
+
+
+@dataclass
+class RealCase:
+    """One real-engine case, shaped like `bench.worlds.BenchWorld` for scoring (``world.truth``,
+    ``case``, ``expect``, ``chain``, ``package``). ``folder`` is its source folder, ``case_path`` the
+    materialized case file that runs are given, ``engine`` the folder name's prefix."""
+
+    name: str
+    engine: str
+    folder: Path
+    case_path: Path
+    case: Case
+    world: _TruthOnly
+    flaky: bool = False
+
+    @property
+    def truth(self) -> Truth:
+        """The case's truth (read from truth.toml)."""
+        return self.world.truth
+
+    @property
+    def expect(self) -> str:
+        """How a good run ends: isolated, not_isolated or not_reproduced."""
+        return self.truth.expect
+
+    @property
+    def chain(self) -> tuple[tuple[dict[str, Any], ...], ...]:
+        """The links of a chain case, in order; () otherwise."""
+        return self.truth.chain
+
+    @property
+    def package(self) -> str | None:
+        """The package a not_isolated ending must name, if any."""
+        return self.truth.package
+
+    @property
+    def max_launches(self) -> int:
+        """The most launches a good run may take: chain length (1 for a single link) + 3."""
+        return max(1, len(self.chain)) + 3
+
+
+def load_truth(path: Path) -> Truth:
+    """The ``[truth]`` table of ``path``. Raises ValueError (one line naming the file) when it is bad."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    if "truth" not in data:
+        raise ValueError(f"{path}: expected a [truth] table")
+    try:
+        truth = _parse_truth(_Ctx(path), data["truth"])
+    except WorldError as exc:
+        raise ValueError(str(exc)) from None
+    assert truth is not None
+    return truth
+
+
+def materialize(folder: Path, out_dir: Path, root: Path | None = None) -> Path:
+    """Write ``folder``'s case.toml into ``out_dir`` with ``{engines}`` replaced by the bed's path;
+    returns the written file. Only the case is written (never the truth)."""
+    root = root or bed_root()
+    text = (folder / "case.toml").read_text().replace(ENGINES, str(root))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / "case.toml"
+    out.write_text(text)
+    return out
+
+
+def discover(
+    engines: list[str] | None = None, names: list[str] | None = None, *, out_dir: Path, root: Path | None = None
+) -> list[RealCase]:
+    """The real cases under bench/real (sorted), of the given engines (folder prefixes, e.g. sglang,
+    vllm; default all) and names (folder names; default all), each materialized under ``out_dir/NAME``.
+    Raises ValueError for an unknown name or a bad case/truth file."""
+    folders = sorted(p.parent for p in REAL_DIR.glob("*/case.toml") if (p.parent / "truth.toml").is_file())
+    known = [f.name for f in folders]
+    for name in names or []:
+        if name not in known:
+            raise ValueError(f"unknown real case {name!r} (known: {', '.join(known) or 'none'})")
+    out = []
+    for folder in folders:
+        engine = folder.name.split("-", 1)[0]
+        if engines and engine not in engines:
+            continue
+        if names and folder.name not in names:
+            continue
+        path = materialize(folder, out_dir / folder.name, root)
+        try:
+            case = load_case(str(path))
+        except ValueError as exc:
+            raise ValueError(str(exc).replace(str(path), str(folder / "case.toml"))) from None
+        out.append(
+            RealCase(
+                name=folder.name,
+                engine=engine,
+                folder=folder,
+                case_path=path,
+                case=case,
+                world=_TruthOnly(load_truth(folder / "truth.toml")),
+            )
+        )
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the bench
+
+
+def run_real(
+    engines: list[str] | None = None,
+    names: list[str] | None = None,
+    *,
+    methods: tuple[str, ...] = ("agent", "random"),
+    seeds: int = 1,
+    workdir: Path,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """``python -m bench --real``: the agent and the random one-change baseline on each real case.
+
+    Every method launches the real engine on this host; the random search may spend as many launches
+    as a good agent run may (chain length + 3 per seed). Returns a JSON-plain dict: ``cases`` (per case
+    and method: correct, launches, host-seconds, wall seconds, what it found, its ending) and
+    ``wall_s``. Raises ValueError for an unknown case name or a bed that is not built (one line).
+    """
+    from agent.catalog import load_catalog
+    from bench.launcher import Launcher
+    from bench.methods import LaunchCache, plausible_changes, run_agent, run_random
+    from tools.flags import load_catalog as load_flag_catalog
+    from tools.host import expand_argv
+    from tools.knowledge import read_findings
+    from tools.signatures import load_signatures
+
+    say = progress or (lambda _msg: None)
+    missing = bed_missing()
+    if missing is not None:
+        raise ValueError(missing)
+    cases = discover(engines, names, out_dir=workdir / "cases")
+    if not cases:
+        raise ValueError(f"no real cases under {REAL_DIR} for engines {', '.join(engines or ['any'])}")
+    saved = os.environ.get("HYPOLOOP_HOME")
+    os.environ["HYPOLOOP_HOME"] = str(workdir / "home")
+    t0 = time.monotonic()
+    out: list[dict[str, Any]] = []
+    try:
+        catalog, sigs = load_catalog(), load_signatures()
+        for case in cases:
+            row: dict[str, Any] = {"case": case.name, "engine": case.engine, "expect": case.expect, "methods": {}}
+            if "agent" in methods:
+                say(f"{case.name}: agent")
+                r = run_agent(case, transcripts=workdir / "transcripts", seed=f"real:{case.name}")  # type: ignore[arg-type]
+                row["methods"]["agent"] = r.as_json()
+                say(f"{case.name}: agent: {r.status}, {r.found}, {r.launches:g} launches, {r.wall_s:.0f} s")
+            if "random" in methods:
+                launcher = Launcher(case.case, sigs, workdir / "launches" / case.name)
+                try:
+                    flags = load_flag_catalog(
+                        launcher.host, expand_argv(case.case.launcher.argv, launcher.host),
+                        cache_dir=workdir / "flag-cache", version=None,
+                    )
+                    findings = [
+                        f for p in case.case.knowledge for f in read_findings(case.case.resolve_path(p))
+                        if f.outcome == "works"
+                    ]
+                    changes = plausible_changes(case.case.baseline, catalog, flags, findings)
+                    say(f"{case.name}: random over {len(changes)} plausible changes, at most "
+                        f"{case.max_launches} launches, {seeds} seed(s)")
+                    cache = LaunchCache(launcher, enabled=True, seed_env=dict)
+                    r = run_random(case, cache, changes, seeds=seeds, max_launches=case.max_launches)  # type: ignore[arg-type]
+                    row["methods"]["random"] = r.as_json()
+                    say(f"{case.name}: random: {r.status}, {r.launches:g} launches")
+                finally:
+                    launcher.close()
+            out.append(row)
+    finally:
+        if saved is None:
+            os.environ.pop("HYPOLOOP_HOME", None)
+        else:
+            os.environ["HYPOLOOP_HOME"] = saved
+    return {"bed": str(bed_root()), "cases": out, "wall_s": round(time.monotonic() - t0, 1)}
