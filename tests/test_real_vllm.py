@@ -1,92 +1,82 @@
 """hypoloop against real vLLM 0.32.0 on this host's CPU (issue 22, item 3): from a real failing command
 (one wrong setting a user could make, `bench/real/vllm-*`), `hypoloop run CASE --auto --json` through the
-real CLI must reach the case's right ending (its truth: the root fix, every link of a chain) within
-chain length + 3 launches, and leave no engine process running.
+real CLI must reach the case's right ending (scored against its truth like a lab world: the root fix,
+every link of a chain; a workaround is not right) within chain length + 3 launches, and leave no engine
+process running.
 
 Marked `real_engine`: they need the bed of `.ci/real-engines` (skipped with the reason where it is not
-built). Each launch of vLLM takes 30-40 s here; run them alone with `pytest -m real_engine`.
+built). A vLLM launch takes 30-40 s on an idle host and minutes on a shared one; run them alone with
+`pytest -m real_engine tests/test_real_vllm.py`.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 from clirun import run_cli
+from conftest import EnginesBed, engine_processes
 
-from bench.real_cases import RealCase, engines_root, judge, real_cases
+from agent.models import Baseline, Change
+from bench.real import REAL_DIR, RealCase, discover
+from bench.worlds import matching_fix, score_run
 
-CASES = real_cases("vllm-")
-
-
-class Bed:
-    """The real-engine bed of `.ci/real-engines` (its folder; `bin/vllm` and the tiny model in it)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
+NAMES = sorted(p.parent.name for p in REAL_DIR.glob("vllm-*/case.toml"))
 
 
-@pytest.fixture(scope="session")
-def engines() -> Bed:
-    """The bed, or a skip naming what is missing (build it with `.ci/real-engines`)."""
-    root = engines_root()
-    for need in ("bin/vllm", "tiny-llama/config.json", "tiny-llama/model.safetensors"):
-        if not (root / need).is_file():
-            pytest.skip(f"no real-engine bed at {root} ({need} missing): build it with .ci/real-engines")
-    return Bed(root)
+def final_config(case: RealCase, result: dict[str, Any]) -> Baseline:
+    """The configuration a run ended on: the case's baseline with its adopted blockers and fix applied."""
+    root = result.get("root_cause") or {}
+    final = case.case.baseline
+    for ch in [*(root.get("blockers") or []), *([root["fix"]] if root.get("fix") else [])]:
+        final = final.apply(Change(kind=ch["kind"], name=ch["name"], before=ch.get("before"), after=ch.get("after")))
+    return final
 
 
-def engine_processes(marker: str) -> list[tuple[int, str]]:
-    """(pid, command line) of live processes whose environment holds `marker` (the run's HYPOLOOP_HOME,
-    inherited by the engine and every child it starts, whatever they rename themselves to)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, IndexError):
-            continue
-        if marker in environ and state not in ("Z", "X"):
-            found.append((int(entry.name), cmd.strip()))
-    return found
-
-
-def run_case(tmp_path: Path, case: RealCase, root: Path) -> tuple[dict[str, Any], float, str]:
-    """`hypoloop run` on the rendered case: (its JSON result, wall seconds, the marker of its processes)."""
-    home = tmp_path / "home"
-    path = case.render(tmp_path / case.name, root)
-    start = time.monotonic()
-    proc = run_cli(tmp_path, "run", str(path), "--auto", "--json", timeout=3600, HYPOLOOP_HOME=str(home))
-    wall = time.monotonic() - start
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"no JSON result (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    return json.loads(lines[-1]), wall, str(home)
-
-
-def test_every_vllm_case_has_a_truth_and_six_or_more_exist() -> None:
-    assert len(CASES) >= 6
-    assert any(c.chain for c in CASES)  # a two-link chain
-    for c in CASES:
-        assert c.truth.get("root_cause") and (c.truth.get("fixes") or c.chain or c.expect != "isolated")
+def test_six_or_more_vllm_cases_with_a_chain_and_a_workaround(tmp_path: Path) -> None:
+    cases = discover(["vllm"], out_dir=tmp_path)
+    assert len(cases) >= 6
+    assert all(c.case.launcher.engine == "vllm" for c in cases)
+    assert any(len(c.chain) >= 2 for c in cases)
+    assert any(not f.get("root", True) for c in cases for f in c.truth.fixes)
 
 
 @pytest.mark.real_engine
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_hypoloop_reaches_the_right_ending_on_real_vllm(tmp_path: Path, engines: Any, case: RealCase) -> None:
-    result, wall, marker = run_case(tmp_path, case, engines.root)
-    ok, why = judge(case, result)
-    print(f"{case.name}: {why}; {result.get('launches')} launches, {wall:.0f} s wall")
+@pytest.mark.parametrize("name", NAMES)
+def test_hypoloop_reaches_the_right_ending_on_real_vllm(tmp_path: Path, engines: EnginesBed, name: str) -> None:
+    (case,) = discover(["vllm"], [name], out_dir=tmp_path / "cases", root=engines.root)
+    home = tmp_path / "home"
+    start = time.monotonic()
+    proc = run_cli(tmp_path, "run", str(case.case_path), "--auto", "--json", timeout=3600, HYPOLOOP_HOME=str(home))
+    wall = time.monotonic() - start
     try:
-        assert ok, f"{case.name}: {why}; transcript {result.get('transcript')}"
-        assert result["launches"] <= case.launch_limit, (
-            f"{case.name}: {result['launches']} launches, more than {case.launch_limit}"
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        assert lines, f"no JSON result (exit {proc.returncode}): {proc.stderr[-3000:]}"
+        result = json.loads(lines[-1])
+        fix = result.get("root_cause", {}) or {}
+        fx = fix.get("fix")
+        score = score_run(
+            case, result["status"], (fx["kind"], fx["name"], fx["after"]) if fx else None,
+            final_config(case, result), json.dumps(result),
         )
+        print(f"{name}: {result['status']} ({score.why}); {result['launches']} launches, {wall:.0f} s wall")
+        correct = score.correct or (
+            # A case whose honest ending may be a workaround that changes the deployment (truth.toml's
+            # accept_workaround): the fix is one of the truth's workarounds.
+            tomllib.loads((case.folder / "truth.toml").read_text())["truth"].get("accept_workaround", False)
+            and result["status"] == "isolated"
+            and fx is not None
+            and any(
+                not f.get("root", True) and matching_fix(case, fx["kind"], fx["name"], fx["after"]) == f
+                for f in case.truth.fixes
+            )
+        )
+        assert correct, f"{name}: {score.why}; {result.get('reason')}; transcript {result.get('transcript')}"
+        assert result["launches"] <= case.max_launches, f"{name}: {result['launches']} launches > {case.max_launches}"
     finally:
-        left = engine_processes(marker)
+        left = engine_processes(str(home))
         assert not left, f"engine processes left running: {left}"
