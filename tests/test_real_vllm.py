@@ -80,3 +80,23 @@ def test_hypoloop_reaches_the_right_ending_on_real_vllm(tmp_path: Path, engines:
     finally:
         left = engine_processes(str(home))
         assert not left, f"engine processes left running: {left}"
+
+
+@pytest.mark.real_engine
+def test_the_fingerprint_carries_the_real_vllm_version(engines: EnginesBed) -> None:
+    """The host fingerprint of a vLLM case (what `hypoloop doctor` prints) names the engine and the
+    version installed beside its launcher, asked of that environment's own Python."""
+    from agent.case import LauncherSpec
+    from tools.fingerprint import engine_label, fingerprint
+    from tools.host import LocalHost
+
+    launcher = LauncherSpec.model_validate({"argv": [str(engines.root / "bin" / "vllm"), "serve"]})
+    host = LocalHost()
+    try:
+        fp = fingerprint(host, gpu_query_argv=["nvidia-smi"], version_argv=launcher.version_argv,
+                         engine=launcher.engine_impl())
+    finally:
+        host.close()
+    assert fp.engine == "vllm" and fp.vllm_version and fp.vllm_version.startswith("0.32.0")
+    assert fp.engine_version == fp.vllm_version and fp.sglang_version is None
+    assert engine_label(fp.model_dump()) == f"vLLM {fp.vllm_version}"
