@@ -153,6 +153,9 @@ def test_the_version_query_runs_with_the_launchers_interpreter(engine: str) -> N
         ("max-model-len", '"--enforce-eager" = true, "--max-model-len" = 4096', "flag", "--max-model-len", None),
         ("tp2-no-bind", '"--enforce-eager" = true, "--tensor-parallel-size" = 2', "env",
          "VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+        ("kv-too-small", '"--enforce-eager" = true, "--kv-cache-memory-bytes" = "4096"', "flag",
+         "--kv-cache-memory-bytes", None),
+        ("kvcache-above-free", '"--enforce-eager" = true', "env", "VLLM_CPU_KVCACHE_SPACE", "1"),
     ],
 )
 def test_analyze_advises_the_change_vllms_own_error_points_at(
@@ -163,8 +166,10 @@ def test_analyze_advises_the_change_vllms_own_error_points_at(
     at (remove the refused setting; bind threads by hand on a one-NUMA-node host), not a flag whose value
     some INFO line happens to contain."""
     case = tmp_path / "case.toml"
+    env = '{ VLLM_CPU_KVCACHE_SPACE = "4096" }' if log == "kvcache-above-free" else "{}"
     case.write_text(
-        f'name = "c"\n[launcher]\nengine = "vllm"\n[model]\npath = "/m/tiny"\n[baseline]\nflags = {{ {baseline} }}\n',
+        f'name = "c"\n[launcher]\nengine = "vllm"\n[model]\npath = "/m/tiny"\n[baseline]\n'
+        f"flags = {{ {baseline} }}\nenv = {env}\n",
         encoding="utf-8",
     )
     path = Path(__file__).parent / "data" / "logs_vllm_0.32.0" / f"{log}.log"
