@@ -18,6 +18,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.models import Baseline, FlagValue
+from tools.engines import Engine, get_engine
+from tools.engines import detect as detect_engine
 from tools.host import HostError
 from tools.probes import DEFAULT_PROBES, Probe
 from tools.slurm import SlurmOptions, is_slurm_target, parse_slurm_target
@@ -75,33 +77,49 @@ class HostSpec(_Strict):
 
 
 class LauncherSpec(_Strict):
-    """Commands on the host: the server launcher, its version query and the GPU query (argv lists)."""
+    """Commands on the host: the server launcher, its version query and the GPU query (argv lists).
 
-    argv: list[str] = Field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])
-    version_argv: list[str] = Field(
-        default_factory=lambda: ["python", "-c", "import importlib.metadata as m; print(m.version('sglang'))"]
-    )
+    ``engine`` is ``sglang`` or ``vllm`` (`tools.engines`); unset, it is detected from ``argv``
+    (``sglang.launch_server``, ``vllm serve``, ``vllm.entrypoints.openai.api_server``), else SGLang.
+    ``argv`` and ``version_argv`` default to the engine's (``knowledge/engines.toml``).
+    """
+
+    engine: Literal["sglang", "vllm"] | None = None
+    argv: list[str] = Field(default_factory=list)
+    version_argv: list[str] = Field(default_factory=list)
     gpu_query_argv: list[str] = Field(default_factory=lambda: ["nvidia-smi"])
     #: `python -m sglang.check_env` on the host (evidence; its failure is only a note). None: derived
-    #: from `argv` when it runs a `<package>.launch_server` module; [] turns it off.
+    #: from `argv` by the engine (a `<package>.launch_server` module); [] turns it off.
     check_env_argv: list[str] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_defaults(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v
+        v = dict(v)
+        argv = v.get("argv")
+        if argv is not None and not argv:
+            raise ValueError("field 'launcher.argv': expected a non-empty list of strings")
+        if v.get("engine") is None:
+            v["engine"] = (detect_engine(argv) if isinstance(argv, list) else None) or get_engine().name
+        if v["engine"] in ("sglang", "vllm"):
+            eng = get_engine(v["engine"])
+            if not v.get("argv"):
+                v["argv"] = list(eng.data.default_argv)
+            if not v.get("version_argv"):
+                v["version_argv"] = eng.version_argv(v["argv"])
+        return v
+
+    def engine_impl(self) -> Engine:
+        """The `tools.engines.Engine` this launcher runs."""
+        return get_engine(self.engine)
 
     def check_env(self) -> list[str]:
         """The check_env command for this launcher (`-m X.launch_server` -> `-m X.check_env`), or []."""
         if self.check_env_argv is not None:
             return list(self.check_env_argv)
-        for i, arg in enumerate(self.argv[:-1]):
-            if arg == "-m" and self.argv[i + 1].endswith(".launch_server"):
-                return [*self.argv[: i + 1], self.argv[i + 1].removesuffix("launch_server") + "check_env"]
-        return []
-
-    @field_validator("argv")
-    @classmethod
-    def _argv(cls, v: list[str]) -> list[str]:
-        if not v:
-            raise ValueError("expected a non-empty list of strings")
-        return v
-
+        return self.engine_impl().check_env_argv(self.argv)
 
 class ModelSpec(_Strict):
     """The model under test; ``features`` are optional hints such as moe, dsa, mla, nvfp4, fp8."""

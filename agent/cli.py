@@ -51,12 +51,13 @@ from agent.transcript import Transcript, TranscriptError, damaged_lines, read_tr
 from agent.values import effective_before, suggestions_in_log
 from agent.wording import count
 from tools.connect import connect_host
+from tools.engines import detect_log
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError, catalog_from_server_args, parse_help
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import HostError, expand_argv
 from tools.knowledge import infer_features
-from tools.signatures import load_signatures
+from tools.signatures import for_engine, load_signatures
 
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
     from agent.catalog import CatalogEntry
@@ -775,8 +776,12 @@ def _analyze(
 def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, list[Signature], list[CatalogEntry]]:
     """(the case, log signatures, hypothesis catalog) for ``analyze``; bad input ends the command in one line."""
     try:
-        c = load_case(case) if case else Case(name=logfile.name, model=_model_from_log(text))
-        sigs = load_signatures(knowledge_file("signatures.toml"))
+        c = load_case(case) if case else Case(
+            name=logfile.name, model=_model_from_log(text), launcher=LauncherSpec.model_validate({"engine": detect_log(text)})
+        )
+        # A log of unknown origin whose engine cannot be told is read with every signature.
+        engine = c.launcher.engine if case or detect_log(text) else None
+        sigs = for_engine(load_signatures(knowledge_file("signatures.toml")), engine)
         from agent.catalog import load_catalog
 
         catalog = load_catalog()
@@ -985,7 +990,12 @@ def _model_from_log(text: str) -> Any:
 
     from agent.case import ModelSpec
 
-    m = re.search(r"model_path=['\"]([^'\"]+)['\"]", text)
+    # SGLang's server_args (model_path='M'); vLLM's "non-default args: {'model': 'M'" / "serving model M".
+    m = (
+        re.search(r"model_path=['\"]([^'\"]+)['\"]", text)
+        or re.search(r"non-default args: \{.*?'model': '([^']+)'", text)
+        or re.search(r"serving model (\S+)", text)
+    )
     return ModelSpec(path=m.group(1) if m else "unknown")
 
 
@@ -1005,13 +1015,17 @@ def flags(
     insecure_accept_host_key: _InsecureOpt = False,
     remote_python: _PythonOpt = None,
 ) -> None:
-    """The flag catalog of a host's SGLang, parsed from `launch_server --help`."""
+    """The flag catalog of a host's engine, parsed from its own help (SGLang `launch_server --help`,
+    vLLM `vllm serve --help=all`; the engine is the case's, or told from `--launcher`)."""
     from agent.runtime import ssh_options
     try:
         if from_file is not None:
             catalog: FlagCatalog = parse_help(_read_text(from_file, what="help text"), source=str(from_file))
-            if not catalog.has("--model-path"):
-                _fail(f"{from_file}: no --model-path flag: expected the output of `launch_server --help`")
+            if not any(catalog.has(f) for f in ("--model-path", "--model")):
+                _fail(
+                    f"{from_file}: no --model-path or --model flag: expected the output of "
+                    "`launch_server --help` or `vllm serve --help=all`"
+                )
         elif case is not None or host is not None:
             c = (
                 _load_case(case, host)
@@ -1024,7 +1038,10 @@ def flags(
             h = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
             try:
                 argv = expand_argv(c.launcher.argv, h)
-                catalog = load_flag_catalog(h, argv, cache_dir=state_dir() / "flag-cache", version=None)
+                catalog = load_flag_catalog(
+                    h, argv, cache_dir=state_dir() / "flag-cache", version=None,
+                    help_args=c.launcher.engine_impl().data.help_args,
+                )
             finally:
                 h.close()
         else:

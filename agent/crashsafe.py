@@ -34,6 +34,7 @@ def probe_through_drops(
     experiment_id: str,
     api_key: str | None = None,
     tries: int = 3,
+    generate_api: Any = "native",
 ) -> Any:
     """`tools.probes.run_probe`, except that a failure which coincides with a lost connection to the host
     is not the server's outcome: the connection is re-established and the probe sent again (each retry
@@ -45,7 +46,7 @@ def probe_through_drops(
     """
     for attempt in range(1, tries + 1):
         epoch = getattr(host, "connection_epoch", None)
-        result = run_probe(base_url, probe, model=model, api_key=api_key)
+        result = run_probe(base_url, probe, model=model, api_key=api_key, generate_api=generate_api)
         if result.status not in _TRANSPORT_STATUSES or epoch is None:
             return result
         host.check_connection()
@@ -70,14 +71,17 @@ def probe_through_drops(
     )
 
 
-def server_info_through_drops(host: Any, base_url: str, *, api_key: str | None = None) -> dict[str, Any] | None:
-    """`tools.probes.get_server_info`, asked once more when no answer came and the connection dropped."""
+def server_info_through_drops(
+    host: Any, base_url: str, *, api_key: str | None = None, paths: Any = ("/get_server_info", "/server_info")
+) -> dict[str, Any] | None:
+    """`tools.probes.get_server_info` (at the engine's `paths`), asked once more when no answer came and
+    the connection dropped."""
     epoch = getattr(host, "connection_epoch", None)
-    info = get_server_info(base_url, api_key=api_key)
-    if info is None and epoch is not None:
+    info = get_server_info(base_url, api_key=api_key, paths=paths)
+    if info is None and epoch is not None and paths:
         host.check_connection()
         if host.connection_epoch != epoch:
-            info = get_server_info(base_url, api_key=api_key)
+            info = get_server_info(base_url, api_key=api_key, paths=paths)
     return info
 
 

@@ -95,6 +95,9 @@ class HostFingerprintData(Payload):
     memory_total_mib: int | None = None
     driver_version: str | None = None
     sglang_version: str | None = None
+    vllm_version: str | None = None
+    engine: str | None = None  # "sglang" or "vllm" (tools/engines.py); absent in older transcripts
+    engine_version: str | None = None
     gpu_vendor: str | None = None  # "nvidia", "amd" or "none" (CPU only)
     gpu_arch: str | None = None  # AMD graphics target, e.g. gfx942
     check_env: dict[str, str] = Field(default_factory=dict)  # `python -m sglang.check_env`, when it ran

@@ -20,11 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent.case import LauncherSpec
 from agent.models import command_text
 from agent.recorded import RecordedRun
 from agent.redact import REDACTED, run_redactor
 from agent.render import alternative_text
 from agent.wording import count
+from tools.fingerprint import engine_label
 from tools.knowledge import Finding, gpu_names, infer_features, parse_findings
 
 
@@ -105,7 +107,7 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     lines.append(f"- Model: {model}" + (f" ({', '.join(features)})" if features else ""))
     lines.append(
         f"- Hardware: {gpu_count or '?'} × {gpu}, compute capability {fp.get('compute_capability') or '?'}, driver "
-        f"{fp.get('driver_version') or '?'}; SGLang {fp.get('sglang_version') or '?'}"
+        f"{fp.get('driver_version') or '?'}; {engine_label(fp)}"
     )
     lines.append(f"- Symptom: {_symptom(run)}")
     lines.append(f"- Root cause ({root.get('component', '?')}): {root.get('statement', '?')}")
@@ -146,9 +148,9 @@ def _working_command(run: RecordedRun, case: dict[str, Any], model: str) -> list
     """The entry's fenced launch command of the working configuration (secrets as references)."""
     flags, env = working_config(run)
     launcher = _launcher(run, case)
+    engine = _launcher_spec(case).engine_impl()
     cmd = [
-        " ".join(launcher),
-        f"--model-path {shlex.quote(model)}",
+        " ".join([*launcher, *(shlex.quote(a) for a in engine.model_args(launcher, model))]),
         *(_secret_ref(k, v) or command_text({k: v}) for k, v in flags.items()),
     ]
     prefix = " ".join(_secret_ref(k, v) or command_text({}, {k: v}) for k, v in env.items())
@@ -200,12 +202,20 @@ def _not_separated(untested: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _launcher_spec(case: dict[str, Any]) -> LauncherSpec:
+    """The case's launcher (engine, argv); SGLang's default when the recorded case has none."""
+    try:
+        return LauncherSpec.model_validate(case.get("launcher") or {})
+    except ValueError:
+        return LauncherSpec()
+
+
 def _launcher(run: RecordedRun, case: dict[str, Any]) -> list[str]:
-    """The launcher as it ran (the last launch command up to ``--model-path``), else the case's."""
-    argv = (
-        run.launch_argv[: run.launch_argv.index("--model-path")] if "--model-path" in run.launch_argv else []
-    )
-    argv = argv or list((case.get("launcher") or {}).get("argv") or ["python", "-m", "sglang.launch_server"])
+    """The launcher as it ran (the last launch command's first words, as many as the case's launcher
+    has), else the case's (its engine's default when the case names none)."""
+    spec = _launcher_spec(case)
+    ran = run.launch_argv[: len(spec.argv)] if len(run.launch_argv) > len(spec.argv) else []
+    argv = ran or list(spec.argv)
     out = []
     for i, a in enumerate(argv):
         python = i == 0 and (a == "{python}" or re.fullmatch(r"python[\d.]*", Path(a).name) is not None)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from agent.llm_answer import DECISION_OUTLINE
 from agent.models import Experiment, FlagValue, Outcome, command_text
 from agent.planner import HistoryState, PlannerView, Proposal
+from tools.fingerprint import engine_label
 from tools.flags import FlagCatalog, FlagError, FlagSpec
 from tools.signatures import SignatureMatch
 
@@ -130,7 +131,7 @@ def _host_section(view: PlannerView) -> str:
     if fp is not None:
         lines.append(
             f"GPU: {fp.gpu_count or '?'} x {fp.gpu_name or '?'}, compute capability {fp.compute_capability or '?'}, "
-            f"{fp.memory_total_mib or '?'} MiB each, driver {fp.driver_version or '?'}; SGLang {fp.sglang_version or '?'}"
+            f"{fp.memory_total_mib or '?'} MiB each, driver {fp.driver_version or '?'}; {engine_label(fp.model_dump())}"
         )
     lines.append(f"target: {view.case.host.target}")
     env = {k: v for k, v in view.case.host.env.items() if not k.startswith(_PRIVATE_ENV_PREFIX)}

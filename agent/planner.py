@@ -447,7 +447,8 @@ class RulePlanner:
         names = {self._canon(iv.kind, n) for n in iv.names} if iv.role is None else {self._role(iv)}
         if change.name not in names:
             return False
-        if any(_same_value(change.after, v) for v in iv.values):
+        # ``false`` in the catalog is a removal, as realize() makes it (after = None).
+        if any(_same_value(change.after, None if v is False else v) for v in iv.values):
             return True
         if iv.derive and change.after is not None:  # a removal's effective value is unknown here
             before: Any = change.before
@@ -481,7 +482,9 @@ class RulePlanner:
             else:
                 how = f"fallback value; the evidence gave none ({how})"
         for value in candidates:
-            if value is None:  # a reversion: remove the setting so SGLang's default applies
+            # A reversion: remove the setting so the engine's default applies (``values = [false]`` in
+            # the catalog, as a truth's ``value = false`` means removed; for a switch, off is unset too).
+            if value is None or value is False:
                 before = baseline.value(iv.kind, name)
                 if before is None:
                     return None, f"{name} is not set in the baseline"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.case import LauncherSpec
 from agent.transcript import TranscriptError, TranscriptEvent, read_transcript
 
 _VERDICTS = ("supported", "refuted", "confirmed", "open")
@@ -386,8 +387,9 @@ class RecordedRun:
         """The model under test: from the case, else from the last launch command, else the case name."""
         case = self.case_dict() or {}
         path = (case.get("model") or {}).get("path")
-        if not path and "--model-path" in self.launch_argv[:-1]:
-            path = self.launch_argv[self.launch_argv.index("--model-path") + 1]
+        if not path and self.launch_argv:
+            spec = LauncherSpec.model_validate(case.get("launcher") or {})
+            path = spec.engine_impl().model_of(self.launch_argv, len(spec.argv))
         return str(path or self.started.get("case") or "?")
 
     def hypothesis(self, hid: str | None) -> HypothesisRecord | None:

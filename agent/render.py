@@ -12,6 +12,7 @@ from rich.text import Text
 
 from agent.transcript import TranscriptEvent
 from agent.wording import count
+from tools.fingerprint import engine_label
 
 _STATUS_STYLE = {"refuted": "red", "supported": "green", "confirmed": "bold green", "open": "yellow"}
 
@@ -91,12 +92,12 @@ class EventRenderer:
         self._p(
             f"  host: {d.get('gpu_count')} × {escape(str(d.get('gpu_name')))} (compute capability "
             f"{d.get('compute_capability')}, {d.get('memory_total_mib')} MiB), driver {d.get('driver_version')}, "
-            f"SGLang {d.get('sglang_version')}"
+            + escape(engine_label(d))
         )
 
     def _tool_result(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if d.get("tool") == "flag_catalog":
-            self._p(f"  flag catalog: {count(d.get('flags'), 'flag')} from launch_server --help")
+            self._p(f"  flag catalog: {count(d.get('flags'), 'flag')} from the launcher's --help")
 
     def _knowledge_read(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         items = "; ".join(

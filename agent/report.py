@@ -27,6 +27,7 @@ from agent.recorded import ExperimentRun, HypothesisRecord, RecordedRun
 from agent.redact import run_redactor
 from agent.render import _change_text, alternative_text, shown_line
 from agent.wording import count
+from tools.fingerprint import engine_label
 
 #: Lines of context on each side of a cited log line, and the most lines one excerpt shows.
 _CONTEXT = 1
@@ -446,7 +447,7 @@ def _hardware(fp: dict[str, Any]) -> str:
         return "unknown (no fingerprint recorded)"
     return (
         f"{fp.get('gpu_count')} × {fp.get('gpu_name')} (compute capability {fp.get('compute_capability')}, "
-        f"driver {fp.get('driver_version')}), SGLang {fp.get('sglang_version')}"
+        f"driver {fp.get('driver_version')}), {engine_label(fp)}"
     )
 
 

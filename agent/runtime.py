@@ -21,11 +21,12 @@ from agent.planner import Planner
 from agent.progress import ProgressBoard
 from agent.transcript import Transcript
 from tools.connect import connect_host
+from tools.fingerprint import engine_version
 from tools.flags import FlagCatalog
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import FindsOrphans, Host, HostError, expand_argv
 from tools.server import ServerSession
-from tools.signatures import Signature, load_signatures
+from tools.signatures import Signature, for_engine, load_signatures
 from tools.ssh import SSHOptions
 
 
@@ -104,7 +105,8 @@ class Runtime:
             )
 
     def flags(self, case: Case, version: str | None) -> FlagCatalog:
-        """The host's flag catalog from ``launch_server --help`` (cached per host + version)."""
+        """The host's flag catalog from the launcher's own help (``launch_server --help``, ``vllm serve
+        --help=all``; cached per host + version)."""
         if self._flags is None:
             host = self.host(case)
             self._flags = load_flag_catalog(
@@ -112,6 +114,7 @@ class Runtime:
                 expand_argv(case.launcher.argv, host),
                 cache_dir=self.state_dir / "flag-cache",
                 version=version,
+                help_args=case.launcher.engine_impl().data.help_args,
             )
         return self._flags
 
@@ -121,6 +124,10 @@ class Runtime:
         if self._signatures is None:
             self._signatures = load_signatures(knowledge_file("signatures.toml"))
         return self._signatures
+
+    def signatures_for(self, case: Case) -> list[Signature]:
+        """The log signatures that apply to the case's engine (`tools.signatures.for_engine`)."""
+        return for_engine(self.signatures, case.launcher.engine_impl().name)
 
     @property
     def catalog(self) -> list[CatalogEntry]:
@@ -133,7 +140,7 @@ class Runtime:
         """The planner the run's state names (``state["planner"]``: rules when absent), over the host's
         flag catalog. Raises HostError/FlagError when the catalog cannot be read."""
         case = Case.model_validate(state["case"])
-        version = (state.get("fingerprint") or {}).get("sglang_version")
+        version = engine_version(state.get("fingerprint"))
         return make_planner(state.get("planner"), self.catalog, self.flags(case, version), transcript=self.transcript)
 
     def close(self) -> None:

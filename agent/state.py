@@ -12,7 +12,7 @@ from typing import Any, TypedDict
 from agent.case import Case, load_case
 from agent.models import Experiment, Hypothesis, Outcome, Rejection
 from agent.planner import PlannerView, RelevantFinding
-from tools.fingerprint import HostFingerprint
+from tools.fingerprint import HostFingerprint, engine_version
 
 
 class RunState(TypedDict, total=False):
@@ -69,8 +69,9 @@ def hypotheses_of(state: RunState) -> list[Hypothesis]:
 
 
 def sglang_version(state: RunState) -> str | None:
-    """The host's SGLang version from the fingerprint (None before intake or when unknown)."""
-    return (state.get("fingerprint") or {}).get("sglang_version")
+    """The host's engine version from the fingerprint (SGLang's or vLLM's, `tools.engines`; None before
+    intake or when unknown). The name is kept from when SGLang was the only engine."""
+    return engine_version(state.get("fingerprint"))
 
 
 def planner_view(state: RunState) -> PlannerView:

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import EnginesBed
 
+from tools.engines import get_engine
 from tools.host import LocalHost, terminate_all
 from tools.probes import Probe, run_probe
 from tools.server import ServerSession, render_command
-from tools.signatures import SignatureMatcher, load_signatures
+from tools.signatures import SignatureMatcher, for_engine, load_signatures
 
 pytestmark = pytest.mark.real_engine
 
@@ -84,32 +85,39 @@ def test_real_sglang_serves_the_model_and_its_own_shutdown_is_no_failure(
     assert final.stop_line is not None and final.stop_line <= len(final.lines) + 1
 
 
-def test_real_vllm_serves_the_model(engines: EnginesBed, host: LocalHost, tmp_path: Path) -> None:
-    """`vllm serve` of the bed (its `vllm` metadata entry) on the CPU answers the chat question as the
-    healthy model does (ready seen through GET /health)."""
+def test_real_vllm_serves_the_model_and_its_own_shutdown_is_no_failure(
+    engines: EnginesBed, host: LocalHost, tmp_path: Path
+) -> None:
+    """`vllm serve MODEL` (the launch the vLLM engine renders: the model positional) of the bed on the
+    CPU answers the chat question through /v1/chat/completions and the generate question through
+    /v1/completions (vLLM has no /generate) as the healthy model does; ready is vLLM's own start-up line.
+    Stopped by us, vLLM's shutdown lines (engine core exiting, KeyboardInterrupt-style cleanup) are not
+    evidence."""
+    vllm = get_engine("vllm")
     port = host.free_port()
     argv = render_command(
-        [str(engines.root / "bin" / "vllm"), "serve"],
-        str(engines.model),
-        {"--enforce-eager": True},
-        host="127.0.0.1",
-        port=port,
+        [str(engines.root / "bin" / "vllm"), "serve"], str(engines.model), {"--enforce-eager": True},
+        host="127.0.0.1", port=port, engine=vllm,
     )
-    # vllm serve takes the model as its first argument, not --model-path.
-    i = argv.index("--model-path")
-    argv[i : i + 2] = [argv[i + 1]]
-    argv.insert(2, argv.pop(i))
+    assert argv[2] == str(engines.model)
     session = ServerSession(
         host, argv, env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
-        log_path=str(tmp_path / "vllm.log"), port=port, matcher=SignatureMatcher(SIGS),
+        log_path=str(tmp_path / "vllm.log"), port=port, matcher=SignatureMatcher(for_engine(SIGS, "vllm")),
         ready_timeout_s=READY_TIMEOUT_S,
     )
     with session:
         res = session.wait_ready()
         assert res.status == "ready", (tmp_path / "vllm.log").read_text()[-3000:]
+        assert session.ready_source == "log"  # vLLM's "Application startup complete." line
         results = [
-            run_probe(res.base_url or "", p, model=str(engines.model), timeout_s=120)
-            for p in healthy_probes(engines, ("chat",))
+            run_probe(res.base_url or "", p, model=str(engines.model), timeout_s=120,
+                      generate_api=vllm.data.generate_api)
+            for p in healthy_probes(engines, ("chat", "generate"))
         ]
+        session.watch(0.5)
         assert all(r.ok for r in results), [(r.probe_id, r.status, r.text, r.error) for r in results]
         assert session.stop()
+    final = session.result()
+    assert final.status == "ready"
+    evidence = [m.signature_id for m in final.matches if m.kind in ("fatal", "error")]
+    assert evidence == [], f"shutdown read as failure: {evidence}; after stop: {[x.text for x in final.shutdown_lines]}"

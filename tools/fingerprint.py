@@ -8,10 +8,12 @@ versions; SGLang 0.5.9 and 0.5.23 python/sglang/check_env.py) is kept as evidenc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, Field
 
+from tools.engines import Engine, get_engine
 from tools.host import Host, HostError, expand_argv
 
 GPU_QUERY_ARGS = ["--query-gpu=name,compute_cap,memory.total,driver_version", "--format=csv,noheader,nounits"]
@@ -29,6 +31,11 @@ class HostFingerprint(BaseModel):
     memory_total_mib: int | None = None
     driver_version: str | None = None
     sglang_version: str | None = None
+    #: vLLM's installed version when the launcher runs vLLM (`tools.engines`).
+    vllm_version: str | None = None
+    #: The engine the launcher runs ("sglang", "vllm") and its version (one of the two fields above).
+    engine: str | None = None
+    engine_version: str | None = None
     #: "nvidia", "amd", or "none" (no GPU tool answered: a CPU-only host); None when not asked.
     gpu_vendor: str | None = None
     #: AMD's graphics target (gfx942 for MI300X), which stands where NVIDIA has a compute capability.
@@ -182,8 +189,10 @@ def fingerprint(
     gpu_query_argv: Sequence[str],
     version_argv: Sequence[str] | None,
     check_env_argv: Sequence[str] | None = None,
+    engine: Engine | None = None,
 ) -> HostFingerprint:
-    """Query the host's GPUs and SGLang version.
+    """Query the host's GPUs and the engine's version (`engine`, default SGLang: `engine_version` and
+    the engine's own field, `sglang_version` or `vllm_version`).
 
     The GPU query is `gpu_query_argv` (nvidia-smi's CSV query, `GPU_QUERY_ARGS` appended; or, when the
     argv names amd-smi / rocm-smi, that tool's JSON query), then, when it is missing or finds nothing,
@@ -194,7 +203,8 @@ def fingerprint(
     Raises `HostError` (one line) if the version command fails or prints nothing, or a GPU tool's output
     cannot be read.
     """
-    fp = HostFingerprint()
+    eng = engine or get_engine()
+    fp = HostFingerprint(engine=eng.name)
     queries: list[tuple[str, list[str]]] = []
     kind = _tool_kind(gpu_query_argv)
     base = expand_argv(list(gpu_query_argv), host)
@@ -247,8 +257,29 @@ def fingerprint(
         lines = [ln.strip() for ln in vres.stdout.strip().splitlines() if ln.strip()]
         if not lines:
             raise HostError(f"version command {vargv[0]} printed nothing")
-        fp.sglang_version = lines[-1]
+        _set_version(fp, eng, lines[-1])
     return fp
+
+
+def _set_version(fp: HostFingerprint, eng: Engine, version: str) -> None:
+    fp.engine_version = version
+    field = f"{eng.name}_version"
+    if field in HostFingerprint.model_fields:
+        setattr(fp, field, version)
+
+
+def engine_label(fp: Mapping[str, Any] | None) -> str:
+    """``SGLang 0.5.23`` / ``vLLM 0.32.0`` for a fingerprint dict (``?`` for an unknown version)."""
+    name = (fp or {}).get("engine") or "sglang"
+    return f"{get_engine(name).display} {engine_version(fp) or '?'}"
+
+
+def engine_version(fp: Mapping[str, Any] | None) -> str | None:
+    """The launcher's engine version in a fingerprint dict (`engine_version`, else `sglang_version` of
+    transcripts written before vLLM was known); None when unknown."""
+    if not fp:
+        return None
+    return fp.get("engine_version") or fp.get("sglang_version")
 
 
 def _fill_from_check_env(fp: HostFingerprint) -> None:
@@ -266,5 +297,7 @@ def _fill_from_check_env(fp: HostFingerprint) -> None:
             fp.gpu_vendor = "amd"
         elif env.get("CUDA available") == "True":
             fp.gpu_vendor = "nvidia"
-    if env.get("sglang") and fp.sglang_version is None:
-        fp.sglang_version = env["sglang"]
+    # check_env lists package versions by distribution name; the engine's own is its version.
+    name = fp.engine or "sglang"
+    if env.get(name) and fp.engine_version is None:
+        _set_version(fp, get_engine(name), env[name])

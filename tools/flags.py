@@ -441,8 +441,12 @@ def load_catalog(
     cache_dir: Path,
     version: str | None,
     timeout: float = 180.0,
+    help_args: Sequence[str] = ("--help",),
 ) -> FlagCatalog:
-    """Run ``[*launcher_argv, "--help"]`` on ``host`` and parse it; cache the result as JSON.
+    """Run ``[*launcher_argv, *help_args]`` on ``host`` and parse it; cache the result as JSON.
+
+    ``help_args`` is how the engine prints every flag: ``--help`` for SGLang, ``--help=all`` for vLLM,
+    whose plain ``--help`` lists only its argument groups (``knowledge/engines.toml``).
 
     The cache file in ``cache_dir`` is keyed by host name, launcher version and launcher argv, so a
     second call for the same host and version does not run anything. Without a version (unknown)
@@ -454,11 +458,11 @@ def load_catalog(
     unchanged. Raises CatalogLoadError (one line, names host and command) when the command exits
     non-zero or prints no argparse options.
     """
-    argv = [*launcher_argv, "--help"]
+    argv = [*launcher_argv, *help_args]
     command = " ".join(argv)
-    cache_path = _cache_path(Path(cache_dir), host.name, version, launcher_argv) if version else None
+    cache_path = _cache_path(Path(cache_dir), host.name, version, argv) if version else None
     if cache_path is not None and cache_path.is_file():
-        cached = _read_cache(cache_path, host.name, launcher_argv)
+        cached = _read_cache(cache_path, host.name, argv)
         if cached is not None:
             return cached
     result = host.run(argv, timeout=timeout)
@@ -475,7 +479,7 @@ def load_catalog(
             f"(first line: {_first_line(result.stdout) or _first_line(result.stderr) or 'empty'})"
         )
     if cache_path is not None:
-        _write_cache(cache_path, host.name, launcher_argv, catalog)
+        _write_cache(cache_path, host.name, argv, catalog)
     return catalog
 
 

@@ -31,6 +31,7 @@ import concurrent.futures
 import re
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import httpx
@@ -352,8 +353,54 @@ def _run_generate(
     return judged
 
 
+def _run_completion(
+    base_url: str, probe: Probe, model: str, timeout_s: float, start: float, api_key: str | None = None
+) -> ProbeResult:
+    """A generate probe through the OpenAI text-completions API (engines without a native /generate,
+    such as vLLM: POST /v1/completions {"model", "prompt", "max_tokens", "temperature"}; the answer is
+    ``choices[0].text``, vLLM 0.32.0 vllm/entrypoints/openai/completion/)."""
+    payload = {
+        "model": model,
+        "prompt": probe.prompt,
+        "max_tokens": probe.max_tokens,
+        "temperature": probe.temperature,
+    }
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False, headers=_auth(api_key)) as client:
+            resp = client.post(f"{base_url}/v1/completions", json=payload)
+    except httpx.TimeoutException as exc:
+        return _result(probe, "timeout", start, error=_one_line(f"no answer within {timeout_s:g} s: {exc!r}"))
+    except httpx.TransportError as exc:
+        return _result(probe, "connection_error", start, error=_one_line(f"{type(exc).__name__}: {exc}"))
+    if resp.status_code >= 400:
+        return _result(
+            probe, "http_error", start, http_status=resp.status_code, error=_one_line(resp.text or resp.reason_phrase)
+        )
+    try:
+        body = resp.json()
+    except ValueError:
+        return _result(probe, "http_error", start, http_status=resp.status_code, error="response is not JSON")
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return _result(probe, "http_error", start, http_status=resp.status_code, error="no choices in response")
+    text = choices[0].get("text")
+    judged = _judge(
+        probe, text if isinstance(text, str) else None, None, start, resp.status_code, choices[0].get("finish_reason")
+    )
+    if judged is None:  # all thinking within max_tokens: not an empty answer
+        return _result(probe, "ok", start, http_status=resp.status_code, text=text,
+                       error="reasoning only within max_tokens")
+    return judged
+
+
 def run_probe(
-    base_url: str, probe: Probe, *, model: str, timeout_s: float = 60, api_key: str | None = None
+    base_url: str,
+    probe: Probe,
+    *,
+    model: str,
+    timeout_s: float = 60,
+    api_key: str | None = None,
+    generate_api: Literal["native", "completions"] = "native",
 ) -> ProbeResult:
     """Send `probe` to the server at `base_url` (e.g. "http://127.0.0.1:30000") and classify the answer.
 
@@ -363,14 +410,17 @@ def run_probe(
     Chat: `openai.OpenAI(base_url=base_url + "/v1", max_retries=0)` at the probe's temperature, thinking
     turned off through `chat_template_kwargs`. Generate: POST /generate {"text", "sampling_params":
     {"max_new_tokens", "temperature"}} (SGLang's native API), read "text" and an abort in
-    meta_info.finish_reason.
+    meta_info.finish_reason; with `generate_api` "completions" (the engine has no /generate: vLLM,
+    `knowledge/engines.toml`) POST /v1/completions instead.
     """
     start = time.monotonic()
     base = base_url.rstrip("/")
     if probe.concurrency > 1:
-        return _run_concurrent(base, probe, model, timeout_s, start, api_key)
+        return _run_concurrent(base, probe, model, timeout_s, start, api_key, generate_api)
     if probe.kind == "chat":
         return _run_chat(base, probe, model, timeout_s, start, api_key)
+    if generate_api == "completions":
+        return _run_completion(base, probe, model, timeout_s, start, api_key)
     return _run_generate(base, probe, timeout_s, start, api_key)
 
 
@@ -387,13 +437,21 @@ _SEVERITY: tuple[ProbeStatus, ...] = (
 
 
 def _run_concurrent(
-    base: str, probe: Probe, model: str, timeout_s: float, start: float, api_key: str | None
+    base: str,
+    probe: Probe,
+    model: str,
+    timeout_s: float,
+    start: float,
+    api_key: str | None,
+    generate_api: Literal["native", "completions"] = "native",
 ) -> ProbeResult:
     """`probe.concurrency` copies at once on threads; the worst result stands for all of them."""
     single = probe.model_copy(update={"concurrency": 1})
     with concurrent.futures.ThreadPoolExecutor(max_workers=probe.concurrency) as pool:
         futures = [
-            pool.submit(run_probe, base, single, model=model, timeout_s=timeout_s, api_key=api_key)
+            pool.submit(
+                run_probe, base, single, model=model, timeout_s=timeout_s, api_key=api_key, generate_api=generate_api
+            )
             for _ in range(probe.concurrency)
         ]
         results = [f.result() for f in futures]
@@ -408,15 +466,22 @@ def _run_concurrent(
 
 
 def get_server_info(
-    base_url: str, *, timeout_s: float = 10.0, api_key: str | None = None
+    base_url: str,
+    *,
+    timeout_s: float = 10.0,
+    api_key: str | None = None,
+    paths: Sequence[str] = ("/get_server_info", "/server_info"),
 ) -> dict[str, Any] | None:
-    """The server's effective configuration: GET /get_server_info, then /server_info (newer SGLang).
+    """The server's effective configuration: GET each of `paths` in turn (SGLang's /get_server_info,
+    then /server_info of newer SGLang; an engine without one, vLLM, passes none).
 
-    Returns the JSON object, or None if neither answers 200 with a JSON object within `timeout_s` s.
+    Returns the JSON object, or None if none answers 200 with a JSON object within `timeout_s` s.
     """
+    if not paths:
+        return None
     base = base_url.rstrip("/")
     with httpx.Client(timeout=timeout_s, trust_env=False, headers=_auth(api_key)) as client:
-        for path in ("/get_server_info", "/server_info"):
+        for path in paths:
             try:
                 resp = client.get(base + path)
             except httpx.HTTPError:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from tools.container import prepare as prepare_container
 from tools.container import recover as recover_container
+from tools.engines import Engine, get_engine
 from tools.flags import value_words
 from tools.host import Host, HostError, ProcessHandle, QueuesJobs, SchedulerError, expand_argv
 from tools.logwatch import LogLine, LogWatcher
@@ -41,20 +42,25 @@ def render_command(
     *,
     host: str,
     port: int,
+    engine: Engine | None = None,
 ) -> list[str]:
-    """The launch argv: launcher, `--model-path M`, flags in order, then `--host H --port P`.
+    """The launch argv: launcher, the model as `engine` names it (SGLang `--model-path M`, vLLM's
+    `vllm serve M` positional or `--model M`; default SGLang), flags in order, then `--host H --port P`.
 
     True renders a bare flag, False/None omits it, other values become `str(value)` as one argv item
     (no shell is involved, so no quoting is needed), except a list-valued flag's space-separated value
-    (`--cuda-graph-bs 1 2 4 8`), one item per word (`tools.flags.value_words`). `--model-path`, `--host` and `--port` in `flags`
+    (`--cuda-graph-bs 1 2 4 8`), one item per word (`tools.flags.value_words`). The model flags, `--host`
+    and `--port` in `flags`
     are dropped because the session owns them. `{python}` in the launcher is left for `expand_argv`.
     Raises ValueError for a flag name that does not start with "-".
     """
-    argv = [str(a) for a in launcher_argv] + ["--model-path", str(model_path)]
+    eng = engine or get_engine()
+    owned = {*_SESSION_FLAGS, eng.data.model_flag, eng.data.fallback_model_flag} - {""}
+    argv = [str(a) for a in launcher_argv] + eng.model_args(launcher_argv, str(model_path))
     for name, value in flags.items():
         if not name.startswith("-"):
             raise ValueError(f"flag {name!r} must start with '-' (e.g. '--tp-size')")
-        if name in _SESSION_FLAGS or value is None or value is False:
+        if name in owned or value is None or value is False:
             continue
         argv.append(name)
         if value is not True:

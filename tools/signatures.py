@@ -42,6 +42,15 @@ class Signature(BaseModel):
     meaning: str
     source: str
     facts: dict[str, str] = Field(default_factory=dict)
+    #: The engines whose logs print this line (``sglang``, ``vllm``; `tools.engines`); empty: any engine
+    #: (Python, CUDA, NCCL, uvicorn lines). A launch is matched only against its engine's signatures, so
+    #: one engine's ready line never ends the wait for another.
+    engines: list[str] = Field(default_factory=list)
+
+
+def for_engine(signatures: Iterable[Signature], engine: str | None) -> list[Signature]:
+    """The signatures that apply to a log of `engine` (None: every signature, for a log of unknown origin)."""
+    return [s for s in signatures if engine is None or not s.engines or engine in s.engines]
 
 
 class SignatureMatch(BaseModel):

@@ -48,6 +48,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from tools.engines import ENGINE_NAMES, get_engine
 from tools.flags import FlagCatalog, FlagSpec
 from tools.tracebacks import Frame, MissingImport, Traceback, missing_import, parse_tracebacks
 
@@ -466,17 +467,33 @@ class SourceReader:
         return None
 
     def _envs_declarations(self, mod: _Module) -> dict[str, tuple[str, Any]]:
-        """``NAME -> (EnvBool/EnvInt/..., default)`` from SGLang's ``srt/environ.py`` beside `mod`."""
-        root = self._package_root(mod.path, "sglang")
-        if root is None:
+        """``NAME -> (EnvBool/EnvInt/..., default)`` from the engine's environment declarations beside
+        `mod` (`tools.engines`: SGLang's ``srt/environ.py`` class ``Envs``, vLLM's ``vllm/envs.py`` typed
+        names under ``if TYPE_CHECKING:``, vLLM 0.32.0)."""
+        path = None
+        for name in ENGINE_NAMES:
+            envs_file = get_engine(name).data.envs_file
+            root = self._package_root(mod.path, envs_file.split("/")[0])
+            if root is not None:
+                path = posixpath.join(root, envs_file)
+                break
+        if path is None:
             return {}
-        path = posixpath.join(root, "sglang", "srt", "environ.py")
         if path in self._envs_decl:
             return self._envs_decl[path]
         out: dict[str, tuple[str, Any]] = {}
         env_mod = self.module(path)
         if env_mod is not None:
             for node in env_mod.tree.body:
+                if isinstance(node, ast.If) and _is_type_checking(node.test):
+                    for stmt in node.body:
+                        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                            kind = "Env" + _annotation_kind(stmt.annotation)
+                            try:
+                                declared = _const(stmt.value) if stmt.value is not None else None
+                            except ValueError:
+                                declared = None
+                            out[stmt.target.id] = (kind, declared)
                 if isinstance(node, ast.ClassDef) and node.name == "Envs":
                     for stmt in node.body:
                         if (
@@ -950,6 +967,23 @@ def _env_read(expr: ast.expr) -> tuple[str, str] | None:
     if isinstance(expr, ast.Attribute) and _ENV_NAME.match(expr.attr) and _is_envs(expr.value):
         return expr.attr, "envs"
     return None
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    """``if TYPE_CHECKING:`` / ``if typing.TYPE_CHECKING:``."""
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _annotation_kind(ann: ast.expr) -> str:
+    """``Bool`` / ``Int`` / ``Str`` for a declared type (``bool``, ``int | None``, ``float``, ``str``)."""
+    text = ast.unparse(ann)
+    if re.search(r"\bbool\b", text):
+        return "Bool"
+    if re.search(r"\b(int|float)\b", text):
+        return "Int"
+    return "Str"
 
 
 def _is_envs(node: ast.expr) -> bool:

@@ -17,6 +17,8 @@ alternative choice is an intervention (portable implementations first). A ``--di
 
 from __future__ import annotations
 
+import re
+
 from agent.generators import Candidate, GeneratorInput
 from agent.generators.common import (
     Implicated,
@@ -100,7 +102,8 @@ class ImplicatedComponentGenerator:
             if strength >= MIN_SPECIFICITY:
                 factor = max(factor, strength)
                 how.append(f"it names the failing component ({', '.join(words_with_stems(spec.name, shared))})")
-            if cur and len(cur) >= 4 and cur in warn_text:
+            # A whole word of the warning ("auto" is not named by "automatically increase").
+            if cur and len(cur) >= 4 and re.search(rf"(?<![\w-]){re.escape(cur)}(?![\w-])", warn_text):
                 factor = max(factor, 1.0)
                 how.append(f"a warning names its value {current}")
             dest = spec.name.lstrip("-").replace("-", "_")

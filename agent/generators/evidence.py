@@ -18,6 +18,7 @@ from collections import deque
 
 from agent.generators import FailureEvidence, Frame, Traceback
 from agent.models import LogLine, Outcome
+from tools.engines import is_settings_dump, settings_marker_in
 from tools.tracebacks import parse_numbered_lines
 
 __all__ = [
@@ -73,7 +74,7 @@ class LogExcerpt:
     def feed(self, lineno: int, text: str) -> None:
         """One log line (1-based number); lines fed twice are kept once."""
         text = text.rstrip("\r\n")
-        if "server_args=" in text:  # every effective setting, after SGLang's own resolution
+        if settings_marker_in(text):  # every effective setting, after the engine's own resolution
             self._kept[lineno] = text
         if _TB_START.search(text):
             self._in_traceback = True
@@ -102,7 +103,7 @@ class LogExcerpt:
         kept = dict(self._kept)
         kept.update(dict(self._tail))
         return [
-            LogLine(line=n, text=t if "server_args=" in t else t[:2000])
+            LogLine(line=n, text=t if settings_marker_in(t) else t[:2000])
             for n, t in sorted(kept.items())
         ]
 
@@ -200,12 +201,15 @@ def symptom_classes(outcome: Outcome, tracebacks: list[Traceback], text: str) ->
 
 def parse_server_args(text: str) -> dict[str, str]:
     """Scalar settings of SGLang's ``server_args=ServerArgs(key=value, ...)`` line (0.5.9) or its dict
-    form ``server_args={'key': value, ...}`` (0.5.23), values as text (quotes removed; lists left out)."""
-    i = text.find("server_args=")
-    if i < 0:
+    form ``server_args={'key': value, ...}`` (0.5.23), or vLLM's ``non-default args: {'key': value}``
+    (0.32.0; the engines' markers are in ``knowledge/engines.toml``), values as text (quotes removed;
+    lists left out)."""
+    marker = settings_marker_in(text)
+    if marker is None:
         return {}
+    i = text.find(marker)
     out: dict[str, str] = {}
-    body = text[i + len("server_args=") :]
+    body = text[i + len(marker) :]
     depth, start, quote = 0, 0, ""
     for j, ch in enumerate(body):  # split at top-level commas only, outside quotes
         if quote:
@@ -250,7 +254,10 @@ def failure_evidence(outcome: Outcome) -> FailureEvidence:
         lines = [LogLine(line=n, text=t) for n, t in sorted(seen.items())]
     tracebacks = parse_tracebacks(lines)
     text = "\n".join(ll.text for ll in lines)
-    warnings = [ll for ll in lines if _WARNING.search(ll.text) and not _TB_START.search(ll.text)]
+    warnings = [
+        ll for ll in lines
+        if _WARNING.search(ll.text) and not _TB_START.search(ll.text) and not is_settings_dump(ll.text)
+    ]
     failing = [_probe_concurrency(p.probe_id) for p in outcome.probes if not p.ok]
     conc = min([n for n in failing if n > 1] or [max([1, *(_probe_concurrency(p.probe_id) for p in outcome.probes)])])
     return FailureEvidence(
@@ -264,7 +271,7 @@ def failure_evidence(outcome: Outcome) -> FailureEvidence:
         warnings=warnings,
         symptoms=symptom_classes(outcome, tracebacks, text),
         probe_texts=[p.text or p.error or "" for p in outcome.probes if not p.ok],
-        server_args=next((parse_server_args(ll.text) for ll in lines if "server_args=" in ll.text), {}),
+        server_args=next((parse_server_args(ll.text) for ll in lines if settings_marker_in(ll.text)), {}),
         concurrency=conc,
     )
 

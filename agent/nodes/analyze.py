@@ -17,6 +17,7 @@ from agent.models import Outcome, Stage
 from agent.runtime import Runtime
 from agent.state import RunState
 from agent.wire import to_payload
+from tools.fingerprint import engine_version
 from tools.flags import FlagCatalog, FlagError
 from tools.host import HostError
 from tools.probes import ProbeResult
@@ -73,7 +74,7 @@ def read_installed_source(state: RunState, rt: Runtime, outcome: Outcome) -> Sou
             raise HostError(f"{type(host).__name__} cannot read files (no read_text)")
         flags: FlagCatalog | None
         try:
-            flags = rt.flags(case, (state.get("fingerprint") or {}).get("sglang_version"))
+            flags = rt.flags(case, engine_version(state.get("fingerprint")))
         except FlagError:
             flags = None
         try:

@@ -135,10 +135,10 @@ def run_experiment(
     port = int(record["port"]) if adopt is not None and record else host.free_port()
     name = exp.id if launch_no <= 1 else f"{exp.id}.launch{launch_no}"
     log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{name}.log"
-    matcher = SignatureMatcher(rt.signatures)
+    matcher = SignatureMatcher(rt.signatures_for(case))
     excerpt = LogExcerpt()  # the lines kept as evidence (tracebacks, errors, warnings, the tail)
     stall = _stall_watch(rt, case, host)
-    watch = rt.progress.launch(exp.id, rt.signatures) if rt.progress is not None else None
+    watch = rt.progress.launch(exp.id, rt.signatures_for(case)) if rt.progress is not None else None
     session, argv = _new_session(rt, case, exp, host, port, log_path, matcher, stall, excerpt, watch)
     rt.sessions[exp.id] = session
     probes: list[ProbeResult] = []
@@ -202,7 +202,7 @@ def _stall_watch(rt: Runtime, case: Case, host: Host) -> StallWatch:
     """The launch's stall watch: no log progress for a stage-appropriate time (tools/stall.py), capped by
     the case's stall_timeout_s when given."""
     return StallWatch(
-        rt.signatures,
+        rt.signatures_for(case),
         time_scale=host.time_scale,
         ceiling_s=case.budget.stall_timeout_s * host.time_scale if case.budget.stall_timeout_s else None,
     )
@@ -224,7 +224,8 @@ def _new_session(
     # A server on a batch node must listen beyond its loopback to be reached (SlurmHost.listen_host).
     listen = getattr(host, "listen_host", "127.0.0.1")
     argv = render_command(
-        expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host=listen, port=port
+        expand_argv(case.launcher.argv, host), case.model.path, exp.config().flags, host=listen, port=port,
+        engine=case.launcher.engine_impl(),
     )
     session = ServerSession(
         host,
@@ -397,10 +398,12 @@ def _probe_or_record_failure(
     tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
     host = session.host
     api_key = server_api_key(exp.config().flags)  # sent to the server, never written (the transcript redacts it)
-    server_info = server_info_through_drops(host, res.base_url, api_key=api_key)
+    engine = case.launcher.engine_impl().data
+    server_info = server_info_through_drops(host, res.base_url, api_key=api_key, paths=engine.server_info)
     for probe in [*case.probes, *exp.probes]:
         pr = probe_through_drops(
-            tr, host, res.base_url, probe, model=case.model.path, experiment_id=exp.id, api_key=api_key
+            tr, host, res.base_url, probe, model=case.model.path, experiment_id=exp.id, api_key=api_key,
+            generate_api=engine.generate_api,
         )
         probes.append(pr)
         if not pr.ok:  # the server may die of it: what it answered is kept before anything else happens

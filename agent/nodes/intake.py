@@ -83,7 +83,7 @@ def intake(state: RunState, rt: Runtime) -> dict[str, Any]:
         "baseline": baseline.model_dump(mode="json"),
     }
     if case.observed_log:
-        evidence, exp = ingest_log(case, baseline, rt.signatures)
+        evidence, exp = ingest_log(case, baseline, rt.signatures_for(case))
         update["raw"] = evidence.model_dump(mode="json")
         update["experiments"] = [exp.model_dump(mode="json")]
         tr.emit("observation", {"source": case.observed_log, "experiment_id": exp.id}, node="intake")
@@ -111,11 +111,12 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
             gpu_query_argv=expand_argv(case.launcher.gpu_query_argv, host),
             version_argv=expand_argv(case.launcher.version_argv, host),
             check_env_argv=case.launcher.check_env() or None,
+            engine=case.launcher.engine_impl(),
         )
         _read_model_and_cpus(host, case, fp)
         tr.emit("host.fingerprint", to_payload("host.fingerprint", fp), node="intake")
         step = "launcher.argv (its --help gives the flag catalog)"
-        flags = rt.flags(case, fp.sglang_version)
+        flags = rt.flags(case, fp.engine_version)
         tr.emit(
             "tool.result",
             {
