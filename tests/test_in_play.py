@@ -22,7 +22,12 @@ from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, parse_help
 from tools.host import LocalHost
 from tools.model_config import checkpoint_facts
-from tools.signatures import load_signatures
+from tools.signatures import for_engine, load_signatures
+
+
+def _sglang_signatures():
+    """The signatures a run on SGLang reads (the runtime filters by the case's engine the same way)."""
+    return for_engine(load_signatures(), "sglang")
 
 DATA = Path(__file__).parent / "data"
 FLAGS: FlagCatalog = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="fixture", version="0.5.23")
@@ -86,7 +91,7 @@ def _run(fp: HostFingerprint, flags: dict[str, object], log: str) -> tuple[RuleP
     first = planner.propose(view, planner.history(view)).experiment
     assert first is not None and first.purpose == "baseline"
     first = first.model_copy(update={"status": "done"})
-    raw = RawEvidence.from_log(first.id, log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    raw = RawEvidence.from_log(first.id, log, _sglang_signatures(), "x.log").model_copy(update={"status": "crashed"})
     view.experiments.append(first)
     view.outcomes.append(classify_outcome(raw))
     view.launches = 1
@@ -173,7 +178,7 @@ def test_a_sentence_full_stop_is_not_part_of_a_value_the_error_names() -> None:
 
     log = ("ValueError: User-specified context_length (4096) is greater than the derived context_length (512). "
            "To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1.\n")
-    raw = RawEvidence.from_log("e", log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    raw = RawEvidence.from_log("e", log, _sglang_signatures(), "x.log").model_copy(update={"status": "crashed"})
     out = classify_outcome(raw)
     case = Case.model_validate({"name": "c", "model": {"path": "m"}})
     inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
@@ -202,7 +207,7 @@ def _test_run(planner: RulePlanner, view: PlannerView, change_name: str, after: 
     change = Change(kind="flag", name=change_name, before=base.flags.get(change_name), after=after)
     exp = Experiment(id=Experiment.make_id(base, change, "test"), purpose="test", baseline=base, change=change,
                      status="done")
-    raw = RawEvidence.from_log(exp.id, log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    raw = RawEvidence.from_log(exp.id, log, _sglang_signatures(), "x.log").model_copy(update={"status": "crashed"})
     view.experiments.append(exp)
     view.outcomes.append(classify_outcome(raw))
     view.launches += 1
@@ -283,7 +288,7 @@ def test_notes_that_name_a_file_for_a_feature_that_is_on_fill_its_unset_path_set
            f'  File "{SITE}/sglang/srt/speculative/eagle_worker.py", line 120, in __init__\n'
            "    self.draft_model_runner.model.set_embed(embed)\n"
            "AttributeError: 'Qwen2ForCausalLM' object has no attribute 'set_embed'\n")
-    raw = RawEvidence.from_log("e", log, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    raw = RawEvidence.from_log("e", log, _sglang_signatures(), "x.log").model_copy(update={"status": "crashed"})
     out = classify_outcome(raw)
 
     def paths(flags: dict[str, str]) -> set[str]:
@@ -310,10 +315,10 @@ def test_the_servers_own_shutdown_after_passing_probes_is_not_a_failure() -> Non
 [2026-12-02 02:23:03] kill_process_tree called: parent_pid=21801, include_parent=True, pid=21801
 """
     probes = [ProbeResult(probe_id="chat", ok=True, status="ok", http_status=200, text="Paris", latency_s=1.5)]
-    raw = RawEvidence.from_log("e", log, load_signatures(), "x.log").model_copy(update={"status": "ready", "probes": probes})
+    raw = RawEvidence.from_log("e", log, _sglang_signatures(), "x.log").model_copy(update={"status": "ready", "probes": probes})
     assert classify_outcome(raw).stage == "ok"
     # the same lines before the server was asked to stop are a crash
     early = log.replace("[2026-12-02 02:22:57] SIGTERM received. signum=None frame=None. Draining requests and shutting down...\n", "")
     failed = [ProbeResult(probe_id="chat", ok=False, status="connection_error", latency_s=1.5)]
-    raw = RawEvidence.from_log("e", early, load_signatures(), "x.log").model_copy(update={"status": "ready", "probes": failed})
+    raw = RawEvidence.from_log("e", early, _sglang_signatures(), "x.log").model_copy(update={"status": "ready", "probes": failed})
     assert classify_outcome(raw).stage == "request_failed"
