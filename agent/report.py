@@ -584,11 +584,17 @@ def _hypothesis_views(run: RecordedRun, c: dict[str, Any], design: list[DesignSt
     why_open = {str(u.get("id")): str(u.get("why") or "") for u in c.get("untested", [])}
     ruled_out = _ruled_out_by_conclusion(c)
     order = {"confirmed": 0, "supported": 1, "refuted": 2, "open": 3}
+    root_id = (c.get("root_cause") or {}).get("hypothesis_id")
+    confirmed = [h.id for h in run.hypotheses.values() if h.status == "confirmed"]
+    if root_id not in confirmed and confirmed:  # no conclusion yet: the likeliest confirmed one leads
+        root_id = max(confirmed, key=lambda i: run.hypotheses[i].posterior)
 
     def status(h: HypothesisRecord) -> str:
         return "refuted" if h.status == "open" and h.id in ruled_out else h.status
 
-    for h in sorted(run.hypotheses.values(), key=lambda x: (order.get(status(x), 4), -x.posterior)):
+    for h in sorted(
+        run.hypotheses.values(), key=lambda x: (order.get(status(x), 4), x.id != root_id, -x.posterior)
+    ):
         view = HypothesisView(
             id=h.id,
             statement=str(h.added.get("statement", "")),
@@ -601,6 +607,9 @@ def _hypothesis_views(run: RecordedRun, c: dict[str, Any], design: list[DesignSt
             evidence=_evidence(run, h.evidence),
             verdict=_verdict(h.status, why_open.get(h.id)),
         )
+        if h.status == "confirmed" and h.id != root_id:
+            # one root cause per run: another hypothesis the same fix confirmed is not a second one
+            view.verdict = "confirmed, not the root cause named"
         if h.status == "refuted":
             view.why_dropped = _why_dropped(run, h, design)
         elif h.id in ruled_out:
@@ -955,6 +964,9 @@ class ProbabilityChart:
     y_ticks: list[tuple[float, str]]
     step_labels: list[str]
     series: list[Series]
+    #: Hypotheses left out of the chart: they stayed unlikely and no experiment settled them.
+    hidden: int = 0
+    hidden_below: float = 0.0
 
     @property
     def columns(self) -> int:
@@ -1016,7 +1028,11 @@ def probability_chart(rep: Report) -> ProbabilityChart:
     n = max(1, len(steps))
     labels = {e.number: e.label for e in rep.experiments}
     series: list[Series] = []
-    for k, h in enumerate(rep.hypotheses):
+    mattered = _hypotheses_that_mattered(rep)
+    for h in rep.hypotheses:
+        if h.id not in mattered:
+            continue
+        k = len(series)
         vals = _carry(rep.series.get(h.id, {}), steps)
         pts = [
             (round(_PLOT_W * (i + 0.5) / n, 2), round(_PLOT_H * (1 - v), 2)) for i, v in enumerate(vals) if v is not None
@@ -1037,7 +1053,29 @@ def probability_chart(rep: Report) -> ProbabilityChart:
         y_ticks=[(round(100 * (1 - p), 2), f"{p:.2f}") for p in (1.0, 0.75, 0.5, 0.25, 0.0)],
         step_labels=[f"after {labels.get(s, f'#{s}')}" for s in steps],
         series=series,
+        hidden=len(rep.hypotheses) - len(series),
+        hidden_below=_CHART_MIN_P,
     )
+
+
+#: A hypothesis is drawn when an experiment settled it (confirmed, supported, or refuted after once
+#: reaching this probability) or when it ever reached this probability; the rest are one legend line.
+_CHART_MIN_P = 0.10
+
+
+def _hypotheses_that_mattered(rep: Report) -> set[str]:
+    """The hypotheses the probability chart draws, at most one per palette colour (so no two lines
+    share a colour), the most likely ones first."""
+    def peak(h: HypothesisView) -> float:
+        return max([h.prior, h.posterior, *rep.series.get(h.id, {}).values()])
+
+    keep = [
+        h for h in rep.hypotheses
+        if h.status in ("confirmed", "supported") or peak(h) >= _CHART_MIN_P
+        or (h.status == "refuted" and peak(h) >= _CHART_MIN_P / 2)
+    ]  # fmt: skip
+    keep.sort(key=lambda h: (h.status not in ("confirmed", "supported"), -peak(h)))
+    return {h.id for h in keep[: len(_PALETTE)]}
 
 
 def _environment() -> Environment:
