@@ -142,24 +142,34 @@ def _unset_env(run: RecordedRun) -> list[str]:
     return [n for n in dict.fromkeys(names) if n not in env]
 
 
-def _working_command(run: RecordedRun, case: dict[str, Any], model: str) -> list[str]:
-    """The entry's fenced launch command of the working configuration (secrets as references)."""
+def working_command(run: RecordedRun, *, host_env: bool = False) -> str:
+    """The launch command of the configuration that served correctly and was confirmed, as one
+    copy-paste shell command (the baseline's env vars and flags with the fix applied; secrets as shell
+    variable references); ``host_env``: the case's ``[host] env`` too (what the launches ran with on that
+    host). Raises FindingsWriteError when the run has no such configuration."""
+    case = run.case_dict() or {}
     flags, env = working_config(run)
-    launcher = _launcher(run, case)
+    if host_env:
+        env = {**{str(k): str(v) for k, v in ((case.get("host") or {}).get("env") or {}).items()}, **env}
     cmd = [
-        " ".join(launcher),
-        f"--model-path {shlex.quote(model)}",
+        " ".join(_launcher(run, case)),
+        f"--model-path {shlex.quote(run.model_path())}",
         *(_secret_ref(k, v) or command_text({k: v}) for k, v in flags.items()),
     ]
     prefix = " ".join(_secret_ref(k, v) or command_text({}, {k: v}) for k, v in env.items())
     unset = _unset_env(run)
     if unset:  # the fix took these out of the environment: a shell that sets them must not pass them on
         prefix = (prefix + " " if prefix else "") + "env " + " ".join(f"-u {shlex.quote(n)}" for n in unset)
+    return run_redactor()((prefix + " " if prefix else "") + " \\\n  ".join(cmd))
+
+
+def _working_command(run: RecordedRun, case: dict[str, Any], model: str) -> list[str]:
+    """The entry's fenced launch command of the working configuration (secrets as references)."""
     return [
         "",
         "```bash",
         f"# works: served correctly and again on a confirmation re-run (hypoloop run {run.run_id})",
-        (prefix + " " if prefix else "") + " \\\n  ".join(cmd),
+        working_command(run),
         "```",
         "",
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -10,6 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from agent.models import command_text
 from agent.transcript import TranscriptEvent
 from agent.wording import count
 
@@ -70,8 +72,35 @@ class EventRenderer:
         #: A live progress display (agent.progress) shows each launch and ends it with its own summary
         #: line, so the "ready after" line is left to it.
         self.launch_progress = launch_progress
+        from agent.recorded import RecordedRun
+
+        self.run: RecordedRun | None = RecordedRun(path=Path("<live>"))
+        self._added: list[dict[str, Any]] = []
+
+    #: New hypotheses shown one by one; the rest of a batch is one line (``-v`` shows every one).
+    SHOWN_NEW = 3
+
+    def flush(self) -> None:
+        """Print the batch of new hypotheses held back: the likeliest few in full, the rest in one line."""
+        batch, self._added = self._added, []
+        batch.sort(key=lambda d: -float(d.get("posterior", 0)))
+        for d in batch[: self.SHOWN_NEW]:
+            self._hypothesis_added_line(d)
+        rest = batch[self.SHOWN_NEW :]
+        if rest:
+            top = max(float(d.get("posterior", 0)) for d in rest)
+            self._p(
+                f"  [yellow]+ {count(len(rest), 'more hypothesis', 'more hypotheses')}[/] "
+                f"[dim](p ≤ {top:.2f} each; -v lists them)[/]"
+            )
 
     def __call__(self, ev: TranscriptEvent) -> None:
+        if self.run is not None:
+            self.run.add(ev)  # the working command at the end needs the launches the run made
+        if ev.type == "hypothesis.added" and not self.verbose:
+            self._added.append(ev.data)  # shown as a few lines once the batch ends
+            return
+        self.flush()
         handler = getattr(self, "_" + ev.type.replace(".", "_"), None)
         if handler is not None:
             handler(ev, ev.data)
@@ -105,6 +134,9 @@ class EventRenderer:
         self._p(f"  knowledge: {escape(str(d.get('path')))}: {items or 'no findings'}")
 
     def _hypothesis_added(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._hypothesis_added_line(d)
+
+    def _hypothesis_added_line(self, d: dict[str, Any]) -> None:
         self._p(
             f"  [yellow]+ hypothesis[/] {d['id']} [dim]({d['component']})[/] p={d['posterior']:.2f}: "
             f"{escape(d['statement'])}"
@@ -248,7 +280,29 @@ class EventRenderer:
     def _conclusion(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if d.get("status") == "error":  # the error event already said what went wrong
             return
-        self.console.print(conclusion_panel(d))
+        rows = answer_rows(d)
+        if rows:
+            self.console.print()
+            root = d.get("root_cause") or {}
+            self._p(f"[bold green]✓ answer[/] ({d['status']}): {escape(str(root.get('statement') or 'the fix below works'))}")
+            for key, value in rows:
+                self._p(f"  [bold]{key}[/]: {escape(value)}")
+            command = self._working_command()
+            if command:
+                self._p("  [bold]launch command that worked[/] (copy-paste):")
+                # no box and no hard wrap, so it pastes into a shell as printed
+                self.console.print(escape(command), soft_wrap=True, highlight=False)
+        self.console.print(conclusion_panel(d, answered=bool(rows)))
+
+    def _working_command(self) -> str:
+        from agent.findings import FindingsWriteError, working_command
+
+        if self.run is None:
+            return ""
+        try:
+            return working_command(self.run, host_env=True)
+        except (FindingsWriteError, KeyError, ValueError):
+            return ""
 
 
 def alternative_text(a: dict[str, Any]) -> str:
@@ -265,23 +319,53 @@ def alternative_text(a: dict[str, Any]) -> str:
     return f"{a['change']} ({kind}, performance cost {a.get('cost')}{note}; {seen})"
 
 
-def conclusion_panel(d: dict[str, Any]) -> Panel:
-    """A rich panel of a conclusion dict (``Conclusion.model_dump()``)."""
+def change_as_command(change: dict[str, Any]) -> str:
+    """A change as the words a user adds to (or removes from) the launch command: ``--kv-cache-dtype
+    bf16``, ``NCCL_P2P_DISABLE=1``, ``drop --enable-foo``, ``unset FOO``."""
+    name, after = str(change.get("name")), change.get("after")
+    if after in (None, False):
+        return f"{'drop' if change.get('kind') == 'flag' else 'unset'} {name}"
+    return command_text({name: after}) if change.get("kind") == "flag" else command_text({}, {name: after})
+
+
+def answer_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
+    """The answer of a conclusion (``Conclusion.model_dump()``), first thing a reader sees: the root fix
+    (with any blocker it needs) apart from the workarounds; empty when the run found no fix."""
+    fix = d.get("fix")
+    if not fix:
+        return []
+    before = fix.get("before")
+    shown_before = "unset" if before is None else ("on" if before is True else str(before))
+    needs = [change_as_command(b) for b in d.get("blockers", [])]
+    fix_text = change_as_command(fix) + (f" (with {', '.join(needs)})" if needs else "") + f" — was {shown_before}"
+    rows = [("fix" if not d.get("root_cause") else "root fix", fix_text)]
+    for a in d.get("alternatives", []):
+        if not a.get("workaround"):
+            rows.append(("also a root fix", alternative_text(a)))
+    for a in d.get("alternatives", []):
+        if a.get("workaround"):
+            rows.append(("workaround", alternative_text(a)))
+    return rows
+
+
+def conclusion_panel(d: dict[str, Any], *, answered: bool = False) -> Panel:
+    """A rich panel of a conclusion dict (``Conclusion.model_dump()``); ``answered``: the answer (fix,
+    alternatives) was printed above it, so the panel holds the evidence only."""
     t = Table.grid(padding=(0, 1))
     t.add_column(style="bold", no_wrap=True)
     t.add_column(overflow="fold")  # a word wider than the column (a path, an id) folds, never ends in '…'
     t.add_row("status", d["status"])
-    if d.get("root_cause"):
+    if d.get("root_cause") and not answered:
         t.add_row(
             "root cause", f"{escape(d['root_cause']['statement'])} [dim]({d['root_cause']['component']})[/]"
         )
     for b in d.get("blockers", []):
         t.add_row("blocker fixed", escape(f"{_change_text(b)} (adopted first; the fix needs it too)"))
-    if d.get("fix"):
+    if d.get("fix") and not answered:
         t.add_row("fix", escape(_change_text(d["fix"])))
     if d.get("confirmation_experiment_id"):
         t.add_row("confirmed by", d["confirmation_experiment_id"])
-    for a in d.get("alternatives", []):
+    for a in d.get("alternatives", []) if not answered else []:
         t.add_row("alternative", escape(alternative_text(a)))
     for r in d.get("refuted", []):
         why = r["evidence"][0]["detail"] if r.get("evidence") else ""
@@ -292,7 +376,11 @@ def conclusion_panel(d: dict[str, Any]) -> Panel:
     for u in d.get("untested", []):
         by_why.setdefault(str(u["why"]), []).append(u)
     for why, group in by_why.items():
-        if len(group) == 1:
+        if answered and len(group) > 3:  # the answer is above: a count, not a wall of ids
+            top = max(float(u["posterior"]) for u in group)
+            many = why.replace("which this hypothesis does not explain", "which none of them explains")
+            t.add_row("open", escape(f"{len(group)} hypotheses (p ≤ {max(top, 0.01):.2f} each): {many}"))
+        elif len(group) == 1:
             u = group[0]
             t.add_row("open", escape(f"{u['id']} (p={u['posterior']:.2f}, {why})"))
         else:

@@ -25,7 +25,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from agent.recorded import ExperimentRun, HypothesisRecord, RecordedRun
 from agent.redact import run_redactor
-from agent.render import _change_text, alternative_text, shown_line
+from agent.render import _change_text, alternative_text, answer_rows, shown_line
 from agent.wording import count
 
 #: Lines of context on each side of a cited log line, and the most lines one excerpt shows.
@@ -165,6 +165,11 @@ class Report:
     knowledge: list[tuple[str, str, float]]
     notes: list[str]
     findings_entry: str
+    #: The answer the report opens with: the root cause in one sentence, the root fix apart from the
+    #: workarounds (``agent.render.answer_rows``), the launch command that worked ("" when none).
+    answer_head: str = ""
+    answer: list[tuple[str, str]] = field(default_factory=list)
+    command: str = ""
 
 
 # ---------------------------------------------------------------------------------- building
@@ -692,7 +697,22 @@ def build_report(run: RecordedRun) -> Report:
         knowledge=_knowledge(run),
         notes=_notes(run, c),
         findings_entry=_findings_entry(run, c),
+        answer_head=str((c.get("root_cause") or {}).get("statement") or ""),
+        answer=answer_rows(c),
+        command=_command(run, c),
     )
+
+
+def _command(run: RecordedRun, c: dict[str, Any]) -> str:
+    """The copy-paste launch command of the confirmed working configuration, "" when there is none."""
+    from agent.findings import FindingsWriteError, working_command
+
+    if not c.get("fix"):
+        return ""
+    try:
+        return working_command(run, host_env=True)
+    except FindingsWriteError:
+        return ""
 
 
 def _ruled_out_by_conclusion(c: dict[str, Any]) -> dict[str, str]:
@@ -743,6 +763,13 @@ def _md_summary(rep: Report) -> list[str]:
     )
     if not rep.finished:
         out += ["", "> **Unfinished run**: the transcript ends without `run.ended`."]
+    if rep.answer:
+        out += ["", "## Answer", ""]
+        if rep.answer_head:
+            out += [rep.answer_head, ""]
+        out += [f"- **{k}**: {v}" for k, v in rep.answer]
+        if rep.command:
+            out += ["", "Launch command that worked:", "", "```bash", rep.command, "```"]
     out += ["", "## Summary", ""]
     for k, v in rep.summary:
         out.append(f"- **{k}**: {v}")
