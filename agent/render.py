@@ -79,6 +79,8 @@ class EventRenderer:
 
     #: New hypotheses shown one by one; the rest of a batch is one line (``-v`` shows every one).
     SHOWN_NEW = 3
+    #: False: every new hypothesis gets its lines (``replay``, which explains each one).
+    batch_new_hypotheses = True
 
     def flush(self) -> None:
         """Print the batch of new hypotheses held back: the likeliest few in full, the rest in one line."""
@@ -97,7 +99,7 @@ class EventRenderer:
     def __call__(self, ev: TranscriptEvent) -> None:
         if self.run is not None:
             self.run.add(ev)  # the working command at the end needs the launches the run made
-        if ev.type == "hypothesis.added" and not self.verbose:
+        if ev.type == "hypothesis.added" and self.batch_new_hypotheses and not self.verbose:
             self._added.append(ev.data)  # shown as a few lines once the batch ends
             return
         self.flush()
