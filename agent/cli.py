@@ -74,6 +74,27 @@ app = typer.Typer(
 )
 err_console = Console(stderr=True)
 
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"hypoloop {version('hypoloop')}")
+        except PackageNotFoundError:
+            print("hypoloop (not installed: run from a source tree)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", help="print the version and exit", callback=_version, is_eager=True),
+    ] = False,
+) -> None:
+    """hypoloop: find why an LLM inference deployment fails, one experiment at a time."""
+
 #: The choices of the command line's enumerated options, declared once: typer shows them in the help
 #: (``--approve each|risky|auto``) and refuses anything else.
 PlannerName = Literal["rules", "llm"]
@@ -724,8 +745,12 @@ def analyze(
     With --case, the case's host is asked for its GPUs (a query, no launch) unless --compute-capability
     or --gpu-name is given, and the case's knowledge files count as evidence.
     """
+    if compute_capability is not None and not re.fullmatch(r"\d{1,2}\.\d", compute_capability.strip()):
+        _fail(f"--compute-capability {compute_capability!r}: expected MAJOR.MINOR as nvidia-smi shows it, e.g. 12.0 or 9.0")
+    if gpu_name is not None and not gpu_name.strip():
+        _fail("--gpu-name: expected the GPU's name as nvidia-smi shows it, not an empty string")
     with _use_knowledge(knowledge):
-        _analyze(logfile, json_out, case, compute_capability, gpu_name, show_all)
+        _analyze(logfile, json_out, case, compute_capability and compute_capability.strip(), gpu_name, show_all)
 
 
 def _analyze(
@@ -1041,8 +1066,8 @@ def _print_flags(catalog: FlagCatalog) -> None:
     """The catalog for a person: a table when the terminal holds its names and aliases on one line each
     with room for the choices; otherwise a list, one flag a line (its names, value type, default) with
     its choices under it, since a five-column table at 80 columns cut the flag names (``--tokenizer-p…``).
-    Piped with no COLUMNS: as on a 200-column terminal. Nothing is cut."""
-    console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
+    Piped with no COLUMNS: as on an 80-column terminal. Nothing is cut."""
+    console = _piped_console()
     specs = list(catalog.flags.values())
     widest = max((len(s.name) for s in specs), default=4) + max(
         (len(", ".join(s.aliases)) for s in specs), default=0
@@ -1205,6 +1230,40 @@ def report(
     err_console.print(f"report written to {output}")
 
 
+lab_app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="the built-in lab: simulated SGLang hosts, one world each (run one with `hypoloop run lab:WORLD`).",
+)
+app.add_typer(lab_app, name="lab")
+
+
+@lab_app.command("list")
+def lab_list(json_out: Annotated[bool, typer.Option("--json", help="one JSON list")] = False) -> None:
+    """The lab worlds, each with its one-line description (the `description` of its case.toml)."""
+    import tomllib
+
+    from agent.case import lab_worlds_dir
+
+    worlds = lab_worlds_dir()
+    if worlds is None:
+        _fail("the lab is not installed (pip install -e . from the repository)")
+    rows: list[dict[str, str]] = []
+    for path in sorted(worlds.glob("*/case.toml")):
+        try:
+            description = str(tomllib.loads(path.read_text(encoding="utf-8")).get("description") or "")
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            description = f"(unreadable case file: {exc})"
+        rows.append({"world": path.parent.name, "case": f"lab:{path.parent.name}", "description": description})
+    if json_out:
+        print(json.dumps(rows))
+        return
+    console = _piped_console()
+    for r in rows:
+        print_hanging(console, f"[bold]{escape(r['case'])}[/]  {escape(r['description'])}", hang=4)
+
+
 findings_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
@@ -1246,10 +1305,21 @@ def _redacted_info(info: RunInfo) -> RunInfo:
 
 _STATUS_STYLE = {
     "running": "cyan",
-    "waiting for approval": "bold yellow",
+    "waiting_for_approval": "bold yellow",
     "finished": "green",
     "interrupted": "red",
 }
+
+
+def _said(status: str) -> str:
+    """A status as a person reads it (``waiting_for_approval`` → "waiting for approval")."""
+    return status.replace("_", " ")
+
+
+def _piped_console() -> Console:
+    """The console of a listing command: the terminal's width; piped with no COLUMNS, 80 columns (the
+    listings then use their one-record-a-few-lines layout, whose lines wrap and are never cut)."""
+    return Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=80)
 
 
 def _run_detail(info: RunInfo) -> str:
@@ -1283,8 +1353,7 @@ def runs_(
         print(json.dumps([_redacted(i.model_dump(mode="json", exclude={"values"}), i.values) for i in infos]))
         return
     infos = [_redacted_info(i) for i in infos]
-    # Piped or captured (no terminal, so no width to fit): wide enough that nothing is cut.
-    console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
+    console = _piped_console()
     if not infos:
         console.print(f"no runs in {home}")
         return
@@ -1292,7 +1361,7 @@ def runs_(
         console.print(f"runs in {home}", style="bold")
         for i in infos:
             style = _STATUS_STYLE.get(i.status, "white")
-            console.print(f"{i.run_id}  [{style}]{i.status}[/]  {count(i.launches, 'launch')}", soft_wrap=True)
+            console.print(f"{i.run_id}  [{style}]{_said(i.status)}[/]  {count(i.launches, 'launch')}", soft_wrap=True)
             console.print(
                 f"  {escape(i.case)}, updated {i.updated[:19].replace('T', ' ')}", soft_wrap=True, highlight=False
             )
@@ -1307,7 +1376,7 @@ def runs_(
         t.add_row(
             i.run_id,
             escape(i.case),
-            f"[{style}]{i.status}[/]",
+            f"[{style}]{_said(i.status)}[/]",
             escape(_run_detail(i)),
             str(i.launches),
             i.updated[:19].replace("T", " "),
@@ -1349,7 +1418,7 @@ def show(
     style = _STATUS_STYLE.get(info.status, "white")
     print_hanging(
         console,
-        f"run [bold]{info.run_id}[/] ({escape(info.case)}): [{style}]{info.status}[/], "
+        f"run [bold]{info.run_id}[/] ({escape(info.case)}): [{style}]{_said(info.status)}[/], "
         f"{count(info.launches, 'launch')}, {count(info.host_seconds, 'host-second', fmt='.0f')}; "
         f"transcript {escape(str(info.transcript))}",
     )

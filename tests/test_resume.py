@@ -116,7 +116,7 @@ def test_scripted_session_reaches_a_conclusion_with_a_rejection_and_an_edit(tmp_
     )
     assert r.returncode == 2 and "exactly one variable" in r.stderr
     runs = json.loads(_hl(tmp_path, "runs", "--json").stdout)
-    assert [(i["run_id"], i["status"]) for i in runs] == [(run_id, "waiting for approval")]
+    assert [(i["run_id"], i["status"]) for i in runs] == [(run_id, "waiting_for_approval")]
     assert runs[0]["pending"]["experiment"]["id"] == pending["experiment_id"]
 
     # Edit the waiting proposal into the 16-bit KV cache, spelled unlike anything proposed so far.
