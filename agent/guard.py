@@ -126,14 +126,16 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
     # An alias of the rejected value (``bfloat16`` after ``bf16``) is the rejected change, whoever proposes
     # it: only the very spelling a person rejected, typed by a person, counts as a change of mind.
     by_planner = exp.proposed_by in ("rules", "llm")
-    for r in view.rejections if exp.change is not None else []:
-        if r.change_key != exp.change.key():
+    proposed = exp.change
+    for r in view.rejections if proposed is not None else []:
+        assert proposed is not None
+        if r.change_key != proposed.key():
             continue
-        respelled = r.change is not None and r.change.after != exp.change.after
+        respelled = r.change is not None and r.change.after != proposed.after
         if by_planner or respelled:
             said = f" as {r.change.describe()}" if respelled and r.change is not None else ""
             raise GuardError(
-                f"{exp.change.describe()} was rejected earlier in this run{said} (the same value, spelled "
+                f"{proposed.describe()} was rejected earlier in this run{said} (the same value, spelled "
                 f"{'differently' if respelled else 'the same'}): {r.reason}"
             )
     if view.launches + 1 > view.case.budget.experiments:

@@ -1,8 +1,6 @@
 """The guard compares values alias-blind everywhere (SGLang's server_args.py accepts ``bf16`` and
 ``bfloat16`` for one KV-cache dtype): a rejected value never comes back in its other spelling, whoever
-proposes it; an experiment already run on a baseline spelled differently is not run again; an edit to
-the baseline's own value in another spelling changes nothing and is refused; and "test it another way"
-never offers the baseline's value or the rejected one."""
+proposes it; an experiment already run on a baseline spelled differently is not run again."""
 
 from __future__ import annotations
 
