@@ -67,6 +67,42 @@ def stage_of(sig: Signature) -> str | None:
     return "init"
 
 
+def failed_stage(sig: Signature) -> str | None:
+    """The start-up step a failure signature says failed (None: it does not say): a capture failure →
+    CUDA-graph capture; one that implicates the KV pool → KV pool (not the weights step the last progress
+    line showed); the model load → weights; a warm-up failure → warm-up."""
+    if sig.kind not in ("fatal", "error"):
+        return None
+    if sig.stage == "capture" or any(c.startswith("cuda_graph") for c in sig.components):
+        return "CUDA-graph capture"
+    if any(c.startswith("memory.kv_pool") for c in sig.components):
+        return "KV pool"
+    if any(c.startswith("model.load") for c in sig.components):
+        return "weights"
+    if sig.stage == "serve":
+        return "warm-up"
+    return None
+
+
+#: Components every crash drags along (the scheduler process that died): the least telling fatal lines.
+_ECHO_COMPONENTS = frozenset({"scheduler"})
+
+
+def _telling(sig: Signature) -> int:
+    """How much a failure line says: the number of components it implicates beyond the dying scheduler."""
+    return len(set(sig.components) - _ECHO_COMPONENTS)
+
+
+@dataclass
+class FatalLine:
+    """The most telling failure line seen so far: its number, text, the step it says failed, its weight."""
+
+    lineno: int
+    text: str
+    stage: str | None
+    weight: int
+
+
 def _rank(stage: str) -> int:
     return len(STAGES) if stage == READY else STAGES.index(stage)
 
@@ -85,10 +121,23 @@ class StageReader:
 
     def __init__(self, signatures: Iterable[Signature]) -> None:
         self._sigs: list[tuple[re.Pattern[str], str]] = []
+        self._fatal: list[tuple[re.Pattern[str], Signature]] = []
         for s in signatures:
             stage = stage_of(s)
             if stage is not None:
                 self._sigs.append((re.compile(s.pattern), stage))
+            elif s.kind in ("fatal", "error"):
+                self._fatal.append((re.compile(s.pattern), s))
+
+    def failure(self, lineno: int, text: str) -> FatalLine | None:
+        """The failure `text` (one log line) states, as a FatalLine, or None when it states none."""
+        text = shown_line(text)
+        hits = [sig for regex, sig in self._fatal if regex.search(text)]
+        if not hits:
+            return None
+        best = max(hits, key=_telling)
+        stage = next((st for st in (failed_stage(h) for h in hits) if st is not None), None)
+        return FatalLine(lineno, text.strip(), stage, _telling(best) + (1 if best.kind == "fatal" else 0))
 
     def read(self, text: str) -> StageStep | None:
         """The step `text` (one log line) shows, or None when it shows none."""
@@ -164,6 +213,8 @@ class LoadProgress:
         self.detail = ""
         self.entered: dict[str, float] = {STAGES[0]: 0.0}
         self.last_line: tuple[int, str] | None = None
+        #: The most telling failure line so far (shown under a failed launch's summary line).
+        self.fatal: FatalLine | None = None
         self.lines = 0
         self.done = False
         self._live: Live | None = None
@@ -178,6 +229,9 @@ class LoadProgress:
         text = shown_line(event.line.text)
         if text.strip():
             self.last_line = (event.line.lineno, text)
+        failed = self.reader.failure(event.line.lineno, text)
+        if failed is not None and (self.fatal is None or failed.weight > self.fatal.weight):
+            self.fatal = failed
         step = self.reader.read(text)
         if step is not None and step.stage != READY and _rank(step.stage) >= _rank(self.stage):
             changed = step.stage != self.stage
@@ -297,8 +351,12 @@ class LoadProgress:
             head = f"[green]✓ ready[/] after {clock(elapsed)}"
         else:
             where = self.stage + (f" {self.detail}" if self.detail else "")
+            if self.fatal is not None and self.fatal.stage is not None:
+                where = self.fatal.stage  # what failed, not the last step a progress line showed
             head = f"[red]✗ {escape(status)}[/] during {escape(where)} after {clock(elapsed)}"
         print_hanging(self.console, f"  {head} [dim]— {escape(' · '.join(spans))}[/]")
+        if status != READY and self.fatal is not None:
+            print_hanging(self.console, f"    [red]log:{self.fatal.lineno}[/] {escape(self.fatal.text)}", hang=6)
 
 
 class ProgressBoard:
