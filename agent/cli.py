@@ -1230,6 +1230,98 @@ def report(
     err_console.print(f"report written to {output}")
 
 
+@app.command()
+def doctor(
+    host: _HostOpt = None,
+    case: Annotated[str | None, typer.Option(help="use this case's host and launcher")] = None,
+    launcher: Annotated[
+        str, typer.Option(help="launcher command on the host")
+    ] = "python -m sglang.launch_server",
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
+    ssh_key: _KeyOpt = None,
+    known_hosts: _KnownOpt = None,
+    insecure_accept_host_key: _InsecureOpt = False,
+    remote_python: _PythonOpt = None,
+) -> None:
+    """The host's fingerprint in one screen: GPUs (or CPU only), driver, CUDA/ROCm, SGLang and its kernel
+    packages' versions, and `python -m sglang.check_env` where it runs. Launches nothing."""
+    from agent.runtime import ssh_options
+    from tools.fingerprint import fingerprint, package_versions, runtime_versions
+
+    try:
+        c = (
+            _load_case(case, host)
+            if case
+            else Case(name="doctor", model=ModelSpec(path="-"), launcher=LauncherSpec(argv=launcher.split()))
+        )
+        c = _with_host_options(c, host, ssh_key, known_hosts, insecure_accept_host_key, remote_python)
+        h = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
+    except (CaseError, HostError) as exc:
+        _fail(str(exc))
+    try:
+        fp = fingerprint(h, gpu_query_argv=c.launcher.gpu_query_argv, version_argv=None,
+                         check_env_argv=c.launcher.check_env() or None)  # fmt: skip
+        if fp.sglang_version is None:  # no check_env: ask the version command; its failure is a finding
+            try:
+                fp.sglang_version = fingerprint(
+                    h, gpu_query_argv=["true"], version_argv=c.launcher.version_argv
+                ).sglang_version
+            except HostError as exc:
+                code = re.search(r"exit code (\d+)", str(exc))
+                fp.notes.append(
+                    f"no SGLang version: {' '.join(c.launcher.version_argv)} failed"
+                    + (f" with exit code {code.group(1)}" if code else "") + " (is SGLang installed in that Python?)"
+                )
+    except HostError as exc:
+        _fail(str(exc), code=1)
+    finally:
+        h.close()
+    data = {
+        "host": c.host.target,
+        "gpu_vendor": fp.gpu_vendor,
+        "gpus": None if not fp.gpu_count else {
+            "name": fp.gpu_name, "count": fp.gpu_count, "compute_capability": fp.compute_capability,
+            "arch": fp.gpu_arch, "memory_total_mib": fp.memory_total_mib,
+        },
+        "driver_version": fp.driver_version,
+        "runtime": runtime_versions(fp),
+        "sglang_version": fp.sglang_version,
+        "packages": package_versions(fp),
+        "check_env": fp.check_env,
+        "notes": fp.notes,
+    }  # fmt: skip
+    if json_out:
+        print(json.dumps(_redacted(data)))
+        return
+    console = _piped_console()
+    rows: list[tuple[str, str]] = [("host", c.host.target)]
+    if fp.gpu_count:
+        where = f"compute capability {fp.compute_capability}" if fp.compute_capability else f"arch {fp.gpu_arch}"
+        mem = f", {fp.memory_total_mib} MiB each" if fp.memory_total_mib else ""
+        rows.append(("GPUs", f"{fp.gpu_count} × {fp.gpu_name} ({where}{mem})"))
+    else:
+        rows.append(("GPUs", "none found: a CPU-only host"))
+    rows.append(("driver", fp.driver_version or "—"))
+    rows += [(k, v) for k, v in runtime_versions(fp).items()]
+    rows.append(("SGLang", fp.sglang_version or "not found"))
+    pkgs = package_versions(fp)
+    if pkgs:
+        rows.append(("packages", ", ".join(f"{k} {v}" for k, v in pkgs.items())))
+    rows.append(("check_env", "ran" if fp.check_env else "did not run"))
+    missing = [n.removeprefix("command not found: ") for n in fp.notes if n.startswith("command not found: ")]
+    if missing:
+        rows.append(("note", f"not found on the host: {', '.join(missing)}"))
+    for note in fp.notes:
+        if not note.startswith("command not found: "):
+            rows.append(("note", note))
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    for k, v in rows:
+        t.add_row(escape(k), escape(v))
+    console.print(t)
+
+
 lab_app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,

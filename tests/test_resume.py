@@ -119,9 +119,11 @@ def test_scripted_session_reaches_a_conclusion_with_a_rejection_and_an_edit(tmp_
     assert [(i["run_id"], i["status"]) for i in runs] == [(run_id, "waiting_for_approval")]
     assert runs[0]["pending"]["experiment"]["id"] == pending["experiment_id"]
 
-    # Edit the waiting proposal into the 16-bit KV cache, spelled unlike anything proposed so far.
+    # Edit the waiting proposal into the 16-bit KV cache: the person changed their mind about the rejected
+    # value, typed as they rejected it (its other spelling would be refused: tests/test_guard_aliases.py).
     kv = {c["after"] for c in (rejected["change"], pending["change"]) if c["name"] == "--kv-cache-dtype"}
-    value = next(v for v in ("bfloat16", "bf16") if v not in kv)
+    same = rejected["change"]["after"] if rejected["change"]["name"] == "--kv-cache-dtype" else None
+    value = same or next(v for v in ("bfloat16", "bf16") if v not in kv)
     r = _hl(
         tmp_path, "resume", run_id, "--decision", "approve", "--set", f"--kv-cache-dtype={value}", "--json"
     )
