@@ -794,7 +794,7 @@ def _analyze(
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]")
     _print_log_findings(console, outcome, ranked, show_all)
-    _print_log_advice(console, outcome, proposal, suggestions)
+    _print_log_advice(console, outcome, proposal, suggestions, text)
 
 
 def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, list[Signature], list[CatalogEntry]]:
@@ -913,14 +913,24 @@ def _print_log_findings(console: Console, outcome: Outcome, ranked: list[Hypothe
         console.print("\n[bold]effective config[/]")
         for k, v in outcome.facts.items():
             print_hanging(console, f"  {k} = {escape(str(v))}")
+    if not ranked:  # never an empty heading: say what the catalog made of the log
+        console.print("\n[bold]hypotheses[/]: none — no entry of the hypothesis catalog explains these log lines")
+        return
     console.print("\n[bold]hypotheses[/] (probability, id, component)")
     for hy in ranked:
         console.print(f"  {hy.posterior:.2f}  {hy.id}  [dim]({hy.component})[/]", highlight=False)
         print_hanging(console, f"        {escape(hy.statement)}", hang=0)
 
 
-def _print_log_advice(console: Console, outcome: Outcome, proposal: Proposal, suggestions: list[tuple[int, str]]) -> None:
-    """Print the first experiment (or why none), the planner's alternatives and SGLang's own suggestions."""
+def _print_log_advice(
+    console: Console, outcome: Outcome, proposal: Proposal, suggestions: list[tuple[int, str]], log_text: str = ""
+) -> None:
+    """Print the first experiment (or why none: when a failed import stops the server before any flag is
+    read, that only a package change can help, naming the package), the planner's alternatives and
+    SGLang's own suggestions."""
+    from agent.values import clean_value
+    from tools.tracebacks import missing_import
+
     console.print()
     first = proposal.experiment.change if proposal.experiment else None
     if proposal.experiment and first:
@@ -930,12 +940,23 @@ def _print_log_advice(console: Console, outcome: Outcome, proposal: Proposal, su
             f"{escape(proposal.experiment.rationale)}",
         )
     else:
-        print_hanging(console, f"no experiment to propose: {escape(str(proposal.conclude_reason))}")
+        missing = missing_import(log_text) if log_text else None
+        if missing is not None:  # no flag or variable reaches an import: say plainly what can help
+            print_hanging(
+                console,
+                f"[bold]only a package change can help[/]: the server fails importing {escape(missing.module)} "
+                f"(log line {missing.log_line}: {escape(missing.text)}) before it reads any launch flag; "
+                f"install or fix the package [bold]{escape(missing.package)}[/] in the server's Python, then "
+                "launch again",
+            )
+        else:
+            print_hanging(console, f"no experiment to propose: {escape(str(proposal.conclude_reason))}")
     others = [a for a in proposal.considered if a.get("change") and (first is None or a["change"] != first.describe())]
     if others:
         console.print("\n[bold]alternatives[/] (the planner's other candidates, P(fix))")
         for alt in others:
-            print_hanging(console, f"  {alt['p_fix']:.2f}  {escape(_with_log_before(str(alt['change']), outcome.facts))}")
+            shown = str(clean_value(str(alt["change"])))  # a value copied from prose loses the sentence's full stop
+            print_hanging(console, f"  {alt['p_fix']:.2f}  {escape(_with_log_before(shown, outcome.facts))}")
     if suggestions:
         lines = f"{suggestions[0][0]}-{suggestions[-1][0]}" if len(suggestions) > 1 else str(suggestions[0][0])
         console.print(f"\n[bold]SGLang's own suggestions[/] (log line{'s' if len(suggestions) > 1 else ''} {lines})")
@@ -954,7 +975,11 @@ def _with_log_before(described: str, facts: dict[str, str]) -> str:
 
 def _advice_text(change: Change, facts: dict[str, str]) -> str:
     """A proposed change as advice: its "before" is the value the log shows the server ran with when
-    the baseline leaves the flag unset (``--cuda-graph-max-bs: 160 (in the log) → 112``)."""
+    the baseline leaves the flag unset (``--cuda-graph-max-bs: 160 (in the log) → 112``); a value
+    copied out of a sentence is shown without its punctuation."""
+    from agent.values import clean_value
+
+    change = change.model_copy(update={"after": clean_value(change.after)})  # no sentence's full stop
     if change.kind != "flag" or change.before is not None:
         return change.describe()
     return _with_log_before(change.describe(), facts)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.models import Baseline, Experiment, value_key
+from agent.values import clean_value, prose_punctuation
 from tools.flags import FlagCatalog, FlagError
 
 if TYPE_CHECKING:
@@ -78,6 +79,12 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
         raise GuardError(f"a {exp.purpose} run changes nothing; got {exp.change.describe()}")
     if exp.change is not None:
         ch = exp.change
+        tail = prose_punctuation(ch.after)
+        if tail is not None:
+            raise GuardError(
+                f"{ch.name}: {ch.after!r} carries prose punctuation ({tail!r}) copied from a sentence; the value "
+                f"is {clean_value(ch.after)!r}"
+            )
         if ch.kind == "flag":
             if flags is not None:
                 try:

@@ -119,14 +119,10 @@ def test_scripted_session_reaches_a_conclusion_with_a_rejection_and_an_edit(tmp_
     assert [(i["run_id"], i["status"]) for i in runs] == [(run_id, "waiting_for_approval")]
     assert runs[0]["pending"]["experiment"]["id"] == pending["experiment_id"]
 
-    # Edit the waiting proposal into the 16-bit KV cache: the person changed their mind about the rejected
-    # value, typed as they rejected it (its other spelling would be refused: tests/test_guard_aliases.py).
-    kv = {c["after"] for c in (rejected["change"], pending["change"]) if c["name"] == "--kv-cache-dtype"}
-    same = rejected["change"]["after"] if rejected["change"]["name"] == "--kv-cache-dtype" else None
-    value = same or next(v for v in ("bfloat16", "bf16") if v not in kv)
-    r = _hl(
-        tmp_path, "resume", run_id, "--decision", "approve", "--set", f"--kv-cache-dtype={value}", "--json"
-    )
+    # Edit the waiting proposal into another decode kernel than the one the failing run used (the rejected
+    # KV-cache value in its other spelling would be refused: tests/test_guard_aliases.py).
+    flag, value = "--nsa-decode-backend", "tilelang"
+    r = _hl(tmp_path, "resume", run_id, "--decision", "approve", "--set", f"{flag}={value}", "--json")
     assert r.returncode == 3, r.stderr[-3000:]
     assert _last_json(r)["pending"]["purpose"] == "confirm"
 
@@ -135,7 +131,7 @@ def test_scripted_session_reaches_a_conclusion_with_a_rejection_and_an_edit(tmp_
     result = _last_json(r)
     assert result["status"] == "isolated"
     assert (
-        result["root_cause"]["fix"]["name"] == "--kv-cache-dtype"
+        result["root_cause"]["fix"]["name"] == flag
         and result["root_cause"]["fix"]["after"] == value
     )
     assert [(r["experiment_id"], r["reason"]) for r in result["rejected"]] == [
