@@ -215,6 +215,10 @@ class LoadProgress:
         self.last_line: tuple[int, str] | None = None
         #: The most telling failure line so far (shown under a failed launch's summary line).
         self.fatal: FatalLine | None = None
+        #: Wall seconds spent in each start-up step, in order (set by ``finish``; recorded in the
+        #: transcript so ``replay`` shows the same summary line).
+        self.stage_seconds: dict[str, float] = {}
+        self.failed_at: str | None = None
         self.lines = 0
         self.done = False
         self._live: Live | None = None
@@ -342,21 +346,32 @@ class LoadProgress:
             self._live = None
         elapsed = self.elapsed()
         marks = sorted(self.entered.items(), key=lambda kv: kv[1])
-        spans = [
-            f"{stage} {clock((marks[i + 1][1] if i + 1 < len(marks) else elapsed) - t)}"
+        self.stage_seconds = {
+            stage: round((marks[i + 1][1] if i + 1 < len(marks) else elapsed) - t, 3)
             for i, (stage, t) in enumerate(marks)
-        ]
+        }
+        where: str | None = None
         if status == READY:
             self.history.launches.append({**self.entered, READY: elapsed})
-            head = f"[green]✓ ready[/] after {clock(elapsed)}"
         else:
             where = self.stage + (f" {self.detail}" if self.detail else "")
             if self.fatal is not None and self.fatal.stage is not None:
                 where = self.fatal.stage  # what failed, not the last step a progress line showed
-            head = f"[red]✗ {escape(status)}[/] during {escape(where)} after {clock(elapsed)}"
-        print_hanging(self.console, f"  {head} [dim]— {escape(' · '.join(spans))}[/]")
+            self.failed_at = where
+        print_hanging(self.console, summary_line(status, elapsed, self.stage_seconds, where))
         if status != READY and self.fatal is not None:
             print_hanging(self.console, f"    [red]log:{self.fatal.lineno}[/] {escape(self.fatal.text)}", hang=6)
+
+
+def summary_line(status: str, elapsed: float, stage_seconds: dict[str, float], where: str | None) -> str:
+    """The one-line summary of a launch (rich markup): ``✓ ready after 1:32 — init 0:03 · weights 0:41``
+    or ``✗ crashed during KV pool after 0:12 — ...``; the same line live and in ``replay``."""
+    spans = " · ".join(f"{stage} {clock(sec)}" for stage, sec in stage_seconds.items())
+    if status == READY:
+        head = f"[green]✓ ready[/] after {clock(elapsed)}"
+    else:
+        head = f"[red]✗ {escape(status)}[/] during {escape(where or '?')} after {clock(elapsed)}"
+    return f"  {head} [dim]— {escape(spans)}[/]" if spans else f"  {head}"
 
 
 class ProgressBoard:

@@ -224,12 +224,27 @@ class EventRenderer:
     def _server_ready(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if self.launch_progress:
             return
+        if d.get("stages"):  # the live display's summary line, as it was shown
+            from agent.progress import summary_line
+
+            self._p(summary_line("ready", sum(d["stages"].values()), d["stages"], None))  # the display's clock
+            return
         self._p(f"  [green]✓ ready[/] after {d.get('after_s', 0):.2f} s wall")
 
     def _server_crashed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         code = d.get("exit_code")
         how = f"exit code {code}" if code is not None else "still running; stopped by hypoloop"
         if self.launch_progress:  # the progress display's summary line said what happened and when
+            self._p(f"    [dim]({how})[/]")
+            return
+        if d.get("stages") is not None or d.get("failed_at"):  # the live display's lines, as they were shown
+            from agent.progress import summary_line
+
+            stages = d.get("stages") or {}
+            after = sum(stages.values()) if stages else float(d.get("after_s") or 0)  # the display's clock
+            self._p(summary_line(str(d.get("status")), after, stages, d.get("failed_at")))
+            if d.get("fatal_text"):
+                self._p(f"    [red]log:{d.get('fatal_line')}[/] {escape(shown_line(str(d['fatal_text'])))}")
             self._p(f"    [dim]({how})[/]")
             return
         self._p(f"  [red]✗ {d.get('status')}[/] before ready ({how})")
