@@ -355,7 +355,7 @@ class LoadProgress:
             self.history.launches.append({**self.entered, READY: elapsed})
         else:
             where = self.stage + (f" {self.detail}" if self.detail else "")
-            if self.fatal is not None and self.fatal.stage is not None:
+            if self.fatal is not None and self.fatal.stage not in (None, self.stage):
                 where = self.fatal.stage  # what failed, not the last step a progress line showed
             self.failed_at = where
         print_hanging(self.console, summary_line(status, elapsed, self.stage_seconds, where))
