@@ -344,6 +344,13 @@ def _out_of_space(rt: Runtime, tr: Transcript, run_id: str, what: str) -> NoRetu
     _fail(message, code=1)
 
 
+def _command_for(run: Any) -> str:
+    """The copy-paste launch command of a finished run's working configuration (host env included)."""
+    from agent.findings import working_command
+
+    return working_command(run, host_env=True)
+
+
 def _check_knowledge() -> None:
     """Load the knowledge folder's signatures and hypothesis catalog once; a file that cannot be used is
     one line and exit 2 (CatalogError/ValueError name the file and the entry)."""
@@ -694,7 +701,9 @@ def _run(
         lock.release()
         _fail(f"{transcript_dir}: cannot write the transcript: {exc.strerror}")
     console = Console(stderr=json_out)
-    tr.listeners.append(EventRenderer(console, verbose=verbose, show_input_errors=False, launch_progress=True))
+    tr.listeners.append(
+        EventRenderer(console, verbose=verbose, show_input_errors=False, launch_progress=True, command_for=_command_for)
+    )
     tr.listeners.append(_host_notices(err_console))
     tr.listeners.append(llm_notices(console))
     rt = Runtime(tr, sdir, progress=ProgressBoard(console))
@@ -1657,7 +1666,7 @@ def _resume_locked(
     _refuse_wrong_decision(run_id, request, waiting, decision=decision, experiment=experiment)
     tr, tpath = _continue_transcript(info, run_id)
     console = Console(stderr=json_out)
-    tr.listeners.append(EventRenderer(console, verbose=verbose, launch_progress=True))
+    tr.listeners.append(EventRenderer(console, verbose=verbose, launch_progress=True, command_for=_command_for))
     tr.listeners.append(llm_notices(console))
     rt = Runtime(tr, home, progress=ProgressBoard(console))
     if request is None:  # continuing an interrupted run: --auto / --approve apply from the next approval

@@ -36,7 +36,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from agent.render import print_hanging, shown_line
+from agent.render import clock, print_hanging, shown_line, summary_line
 from tools.signatures import Signature
 
 #: The steps of a start-up in order, as a user names them.
@@ -172,15 +172,6 @@ class LoadHistory:
 
     def ready_launches(self) -> list[dict[str, float]]:
         return [t for t in self.launches if READY in t]
-
-
-def clock(seconds: float) -> str:
-    """A duration in seconds as a person reads it: `4.2 s` under a minute, else `m:ss` or `h:mm:ss`."""
-    if seconds < 59.95:
-        return f"{max(seconds, 0.0):.1f} s"
-    s = int(round(seconds))
-    h, rest = divmod(s, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
 class LoadProgress:
@@ -361,17 +352,6 @@ class LoadProgress:
         print_hanging(self.console, summary_line(status, elapsed, self.stage_seconds, where))
         if status != READY and self.fatal is not None:
             print_hanging(self.console, f"    [red]log:{self.fatal.lineno}[/] {escape(self.fatal.text)}", hang=6)
-
-
-def summary_line(status: str, elapsed: float, stage_seconds: dict[str, float], where: str | None) -> str:
-    """The one-line summary of a launch (rich markup): ``✓ ready after 1:32 — init 0:03 · weights 0:41``
-    or ``✗ crashed during KV pool after 0:12 — ...``; the same line live and in ``replay``."""
-    spans = " · ".join(f"{stage} {clock(sec)}" for stage, sec in stage_seconds.items())
-    if status == READY:
-        head = f"[green]✓ ready[/] after {clock(elapsed)}"
-    else:
-        head = f"[red]✗ {escape(status)}[/] during {escape(where or '?')} after {clock(elapsed)}"
-    return f"  {head} [dim]— {escape(spans)}[/]" if spans else f"  {head}"
 
 
 class ProgressBoard:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.models import command_text
+from agent.recorded import RecordedRun
 from agent.transcript import TranscriptEvent
 from agent.wording import count
 
@@ -65,6 +67,7 @@ class EventRenderer:
         verbose: bool = False,
         show_input_errors: bool = True,
         launch_progress: bool = False,
+        command_for: Callable[[RecordedRun], str] | None = None,
     ) -> None:
         self.console = console
         self.verbose = verbose
@@ -72,8 +75,9 @@ class EventRenderer:
         #: A live progress display (agent.progress) shows each launch and ends it with its own summary
         #: line, so the "ready after" line is left to it.
         self.launch_progress = launch_progress
-        from agent.recorded import RecordedRun
-
+        #: The launch command of a run's working configuration (``agent.findings.working_command``),
+        #: printed with the answer; None: not printed.
+        self.command_for = command_for
         self.run: RecordedRun | None = RecordedRun(path=Path("<live>"))
         self._added: list[dict[str, Any]] = []
 
@@ -225,8 +229,6 @@ class EventRenderer:
         if self.launch_progress:
             return
         if d.get("stages"):  # the live display's summary line, as it was shown
-            from agent.progress import summary_line
-
             self._p(summary_line("ready", sum(d["stages"].values()), d["stages"], None))  # the display's clock
             return
         self._p(f"  [green]✓ ready[/] after {d.get('after_s', 0):.2f} s wall")
@@ -238,8 +240,6 @@ class EventRenderer:
             self._p(f"    [dim]({how})[/]")
             return
         if d.get("stages") is not None or d.get("failed_at"):  # the live display's lines, as they were shown
-            from agent.progress import summary_line
-
             stages = d.get("stages") or {}
             after = sum(stages.values()) if stages else float(d.get("after_s") or 0)  # the display's clock
             self._p(summary_line(str(d.get("status")), after, stages, d.get("failed_at")))
@@ -312,14 +312,32 @@ class EventRenderer:
         self.console.print(conclusion_panel(d, answered=bool(rows)))
 
     def _working_command(self) -> str:
-        from agent.findings import FindingsWriteError, working_command
-
-        if self.run is None:
+        if self.run is None or self.command_for is None:
             return ""
         try:
-            return working_command(self.run, host_env=True)
-        except (FindingsWriteError, KeyError, ValueError):
+            return self.command_for(self.run)
+        except (KeyError, ValueError):  # FindingsWriteError is a ValueError: no working configuration
             return ""
+
+
+def summary_line(status: str, elapsed: float, stage_seconds: dict[str, float], where: str | None) -> str:
+    """The one-line summary of a launch (rich markup): ``✓ ready after 1:32 — init 0:03 · weights 0:41``
+    or ``✗ crashed during KV pool after 0:12 — ...``; the same line live and in ``replay``."""
+    spans = " · ".join(f"{stage} {clock(sec)}" for stage, sec in stage_seconds.items())
+    if status == "ready":
+        head = f"[green]✓ ready[/] after {clock(elapsed)}"
+    else:
+        head = f"[red]✗ {escape(status)}[/] during {escape(where or '?')} after {clock(elapsed)}"
+    return f"  {head} [dim]— {escape(spans)}[/]" if spans else f"  {head}"
+
+
+def clock(seconds: float) -> str:
+    """A duration in seconds as a person reads it: `4.2 s` under a minute, else `m:ss` or `h:mm:ss`."""
+    if seconds < 59.95:
+        return f"{max(seconds, 0.0):.1f} s"
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
 def alternative_text(a: dict[str, Any]) -> str:
