@@ -160,6 +160,9 @@ def working_command(run: RecordedRun, *, host_env: bool = False) -> str:
     unset = _unset_env(run)
     if unset:  # the fix took these out of the environment: a shell that sets them must not pass them on
         prefix = (prefix + " " if prefix else "") + "env " + " ".join(f"-u {shlex.quote(n)}" for n in unset)
+    if host_env and prefix:  # one assignment a line: the command stays narrow and pastes the same
+        cmd = [*prefix.split(" "), *cmd] if all("=" in w or w in ("env", "-u") for w in prefix.split(" ")) else cmd
+        return run_redactor()(" \\\n  ".join(cmd) if cmd[0] != " ".join(_launcher(run, case)) else prefix + " " + " \\\n  ".join(cmd))
     return run_redactor()((prefix + " " if prefix else "") + " \\\n  ".join(cmd))
 
 

@@ -79,12 +79,6 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
         raise GuardError(f"a {exp.purpose} run changes nothing; got {exp.change.describe()}")
     if exp.change is not None:
         ch = exp.change
-        tail = prose_punctuation(ch.after)
-        if tail is not None:
-            raise GuardError(
-                f"{ch.name}: {ch.after!r} carries prose punctuation ({tail!r}) copied from a sentence; the value "
-                f"is {clean_value(ch.after)!r}"
-            )
         if ch.kind == "flag":
             if flags is not None:
                 try:
@@ -104,6 +98,12 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
                 raise GuardError(
                     f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret"
                 )
+        tail = prose_punctuation(ch.after)
+        if tail is not None:
+            raise GuardError(
+                f"{ch.name}: {ch.after!r} carries prose punctuation ({tail!r}) copied from a sentence; the value "
+                f"is {clean_value(ch.after)!r}"
+            )
         if exp.id != exp.expected_id():
             raise GuardError(f"{exp.id}: id does not match the baseline and change")
     done = {e.id for e in view.experiments if e.status == "done"}

@@ -411,11 +411,7 @@ def conclusion_panel(d: dict[str, Any], *, answered: bool = False) -> Panel:
     for u in d.get("untested", []):
         by_why.setdefault(str(u["why"]), []).append(u)
     for why, group in by_why.items():
-        if answered and len(group) > 3:  # the answer is above: a count, not a wall of ids
-            top = max(float(u["posterior"]) for u in group)
-            many = why.replace("which this hypothesis does not explain", "which none of them explains")
-            t.add_row("open", escape(f"{len(group)} hypotheses (p ≤ {max(top, 0.01):.2f} each): {many}"))
-        elif len(group) == 1:
+        if len(group) == 1:
             u = group[0]
             t.add_row("open", escape(f"{u['id']} (p={u['posterior']:.2f}, {why})"))
         else:
