@@ -685,9 +685,10 @@ def approval_panel(req: ApprovalRequest, *, full: bool = False) -> Panel:
     if exp.rationale and full:
         grid.add_row("why", f"[dim]{escape(exp.rationale)}[/]")
     if req.tests:
-        first = by_id[req.tests[0]]
-        others = "".join(f"; {escape(h)} (p={by_id[h].posterior:.2f})" for h in req.tests[1:])
-        grid.add_row("purpose", f"tests {escape(first.id)} (p={first.posterior:.2f}): {escape(first.statement)}{others}")
+        tested = "; ".join(
+            f"{escape(h)} (p={by_id[h].posterior:.2f}): {escape(by_id[h].statement)}" for h in req.tests
+        )
+        grid.add_row("purpose", f"tests {tested}")
     elif exp.purpose == "baseline":
         grid.add_row("purpose", "reproduce the failure and collect the failing run's log evidence")
     elif exp.rationale:

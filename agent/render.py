@@ -301,14 +301,15 @@ class EventRenderer:
         if rows:
             self.console.print()
             root = d.get("root_cause") or {}
-            self._p(f"[bold green]✓ answer[/] ({d['status']}): {escape(str(root.get('statement') or 'the fix below works'))}")
+            self._p(f"  [bold green]✓ answer[/] ({d['status']}): {escape(str(root.get('statement') or 'the fix below works'))}")
             for key, value in rows:
                 self._p(f"  [bold]{key}[/]: {escape(value)}")
             command = self._working_command()
             if command:
                 self._p("  [bold]launch command that worked[/] (copy-paste):")
                 # no box and no hard wrap, so it pastes into a shell as printed
-                self.console.print(escape(command), soft_wrap=True, highlight=False)
+                indented = "\n".join("    " + line for line in command.split("\n"))  # pastes the same
+                self.console.print(escape(indented), soft_wrap=True, highlight=False)
         self.console.print(conclusion_panel(d, answered=bool(rows)))
 
     def _working_command(self) -> str:
