@@ -637,50 +637,70 @@ def describe_experiment(exp: Experiment) -> str:
     }.get(exp.purpose, exp.purpose)
 
 
-def approval_panel(req: ApprovalRequest) -> Panel:
-    """The approval screen: what is tested, the change, each open hypothesis's prediction, the cost."""
+#: Hypotheses the approval screen lists one by one; the rest are one line (``[h]`` shows them all).
+SHOWN_HYPOTHESES = 3
+
+
+def approval_panel(req: ApprovalRequest, *, full: bool = False) -> Panel:
+    """The approval screen, read bottom-up from the prompt: the choices, the change and what it tests
+    right above them, then the cost, the likeliest few hypotheses and one line for the rest (``full``:
+    every open hypothesis with its statement). Fits 80 × 24 for a usual request (tested in tmux)."""
     exp = req.experiment
     by_id = {h.id: h for h in req.hypotheses}
+    parts: list[Any] = []
+    if req.hypotheses:
+        # The statement goes under its id, so the id keeps a line of its own on a narrow terminal (side by
+        # side, an 80-column screen folded ids mid-word: lowprec-kv-cache-attention-n / umerics).
+        shown = req.hypotheses if full else _screen_hypotheses(req)
+        t = Table(box=None, padding=(0, 1), header_style="bold")
+        t.add_column("p", no_wrap=True)
+        t.add_column("predicts", no_wrap=True)
+        t.add_column(
+            "hypothesis" if full else f"hypothesis ({len(shown)} of {len(req.hypotheses)})", overflow="fold"
+        )
+        for h in shown:
+            text = f"{escape(h.id)}\n[dim]{escape(h.statement)}[/]" if full else escape(h.id)
+            t.add_row(f"{h.posterior:.2f}", _PREDICTS[h.predicts], text)
+        rest = [h for h in req.hypotheses if h not in shown]
+        if rest:
+            preds = sorted({_PREDICTS[h.predicts] for h in rest})
+            t.add_row(
+                f"≤{max(h.posterior for h in rest):.2f}",
+                preds[0] if len(preds) == 1 else "mixed",
+                f"+ {len(rest)} more: press h to list them",
+            )
+        parts.append(t)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")  # a word wider than the column folds: nothing ends in '…'
-    grid.add_row("change", f"[bold magenta]{escape(describe_experiment(exp))}[/]")
+    grid.add_row(
+        "cost",
+        f"~{exp.cost_estimate_s:.0f} host-s; so far {req.launches} of "
+        f"{count(req.budget_launches, 'launch')}, {req.host_seconds:.0f} of {req.budget_host_seconds:.0f} host-s",
+    )
+    if req.batch:
+        grid.add_row("batch", escape("\n".join(req.batch)))
+    for r in req.risky:
+        grid.add_row("[red]risky[/]", escape(r))
+    if exp.rationale and full:
+        grid.add_row("why", f"[dim]{escape(exp.rationale)}[/]")
     if req.tests:
         tested = "; ".join(
             f"{escape(h)} (p={by_id[h].posterior:.2f}): {escape(by_id[h].statement)}" for h in req.tests
         )
-        grid.add_row("tests", tested)
+        grid.add_row("purpose", f"tests {tested}")
     elif exp.purpose == "baseline":
-        grid.add_row("tests", "nothing yet: collects the failing run's log evidence")
-    if exp.rationale:
-        grid.add_row("why", f"[dim]{escape(exp.rationale)}[/]")
-    grid.add_row(
-        "cost",
-        f"~{exp.cost_estimate_s:.0f} host-s for this launch; so far {req.launches} of "
-        f"{count(req.budget_launches, 'launch')}, {req.host_seconds:.0f} of {req.budget_host_seconds:.0f} host-s",
-    )
-    for r in req.risky:
-        grid.add_row("[red]risky[/]", escape(r))
-    parts: list[Any] = [grid]
-    if req.hypotheses:
-        # The statement goes under its id, so the id keeps a line of its own on a narrow terminal (side by
-        # side, an 80-column screen folded ids mid-word: lowprec-kv-cache-attention-n / umerics).
-        t = Table(box=None, padding=(0, 1), header_style="bold")
-        t.add_column("p", no_wrap=True)
-        t.add_column("predicts", no_wrap=True)
-        t.add_column("hypothesis", overflow="fold")  # what a reader looks up: folded if need be, never cut
-        for h in req.hypotheses:
-            t.add_row(
-                f"{h.posterior:.2f}", _PREDICTS[h.predicts], f"{escape(h.id)}\n[dim]{escape(h.statement)}[/]"
-            )
-        parts.append(t)
-    if req.batch:
-        grid.add_row("batch", escape("\n".join(req.batch)))
+        grid.add_row("purpose", "reproduce the failure and collect the failing run's log evidence")
+    elif exp.rationale:
+        grid.add_row("purpose", escape(exp.rationale))
+    grid.add_row("change", f"[bold magenta]{escape(describe_experiment(exp))}[/]")
+    parts.append(grid)
     if req.lead_blocked is not None:
         parts.append(_lead_blocked_text(req.lead_blocked))
     if req.error:
         parts.append(f"[bold red]previous answer refused:[/] {escape(req.error)}")
-    parts.append(escape("[a]pprove  [e]dit (one change)  [r]eject with a reason  [s]top the run"))
+    more = "  [h] list all" if req.hypotheses and not full else ""
+    parts.append(escape(f"[a]pprove  [e]dit one change  [r]eject with a reason  [s]top{more}"))
     if req.batch:
         parts.append(escape("[all]: approve this one and the rest of the batch as proposed"))
     return Panel(
@@ -689,6 +709,15 @@ def approval_panel(req: ApprovalRequest) -> Panel:
         title_align="left",
         border_style="red" if req.risky else "cyan",
     )
+
+
+def _screen_hypotheses(req: ApprovalRequest) -> list[HypothesisLine]:
+    """The hypotheses the compact screen lists: those the experiment tests, then the likeliest, up to
+    ``SHOWN_HYPOTHESES`` (more only when it tests more), in falling probability."""
+    tested = [h for h in req.hypotheses if h.predicts != "persists"]
+    room = max(SHOWN_HYPOTHESES - len(tested), 0)
+    others = [h for h in req.hypotheses if h.predicts == "persists"][:room]
+    return sorted([*tested[:SHOWN_HYPOTHESES], *others], key=lambda h: -h.posterior) if tested or others else []
 
 
 def _lead_blocked_text(lb: LeadBlocked) -> Group:
@@ -730,7 +759,10 @@ def ask(
     console.print(approval_panel(req))
     exp_id = req.experiment.id
     while True:
-        word = reader("[a]pprove / [e]dit / [r]eject / [s]top: ").strip().lower()
+        word = reader("[a]pprove / [e]dit / [r]eject / [h]ypotheses / [s]top: ").strip().lower()
+        if word in ("h", "hypotheses", "more"):
+            console.print(approval_panel(req, full=True))
+            continue
         if word in ("a", "approve", "y", "yes"):
             return ApprovalAnswer(decision="approve", experiment_id=exp_id)
         if word in ("all", "approve-all") and req.batch:

@@ -75,6 +75,27 @@ app = typer.Typer(
 )
 err_console = Console(stderr=True)
 
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"hypoloop {version('hypoloop')}")
+        except PackageNotFoundError:
+            print("hypoloop (not installed: run from a source tree)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", help="print the version and exit", callback=_version, is_eager=True),
+    ] = False,
+) -> None:
+    """hypoloop: find why an LLM inference deployment fails, one experiment at a time."""
+
 #: The choices of the command line's enumerated options, declared once: typer shows them in the help
 #: (``--approve each|risky|auto``) and refuses anything else.
 PlannerName = Literal["rules", "llm"]
@@ -322,6 +343,13 @@ def _out_of_space(rt: Runtime, tr: Transcript, run_id: str, what: str) -> NoRetu
         tr.emit("error", {"message": message})
         tr.emit("run.ended", {"status": "error", "reason": message})
     _fail(message, code=1)
+
+
+def _command_for(run: Any) -> str:
+    """The copy-paste launch command of a finished run's working configuration (host env included)."""
+    from agent.findings import working_command
+
+    return working_command(run, host_env=True)
 
 
 def _check_knowledge() -> None:
@@ -674,7 +702,9 @@ def _run(
         lock.release()
         _fail(f"{transcript_dir}: cannot write the transcript: {exc.strerror}")
     console = Console(stderr=json_out)
-    tr.listeners.append(EventRenderer(console, verbose=verbose, show_input_errors=False, launch_progress=True))
+    tr.listeners.append(
+        EventRenderer(console, verbose=verbose, show_input_errors=False, launch_progress=True, command_for=_command_for)
+    )
     tr.listeners.append(_host_notices(err_console))
     tr.listeners.append(llm_notices(console))
     rt = Runtime(tr, sdir, progress=ProgressBoard(console))
@@ -725,8 +755,12 @@ def analyze(
     With --case, the case's host is asked for its GPUs (a query, no launch) unless --compute-capability
     or --gpu-name is given, and the case's knowledge files count as evidence.
     """
+    if compute_capability is not None and not re.fullmatch(r"\d{1,2}\.\d", compute_capability.strip()):
+        _fail(f"--compute-capability {compute_capability!r}: expected MAJOR.MINOR as nvidia-smi shows it, e.g. 12.0 or 9.0")
+    if gpu_name is not None and not gpu_name.strip():
+        _fail("--gpu-name: expected the GPU's name as nvidia-smi shows it, not an empty string")
     with _use_knowledge(knowledge):
-        _analyze(logfile, json_out, case, compute_capability, gpu_name, show_all)
+        _analyze(logfile, json_out, case, compute_capability and compute_capability.strip(), gpu_name, show_all)
 
 
 def _analyze(
@@ -770,7 +804,7 @@ def _analyze(
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]")
     _print_log_findings(console, outcome, ranked, show_all)
-    _print_log_advice(console, outcome, proposal, suggestions)
+    _print_log_advice(console, outcome, proposal, suggestions, text)
 
 
 def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, list[Signature], list[CatalogEntry]]:
@@ -893,14 +927,24 @@ def _print_log_findings(console: Console, outcome: Outcome, ranked: list[Hypothe
         console.print("\n[bold]effective config[/]")
         for k, v in outcome.facts.items():
             print_hanging(console, f"  {k} = {escape(str(v))}")
+    if not ranked:  # never an empty heading: say what the catalog made of the log
+        console.print("\n[bold]hypotheses[/]: none — no entry of the hypothesis catalog explains these log lines")
+        return
     console.print("\n[bold]hypotheses[/] (probability, id, component)")
     for hy in ranked:
         console.print(f"  {hy.posterior:.2f}  {hy.id}  [dim]({hy.component})[/]", highlight=False)
         print_hanging(console, f"        {escape(hy.statement)}", hang=0)
 
 
-def _print_log_advice(console: Console, outcome: Outcome, proposal: Proposal, suggestions: list[tuple[int, str]]) -> None:
-    """Print the first experiment (or why none), the planner's alternatives and SGLang's own suggestions."""
+def _print_log_advice(
+    console: Console, outcome: Outcome, proposal: Proposal, suggestions: list[tuple[int, str]], log_text: str = ""
+) -> None:
+    """Print the first experiment (or why none: when a failed import stops the server before any flag is
+    read, that only a package change can help, naming the package), the planner's alternatives and
+    SGLang's own suggestions."""
+    from agent.values import clean_value
+    from tools.tracebacks import missing_import
+
     console.print()
     first = proposal.experiment.change if proposal.experiment else None
     if proposal.experiment and first:
@@ -910,12 +954,23 @@ def _print_log_advice(console: Console, outcome: Outcome, proposal: Proposal, su
             f"{escape(proposal.experiment.rationale)}",
         )
     else:
-        print_hanging(console, f"no experiment to propose: {escape(str(proposal.conclude_reason))}")
+        missing = missing_import(log_text) if log_text else None
+        if missing is not None:  # no flag or variable reaches an import: say plainly what can help
+            print_hanging(
+                console,
+                f"[bold]only a package change can help[/]: the server fails importing {escape(missing.module)} "
+                f"(log line {missing.log_line}: {escape(missing.text)}) before it reads any launch flag; "
+                f"install or fix the package [bold]{escape(missing.package)}[/] in the server's Python, then "
+                "launch again",
+            )
+        else:
+            print_hanging(console, f"no experiment to propose: {escape(str(proposal.conclude_reason))}")
     others = [a for a in proposal.considered if a.get("change") and (first is None or a["change"] != first.describe())]
     if others:
         console.print("\n[bold]alternatives[/] (the planner's other candidates, P(fix))")
         for alt in others:
-            print_hanging(console, f"  {alt['p_fix']:.2f}  {escape(_with_log_before(str(alt['change']), outcome.facts))}")
+            shown = str(clean_value(str(alt["change"])))  # a value copied from prose loses the sentence's full stop
+            print_hanging(console, f"  {alt['p_fix']:.2f}  {escape(_with_log_before(shown, outcome.facts))}")
     if suggestions:
         lines = f"{suggestions[0][0]}-{suggestions[-1][0]}" if len(suggestions) > 1 else str(suggestions[0][0])
         console.print(f"\n[bold]SGLang's own suggestions[/] (log line{'s' if len(suggestions) > 1 else ''} {lines})")
@@ -934,7 +989,11 @@ def _with_log_before(described: str, facts: dict[str, str]) -> str:
 
 def _advice_text(change: Change, facts: dict[str, str]) -> str:
     """A proposed change as advice: its "before" is the value the log shows the server ran with when
-    the baseline leaves the flag unset (``--cuda-graph-max-bs: 160 (in the log) → 112``)."""
+    the baseline leaves the flag unset (``--cuda-graph-max-bs: 160 (in the log) → 112``); a value
+    copied out of a sentence is shown without its punctuation."""
+    from agent.values import clean_value
+
+    change = change.model_copy(update={"after": clean_value(change.after)})  # no sentence's full stop
     if change.kind != "flag" or change.before is not None:
         return change.describe()
     return _with_log_before(change.describe(), facts)
@@ -1058,8 +1117,8 @@ def _print_flags(catalog: FlagCatalog) -> None:
     """The catalog for a person: a table when the terminal holds its names and aliases on one line each
     with room for the choices; otherwise a list, one flag a line (its names, value type, default) with
     its choices under it, since a five-column table at 80 columns cut the flag names (``--tokenizer-p…``).
-    Piped with no COLUMNS: as on a 200-column terminal. Nothing is cut."""
-    console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
+    Piped with no COLUMNS: as on an 80-column terminal. Nothing is cut."""
+    console = _piped_console()
     specs = list(catalog.flags.values())
     widest = max((len(s.name) for s in specs), default=4) + max(
         (len(", ".join(s.aliases)) for s in specs), default=0
@@ -1222,6 +1281,132 @@ def report(
     err_console.print(f"report written to {output}")
 
 
+@app.command()
+def doctor(
+    host: _HostOpt = None,
+    case: Annotated[str | None, typer.Option(help="use this case's host and launcher")] = None,
+    launcher: Annotated[
+        str, typer.Option(help="launcher command on the host")
+    ] = "python -m sglang.launch_server",
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
+    ssh_key: _KeyOpt = None,
+    known_hosts: _KnownOpt = None,
+    insecure_accept_host_key: _InsecureOpt = False,
+    remote_python: _PythonOpt = None,
+) -> None:
+    """The host's fingerprint in one screen: GPUs (or CPU only), driver, CUDA/ROCm, SGLang and its kernel
+    packages' versions, and `python -m sglang.check_env` where it runs. Launches nothing."""
+    from agent.runtime import ssh_options
+    from tools.fingerprint import fingerprint, package_versions, runtime_versions
+
+    try:
+        c = (
+            _load_case(case, host)
+            if case
+            else Case(name="doctor", model=ModelSpec(path="-"), launcher=LauncherSpec(argv=launcher.split()))
+        )
+        c = _with_host_options(c, host, ssh_key, known_hosts, insecure_accept_host_key, remote_python)
+        h = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
+    except (CaseError, HostError) as exc:
+        _fail(str(exc))
+    try:
+        fp = fingerprint(h, gpu_query_argv=c.launcher.gpu_query_argv, version_argv=None,
+                         check_env_argv=c.launcher.check_env() or None)  # fmt: skip
+        if fp.sglang_version is None:  # no check_env: ask the version command; its failure is a finding
+            try:
+                fp.sglang_version = fingerprint(
+                    h, gpu_query_argv=["true"], version_argv=c.launcher.version_argv
+                ).sglang_version
+            except HostError as exc:
+                code = re.search(r"exit code (\d+)", str(exc))
+                fp.notes.append(
+                    f"no SGLang version: {' '.join(c.launcher.version_argv)} failed"
+                    + (f" with exit code {code.group(1)}" if code else "") + " (is SGLang installed in that Python?)"
+                )
+    except HostError as exc:
+        _fail(str(exc), code=1)
+    finally:
+        h.close()
+    data = {
+        "host": c.host.target,
+        "gpu_vendor": fp.gpu_vendor,
+        "gpus": None if not fp.gpu_count else {
+            "name": fp.gpu_name, "count": fp.gpu_count, "compute_capability": fp.compute_capability,
+            "arch": fp.gpu_arch, "memory_total_mib": fp.memory_total_mib,
+        },
+        "driver_version": fp.driver_version,
+        "runtime": runtime_versions(fp),
+        "sglang_version": fp.sglang_version,
+        "packages": package_versions(fp),
+        "check_env": fp.check_env,
+        "notes": fp.notes,
+    }  # fmt: skip
+    if json_out:
+        print(json.dumps(_redacted(data)))
+        return
+    console = _piped_console()
+    rows: list[tuple[str, str]] = [("host", c.host.target)]
+    if fp.gpu_count:
+        where = f"compute capability {fp.compute_capability}" if fp.compute_capability else f"arch {fp.gpu_arch}"
+        mem = f", {fp.memory_total_mib} MiB each" if fp.memory_total_mib else ""
+        rows.append(("GPUs", f"{fp.gpu_count} × {fp.gpu_name} ({where}{mem})"))
+    else:
+        rows.append(("GPUs", "none found: a CPU-only host"))
+    rows.append(("driver", fp.driver_version or "—"))
+    rows += [(k, v) for k, v in runtime_versions(fp).items()]
+    rows.append(("SGLang", fp.sglang_version or "not found"))
+    pkgs = package_versions(fp)
+    if pkgs:
+        rows.append(("packages", ", ".join(f"{k} {v}" for k, v in pkgs.items())))
+    rows.append(("check_env", "ran" if fp.check_env else "did not run"))
+    missing = [n.removeprefix("command not found: ") for n in fp.notes if n.startswith("command not found: ")]
+    if missing:
+        rows.append(("note", f"not found on the host: {', '.join(missing)}"))
+    for note in fp.notes:
+        if not note.startswith("command not found: "):
+            rows.append(("note", note))
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    for k, v in rows:
+        t.add_row(escape(k), escape(v))
+    console.print(t)
+
+
+lab_app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="the built-in lab: simulated SGLang hosts, one world each (run one with `hypoloop run lab:WORLD`).",
+)
+app.add_typer(lab_app, name="lab")
+
+
+@lab_app.command("list")
+def lab_list(json_out: Annotated[bool, typer.Option("--json", help="one JSON list")] = False) -> None:
+    """The lab worlds, each with its one-line description (the `description` of its case.toml)."""
+    import tomllib
+
+    from agent.case import lab_worlds_dir
+
+    worlds = lab_worlds_dir()
+    if worlds is None:
+        _fail("the lab is not installed (pip install -e . from the repository)")
+    rows: list[dict[str, str]] = []
+    for path in sorted(worlds.glob("*/case.toml")):
+        try:
+            description = str(tomllib.loads(path.read_text(encoding="utf-8")).get("description") or "")
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            description = f"(unreadable case file: {exc})"
+        rows.append({"world": path.parent.name, "case": f"lab:{path.parent.name}", "description": description})
+    if json_out:
+        print(json.dumps(rows))
+        return
+    console = _piped_console()
+    for r in rows:
+        print_hanging(console, f"[bold]{escape(r['case'])}[/]  {escape(r['description'])}", hang=4)
+
+
 findings_app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
@@ -1263,10 +1448,21 @@ def _redacted_info(info: RunInfo) -> RunInfo:
 
 _STATUS_STYLE = {
     "running": "cyan",
-    "waiting for approval": "bold yellow",
+    "waiting_for_approval": "bold yellow",
     "finished": "green",
     "interrupted": "red",
 }
+
+
+def _said(status: str) -> str:
+    """A status as a person reads it (``waiting_for_approval`` → "waiting for approval")."""
+    return status.replace("_", " ")
+
+
+def _piped_console() -> Console:
+    """The console of a listing command: the terminal's width; piped with no COLUMNS, 80 columns (the
+    listings then use their one-record-a-few-lines layout, whose lines wrap and are never cut)."""
+    return Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=80)
 
 
 def _run_detail(info: RunInfo) -> str:
@@ -1300,8 +1496,7 @@ def runs_(
         print(json.dumps([_redacted(i.model_dump(mode="json", exclude={"values"}), i.values) for i in infos]))
         return
     infos = [_redacted_info(i) for i in infos]
-    # Piped or captured (no terminal, so no width to fit): wide enough that nothing is cut.
-    console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
+    console = _piped_console()
     if not infos:
         console.print(f"no runs in {home}")
         return
@@ -1309,7 +1504,7 @@ def runs_(
         console.print(f"runs in {home}", style="bold")
         for i in infos:
             style = _STATUS_STYLE.get(i.status, "white")
-            console.print(f"{i.run_id}  [{style}]{i.status}[/]  {count(i.launches, 'launch')}", soft_wrap=True)
+            console.print(f"{i.run_id}  [{style}]{_said(i.status)}[/]  {count(i.launches, 'launch')}", soft_wrap=True)
             console.print(
                 f"  {escape(i.case)}, updated {i.updated[:19].replace('T', ' ')}", soft_wrap=True, highlight=False
             )
@@ -1324,7 +1519,7 @@ def runs_(
         t.add_row(
             i.run_id,
             escape(i.case),
-            f"[{style}]{i.status}[/]",
+            f"[{style}]{_said(i.status)}[/]",
             escape(_run_detail(i)),
             str(i.launches),
             i.updated[:19].replace("T", " "),
@@ -1366,7 +1561,7 @@ def show(
     style = _STATUS_STYLE.get(info.status, "white")
     print_hanging(
         console,
-        f"run [bold]{info.run_id}[/] ({escape(info.case)}): [{style}]{info.status}[/], "
+        f"run [bold]{info.run_id}[/] ({escape(info.case)}): [{style}]{_said(info.status)}[/], "
         f"{count(info.launches, 'launch')}, {count(info.host_seconds, 'host-second', fmt='.0f')}; "
         f"transcript {escape(str(info.transcript))}",
     )
@@ -1488,7 +1683,7 @@ def _resume_locked(
     _refuse_wrong_decision(run_id, request, waiting, decision=decision, experiment=experiment)
     tr, tpath = _continue_transcript(info, run_id)
     console = Console(stderr=json_out)
-    tr.listeners.append(EventRenderer(console, verbose=verbose, launch_progress=True))
+    tr.listeners.append(EventRenderer(console, verbose=verbose, launch_progress=True, command_for=_command_for))
     tr.listeners.append(llm_notices(console))
     rt = Runtime(tr, home, progress=ProgressBoard(console))
     if request is None:  # continuing an interrupted run: --auto / --approve apply from the next approval

@@ -252,6 +252,9 @@ class ServerLaunched(Payload):
 class ServerReady(Payload):
     experiment_id: str
     after_s: float | None = None
+    #: Wall seconds in each start-up step as the live display measured them (init, weights, KV pool,
+    #: CUDA-graph capture, warm-up); absent when no display watched the launch.
+    stages: dict[str, float] | None = None
 
 
 class ServerEnded(Payload):
@@ -260,6 +263,11 @@ class ServerEnded(Payload):
     experiment_id: str
     status: str | None = None
     exit_code: int | None = None
+    #: As for ``server.ready``; and the step the failure line says failed, and that line (number, text).
+    stages: dict[str, float] | None = None
+    failed_at: str | None = None
+    fatal_line: int | None = None
+    fatal_text: str | None = None
     after_s: float | None = None
 
 

@@ -121,7 +121,7 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
         lines.append(f"- Effective config of the working run: {fact[0]}={fact[1]}")
     for a in c.get("alternatives") or []:  # root fixes first, then by performance cost
         lines.append(f"- Alternative: {_plain(alternative_text(a))}")
-    lines += _working_command(run, case, model)
+    lines += _working_command(run)
     lines += _ruled_out(run, c.get("refuted") or [])
     lines += _not_separated(c.get("untested") or [])
     host_s = float(c.get("host_seconds") or 0.0)
@@ -144,24 +144,38 @@ def _unset_env(run: RecordedRun) -> list[str]:
     return [n for n in dict.fromkeys(names) if n not in env]
 
 
-def _working_command(run: RecordedRun, case: dict[str, Any], model: str) -> list[str]:
-    """The entry's fenced launch command of the working configuration (secrets as references)."""
+def working_command(run: RecordedRun, *, host_env: bool = False) -> str:
+    """The launch command of the configuration that served correctly and was confirmed, as one
+    copy-paste shell command (the baseline's env vars and flags with the fix applied; secrets as shell
+    variable references); ``host_env``: the case's ``[host] env`` too (what the launches ran with on that
+    host). Raises FindingsWriteError when the run has no such configuration."""
+    case = run.case_dict() or {}
     flags, env = working_config(run)
+    if host_env:
+        env = {**{str(k): str(v) for k, v in ((case.get("host") or {}).get("env") or {}).items()}, **env}
     launcher = _launcher(run, case)
     engine = _launcher_spec(case).engine_impl()
     cmd = [
-        " ".join([*launcher, *(shlex.quote(a) for a in engine.model_args(launcher, model))]),
+        " ".join([*launcher, *(shlex.quote(a) for a in engine.model_args(launcher, run.model_path()))]),
         *(_secret_ref(k, v) or command_text({k: v}) for k, v in flags.items()),
     ]
     prefix = " ".join(_secret_ref(k, v) or command_text({}, {k: v}) for k, v in env.items())
     unset = _unset_env(run)
     if unset:  # the fix took these out of the environment: a shell that sets them must not pass them on
         prefix = (prefix + " " if prefix else "") + "env " + " ".join(f"-u {shlex.quote(n)}" for n in unset)
+    if host_env and prefix:  # one assignment a line: the command stays narrow and pastes the same
+        cmd = [*prefix.split(" "), *cmd] if all("=" in w or w in ("env", "-u") for w in prefix.split(" ")) else cmd
+        return run_redactor()(" \\\n  ".join(cmd) if cmd[0] != " ".join(_launcher(run, case)) else prefix + " " + " \\\n  ".join(cmd))
+    return run_redactor()((prefix + " " if prefix else "") + " \\\n  ".join(cmd))
+
+
+def _working_command(run: RecordedRun) -> list[str]:
+    """The entry's fenced launch command of the working configuration (secrets as references)."""
     return [
         "",
         "```bash",
         f"# works: served correctly and again on a confirmation re-run (hypoloop run {run.run_id})",
-        (prefix + " " if prefix else "") + " \\\n  ".join(cmd),
+        working_command(run),
         "```",
         "",
     ]

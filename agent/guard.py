@@ -13,7 +13,8 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.models import Experiment
+from agent.models import Baseline, Experiment, value_key
+from agent.values import clean_value, prose_punctuation
 from tools.flags import FlagCatalog, FlagError
 
 if TYPE_CHECKING:
@@ -57,6 +58,18 @@ class GuardError(ValueError):
     """A proposal that must not run; the message says which rule it broke, in one line."""
 
 
+def _same_baseline(a: Baseline, b: Baseline) -> bool:
+    """Two baselines set the same values, whatever the spelling (``bf16`` is ``bfloat16``, ``0.930`` is
+    ``0.93``)."""
+    def keyed(base: Baseline) -> tuple[dict[str, Any], dict[str, Any]]:
+        return (
+            {k: value_key(v) for k, v in base.flags.items()},
+            {k: value_key(v) for k, v in base.env.items()},
+        )
+
+    return keyed(a) == keyed(b)
+
+
 def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog | None) -> None:
     """Raise GuardError unless ``exp`` may run now. Canonicalises nothing; the change must already be
     in canonical form (the caller normalises edits through ``FlagCatalog.validate``)."""
@@ -85,6 +98,12 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
                 raise GuardError(
                     f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret"
                 )
+        tail = prose_punctuation(ch.after)
+        if tail is not None:
+            raise GuardError(
+                f"{ch.name}: {ch.after!r} carries prose punctuation ({tail!r}) copied from a sentence; the value "
+                f"is {clean_value(ch.after)!r}"
+            )
         if exp.id != exp.expected_id():
             raise GuardError(f"{exp.id}: id does not match the baseline and change")
     done = {e.id for e in view.experiments if e.status == "done"}
@@ -98,7 +117,7 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
                 if e.status == "done"
                 and e.purpose == "test"
                 and e.change is not None
-                and e.baseline == exp.baseline
+                and _same_baseline(e.baseline, exp.baseline)
                 and e.change.key() == exp.change.key()
             ),
             None,
@@ -111,8 +130,20 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
         raise GuardError(f"{exp.id} was rejected earlier in this run")
     # A planner must not come back with a rejected change spelled differently; a person who edits their
     # way back to it has changed their mind, and that is theirs to do.
+    # An alias of the rejected value (``bfloat16`` after ``bf16``) is the rejected change, whoever proposes
+    # it: only the very spelling a person rejected, typed by a person, counts as a change of mind.
     by_planner = exp.proposed_by in ("rules", "llm")
-    if by_planner and exp.change is not None and any(r.change_key == exp.change.key() for r in view.rejections):
-        raise GuardError(f"{exp.change.describe()} was rejected earlier in this run (the same value, spelled differently)")
+    proposed = exp.change
+    for r in view.rejections if proposed is not None else []:
+        assert proposed is not None
+        if r.change_key != proposed.key():
+            continue
+        respelled = r.change is not None and r.change.after != proposed.after
+        if by_planner or respelled:
+            said = f" as {r.change.describe()}" if respelled and r.change is not None else ""
+            raise GuardError(
+                f"{proposed.describe()} was rejected earlier in this run{said} (the same value, spelled "
+                f"{'differently' if respelled else 'the same'}): {r.reason}"
+            )
     if view.launches + 1 > view.case.budget.experiments:
         raise GuardError(f"experiment budget spent ({view.launches} of {view.case.budget.experiments})")

@@ -36,7 +36,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from agent.render import print_hanging, shown_line
+from agent.render import clock, print_hanging, shown_line, summary_line
 from tools.signatures import Signature
 
 #: The steps of a start-up in order, as a user names them.
@@ -67,6 +67,42 @@ def stage_of(sig: Signature) -> str | None:
     return "init"
 
 
+def failed_stage(sig: Signature) -> str | None:
+    """The start-up step a failure signature says failed (None: it does not say): a capture failure →
+    CUDA-graph capture; one that implicates the KV pool → KV pool (not the weights step the last progress
+    line showed); the model load → weights; a warm-up failure → warm-up."""
+    if sig.kind not in ("fatal", "error"):
+        return None
+    if sig.stage == "capture" or any(c.startswith("cuda_graph") for c in sig.components):
+        return "CUDA-graph capture"
+    if any(c.startswith("memory.kv_pool") for c in sig.components):
+        return "KV pool"
+    if any(c.startswith("model.load") for c in sig.components):
+        return "weights"
+    if sig.stage == "serve":
+        return "warm-up"
+    return None
+
+
+#: Components every crash drags along (the scheduler process that died): the least telling fatal lines.
+_ECHO_COMPONENTS = frozenset({"scheduler"})
+
+
+def _telling(sig: Signature) -> int:
+    """How much a failure line says: the number of components it implicates beyond the dying scheduler."""
+    return len(set(sig.components) - _ECHO_COMPONENTS)
+
+
+@dataclass
+class FatalLine:
+    """The most telling failure line seen so far: its number, text, the step it says failed, its weight."""
+
+    lineno: int
+    text: str
+    stage: str | None
+    weight: int
+
+
 def _rank(stage: str) -> int:
     return len(STAGES) if stage == READY else STAGES.index(stage)
 
@@ -85,10 +121,23 @@ class StageReader:
 
     def __init__(self, signatures: Iterable[Signature]) -> None:
         self._sigs: list[tuple[re.Pattern[str], str]] = []
+        self._fatal: list[tuple[re.Pattern[str], Signature]] = []
         for s in signatures:
             stage = stage_of(s)
             if stage is not None:
                 self._sigs.append((re.compile(s.pattern), stage))
+            elif s.kind in ("fatal", "error"):
+                self._fatal.append((re.compile(s.pattern), s))
+
+    def failure(self, lineno: int, text: str) -> FatalLine | None:
+        """The failure `text` (one log line) states, as a FatalLine, or None when it states none."""
+        text = shown_line(text)
+        hits = [sig for regex, sig in self._fatal if regex.search(text)]
+        if not hits:
+            return None
+        best = max(hits, key=_telling)
+        stage = next((st for st in (failed_stage(h) for h in hits) if st is not None), None)
+        return FatalLine(lineno, text.strip(), stage, _telling(best) + (1 if best.kind == "fatal" else 0))
 
     def read(self, text: str) -> StageStep | None:
         """The step `text` (one log line) shows, or None when it shows none."""
@@ -125,15 +174,6 @@ class LoadHistory:
         return [t for t in self.launches if READY in t]
 
 
-def clock(seconds: float) -> str:
-    """A duration in seconds as a person reads it: `4.2 s` under a minute, else `m:ss` or `h:mm:ss`."""
-    if seconds < 59.95:
-        return f"{max(seconds, 0.0):.1f} s"
-    s = int(round(seconds))
-    h, rest = divmod(s, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
-
-
 class LoadProgress:
     """The display of one launch (see module docstring). Feed it the session's events with `observe`;
     use it as a context manager around the wait for ready, and call `finish(status)` when the wait ends.
@@ -164,6 +204,12 @@ class LoadProgress:
         self.detail = ""
         self.entered: dict[str, float] = {STAGES[0]: 0.0}
         self.last_line: tuple[int, str] | None = None
+        #: The most telling failure line so far (shown under a failed launch's summary line).
+        self.fatal: FatalLine | None = None
+        #: Wall seconds spent in each start-up step, in order (set by ``finish``; recorded in the
+        #: transcript so ``replay`` shows the same summary line).
+        self.stage_seconds: dict[str, float] = {}
+        self.failed_at: str | None = None
         self.lines = 0
         self.done = False
         self._live: Live | None = None
@@ -178,6 +224,9 @@ class LoadProgress:
         text = shown_line(event.line.text)
         if text.strip():
             self.last_line = (event.line.lineno, text)
+        failed = self.reader.failure(event.line.lineno, text)
+        if failed is not None and (self.fatal is None or failed.weight > self.fatal.weight):
+            self.fatal = failed
         step = self.reader.read(text)
         if step is not None and step.stage != READY and _rank(step.stage) >= _rank(self.stage):
             changed = step.stage != self.stage
@@ -288,17 +337,21 @@ class LoadProgress:
             self._live = None
         elapsed = self.elapsed()
         marks = sorted(self.entered.items(), key=lambda kv: kv[1])
-        spans = [
-            f"{stage} {clock((marks[i + 1][1] if i + 1 < len(marks) else elapsed) - t)}"
+        self.stage_seconds = {
+            stage: round((marks[i + 1][1] if i + 1 < len(marks) else elapsed) - t, 3)
             for i, (stage, t) in enumerate(marks)
-        ]
+        }
+        where: str | None = None
         if status == READY:
             self.history.launches.append({**self.entered, READY: elapsed})
-            head = f"[green]✓ ready[/] after {clock(elapsed)}"
         else:
             where = self.stage + (f" {self.detail}" if self.detail else "")
-            head = f"[red]✗ {escape(status)}[/] during {escape(where)} after {clock(elapsed)}"
-        print_hanging(self.console, f"  {head} [dim]— {escape(' · '.join(spans))}[/]")
+            if self.fatal is not None and self.fatal.stage not in (None, self.stage):
+                where = self.fatal.stage  # what failed, not the last step a progress line showed
+            self.failed_at = where
+        print_hanging(self.console, summary_line(status, elapsed, self.stage_seconds, where))
+        if status != READY and self.fatal is not None:
+            print_hanging(self.console, f"    [red]log:{self.fatal.lineno}[/] {escape(self.fatal.text)}", hang=6)
 
 
 class ProgressBoard:

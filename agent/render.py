@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -10,6 +12,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from agent.models import command_text
+from agent.recorded import RecordedRun
 from agent.transcript import TranscriptEvent
 from agent.wording import count
 from tools.fingerprint import engine_label
@@ -64,6 +68,7 @@ class EventRenderer:
         verbose: bool = False,
         show_input_errors: bool = True,
         launch_progress: bool = False,
+        command_for: Callable[[RecordedRun], str] | None = None,
     ) -> None:
         self.console = console
         self.verbose = verbose
@@ -71,8 +76,38 @@ class EventRenderer:
         #: A live progress display (agent.progress) shows each launch and ends it with its own summary
         #: line, so the "ready after" line is left to it.
         self.launch_progress = launch_progress
+        #: The launch command of a run's working configuration (``agent.findings.working_command``),
+        #: printed with the answer; None: not printed.
+        self.command_for = command_for
+        self.run: RecordedRun | None = RecordedRun(path=Path("<live>"))
+        self._added: list[dict[str, Any]] = []
+
+    #: New hypotheses shown one by one; the rest of a batch is one line (``-v`` shows every one).
+    SHOWN_NEW = 3
+    #: False: every new hypothesis gets its lines (``replay``, which explains each one).
+    batch_new_hypotheses = True
+
+    def flush(self) -> None:
+        """Print the batch of new hypotheses held back: the likeliest few in full, the rest in one line."""
+        batch, self._added = self._added, []
+        batch.sort(key=lambda d: -float(d.get("posterior", 0)))
+        for d in batch[: self.SHOWN_NEW]:
+            self._hypothesis_added_line(d)
+        rest = batch[self.SHOWN_NEW :]
+        if rest:
+            top = max(float(d.get("posterior", 0)) for d in rest)
+            self._p(
+                f"  [yellow]+ {count(len(rest), 'more hypothesis', 'more hypotheses')}[/] "
+                f"[dim](p ≤ {top:.2f} each; -v lists them)[/]"
+            )
 
     def __call__(self, ev: TranscriptEvent) -> None:
+        if self.run is not None:
+            self.run.add(ev)  # the working command at the end needs the launches the run made
+        if ev.type == "hypothesis.added" and self.batch_new_hypotheses and not self.verbose:
+            self._added.append(ev.data)  # shown as a few lines once the batch ends
+            return
+        self.flush()
         handler = getattr(self, "_" + ev.type.replace(".", "_"), None)
         if handler is not None:
             handler(ev, ev.data)
@@ -106,6 +141,9 @@ class EventRenderer:
         self._p(f"  knowledge: {escape(str(d.get('path')))}: {items or 'no findings'}")
 
     def _hypothesis_added(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        self._hypothesis_added_line(d)
+
+    def _hypothesis_added_line(self, d: dict[str, Any]) -> None:
         self._p(
             f"  [yellow]+ hypothesis[/] {d['id']} [dim]({d['component']})[/] p={d['posterior']:.2f}: "
             f"{escape(d['statement'])}"
@@ -191,12 +229,23 @@ class EventRenderer:
     def _server_ready(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if self.launch_progress:
             return
+        if d.get("stages"):  # the live display's summary line, as it was shown
+            self._p(summary_line("ready", sum(d["stages"].values()), d["stages"], None))  # the display's clock
+            return
         self._p(f"  [green]✓ ready[/] after {d.get('after_s', 0):.2f} s wall")
 
     def _server_crashed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         code = d.get("exit_code")
         how = f"exit code {code}" if code is not None else "still running; stopped by hypoloop"
         if self.launch_progress:  # the progress display's summary line said what happened and when
+            self._p(f"    [dim]({how})[/]")
+            return
+        if d.get("stages") is not None or d.get("failed_at"):  # the live display's lines, as they were shown
+            stages = d.get("stages") or {}
+            after = sum(stages.values()) if stages else float(d.get("after_s") or 0)  # the display's clock
+            self._p(summary_line(str(d.get("status")), after, stages, d.get("failed_at")))
+            if d.get("fatal_text"):
+                self._p(f"    [red]log:{d.get('fatal_line')}[/] {escape(shown_line(str(d['fatal_text'])))}")
             self._p(f"    [dim]({how})[/]")
             return
         self._p(f"  [red]✗ {d.get('status')}[/] before ready ({how})")
@@ -249,7 +298,48 @@ class EventRenderer:
     def _conclusion(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if d.get("status") == "error":  # the error event already said what went wrong
             return
-        self.console.print(conclusion_panel(d))
+        rows = answer_rows(d)
+        if rows:
+            self.console.print()
+            root = d.get("root_cause") or {}
+            self._p(f"  [bold green]✓ answer[/] ({d['status']}): {escape(str(root.get('statement') or 'the fix below works'))}")
+            for key, value in rows:
+                self._p(f"  [bold]{key}[/]: {escape(value)}")
+            command = self._working_command()
+            if command:
+                self._p("  [bold]launch command that worked[/] (copy-paste):")
+                # no box and no hard wrap, so it pastes into a shell as printed
+                indented = "\n".join("    " + line for line in command.split("\n"))  # pastes the same
+                self.console.print(escape(indented), soft_wrap=True, highlight=False)
+        self.console.print(conclusion_panel(d, answered=bool(rows)))
+
+    def _working_command(self) -> str:
+        if self.run is None or self.command_for is None:
+            return ""
+        try:
+            return self.command_for(self.run)
+        except (KeyError, ValueError):  # FindingsWriteError is a ValueError: no working configuration
+            return ""
+
+
+def summary_line(status: str, elapsed: float, stage_seconds: dict[str, float], where: str | None) -> str:
+    """The one-line summary of a launch (rich markup): ``✓ ready after 1:32 — init 0:03 · weights 0:41``
+    or ``✗ crashed during KV pool after 0:12 — ...``; the same line live and in ``replay``."""
+    spans = " · ".join(f"{stage} {clock(sec)}" for stage, sec in stage_seconds.items())
+    if status == "ready":
+        head = f"[green]✓ ready[/] after {clock(elapsed)}"
+    else:
+        head = f"[red]✗ {escape(status)}[/] during {escape(where or '?')} after {clock(elapsed)}"
+    return f"  {head} [dim]— {escape(spans)}[/]" if spans else f"  {head}"
+
+
+def clock(seconds: float) -> str:
+    """A duration in seconds as a person reads it: `4.2 s` under a minute, else `m:ss` or `h:mm:ss`."""
+    if seconds < 59.95:
+        return f"{max(seconds, 0.0):.1f} s"
+    s = int(round(seconds))
+    h, rest = divmod(s, 3600)
+    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
 
 
 def alternative_text(a: dict[str, Any]) -> str:
@@ -266,23 +356,53 @@ def alternative_text(a: dict[str, Any]) -> str:
     return f"{a['change']} ({kind}, performance cost {a.get('cost')}{note}; {seen})"
 
 
-def conclusion_panel(d: dict[str, Any]) -> Panel:
-    """A rich panel of a conclusion dict (``Conclusion.model_dump()``)."""
+def change_as_command(change: dict[str, Any]) -> str:
+    """A change as the words a user adds to (or removes from) the launch command: ``--kv-cache-dtype
+    bf16``, ``NCCL_P2P_DISABLE=1``, ``drop --enable-foo``, ``unset FOO``."""
+    name, after = str(change.get("name")), change.get("after")
+    if after in (None, False):
+        return f"{'drop' if change.get('kind') == 'flag' else 'unset'} {name}"
+    return command_text({name: after}) if change.get("kind") == "flag" else command_text({}, {name: after})
+
+
+def answer_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
+    """The answer of a conclusion (``Conclusion.model_dump()``), first thing a reader sees: the root fix
+    (with any blocker it needs) apart from the workarounds; empty when the run found no fix."""
+    fix = d.get("fix")
+    if not fix:
+        return []
+    before = fix.get("before")
+    shown_before = "unset" if before is None else ("on" if before is True else str(before))
+    needs = [change_as_command(b) for b in d.get("blockers", [])]
+    fix_text = change_as_command(fix) + (f" (with {', '.join(needs)})" if needs else "") + f" — was {shown_before}"
+    rows = [("fix" if not d.get("root_cause") else "root fix", fix_text)]
+    for a in d.get("alternatives", []):
+        if not a.get("workaround"):
+            rows.append(("also a root fix", alternative_text(a)))
+    for a in d.get("alternatives", []):
+        if a.get("workaround"):
+            rows.append(("workaround", alternative_text(a)))
+    return rows
+
+
+def conclusion_panel(d: dict[str, Any], *, answered: bool = False) -> Panel:
+    """A rich panel of a conclusion dict (``Conclusion.model_dump()``); ``answered``: the answer (fix,
+    alternatives) was printed above it, so the panel holds the evidence only."""
     t = Table.grid(padding=(0, 1))
     t.add_column(style="bold", no_wrap=True)
     t.add_column(overflow="fold")  # a word wider than the column (a path, an id) folds, never ends in '…'
     t.add_row("status", d["status"])
-    if d.get("root_cause"):
+    if d.get("root_cause") and not answered:
         t.add_row(
             "root cause", f"{escape(d['root_cause']['statement'])} [dim]({d['root_cause']['component']})[/]"
         )
     for b in d.get("blockers", []):
         t.add_row("blocker fixed", escape(f"{_change_text(b)} (adopted first; the fix needs it too)"))
-    if d.get("fix"):
+    if d.get("fix") and not answered:
         t.add_row("fix", escape(_change_text(d["fix"])))
     if d.get("confirmation_experiment_id"):
         t.add_row("confirmed by", d["confirmation_experiment_id"])
-    for a in d.get("alternatives", []):
+    for a in d.get("alternatives", []) if not answered else []:
         t.add_row("alternative", escape(alternative_text(a)))
     for r in d.get("refuted", []):
         why = r["evidence"][0]["detail"] if r.get("evidence") else ""

@@ -112,6 +112,8 @@ class ReplayRenderer(EventRenderer):
     by a summary of what was believed at that point.
     """
 
+    batch_new_hypotheses = False  # a replay explains each hypothesis
+
     def __init__(self, console: Console, *, verbose: bool = False, from_step: int = 0) -> None:
         super().__init__(console, verbose=verbose)
         self.from_step = from_step

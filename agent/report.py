@@ -25,7 +25,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 
 from agent.recorded import ExperimentRun, HypothesisRecord, RecordedRun
 from agent.redact import run_redactor
-from agent.render import _change_text, alternative_text, shown_line
+from agent.render import _change_text, alternative_text, answer_rows, shown_line
 from agent.wording import count
 from tools.fingerprint import engine_label
 
@@ -166,6 +166,11 @@ class Report:
     knowledge: list[tuple[str, str, float]]
     notes: list[str]
     findings_entry: str
+    #: The answer the report opens with: the root cause in one sentence, the root fix apart from the
+    #: workarounds (``agent.render.answer_rows``), the launch command that worked ("" when none).
+    answer_head: str = ""
+    answer: list[tuple[str, str]] = field(default_factory=list)
+    command: str = ""
 
 
 # ---------------------------------------------------------------------------------- building
@@ -585,11 +590,17 @@ def _hypothesis_views(run: RecordedRun, c: dict[str, Any], design: list[DesignSt
     why_open = {str(u.get("id")): str(u.get("why") or "") for u in c.get("untested", [])}
     ruled_out = _ruled_out_by_conclusion(c)
     order = {"confirmed": 0, "supported": 1, "refuted": 2, "open": 3}
+    root_id = (c.get("root_cause") or {}).get("hypothesis_id")
+    confirmed = [h.id for h in run.hypotheses.values() if h.status == "confirmed"]
+    if root_id not in confirmed and confirmed:  # no conclusion yet: the likeliest confirmed one leads
+        root_id = max(confirmed, key=lambda i: run.hypotheses[i].posterior)
 
     def status(h: HypothesisRecord) -> str:
         return "refuted" if h.status == "open" and h.id in ruled_out else h.status
 
-    for h in sorted(run.hypotheses.values(), key=lambda x: (order.get(status(x), 4), -x.posterior)):
+    for h in sorted(
+        run.hypotheses.values(), key=lambda x: (order.get(status(x), 4), x.id != root_id, -x.posterior)
+    ):
         view = HypothesisView(
             id=h.id,
             statement=str(h.added.get("statement", "")),
@@ -602,6 +613,9 @@ def _hypothesis_views(run: RecordedRun, c: dict[str, Any], design: list[DesignSt
             evidence=_evidence(run, h.evidence),
             verdict=_verdict(h.status, why_open.get(h.id)),
         )
+        if h.status == "confirmed" and h.id != root_id:
+            # one root cause per run: another hypothesis the same fix confirmed is not a second one
+            view.verdict = "confirmed, not the root cause named"
         if h.status == "refuted":
             view.why_dropped = _why_dropped(run, h, design)
         elif h.id in ruled_out:
@@ -684,7 +698,22 @@ def build_report(run: RecordedRun) -> Report:
         knowledge=_knowledge(run),
         notes=_notes(run, c),
         findings_entry=_findings_entry(run, c),
+        answer_head=str((c.get("root_cause") or {}).get("statement") or ""),
+        answer=answer_rows(c),
+        command=_command(run, c),
     )
+
+
+def _command(run: RecordedRun, c: dict[str, Any]) -> str:
+    """The copy-paste launch command of the confirmed working configuration, "" when there is none."""
+    from agent.findings import FindingsWriteError, working_command
+
+    if not c.get("fix"):
+        return ""
+    try:
+        return working_command(run, host_env=True)
+    except FindingsWriteError:
+        return ""
 
 
 def _ruled_out_by_conclusion(c: dict[str, Any]) -> dict[str, str]:
@@ -735,6 +764,13 @@ def _md_summary(rep: Report) -> list[str]:
     )
     if not rep.finished:
         out += ["", "> **Unfinished run**: the transcript ends without `run.ended`."]
+    if rep.answer:
+        out += ["", "## Answer", ""]
+        if rep.answer_head:
+            out += [rep.answer_head, ""]
+        out += [f"- **{k}**: {v}" for k, v in rep.answer]
+        if rep.command:
+            out += ["", "Launch command that worked:", "", "```bash", rep.command, "```"]
     out += ["", "## Summary", ""]
     for k, v in rep.summary:
         out.append(f"- **{k}**: {v}")
@@ -956,6 +992,9 @@ class ProbabilityChart:
     y_ticks: list[tuple[float, str]]
     step_labels: list[str]
     series: list[Series]
+    #: Hypotheses left out of the chart: they stayed unlikely and no experiment settled them.
+    hidden: int = 0
+    hidden_below: float = 0.0
 
     @property
     def columns(self) -> int:
@@ -1017,7 +1056,11 @@ def probability_chart(rep: Report) -> ProbabilityChart:
     n = max(1, len(steps))
     labels = {e.number: e.label for e in rep.experiments}
     series: list[Series] = []
-    for k, h in enumerate(rep.hypotheses):
+    mattered = _hypotheses_that_mattered(rep)
+    for h in rep.hypotheses:
+        if h.id not in mattered:
+            continue
+        k = len(series)
         vals = _carry(rep.series.get(h.id, {}), steps)
         pts = [
             (round(_PLOT_W * (i + 0.5) / n, 2), round(_PLOT_H * (1 - v), 2)) for i, v in enumerate(vals) if v is not None
@@ -1038,7 +1081,29 @@ def probability_chart(rep: Report) -> ProbabilityChart:
         y_ticks=[(round(100 * (1 - p), 2), f"{p:.2f}") for p in (1.0, 0.75, 0.5, 0.25, 0.0)],
         step_labels=[f"after {labels.get(s, f'#{s}')}" for s in steps],
         series=series,
+        hidden=len(rep.hypotheses) - len(series),
+        hidden_below=_CHART_MIN_P,
     )
+
+
+#: A hypothesis is drawn when an experiment settled it (confirmed, supported, or refuted after once
+#: reaching this probability) or when it ever reached this probability; the rest are one legend line.
+_CHART_MIN_P = 0.10
+
+
+def _hypotheses_that_mattered(rep: Report) -> set[str]:
+    """The hypotheses the probability chart draws, at most one per palette colour (so no two lines
+    share a colour), the most likely ones first."""
+    def peak(h: HypothesisView) -> float:
+        return max([h.prior, h.posterior, *rep.series.get(h.id, {}).values()])
+
+    keep = [
+        h for h in rep.hypotheses
+        if h.status in ("confirmed", "supported") or peak(h) >= _CHART_MIN_P
+        or (h.status == "refuted" and peak(h) >= _CHART_MIN_P / 2)
+    ]  # fmt: skip
+    keep.sort(key=lambda h: (h.status not in ("confirmed", "supported"), -peak(h)))
+    return {h.id for h in keep[: len(_PALETTE)]}
 
 
 def _environment() -> Environment:

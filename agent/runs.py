@@ -29,7 +29,9 @@ from agent.graph import build_graph
 from agent.runtime import Runtime
 from agent.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript, skip_bad
 
-RunStatus = Literal["running", "waiting for approval", "finished", "interrupted"]
+RunStatus = Literal["running", "waiting_for_approval", "finished", "interrupted"]
+#: The one spelling of a waiting run in every ``--json`` output (``run``, ``resume``, ``runs``, ``show``);
+#: people read it with spaces.
 
 
 class RunError(ValueError):
@@ -230,7 +232,7 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
     holder = lock_holder(home, run_id)
     status: RunStatus
     if pending is not None:
-        status = "waiting for approval"
+        status = "waiting_for_approval"
     elif not snap.next and values.get("conclusion"):
         status = "finished"
     else:  # a run with no conclusion never counts as finished, whatever its checkpoint says comes next

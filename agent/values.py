@@ -335,3 +335,35 @@ def moves_in_direction(rule: str, before: object, after: object) -> bool | None:
     if direction is None or b is None or a is None:
         return None
     return a > b if direction == "raise" else a < b
+
+
+#: Punctuation that ends a sentence of prose around a value (``set it to 0-31|32-63.``), never a value's own.
+_PROSE_TAIL = ".,;:!?)]}'\"`"
+_PROSE_HEAD = "([{'\"`"
+
+
+def clean_value(value: FlagValue) -> FlagValue:
+    """A value copied out of prose, without the sentence's punctuation around it: quotes and backticks
+    around it and a trailing full stop, comma, semicolon, colon or closing bracket go (``0-31|32-63.``
+    is ``0-31|32-63``; ``'bf16'`` is ``bf16``); a number keeps its decimal point (``0.9``). Booleans,
+    numbers and ``None`` pass unchanged."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    while text and text[0] in _PROSE_HEAD and (len(text) == 1 or text[-1] in _PROSE_TAIL):
+        text = text[1:]
+    while text and text[-1] in _PROSE_TAIL:
+        text = text[:-1]
+    return text
+
+
+def prose_punctuation(value: FlagValue) -> str | None:
+    """The prose punctuation ``value`` carries (what ``clean_value`` would remove), or None."""
+    if not isinstance(value, str):
+        return None
+    text, cleaned = value.strip(), str(clean_value(value))
+    if cleaned == text:
+        return None
+    at = text.find(cleaned) if cleaned else len(text)
+    return text[:at] + text[at + len(cleaned) :]
+

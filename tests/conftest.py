@@ -17,6 +17,48 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+#: What makes a test slow: it starts real processes (the hypoloop command, a lab server, sshd, Slurm,
+#: Chromium, a terminal). `pytest -m "not slow"` runs the rest, the in-process tests (README, "Tests").
+_SLOW_FIXTURES = frozenset({"sshd", "own_sshd", "slurm_cluster", "small_disks"})
+_SLOW_SOURCE = ("clirun", "subprocess", "pexpect", "CHROMIUM", "Popen", "TMUX")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` every test that starts a process (by its fixtures, or by its own source text)."""
+    import inspect
+
+    for item in items:
+        fn = getattr(item, "function", None)
+        try:
+            source = inspect.getsource(fn) if fn is not None else ""
+        except (OSError, TypeError):
+            source = ""
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & _SLOW_FIXTURES or any(word in source for word in _SLOW_SOURCE) or _calls_slow_helper(item, source):
+            item.add_marker(pytest.mark.slow)
+
+
+def _calls_slow_helper(item: pytest.Item, source: str) -> bool:
+    """Whether the test calls a helper of its module that starts processes (``_hl(...)``, ``_run(...)``)."""
+    import inspect
+    import re
+
+    module = getattr(item, "module", None)
+    if module is None:
+        return False
+    for name in set(re.findall(r"\b(_\w+)\(", source)):
+        helper = getattr(module, name, None)
+        if not callable(helper):
+            continue
+        try:
+            text = inspect.getsource(helper)
+        except (OSError, TypeError):
+            continue
+        if any(word in text for word in _SLOW_SOURCE) or "HYPOLOOP" in text:
+            return True
+    return False
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Ctrl-C reaches the hypoloop processes the tests start, however the suite itself was started.
 
@@ -28,6 +70,7 @@ def pytest_configure(config: pytest.Config) -> None:
     reaches the foreground job, so the suite takes SIGINT back: a handler is reset to the default at
     exec, so the processes it starts get Python's usual handler.
     """
+    config.addinivalue_line("markers", "slow: starts real processes (deselect with -m 'not slow')")
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 

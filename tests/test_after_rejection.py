@@ -16,7 +16,7 @@ WORLD = "lab:glm5-nvfp4-sm120"
 REASON = "a bf16 KV cache halves the tokens that fit"
 
 
-PROMPT = r"\[a\]pprove / \[e\]dit / \[r\]eject / \[s\]top: "
+PROMPT = r"\[a\]pprove / \[e\]dit / \[r\]eject / \[h\]ypotheses / \[s\]top: "
 
 
 def _screen(child: pexpect.spawn) -> str:

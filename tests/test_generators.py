@@ -363,3 +363,16 @@ def test_component_statement_names_the_default_when_the_value_is_unknown() -> No
     known = ImplicatedComponentGenerator().generate(_input(ATTENTION_ASSERT, _case({"--attention-backend": "triton"})))
     att = next(c for c in known if c.id == "component:--attention-backend")
     assert "--attention-backend selects (triton) fails" in att.statement
+
+
+def test_known_good_diff_generator_merges_a_flag_and_its_own_fact_into_one_hypothesis() -> None:
+    good = Finding(source="F.md", title="K2 works", outcome="works", flags={"--attention-backend": "flashinfer"},
+                   facts={"attention_backend": "flashinfer"})
+    inp = _input(ATTENTION_ASSERT, _case({"--attention-backend": "triton"}),
+                 findings=[RelevantFinding(finding=good, relevance=0.8)])
+    inp.evidence.facts["attention_backend"] = "triton"
+    cands = KnownGoodDiffGenerator().generate(inp)
+    ids = [c.id for c in cands if "attention" in c.id]
+    assert ids == ["finding:--attention-backend=flashinfer"], ids
+    (one,) = [c for c in cands if c.id == ids[0]]
+    assert len(one.evidence) == 2  # the flag difference and the effective-config difference

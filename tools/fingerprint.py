@@ -8,6 +8,7 @@ versions; SGLang 0.5.9 and 0.5.23 python/sglang/check_env.py) is kept as evidenc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -301,3 +302,26 @@ def _fill_from_check_env(fp: HostFingerprint) -> None:
     name = fp.engine or "sglang"
     if env.get(name) and fp.engine_version is None:
         _set_version(fp, get_engine(name), env[name])
+
+
+#: check_env keys that name the GPU runtime (SGLang's check_env.py: NVCC, CUDA_HOME, CUDA Driver Version
+#: on NVIDIA; ROCM_HOME, ROCM Driver Version, HIPCC on AMD).
+_RUNTIME_KEYS = ("NVCC", "CUDA_HOME", "CUDA Driver Version", "HIPCC", "ROCM_HOME", "ROCM Driver Version")
+_VERSION_RE = re.compile(r"^v?\d+(\.\w+)+")
+_PACKAGE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]*$")
+
+
+def runtime_versions(fp: HostFingerprint) -> dict[str, str]:
+    """The GPU runtime lines of check_env (CUDA toolkit and driver, or ROCm), as reported."""
+    return {k: fp.check_env[k] for k in _RUNTIME_KEYS if k in fp.check_env}
+
+
+def package_versions(fp: HostFingerprint) -> dict[str, str]:
+    """Every package check_env reports with a version (``sglang``, ``sgl_kernel``, ``flashinfer_python``,
+    ``triton``, ``PyTorch``, ...): a one-word key whose value starts like a version number. A package the
+    engine adds to its report shows up without a change here."""
+    return {
+        k: v for k, v in fp.check_env.items()
+        if _PACKAGE_RE.match(k) and _VERSION_RE.match(v) and k not in _RUNTIME_KEYS and k != "Python"
+    }  # fmt: skip
+

@@ -565,6 +565,8 @@ def _spec_from_entry(invocation: str, help_text: str) -> FlagSpec | None:
             choices = [c.strip() for c in brace.group(1).split(",") if c.strip()]
     default = _find_default(help_text, choices)
     takes_value = metavar is not None
+    if default is not None and _names_text(metavar) and not choices and _is_number(default):
+        default = None  # a path or a name has no numeric default: the number was about something else
     return FlagSpec(
         name=name,
         aliases=aliases,
@@ -587,6 +589,11 @@ def _find_default(help_text: str, choices: list[str] | None) -> str | None:
     if m2 and (choices is None or m2.group("value") in choices):
         return m2.group("value")
     for m3 in _DEFAULT_PROSE_RE.finditer(help_text):
+        before = help_text[: m3.start()].rstrip()
+        last_word = before.rsplit(None, 1)[-1] if before else ""
+        if before and before[-1] not in ".,:;(" and last_word.lower() not in ("the", "a", "its", "is"):
+            # "... scaling factors default to 1.0": the sentence's subject is something else, not the flag
+            continue
         value = m3.group("value").rstrip(".")
         # Prose like "Defaults to a random port" is not a value: accept only quoted words,
         # numbers, choices and None/True/False.
@@ -609,11 +616,23 @@ def _clean_default(value: str) -> str | None:
     return value
 
 
+#: Metavar words that name a place or a name: the value is text whatever the help prose says.
+_TEXT_WORDS = frozenset("PATH FILE DIR DIRECTORY NAME URL HOST ADDR ADDRESS".split())
+
+
+def _names_text(metavar: str | None) -> bool:
+    """Whether a metavar ends in a word that names a place or a name (``QUANTIZATION_PARAM_PATH``)."""
+    words = [w for w in re.split(r"[^A-Z0-9]+", (metavar or "").upper()) if w]
+    return bool(words) and words[-1] in _TEXT_WORDS
+
+
 def _infer_type(
     takes_value: bool, metavar: str | None, choices: list[str] | None, default: str | None, help_text: str
 ) -> ValueType:
     if not takes_value:
         return "bool"
+    if not choices and _names_text(metavar):
+        return "str"
     if choices:
         if all(_is_int(c) for c in choices):
             return "int"

@@ -62,11 +62,19 @@ class KnownGoodDiffGenerator:
                     continue
                 spec = fact_flag(inp.flags, fact)
                 names = [spec.name] if spec else ["--" + fact.replace("_", "-")]
+                # a finding's `--attention-backend flashinfer` and its effective `attention_backend=flashinfer`
+                # are one difference: the fact joins the flag's hypothesis (as evidence) instead of a twin
+                same_flag = f"{names[0]}={value}"
+                key = same_flag if spec and (same_flag in out or any(k == same_flag for _, k, _ in diffs)) else f"{fact}={value}"
                 diffs.append((Intervention(names=names, values=[value], decisive=False, fact=fact),
-                              f"{fact}={value}", f"known-good '{f.title}' had {fact}={value}; this run has {ours}"))
+                              key, f"known-good '{f.title}' had {fact}={value}; this run has {ours}"))
             for iv, key, why in diffs:
                 cid = f"finding:{key}"
-                if cid in out:
+                if cid in out:  # the same difference seen another way: one hypothesis, both reasons
+                    known = out[cid]
+                    detail = f"{why} (relevance {rf.relevance:.2f})"
+                    if all(e.detail != detail for e in known.evidence):
+                        known.evidence.append(Evidence(kind="finding", detail=detail))
                     continue
                 name = iv.fact or iv.names[0]
                 out[cid] = Candidate(

@@ -159,7 +159,7 @@ def run_experiment(
             ), redact=tr.redact, partial=partial)
             spent[0] += time.monotonic() - began
 
-        server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep)
+        server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep, watch=watch)
         _raise_if_the_host_failed(session, host, log_path)
         keep(server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
         stopped = session.stop()
@@ -383,19 +383,28 @@ def _probe_or_record_failure(
     probes: list[ProbeResult],
     *,
     keep: Callable[..., None],
+    watch: LoadProgress | None = None,
 ) -> dict[str, Any] | None:
     """A ready server: ask ``/get_server_info``, run the probes (appended to ``probes``) and watch a
-    moment longer for a crash they caused; its server info. Otherwise record the crash or timeout."""
+    moment longer for a crash they caused; its server info. Otherwise record the crash or timeout.
+    The progress display's per-step timing and the failure line go into the record, so ``replay``
+    shows the summary line the live run showed."""
     tr = rt.transcript
+    shown: dict[str, Any] = {"stages": watch.stage_seconds} if watch is not None and watch.stage_seconds else {}
     if not (res.status == "ready" and res.base_url):
         keep(None, partial=True)  # it crashed or timed out: that is its outcome, whatever happens next
+        if watch is not None:
+            shown["failed_at"] = watch.failed_at
+            if watch.fatal is not None:
+                shown["fatal_line"], shown["fatal_text"] = watch.fatal.lineno, watch.fatal.text
         tr.emit(
             "server.crashed" if res.status not in ("timeout", "stalled") else "server.timeout",
-            {"experiment_id": exp.id, "status": res.status, "exit_code": res.exit_code, "after_s": res.t_end_s},
+            {"experiment_id": exp.id, "status": res.status, "exit_code": res.exit_code, "after_s": res.t_end_s,
+             **shown},
             node="execute",
         )
         return None
-    tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s}, node="execute")
+    tr.emit("server.ready", {"experiment_id": exp.id, "after_s": res.t_ready_s, **shown}, node="execute")
     host = session.host
     api_key = server_api_key(exp.config().flags)  # sent to the server, never written (the transcript redacts it)
     engine = case.launcher.engine_impl().data

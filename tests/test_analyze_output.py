@@ -1,0 +1,55 @@
+"""What `hypoloop analyze` presents: never an empty "hypotheses" heading; when a failed import stops the
+server before any flag is read, it says plainly that only a package change can help and names the
+package; a value copied out of a sentence carries no prose punctuation into an experiment (the guard
+refuses it and says what the value is)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from clirun import run_cli
+
+from agent.case import Case, ModelSpec
+from agent.guard import GuardError, check_experiment
+from agent.models import Baseline, Change, Experiment
+from agent.planner import PlannerView
+from agent.values import clean_value
+
+#: An import failure as CPython and SGLang print it (the missing CPU kernel package of SGLang's CPU
+#: engine: /work/shared/reference/real-engines-cpu.md, "No module named 'sgl_kernel'").
+IMPORT_FAILURE = """\
+[2026-12-01 10:00:00] server_args=ServerArgs(model_path='tiny', device='cpu', attention_backend='torch_native')
+Traceback (most recent call last):
+  File "/usr/lib/python3.11/runpy.py", line 198, in _run_module_as_main
+  File "/venv/lib/python3.11/site-packages/sglang/launch_server.py", line 12, in <module>
+  File "/venv/lib/python3.11/site-packages/sglang/srt/layers/activation.py", line 40, in <module>
+    from sgl_kernel import gelu_and_mul
+ModuleNotFoundError: No module named 'sgl_kernel'
+"""
+
+
+def test_analyze_says_only_a_package_change_can_help_and_never_prints_an_empty_heading(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(IMPORT_FAILURE)
+    done = run_cli(tmp_path, "analyze", str(log), COLUMNS="100")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("hypotheses"):
+            # a heading is followed by what it heads, or says itself that there is none
+            assert "none" in line or (i + 1 < len(lines) and lines[i + 1].strip()), lines[i : i + 2]
+    text = " ".join(done.stdout.split())
+    assert "only a package change can help" in text and "sgl_kernel" in text
+    assert "no experiment to propose" not in text
+
+
+@pytest.mark.parametrize("raw", ["0-31.", "'0-31'", "0-31;"])
+def test_a_value_with_prose_punctuation_never_reaches_an_experiment(raw: str) -> None:
+    base = Baseline()
+    ch = Change(kind="env", name="SGLANG_CPU_OMP_THREADS_BIND", before=None, after=raw)
+    exp = Experiment(id=Experiment.make_id(base, ch, "test"), purpose="test", baseline=base, change=ch)
+    view = PlannerView(case=Case(name="c", model=ModelSpec(path="m"), baseline=base), launches=1)
+    with pytest.raises(GuardError, match="prose punctuation.*'0-31'"):
+        check_experiment(exp, view=view, flags=None)
+    assert clean_value(raw) == "0-31" and clean_value("0.9") == "0.9"

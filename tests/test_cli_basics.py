@@ -1,0 +1,84 @@
+"""The small things a newcomer tries first, on the real command: --version, listing the lab worlds,
+one spelling of a waiting run's status in every --json output, listings that fit 80 columns when piped,
+typed flag defaults from a saved --help, and options refused in one line when malformed."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+
+from clirun import HYPOLOOP, cli_env, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+HELP_0523 = ROOT / "tests" / "data" / "help_sglang_0.5.23.txt"
+
+
+def _piped(tmp_path: Path, *args: str):  # no terminal and no COLUMNS: what `| less` or a script sees
+    import subprocess
+
+    env = cli_env(tmp_path)
+    env.pop("COLUMNS", None)
+    return subprocess.run([*HYPOLOOP, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_version_prints_the_installed_version(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"hypoloop {version('hypoloop')}"
+
+
+def test_lab_list_names_every_world_with_its_description(tmp_path: Path) -> None:
+    worlds = {p.parent.name: tomllib.loads(p.read_text())["description"] for p in (ROOT / "lab" / "worlds").glob("*/case.toml")}
+    done = run_cli(tmp_path, "lab", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    assert {r["world"]: r["description"] for r in json.loads(done.stdout)} == worlds
+    text = _piped(tmp_path, "lab", "list")
+    assert all(f"lab:{w}" in text.stdout for w in worlds)
+    assert max(len(line) for line in text.stdout.splitlines()) <= 80
+
+
+def test_a_waiting_run_has_one_status_spelling_in_every_json(tmp_path: Path) -> None:
+    waiting = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--json")
+    assert waiting.returncode == 3, waiting.stderr
+    run_json = json.loads(waiting.stdout.strip().splitlines()[-1])
+    runs = json.loads(run_cli(tmp_path, "runs", "--json").stdout)
+    show = json.loads(run_cli(tmp_path, "show", run_json["run_id"], "--json").stdout.strip().splitlines()[-1])
+    assert run_json["status"] == "waiting_for_approval"
+    assert [r["status"] for r in runs] == ["waiting_for_approval"]
+    assert show["status"] == "waiting_for_approval"
+    # people read it with spaces, and piped the listing keeps to 80 columns
+    listed = _piped(tmp_path, "runs")
+    assert "waiting for approval" in listed.stdout
+    assert max(len(line) for line in listed.stdout.splitlines()) <= 80
+
+
+def test_flags_listing_fits_80_columns_when_piped(tmp_path: Path) -> None:
+    done = _piped(tmp_path, "flags", "--from-file", str(HELP_0523))
+    assert done.returncode == 0, done.stderr
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80
+    assert "--quantization-param-path" in done.stdout
+
+
+def test_flag_defaults_are_never_read_out_of_prose_about_something_else(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "flags", "--from-file", str(HELP_0523), "--json")
+    flags = json.loads(done.stdout)["flags"]
+    # "... KV cache scaling factors default to 1.0": a path with no default, not a float 1.0
+    assert (flags["--quantization-param-path"]["value_type"], flags["--quantization-param-path"]["default"]) == ("str", None)
+    # a default the help states for the flag itself is still read, typed
+    assert (flags["--triton-attention-num-kv-splits"]["value_type"], flags["--triton-attention-num-kv-splits"]["default"]) == ("int", "8")
+
+
+def test_malformed_options_are_one_line_errors(tmp_path: Path) -> None:
+    log = next((ROOT / "tests" / "data" / "logs_0.5.23").glob("*.log"))
+    for args, word in (
+        (("analyze", str(log), "--compute-capability", "abc"), "--compute-capability"),
+        (("analyze", str(log), "--gpu-name", " "), "--gpu-name"),
+    ):
+        done = run_cli(tmp_path, *args)
+        assert done.returncode == 2, (args, done.stdout)
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and word in lines[0] and "Traceback" not in done.stderr
+    assert os.environ.get("HYPOLOOP_HOME") != str(tmp_path)  # the runs above used their own home

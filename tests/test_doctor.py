@@ -1,0 +1,41 @@
+"""`hypoloop doctor`: the host fingerprint in one screen and as JSON, from the host's own tools
+(nvidia-smi or amd-smi, `python -m sglang.check_env`, the version command), launching nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from clirun import run_cli
+
+from lab.world import load_world
+
+
+@pytest.mark.parametrize("world", ["glm5-nvfp4-sm120", "mi300x-no-kv-room"])
+def test_doctor_reports_the_hosts_gpus_runtime_and_packages(world: str, tmp_path: Path) -> None:
+    hw = load_world(world).hardware
+    done = run_cli(tmp_path, "doctor", "--case", f"lab:{world}", "--json")
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["gpu_vendor"] == hw.vendor
+    assert got["gpus"]["name"] == hw.gpu_name and got["gpus"]["count"] == hw.gpu_count
+    assert got["driver_version"] == hw.driver_version
+    assert got["sglang_version"] == load_world(world).version.version
+    assert got["packages"].get("sglang") == got["sglang_version"] and got["check_env"]
+    assert any(hw.driver_version in v for v in got["runtime"].values())  # the CUDA or ROCm driver line
+    screen = run_cli(tmp_path, "doctor", "--case", f"lab:{world}", COLUMNS="80").stdout.splitlines()
+    assert len(screen) <= 24 and max(len(ln.rstrip()) for ln in screen) <= 80
+    assert any(ln.startswith("GPUs") and hw.gpu_name.split()[-1] in " ".join(screen) for ln in screen)
+
+
+def test_doctor_on_a_host_without_sglang_says_what_is_missing_in_one_screen(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "doctor", "--host", "local", COLUMNS="80")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) <= 24 and "Traceback" not in done.stdout
+    if shutil.which("nvidia-smi") is None and shutil.which("amd-smi") is None and shutil.which("rocm-smi") is None:
+        assert any("CPU-only" in ln for ln in lines)
+    got = json.loads(run_cli(tmp_path, "doctor", "--host", "local", "--json").stdout)
+    assert set(got) >= {"gpu_vendor", "gpus", "driver_version", "runtime", "sglang_version", "packages", "check_env"}
