@@ -652,6 +652,13 @@ def approval_panel(req: ApprovalRequest, *, full: bool = False) -> Panel:
         # The statement goes under its id, so the id keeps a line of its own on a narrow terminal (side by
         # side, an 80-column screen folded ids mid-word: lowprec-kv-cache-attention-n / umerics).
         shown = req.hypotheses if full else _screen_hypotheses(req)
+        if full:  # one block each, the id on a line of its own at the panel's full width: never folded
+            rows = [
+                f"{h.posterior:.2f}  {_PREDICTS[h.predicts]}\n  {escape(h.id)}\n  [dim]{escape(h.statement)}[/]"
+                for h in shown
+            ]
+            parts.append("[bold]p  predicts / hypothesis[/]\n" + "\n".join(rows))
+            shown = []
         t = Table(box=None, padding=(0, 1), header_style="bold")
         t.add_column("p", no_wrap=True)
         t.add_column("predicts", no_wrap=True)
@@ -659,17 +666,17 @@ def approval_panel(req: ApprovalRequest, *, full: bool = False) -> Panel:
             "hypothesis" if full else f"hypothesis ({len(shown)} of {len(req.hypotheses)})", overflow="fold"
         )
         for h in shown:
-            text = f"{escape(h.id)}\n[dim]{escape(h.statement)}[/]" if full else escape(h.id)
-            t.add_row(f"{h.posterior:.2f}", _PREDICTS[h.predicts], text)
+            t.add_row(f"{h.posterior:.2f}", _PREDICTS[h.predicts], escape(h.id))
         rest = [h for h in req.hypotheses if h not in shown]
-        if rest:
+        if rest and not full:
             preds = sorted({_PREDICTS[h.predicts] for h in rest})
             t.add_row(
                 f"≤{max(h.posterior for h in rest):.2f}",
                 preds[0] if len(preds) == 1 else "mixed",
                 f"+ {len(rest)} more: press h to list them",
             )
-        parts.append(t)
+        if not full:
+            parts.append(t)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")  # a word wider than the column folds: nothing ends in '…'

@@ -1170,7 +1170,7 @@ def replay(
     planner: Annotated[
         PlannerName, typer.Option(help="the planner to re-decide with (llm replays the model's recorded answers)")
     ] = "rules",
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates and tool calls too")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates and tool calls too, and every open hypothesis of a waiting approval")] = False,
     knowledge: _KnowledgeOpt = None,
 ) -> None:
     """A recorded run step by step as it looked live, with the evidence behind each hypothesis and the
@@ -1566,7 +1566,8 @@ def show(
         f"transcript {escape(str(info.transcript))}",
     )
     if info.pending:
-        console.print(approval_panel(ApprovalRequest.model_validate(info.pending)))
+        # -v lists every open hypothesis with its statement (the screen's [h]); without it, the screen as asked
+        console.print(approval_panel(ApprovalRequest.model_validate(info.pending), full=verbose))
         print_hanging(
             console,
             f"answer with: hypoloop resume {info.run_id} [--decision approve|edit|reject|stop] "

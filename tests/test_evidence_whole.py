@@ -129,15 +129,16 @@ def test_the_story_says_each_thing_once(crashed_run: tuple[Path, str, str, str])
 
 
 def test_the_approval_screen_cuts_nothing_at_80_columns(tmp_path: Path) -> None:
-    """`show` of a run waiting for its second experiment, at 80 and 60 columns: every open hypothesis's id
-    on a line of its own and whole, its statement whole (wrapped), no '…' anywhere."""
+    """`show -v` of a run waiting for its second experiment, at 80 and 60 columns: every open hypothesis's
+    id on a line of its own and whole, its statement whole (wrapped), no '…' anywhere; plain `show` prints
+    the compact screen (the likeliest few and one line for the rest)."""
     started = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--json")
     run_id = json.loads(started.stdout.strip().splitlines()[-1])["run_id"]
     assert run_cli(tmp_path, "resume", run_id, "--decision", "approve").returncode == 3
     pending = json.loads(run_cli(tmp_path, "show", run_id, "--json").stdout)["pending"]
     assert len(pending["hypotheses"]) > 5
     for columns in ("80", "60"):
-        shown = run_cli(tmp_path, "show", run_id, COLUMNS=columns)
+        shown = run_cli(tmp_path, "show", run_id, "-v", COLUMNS=columns)  # -v: every open hypothesis
         assert shown.returncode == 0, shown.stderr
         screen = shown.stdout[shown.stdout.index("approve experiment") :]
         assert "…" not in screen, screen
@@ -145,3 +146,5 @@ def test_the_approval_screen_cuts_nothing_at_80_columns(tmp_path: Path) -> None:
         for h in pending["hypotheses"]:
             assert h["id"] in words, f"{columns} columns: {h['id']} is not on one line"
             assert _squash(h["statement"]) in _squash(screen)
+    compact = run_cli(tmp_path, "show", run_id, COLUMNS="80").stdout
+    assert "more: press h to list them" in compact[compact.index("approve experiment") :]
