@@ -56,6 +56,7 @@ from tools.flags import FlagCatalog, FlagError, catalog_from_server_args, parse_
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import HostError, expand_argv
 from tools.knowledge import infer_features
+from tools.sanitize import SafeConsole
 from tools.signatures import load_signatures
 
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
@@ -72,7 +73,7 @@ app = typer.Typer(
     rich_markup_mode=None,  # click's plain help: wraps every word at any width; rich's table cut names with '…'
     help="hypoloop: find why an LLM inference deployment fails, one experiment at a time.",
 )
-err_console = Console(stderr=True)
+err_console = SafeConsole(stderr=True)
 
 #: The choices of the command line's enumerated options, declared once: typer shows them in the help
 #: (``--approve each|risky|auto``) and refuses anything else.
@@ -672,7 +673,7 @@ def _run(
         store.__exit__(None, None, None)
         lock.release()
         _fail(f"{transcript_dir}: cannot write the transcript: {exc.strerror}")
-    console = Console(stderr=json_out)
+    console = SafeConsole(stderr=json_out)
     tr.listeners.append(EventRenderer(console, verbose=verbose, show_input_errors=False, launch_progress=True))
     tr.listeners.append(_host_notices(err_console))
     tr.listeners.append(llm_notices(console))
@@ -764,7 +765,7 @@ def _analyze(
     if json_out:
         print(json.dumps(_analyze_json(logfile, outcome, verdict, ranked, proposal, suggestions)))
         return
-    console = Console()
+    console = SafeConsole()
     print_hanging(console, f"[bold]{escape(str(logfile))}[/]: stage reached [bold]{outcome.stage}[/] — {verdict}")
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]")
@@ -1042,7 +1043,7 @@ def _print_flags(catalog: FlagCatalog) -> None:
     with room for the choices; otherwise a list, one flag a line (its names, value type, default) with
     its choices under it, since a five-column table at 80 columns cut the flag names (``--tokenizer-p…``).
     Piped with no COLUMNS: as on a 200-column terminal. Nothing is cut."""
-    console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
+    console = SafeConsole() if sys.stdout.isatty() or os.environ.get("COLUMNS") else SafeConsole(width=200)
     specs = list(catalog.flags.values())
     widest = max((len(s.name) for s in specs), default=4) + max(
         (len(", ".join(s.aliases)) for s in specs), default=0
@@ -1102,7 +1103,7 @@ def replay(
     knowledge folder the run read (or --knowledge)."""
     from agent.replay import replay as replay_run
 
-    console = Console()
+    console = SafeConsole()
     if redecide:
         _redecide(transcript, planner, console, verbose=verbose, knowledge=knowledge)
         return
@@ -1284,7 +1285,7 @@ def runs_(
         return
     infos = [_redacted_info(i) for i in infos]
     # Piped or captured (no terminal, so no width to fit): wide enough that nothing is cut.
-    console = Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=200)
+    console = SafeConsole() if sys.stdout.isatty() or os.environ.get("COLUMNS") else SafeConsole(width=200)
     if not infos:
         console.print(f"no runs in {home}")
         return
@@ -1335,7 +1336,7 @@ def show(
         print(json.dumps(_redacted(out, info.values)))
         return
     info = _redacted_info(info)
-    console = Console()
+    console = SafeConsole()
     render = EventRenderer(console, verbose=verbose)
     if info.transcript and Path(info.transcript).exists():
         try:
@@ -1466,11 +1467,11 @@ def _resume_locked(
         if decision or experiment:
             _fail(msg)
         err_console.print(msg)
-        _report(info.values, run_id, Path(info.transcript or "?"), json_out=json_out, console=Console())
+        _report(info.values, run_id, Path(info.transcript or "?"), json_out=json_out, console=SafeConsole())
         return
     _refuse_wrong_decision(run_id, request, waiting, decision=decision, experiment=experiment)
     tr, tpath = _continue_transcript(info, run_id)
-    console = Console(stderr=json_out)
+    console = SafeConsole(stderr=json_out)
     tr.listeners.append(EventRenderer(console, verbose=verbose, launch_progress=True))
     tr.listeners.append(llm_notices(console))
     rt = Runtime(tr, home, progress=ProgressBoard(console))

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from agent.transcript import TranscriptEvent
 from agent.wording import count
+from tools.sanitize import visible, visible_data
 
 _STATUS_STYLE = {"refuted": "red", "supported": "green", "confirmed": "bold green", "open": "yellow"}
 
@@ -74,9 +75,10 @@ class EventRenderer:
     def __call__(self, ev: TranscriptEvent) -> None:
         handler = getattr(self, "_" + ev.type.replace(".", "_"), None)
         if handler is not None:
-            handler(ev, ev.data)
+            # server log lines, FINDINGS titles, case text, remote output: escapes shown, never acted on
+            handler(ev, visible_data(ev.data))
         elif self.verbose:
-            self.console.print(f"[dim]{ev.type} {escape(str(ev.data))}[/]")
+            self.console.print(f"[dim]{ev.type} {escape(visible(str(ev.data)))}[/]")
 
     def _p(self, text: str) -> None:
         print_hanging(self.console, text)
