@@ -56,7 +56,7 @@ from tools.flags import FlagCatalog, FlagError, catalog_from_server_args, parse_
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import HostError, expand_argv
 from tools.knowledge import infer_features
-from tools.sanitize import SafeConsole
+from tools.sanitize import SafeConsole, without_credentials
 from tools.signatures import load_signatures
 
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
@@ -93,12 +93,34 @@ class _JsonResult:
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
+    message = without_credentials(message)  # a URL's password is never echoed (nor in the --json line)
     # soft_wrap: a one-line error stays one line however long its paths are.
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     if _JsonResult.pending:
         _JsonResult.pending = False
         print(json.dumps({"run_id": _JsonResult.run_id, "status": "error", "error": message, "exit_code": code}))
     raise typer.Exit(code)
+
+
+def _owner_only(home: Path) -> None:
+    """Make the state folder (and the store, lock and run folders in it, made by an older hypoloop
+    with 0755/0644) private to its owner; a folder owned by someone else is left as it is."""
+    for path in (home, home / "checkpoints.sqlite", home / "locks", home / "runs"):
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            if st.st_uid == os.getuid():
+                path.chmod(0o700 if path.is_dir() else 0o600)
+
+
+def _private_files() -> None:
+    """Every file and folder hypoloop creates (checkpoints.sqlite holding the case as given, locks,
+    runs/*, server logs, transcripts, caches) is private: 0600 files in 0700 folders (umask 077). The
+    servers it launches keep the user's own umask (``tools.host.SERVER_UMASK``)."""
+    import tools.host
+
+    user = os.umask(0o077)
+    if tools.host.SERVER_UMASK < 0:
+        tools.host.SERVER_UMASK = user
 
 
 def state_dir() -> Path:
@@ -108,6 +130,7 @@ def state_dir() -> Path:
     home = Path(os.environ.get("HYPOLOOP_HOME", "~/.hypoloop")).expanduser()
     try:
         home.mkdir(parents=True, exist_ok=True)
+        _owner_only(home)
         # A uniquely named probe, removed on close: concurrent hypoloop processes (two `resume`s
         # answering the same run) must not delete each other's probe.
         with tempfile.TemporaryFile(dir=home, prefix=".write-test-"):
@@ -1626,6 +1649,7 @@ def main() -> None:
     from agent.knowledge_dir import KnowledgeDirError, knowledge_dir
     from agent.planner_weights import PlannerWeightsError, weights
 
+    _private_files()
     try:
         weights()  # the planner's tunables: a bad file is one line, not a traceback
         knowledge_dir()  # a $HYPOLOOP_KNOWLEDGE that is no folder: one line

@@ -7,6 +7,7 @@ it reaches a terminal or a report.
 - `visible_data`: the same over every string of a JSON-like value (dicts, lists, tuples, dataclasses).
 - `md_text`: `visible` plus HTML escaping of ``<``, ``>`` and ``&``, for Markdown prose (Markdown
   renderers pass raw HTML through; entities show as the characters they stand for).
+- `without_credentials`: a URL shown without the password in it (``ssh://user:PW@host``).
 - `SafeConsole`: a rich ``Console`` whose every rendered text segment goes through `visible`, the
   last line of defence for whatever reaches a terminal.
 
@@ -90,6 +91,15 @@ def fenced(text: str) -> str:
     """``text`` safe inside a Markdown code fence: `visible`, and a line of backticks or tildes (which
     would close the fence) indented by one space."""
     return re.sub(r"(?m)^(\s{0,3})(`{3,}|~{3,})", r"\1 \2", visible(text))
+
+
+_URL_CREDENTIALS = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://)([^/\s:@]*):[^/\s@]*@")
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with the password of every URL in it left out (``ssh://user:PW@host`` →
+    ``ssh://user@host``), so an error can show the URL it refuses (RFC 3986 userinfo)."""
+    return _URL_CREDENTIALS.sub(r"\1\2@", text)
 
 
 class SafeConsole(Console):

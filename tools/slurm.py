@@ -59,6 +59,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from tools.sanitize import without_credentials
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tools.host import (
@@ -262,23 +264,24 @@ def parse_slurm_target(target: str) -> SlurmTarget:
 
     Raises `HostError` with one line naming what is wrong.
     """
+    shown = without_credentials(target)  # a password is refused (parse_target), never echoed
     if target.startswith("slurm://"):
         part = target[len("slurm://") :].strip("/")
         if not part or not _PARTITION.match(part):
-            raise HostError(f"{target}: expected slurm://PARTITION (a partition name such as gpu)")
+            raise HostError(f"{shown}: expected slurm://PARTITION (a partition name such as gpu)")
         return SlurmTarget(partition=part)
     if target.startswith("slurm+ssh://"):
         parts = urlsplit(target)
         part = parts.path.strip("/")
         if not part or not _PARTITION.match(part) or parts.query or parts.fragment:
-            raise HostError(f"{target}: expected slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION")
+            raise HostError(f"{shown}: expected slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION")
         login = f"ssh://{parts.netloc}"
         try:
             parse_target(login)
         except HostError as exc:
-            raise HostError(f"{target}: {str(exc).split(': ', 1)[-1]}") from None
+            raise HostError(f"{shown}: {str(exc).split(': ', 1)[-1]}") from None
         return SlurmTarget(partition=part, login=login)
-    raise HostError(f"{target}: expected slurm://PARTITION or slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION")
+    raise HostError(f"{shown}: expected slurm://PARTITION or slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION")
 
 
 class SlurmOrphan(BaseModel):

@@ -58,6 +58,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from tools.sanitize import without_credentials
+
 import paramiko
 from pydantic import BaseModel, Field
 
@@ -131,27 +133,29 @@ class SSHTarget(BaseModel):
 def parse_target(target: str) -> SSHTarget:
     """Parse ``ssh://[USER@]HOST[:PORT]`` (HOST may be an ssh-config alias or ``[IPv6]``).
 
-    Raises `HostError` naming what is wrong (no password, path, query or fragment is accepted).
+    Raises `HostError` naming what is wrong (no password, path, query or fragment is accepted); the
+    message shows the target without its password.
     """
+    shown = without_credentials(target)  # refused below, and never echoed
     if not target.startswith("ssh://"):
-        raise HostError(f"{target}: expected ssh://[USER@]HOST[:PORT]")
+        raise HostError(f"{shown}: expected ssh://[USER@]HOST[:PORT]")
     parts = urlsplit(target)
     try:
         port = parts.port
     except ValueError:
-        raise HostError(f"{target}: the port is not a number in 1-65535") from None
+        raise HostError(f"{shown}: the port is not a number in 1-65535") from None
     if parts.password is not None:
-        raise HostError(f"{target}: passwords are not accepted in the target; use a key (--ssh-key)")
+        raise HostError(f"{shown}: passwords are not accepted in the target; use a key (--ssh-key)")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise HostError(f"{target}: expected ssh://[USER@]HOST[:PORT] and nothing after it")
+        raise HostError(f"{shown}: expected ssh://[USER@]HOST[:PORT] and nothing after it")
     if not parts.hostname:
-        raise HostError(f"{target}: no host name")
+        raise HostError(f"{shown}: no host name")
     if port == 0:
-        raise HostError(f"{target}: the port is not a number in 1-65535")
+        raise HostError(f"{shown}: the port is not a number in 1-65535")
     if any(ch.isspace() for ch in parts.netloc):
-        raise HostError(f"{target}: a host name has no spaces")
+        raise HostError(f"{shown}: a host name has no spaces")
     if parts.netloc.count("@") > 1:
-        raise HostError(f"{target}: more than one '@': expected ssh://[USER@]HOST[:PORT]")
+        raise HostError(f"{shown}: more than one '@': expected ssh://[USER@]HOST[:PORT]")
     return SSHTarget(user=parts.username or None, host=parts.hostname, port=port)
 
 
@@ -248,14 +252,15 @@ def _spawn_script(cmd: list[str], env: dict[str, str], path: str, *, nonce: str,
         # A retry after a dropped connection finds the server this very call started.
         f"if [ -s {_q(pid_file)} ] && grep -q {_q(nonce)} {_q(pid_file)}; then cat {_q(pid_file)}; exit 0; fi\n"
         + _precheck(cmd[0])
-        + f"mkdir -p -- {_q(directory)} || exit 1\n"
+        # hypoloop's run folder and the log are private (0700/0600); the server keeps the login's umask
+        + f"(umask 077 && mkdir -p -- {_q(directory)}) || exit 1\n"
         # A full disk: the server's log could not be written, so the launch would say nothing.
         + f"d={_q(directory)}\n"
         + _SH_FREE_KB
         + f'case "$avail" in ""|*[!0-9]*) ;; *) if [ "$avail" -lt {MIN_FREE_BYTES // 1024} ]; then '
         + f'echo "{_DISK_FULL_MARK}$((avail * 1024))" >&2; exit 28; fi ;; esac\n'
         + f"rm -f -- {_q(pid_file)} {_q(pid_file + '.tmp')} {_q(rc_file)}\n"
-        + f": > {_q(path)} || exit 1\n"
+        + f"(umask 077 && : > {_q(path)}) || exit 1\n"
         + f"printf '%s\\n' {_q(meta)} > {_q(meta_file)}\n"
         + f"setsid -f /bin/sh -c {_q(leader)} </dev/null >> {_q(path)} 2>&1 || exit 1\n"
         + "i=0\n"
