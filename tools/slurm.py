@@ -59,8 +59,6 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from tools.sanitize import without_credentials
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tools.host import (
@@ -74,6 +72,7 @@ from tools.host import (
     SchedulerError,
     disk_full_error,
 )
+from tools.sanitize import without_credentials
 from tools.ssh import SSHHost, _local_pid_alive, parse_target
 
 __all__ = [

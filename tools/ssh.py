@@ -58,8 +58,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from tools.sanitize import without_credentials
-
 import paramiko
 from pydantic import BaseModel, Field
 
@@ -76,6 +74,7 @@ from tools.host import (
 )
 from tools.leftovers import Orphan
 from tools.leftovers import port_from_argv as _port_from_argv
+from tools.sanitize import without_credentials
 
 __all__ = ["Orphan", "SSHHost", "SSHOptions", "SSHStats", "SSHTarget", "parse_target"]
 
