@@ -49,7 +49,6 @@ import getpass
 import os
 import random
 import re
-import select
 import socket
 import threading
 import time
@@ -72,6 +71,7 @@ from tools.host import (
     SchedulerError,
     disk_full_error,
 )
+from tools.relay import LocalListener, pump
 from tools.sanitize import without_credentials
 from tools.ssh import SSHHost, _local_pid_alive, parse_target
 
@@ -359,37 +359,18 @@ class _Relay:
 
     def __init__(self, host: str, port: int) -> None:
         self.dest = (host, port)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.local_port = int(self.sock.getsockname()[1])
-        self._closed = threading.Event()
-        threading.Thread(target=self._accept, name=f"slurm-relay-{port}", daemon=True).start()
+        self._listener = LocalListener(f"slurm-relay-{port}", self._serve)
+        self.local_port = self._listener.local_port
+        self._closed = self._listener.closed
 
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
+    def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:
         try:
             upstream = socket.create_connection(self.dest, timeout=10.0)
         except OSError:
             client.close()
             return
         try:
-            while not self._closed.is_set():
-                ready, _, _ = select.select([client, upstream], [], [], 0.5)
-                for src, dst in ((client, upstream), (upstream, client)):
-                    if src in ready:
-                        data = src.recv(1 << 16)
-                        if not data:
-                            return
-                        dst.sendall(data)
+            pump(client, upstream, self._closed)
         except OSError:
             pass
         finally:
@@ -397,9 +378,7 @@ class _Relay:
             client.close()
 
     def close(self) -> None:
-        self._closed.set()
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        self._listener.close()
 
 
 _WRAPPER = "hypoloop-job.sh"

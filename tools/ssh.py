@@ -46,7 +46,6 @@ import os
 import random
 import re
 import secrets
-import select
 import shlex
 import socket
 import threading
@@ -74,6 +73,7 @@ from tools.host import (
 )
 from tools.leftovers import Orphan
 from tools.leftovers import port_from_argv as _port_from_argv
+from tools.relay import LocalListener, pump
 from tools.sanitize import without_credentials
 
 __all__ = ["Orphan", "SSHHost", "SSHOptions", "SSHStats", "SSHTarget", "parse_target"]
@@ -436,23 +436,11 @@ class _Forwarder:
         self.host = host
         self.port = port
         self.to_host = to_host
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.local_port = int(self.sock.getsockname()[1])
-        self._closed = threading.Event()
         self._conns: set[tuple[socket.socket, paramiko.Channel]] = set()
         self._lock = threading.Lock()
-        threading.Thread(target=self._accept, name=f"ssh-forward-{port}", daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, peer = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client, peer), daemon=True).start()
+        self._listener = LocalListener(f"ssh-forward-{port}", self._serve)
+        self.local_port = self._listener.local_port
+        self._closed = self._listener.closed
 
     def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:
         try:
@@ -463,18 +451,7 @@ class _Forwarder:
         with self._lock:
             self._conns.add((client, chan))
         try:
-            while not self._closed.is_set():
-                ready, _, _ = select.select([client, chan], [], [], 0.5)
-                if client in ready:
-                    data = client.recv(1 << 16)
-                    if not data:
-                        break
-                    chan.sendall(data)
-                if chan in ready:
-                    data = chan.recv(1 << 16)
-                    if not data:
-                        break
-                    client.sendall(data)
+            pump(client, chan, self._closed)
         except (OSError, EOFError, paramiko.SSHException):
             pass
         finally:
@@ -484,9 +461,7 @@ class _Forwarder:
             client.close()
 
     def close(self) -> None:
-        self._closed.set()
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        self._listener.close()
         with self._lock:
             conns = list(self._conns)
         for client, chan in conns:
