@@ -186,6 +186,16 @@ class EventRenderer:
     def _experiment_recovered(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         self._p(f"  [yellow]recovered[/] {d.get('experiment_id')}: {escape(str(d.get('reason')))}")
 
+    def _slurm_job_pending(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        """What a queued Slurm job waits for (the scheduler's reason, its place in the queue)."""
+        place = f", {d['position']} of {d['pending_jobs']} pending" if d.get("position") else ""
+        limit = f" (gives up at {d['limit_s']:.0f} s)" if d.get("limit_s") else ""
+        self._p(
+            f"  [yellow]⏳ Slurm job {d.get('job_id')}[/] ({escape(str(d.get('what') or 'job'))}) pending in partition "
+            f"{escape(str(d.get('partition')))}: reason {escape(str(d.get('reason') or 'none given'))}{place}; "
+            f"waited {float(d.get('waited_s') or 0):.0f} s{limit}"
+        )
+
     def _server_launched(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         self._p(f"  ⏵ server launched on port {d.get('port')} [dim](log {escape(str(d.get('log')))})[/]")
 
