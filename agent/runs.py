@@ -269,6 +269,9 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
     snap = graph.get_state({"configurable": {"thread_id": run_id}})
     values: dict[str, Any] = dict(snap.values or {})
     if not values:
+        # Killed right after its first save: the checkpoint holds only the run's input, yet to start.
+        values = _input_only(graph, run_id)
+    if not values:
         return None
     # An answer given to the approval and saved before its process ended is not asked again: the run
     # continues with it (LangGraph's live view still lists the question until the approve step reruns).
@@ -306,6 +309,15 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
         leftovers=[] if holder else local_leftovers(home, run_id),
         values=values,
     )
+
+
+def _input_only(graph: Any, run_id: str) -> dict[str, Any]:
+    """The input of a run whose only checkpoint is its input (LangGraph's ``__start__`` channel, step -1:
+    the process ended before the first step), or ``{}``."""
+    saver = graph.checkpointer
+    saved = saver.get_tuple({"configurable": {"thread_id": run_id}}) if saver is not None else None
+    start = saved.checkpoint.get("channel_values", {}).get("__start__") if saved else None
+    return dict(start) if isinstance(start, dict) and start.get("run_id") == run_id else {}
 
 
 def _answer_saved(graph: Any, run_id: str) -> bool:
