@@ -57,6 +57,7 @@ from tools.flags import FlagCatalog, FlagError, catalog_from_server_args, parse_
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import HostError, expand_argv
 from tools.knowledge import infer_features
+from tools.sanitize import SafeConsole, without_credentials
 from tools.signatures import for_engine, load_signatures
 
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
@@ -73,7 +74,7 @@ app = typer.Typer(
     rich_markup_mode=None,  # click's plain help: wraps every word at any width; rich's table cut names with '…'
     help="hypoloop: find why an LLM inference deployment fails, one experiment at a time.",
 )
-err_console = Console(stderr=True)
+err_console = SafeConsole(stderr=True)
 
 
 def _version(value: bool) -> None:
@@ -114,12 +115,34 @@ class _JsonResult:
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
+    message = without_credentials(message)  # a URL's password is never echoed (nor in the --json line)
     # soft_wrap: a one-line error stays one line however long its paths are.
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     if _JsonResult.pending:
         _JsonResult.pending = False
         print(json.dumps({"run_id": _JsonResult.run_id, "status": "error", "error": message, "exit_code": code}))
     raise typer.Exit(code)
+
+
+def _owner_only(home: Path) -> None:
+    """Make the state folder (and the store, lock and run folders in it, made by an older hypoloop
+    with 0755/0644) private to its owner; a folder owned by someone else is left as it is."""
+    for path in (home, home / "checkpoints.sqlite", home / "locks", home / "runs"):
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            if st.st_uid == os.getuid():
+                path.chmod(0o700 if path.is_dir() else 0o600)
+
+
+def _private_files() -> None:
+    """Every file and folder hypoloop creates (checkpoints.sqlite holding the case as given, locks,
+    runs/*, server logs, transcripts, caches) is private: 0600 files in 0700 folders (umask 077). The
+    servers it launches keep the user's own umask (``tools.host.SERVER_UMASK``)."""
+    import tools.host
+
+    user = os.umask(0o077)
+    if tools.host.SERVER_UMASK < 0:
+        tools.host.SERVER_UMASK = user
 
 
 def state_dir() -> Path:
@@ -129,6 +152,7 @@ def state_dir() -> Path:
     home = Path(os.environ.get("HYPOLOOP_HOME", "~/.hypoloop")).expanduser()
     try:
         home.mkdir(parents=True, exist_ok=True)
+        _owner_only(home)
         # A uniquely named probe, removed on close: concurrent hypoloop processes (two `resume`s
         # answering the same run) must not delete each other's probe.
         with tempfile.TemporaryFile(dir=home, prefix=".write-test-"):
@@ -701,7 +725,7 @@ def _run(
         store.__exit__(None, None, None)
         lock.release()
         _fail(f"{transcript_dir}: cannot write the transcript: {exc.strerror}")
-    console = Console(stderr=json_out)
+    console = SafeConsole(stderr=json_out)
     tr.listeners.append(
         EventRenderer(console, verbose=verbose, show_input_errors=False, launch_progress=True, command_for=_command_for)
     )
@@ -799,7 +823,7 @@ def _analyze(
     if json_out:
         print(json.dumps(_analyze_json(logfile, outcome, verdict, ranked, proposal, suggestions)))
         return
-    console = Console()
+    console = SafeConsole()
     print_hanging(console, f"[bold]{escape(str(logfile))}[/]: stage reached [bold]{outcome.stage}[/] — {verdict}")
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]")
@@ -1178,7 +1202,7 @@ def replay(
     knowledge folder the run read (or --knowledge)."""
     from agent.replay import replay as replay_run
 
-    console = Console()
+    console = SafeConsole()
     if redecide:
         _redecide(transcript, planner, console, verbose=verbose, knowledge=knowledge)
         return
@@ -1462,7 +1486,7 @@ def _said(status: str) -> str:
 def _piped_console() -> Console:
     """The console of a listing command: the terminal's width; piped with no COLUMNS, 80 columns (the
     listings then use their one-record-a-few-lines layout, whose lines wrap and are never cut)."""
-    return Console() if sys.stdout.isatty() or os.environ.get("COLUMNS") else Console(width=80)
+    return SafeConsole() if sys.stdout.isatty() or os.environ.get("COLUMNS") else SafeConsole(width=80)
 
 
 def _run_detail(info: RunInfo) -> str:
@@ -1547,7 +1571,7 @@ def show(
         print(json.dumps(_redacted(out, info.values)))
         return
     info = _redacted_info(info)
-    console = Console()
+    console = SafeConsole()
     render = EventRenderer(console, verbose=verbose)
     if info.transcript and Path(info.transcript).exists():
         try:
@@ -1679,11 +1703,11 @@ def _resume_locked(
         if decision or experiment:
             _fail(msg)
         err_console.print(msg)
-        _report(info.values, run_id, Path(info.transcript or "?"), json_out=json_out, console=Console())
+        _report(info.values, run_id, Path(info.transcript or "?"), json_out=json_out, console=SafeConsole())
         return
     _refuse_wrong_decision(run_id, request, waiting, decision=decision, experiment=experiment)
     tr, tpath = _continue_transcript(info, run_id)
-    console = Console(stderr=json_out)
+    console = SafeConsole(stderr=json_out)
     tr.listeners.append(EventRenderer(console, verbose=verbose, launch_progress=True, command_for=_command_for))
     tr.listeners.append(llm_notices(console))
     rt = Runtime(tr, home, progress=ProgressBoard(console))
@@ -1838,6 +1862,7 @@ def main() -> None:
     from agent.knowledge_dir import KnowledgeDirError, knowledge_dir
     from agent.planner_weights import PlannerWeightsError, weights
 
+    _private_files()
     try:
         weights()  # the planner's tunables: a bad file is one line, not a traceback
         knowledge_dir()  # a $HYPOLOOP_KNOWLEDGE that is no folder: one line

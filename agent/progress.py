@@ -37,6 +37,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.render import clock, print_hanging, shown_line, summary_line
+from tools.sanitize import visible
 from tools.signatures import Signature
 
 #: The steps of a start-up in order, as a user names them.
@@ -308,7 +309,7 @@ class LoadProgress:
             log = Table.grid(padding=(0, 1))
             log.add_column(no_wrap=True, style="dim")
             log.add_column(overflow="fold")  # the evidence wraps (under itself, not at column 0), never cut
-            log.add_row(f"     log:{n}", Text(text))
+            log.add_row(f"     log:{n}", Text(visible(text)))  # the server's bytes: escapes shown, not acted on
             parts.append(log)
         return Group(*parts)
 

@@ -44,7 +44,8 @@ _NOT_SECRET_VALUES = frozenset({"none", "null", "true", "false", "", "empty", "n
 
 _TOKEN_PATTERNS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S), REDACTED),
-    (re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}"), REDACTED),  # OpenAI (sk-..., sk-proj-...)
+    # OpenAI-style keys (sk-..., sk-proj-...) of any length: a long one, or any with a digit in it
+    (re.compile(r"\bsk-(?:[A-Za-z0-9_\-]{16,}|(?=[A-Za-z_\-]*\d)[A-Za-z0-9_\-]+)"), REDACTED),
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),  # Hugging Face
     (re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})"), REDACTED),
     (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),  # Slack
@@ -61,6 +62,13 @@ _TOKEN_PATTERNS: list[tuple[re.Pattern[str], str]] = [
 _SECRET_OPTION = re.compile(
     r"(?i)(--(?:[a-z0-9]+-)*(?:api-key|key|token|secret|password|passwd|credentials?))(=|\s+)([\"']?)([^\s\"']+)\3"
 )
+#: ``"--api-key": "VALUE"`` / ``'--api-key', 'VALUE'`` (a quoted option in a dict or an argv list).
+_QUOTED_SECRET_OPTION = re.compile(
+    r"""(?i)(["'])(--(?:[a-z0-9]+-)*(?:api-key|key|token|secret|password|passwd|credentials?))\1(\s*[:=,]\s*)(["'])([^"']+)\4"""
+)
+#: A change as hypoloop words it (``--api-key: (unset) → VALUE``, ``HF_TOKEN: a → b``): a secret name's
+#: values go, whatever their shape.
+_CHANGE = re.compile(r"(?<![\w.\-/])(--?[A-Za-z0-9][\w.\-]*|[A-Za-z_][\w.\-]*)(:\s+)(\S+)(\s+→\s+)(\S+)")
 #: ``name=value``, ``name: value``, ``"name": "value"``; the name decides (``is_secret_name``).
 # The value may not itself be an assignment: in "RuntimeError: HF_TOKEN=hf_..." the match must be the
 # inner HF_TOKEN=..., not "RuntimeError: <everything after>", which would hide the secret from the check.
@@ -166,6 +174,8 @@ class Redactor:
         for pattern, repl in _TOKEN_PATTERNS:
             text = pattern.sub(repl, text)
         text = _SECRET_OPTION.sub(self._option, text)
+        text = _QUOTED_SECRET_OPTION.sub(_quoted_option, text)
+        text = _CHANGE.sub(_change, text)
         text = _API_KEY_FIELD.sub(_api_key_field, text)
         text = _ASSIGNMENT.sub(self._assignment, text)
         if self.mask_hosts:
@@ -224,6 +234,23 @@ class Redactor:
 
 #: ``api_key='...'`` (0.5.9's ``ServerArgs(...)`` repr) and ``'api_key': '...'`` (0.5.23's dict form) in
 #: SGLang's server-args line; also ``admin_api_key``.
+def _quoted_option(m: re.Match[str]) -> str:
+    value = m.group(5)
+    if value.lower() in _NOT_SECRET_VALUES or value.startswith(("-", "$")):
+        return m.group(0)
+    return f"{m.group(1)}{m.group(2)}{m.group(1)}{m.group(3)}{m.group(4)}{REDACTED}{m.group(4)}"
+
+
+def _change(m: re.Match[str]) -> str:
+    if not is_secret_name(m.group(1)):
+        return m.group(0)
+
+    def hide(v: str) -> str:
+        return v if v in ("(unset)", "(on)", "(off)", REDACTED) or v.startswith("$") else REDACTED
+
+    return f"{m.group(1)}{m.group(2)}{hide(m.group(3))}{m.group(4)}{hide(m.group(5))}"
+
+
 _API_KEY_FIELD = re.compile(r"""(?i)(\b\w*api_key['"]?\s*[=:]\s*)(['"])([^'"]+)\2""")
 
 

@@ -17,6 +17,7 @@ from agent.recorded import RecordedRun
 from agent.transcript import TranscriptEvent
 from agent.wording import count
 from tools.fingerprint import engine_label
+from tools.sanitize import visible, visible_data
 
 _STATUS_STYLE = {"refuted": "red", "supported": "green", "confirmed": "bold green", "open": "yellow"}
 
@@ -105,14 +106,15 @@ class EventRenderer:
         if self.run is not None:
             self.run.add(ev)  # the working command at the end needs the launches the run made
         if ev.type == "hypothesis.added" and self.batch_new_hypotheses and not self.verbose:
-            self._added.append(ev.data)  # shown as a few lines once the batch ends
+            self._added.append(visible_data(ev.data))  # shown as a few lines once the batch ends
             return
         self.flush()
         handler = getattr(self, "_" + ev.type.replace(".", "_"), None)
         if handler is not None:
-            handler(ev, ev.data)
+            # server log lines, FINDINGS titles, case text, remote output: escapes shown, never acted on
+            handler(ev, visible_data(ev.data))
         elif self.verbose:
-            self.console.print(f"[dim]{ev.type} {escape(str(ev.data))}[/]")
+            self.console.print(f"[dim]{ev.type} {escape(visible(str(ev.data)))}[/]")
 
     def _p(self, text: str) -> None:
         print_hanging(self.console, text)
@@ -222,6 +224,16 @@ class EventRenderer:
 
     def _experiment_recovered(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         self._p(f"  [yellow]recovered[/] {d.get('experiment_id')}: {escape(str(d.get('reason')))}")
+
+    def _slurm_job_pending(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        """What a queued Slurm job waits for (the scheduler's reason, its place in the queue)."""
+        place = f", {d['position']} of {d['pending_jobs']} pending" if d.get("position") else ""
+        limit = f" (gives up at {d['limit_s']:.0f} s)" if d.get("limit_s") else ""
+        self._p(
+            f"  [yellow]⏳ Slurm job {d.get('job_id')}[/] ({escape(str(d.get('what') or 'job'))}) pending in partition "
+            f"{escape(str(d.get('partition')))}: reason {escape(str(d.get('reason') or 'none given'))}{place}; "
+            f"waited {float(d.get('waited_s') or 0):.0f} s{limit}"
+        )
 
     def _server_launched(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         self._p(f"  ⏵ server launched on port {d.get('port')} [dim](log {escape(str(d.get('log')))})[/]")

@@ -30,6 +30,7 @@ from rich.table import Table
 from agent.render import EventRenderer, _change_text, shown_line
 from agent.transcript import TranscriptError, TranscriptEvent, parse_event, read_transcript
 from agent.wording import count
+from tools.sanitize import SafeConsole
 
 if TYPE_CHECKING:
     from agent.case import Case
@@ -728,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--speed", type=float, default=None)
     ap.add_argument("--verbose", "-v", action="store_true")
     args = ap.parse_args(argv)
-    console = Console()
+    console = SafeConsole()
     if args.speed is not None and (args.speed <= 0 or args.follow):
         print(
             "error: --speed needs a positive number and a finished recording (not --follow)", file=sys.stderr

@@ -28,6 +28,7 @@ from agent.redact import run_redactor
 from agent.render import _change_text, alternative_text, answer_rows, shown_line
 from agent.wording import count
 from tools.fingerprint import engine_label
+from tools.sanitize import fenced, map_strings, md_text, visible_data
 
 #: Lines of context on each side of a cited log line, and the most lines one excerpt shows.
 _CONTEXT = 1
@@ -1137,15 +1138,32 @@ def render_html(rep: Report) -> str:
 
 def render(run: RecordedRun, fmt: str) -> str:
     """The report of ``run`` as ``md`` or ``html`` text. Raises ValueError for another format."""
-    rep = build_report(run)
+    # Server log lines, FINDINGS titles, case text: control and escape sequences shown visibly
+    # (tools/sanitize.py); the HTML is escaped by its templates, the Markdown here.
+    rep = visible_data(build_report(run))
     # Log excerpts come from the server logs too, and older transcripts were not redacted: the whole
     # document passes the run's redaction (the case as recorded, this process's environment).
     redact = run_redactor(_recorded_case(run))
     if fmt == "md":
-        return redact(render_markdown(rep))
+        return redact(render_markdown(_md_safe(rep)))
     if fmt == "html":
         return redact(render_html(rep))
     raise ValueError(f"--format {fmt}: expected md or html")
+
+
+def _md_safe(rep: Report) -> Report:
+    """``rep`` with its text safe in Markdown: raw HTML from outside (a FINDINGS title's ``<script>``)
+    shown as text (`tools.sanitize.md_text`); log excerpts and the FINDINGS entry, shown in code fences,
+    only kept from closing their fence."""
+
+    def excerpt(obj: Any) -> Any:
+        if isinstance(obj, Excerpt):
+            return Excerpt(obj.experiment, md_text(obj.source), [(n, fenced(t), c) for n, t, c in obj.lines])
+        return None
+
+    safe: Report = map_strings(rep, md_text, excerpt)
+    safe.findings_entry = fenced(rep.findings_entry)
+    return safe
 
 
 def _recorded_case(run: RecordedRun) -> Any:

@@ -69,7 +69,7 @@ def open_checkpointer(home: Path) -> Iterator[SqliteSaver]:
     # A generous busy timeout: `runs`/`show` may read while another process writes a checkpoint.
     conn = sqlite3.connect(path, check_same_thread=False, timeout=30)
     try:
-        saver = SqliteSaver(conn)
+        saver = _FaultSaver(conn) if _FAULT_KILL_STORE else SqliteSaver(conn)
         try:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             saver.setup()
@@ -81,6 +81,50 @@ def open_checkpointer(home: Path) -> Iterator[SqliteSaver]:
         yield saver
     finally:
         conn.close()
+
+
+#: Fault injection for the kill tests (tests/test_resume_any_kill.py): ``KIND#N[:fill=DIR]`` acts right
+#: after the N-th save of KIND is committed to the store, KIND being ``put`` (a checkpoint), ``writes``
+#: (a task's pending writes) or ``any`` (either, counted together): it kills this process with SIGKILL,
+#: or with ``:fill=DIR`` fills the disk holding DIR (a test's small tmpfs), so the next save meets a
+#: real full disk. Unset in normal use.
+_FAULT_KILL_STORE = os.environ.get("HYPOLOOP_FAULT_KILL_STORE", "")
+
+
+class _FaultSaver(SqliteSaver):
+    """SqliteSaver that kills its process (or fills a disk) after the save ``HYPOLOOP_FAULT_KILL_STORE``
+    names."""
+
+    _seen = 0  # saves of the named kind by this process (every store it opens)
+
+    def _count(self, kind: str) -> None:
+        spec, _, action = _FAULT_KILL_STORE.partition(":")
+        want, _, nth = spec.partition("#")
+        if want not in (kind, "any"):
+            return
+        _FaultSaver._seen += 1
+        if _FaultSaver._seen != int(nth or 1):
+            return
+        if action.startswith("fill="):
+            fd = os.open(Path(action[5:]) / ".filler", os.O_WRONLY | os.O_CREAT, 0o600)
+            for chunk in (1 << 16, 512, 1):  # down to the last byte a write can take
+                with contextlib.suppress(OSError):
+                    while True:
+                        os.write(fd, b"\0" * chunk)
+            os.close(fd)
+            return
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        out = super().put(*args, **kwargs)
+        self._count("put")
+        return out
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        super().put_writes(*args, **kwargs)
+        self._count("writes")
 
 
 # ---------------------------------------------------------------------------------------- locks
@@ -227,13 +271,22 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
     snap = graph.get_state({"configurable": {"thread_id": run_id}})
     values: dict[str, Any] = dict(snap.values or {})
     if not values:
+        # Killed right after its first save: the checkpoint holds only the run's input, yet to start.
+        values = _input_only(graph, run_id)
+    if not values:
         return None
-    pending = next((i.value for i in snap.interrupts if isinstance(i.value, dict)), None)
+    # An answer given to the approval and saved before its process ended is not asked again: the run
+    # continues with it (LangGraph's live view still lists the question until the approve step reruns).
+    answered = _answer_saved(graph, run_id)
+    pending = None if answered else next((i.value for i in snap.interrupts if isinstance(i.value, dict)), None)
+    # Every task of the step to come, also one whose writes are saved already (its process ended before
+    # the step's checkpoint): LangGraph's ``snap.next`` leaves those out, yet the run must go on from them.
+    steps = [t.name for t in snap.tasks]
     holder = lock_holder(home, run_id)
     status: RunStatus
     if pending is not None:
         status = "waiting_for_approval"
-    elif not snap.next and values.get("conclusion"):
+    elif not steps and values.get("conclusion"):
         status = "finished"
     else:  # a run with no conclusion never counts as finished, whatever its checkpoint says comes next
         status = "running" if holder else "interrupted"
@@ -254,10 +307,28 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
         launches=launches,
         host_seconds=values.get("host_seconds", 0.0),
         holder=holder,
-        next=list(snap.next or ()),
+        next=steps,
         leftovers=[] if holder else local_leftovers(home, run_id),
         values=values,
     )
+
+
+def _input_only(graph: Any, run_id: str) -> dict[str, Any]:
+    """The input of a run whose only checkpoint is its input (LangGraph's ``__start__`` channel, step -1:
+    the process ended before the first step), or ``{}``."""
+    saver = graph.checkpointer
+    saved = saver.get_tuple({"configurable": {"thread_id": run_id}}) if saver is not None else None
+    start = saved.checkpoint.get("channel_values", {}).get("__start__") if saved else None
+    return dict(start) if isinstance(start, dict) and start.get("run_id") == run_id else {}
+
+
+def _answer_saved(graph: Any, run_id: str) -> bool:
+    """Whether the run's latest checkpoint holds a saved answer to its approval question (a ``__resume__``
+    pending write, saved the moment ``resume --decision`` handed it to the graph) that no step used yet.
+    The channel name is LangGraph's ``RESUME`` (``langgraph/_internal/_constants.py``, langgraph 1.x)."""
+    saver = graph.checkpointer
+    saved = saver.get_tuple({"configurable": {"thread_id": run_id}}) if saver is not None else None
+    return bool(saved and any(w[1] == "__resume__" for w in saved.pending_writes or ()))
 
 
 def local_leftovers(home: Path, run_id: str) -> list[dict[str, Any]]:

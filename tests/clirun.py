@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
 
@@ -54,3 +56,16 @@ def live_processes(marker: str, *, only: str | None = None) -> dict[int, str]:
         if marker in cmd or marker in out:
             found[int(pid)] = cmd
     return found
+
+
+def transcript_events(path: Path) -> list[dict[str, Any]]:
+    """The events of a transcript as dicts, skipping a line a kill tore and a line a test damaged."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue  # a line torn by the kill
+        if isinstance(ev, dict) and "type" in ev:  # not a line a test damaged on purpose
+            out.append(ev)
+    return out

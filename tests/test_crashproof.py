@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clirun import live_processes, run_cli
+from clirun import live_processes, run_cli, transcript_events
 
 WORLD = "lab:glm5-nvfp4-sm120"
 SCALE = "0.002"
@@ -56,16 +56,7 @@ STEP_ENDS = ["experiment.proposed", "approval.decided", "server.stopped", "outco
 POINTS = KILL_AT + [f"{t}+5" for t in STEP_ENDS]
 
 
-def _events(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue  # a line torn by the kill
-        if isinstance(ev, dict) and "type" in ev:  # not a line a test damaged on purpose
-            out.append(ev)
-    return out
+_events = transcript_events
 
 
 def _last_json(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:

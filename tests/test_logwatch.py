@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from tools.host import LocalHost
-from tools.logwatch import LogLine, LogWatcher
+from tools.logwatch import CUT_NOTE, LogLine, LogWatcher
 
 
 class CountingHost(LocalHost):
@@ -84,13 +84,18 @@ def test_flush_returns_the_unterminated_last_line(tmp_path: Path) -> None:
     assert w.flush() == []
 
 
-def test_overlong_partial_line_is_emitted_in_pieces(tmp_path: Path) -> None:
+def test_an_overlong_line_is_one_cut_record_and_the_rest_is_read_past(tmp_path: Path) -> None:
+    """Its first max_line_bytes, said to be cut, as soon as they are there; the rest of the line is never
+    matched or kept; the next line is read as usual, with its own line number."""
     log = tmp_path / "server.log"
     _append(log, b"x" * 25)
     w = LogWatcher(LocalHost(), str(log), max_line_bytes=10)
-    assert [len(x.text) for x in w.poll()] == [10, 10]
-    _append(log, b"\n")
-    assert [x.text for x in w.poll()] == ["xxxxx"]
+    assert [x.text for x in w.poll()] == ["x" * 10 + CUT_NOTE.format(limit=10)]
+    _append(log, b"y" * 30)
+    assert w.poll() == []
+    _append(log, b"\nnext\n")
+    assert [(x.lineno, x.text) for x in w.poll()] == [(2, "next")]
+    assert w.offset == log.stat().st_size
 
 
 def test_growth_time_tracks_bytes_even_without_newline(tmp_path: Path) -> None:

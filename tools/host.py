@@ -79,6 +79,9 @@ class DiskFull(HostError):
 #: there, and a launch that failed there is taken for the disk's failure, not the server's. An SGLang
 #: launch log is tens of KB to a few MB; 1 MiB is far below what any working host has free.
 MIN_FREE_BYTES = 1 << 20
+#: The umask servers are started with (-1: this process's own). The CLI makes hypoloop's own files
+#: private (umask 077) and sets this to the user's umask, so a server's own files are as before.
+SERVER_UMASK = -1
 
 
 def disk_full_error(host: str, path: str, free: int) -> DiskFull:
@@ -461,6 +464,7 @@ class LocalHost:
                     env=merged,
                     start_new_session=True,
                     close_fds=True,
+                    umask=SERVER_UMASK,
                 )
         except FileNotFoundError:
             raise HostError(f"command not found: {cmd[0]}") from None

@@ -140,15 +140,28 @@ class FlagDifference(BaseModel):
 # --- reading files -------------------------------------------------------------------------------------
 
 
+#: The largest findings file read (bytes): an engineer's notes are kilobytes; a 16 MB file cost a run
+#: 100 s and 700 MB of memory, so a file over this is refused in one line instead.
+MAX_FINDINGS_BYTES = 1 << 20
+
+
 def read_findings(path: Path) -> list[Finding]:
     """Read one findings Markdown file into Findings, in file order.
 
     Raises KnowledgeError (one line, names the file) when the file is missing, unreadable, a
-    directory, or not UTF-8 text. A readable file without findings gives ``[]``.
+    directory, not UTF-8 text, or larger than `MAX_FINDINGS_BYTES` (read no further than that). A
+    readable file without findings gives ``[]``.
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FINDINGS_BYTES + 1)  # never more than the limit in memory
+        if len(raw) > MAX_FINDINGS_BYTES:
+            raise KnowledgeError(
+                f"{path}: findings file is over {MAX_FINDINGS_BYTES >> 20} MiB ({path.stat().st_size / (1 << 20):.1f} MiB), "
+                "too large to read as notes; keep the entries about this deployment in a smaller file"
+            )
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise KnowledgeError(f"{path}: findings file is not UTF-8 text (byte {exc.start})") from exc
     except OSError as exc:

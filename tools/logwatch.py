@@ -19,6 +19,12 @@ from pydantic import BaseModel
 from tools.host import Host
 
 _CHUNK = 1 << 20
+#: At most this many bytes are read per poll, so one poll takes a bounded time however fast the server
+#: writes (the rest is read by the next polls; ``backlog`` says some is waiting).
+_POLL_BYTES = 4 << 20
+#: An overlong line's record is its first ``max_line_bytes`` followed by this note; the rest of that
+#: line is read past without being matched or shown (a 10 MB line costs hypoloop a bounded time).
+CUT_NOTE = " … [the rest of this log line is skipped: it is longer than {limit} bytes]"
 _BREAK = re.compile(rb"\r\n|\r|\n")
 
 
@@ -37,16 +43,17 @@ class LogWatcher:
     there resumes cleanly); `lines_read` — complete physical lines so far (line numbers continue from it;
     with `start_offset` > 0 they count from the start offset, not the file's start); `bytes_read` — bytes
     consumed including an unterminated tail; `last_growth_monotonic` — when new bytes last arrived (None
-    before any).
+    before any); `backlog` — the last poll stopped at its byte limit with more written (read it next).
 
     Records end at "\\n", "\\r\\n" or a lone "\\r" (a tqdm redraw); records of one physical line share
     its 1-based `lineno`, so line numbers agree with an editor's. Empty pieces between carriage returns
-    are skipped; an empty line ended by "\\n" is a record. Text is decoded as UTF-8 with replacement. An
-    unterminated tail longer than `max_line_bytes` is emitted as a record so memory stays bounded.
+    are skipped; an empty line ended by "\\n" is a record. Text is decoded as UTF-8 with replacement. A
+    record longer than `max_line_bytes` (64 KiB) is emitted as its first `max_line_bytes` and `CUT_NOTE`
+    as soon as they are there, and the rest of it is read past: memory and matching time stay bounded.
     """
 
     def __init__(
-        self, host: Host, path: str, *, start_offset: int = 0, max_line_bytes: int = 1 << 20
+        self, host: Host, path: str, *, start_offset: int = 0, max_line_bytes: int = 64 << 10
     ) -> None:
         self.host = host
         self.path = path
@@ -58,20 +65,33 @@ class LogWatcher:
         self._tail = b""
         self._cr_pending = False  # the last byte consumed was a "\r" that may be half of "\r\n"
         self._line_has_records = False  # the current physical line already gave a record
+        self._skipping = False  # inside the rest of an overlong record (already emitted, cut)
+        self.backlog = False
 
     def _read_new(self) -> bytes:
-        """All bytes appended since the last read, in chunks of at most 1 MiB."""
+        """The bytes appended since the last read, at most `_POLL_BYTES`, in chunks of at most 1 MiB."""
         parts: list[bytes] = []
         pos = self.offset + len(self._tail)
+        got = 0
+        self.backlog = False
         while True:
             data = self.host.read_from(self.path, pos, _CHUNK)
             if not data:
                 break
             parts.append(data)
             pos += len(data)
+            got += len(data)
             if len(data) < _CHUNK:
                 break
+            if got >= _POLL_BYTES:
+                self.backlog = True
+                break
         return b"".join(parts)
+
+    def has_unread(self) -> bool:
+        """Whether the file holds bytes past everything read so far (the server wrote since the last
+        poll): one byte is read to see. Raises `HostError` from the host."""
+        return bool(self.host.read_from(self.path, self.offset + len(self._tail), 1))
 
     def _make(self, raw: bytes, seen: float) -> LogLine:
         self._line_has_records = True
@@ -100,27 +120,42 @@ class LogWatcher:
                 start = 1
         for m in _BREAK.finditer(buf, start):
             piece = buf[start : m.start()]
+            if self._skipping:  # the end of an overlong record, emitted already
+                self._skipping = False
+                piece = b""
             if m.group() == b"\r":
                 if piece:
-                    out.append(self._make(piece, seen))
+                    out.append(self._cut(piece, seen))
                 self._cr_pending = m.end() == len(buf)
             else:
                 if piece or not self._line_has_records:
-                    out.append(self._make(piece, seen))
+                    out.append(self._cut(piece, seen))
                 self._end_line()
             self.offset += m.end() - start
             start = m.end()
         tail = buf[start:]
-        while len(tail) > self._max_line_bytes:
-            out.append(self._make(tail[: self._max_line_bytes], seen))
-            self.offset += self._max_line_bytes
-            tail = tail[self._max_line_bytes :]
+        if not self._skipping and len(tail) > self._max_line_bytes:
+            out.append(self._cut(tail, seen))
+            self._skipping = True
+        if self._skipping:  # read past, never kept
+            self.offset += len(tail)
+            tail = b""
         self._tail = tail
         return out
+
+    def _cut(self, raw: bytes, seen: float) -> LogLine:
+        """The record of ``raw``: its first `max_line_bytes` and `CUT_NOTE` when it is longer."""
+        if len(raw) <= self._max_line_bytes:
+            return self._make(raw, seen)
+        line = self._make(raw[: self._max_line_bytes], seen)
+        line.text += CUT_NOTE.format(limit=self._max_line_bytes)
+        return line
 
     def flush(self) -> list[LogLine]:
         """Read what is new, then return the unterminated tail as a last record (for a process that exited)."""
         out = self.poll()
+        while self.backlog:
+            out += self.poll()
         if self._tail:
             seen = time.monotonic()
             out.append(self._make(self._tail, seen))

@@ -408,6 +408,21 @@ class ServerSession:
         grew = self._watcher.last_growth_monotonic if self._watcher is not None else None
         return max(self.handle.started_monotonic, grew or 0.0)
 
+    def _wrote_since_read(self) -> bool:
+        """Whether the server's log holds bytes not read yet (a poll stopped at its byte limit, or the
+        server wrote while hypoloop was busy with what it read): the server made progress, so a silence
+        is measured from now. Stall timing follows the server's own writing, not hypoloop's reading."""
+        w = self._watcher
+        if w is None:
+            return False
+        try:
+            unread = w.backlog or w.has_unread()
+        except HostError:
+            return False
+        if unread:
+            w.last_growth_monotonic = time.monotonic()
+        return unread
+
     def _finish(self, status: LaunchStatus, t_end: float | None) -> LaunchResult:
         self._status = status
         self._t_end = t_end
@@ -514,7 +529,7 @@ class ServerSession:
                 return self._finish("crashed" if self._fatal_at is not None else "exited", time.monotonic())
             now = time.monotonic()
             stall_s = self.stall_timeout_s() if callable(self.stall_timeout_s) else self.stall_timeout_s
-            if stall_s is not None and now - self._last_progress() >= stall_s:
+            if stall_s is not None and now - self._last_progress() >= stall_s and not self._wrote_since_read():
                 self._emit("stalled")
                 return self._finish("stalled", now)
             if now >= deadline:

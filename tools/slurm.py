@@ -49,7 +49,6 @@ import getpass
 import os
 import random
 import re
-import select
 import socket
 import threading
 import time
@@ -72,6 +71,8 @@ from tools.host import (
     SchedulerError,
     disk_full_error,
 )
+from tools.relay import LocalListener, pump
+from tools.sanitize import without_credentials
 from tools.ssh import SSHHost, _local_pid_alive, parse_target
 
 __all__ = [
@@ -262,23 +263,24 @@ def parse_slurm_target(target: str) -> SlurmTarget:
 
     Raises `HostError` with one line naming what is wrong.
     """
+    shown = without_credentials(target)  # a password is refused (parse_target), never echoed
     if target.startswith("slurm://"):
         part = target[len("slurm://") :].strip("/")
         if not part or not _PARTITION.match(part):
-            raise HostError(f"{target}: expected slurm://PARTITION (a partition name such as gpu)")
+            raise HostError(f"{shown}: expected slurm://PARTITION (a partition name such as gpu)")
         return SlurmTarget(partition=part)
     if target.startswith("slurm+ssh://"):
         parts = urlsplit(target)
         part = parts.path.strip("/")
         if not part or not _PARTITION.match(part) or parts.query or parts.fragment:
-            raise HostError(f"{target}: expected slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION")
+            raise HostError(f"{shown}: expected slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION")
         login = f"ssh://{parts.netloc}"
         try:
             parse_target(login)
         except HostError as exc:
-            raise HostError(f"{target}: {str(exc).split(': ', 1)[-1]}") from None
+            raise HostError(f"{shown}: {str(exc).split(': ', 1)[-1]}") from None
         return SlurmTarget(partition=part, login=login)
-    raise HostError(f"{target}: expected slurm://PARTITION or slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION")
+    raise HostError(f"{shown}: expected slurm://PARTITION or slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION")
 
 
 class SlurmOrphan(BaseModel):
@@ -357,37 +359,18 @@ class _Relay:
 
     def __init__(self, host: str, port: int) -> None:
         self.dest = (host, port)
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.local_port = int(self.sock.getsockname()[1])
-        self._closed = threading.Event()
-        threading.Thread(target=self._accept, name=f"slurm-relay-{port}", daemon=True).start()
+        self._listener = LocalListener(f"slurm-relay-{port}", self._serve)
+        self.local_port = self._listener.local_port
+        self._closed = self._listener.closed
 
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
-
-    def _serve(self, client: socket.socket) -> None:
+    def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:
         try:
             upstream = socket.create_connection(self.dest, timeout=10.0)
         except OSError:
             client.close()
             return
         try:
-            while not self._closed.is_set():
-                ready, _, _ = select.select([client, upstream], [], [], 0.5)
-                for src, dst in ((client, upstream), (upstream, client)):
-                    if src in ready:
-                        data = src.recv(1 << 16)
-                        if not data:
-                            return
-                        dst.sendall(data)
+            pump(client, upstream, self._closed)
         except OSError:
             pass
         finally:
@@ -395,9 +378,7 @@ class _Relay:
             client.close()
 
     def close(self) -> None:
-        self._closed.set()
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        self._listener.close()
 
 
 _WRAPPER = "hypoloop-job.sh"
@@ -496,14 +477,54 @@ class SlurmHost:
                 f"{self.name}: no partition {self.partition!r} (partitions: {', '.join(sorted(set(known))) or 'none'})"
             )
 
-    def _srun_args(self) -> list[str]:
+    def _srun_args(self, name: str) -> list[str]:
         return [
             "srun",
             f"--partition={self.partition}",
             "--quiet",
-            f"--job-name={JOB_PREFIX}command",
+            f"--job-name={name}",
             *self.options.sbatch_args(),
         ]
+
+    def _queue_position(self, job_id: str) -> tuple[int, int] | None:
+        """(1-based place of the job among the partition's pending jobs in the scheduler's priority
+        order, how many are pending), or None when it is not pending (squeue(1): ``-t PENDING``,
+        ``--sort=-p,i``)."""
+        r = self._slurm(["squeue", "-h", "-p", self.partition, "-t", "PENDING", "--sort=-p,i", "-o", "%i"],
+                        check=False)
+        ids = r.stdout.split()
+        return (ids.index(job_id) + 1, len(ids)) if job_id in ids else None
+
+    def _pending_job(self, name: str) -> tuple[str, str] | None:
+        """(job id, the scheduler's reason) of the pending job named ``name``; None when it is not pending."""
+        r = self._slurm(["squeue", "-h", "-n", name, "-t", "PENDING", "-o", "%i|%r"], check=False)
+        for line in r.stdout.splitlines():
+            job_id, _, reason = line.strip().partition("|")
+            if job_id:
+                return job_id, reason
+        return None
+
+    def _cancel_named(self, name: str) -> None:
+        """Cancel every job of this user named ``name`` (a short command's allocation); never raises."""
+        with contextlib.suppress(HostError):
+            self._slurm(["scancel", "--name", name, "--user", getpass.getuser()], check=False)
+
+    def _pending_note(self, job_id: str, reason: str | None, waited: float, what: str) -> None:
+        """Say what a pending job waits for: the reason, its place in the queue, how long so far."""
+        place = self._queue_position(job_id)
+        self._emit(
+            "slurm.job_pending",
+            {
+                "job_id": int(job_id.split("_")[0]) if job_id.split("_")[0].isdigit() else 0,
+                "partition": self.partition,
+                "reason": reason,
+                "waited_s": round(waited, 3),
+                "position": place[0] if place else None,
+                "pending_jobs": place[1] if place else None,
+                "limit_s": self.options.pending_limit_s,
+                "what": what,
+            },
+        )
 
     # -- commands --------------------------------------------------------------------------------
 
@@ -512,11 +533,55 @@ class SlurmHost:
     ) -> CommandResult:
         """Run `argv` on a compute node of the partition with ``srun`` (with the job's resources, so
         ``nvidia-smi`` and ``launch_server --help`` see what an experiment will), to completion within
-        `timeout` seconds (queue time included). `env` is added to the job's environment.
+        `timeout` seconds (queue time included). `env` is added to the job's environment. While its
+        allocation is pending, ``slurm.job_pending`` says why (the scheduler's reason, the place in the
+        queue), again every 30 s; pending past `pending_limit_s` the allocation is cancelled, and so it is
+        when this call is interrupted.
 
-        Raises `HostError` if srun or the command is missing, `CommandTimeout` on timeout.
+        Raises `HostError` if srun or the command is missing, `CommandTimeout` on timeout, `JobPending`
+        past the pending limit (the cluster's state, never the case's).
         """
-        r = self.shell.run([*self._srun_args(), *argv], timeout=timeout, env=env)
+        name = f"{JOB_PREFIX}command.{os.getpid()}.{random.getrandbits(32):08x}"
+        box: dict[str, Any] = {}
+
+        def call() -> None:
+            try:
+                box["result"] = self.shell.run([*self._srun_args(name), *argv], timeout=timeout, env=env)
+            except BaseException as exc:  # handed to the caller's thread
+                box["error"] = exc
+
+        worker = threading.Thread(target=call, name=f"srun-{argv[0]}", daemon=True)
+        started = time.monotonic()
+        worker.start()
+        reported: tuple[str | None, int] | None = None
+        try:
+            while True:
+                worker.join(max(0.5, self.options.poll_s))
+                if not worker.is_alive():
+                    break
+                pending = self._pending_job(name)
+                if pending is None:
+                    continue
+                job_id, reason = pending
+                waited = time.monotonic() - started
+                note = (reason, int(waited // 30))  # a new reason, or every 30 s of waiting
+                if note != reported:
+                    reported = note
+                    self._pending_note(job_id, reason, waited, f"srun {argv[0]}")
+                if waited >= self.options.pending_limit_s:
+                    self._cancel_named(name)
+                    worker.join(10.0)
+                    raise JobPending(
+                        f"srun {argv[0]} (job {job_id}) pending for {waited:.0f} s in partition {self.partition} "
+                        f"(reason: {reason or 'none given'}); cancelled (the cluster cannot run it now; "
+                        "pending_limit_s in [host.slurm] sets how long to wait)"
+                    )
+        except BaseException:
+            self._cancel_named(name)  # given up or interrupted: nothing of ours stays in the queue
+            raise
+        if "error" in box:
+            raise box["error"]
+        r: CommandResult = box["result"]
         if r.returncode != 0 and "execve(): " in r.stderr and "No such file" in r.stderr:
             raise HostError(f"command not found: {argv[0]} (on a node of {self.name})")
         return r
@@ -719,23 +784,16 @@ class SlurmHost:
         """
         job = self._job(handle)
         limit = self.options.pending_limit_s if limit_s is None else limit_s
-        reported: str | None = None
+        reported: tuple[str | None, int] | None = None
         while True:
             self._refresh(job, force=True)
             if job.state != "PENDING" and job.state != "CONFIGURING":
                 break
             waited = time.time() - job.submitted_wall
-            if job.reason != reported:
-                reported = job.reason
-                self._emit(
-                    "slurm.job_pending",
-                    {
-                        "job_id": handle.pid,
-                        "partition": job.partition,
-                        "reason": job.reason,
-                        "waited_s": round(waited, 3),
-                    },
-                )
+            note = (job.reason, int(waited // 30))  # a new reason, or every 30 s of waiting
+            if note != reported:
+                reported = note
+                self._pending_note(str(handle.pid), job.reason, waited, "the experiment's job")
             if waited >= limit:
                 self._cancel(job)
                 raise JobPending(

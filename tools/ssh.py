@@ -46,7 +46,6 @@ import os
 import random
 import re
 import secrets
-import select
 import shlex
 import socket
 import threading
@@ -74,6 +73,8 @@ from tools.host import (
 )
 from tools.leftovers import Orphan
 from tools.leftovers import port_from_argv as _port_from_argv
+from tools.relay import LocalListener, pump
+from tools.sanitize import without_credentials
 
 __all__ = ["Orphan", "SSHHost", "SSHOptions", "SSHStats", "SSHTarget", "parse_target"]
 
@@ -131,27 +132,29 @@ class SSHTarget(BaseModel):
 def parse_target(target: str) -> SSHTarget:
     """Parse ``ssh://[USER@]HOST[:PORT]`` (HOST may be an ssh-config alias or ``[IPv6]``).
 
-    Raises `HostError` naming what is wrong (no password, path, query or fragment is accepted).
+    Raises `HostError` naming what is wrong (no password, path, query or fragment is accepted); the
+    message shows the target without its password.
     """
+    shown = without_credentials(target)  # refused below, and never echoed
     if not target.startswith("ssh://"):
-        raise HostError(f"{target}: expected ssh://[USER@]HOST[:PORT]")
+        raise HostError(f"{shown}: expected ssh://[USER@]HOST[:PORT]")
     parts = urlsplit(target)
     try:
         port = parts.port
     except ValueError:
-        raise HostError(f"{target}: the port is not a number in 1-65535") from None
+        raise HostError(f"{shown}: the port is not a number in 1-65535") from None
     if parts.password is not None:
-        raise HostError(f"{target}: passwords are not accepted in the target; use a key (--ssh-key)")
+        raise HostError(f"{shown}: passwords are not accepted in the target; use a key (--ssh-key)")
     if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise HostError(f"{target}: expected ssh://[USER@]HOST[:PORT] and nothing after it")
+        raise HostError(f"{shown}: expected ssh://[USER@]HOST[:PORT] and nothing after it")
     if not parts.hostname:
-        raise HostError(f"{target}: no host name")
+        raise HostError(f"{shown}: no host name")
     if port == 0:
-        raise HostError(f"{target}: the port is not a number in 1-65535")
+        raise HostError(f"{shown}: the port is not a number in 1-65535")
     if any(ch.isspace() for ch in parts.netloc):
-        raise HostError(f"{target}: a host name has no spaces")
+        raise HostError(f"{shown}: a host name has no spaces")
     if parts.netloc.count("@") > 1:
-        raise HostError(f"{target}: more than one '@': expected ssh://[USER@]HOST[:PORT]")
+        raise HostError(f"{shown}: more than one '@': expected ssh://[USER@]HOST[:PORT]")
     return SSHTarget(user=parts.username or None, host=parts.hostname, port=port)
 
 
@@ -248,14 +251,15 @@ def _spawn_script(cmd: list[str], env: dict[str, str], path: str, *, nonce: str,
         # A retry after a dropped connection finds the server this very call started.
         f"if [ -s {_q(pid_file)} ] && grep -q {_q(nonce)} {_q(pid_file)}; then cat {_q(pid_file)}; exit 0; fi\n"
         + _precheck(cmd[0])
-        + f"mkdir -p -- {_q(directory)} || exit 1\n"
+        # hypoloop's run folder and the log are private (0700/0600); the server keeps the login's umask
+        + f"(umask 077 && mkdir -p -- {_q(directory)}) || exit 1\n"
         # A full disk: the server's log could not be written, so the launch would say nothing.
         + f"d={_q(directory)}\n"
         + _SH_FREE_KB
         + f'case "$avail" in ""|*[!0-9]*) ;; *) if [ "$avail" -lt {MIN_FREE_BYTES // 1024} ]; then '
         + f'echo "{_DISK_FULL_MARK}$((avail * 1024))" >&2; exit 28; fi ;; esac\n'
         + f"rm -f -- {_q(pid_file)} {_q(pid_file + '.tmp')} {_q(rc_file)}\n"
-        + f": > {_q(path)} || exit 1\n"
+        + f"(umask 077 && : > {_q(path)}) || exit 1\n"
         + f"printf '%s\\n' {_q(meta)} > {_q(meta_file)}\n"
         + f"setsid -f /bin/sh -c {_q(leader)} </dev/null >> {_q(path)} 2>&1 || exit 1\n"
         + "i=0\n"
@@ -432,23 +436,11 @@ class _Forwarder:
         self.host = host
         self.port = port
         self.to_host = to_host
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.local_port = int(self.sock.getsockname()[1])
-        self._closed = threading.Event()
         self._conns: set[tuple[socket.socket, paramiko.Channel]] = set()
         self._lock = threading.Lock()
-        threading.Thread(target=self._accept, name=f"ssh-forward-{port}", daemon=True).start()
-
-    def _accept(self) -> None:
-        while not self._closed.is_set():
-            try:
-                client, peer = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(client, peer), daemon=True).start()
+        self._listener = LocalListener(f"ssh-forward-{port}", self._serve)
+        self.local_port = self._listener.local_port
+        self._closed = self._listener.closed
 
     def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:
         try:
@@ -459,18 +451,7 @@ class _Forwarder:
         with self._lock:
             self._conns.add((client, chan))
         try:
-            while not self._closed.is_set():
-                ready, _, _ = select.select([client, chan], [], [], 0.5)
-                if client in ready:
-                    data = client.recv(1 << 16)
-                    if not data:
-                        break
-                    chan.sendall(data)
-                if chan in ready:
-                    data = chan.recv(1 << 16)
-                    if not data:
-                        break
-                    client.sendall(data)
+            pump(client, chan, self._closed)
         except (OSError, EOFError, paramiko.SSHException):
             pass
         finally:
@@ -480,9 +461,7 @@ class _Forwarder:
             client.close()
 
     def close(self) -> None:
-        self._closed.set()
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        self._listener.close()
         with self._lock:
             conns = list(self._conns)
         for client, chan in conns:

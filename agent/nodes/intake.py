@@ -38,6 +38,7 @@ from tools.host import Host, HostError, expand_argv
 from tools.knowledge import KnowledgeError, read_findings, relevance
 from tools.model_config import checkpoint_facts, read_model_config
 from tools.signatures import Signature
+from tools.slurm import JobPending
 
 
 class _InputError(Exception):
@@ -135,6 +136,8 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
         for name, value in case.baseline.flags.items():
             canon, norm = flags.validate(name, value)
             baseline.flags[canon] = norm
+    except JobPending as exc:  # the cluster's queue is full: nothing is wrong with the case
+        raise _InputError(f"the Slurm cluster could not start hypoloop's query of the host in time: {exc}") from None
     except (HostError, FlagError) as exc:
         if step == "host.target" and host_option:
             raise _InputError(f"--host: {exc}") from None  # the user's option replaced host.target

@@ -1,0 +1,115 @@
+"""One sanitiser for every byte from outside (server logs, FINDINGS.md, case text, remote output) before
+it reaches a terminal or a report.
+
+- `visible`: control and escape sequences shown as visible characters (ESC as ``␛``, so an OSC title
+  ``ESC ] 0 ; x BEL`` prints as ``␛]0;x␇``; NUL as ``␀``; C1 controls and Unicode bidi/format controls
+  as ``⟨U+202E⟩``); tab, newline and carriage return are kept (a terminal library lays them out).
+- `visible_data`: the same over every string of a JSON-like value (dicts, lists, tuples, dataclasses).
+- `md_text`: `visible` plus HTML escaping of ``<``, ``>`` and ``&``, for Markdown prose (Markdown
+  renderers pass raw HTML through; entities show as the characters they stand for).
+- `without_credentials`: a URL shown without the password in it (``ssh://user:PW@host``).
+- `SafeConsole`: a rich ``Console`` whose every rendered text segment goes through `visible`, the
+  last line of defence for whatever reaches a terminal.
+
+Sources: ECMA-48 (C0 0x00-0x1F, DEL 0x7F, C1 0x80-0x9F; CSI ``ESC [`` and OSC ``ESC ]``), Unicode's
+bidirectional controls (UAX #9: U+061C, U+200E-U+200F, U+202A-U+202E, U+2066-U+2069) and the
+control pictures block (U+2400-U+2421).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.segment import Segment
+
+#: Kept as they are: a terminal library lays them out (rich drops a bare CR itself).
+_KEPT = "\t\n\r"
+_BIDI_AND_FORMAT = "\u061c\u200b\u200c\u200d\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2028\u2029\u2060" \
+    "\u2066\u2067\u2068\u2069\ufeff"
+_UNSAFE = re.compile(
+    "[" + "".join(re.escape(chr(c)) for c in range(0x20) if chr(c) not in _KEPT) + "\x7f\x80-\x9f"
+    + re.escape(_BIDI_AND_FORMAT) + "]"
+)
+
+
+def _shown(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    if c < 0x20:
+        return chr(0x2400 + c)  # the control picture: ␀ ␇ ␛ ...
+    if c == 0x7F:
+        return "\u2421"  # ␡
+    return f"⟨U+{c:04X}⟩"
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character that a terminal would act on shown visibly instead: C0
+    controls (except tab, newline, carriage return) as their control pictures (ESC → ``␛``), DEL as
+    ``␡``, C1 controls and bidi/format controls as ``⟨U+XXXX⟩``. Plain text is returned unchanged;
+    applying it twice changes nothing more."""
+    if not isinstance(text, str):
+        text = str(text)
+    return _UNSAFE.sub(_shown, text)
+
+
+def visible_data(value: Any) -> Any:
+    """``value`` with `visible` applied to every string in it (see `map_strings`)."""
+    return map_strings(value, visible)
+
+
+def map_strings(value: Any, fn: Callable[[str], str], on_object: Callable[[Any], Any] | None = None) -> Any:
+    """``value`` with ``fn`` applied to every string in it: dict values (not keys), list and tuple items,
+    dataclass fields (as a new instance); other values unchanged. ``on_object``, when it returns
+    something other than None for a dataclass, gives that object's replacement instead."""
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, dict):
+        return {k: map_strings(v, fn, on_object) for k, v in value.items()}
+    if isinstance(value, list):
+        return [map_strings(v, fn, on_object) for v in value]
+    if isinstance(value, tuple):
+        return tuple(map_strings(v, fn, on_object) for v in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if on_object is not None and (done := on_object(value)) is not None:
+            return done
+        changes = {f.name: map_strings(getattr(value, f.name), fn, on_object) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **changes)
+    return value
+
+
+def md_text(text: str) -> str:
+    """``text`` safe as Markdown prose: `visible`, then ``&``, ``<`` and ``>`` as HTML entities, so raw
+    HTML (``<script>``, ``<img onerror=...>``) from outside shows as text and never as markup."""
+    return html.escape(visible(text), quote=False)
+
+
+def fenced(text: str) -> str:
+    """``text`` safe inside a Markdown code fence: `visible`, and a line of backticks or tildes (which
+    would close the fence) indented by one space."""
+    return re.sub(r"(?m)^(\s{0,3})(`{3,}|~{3,})", r"\1 \2", visible(text))
+
+
+_URL_CREDENTIALS = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://)([^/\s:@]*):[^/\s@]*@")
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with the password of every URL in it left out (``ssh://user:PW@host`` →
+    ``ssh://user@host``), so an error can show the URL it refuses (RFC 3986 userinfo)."""
+    return _URL_CREDENTIALS.sub(r"\1\2@", text)
+
+
+class SafeConsole(Console):
+    """A rich Console that shows control characters visibly (`visible`) in every text segment it renders,
+    whatever printed them; rich's own control segments (cursor moves of a live display) pass as they
+    are."""
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        for seg in super().render(renderable, options):
+            if seg.control or not _UNSAFE.search(seg.text):
+                yield seg
+            else:
+                yield Segment(visible(seg.text), seg.style, seg.control)
