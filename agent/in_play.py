@@ -26,7 +26,7 @@ from agent.models import Baseline, Change
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 
-__all__ = ["InPlay", "Knowledge", "load_subsystems", "platform_of", "subsystems_knowledge"]
+__all__ = ["InPlay", "Knowledge", "load_subsystems", "platform_of", "subsystems_knowledge", "subsystems_of_frame"]
 
 _OFF = frozenset({"", "none", "null", "false", "0", "off", "disabled", "no"})
 
@@ -41,6 +41,8 @@ class Subsystem:
     in_play_any: list[dict[str, Any]]
     why: str
     source: str
+    #: the subsystem's code: a pattern on ``module.function`` of an SGLang frame (None: not given)
+    modules: re.Pattern[str] | None = None
 
 
 @dataclass
@@ -78,6 +80,7 @@ def _load(path: Path, mtime: float) -> Knowledge:
                     in_play_any=list(s.get("in_play_any", [])),
                     why=str(s.get("why", "")),
                     source=str(s.get("source", "")),
+                    modules=re.compile(s["modules"]) if s.get("modules") else None,
                 )
             )
         except (KeyError, re.error) as exc:
@@ -103,6 +106,13 @@ def load_subsystems(path: Path | None = None) -> Knowledge:
 def subsystems_knowledge() -> Knowledge:
     """Alias of ``load_subsystems()`` for callers that only read."""
     return load_subsystems()
+
+
+def subsystems_of_frame(where: str, k: Knowledge | None = None) -> list[Subsystem]:
+    """The subsystems whose code (``modules`` in knowledge/subsystems.toml) an SGLang frame
+    ``module.function`` (``sglang.srt.mem_cache.hiradix_cache.writing_check``) is in."""
+    know = k if k is not None else load_subsystems()
+    return [s for s in know.subsystems if s.modules is not None and s.modules.search(where)]
 
 
 def platform_of(fp: HostFingerprint | None, device: str | None, k: Knowledge) -> str | None:

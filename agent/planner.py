@@ -799,7 +799,7 @@ class RulePlanner:
         """Whether a change is a workaround and its performance cost, from the interventions it matches."""
         if served_settings().changes_deployment(change.kind, change.name, change.after, self.flags,
                                                 description_keeps(self._case) if self._case else set(),
-                                                self._checkpoint):
+                                                self._checkpoint, change.before):
             return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)
         ivs = [iv for h in ledger.values() for iv in h.interventions if self._matches(change, iv, facts)]
         if not ivs:

@@ -51,11 +51,13 @@ class Served:
 
     def changes_deployment(self, kind: str, name: str, after: object, flags: FlagCatalog | None = None,
                            keeps: set[str] | frozenset[str] = frozenset(),
-                           checkpoint: dict[str, str] | None = None) -> bool:
-        """Whether changing the setting to ``after`` (None: removing it) changes what is served: a
-        setting the user needs (``keeps``), or a ``served`` one, except one SGLang can take from the
-        checkpoint (``from_checkpoint``) removed, or set to what the checkpoint's config.json digest
-        (``checkpoint``) declares, or set while that is unknown."""
+                           checkpoint: dict[str, str] | None = None, before: object = None) -> bool:
+        """Whether changing the setting from ``before`` (None: unknown or unset) to ``after`` (None:
+        removing it) changes what is served: a setting the user needs (``keeps``), or a ``served`` one,
+        except one SGLang can take from the checkpoint (``from_checkpoint``) removed or set while the
+        checkpoint's config.json digest (``checkpoint``) is unknown, or removed or set to what that
+        digest declares. A known checkpoint that declares no value (no ``quantization_config``) means
+        removing or changing the baseline's value changes the format served."""
         canon = _canon(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True
@@ -64,13 +66,21 @@ class Served:
         key = next((k for n, k in self.from_checkpoint.items() if n == name or _canon(flags, n) == canon), None)
         if key is None:
             return True
+        declared = (checkpoint or {}).get(key) if key else None
         if after is None:
-            return False  # SGLang takes the checkpoint's own value
+            # SGLang takes the checkpoint's own value. A checkpoint that is known (its config.json read)
+            # and declares no value for a non-numeric setting, or another one than the baseline's,
+            # serves something else: removing ``--quantization fp8`` from a bf16 checkpoint serves bf16.
+            if not key or not checkpoint or before is None or _numeric(before):
+                return False
+            return declared is None or not _same_format(declared, before)
         if not key:
             return True  # a new value the checkpoint cannot vouch for
-        declared = (checkpoint or {}).get(key)
         if declared is None:
-            return False
+            # unknown checkpoint: nothing says otherwise; a known one that declares nothing: a value
+            # other than the baseline's changes the format served
+            return bool(checkpoint) and before is not None and not _numeric(after) and \
+                not _same_format(str(after), before)
         try:
             return float(str(after)) > float(declared)  # a shorter window than the model's keeps the model
         except ValueError:
@@ -85,6 +95,20 @@ class Served:
             if name in names or canon in {_canon(flags, n) for n in names}:
                 return role
         return None
+
+
+def _same_format(a: str, b: object) -> bool:
+    """Whether two spellings name one format (``modelopt`` in config.json, ``modelopt_fp4`` as a flag)."""
+    x, y = a.strip().lower(), str(b).strip().lower()
+    return x == y or x.startswith(y) or y.startswith(x)
+
+
+def _numeric(value: object) -> bool:
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def _canon(flags: FlagCatalog | None, name: str) -> str:

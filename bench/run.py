@@ -118,10 +118,14 @@ def _memory_dir() -> str | None:
 
 @contextmanager
 def _bench_env(workdir: Path, time_scale: float) -> Iterator[None]:
-    """Process environment for the run: the lab's time scale, a private HYPOLOOP_HOME and lab state;
-    no HYPOLOOP_LAB_WORLD (each case names its own world). Restored afterwards."""
+    """Process environment for the run: the lab's time scale, a private HYPOLOOP_HOME and lab state, a
+    private Hugging Face cache (``HF_HOME`` under ``workdir``, no ``HF_HUB_CACHE``: the lab writes each
+    world's model ``config.json`` into the hub cache, which must never be the developer's own); no
+    HYPOLOOP_LAB_WORLD (each case names its own world). Restored afterwards."""
     keys = (
         "HYPOLOOP_HOME",
+        "HF_HOME",
+        "HF_HUB_CACHE",
         "HYPOLOOP_LAB_TIME_SCALE",
         "HYPOLOOP_LAB_STATE",
         "HYPOLOOP_LAB_SEED",
@@ -131,6 +135,8 @@ def _bench_env(workdir: Path, time_scale: float) -> Iterator[None]:
     os.environ["HYPOLOOP_HOME"] = str(workdir / "home")
     os.environ["HYPOLOOP_LAB_TIME_SCALE"] = repr(time_scale)
     os.environ["HYPOLOOP_LAB_STATE"] = str(workdir / "lab-state")
+    os.environ["HF_HOME"] = str(workdir / "hf")
+    os.environ.pop("HF_HUB_CACHE", None)
     os.environ.pop("HYPOLOOP_LAB_WORLD", None)
     os.environ.pop("HYPOLOOP_LAB_SEED", None)
     try:

@@ -73,6 +73,23 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: starts real processes (deselect with -m 'not slow')")
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    _private_hugging_face_cache()
+
+
+def _private_hugging_face_cache() -> None:
+    """The suite's own Hugging Face cache: the lab writes each world's model ``config.json`` into the hub
+    cache of the server's environment (``$HF_HUB_CACHE``, ``$HF_HOME/hub``, else
+    ``~/.cache/huggingface/hub``), and every process a test starts inherits this environment, so without
+    it the tests would write into the developer's real cache. A folder under the system's temporary
+    directory, removed when the session ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="hypoloop-tests-hf-")
+    atexit.register(shutil.rmtree, folder, True)
+    os.environ["HF_HOME"] = folder
+    os.environ.pop("HF_HUB_CACHE", None)
 
 
 # --- sshd: a throwaway OpenSSH server on 127.0.0.1 (see .ci/sshd.py) ---------------------------------

@@ -274,3 +274,22 @@ def test_bench_real_without_the_bed_says_so_in_one_line(tmp_path: Path) -> None:
     assert r.returncode == 0
     assert json.loads(r.stdout)["skipped"].startswith(f"the real-engine bed at {tmp_path / 'no-bed'} is not built")
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_the_bench_never_writes_into_the_users_hugging_face_cache(tmp_path: Path) -> None:
+    # The lab writes each world's model config.json into the hub cache of the server's environment;
+    # with HF_HOME unset that is ~/.cache/huggingface, the developer's real cache. The bench runs in
+    # its own.
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in _env().items() if k not in ("HF_HOME", "HF_HUB_CACHE")}
+    env["HOME"] = str(home)
+    r = subprocess.run(
+        [sys.executable, "-m", "bench", "--worlds", "triton-ptxas-sm120", "--methods", "agent",
+         "--json", "--quiet", "--keep", str(tmp_path / "keep")],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout)["worlds"]["triton-ptxas-sm120"]["agent"]["launches"] >= 1
+    assert not (home / ".cache" / "huggingface").exists()
+    assert list((tmp_path / "keep" / "hf" / "hub").glob("models--*/snapshots/*/config.json"))

@@ -182,3 +182,25 @@ def test_changing_the_parallel_layout_changes_the_deployment_but_dropping_a_redu
     state = _state([(b2, False), (t2, True), (_exp("confirm", t2.config()), True)])
     state["case"]["baseline"] = qbase.model_dump(mode="json")
     assert build_conclusion(state).status == "isolated"  # type: ignore[arg-type]
+
+
+def test_dropping_a_quantization_the_checkpoint_does_not_declare_changes_the_deployment() -> None:
+    # The host's config.json is known: a bf16 checkpoint (no quantization_config) quantized online with
+    # --quantization fp8. Without the flag SGLang serves bf16 weights, another deployment: that is at
+    # most a workaround. On an FP8 checkpoint the same removal keeps what is served.
+    qbase = Baseline(flags={"--quantization": "fp8", "--moe-runner-backend": "flashinfer_cutlass"})
+    drop = Change(kind="flag", name="--quantization", before="fp8", after=None)
+    other = Change(kind="flag", name="--quantization", before="fp8", after="w8a8_fp8")
+    for change, ckpt, status in (
+        (drop, {"architecture": "M", "keys": "architectures model_type"}, "not_isolated"),
+        (other, {"architecture": "M", "keys": "architectures model_type"}, "not_isolated"),
+        (drop, {"architecture": "M", "quant_method": "fp8", "keys": "quant_method:fp8"}, "isolated"),
+    ):
+        b, t = _exp("baseline", qbase), _exp("test", qbase, change)
+        state = _state([(b, False), (t, True), (_exp("confirm", t.config()), True)])
+        state["case"]["baseline"] = qbase.model_dump(mode="json")
+        state["fingerprint"] = {"checkpoint": ckpt}
+        c = build_conclusion(state)  # type: ignore[arg-type]
+        assert c.status == status, (change.describe(), ckpt, c.reason)
+        if status == "not_isolated":
+            assert "changes the deployment" in c.reason and "--quantization" in c.reason

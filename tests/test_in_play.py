@@ -322,3 +322,46 @@ def test_the_servers_own_shutdown_after_passing_probes_is_not_a_failure() -> Non
     failed = [ProbeResult(probe_id="chat", ok=False, status="connection_error", latency_s=1.5)]
     raw = RawEvidence.from_log("e", early, _sglang_signatures(), "x.log").model_copy(update={"status": "ready", "probes": failed})
     assert classify_outcome(raw).stage == "request_failed"
+
+
+# ----- the subsystem the innermost SGLang frame is in ------------------------------------------------
+
+#: An asynchronous device fault that surfaced inside the hierarchical cache's own code (SGLang 0.5.9
+#: srt/mem_cache/hiradix_cache.py writing_check polls the GPU->host copy events).
+HICACHE_FAULT = f"""[t] server_args=ServerArgs(model_path='m', enable_hierarchical_cache=True, hicache_ratio=2.0, \
+hicache_write_policy='write_through', hicache_io_backend='kernel', hicache_mem_layout='layer_first', \
+hicache_storage_backend=None, kv_cache_dtype='auto', attention_backend='fa3')
+[t TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 3169, in run_scheduler_process
+    scheduler.event_loop_overlap()
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 2010, in _get_new_batch_prefill_raw
+    self.tree_cache.check_hicache_events()
+  File "{SITE}/sglang/srt/mem_cache/hiradix_cache.py", line 682, in writing_check
+    finish_event.query()
+  File "{SITE}/torch/cuda/streams.py", line 225, in query
+    return super().query()
+torch.AcceleratorError: CUDA error: an illegal memory access was encountered
+"""
+
+
+def test_a_fault_in_a_subsystems_own_code_points_at_the_implementation_it_ran_among_many_similar_flags() -> None:
+    # The real 0.5.9 --help has a dozen hicache-* flags and many *-cache* ones, so the words of the frame
+    # alone implicate none of them strongly; the frame's module is the hierarchical cache's code
+    # (knowledge/subsystems.toml `modules`), so its flags lead, the copy-kernel backend it ran first.
+    from agent.generators import GeneratorInput
+    from agent.generators.component import ImplicatedComponentGenerator
+    from agent.generators.evidence import failure_evidence
+
+    flags = parse_help((DATA / "help_sglang_0.5.9_full.txt").read_text(), source="fixture", version="0.5.9")
+    raw = RawEvidence.from_log("e", HICACHE_FAULT, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    out = classify_outcome(raw)
+    case = Case.model_validate({"name": "c", "model": {"path": "m"}, "baseline": {
+        "flags": {"--enable-hierarchical-cache": True, "--hicache-ratio": 2}}})
+    inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
+                         fingerprint=GPU_HOST, flags=flags)
+    cands = sorted(ImplicatedComponentGenerator().generate(inp), key=lambda c: -c.weight)
+    assert cands and cands[0].id == "component:--hicache-io-backend", [(c.id, round(c.weight, 3)) for c in cands[:5]]
+    assert any("hiradix_cache.writing_check" in e.detail for e in cands[0].evidence)
+    # a flag of another subsystem the frame's words happen to share ("cache") ranks below every hicache one
+    hicache = [c.weight for c in cands if c.id.startswith("component:--hicache-")]
+    assert all(c.weight < min(hicache) for c in cands if c.id == "component:--kv-cache-dtype")

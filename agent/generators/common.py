@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from agent.generators import GeneratorInput
+from agent.in_play import subsystems_of_frame
 from agent.models import FlagValue
 from tools.flags import FlagCatalog, FlagError, FlagSpec
 
@@ -207,6 +208,14 @@ class Implicated:
     #: How much each word counts: the innermost SGLang frame's file and function and the error message
     #: most, other frames' files and functions less, the folders they sit in least.
     weight: dict[str, float] = field(default_factory=dict)
+    #: The innermost SGLang frame of the last traceback (``module.function``) and the subsystems whose
+    #: code it is in (knowledge/subsystems.toml ``modules``): (subsystem id, its flag pattern).
+    innermost: str = ""
+    subsystems: list[tuple[str, re.Pattern[str]]] = field(default_factory=list)
+
+    def subsystem_of(self, flag: str) -> str | None:
+        """The subsystem the failure surfaced in that ``flag`` configures, or None."""
+        return next((sid for sid, pat in self.subsystems if pat.search(flag)), None)
 
     def strength(self, flags: FlagCatalog | None, shared: set[str]) -> float:
         """How strongly the shared words tie a flag to the failure (specificity x where each was read)."""
@@ -268,6 +277,11 @@ def implicated(inp: GeneratorInput) -> Implicated:
                     imp.weight.setdefault(w, FOLDER_WEIGHT)
                 for w in words:
                     imp.weight[w] = max(imp.weight.get(w, 0.0), INNERMOST_WEIGHT if first_sglang else 1.0)
+                if first_sglang and not imp.innermost:
+                    # the last traceback's innermost SGLang frame: the code the failure surfaced in
+                    imp.innermost = f"{fr.module}.{fr.function}"
+                    imp.subsystems = [(sub.id, sub.flags) for sub in subsystems_of_frame(imp.innermost)
+                                      if sub.flags is not None]
                 if first_sglang:
                     imp.innermost_words |= words
                     imp.why.append(f"the innermost SGLang frame is {fr.module}.{fr.function}")

@@ -102,6 +102,17 @@ class ImplicatedComponentGenerator:
             if strength >= MIN_SPECIFICITY:
                 factor = max(factor, strength)
                 how.append(f"it names the failing component ({', '.join(words_with_stems(spec.name, shared))})")
+            sub = imp.subsystem_of(spec.name)
+            if sub is not None:
+                # The error surfaced in this subsystem's own code: its flags are the ones the failure
+                # points at, however many flags share its words (a full --help has dozens of hicache-*).
+                factor = max(factor, 1.0)
+                how.append(f"the error surfaced in {imp.innermost}, code of the {sub} subsystem it configures")
+                if crashy and spec.name.endswith("-backend") and cur not in ("", "none", "auto"):
+                    # a kernel faulted there, and this is the kernel implementation that subsystem ran:
+                    # as strong as failing frames inside the package a choice selects
+                    factor = max(factor, PACKAGE_FACTOR)
+                    how.append(f"a kernel failed in that subsystem and its {spec.name} {current} ran there")
             # A whole word of the warning ("auto" is not named by "automatically increase").
             if cur and len(cur) >= 4 and re.search(rf"(?<![\w-]){re.escape(cur)}(?![\w-])", warn_text):
                 factor = max(factor, 1.0)

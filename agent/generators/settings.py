@@ -61,7 +61,9 @@ class SettingsVsDefaultsGenerator:
                 continue  # where it runs and what it loads: never reverted
             if role == "served" and served.changes_deployment("flag", canonical, None, inp.flags):
                 continue  # the parallel layout: reverting it takes other devices, not a cause to test
-            deployment = served.changes_deployment("flag", canonical, None, inp.flags, keeps)
+            checkpoint = inp.fingerprint.checkpoint if inp.fingerprint else {}
+            deployment = served.changes_deployment("flag", canonical, None, inp.flags, keeps, checkpoint,
+                                                   value)
             if spec is not None and spec.default is not None and str(spec.default) == str(value):
                 continue  # set to the default: reverting changes nothing
             choice = bool(spec and spec.choices)

@@ -297,7 +297,8 @@ def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, s
     for ch in changes:
         if ch is None:
             continue
-        if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint):
+        if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint,
+                                     before=ch.before):
             return ch.name
     return None
 
