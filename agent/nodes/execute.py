@@ -175,26 +175,35 @@ def run_experiment(
             ), redact=tr.redact, partial=partial)
             spent[0] += time.monotonic() - began
 
-        server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep, watch=watch)
-        _raise_if_the_host_failed(session, host, log_path)
-        keep(server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
+        def cut_off(why: str) -> RawEvidence:
+            # The scheduler ended the job: what the server showed is no evidence. Its saved result is an
+            # infra_error (launched, with its host time), so a resume never reads the cut launch as a crash.
+            lost = RawEvidence.from_launch(
+                exp.id, final=session.result(), matcher=matcher, server_info=None, stall=stall, probes=probes,
+                log_path=log_path, t_ready_s=res.t_ready_s, wall_s=time.monotonic() - t0 - spent[0],
+                time_scale=host.time_scale,
+            )
+            infra = RawEvidence(experiment_id=exp.id, launched=True, status="infra_error", error=why,
+                                log_path=log_path, timings=lost.timings)
+            save_result(rt.state_dir, run_id, infra, redact=tr.redact)
+            return infra
+
+        ended = _ended_by_scheduler(host, session, res)  # asked at once: nothing of it is saved as a crash
+        if ended is not None:
+            server_info = None
+            cut_off(ended)
+        else:
+            server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep, watch=watch)
+            _raise_if_the_host_failed(session, host, log_path)
+            keep(server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
         stopped = session.stop()
     wall = time.monotonic() - t0 - spent[0]
     try:
         wall, queued = _record_stop(rt, host, session, exp, stopped, wall=wall, t0=t0)
     except SchedulerError as exc:
-        # The scheduler ended the job: what the server showed is no evidence. Its saved result becomes an
-        # infra_error (launched, with its host time), so a resume never reads the cut-off launch as a crash.
-        lost = RawEvidence.from_launch(
-            exp.id, final=session.result(), matcher=matcher, server_info=None, stall=stall, probes=probes,
-            log_path=log_path, t_ready_s=res.t_ready_s, wall_s=wall, time_scale=host.time_scale,
-        )
-        infra = RawEvidence(
-            experiment_id=exp.id, launched=True, status="infra_error", error=str(exc), log_path=log_path,
-            timings=lost.timings,
-        )
-        save_result(rt.state_dir, run_id, infra, redact=tr.redact)
-        raise JobEnded(str(exc), infra) from exc
+        ended = str(exc)
+    if ended is not None:
+        raise JobEnded(ended, cut_off(ended))
     return RawEvidence.from_launch(
         exp.id,
         final=session.result(),
@@ -209,6 +218,16 @@ def run_experiment(
         log_excerpt=excerpt.lines(),
         queued_s=queued,
     )
+
+
+def _ended_by_scheduler(host: Host, session: ServerSession, res: LaunchResult) -> str | None:
+    """Why the scheduler ended the job of a launch that did not end ready (`QueuesJobs.job_failure`:
+    cancelled by an operator, preempted, node failure...), in the words `_record_stop` uses; None when
+    the launch is not a job, ended ready, or ended on its own (its crash is evidence)."""
+    if res.status == "ready" or session.handle is None or not isinstance(host, QueuesJobs):
+        return None
+    failure = host.job_failure(session.handle)
+    return None if failure is None else f"{failure}; the outcome is no evidence about the server"
 
 
 def _raise_if_the_host_failed(session: ServerSession, host: Host, log_path: str) -> None:
