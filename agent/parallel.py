@@ -18,7 +18,10 @@ as before on every host.
   to execute together; `execute_or_batch` runs them (`run_batch`), writes each ``outcome`` and the
   ledger (``ledger.updated``) as it arrives, and cancels (``experiment.cancelled``) the ones still
   running once an outcome settles the question, i.e. the planner, given the outcomes so far, would
-  confirm a fix or conclude: the running ones can no longer change that. After a kill, the execute step
+  confirm a fix or conclude: the running ones can no longer change that. A member whose job the
+  scheduler ended (an operator's ``scancel``, preemption, node failure: `agent.nodes.execute.JobEnded`)
+  gets an ``infra_error`` outcome of its own, which moves no hypothesis; the other members' results
+  are kept and the run goes on (any other host failure still ends the run). After a kill, the execute step
   runs again: saved results are reused and running servers or jobs adopted by their ids
   (``agent.recovery.recover``), never launched twice.
 - `run_batch` launches the batch's experiments concurrently (one thread each, each through
@@ -45,7 +48,7 @@ from agent.models import Experiment, Outcome, Rejection
 from agent.nodes.analyze import classify_outcome
 from agent.nodes.approve import Route, approve
 from agent.nodes.design import design
-from agent.nodes.execute import execute, run_experiment
+from agent.nodes.execute import JobEnded, execute, run_experiment
 from agent.planner import HistoryState, PlannerView, Proposal
 from agent.recovery import prior_launch, recover, save_result
 from agent.runtime import Runtime
@@ -115,12 +118,15 @@ class BatchResult:
     """What a batch came to: `raws` the evidence of the experiments that finished (in arrival order),
     `cancelled` the evidence of those stopped because the question was settled (not evidence about
     the deployment: only their host time counts), `errors` the `HostError` lines of experiments the
-    host failed, and per experiment when it ended (`finished_at`, ``time.monotonic()``)."""
+    host failed, `ended` the experiments whose job the scheduler ended (`JobEnded`: an infrastructure
+    outcome of that experiment alone, its siblings unaffected), and per experiment when it ended
+    (`finished_at`, ``time.monotonic()``)."""
 
     def __init__(self) -> None:
         self.raws: list[RawEvidence] = []
         self.cancelled: list[RawEvidence] = []
         self.errors: dict[str, HostError] = {}
+        self.ended: dict[str, JobEnded] = {}
         self.finished_at: dict[str, float] = {}
 
 
@@ -142,7 +148,7 @@ def run_batch(
     calling thread, in arrival order) for each finished experiment and returns True when the outcome
     settles the question, which stops every experiment still running (its server or job stopped and
     verified by its own thread); those come back in `cancelled`. A `HostError` of one experiment is
-    kept in `errors` and does not stop the others. Returns when every experiment has ended.
+    kept in `errors` (a `JobEnded` in `ended`) and does not stop the others. Returns when every experiment has ended.
     """
     result = BatchResult()
     settled = threading.Event()
@@ -158,6 +164,9 @@ def run_batch(
             result.finished_at[exp.id] = time.monotonic()
             try:
                 raw = fut.result()
+            except JobEnded as exc:
+                result.ended[exp.id] = exc
+                continue
             except HostError as exc:
                 result.errors[exp.id] = exc
                 continue
@@ -315,6 +324,19 @@ def execute_or_batch(state: RunState, rt: Runtime) -> dict[str, Any]:
              "concludes); this experiment could no longer change the conclusion, so it was stopped"},
             node="execute",
         )
+    for exp_id, ended in result.ended.items():
+        # The scheduler (or an operator's scancel) ended this one job: an infrastructure outcome of this
+        # experiment alone, no evidence about any hypothesis; its siblings' results stand and the run
+        # goes on. Its launch and host time count (its saved result says so, for a resume too).
+        evidence_of[exp_id] = ended.evidence
+        tr.emit(
+            "error",
+            {"message": f"{ended}; only experiment {exp_id} is lost to it (an infrastructure outcome, not "
+             "evidence about any hypothesis): the other results of the batch are kept and the run goes on",
+             "experiment_id": exp_id},
+            node="execute",
+        )
+        outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify_outcome(ended.evidence)))
     for exp_id, err in result.errors.items():  # the host failed under this one: an infrastructure error
         tr.emit("error", {"message": str(err), "experiment_id": exp_id}, node="execute")
         lost = prior_launch(tr.path, exp_id)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from clirun import HYPOLOOP, cli_env, run_cli
+from conftest import engine_processes
 
 from agent.case import load_case
 from agent.models import Baseline, Change, Experiment, Outcome
@@ -223,6 +224,109 @@ def test_kill_9_during_a_batch_then_resume_adopts_both_jobs(slurm_cluster: Any, 
     assert len(launched_after) == len(set(launched_after))  # no job launched twice
     assert not set(batch_jobs) & set(launched_after[3:])
     assert not slurm_cluster.command("squeue", "-h").stdout.strip()
+
+
+def test_a_job_of_a_batch_cancelled_by_an_operator_keeps_its_siblings_result_and_the_run_goes_on(
+    slurm_cluster: Any, tmp_path: Path
+) -> None:
+    scale = "0.02"  # ~10 s per load: time to cancel one job while both run
+    env = cli_env(tmp_path, HYPOLOOP_LAB_TIME_SCALE=scale)
+    proc = subprocess.Popen(
+        [*HYPOLOOP, "run", CASE, "--auto", "--parallel", "2", "--host", f"slurm://{slurm_cluster.partition}",
+         "--json", "--transcript-dir", "tr"],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "tr").glob("*.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        transcript = next((tmp_path / "tr").glob("*.jsonl"))
+        launched = _wait_for_n(transcript, "server.launched", 3)  # the baseline, then the batch of two
+        _wait_for_n(transcript, "slurm.job_started", 3)
+        (kept, kept_job), (gone, gone_job) = ((e["data"]["experiment_id"], e["data"]["pid"]) for e in launched[1:])
+        assert not any(e["type"] == "outcome" and e["data"]["experiment_id"] in (kept, gone)
+                       for e in _events(transcript)), "cancel while both load"
+        # An operator (or a preemption) ends one job of the batch while both run.
+        assert slurm_cluster.command("scancel", str(gone_job)).returncode == 0
+        out, err = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["status"] in ("isolated", "not_isolated"), result  # the run reached its ending, not an error
+    events = _events(transcript)
+    outcome = {e["data"]["experiment_id"]: e["data"] for e in events if e["type"] == "outcome"}
+    assert outcome[gone]["stage"] == "infra_error"  # the cancelled job: an infrastructure outcome of its own
+    assert outcome[kept]["stage"] != "infra_error"  # the sibling's result is kept...
+    ledgers = [e["data"] for e in events if e["type"] == "ledger.updated"]
+    assert any(kept in d["after"] for d in ledgers)  # ...and used: the ledger moved on it
+    error = next(e["data"] for e in events if e["type"] == "error" and e["data"].get("experiment_id") == gone)
+    assert f"job {gone_job} ended CANCELLED" in error["message"]
+    # The run went on after the batch, and no launch is lost from the count (the cancelled job used the host).
+    jobs = [e["data"]["pid"] for e in events if e["type"] == "server.launched"]
+    assert len(jobs) > 3 and len(jobs) == len(set(jobs))
+    assert result["launches"] == len(jobs)
+    assert kept_job in jobs and not any(
+        e["type"] == "server.launched" and e["data"]["experiment_id"] == kept for e in events[events.index(
+            next(e for e in events if e["type"] == "outcome" and e["data"]["experiment_id"] == kept)):]
+    )  # the sibling was never launched again
+    assert not slurm_cluster.command("squeue", "-h").stdout.strip()
+    assert not engine_processes(str(tmp_path))
+
+
+def test_a_run_killed_after_one_job_of_its_batch_was_cancelled_resumes_with_the_siblings_result(
+    slurm_cluster: Any, tmp_path: Path
+) -> None:
+    scale = "0.02"
+    env = cli_env(tmp_path, HYPOLOOP_LAB_TIME_SCALE=scale)
+    proc = subprocess.Popen(
+        [*HYPOLOOP, "run", CASE, "--auto", "--parallel", "2", "--host", f"slurm://{slurm_cluster.partition}",
+         "--transcript-dir", "tr"],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "tr").glob("*.jsonl")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        transcript = next((tmp_path / "tr").glob("*.jsonl"))
+        launched = _wait_for_n(transcript, "server.launched", 3)
+        _wait_for_n(transcript, "slurm.job_started", 3)
+        (kept, kept_job), (gone, gone_job) = ((e["data"]["experiment_id"], e["data"]["pid"]) for e in launched[1:])
+        assert slurm_cluster.command("scancel", str(gone_job)).returncode == 0
+        stopped = len(_wait_for_n(transcript, "server.stopped", 1))  # the baseline's
+        deadline = time.monotonic() + 90
+        while not any(e["type"] == "server.stopped" and e["data"]["experiment_id"] == gone
+                      for e in _events(transcript)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stopped and not any(e["type"] == "outcome" and e["data"]["experiment_id"] == kept
+                                   for e in _events(transcript)), "kill it while the sibling still loads"
+        proc.send_signal(signal.SIGKILL)  # hypoloop dies with the sibling's job running, nobody watching
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [int(j) for j in slurm_cluster.command("squeue", "-h", "-o", "%i").stdout.split()] == [kept_job]
+    r = run_cli(tmp_path, "resume", transcript.stem, "--auto", "--json", HYPOLOOP_LAB_TIME_SCALE=scale, timeout=400)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = _last_json(r)
+    assert result["status"] in ("isolated", "not_isolated"), result
+    events = _events(transcript)
+    # The sibling's job was adopted and its result used; the cancelled one was not launched again and
+    # its infrastructure outcome (saved before the kill) moved no hypothesis.
+    assert [e["data"]["pid"] for e in events if e["type"] == "server.adopted"] == [kept_job]
+    recovered = [e["data"] for e in events if e["type"] == "experiment.recovered"]
+    assert [d["experiment_id"] for d in recovered] == [gone] and recovered[0]["reason"]
+    outcome = {e["data"]["experiment_id"]: e["data"] for e in events if e["type"] == "outcome"}
+    assert outcome[gone]["stage"] == "infra_error" and outcome[kept]["stage"] != "infra_error"
+    assert any(kept in e["data"]["after"] for e in events if e["type"] == "ledger.updated")
+    by_exp = [e["data"]["experiment_id"] for e in events if e["type"] == "server.launched"]
+    assert by_exp.count(kept) == 1 and by_exp.count(gone) == 1
+    assert result["launches"] == len(by_exp)  # the cancelled job counted once, nothing counted twice
+    assert not slurm_cluster.command("squeue", "-h").stdout.strip()
+    assert not engine_processes(str(tmp_path))
 
 
 def test_each_member_of_a_batch_is_approved_rejected_or_edited_on_its_own(tmp_path: Path) -> None:

@@ -60,6 +60,16 @@ from tools.signatures import SignatureMatcher
 from tools.stall import StallWatch
 
 
+class JobEnded(SchedulerError):
+    """The scheduler ended this experiment's job (cancelled by an operator, preempted, node failure, time
+    limit): an infrastructure outcome of this one experiment, not of the host. `evidence` is its
+    ``infra_error`` evidence (launched, with the host time it used), already saved as its result."""
+
+    def __init__(self, message: str, evidence: RawEvidence) -> None:
+        super().__init__(message)
+        self.evidence = evidence
+
+
 def execute(state: RunState, rt: Runtime) -> dict[str, Any]:
     """The execute node: see the module docstring."""
     tr = rt.transcript
@@ -88,6 +98,12 @@ def execute(state: RunState, rt: Runtime) -> dict[str, Any]:
                 rt, case, state["run_id"], exp, adopt=adopt, record=record, launch_no=prior.attempts + 1
             )
             save_result(rt.state_dir, state["run_id"], evidence, redact=tr.redact)
+        elif evidence.status == "infra_error":
+            # An earlier process saw the scheduler end this job and was interrupted before ending the
+            # run: end it now as it would have (the launch is counted from the saved result).
+            tr.emit("error", {"message": evidence.error or "the host failed", "experiment_id": exp.id},
+                    node="execute")
+            unreachable = infra_failure(rt, exp.id, SchedulerError(evidence.error or "the host failed"))
     except HostError as exc:
         tr.emit("error", {"message": str(exc), "experiment_id": exp.id}, node="execute")
         # Launches of this experiment that produced no outcome, this one included (the host failed
@@ -159,11 +175,35 @@ def run_experiment(
             ), redact=tr.redact, partial=partial)
             spent[0] += time.monotonic() - began
 
-        server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep, watch=watch)
-        _raise_if_the_host_failed(session, host, log_path)
-        keep(server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
+        def cut_off(why: str) -> RawEvidence:
+            # The scheduler ended the job: what the server showed is no evidence. Its saved result is an
+            # infra_error (launched, with its host time), so a resume never reads the cut launch as a crash.
+            lost = RawEvidence.from_launch(
+                exp.id, final=session.result(), matcher=matcher, server_info=None, stall=stall, probes=probes,
+                log_path=log_path, t_ready_s=res.t_ready_s, wall_s=time.monotonic() - t0 - spent[0],
+                time_scale=host.time_scale,
+            )
+            infra = RawEvidence(experiment_id=exp.id, launched=True, status="infra_error", error=why,
+                                log_path=log_path, timings=lost.timings)
+            save_result(rt.state_dir, run_id, infra, redact=tr.redact)
+            return infra
+
+        ended = _ended_by_scheduler(host, session, res)  # asked at once: nothing of it is saved as a crash
+        if ended is not None:
+            server_info = None
+            cut_off(ended)
+        else:
+            server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep, watch=watch)
+            _raise_if_the_host_failed(session, host, log_path)
+            keep(server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
         stopped = session.stop()
-    wall, queued = _record_stop(rt, host, session, exp, stopped, wall=time.monotonic() - t0 - spent[0], t0=t0)
+    wall = time.monotonic() - t0 - spent[0]
+    try:
+        wall, queued = _record_stop(rt, host, session, exp, stopped, wall=wall, t0=t0)
+    except SchedulerError as exc:
+        ended = str(exc)
+    if ended is not None:
+        raise JobEnded(ended, cut_off(ended))
     return RawEvidence.from_launch(
         exp.id,
         final=session.result(),
@@ -178,6 +218,16 @@ def run_experiment(
         log_excerpt=excerpt.lines(),
         queued_s=queued,
     )
+
+
+def _ended_by_scheduler(host: Host, session: ServerSession, res: LaunchResult) -> str | None:
+    """Why the scheduler ended the job of a launch that did not end ready (`QueuesJobs.job_failure`:
+    cancelled by an operator, preempted, node failure...), in the words `_record_stop` uses; None when
+    the launch is not a job, ended ready, or ended on its own (its crash is evidence)."""
+    if res.status == "ready" or session.handle is None or not isinstance(host, QueuesJobs):
+        return None
+    failure = host.job_failure(session.handle)
+    return None if failure is None else f"{failure}; the outcome is no evidence about the server"
 
 
 def _raise_if_the_host_failed(session: ServerSession, host: Host, log_path: str) -> None:
