@@ -24,7 +24,7 @@ import re
 from agent.catalog import load_roles
 from agent.generators import Candidate, GeneratorInput
 from agent.generators.common import canon, documented_choices, effective_value, fact_flag, norm
-from agent.in_play import device_for, load_subsystems, platform_of
+from agent.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.models import Evidence, FlagValue, Intervention, LogLine
 from agent.values import rule_for
 
@@ -156,6 +156,7 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
             found.append((f"remedy:{m.group('name')}={env_value}", iv, kind, ll,
                           f"{m.group('name')}={env_value}"))
     found += _alternatives(inp)
+    found += _allowed_values(inp)
     found += _missing_package_reverts(inp)
     return found
 
@@ -206,6 +207,9 @@ def _alternatives(inp: GeneratorInput) -> list[tuple[str, Intervention, str, Log
             if spec.deprecated or not spec.takes_value or spec.name in seen:
                 continue
             choices = documented_choices(spec)
+            if not choices and spec.name == DEVICE_FLAG:
+                # a catalog read off a log's server-args line knows no choices: the platforms' devices are
+                choices = sorted(device_values)
             named = [c for c in choices if len(c) >= 3 and c.lower() in words and c.lower() not in _PLAIN]
             if len(named) < 2:
                 continue
@@ -235,6 +239,63 @@ def _alternatives(inp: GeneratorInput) -> list[tuple[str, Intervention, str, Log
                               + " ".join(text.split()))
             out.append((f"remedy:{spec.name}={values[0]}", iv, "error", ll,
                         f"{spec.name} {values[0]} ({how})"))
+    return out
+
+
+#: An error that states the values a setting allows (``DeepSeek DSA only supports bf16/bfloat16 or
+#: fp8_e4m3 kv_cache_dtype``, sglang/srt/arg_groups/overrides.py in 0.5.23; ``... must be one of ...``,
+#: ``... only supports kv-cache-dtype of fp8_e4m3, bf16, or auto``): the list and the setting it names.
+_ALLOWS = re.compile(
+    r"\b(?:only supports?|must be(?: one of)?|should be one of|expected one of|supported values? (?:are|is)|"
+    r"requires one of)\s+(?P<rest>.+)$",
+    re.I,
+)
+_VALUE_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_SETTING = re.compile(r"(?<![\w-])(?:--)?(?P<name>[a-z][a-z0-9]*(?:[_-][a-z0-9]+)+)(?![\w-])")
+_LIST_WORDS = frozenset({"or", "and", "of", "the", "a", "an", "either", "one", "values", "value", "are", "is"})
+
+
+def _allowed_values(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """An error that states which values a setting allows, naming the setting by its flag or its
+    argparse dest (``kv_cache_dtype``), where the value in force is not among them: set the setting to
+    a value it allows. Values are the error's own words, cleaned of prose punctuation; a documented
+    choice list of the host's flag, when known, must hold them. Nothing when the value in force is
+    allowed (the error is then about something else)."""
+    if inp.flags is None:
+        return []
+    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    for ll in _error_lines(inp):
+        m = _ALLOWS.search(ll.text)
+        if m is None:
+            continue
+        rest = m.group("rest")
+        for sm in _SETTING.finditer(rest):
+            name = sm.group("name")
+            spec = canon(inp.flags, "--" + name.replace("_", "-")) or fact_flag(inp.flags, name.replace("-", "_"))
+            if spec is None or not spec.takes_value:
+                continue
+            listed = rest[: sm.start()] or rest[sm.end():]
+            values: list[str] = []
+            for tok in _VALUE_TOKEN.findall(re.sub(r"[/|]", " ", listed)):
+                v = _no_full_stop(tok) or tok
+                if v.lower() in _LIST_WORDS or v in values or v.lower() in _PLAIN:
+                    continue
+                values.append(v)
+            choices = documented_choices(spec)
+            if choices:
+                values = [v for v in values if v in choices]
+            current = effective_value(inp, spec)
+            cur = str(current).lower() if current is not None else None
+            if not values or cur is None or cur in {v.lower() for v in values}:
+                continue
+            fact = spec.name.lstrip("-").replace("-", "_")
+            iv = Intervention(names=[spec.name], values=list(values), decisive=True,
+                              fact=fact if fact_flag(inp.flags, fact) is spec else None, cost="low",
+                              note=f"the error allows {', '.join(values)} for {spec.name} and the run had "
+                              f"{current}: " + " ".join(ll.text.split()))
+            out.append((f"remedy:{spec.name}={values[0]}", iv, "error", ll,
+                        f"{spec.name} {values[0]} (a value the error says {spec.name} allows; the run had {current})"))
+            break
     return out
 
 
