@@ -845,6 +845,13 @@ def _analyze(
         console.print(f"[dim]{escape(note)}[/]")
     _print_log_findings(console, outcome, ranked, show_all)
     _print_log_advice(console, outcome, proposal, suggestions, text, ranked, catalog)
+    from agent.generators.remedies import left_out
+
+    unfit = left_out(planner._generator_input(view, outcome, c.baseline))
+    if unfit:  # an error's example for another machine is never proposed as read: say what became of it
+        console.print("\n[bold]values checked against this host[/]")
+        for why in unfit:
+            print_hanging(console, f"  {escape(why)}")
 
 
 def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, list[Signature], list[CatalogEntry]]:

@@ -92,3 +92,41 @@ def test_unsupported_architecture_says_only_a_package_or_model_change_can_help(t
     assert "Change the package sglang" in text
     doc = json.loads(_analyze(tmp_path, "unsupported_arch.log", "--json"))
     assert doc["first_experiment"] is None and doc["package_change"]["package"] == "sglang"
+
+
+# --- values checked against this host -------------------------------------------------------------------
+# cpu_threads_bind.log: SGLang 0.5.23's srt/utils/numa_utils.py init_threads_binding assertion (two ranks on
+# a one-NUMA-node host), whose text gives CPU lists for "a machine with 2 numa nodes" (cores 0-63).
+
+
+def test_another_machines_cpu_list_is_never_proposed(tmp_path: Path) -> None:
+    """Unknown CPU count: the example lists are left out and the user is told why; the first experiment
+    is the change the error's own bound asks for (tp_size down to the NUMA node count)."""
+    out = _analyze(tmp_path, "cpu_threads_bind.log")
+    _no_empty_heading(out)
+    text = " ".join(out.split())
+    first = text.split("first experiment:")[1].split("values checked")[0]
+    assert "--tp-size: 2 (in the log) → 1" in first, out
+    proposals = text.split("hypotheses")[1].split("values checked against this host")[0]
+    assert "0-31" not in proposals and "SGLANG_CPU_OMP_THREADS_BIND" not in proposals
+    assert "example for another machine" in text and "--cpus" in text
+
+
+def test_with_the_cpu_count_a_fitting_value_is_derived_or_left_out_with_the_reason(tmp_path: Path) -> None:
+    out = " ".join(_analyze(tmp_path, "cpu_threads_bind.log", "--cpus", "8").split())
+    proposals = out.split("hypotheses")[1].split("values checked against this host")[0]
+    assert "0-31" not in proposals and "63" not in proposals and "SGLANG_CPU_OMP_THREADS_BIND" not in proposals
+    # two ranks need a '|' the guard refuses in an environment value: left out, saying so and the value
+    assert "names CPUs up to 63 and this host has 8" in out and "0-3|4-7" in out and "guard refuses" in out
+
+
+def test_fit_cpu_list_checks_against_the_host() -> None:
+    from agent.values import fit_cpu_list
+
+    example = "For example, on a machine with 2 numa nodes, set X=0-31"
+    assert fit_cpu_list("0-31", example, cpu_count=None, ranks=1)[0] is None
+    assert fit_cpu_list("0-31", example, cpu_count=4, ranks=1)[0] == "0-3"
+    assert fit_cpu_list("0-31", "set X=0-31", cpu_count=64, ranks=1) == ("0-31", "")
+    assert fit_cpu_list("0-31|32-63", "set X=0-31|32-63", cpu_count=64, ranks=2)[0] is None  # '|' refused
+    assert fit_cpu_list("0-3", example, cpu_count=2, ranks=4)[0] is None  # fewer CPUs than ranks
+    assert fit_cpu_list("16", example, cpu_count=2, ranks=1) == ("16", "")  # a count, not a CPU list

@@ -26,9 +26,9 @@ from agent.generators import Candidate, GeneratorInput
 from agent.generators.common import canon, documented_choices, effective_value, fact_flag, norm
 from agent.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.models import Evidence, FlagValue, Intervention, LogLine
-from agent.values import rule_for
+from agent.values import fit_cpu_list, rule_for
 
-__all__ = ["RemediesGenerator", "remedies_in"]
+__all__ = ["RemediesGenerator", "left_out", "remedies_in"]
 
 #: Weights by where the remedy was read.
 WEIGHT_ERROR = 0.3
@@ -149,7 +149,10 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
             if _condition_fails(text[: m.start()]) is not None:
                 continue  # the text offers it only if something holds that its own figures deny
             override = bool(_OVERRIDE.search(m.group("name")))
-            env_value = _no_full_stop(m.group("value"))
+            env_value, _why = fit_cpu_list(str(_no_full_stop(m.group("value"))), _sentence_of(text, m.start()),
+                                           cpu_count=_cpu_count(inp), ranks=_ranks(inp))
+            if env_value is None:
+                continue  # an example for another machine, or a value the guard would refuse (left_out)
             iv = Intervention(kind="env", names=[m.group("name")], values=[env_value],
                               decisive=kind == "error", cost="low", workaround=override,
                               note=" ".join(text.split()))
@@ -157,8 +160,42 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
                           f"{m.group('name')}={env_value}"))
     found += _alternatives(inp)
     found += _allowed_values(inp)
+    found += _bounded_settings(inp)
     found += _missing_package_reverts(inp)
     return found
+
+
+def _sentence_of(text: str, at: int) -> str:
+    """The sentence of ``text`` that holds position ``at`` (what says whether a value is an example)."""
+    start = max(text.rfind(". ", 0, at), text.rfind("? ", 0, at)) + 1
+    end = text.find(". ", at)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def _cpu_count(inp: GeneratorInput) -> int | None:
+    return inp.fingerprint.cpu_count if inp.fingerprint is not None else None
+
+
+def _ranks(inp: GeneratorInput) -> int | None:
+    """The server's rank count per node as the effective config shows it (tp_size), or None."""
+    try:
+        return int(str(inp.evidence.facts.get("tp_size"))) if inp.evidence.facts.get("tp_size") else None
+    except ValueError:
+        return None
+
+
+def left_out(inp: GeneratorInput) -> list[str]:
+    """Why each value an error text names for a variable was not proposed, or was replaced by one
+    derived for this host (``agent.values.fit_cpu_list``): one sentence each, for the user."""
+    out: list[str] = []
+    for ll, _kind in _where(inp.evidence.log, {tb.exception for tb in inp.evidence.tracebacks}):
+        for m in _ENV.finditer(ll.text):
+            raw = str(_no_full_stop(m.group("value")))
+            value, why = fit_cpu_list(raw, _sentence_of(ll.text, m.start()), cpu_count=_cpu_count(inp),
+                                      ranks=_ranks(inp))
+            if why and (line := f"{m.group('name')}={raw} (log line {ll.line}): {why}") not in out:
+                out.append(line)
+    return out
 
 
 def _no_full_stop(value: str | None) -> str | None:
@@ -296,6 +333,52 @@ def _allowed_values(inp: GeneratorInput) -> list[tuple[str, Intervention, str, L
             out.append((f"remedy:{spec.name}={values[0]}", iv, "error", ll,
                         f"{spec.name} {values[0]} (a value the error says {spec.name} allows; the run had {current})"))
             break
+    return out
+
+
+#: An error that bounds a product of settings by a figure of the host (``the total number of ranks
+#: (dp_size * tp_size * pp_size = 2) should be smaller than or equal to number of numa node on the
+#: machine 1``, sglang/srt/utils/numa_utils.py ``init_threads_binding``, 0.5.23).
+_BOUNDED = re.compile(
+    r"\((?P<expr>[a-z_][a-z0-9_]*(?:\s*\*\s*[a-z_][a-z0-9_]*)*)\s*=\s*(?P<cur>\d+)\)\s*should be "
+    r"(?:smaller|less|lower|fewer) than or equal to\D*?(?P<limit>\d+)",
+    re.I,
+)
+
+
+def _bounded_settings(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """An error that says a product of settings (``dp_size * tp_size * pp_size = 2``) must be at most a
+    figure of the host (``1``): the one factor above 1 whose flag the host knows is lowered so the
+    product fits. Nothing when several factors are above 1 (which to lower is a choice, not a reading)."""
+    if inp.flags is None:
+        return []
+    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    for ll in _error_lines(inp):
+        m = _BOUNDED.search(ll.text)
+        if m is None:
+            continue
+        limit = int(m.group("limit"))
+        factors: list[tuple[str, int]] = []
+        for dest in re.split(r"\s*\*\s*", m.group("expr")):
+            spec = fact_flag(inp.flags, dest)
+            value = effective_value(inp, spec) if spec is not None else None
+            try:
+                factors.append((dest, int(str(value)) if value is not None else 1))
+            except ValueError:
+                factors.append((dest, 1))
+        above = [(d, v) for d, v in factors if v > 1]
+        if len(above) != 1 or limit < 1:
+            continue
+        dest, current = above[0]
+        spec = fact_flag(inp.flags, dest)
+        rest = math.prod(v for d, v in factors if d != dest)
+        lowered = max(1, limit // max(1, rest))
+        if spec is None or lowered >= current:
+            continue
+        iv = Intervention(names=[spec.name], values=[str(lowered)], decisive=True, fact=dest, cost="medium",
+                          note=f"{m.group('expr')} = {m.group('cur')} must be at most {limit}: " + " ".join(ll.text.split()))
+        out.append((f"remedy:{spec.name}={lowered}", iv, "error", ll,
+                    f"{spec.name} {lowered} (the error bounds {m.group('expr')} by {limit}; the run had {current})"))
     return out
 
 
