@@ -148,6 +148,9 @@ class CatalogEntry(BaseModel):
     boost: list[Boost] = Field(default_factory=list)
     cause_signatures: list[str] = Field(default_factory=list)
     intervention: list[Intervention] = Field(default_factory=list)
+    #: A cause no launch setting reaches: the package to change and what to change (then no intervention).
+    package: str | None = None
+    package_fix: str = ""
 
     def triggered(self, ctx: EvidenceContext) -> list[Condition] | None:
         """The conditions that made this entry apply to ``ctx``, or ``None`` when it does not apply."""

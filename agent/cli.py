@@ -771,25 +771,34 @@ def analyze(
         str | None, typer.Option(help="the host's GPU compute capability, e.g. 12.0")
     ] = None,
     gpu_name: Annotated[str | None, typer.Option(help="the host's GPU name")] = None,
+    cpu_only: Annotated[bool, typer.Option("--cpu-only", help="the host has no GPU or other accelerator")] = False,
+    cpus: Annotated[int | None, typer.Option(help="the host's CPU count (checks values such as CPU lists)")] = None,
     show_all: Annotated[bool, typer.Option("--all", help="also list progress and fact signatures")] = False,
     knowledge: _KnowledgeOpt = None,
 ) -> None:
     """Read a log without launching anything: signatures, stage, facts, ranked hypotheses, first experiment.
 
     With --case, the case's host is asked for its GPUs (a query, no launch) unless --compute-capability
-    or --gpu-name is given, and the case's knowledge files count as evidence.
+    or --gpu-name is given, and the case's knowledge files count as evidence. Without a host, the log's
+    own lines that show the platform (``log_says`` in knowledge/subsystems.toml, e.g. SGLang's "No
+    accelerator ... is available") or --cpu-only say the host is CPU-only.
     """
+    if cpu_only and (gpu_name or compute_capability):
+        _fail("--cpu-only: a CPU-only host has no --gpu-name or --compute-capability; give one or the other")
+    if cpus is not None and cpus < 1:
+        _fail(f"--cpus {cpus}: expected the host's CPU count, a whole number of at least 1")
     if compute_capability is not None and not re.fullmatch(r"\d{1,2}\.\d", compute_capability.strip()):
         _fail(f"--compute-capability {compute_capability!r}: expected MAJOR.MINOR as nvidia-smi shows it, e.g. 12.0 or 9.0")
     if gpu_name is not None and not gpu_name.strip():
         _fail("--gpu-name: expected the GPU's name as nvidia-smi shows it, not an empty string")
     with _use_knowledge(knowledge):
-        _analyze(logfile, json_out, case, compute_capability and compute_capability.strip(), gpu_name, show_all)
+        _analyze(logfile, json_out, case, compute_capability and compute_capability.strip(), gpu_name, show_all,
+                 cpu_only=cpu_only, cpus=cpus)
 
 
 def _analyze(
     logfile: Path, json_out: bool, case: str | None, compute_capability: str | None, gpu_name: str | None,
-    show_all: bool,
+    show_all: bool, *, cpu_only: bool = False, cpus: int | None = None,
 ) -> None:
     from agent.evidence import RawEvidence
     from agent.nodes.analyze import classify_outcome
@@ -807,10 +816,14 @@ def _analyze(
     )
     evidence = RawEvidence.from_log(exp.id, text, sigs, str(logfile))
     outcome = classify_outcome(evidence)
-    fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability)
+    fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability,
+                         gpu_vendor="none" if cpu_only else None, gpu_count=0 if cpu_only else None,
+                         cpu_count=cpus)
     notes: list[str] = []
-    if case and not (gpu_name or compute_capability):
+    if case and not (gpu_name or compute_capability or cpu_only):
         fp = _analyze_host_fingerprint(c, fp, notes)
+    if not (fp.gpu_vendor or fp.gpu_name or fp.compute_capability):
+        fp = _analyze_platform_from_log(text, fp, notes)
     findings = _analyze_findings(c, fp) if case else []
     view = PlannerView(case=c, fingerprint=fp, findings=findings, experiments=[exp], outcomes=[outcome])
     # Without the host's --help, the log's own server-args line says which release's flag spellings apply.
@@ -821,14 +834,24 @@ def _analyze(
     verdict = _log_verdict(outcome)
     suggestions = suggestions_in_log(text.split("\n"))
     if json_out:
-        print(json.dumps(_analyze_json(logfile, outcome, verdict, ranked, proposal, suggestions)))
+        doc = _analyze_json(logfile, outcome, verdict, ranked, proposal, suggestions)
+        pkg = None if doc["first_experiment"] else _package_only(ranked, catalog)
+        doc["package_change"] = {"hypothesis": pkg[0].id, "package": pkg[0].package, "what": pkg[1]} if pkg else None
+        print(json.dumps(doc))
         return
     console = SafeConsole()
     print_hanging(console, f"[bold]{escape(str(logfile))}[/]: stage reached [bold]{outcome.stage}[/] — {verdict}")
     for note in notes:
         console.print(f"[dim]{escape(note)}[/]")
     _print_log_findings(console, outcome, ranked, show_all)
-    _print_log_advice(console, outcome, proposal, suggestions, text)
+    _print_log_advice(console, outcome, proposal, suggestions, text, ranked, catalog)
+    from agent.generators.remedies import left_out
+
+    unfit = left_out(planner._generator_input(view, outcome, c.baseline))
+    if unfit:  # an error's example for another machine is never proposed as read: say what became of it
+        console.print("\n[bold]values checked against this host[/]")
+        for why in unfit:
+            print_hanging(console, f"  {escape(why)}")
 
 
 def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, list[Signature], list[CatalogEntry]]:
@@ -864,6 +887,26 @@ def _analyze_host_fingerprint(c: Case, fp: HostFingerprint, notes: list[str]) ->
     except HostError as exc:
         notes.append(f"could not ask the case's host for its GPUs ({exc}); give --compute-capability")
     return fp
+
+
+def _analyze_platform_from_log(text: str, fp: HostFingerprint, notes: list[str]) -> HostFingerprint:
+    """``fp`` with the platform a line of the log shows (knowledge/subsystems.toml ``log_says``), when
+    nothing else told it; a note quotes the line, for the user."""
+    from agent.in_play import SubsystemsError, gpu_vendor_of, load_subsystems, platform_in_log
+
+    try:
+        know = load_subsystems()
+        found = platform_in_log(text, know)
+    except SubsystemsError as exc:
+        _fail(str(exc))
+    if found is None:
+        return fp
+    platform, line = found
+    vendor = gpu_vendor_of(platform, know)
+    if vendor is None:
+        return fp
+    notes.append(f"the log shows a {platform} host (no host was asked): {line}")
+    return fp.model_copy(update={"gpu_vendor": vendor, "gpu_count": 0 if vendor == "none" else fp.gpu_count})
 
 
 def _analyze_findings(c: Case, fp: HostFingerprint) -> list[RelevantFinding]:
@@ -960,8 +1003,19 @@ def _print_log_findings(console: Console, outcome: Outcome, ranked: list[Hypothe
         print_hanging(console, f"        {escape(hy.statement)}", hang=0)
 
 
+def _package_only(ranked: list[Hypothesis], catalog: list[CatalogEntry]) -> tuple[Hypothesis, str] | None:
+    """The most probable open hypothesis whose cause no launch setting reaches (a catalog entry with a
+    ``package``, knowledge/hypotheses.toml) and what to change instead, or None."""
+    fixes = {e.id: e.package_fix for e in catalog if e.package}
+    for h in ranked:
+        if h.status == "open" and h.package and not h.interventions and h.id in fixes:
+            return h, fixes[h.id] or f"a release of {h.package} that does not have this cause"
+    return None
+
+
 def _print_log_advice(
-    console: Console, outcome: Outcome, proposal: Proposal, suggestions: list[tuple[int, str]], log_text: str = ""
+    console: Console, outcome: Outcome, proposal: Proposal, suggestions: list[tuple[int, str]], log_text: str = "",
+    ranked: list[Hypothesis] | None = None, catalog: list[CatalogEntry] | None = None,
 ) -> None:
     """Print the first experiment (or why none: when a failed import stops the server before any flag is
     read, that only a package change can help, naming the package), the planner's alternatives and
@@ -986,6 +1040,13 @@ def _print_log_advice(
                 f"(log line {missing.log_line}: {escape(missing.text)}) before it reads any launch flag; "
                 f"install or fix the package [bold]{escape(missing.package)}[/] in the server's Python, then "
                 "launch again",
+            )
+        elif (pkg := _package_only(ranked or [], catalog or [])) is not None:
+            hyp, fix = pkg
+            print_hanging(
+                console,
+                f"[bold]only a package or model change can help[/]: {escape(hyp.statement)}; no launch flag or "
+                f"variable reaches this cause. Change the package [bold]{escape(str(hyp.package))}[/]: {escape(fix)}",
             )
         else:
             print_hanging(console, f"no experiment to propose: {escape(str(proposal.conclude_reason))}")

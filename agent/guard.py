@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.models import Baseline, Experiment, value_key
-from agent.values import clean_value, prose_punctuation
+from agent.values import SHELL_SAFE_VALUE, clean_value, prose_punctuation
 from tools.flags import FlagCatalog, FlagError
 
 if TYPE_CHECKING:
     from agent.planner import PlannerView
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_./:,+=@%-]*$")
 
 
 def _limits() -> dict[str, dict[str, Any]]:
@@ -94,16 +93,15 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
         else:
             if not _ENV_NAME.match(ch.name):
                 raise GuardError(f"env {ch.name!r}: expected a variable name like NCCL_P2P_DISABLE")
-            if ch.after is not None and not _SAFE_VALUE.match(str(ch.after)):
-                raise GuardError(
-                    f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret"
-                )
+        # prose punctuation first: it says what the value is, which a refusal of its characters does not
         tail = prose_punctuation(ch.after)
         if tail is not None:
             raise GuardError(
                 f"{ch.name}: {ch.after!r} carries prose punctuation ({tail!r}) copied from a sentence; the value "
                 f"is {clean_value(ch.after)!r}"
             )
+        if ch.kind == "env" and ch.after is not None and not SHELL_SAFE_VALUE.match(str(ch.after)):
+            raise GuardError(f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret")
         if exp.id != exp.expected_id():
             raise GuardError(f"{exp.id}: id does not match the baseline and change")
     done = {e.id for e in view.experiments if e.status == "done"}

@@ -115,6 +115,11 @@ def subsystems_of_frame(where: str, k: Knowledge | None = None) -> list[Subsyste
     return [s for s in know.subsystems if s.modules is not None and s.modules.search(where)]
 
 
+#: SGLang's flag that picks the device the server runs on (``--device``, server_args.py, every 0.5.x
+#: release); its values are the ``device`` of knowledge/subsystems.toml's ``[[platform]]`` entries.
+DEVICE_FLAG = "--device"
+
+
 def platform_of(fp: HostFingerprint | None, device: str | None, k: Knowledge) -> str | None:
     """The platform id (cuda, rocm, cpu, ...): the effective ``--device`` when it names one, else the
     fingerprint's GPU vendor; None when neither is known."""
@@ -128,6 +133,30 @@ def platform_of(fp: HostFingerprint | None, device: str | None, k: Knowledge) ->
         for p in k.platforms:
             if p.get("gpu_vendor") == vendor:
                 return str(p["id"])
+    return None
+
+
+def platform_in_log(text: str, k: Knowledge) -> tuple[str, str] | None:
+    """(platform id, the log line that shows it) when a line of the server's own log ``text`` shows
+    which platform the host is (a ``[[platform]]``'s ``log_says`` regexes, knowledge/subsystems.toml);
+    None when no line does. Raises SubsystemsError for a regex that does not compile."""
+    for p in k.platforms:
+        for pattern in p.get("log_says", []):
+            try:
+                rx = re.compile(str(pattern))
+            except re.error as exc:
+                raise SubsystemsError(f"subsystems.toml: platform {p.get('id')}: log_says {pattern!r}: {exc}") from None
+            for line in text.splitlines():
+                if rx.search(line):
+                    return str(p["id"]), line.strip()
+    return None
+
+
+def gpu_vendor_of(platform: str, k: Knowledge) -> str | None:
+    """The fingerprint's ``gpu_vendor`` that means ``platform`` (``none`` for a CPU host), or None."""
+    for p in k.platforms:
+        if p.get("id") == platform and p.get("gpu_vendor"):
+            return str(p["gpu_vendor"])
     return None
 
 
@@ -160,7 +189,7 @@ class InPlay:
         self.baseline = baseline
         self.server_args = server_args
         self.flags = flags
-        self.platform = platform_of(fp, self.setting("--device"), self.k)
+        self.platform = platform_of(fp, self.setting(DEVICE_FLAG), self.k)
 
     # ----- facts ----------------------------------------------------------------------------------
 

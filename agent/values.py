@@ -367,3 +367,68 @@ def prose_punctuation(value: FlagValue) -> str | None:
     at = text.find(cleaned) if cleaned else len(text)
     return text[:at] + text[at + len(cleaned) :]
 
+
+#: Characters an environment value may hold: a value with others is refused by the guard (a shell would
+#: interpret them), so the planner never proposes one.
+SHELL_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_./:,+=@%-]*$")
+#: A list of CPU ids as Linux and OpenMP write them (``0-31``, ``0-15|32-47``, ``0,2,4``): SGLang's
+#: ``SGLANG_CPU_OMP_THREADS_BIND`` gives each rank's cores, ranks separated by ``|``
+#: (sglang/srt/utils/numa_utils.py ``init_threads_binding``, 0.5.23).
+_CPU_LIST = re.compile(r"^\d+(?:-\d+)?(?:[,|]\d+(?:-\d+)?)*$")
+#: Words that introduce an example in an error text (the value is then for the machine the text imagines).
+_EXAMPLE = re.compile(r"\b(?:for example|e\.g\.|such as|for instance|on a machine with)\b", re.I)
+
+
+def cpu_ids(value: str) -> list[int] | None:
+    """The CPU ids a CPU-list value names (``0-3|8`` -> 0, 1, 2, 3, 8), or None when it is not a CPU
+    list (a single number is not: it is more often a count than a CPU id)."""
+    if not _CPU_LIST.match(value) or value.isdigit():
+        return None
+    ids: list[int] = []
+    for part in re.split(r"[,|]", value):
+        lo, _, hi = part.partition("-")
+        ids.extend(range(int(lo), int(hi or lo) + 1))
+    return ids
+
+
+def split_cpus(cpu_count: int, ranks: int) -> str:
+    """``cpu_count`` CPUs split into ``ranks`` contiguous groups, SGLang's per-rank form
+    (``split_cpus(8, 2)`` is ``0-3|4-7``). Raises ValueError when there are fewer CPUs than ranks."""
+    if ranks < 1 or cpu_count < ranks:
+        raise ValueError(f"{cpu_count} CPUs cannot be split among {ranks} ranks")
+    per = cpu_count // ranks
+    return "|".join(f"{r * per}-{(r + 1) * per - 1}" if per > 1 else str(r * per) for r in range(ranks))
+
+
+def fit_cpu_list(value: str, sentence: str, *, cpu_count: int | None, ranks: int | None) -> tuple[str | None, str]:
+    """A CPU-list value read from an error text, checked against this host: (the value to propose or
+    None, why). A value that names a CPU the host does not have, or that the text gives as an example
+    while the host's CPU count is unknown, is never proposed as read: with the CPU count known, a value
+    of the same shape (one group per rank) is derived for this host; it is left out when it would hold
+    characters the guard refuses (``SHELL_SAFE_VALUE``). Values that are not CPU lists pass unchanged."""
+    ids = cpu_ids(value)
+    if ids is None:
+        return value, ""
+    example = bool(_EXAMPLE.search(sentence))
+    if cpu_count is None:
+        if example:
+            return None, (f"{value} is the error's example for another machine (CPUs {min(ids)}-{max(ids)}); this "
+                          "host's CPU count is unknown (analyze --cpus N, or --case to ask the host)")
+        fitted = value
+    elif max(ids) >= cpu_count or example:
+        groups = ranks or value.count("|") + 1
+        try:
+            fitted = split_cpus(cpu_count, groups)
+        except ValueError as exc:
+            return None, f"{value} does not fit this host: {exc}"
+        why = (f"{value} names CPUs up to {max(ids)} and this host has {cpu_count}" if max(ids) >= cpu_count
+               else f"{value} is the error's example for another machine")
+        if not SHELL_SAFE_VALUE.match(fitted):
+            return None, (f"{why}; the value for this host, {fitted}, holds characters the guard refuses in an "
+                          "environment value, so set it by hand in the host's environment")
+        return fitted, f"{why}: {fitted} is this host's {count(cpu_count, 'CPU')} split among {groups} rank(s)"
+    else:
+        fitted = value
+    if not SHELL_SAFE_VALUE.match(fitted):
+        return None, f"{fitted} holds characters the guard refuses in an environment value"
+    return fitted, ""

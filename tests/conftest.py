@@ -20,43 +20,91 @@ REPO = Path(__file__).resolve().parent.parent
 #: What makes a test slow: it starts real processes (the hypoloop command, a lab server, sshd, Slurm,
 #: Chromium, a terminal). `pytest -m "not slow"` runs the rest, the in-process tests (README, "Tests").
 _SLOW_FIXTURES = frozenset({"sshd", "own_sshd", "slurm_cluster", "small_disks"})
-_SLOW_SOURCE = ("clirun", "subprocess", "pexpect", "CHROMIUM", "Popen", "TMUX")
+_SLOW_SOURCE = ("clirun", "subprocess", "pexpect", "CHROMIUM", "Popen", "TMUX", "run_cli", "launch_server",
+                "start_new_session", "connect_host(", "LocalHost(", "run_agent(", "_lab_host", "serve_forever",
+                "studio_graph(", "graph.invoke(")
+#: How deep calls are followed from a test (test -> helper -> helper ...).
+_SLOW_DEPTH = 30
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``slow`` every test that starts a process (by its fixtures, or by its own source text)."""
-    import inspect
-
+    """Mark ``slow`` every test that starts a process: by its fixtures, or by the source of the test, of
+    its fixtures or of any function they call (followed through the modules' globals, a few calls deep)."""
     for item in items:
         fn = getattr(item, "function", None)
-        try:
-            source = inspect.getsource(fn) if fn is not None else ""
-        except (OSError, TypeError):
-            source = ""
         fixtures = set(getattr(item, "fixturenames", ()))
-        if fixtures & _SLOW_FIXTURES or any(word in source for word in _SLOW_SOURCE) or _calls_slow_helper(item, source):
+        roots: list[Any] = [fn] if fn is not None else []
+        info = getattr(item, "_fixtureinfo", None)
+        for defs in (getattr(info, "name2fixturedefs", {}) or {}).values():
+            roots += [getattr(d, "func", None) for d in defs]
+        if fixtures & _SLOW_FIXTURES or any(_starts_processes(r, _SLOW_DEPTH, set()) for r in roots if r is not None):
             item.add_marker(pytest.mark.slow)
 
 
-def _calls_slow_helper(item: pytest.Item, source: str) -> bool:
-    """Whether the test calls a helper of its module that starts processes (``_hl(...)``, ``_run(...)``)."""
+_STARTS: dict[int, bool] = {}
+
+
+def _starts_processes(fn: Any, depth: int, seen: set[int]) -> bool:
+    """Whether ``fn``'s source, or that of a function it calls by a name of its module, starts processes
+    (memoised per function)."""
     import inspect
     import re
 
-    module = getattr(item, "module", None)
-    if module is None:
+    fn = inspect.unwrap(fn) if callable(fn) else fn
+    key = id(fn)
+    if key in _STARTS:
+        return _STARTS[key]
+    if key in seen or depth < 0:
         return False
-    for name in set(re.findall(r"\b(_\w+)\(", source)):
-        helper = getattr(module, name, None)
-        if not callable(helper):
+    seen.add(key)
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+    found = any(word in source for word in _SLOW_SOURCE) or "HYPOLOOP_LAB_TIME_SCALE" in source
+    space = getattr(fn, "__globals__", None) or vars(sys.modules.get(getattr(fn, "__module__", ""), sys))
+    for name in set(re.findall(r"\b([A-Za-z_]\w*)\(", source)) if not found else ():
+        callee = space.get(name)
+        if not (inspect.isfunction(callee) or inspect.isclass(callee)):
             continue
-        try:
-            text = inspect.getsource(helper)
-        except (OSError, TypeError):
-            continue
-        if any(word in text for word in _SLOW_SOURCE) or "HYPOLOOP" in text:
-            return True
-    return False
+        mod = (getattr(callee, "__module__", "") or "").split(".")[0]
+        # the project's own code and the tests' helpers; not the standard library or third parties
+        if mod in ("agent", "tools", "lab", "bench", "clirun", "fakes", "conftest") or mod.startswith("test"):
+            if _starts_processes(callee, depth - 1, seen):
+                found = True
+                break
+    _STARTS[key] = found
+    return found
+
+
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """Under ``-m "not slow"``, a test that starts a process anyway fails and says so: the quick subset
+    must really start none (the collection above has missed it: mark it ``slow``)."""
+    expr = item.config.getoption("markexpr", "") or ""
+    if "not slow" not in expr or item.get_closest_marker("slow"):
+        return
+    _PROCESS_WATCH["test"] = item.nodeid
+    _PROCESS_WATCH.setdefault("hooked", _install_process_hook())
+
+
+_PROCESS_WATCH: dict[str, Any] = {}
+
+
+def _install_process_hook() -> bool:
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event in ("subprocess.Popen", "os.posix_spawn", "os.fork") and _PROCESS_WATCH.get("test"):
+            test = _PROCESS_WATCH.pop("test")
+            raise RuntimeError(f"{test} started a process ({event} {str(args[:2])[:120]}) but is not marked slow")
+
+    sys.addaudithook(hook)
+    return True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    """The process watch covers a test's call only (fixtures may start what they like: they are marked)."""
+    _PROCESS_WATCH.pop("test", None)
+    yield
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -80,6 +80,7 @@ def entries_to_candidates(
                 id=f"{id_prefix}{entry.id}",
                 statement=statement,
                 component=component,
+                package=entry.package,
                 weight=weight,
                 rationale=entry.rationale,
                 generator=generator,

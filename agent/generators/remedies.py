@@ -24,11 +24,11 @@ import re
 from agent.catalog import load_roles
 from agent.generators import Candidate, GeneratorInput
 from agent.generators.common import canon, documented_choices, effective_value, fact_flag, norm
-from agent.in_play import device_for, load_subsystems, platform_of
+from agent.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.models import Evidence, FlagValue, Intervention, LogLine
-from agent.values import rule_for
+from agent.values import fit_cpu_list, rule_for
 
-__all__ = ["RemediesGenerator", "remedies_in"]
+__all__ = ["RemediesGenerator", "left_out", "remedies_in"]
 
 #: Weights by where the remedy was read.
 WEIGHT_ERROR = 0.3
@@ -149,15 +149,53 @@ def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLi
             if _condition_fails(text[: m.start()]) is not None:
                 continue  # the text offers it only if something holds that its own figures deny
             override = bool(_OVERRIDE.search(m.group("name")))
-            env_value = _no_full_stop(m.group("value"))
+            env_value, _why = fit_cpu_list(str(_no_full_stop(m.group("value"))), _sentence_of(text, m.start()),
+                                           cpu_count=_cpu_count(inp), ranks=_ranks(inp))
+            if env_value is None:
+                continue  # an example for another machine, or a value the guard would refuse (left_out)
             iv = Intervention(kind="env", names=[m.group("name")], values=[env_value],
                               decisive=kind == "error", cost="low", workaround=override,
                               note=" ".join(text.split()))
             found.append((f"remedy:{m.group('name')}={env_value}", iv, kind, ll,
                           f"{m.group('name')}={env_value}"))
     found += _alternatives(inp)
+    found += _allowed_values(inp)
+    found += _bounded_settings(inp)
     found += _missing_package_reverts(inp)
     return found
+
+
+def _sentence_of(text: str, at: int) -> str:
+    """The sentence of ``text`` that holds position ``at`` (what says whether a value is an example)."""
+    start = max(text.rfind(". ", 0, at), text.rfind("? ", 0, at)) + 1
+    end = text.find(". ", at)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def _cpu_count(inp: GeneratorInput) -> int | None:
+    return inp.fingerprint.cpu_count if inp.fingerprint is not None else None
+
+
+def _ranks(inp: GeneratorInput) -> int | None:
+    """The server's rank count per node as the effective config shows it (tp_size), or None."""
+    try:
+        return int(str(inp.evidence.facts.get("tp_size"))) if inp.evidence.facts.get("tp_size") else None
+    except ValueError:
+        return None
+
+
+def left_out(inp: GeneratorInput) -> list[str]:
+    """Why each value an error text names for a variable was not proposed, or was replaced by one
+    derived for this host (``agent.values.fit_cpu_list``): one sentence each, for the user."""
+    out: list[str] = []
+    for ll, _kind in _where(inp.evidence.log, {tb.exception for tb in inp.evidence.tracebacks}):
+        for m in _ENV.finditer(ll.text):
+            raw = str(_no_full_stop(m.group("value")))
+            value, why = fit_cpu_list(raw, _sentence_of(ll.text, m.start()), cpu_count=_cpu_count(inp),
+                                      ranks=_ranks(inp))
+            if why and (line := f"{m.group('name')}={raw} (log line {ll.line}): {why}") not in out:
+                out.append(line)
+    return out
 
 
 def _no_full_stop(value: str | None) -> str | None:
@@ -206,6 +244,9 @@ def _alternatives(inp: GeneratorInput) -> list[tuple[str, Intervention, str, Log
             if spec.deprecated or not spec.takes_value or spec.name in seen:
                 continue
             choices = documented_choices(spec)
+            if not choices and spec.name == DEVICE_FLAG:
+                # a catalog read off a log's server-args line knows no choices: the platforms' devices are
+                choices = sorted(device_values)
             named = [c for c in choices if len(c) >= 3 and c.lower() in words and c.lower() not in _PLAIN]
             if len(named) < 2:
                 continue
@@ -235,6 +276,109 @@ def _alternatives(inp: GeneratorInput) -> list[tuple[str, Intervention, str, Log
                               + " ".join(text.split()))
             out.append((f"remedy:{spec.name}={values[0]}", iv, "error", ll,
                         f"{spec.name} {values[0]} ({how})"))
+    return out
+
+
+#: An error that states the values a setting allows (``DeepSeek DSA only supports bf16/bfloat16 or
+#: fp8_e4m3 kv_cache_dtype``, sglang/srt/arg_groups/overrides.py in 0.5.23; ``... must be one of ...``,
+#: ``... only supports kv-cache-dtype of fp8_e4m3, bf16, or auto``): the list and the setting it names.
+_ALLOWS = re.compile(
+    r"\b(?:only supports?|must be(?: one of)?|should be one of|expected one of|supported values? (?:are|is)|"
+    r"requires one of)\s+(?P<rest>.+)$",
+    re.I,
+)
+_VALUE_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_SETTING = re.compile(r"(?<![\w-])(?:--)?(?P<name>[a-z][a-z0-9]*(?:[_-][a-z0-9]+)+)(?![\w-])")
+_LIST_WORDS = frozenset({"or", "and", "of", "the", "a", "an", "either", "one", "values", "value", "are", "is"})
+
+
+def _allowed_values(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """An error that states which values a setting allows, naming the setting by its flag or its
+    argparse dest (``kv_cache_dtype``), where the value in force is not among them: set the setting to
+    a value it allows. Values are the error's own words, cleaned of prose punctuation; a documented
+    choice list of the host's flag, when known, must hold them. Nothing when the value in force is
+    allowed (the error is then about something else)."""
+    if inp.flags is None:
+        return []
+    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    for ll in _error_lines(inp):
+        m = _ALLOWS.search(ll.text)
+        if m is None:
+            continue
+        rest = m.group("rest")
+        for sm in _SETTING.finditer(rest):
+            name = sm.group("name")
+            spec = canon(inp.flags, "--" + name.replace("_", "-")) or fact_flag(inp.flags, name.replace("-", "_"))
+            if spec is None or not spec.takes_value:
+                continue
+            listed = rest[: sm.start()] or rest[sm.end():]
+            values: list[str] = []
+            for tok in _VALUE_TOKEN.findall(re.sub(r"[/|]", " ", listed)):
+                v = _no_full_stop(tok) or tok
+                if v.lower() in _LIST_WORDS or v in values or v.lower() in _PLAIN:
+                    continue
+                values.append(v)
+            choices = documented_choices(spec)
+            if choices:
+                values = [v for v in values if v in choices]
+            current = effective_value(inp, spec)
+            cur = str(current).lower() if current is not None else None
+            if not values or cur is None or cur in {v.lower() for v in values}:
+                continue
+            fact = spec.name.lstrip("-").replace("-", "_")
+            iv = Intervention(names=[spec.name], values=list(values), decisive=True,
+                              fact=fact if fact_flag(inp.flags, fact) is spec else None, cost="low",
+                              note=f"the error allows {', '.join(values)} for {spec.name} and the run had "
+                              f"{current}: " + " ".join(ll.text.split()))
+            out.append((f"remedy:{spec.name}={values[0]}", iv, "error", ll,
+                        f"{spec.name} {values[0]} (a value the error says {spec.name} allows; the run had {current})"))
+            break
+    return out
+
+
+#: An error that bounds a product of settings by a figure of the host (``the total number of ranks
+#: (dp_size * tp_size * pp_size = 2) should be smaller than or equal to number of numa node on the
+#: machine 1``, sglang/srt/utils/numa_utils.py ``init_threads_binding``, 0.5.23).
+_BOUNDED = re.compile(
+    r"\((?P<expr>[a-z_][a-z0-9_]*(?:\s*\*\s*[a-z_][a-z0-9_]*)*)\s*=\s*(?P<cur>\d+)\)\s*should be "
+    r"(?:smaller|less|lower|fewer) than or equal to\D*?(?P<limit>\d+)",
+    re.I,
+)
+
+
+def _bounded_settings(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """An error that says a product of settings (``dp_size * tp_size * pp_size = 2``) must be at most a
+    figure of the host (``1``): the one factor above 1 whose flag the host knows is lowered so the
+    product fits. Nothing when several factors are above 1 (which to lower is a choice, not a reading)."""
+    if inp.flags is None:
+        return []
+    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    for ll in _error_lines(inp):
+        m = _BOUNDED.search(ll.text)
+        if m is None:
+            continue
+        limit = int(m.group("limit"))
+        factors: list[tuple[str, int]] = []
+        for dest in re.split(r"\s*\*\s*", m.group("expr")):
+            spec = fact_flag(inp.flags, dest)
+            value = effective_value(inp, spec) if spec is not None else None
+            try:
+                factors.append((dest, int(str(value)) if value is not None else 1))
+            except ValueError:
+                factors.append((dest, 1))
+        above = [(d, v) for d, v in factors if v > 1]
+        if len(above) != 1 or limit < 1:
+            continue
+        dest, current = above[0]
+        spec = fact_flag(inp.flags, dest)
+        rest = math.prod(v for d, v in factors if d != dest)
+        lowered = max(1, limit // max(1, rest))
+        if spec is None or lowered >= current:
+            continue
+        iv = Intervention(names=[spec.name], values=[str(lowered)], decisive=True, fact=dest, cost="medium",
+                          note=f"{m.group('expr')} = {m.group('cur')} must be at most {limit}: " + " ".join(ll.text.split()))
+        out.append((f"remedy:{spec.name}={lowered}", iv, "error", ll,
+                    f"{spec.name} {lowered} (the error bounds {m.group('expr')} by {limit}; the run had {current})"))
     return out
 
 
