@@ -302,6 +302,25 @@ def _auth(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+def _post(
+    url: str, payload: dict[str, Any], probe: Probe, timeout_s: float, start: float, api_key: str | None
+) -> httpx.Response | ProbeResult:
+    """POST one probe's JSON; the response, or the probe's result when no usable answer came (a timeout,
+    a transport error, an HTTP status of 400 or more)."""
+    try:
+        with httpx.Client(timeout=timeout_s, trust_env=False, headers=_auth(api_key)) as client:
+            resp = client.post(url, json=payload)
+    except httpx.TimeoutException as exc:
+        return _result(probe, "timeout", start, error=_one_line(f"no answer within {timeout_s:g} s: {exc!r}"))
+    except httpx.TransportError as exc:
+        return _result(probe, "connection_error", start, error=_one_line(f"{type(exc).__name__}: {exc}"))
+    if resp.status_code >= 400:
+        return _result(
+            probe, "http_error", start, http_status=resp.status_code, error=_one_line(resp.text or resp.reason_phrase)
+        )
+    return resp
+
+
 def _run_generate(
     base_url: str, probe: Probe, timeout_s: float, start: float, api_key: str | None = None
 ) -> ProbeResult:
@@ -309,21 +328,9 @@ def _run_generate(
         "text": probe.prompt,
         "sampling_params": {"max_new_tokens": probe.max_tokens, "temperature": probe.temperature},
     }
-    try:
-        with httpx.Client(timeout=timeout_s, trust_env=False, headers=_auth(api_key)) as client:
-            resp = client.post(f"{base_url}/generate", json=payload)
-    except httpx.TimeoutException as exc:
-        return _result(probe, "timeout", start, error=_one_line(f"no answer within {timeout_s:g} s: {exc!r}"))
-    except httpx.TransportError as exc:
-        return _result(probe, "connection_error", start, error=_one_line(f"{type(exc).__name__}: {exc}"))
-    if resp.status_code >= 400:
-        return _result(
-            probe,
-            "http_error",
-            start,
-            http_status=resp.status_code,
-            error=_one_line(resp.text or resp.reason_phrase),
-        )
+    resp = _post(f"{base_url}/generate", payload, probe, timeout_s, start, api_key)
+    if isinstance(resp, ProbeResult):
+        return resp
     try:
         body = resp.json()
     except ValueError:
@@ -365,17 +372,9 @@ def _run_completion(
         "max_tokens": probe.max_tokens,
         "temperature": probe.temperature,
     }
-    try:
-        with httpx.Client(timeout=timeout_s, trust_env=False, headers=_auth(api_key)) as client:
-            resp = client.post(f"{base_url}/v1/completions", json=payload)
-    except httpx.TimeoutException as exc:
-        return _result(probe, "timeout", start, error=_one_line(f"no answer within {timeout_s:g} s: {exc!r}"))
-    except httpx.TransportError as exc:
-        return _result(probe, "connection_error", start, error=_one_line(f"{type(exc).__name__}: {exc}"))
-    if resp.status_code >= 400:
-        return _result(
-            probe, "http_error", start, http_status=resp.status_code, error=_one_line(resp.text or resp.reason_phrase)
-        )
+    resp = _post(f"{base_url}/v1/completions", payload, probe, timeout_s, start, api_key)
+    if isinstance(resp, ProbeResult):
+        return resp
     try:
         body = resp.json()
     except ValueError:
