@@ -999,7 +999,7 @@ def _print_log_findings(console: Console, outcome: Outcome, ranked: list[Hypothe
         return
     console.print("\n[bold]hypotheses[/] (probability, id, component)")
     for hy in ranked:
-        console.print(f"  {hy.posterior:.2f}  {hy.id}  [dim]({hy.component})[/]", highlight=False)
+        print_hanging(console, f"  {hy.posterior:.2f}  {escape(hy.id)}  [dim]({escape(hy.component)})[/]")
         print_hanging(console, f"        {escape(hy.statement)}", hang=0)
 
 
