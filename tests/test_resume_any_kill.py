@@ -113,14 +113,16 @@ def test_kill_right_after_an_approval_is_decided_then_resume(tmp_path: Path, kin
     assert any(e["type"] == "approval.decided" for e in _events(transcript))
 
 
-@pytest.mark.parametrize("k", [3, 8, 14, 19])
+# Saves of pending writes in a run of the world: 19 is past the last one since this session's planner
+# changes (the run then ends untouched), so the store fills at 3, 8 and 14.
+@pytest.mark.parametrize("k", [3, 8, 14])
 def test_a_full_checkpoint_store_after_saved_writes_then_room_again_resumes(
     tmp_path: Path, small_disks: Any, k: int
 ) -> None:
     """The disk under the checkpoint store fills up right after a task's writes are saved (a real tmpfs
     filled to its last byte), so the step's checkpoint cannot be written: one line, exit 1; with room
     again, resume finishes the run instead of ending it as lost."""
-    home = small_disks.mount(tmp_path / "home")
+    home = small_disks.mount(tmp_path / "home", size_mb=32)  # room for a whole run's store once freed (~6 MB)
     small_disks.mount(home / "runs", size_mb=64)  # the run folder has room: only the store is full
     first = run_cli(tmp_path, "run", _case(tmp_path), "--auto", "--json", HYPOLOOP_LAB_TIME_SCALE=SCALE,
                     HYPOLOOP_FAULT_KILL_STORE=f"writes#{k}:fill={home}")
