@@ -781,7 +781,7 @@ def analyze(
     With --case, the case's host is asked for its GPUs (a query, no launch) unless --compute-capability
     or --gpu-name is given, and the case's knowledge files count as evidence. Without a host, the log's
     own lines that show the platform (``log_says`` in knowledge/subsystems.toml, e.g. SGLang's "No
-    accelerator ... is available") or --cpu-only say the host is CPU-only.
+    accelerator [name] is available") or --cpu-only say the host is CPU-only.
     """
     if cpu_only and (gpu_name or compute_capability):
         _fail("--cpu-only: a CPU-only host has no --gpu-name or --compute-capability; give one or the other")

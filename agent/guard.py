@@ -93,7 +93,10 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
         else:
             if not _ENV_NAME.match(ch.name):
                 raise GuardError(f"env {ch.name!r}: expected a variable name like NCCL_P2P_DISABLE")
-        # prose punctuation first: it says what the value is, which a refusal of its characters does not
+        # a value a shell would interpret even without its prose punctuation is refused for that; otherwise
+        # the prose punctuation is named first, since it says what the value is
+        if ch.kind == "env" and ch.after is not None and not SHELL_SAFE_VALUE.match(str(clean_value(ch.after))):
+            raise GuardError(f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret")
         tail = prose_punctuation(ch.after)
         if tail is not None:
             raise GuardError(
