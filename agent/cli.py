@@ -30,7 +30,17 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent.approval import (
+from agent.domain.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case, outside_warnings
+from agent.domain.knowledge_dir import chosen_dir, knowledge_dir, knowledge_file
+from agent.domain.models import Baseline, Change, Experiment
+from agent.planning.catalog import CatalogError
+from agent.planning.planner import PlannerView, RulePlanner, model_features
+from agent.planning.values import effective_before, suggestions_in_log
+from agent.record.redact import redact_data, run_redactor
+from agent.record.transcript import Transcript, TranscriptError, damaged_lines, read_transcript
+from agent.review.render import EventRenderer, print_hanging, shown_line
+from agent.review.wording import count
+from agent.run.approval import (
     ApprovalAnswer,
     ApprovalMode,
     ApprovalRequest,
@@ -39,17 +49,7 @@ from agent.approval import (
     ask,
     describe_experiment,
 )
-from agent.case import Case, CaseError, HostSpec, LauncherSpec, ModelSpec, load_case, outside_warnings
-from agent.catalog import CatalogError
-from agent.knowledge_dir import chosen_dir, knowledge_dir, knowledge_file
-from agent.models import Baseline, Change, Experiment
-from agent.planner import PlannerView, RulePlanner, model_features
-from agent.progress import ProgressBoard
-from agent.redact import redact_data, run_redactor
-from agent.render import EventRenderer, print_hanging, shown_line
-from agent.transcript import Transcript, TranscriptError, damaged_lines, read_transcript
-from agent.values import effective_before, suggestions_in_log
-from agent.wording import count
+from agent.run.progress import ProgressBoard
 from tools.connect import connect_host
 from tools.engines import detect_log
 from tools.fingerprint import HostFingerprint, fingerprint
@@ -61,11 +61,11 @@ from tools.sanitize import SafeConsole, without_credentials
 from tools.signatures import for_engine, load_signatures
 
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
-    from agent.catalog import CatalogEntry
-    from agent.models import Hypothesis, Outcome, RelevantFinding
-    from agent.planner import Proposal
-    from agent.runs import RunInfo
-    from agent.runtime import Runtime
+    from agent.domain.models import Hypothesis, Outcome, RelevantFinding
+    from agent.planning.catalog import CatalogEntry
+    from agent.planning.planner import Proposal
+    from agent.record.runs import RunInfo
+    from agent.run.runtime import Runtime
     from tools.signatures import Signature
 
 app = typer.Typer(
@@ -261,7 +261,7 @@ def _drive(
     """
     from langgraph.types import Command
 
-    from agent.nodes.approve import edit_experiment
+    from agent.run.nodes.approve import edit_experiment
     # durability="sync": each step's checkpoint is on disk before the next step starts (and so before
     # its side effects); LangGraph's default ("async") can lose the checkpoint after a step to a kill -9.
     result: dict[str, Any] = graph.invoke(first, config, durability="sync")
@@ -371,7 +371,7 @@ def _out_of_space(rt: Runtime, tr: Transcript, run_id: str, what: str) -> NoRetu
 
 def _command_for(run: Any) -> str:
     """The copy-paste launch command of a finished run's working configuration (host env included)."""
-    from agent.findings import working_command
+    from agent.review.findings import working_command
 
     return working_command(run, host_env=True)
 
@@ -379,7 +379,7 @@ def _command_for(run: Any) -> str:
 def _check_knowledge() -> None:
     """Load the knowledge folder's signatures and hypothesis catalog once; a file that cannot be used is
     one line and exit 2 (CatalogError/ValueError name the file and the entry)."""
-    from agent.catalog import load_catalog
+    from agent.planning.catalog import load_catalog
 
     try:
         load_signatures(knowledge_file("signatures.toml"))
@@ -390,7 +390,7 @@ def _check_knowledge() -> None:
 
 def _report(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool, console: Console) -> None:
     """Print how the run ended (a JSON line with ``--json``); exit 1 if it ended in error."""
-    from agent.llm_planner import describe_usage
+    from agent.planning.llm_planner import describe_usage
     conclusion = result.get("conclusion") or {}
     status = conclusion.get("status", "error")
     llm_usage = conclusion.get("llm_usage")
@@ -462,7 +462,7 @@ _KnowledgeOpt = Annotated[
 
 def _use_knowledge(folder: Path | str | None) -> contextlib.AbstractContextManager[Path | None]:
     """Within the block, the knowledge folder is ``folder`` (a bad folder: one line, exit 2)."""
-    from agent.knowledge_dir import KnowledgeDirError, check_dir, use_knowledge
+    from agent.domain.knowledge_dir import KnowledgeDirError, check_dir, use_knowledge
 
     try:
         return use_knowledge(check_dir(folder) if folder is not None else None)
@@ -683,11 +683,11 @@ def _run(
     api_key_env: str | None, llm_context_tokens: int | None, llm_token_budget: int | None,
     llm_timeout: float | None, redact_hosts: bool, parallel: int = 1,
 ) -> None:
-    from agent.graph import build_graph
-    from agent.llm_planner import llm_notices, planner_spec_from_options
-    from agent.runs import RunError, RunLock, open_checkpointer
-    from agent.runtime import Runtime
-    from agent.state import initial_state
+    from agent.planning.llm_planner import llm_notices, planner_spec_from_options
+    from agent.record.runs import RunError, RunLock, open_checkpointer
+    from agent.run.graph import build_graph
+    from agent.run.runtime import Runtime
+    from agent.run.state import initial_state
     mode = _approval_mode(approve, auto)
     if parallel < 1:
         _fail(f"--parallel {parallel}: expected a whole number of at least 1")
@@ -800,8 +800,8 @@ def _analyze(
     logfile: Path, json_out: bool, case: str | None, compute_capability: str | None, gpu_name: str | None,
     show_all: bool, *, cpu_only: bool = False, cpus: int | None = None,
 ) -> None:
-    from agent.evidence import RawEvidence
-    from agent.nodes.analyze import classify_outcome
+    from agent.domain.evidence import RawEvidence
+    from agent.run.nodes.analyze import classify_outcome
     text = _read_text(logfile, what="log")
     if not text.strip():
         _fail(f"{logfile}: the log is empty")
@@ -845,7 +845,7 @@ def _analyze(
         console.print(f"[dim]{escape(note)}[/]")
     _print_log_findings(console, outcome, ranked, show_all)
     _print_log_advice(console, outcome, proposal, suggestions, text, ranked, catalog)
-    from agent.generators.remedies import left_out
+    from agent.planning.generators.remedies import left_out
 
     unfit = left_out(planner._generator_input(view, outcome, c.baseline))
     if unfit:  # an error's example for another machine is never proposed as read: say what became of it
@@ -863,7 +863,7 @@ def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, li
         # A log of unknown origin whose engine cannot be told is read with every signature.
         engine = c.launcher.engine if case or detect_log(text) else None
         sigs = for_engine(load_signatures(knowledge_file("signatures.toml")), engine)
-        from agent.catalog import load_catalog
+        from agent.planning.catalog import load_catalog
 
         catalog = load_catalog()
     except (CaseError, CatalogError, ValueError) as exc:
@@ -873,7 +873,7 @@ def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, li
 
 def _analyze_host_fingerprint(c: Case, fp: HostFingerprint, notes: list[str]) -> HostFingerprint:
     """The case's host's GPUs (asked over its connection), else ``fp``; a note says which, for the user."""
-    from agent.runtime import ssh_options
+    from agent.run.runtime import ssh_options
     try:
         qhost = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
         try:
@@ -892,7 +892,7 @@ def _analyze_host_fingerprint(c: Case, fp: HostFingerprint, notes: list[str]) ->
 def _analyze_platform_from_log(text: str, fp: HostFingerprint, notes: list[str]) -> HostFingerprint:
     """``fp`` with the platform a line of the log shows (knowledge/subsystems.toml ``log_says``), when
     nothing else told it; a note quotes the line, for the user."""
-    from agent.in_play import SubsystemsError, gpu_vendor_of, load_subsystems, platform_in_log
+    from agent.planning.in_play import SubsystemsError, gpu_vendor_of, load_subsystems, platform_in_log
 
     try:
         know = load_subsystems()
@@ -911,7 +911,7 @@ def _analyze_platform_from_log(text: str, fp: HostFingerprint, notes: list[str])
 
 def _analyze_findings(c: Case, fp: HostFingerprint) -> list[RelevantFinding]:
     """The case's knowledge files' findings, each with its relevance to this model and GPU."""
-    from agent.planner import RelevantFinding
+    from agent.planning.planner import RelevantFinding
     from tools.knowledge import read_findings, relevance
 
     findings: list[RelevantFinding] = []
@@ -1020,7 +1020,7 @@ def _print_log_advice(
     """Print the first experiment (or why none: when a failed import stops the server before any flag is
     read, that only a package change can help, naming the package), the planner's alternatives and
     SGLang's own suggestions."""
-    from agent.values import clean_value
+    from agent.planning.values import clean_value
     from tools.tracebacks import missing_import
 
     console.print()
@@ -1076,7 +1076,7 @@ def _advice_text(change: Change, facts: dict[str, str]) -> str:
     """A proposed change as advice: its "before" is the value the log shows the server ran with when
     the baseline leaves the flag unset (``--cuda-graph-max-bs: 160 (in the log) → 112``); a value
     copied out of a sentence is shown without its punctuation."""
-    from agent.values import clean_value
+    from agent.planning.values import clean_value
 
     change = change.model_copy(update={"after": clean_value(change.after)})  # no sentence's full stop
     if change.kind != "flag" or change.before is not None:
@@ -1132,7 +1132,7 @@ def _log_verdict(outcome: Any) -> str:
 def _model_from_log(text: str) -> Any:
     import re
 
-    from agent.case import ModelSpec
+    from agent.domain.case import ModelSpec
 
     # SGLang's server_args (model_path='M'); vLLM's "non-default args: {'model': 'M'" / "serving model M".
     m = (
@@ -1161,7 +1161,7 @@ def flags(
 ) -> None:
     """The flag catalog of a host's engine, parsed from its own help (SGLang `launch_server --help`,
     vLLM `vllm serve --help=all`; the engine is the case's, or told from `--launcher`)."""
-    from agent.runtime import ssh_options
+    from agent.run.runtime import ssh_options
     try:
         if from_file is not None:
             catalog: FlagCatalog = parse_help(_read_text(from_file, what="help text"), source=str(from_file))
@@ -1261,7 +1261,7 @@ def replay(
     """A recorded run step by step as it looked live, with the evidence behind each hypothesis and the
     alternatives each step weighed; or (--redecide) checked against the current planner, with the
     knowledge folder the run read (or --knowledge)."""
-    from agent.replay import replay as replay_run
+    from agent.review.replay import replay as replay_run
 
     console = SafeConsole()
     if redecide:
@@ -1307,9 +1307,9 @@ def _redecide_knowledge(recorded: object, option: Path | None) -> tuple[Path | s
 def _redecide(
     transcript: Path, planner_name: str, console: Console, *, verbose: bool, knowledge: Path | None = None
 ) -> None:
-    from agent.recorded import RecordedRun
-    from agent.replay import RedecideError, redecide_planner, redecide_table
-    from agent.replay import redecide as redecide_run
+    from agent.record.recorded import RecordedRun
+    from agent.review.replay import RedecideError, redecide_planner, redecide_table
+    from agent.review.replay import redecide as redecide_run
 
     try:
         recorded = RecordedRun.load(transcript)
@@ -1349,8 +1349,8 @@ def report(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write here instead of stdout")] = None,
 ) -> None:
     """A review document of a run: root cause, fix, evidence with log excerpts, experiments, timelines."""
-    from agent.recorded import RecordedRun
-    from agent.report import render
+    from agent.record.recorded import RecordedRun
+    from agent.review.report import render
 
     try:
         text = render(RecordedRun.load(transcript), fmt)
@@ -1381,7 +1381,7 @@ def doctor(
 ) -> None:
     """The host's fingerprint in one screen: GPUs (or CPU only), driver, CUDA/ROCm, SGLang and its kernel
     packages' versions, and `python -m sglang.check_env` where it runs. Launches nothing."""
-    from agent.runtime import ssh_options
+    from agent.run.runtime import ssh_options
     from tools.fingerprint import fingerprint, package_versions, runtime_versions
 
     try:
@@ -1472,7 +1472,7 @@ def lab_list(json_out: Annotated[bool, typer.Option("--json", help="one JSON lis
     """The lab worlds, each with its one-line description (the `description` of its case.toml)."""
     import tomllib
 
-    from agent.case import lab_worlds_dir
+    from agent.domain.case import lab_worlds_dir
 
     worlds = lab_worlds_dir()
     if worlds is None:
@@ -1508,9 +1508,9 @@ def findings_add(
 ) -> None:
     """Append a dated entry (model, hardware, symptom, root cause, working command, ruled-out ideas, the
     run) to a findings file, never changing what is already there."""
-    from agent.findings import FindingsWriteError, add_finding
-    from agent.models import command_text
-    from agent.recorded import RecordedRun
+    from agent.domain.models import command_text
+    from agent.record.recorded import RecordedRun
+    from agent.review.findings import FindingsWriteError, add_finding
 
     try:
         entry, finding = add_finding(RecordedRun.load(transcript), to, dry_run=dry_run)
@@ -1571,7 +1571,7 @@ def runs_(
     json_out: Annotated[bool, typer.Option("--json", help="one JSON list")] = False,
 ) -> None:
     """List the runs in $HYPOLOOP_HOME: running, waiting for approval, interrupted or finished."""
-    from agent.runs import RunError, list_runs
+    from agent.record.runs import RunError, list_runs
     home = state_dir()
     try:
         infos = list_runs(home)
@@ -1619,7 +1619,7 @@ def show(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates and tool calls too")] = False,
 ) -> None:
     """A run's story so far (from its transcript) and the approval it waits for, if any."""
-    from agent.runs import RunError, load_run
+    from agent.record.runs import RunError, load_run
     try:
         info = load_run(state_dir(), run_id)
     except RunError as exc:
@@ -1702,7 +1702,7 @@ def resume(
 
     The run keeps the knowledge folder it started with unless --knowledge names another."""
     _JsonResult.pending, _JsonResult.run_id = json_out, run_id
-    from agent.runs import RunError, RunInUse, RunLock, load_run
+    from agent.record.runs import RunError, RunInUse, RunLock, load_run
     mode = _approval_mode(approve, auto)
     edits = list(set_ or [])
     if edits and decision in ("reject", "stop"):
@@ -1752,10 +1752,10 @@ def _resume_locked(
     json_out: bool,
     verbose: bool,
 ) -> None:
-    from agent.graph import build_graph
-    from agent.llm_planner import llm_notices
-    from agent.runs import load_run, open_checkpointer
-    from agent.runtime import Runtime
+    from agent.planning.llm_planner import llm_notices
+    from agent.record.runs import load_run, open_checkpointer
+    from agent.run.graph import build_graph
+    from agent.run.runtime import Runtime
     info = load_run(home, run_id)  # read again under the lock: another process may have moved it on
     request = ApprovalRequest.model_validate(info.pending) if info.pending else None
     waiting = f"{request.experiment.id} ({describe_experiment(request.experiment)})" if request else None
@@ -1799,7 +1799,7 @@ def _resume_locked(
             if request is None and not info.next:
                 # No conclusion and nothing next: the checkpoint after the last step was lost (a kill
                 # under an older hypoloop). End the run honestly; its servers are stopped on the way.
-                from agent.crashsafe import end_lost_run
+                from agent.run.crashsafe import end_lost_run
 
                 end_lost_run(rt, graph, config, info.values)
             result = _drive_guarded(graph, config, first, rt=rt, tr=tr, tpath=tpath, run_id=run_id,
@@ -1849,7 +1849,7 @@ def _resume_command(
     """The graph's resume command carrying the user's answer; an edit is applied first (refused in one line)."""
     from langgraph.types import Command
 
-    from agent.nodes.approve import edit_experiment
+    from agent.run.nodes.approve import edit_experiment
     answer = ApprovalAnswer(
         decision="approve" if decision == "approve-all" else decision,  # type: ignore[arg-type]
         all=decision == "approve-all",
@@ -1920,8 +1920,8 @@ def main() -> None:
     """Console-script entry point. Usage mistakes (an unknown option, a value that is not one of the
     choices) are one line on stderr naming the option and what it takes, exit code 2; so is a bad
     planner tunables file (knowledge/planner.toml) and a $HYPOLOOP_KNOWLEDGE that is no folder."""
-    from agent.knowledge_dir import KnowledgeDirError, knowledge_dir
-    from agent.planner_weights import PlannerWeightsError, weights
+    from agent.domain.knowledge_dir import KnowledgeDirError, knowledge_dir
+    from agent.planning.weights import PlannerWeightsError, weights
 
     _private_files()
     try:

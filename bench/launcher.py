@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.case import Case
-from agent.models import FlagValue
+from agent.domain.case import Case
+from agent.domain.models import FlagValue
 from tools.host import LocalHost, expand_argv
 from tools.probes import Probe, run_probe
 from tools.server import ServerSession, render_command

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.catalog import CatalogEntry, load_catalog
-from agent.models import Baseline, Change
-from agent.planner import model_features
-from agent.served import served_settings  # the agent's own notion of what a deployment is
-from agent.transcript import read_transcript
-from agent.wording import count
+from agent.domain.models import Baseline, Change
+from agent.planning.catalog import CatalogEntry, load_catalog
+from agent.planning.planner import model_features
+from agent.planning.served import served_settings  # the agent's own notion of what a deployment is
+from agent.record.transcript import read_transcript
+from agent.review.wording import count
 from bench.launcher import Launcher, LaunchRecord
 from bench.worlds import BenchWorld, matching_fix, score_run
 from tools.flags import FlagCatalog, FlagError
@@ -163,8 +163,8 @@ def answer_catalog_ids() -> set[str]:
     """Ledger ids of every knowledge entry that maps a symptom to a remedy, as the repository ships it:
     the hypothesis catalog's ids and the symptom-class rules' (``symptom:`` + id, symptoms.toml). A run
     that adds one of these drew on the catalog (the empty-catalog ablation must not)."""
-    from agent.generators.symptoms import symptom_rules
-    from agent.knowledge_dir import default_dir, use_knowledge
+    from agent.domain.knowledge_dir import default_dir, use_knowledge
+    from agent.planning.generators.symptoms import symptom_rules
 
     with use_knowledge(default_dir()):
         return {e.id for e in load_catalog()} | {f"symptom:{e.id}" for e in symptom_rules()}

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.transcript import read_transcript
+from agent.record.transcript import read_transcript
 from bench.worlds import BenchWorld, discover, is_root_fix
 
 REPO = Path(__file__).resolve().parent.parent

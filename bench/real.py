@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.case import Case, load_case
+from agent.domain.case import Case, load_case
 from lab.world import Truth, WorldError, _Ctx, _parse_truth
 
 REAL_DIR = Path(__file__).resolve().parent / "real"
@@ -177,7 +177,7 @@ def run_real(
     and method: correct, launches, host-seconds, wall seconds, what it found, its ending) and
     ``wall_s``. Raises ValueError for an unknown case name or a bed that is not built (one line).
     """
-    from agent.catalog import load_catalog
+    from agent.planning.catalog import load_catalog
     from bench.launcher import Launcher
     from bench.methods import LaunchCache, plausible_changes, run_agent, run_random
     from tools.flags import load_catalog as load_flag_catalog

@@ -4,7 +4,7 @@
 
 1. Builds a transcript of ``--events`` events by repeating the experiment steps of the reference run
    (transcripts/reference/glm5-nvfp4-sm120.jsonl) with fresh seq and step numbers.
-2. Start time: in-process, from calling ``agent.replay.replay`` to its first output, and the whole
+2. Start time: in-process, from calling ``agent.review.replay.replay`` to its first output, and the whole
    replay; as a command, ``hypoloop replay FILE`` from process start to the first byte on stdout (that
    includes Python's start and the CLI's imports) and to the end.
 3. Follow memory: a writer appends ``--follow-events`` events (written the way the agent writes them,
@@ -32,7 +32,7 @@ from typing import Any
 
 from rich.console import Console
 
-from agent.replay import ReplayRenderer, follow_events, replay
+from agent.review.replay import ReplayRenderer, follow_events, replay
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'in process':<24}: first output after {first * 1000:.1f} ms, whole replay {total:.2f} s")
         for name, command in (
             ("hypoloop replay", [*HYPOLOOP, "replay"]),
-            ("python -m agent.replay", [sys.executable, "-m", "agent.replay"]),
+            ("python -m agent.review.replay", [sys.executable, "-m", "agent.review.replay"]),
         ):
             first, total = command_start(big, command)
             print(

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.catalog import load_catalog
-from agent.knowledge_dir import knowledge_dir, use_knowledge
-from agent.wording import count
+from agent.domain.knowledge_dir import knowledge_dir, use_knowledge
+from agent.planning.catalog import load_catalog
+from agent.review.wording import count
 from bench.launcher import Launcher
 from bench.methods import (
     LaunchCache,
@@ -189,7 +189,7 @@ def swept_knowledge(root: Path, name: str, value: str) -> Path:
     if n != 1:
         raise ValueError(f"--sweep {name}: planner.toml's [{section}] has no key {key}")
     (folder / "planner.toml").write_text(text[: head.end()] + body + text[end:], encoding="utf-8")
-    from agent.planner_weights import load_weights
+    from agent.planning.weights import load_weights
 
     load_weights(folder / "planner.toml")  # a value out of range is one line here, not a crash later
     return folder

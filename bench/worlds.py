@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.case import Case, load_case
-from agent.models import Baseline
+from agent.domain.case import Case, load_case
+from agent.domain.models import Baseline
 from lab.world import WORLDS_DIR, World, load_world
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from clirun import run_cli
 
-from agent.values import CAPTURE_SHARE, ValueEvidence, cuda_graph_max_bs_that_fits
+from agent.planning.values import CAPTURE_SHARE, ValueEvidence, cuda_graph_max_bs_that_fits
 from tools.signatures import load_signatures, scan_text
 
 SIZES = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 384, 512]

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from clirun import run_cli
 
-from agent.case import Case, ModelSpec
-from agent.guard import GuardError, check_experiment
-from agent.models import Baseline, Change, Experiment
-from agent.planner import PlannerView
-from agent.values import clean_value
+from agent.domain.case import Case, ModelSpec
+from agent.domain.models import Baseline, Change, Experiment
+from agent.planning.guard import GuardError, check_experiment
+from agent.planning.planner import PlannerView
+from agent.planning.values import clean_value
 
 #: An import failure as CPython and SGLang print it (the missing CPU kernel package of SGLang's CPU
 #: engine: /work/shared/reference/real-engines-cpu.md, "No module named 'sgl_kernel'").

@@ -121,7 +121,7 @@ def test_with_the_cpu_count_a_fitting_value_is_derived_or_left_out_with_the_reas
 
 
 def test_fit_cpu_list_checks_against_the_host() -> None:
-    from agent.values import fit_cpu_list
+    from agent.planning.values import fit_cpu_list
 
     example = "For example, on a machine with 2 numa nodes, set X=0-31"
     assert fit_cpu_list("0-31", example, cpu_count=None, ranks=1)[0] is None

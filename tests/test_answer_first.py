@@ -15,8 +15,8 @@ from pathlib import Path
 
 from clirun import run_cli
 
-from agent.recorded import RecordedRun
-from agent.report import render
+from agent.record.recorded import RecordedRun
+from agent.review.report import render
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from agent.approval import (
+from agent.domain.case import Case, ModelSpec
+from agent.domain.models import Baseline, Change, Experiment, Hypothesis, Intervention, Rejection
+from agent.planning.planner import PlannerView
+from agent.record.transcript import read_transcript
+from agent.run.approval import (
     ApprovalAnswer,
     EditError,
     RiskRule,
@@ -25,10 +29,6 @@ from agent.approval import (
     parse_edit,
     risky_reasons,
 )
-from agent.case import Case, ModelSpec
-from agent.models import Baseline, Change, Experiment, Hypothesis, Intervention, Rejection
-from agent.planner import PlannerView
-from agent.transcript import read_transcript
 from tools.flags import FlagCatalog, parse_help
 
 REPO = Path(__file__).resolve().parent.parent
@@ -310,7 +310,7 @@ def test_approve_node_refuses_a_bad_answer_and_asks_again(
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command
 
-    from agent.studio import studio_graph
+    from agent.run.studio import studio_graph
 
     monkeypatch.setenv("HYPOLOOP_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HYPOLOOP_TRANSCRIPT_DIR", str(tmp_path / "tr"))
@@ -342,7 +342,7 @@ def test_studio_threads_on_two_worlds_each_get_their_own_host_and_transcript(
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command
 
-    from agent.studio import ThreadRuntimes, studio_graph
+    from agent.run.studio import ThreadRuntimes, studio_graph
 
     monkeypatch.setenv("HYPOLOOP_LAB_TIME_SCALE", "0.004")
     runtimes = ThreadRuntimes(tmp_path / "tr", tmp_path / "home")

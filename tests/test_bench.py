@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.catalog import load_catalog
-from agent.models import Baseline, Change
+from agent.domain.models import Baseline, Change
+from agent.planning.catalog import load_catalog
 from bench.launcher import LaunchRecord
 from bench.methods import LaunchCache, plausible_changes, random_expectation
 from bench.run import run_bench
@@ -193,9 +193,9 @@ def test_the_empty_catalog_folder_empties_every_file_that_maps_a_symptom_to_a_re
 def test_the_catalog_used_check_sees_a_symptom_class_rule(tmp_path: Path) -> None:
     """A run whose ledger drew a hypothesis from symptoms.toml drew on an answer catalog: the check the
     empty-catalog rows rely on says so (it could not see those entries before)."""
-    from agent.models import Hypothesis
-    from agent.transcript import Transcript
-    from agent.wire import to_payload
+    from agent.domain.models import Hypothesis
+    from agent.record.transcript import Transcript
+    from agent.record.wire import to_payload
     from bench.methods import read_ending
     from bench.worlds import discover
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from clirun import run_cli
 
-from agent.case import CaseError, load_case
+from agent.domain.case import CaseError, load_case
 
 GOOD = 'name = "x"\n[model]\npath = "m"\n'
 

@@ -2,7 +2,7 @@
 
 The kill sweep runs the motivating lab case with ``--auto`` and kills the real ``hypoloop`` process
 with SIGKILL right after an event of each type is on disk (``HYPOLOOP_FAULT_KILL``, see
-``agent/transcript.py``), and a few milliseconds after the events that end a graph step; then it
+``agent/record/transcript.py``), and a few milliseconds after the events that end a graph step; then it
 resumes the run as a user would and checks, for every point: the run ends (finished, or honestly in
 error), the launches in the result equal the launches in the transcript, no experiment was launched
 twice, and no lab server is left running.
@@ -202,7 +202,7 @@ def test_a_bad_line_in_the_middle_of_the_transcript_does_not_stop_resume(tmp_pat
 
 
 def test_case_paths_outside_the_folder_only_when_named_explicitly(tmp_path: Path) -> None:
-    from agent.case import CaseError, load_case
+    from agent.domain.case import CaseError, load_case
 
     outside = tmp_path / "notes" / "FINDINGS.md"
     outside.parent.mkdir()
@@ -214,7 +214,7 @@ def test_case_paths_outside_the_folder_only_when_named_explicitly(tmp_path: Path
         load_case(str(case_dir / "case.toml"))
     (case_dir / "case.toml").write_text(f'name = "c"\nknowledge = ["{outside}"]\n[model]\npath = "m"\n')
     case = load_case(str(case_dir / "case.toml"))
-    from agent.case import outside_warnings
+    from agent.domain.case import outside_warnings
 
     assert [w for w in outside_warnings(case) if "knowledge.0" in w and "outside the case's folder" in w]
     (case_dir / "link.md").symlink_to(outside)  # a link inside that points out is not "named explicitly"
@@ -335,7 +335,7 @@ def test_secrets_never_reach_any_artefact_or_output(tmp_path: Path) -> None:
 def test_a_run_whose_checkpoint_lost_its_next_step_is_not_finished_and_resume_ends_it(tmp_path: Path) -> None:
     """What LangGraph's "async" durability left after a kill: the checkpoint says nothing comes next,
     yet the run has no conclusion. It is listed as interrupted, and resume ends it honestly (error)."""
-    from agent.runs import open_checkpointer, read_graph
+    from agent.record.runs import open_checkpointer, read_graph
 
     paused = run_cli(tmp_path, "run", WORLD, "--json", HYPOLOOP_LAB_TIME_SCALE=SCALE)
     assert paused.returncode == 3, paused.stderr[-2000:]  # waits for the baseline's approval
@@ -358,7 +358,7 @@ def test_a_run_whose_checkpoint_lost_its_next_step_is_not_finished_and_resume_en
 
 def test_the_working_directory_is_not_taken_for_a_secret(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """PWD ends in a "secret" name part, but it holds the current directory: paths must survive."""
-    from agent.redact import redact_data, run_redactor
+    from agent.record.redact import redact_data, run_redactor
 
     monkeypatch.setenv("PWD", str(tmp_path))
     monkeypatch.setenv("DB_PWD", "a-real-database-password")
@@ -369,7 +369,7 @@ def test_the_working_directory_is_not_taken_for_a_secret(monkeypatch: pytest.Mon
 def test_a_file_name_in_a_path_is_not_taken_for_a_secret_assignment() -> None:
     """"with /home/u/.ssh/client_key: the host refused the key" (an SSH error) kept its words: the file
     name before the colon is no ``name: value`` assignment. A real assignment is still redacted."""
-    from agent.redact import run_redactor
+    from agent.record.redact import run_redactor
 
     redact = run_redactor()
     for text in (

@@ -17,8 +17,8 @@ from typing import Any
 
 from clirun import HYPOLOOP, cli_env, live_processes, run_cli
 
-from agent.crashsafe import probe_through_drops
-from agent.transcript import Transcript, read_transcript
+from agent.record.transcript import Transcript, read_transcript
+from agent.run.crashsafe import probe_through_drops
 from tools.probes import Probe
 from tools.ssh import SSHHost, SSHOptions
 

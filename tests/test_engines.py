@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from clirun import run_cli
 
-from agent.case import CaseError, load_case
+from agent.domain.case import CaseError, load_case
 from tools.engines import detect, detect_log, get_engine
 from tools.server import render_command
 from tools.signatures import for_engine, load_signatures, scan_text

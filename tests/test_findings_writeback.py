@@ -9,9 +9,9 @@ from pathlib import Path
 
 from clirun import run_cli
 
-from agent.findings import add_finding
-from agent.recorded import RecordedRun
-from agent.transcript import read_transcript
+from agent.record.recorded import RecordedRun
+from agent.record.transcript import read_transcript
+from agent.review.findings import add_finding
 from tools.knowledge import read_findings
 
 REPO = Path(__file__).resolve().parent.parent

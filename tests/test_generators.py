@@ -11,22 +11,27 @@ from pathlib import Path
 
 import pytest
 
-import agent.generators as generators_pkg
-from agent.case import Case
-from agent.catalog import load_catalog
-from agent.evidence import RawEvidence
-from agent.generators import Candidate, CandidateGenerator, GeneratorInput
-from agent.generators.catalog import CatalogGenerator
-from agent.generators.component import ImplicatedComponentGenerator
-from agent.generators.evidence import excerpt_of_text, failure_evidence, parse_server_args, parse_tracebacks
-from agent.generators.findings import KnownGoodDiffGenerator
-from agent.generators.load import LoadGenerator
-from agent.generators.registry import REGISTRY
-from agent.generators.remedies import RemediesGenerator
-from agent.generators.settings import SettingsVsDefaultsGenerator
-from agent.generators.symptoms import SymptomClassGenerator
-from agent.models import Outcome, RelevantFinding
-from agent.nodes.analyze import classify_outcome
+import agent.planning.generators as generators_pkg
+from agent.domain.case import Case
+from agent.domain.evidence import RawEvidence
+from agent.domain.models import Outcome, RelevantFinding
+from agent.planning.catalog import load_catalog
+from agent.planning.generators import Candidate, CandidateGenerator, GeneratorInput
+from agent.planning.generators.catalog import CatalogGenerator
+from agent.planning.generators.component import ImplicatedComponentGenerator
+from agent.planning.generators.evidence import (
+    excerpt_of_text,
+    failure_evidence,
+    parse_server_args,
+    parse_tracebacks,
+)
+from agent.planning.generators.findings import KnownGoodDiffGenerator
+from agent.planning.generators.load import LoadGenerator
+from agent.planning.generators.registry import REGISTRY
+from agent.planning.generators.remedies import RemediesGenerator
+from agent.planning.generators.settings import SettingsVsDefaultsGenerator
+from agent.planning.generators.symptoms import SymptomClassGenerator
+from agent.run.nodes.analyze import classify_outcome
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, parse_help
 from tools.knowledge import Finding
@@ -333,7 +338,7 @@ def test_load_generator_caps_the_batch_below_the_failing_burst() -> None:
 def test_every_generator_module_is_registered_and_follows_the_protocol() -> None:
     names: set[str] = set()
     for mod in pkgutil.iter_modules(generators_pkg.__path__):
-        module = importlib.import_module(f"agent.generators.{mod.name}")
+        module = importlib.import_module(f"agent.planning.generators.{mod.name}")
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ == module.__name__ and hasattr(cls, "generate") and hasattr(cls, "name"):
                 names.add(cls.__name__)

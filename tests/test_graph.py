@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.graph import build_graph
-from agent.runtime import Runtime
-from agent.transcript import Transcript
+from agent.record.transcript import Transcript
+from agent.run.graph import build_graph
+from agent.run.runtime import Runtime
 
 
 def test_the_compiled_graph_has_the_documented_edges(tmp_path: Path) -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.approval import EditError, apply_edit
-from agent.case import Case, ModelSpec
-from agent.guard import GuardError, check_experiment
-from agent.models import Baseline, Change, Experiment, Hypothesis, Intervention, Rejection
-from agent.planner import PlannerView
+from agent.domain.case import Case, ModelSpec
+from agent.domain.models import Baseline, Change, Experiment, Hypothesis, Intervention, Rejection
+from agent.planning.guard import GuardError, check_experiment
+from agent.planning.planner import PlannerView
+from agent.run.approval import EditError, apply_edit
 from tools.flags import FlagCatalog, parse_help
 
 REPO = Path(__file__).resolve().parent.parent

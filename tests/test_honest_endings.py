@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.case import Case
-from agent.evidence import RawEvidence
-from agent.models import Baseline, Change, Experiment, Outcome
-from agent.nodes.analyze import classify_outcome
-from agent.nodes.conclude import build_conclusion
+from agent.domain.case import Case
+from agent.domain.evidence import RawEvidence
+from agent.domain.models import Baseline, Change, Experiment, Outcome
+from agent.run.nodes.analyze import classify_outcome
+from agent.run.nodes.conclude import build_conclusion
 from tools.probes import ProbeResult
 from tools.signatures import load_signatures
 
@@ -99,8 +99,8 @@ def test_a_failure_that_never_showed_blames_nothing() -> None:
 
 
 def test_an_import_error_at_import_time_ends_after_the_baseline_naming_the_package() -> None:
-    from agent.catalog import load_catalog
-    from agent.planner import PlannerView, RulePlanner
+    from agent.planning.catalog import load_catalog
+    from agent.planning.planner import PlannerView, RulePlanner
 
     log = f"""Traceback (most recent call last):
   File "{SITE}/sglang/launch_server.py", line 35, in <module>

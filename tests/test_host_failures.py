@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from clirun import HYPOLOOP, cli_env, live_processes, run_cli
 
-from agent.transcript import read_transcript
+from agent.record.transcript import read_transcript
 from tools.logwatch import LogLine
 from tools.server import launcher_missing
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent.case import Case
-from agent.catalog import load_catalog
-from agent.evidence import RawEvidence
-from agent.models import Baseline, Experiment
-from agent.nodes.analyze import classify_outcome
-from agent.nodes.intake import _read_model_and_cpus
-from agent.planner import PlannerView, Proposal, RulePlanner
+from agent.domain.case import Case
+from agent.domain.evidence import RawEvidence
+from agent.domain.models import Baseline, Experiment
+from agent.planning.catalog import load_catalog
+from agent.planning.planner import PlannerView, Proposal, RulePlanner
+from agent.run.nodes.analyze import classify_outcome
+from agent.run.nodes.intake import _read_model_and_cpus
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, parse_help
 from tools.host import LocalHost
@@ -164,17 +164,17 @@ def test_an_unreadable_model_config_skips_nothing_on_a_guess(tmp_path: Path) -> 
     case = Case.model_validate({"name": "c", "model": {"path": str(tmp_path / "absent")}})
     _read_model_and_cpus(LocalHost(), case, fp)
     assert fp.checkpoint == {} and fp.checkpoint_source
-    from agent.in_play import InPlay
-    from agent.models import Change
+    from agent.domain.models import Change
+    from agent.planning.in_play import InPlay
 
     ip = InPlay(GPU_HOST, Baseline(), {}, FLAGS)
     assert ip.why_not(Change(kind="flag", name="--moe-runner-backend", after="triton")) is None
 
 
 def test_a_sentence_full_stop_is_not_part_of_a_value_the_error_names() -> None:
-    from agent.generators import GeneratorInput
-    from agent.generators.evidence import failure_evidence
-    from agent.generators.remedies import remedies_in
+    from agent.planning.generators import GeneratorInput
+    from agent.planning.generators.evidence import failure_evidence
+    from agent.planning.generators.remedies import remedies_in
 
     log = ("ValueError: User-specified context_length (4096) is greater than the derived context_length (512). "
            "To allow overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1.\n")
@@ -201,7 +201,7 @@ NEXT = ("Traceback (most recent call last):\n"
 
 
 def _test_run(planner: RulePlanner, view: PlannerView, change_name: str, after: str, log: str) -> None:
-    from agent.models import Change
+    from agent.domain.models import Change
 
     base = planner.history(view).baseline
     change = Change(kind="flag", name=change_name, before=base.flags.get(change_name), after=after)
@@ -233,8 +233,8 @@ def test_the_same_error_with_another_value_is_not_progress_but_another_error_is(
 def test_gpu_kernel_choices_are_not_candidates_on_a_cpu_host() -> None:
     """On a CPU host the attention backend's alternatives are the CPU ones: Triton has no CPU driver,
     FlashInfer is CUDA code (knowledge/subsystems.toml [[implementation]])."""
-    from agent.in_play import InPlay
-    from agent.models import Change
+    from agent.domain.models import Change
+    from agent.planning.in_play import InPlay
 
     cpu = InPlay(CPU_HOST, Baseline(flags={"--device": "cpu"}), {}, FLAGS)
     gpu = InPlay(GPU_HOST, Baseline(), {}, FLAGS)
@@ -259,7 +259,7 @@ MI300X = HostFingerprint(gpu_vendor="amd", gpu_name="AMD Instinct MI300X", gpu_c
 
 
 def test_a_rocm_hardware_exception_is_localised_first_and_a_working_localiser_is_a_workaround() -> None:
-    from agent.generators.evidence import failure_evidence
+    from agent.planning.generators.evidence import failure_evidence
 
     planner, view, prop = _run(MI300X, {"--model-path": "/m/x", "--tp-size": "8"}, HSA)
     assert "illegal_memory_access" in failure_evidence(view.outcomes[0]).symptoms
@@ -275,10 +275,10 @@ def test_a_rocm_hardware_exception_is_localised_first_and_a_working_localiser_is
 
 
 def test_notes_that_name_a_file_for_a_feature_that_is_on_fill_its_unset_path_setting() -> None:
-    from agent.generators import GeneratorInput
-    from agent.generators.evidence import failure_evidence
-    from agent.generators.findings import KnownGoodDiffGenerator
-    from agent.models import RelevantFinding
+    from agent.domain.models import RelevantFinding
+    from agent.planning.generators import GeneratorInput
+    from agent.planning.generators.evidence import failure_evidence
+    from agent.planning.generators.findings import KnownGoodDiffGenerator
     from tools.knowledge import Finding
 
     notes = Finding(source="FINDINGS.md", title="Notes on this box", outcome="unknown",
@@ -348,9 +348,9 @@ def test_a_fault_in_a_subsystems_own_code_points_at_the_implementation_it_ran_am
     # The real 0.5.9 --help has a dozen hicache-* flags and many *-cache* ones, so the words of the frame
     # alone implicate none of them strongly; the frame's module is the hierarchical cache's code
     # (knowledge/subsystems.toml `modules`), so its flags lead, the copy-kernel backend it ran first.
-    from agent.generators import GeneratorInput
-    from agent.generators.component import ImplicatedComponentGenerator
-    from agent.generators.evidence import failure_evidence
+    from agent.planning.generators import GeneratorInput
+    from agent.planning.generators.component import ImplicatedComponentGenerator
+    from agent.planning.generators.evidence import failure_evidence
 
     flags = parse_help((DATA / "help_sglang_0.5.9_full.txt").read_text(), source="fixture", version="0.5.9")
     raw = RawEvidence.from_log("e", HICACHE_FAULT, load_signatures(), "x.log").model_copy(update={"status": "crashed"})

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from clirun import run_cli
 
-from agent.catalog import load_catalog
-from agent.knowledge_dir import ENV_VAR, default_dir, knowledge_file, use_knowledge
+from agent.domain.knowledge_dir import ENV_VAR, default_dir, knowledge_file, use_knowledge
+from agent.planning.catalog import load_catalog
 
 
 def _empty_catalog(tmp_path: Path) -> Path:

@@ -126,8 +126,8 @@ def test_a_list_valued_flag_parses_in_the_lab_in_every_release() -> None:
 def test_a_list_valued_baseline_reaches_the_launched_lab_server(tmp_path: Path) -> None:
     """A case baseline `"--cuda-graph-bs" = [1, 2, 4, 8]` is one flag with four values: the catalog
     accepts it, the launch command carries four words, and the lab parses them as one list."""
-    from agent.case import load_case
-    from agent.models import command_text
+    from agent.domain.case import load_case
+    from agent.domain.models import command_text
     from tools.flags import parse_help
     from tools.server import render_command
 

@@ -19,12 +19,13 @@ from typing import Any
 import pytest
 from clirun import run_cli as _hypoloop
 
-from agent.case import Case
-from agent.catalog import load_catalog
-from agent.evidence import RawEvidence
-from agent.llm_client import RecordedChatClient
-from agent.llm_context import build_context, estimate_tokens
-from agent.llm_planner import (
+from agent.domain.case import Case
+from agent.domain.evidence import RawEvidence
+from agent.domain.models import Change, Experiment, Timings
+from agent.planning.catalog import load_catalog
+from agent.planning.llm_client import RecordedChatClient
+from agent.planning.llm_context import build_context, estimate_tokens
+from agent.planning.llm_planner import (
     DECISION_SCHEMA,
     DecisionError,
     LLMPlanner,
@@ -34,11 +35,10 @@ from agent.llm_planner import (
     planner_spec_from_options,
     usage_summary,
 )
-from agent.models import Change, Experiment, Timings
-from agent.nodes.analyze import classify_outcome
-from agent.planner import PlannerView, RelevantFinding, RulePlanner, model_features
-from agent.redact import Redactor, is_secret_name
-from agent.transcript import Transcript, read_transcript
+from agent.planning.planner import PlannerView, RelevantFinding, RulePlanner, model_features
+from agent.record.redact import Redactor, is_secret_name
+from agent.record.transcript import Transcript, read_transcript
+from agent.run.nodes.analyze import classify_outcome
 from tools.fingerprint import HostFingerprint
 from tools.flags import parse_help
 from tools.knowledge import read_findings, relevance
@@ -443,7 +443,7 @@ def test_token_budget_stops_requests_and_falls_back(server: Any, tmp_path: Path)
 
 
 def test_a_rejected_change_is_refused(server: Any, tmp_path: Path) -> None:
-    from agent.models import Rejection
+    from agent.domain.models import Rejection
 
     server.push(KV_BF16, CUTLASS)
     planner, tr = _planner(server, tmp_path)
@@ -729,7 +729,7 @@ def test_scripted_model_reaches_the_rule_planners_conclusion_on_the_lab(server: 
 
 
 def test_secret_assignment_inside_an_error_message_is_redacted() -> None:
-    from agent.redact import Redactor
+    from agent.record.redact import Redactor
 
     redact = Redactor.for_env({}, include_process_env=False)
     assert "hf_logplanted" not in redact("RuntimeError: HF_TOKEN=hf_logplantedtoken2 while loading")
@@ -741,8 +741,8 @@ def test_the_answer_schema_and_the_prompt_come_from_the_decision_model() -> None
     """One source for what the model is asked to write: the response format's JSON schema is generated
     from LLMDecision (strict: every field required, nothing else allowed) and the system prompt shows
     every field of it; an answer written to the schema reads back into the same decision."""
-    from agent.llm_answer import LLMDecision, strict_schema
-    from agent.llm_context import SYSTEM_PROMPT
+    from agent.planning.llm_answer import LLMDecision, strict_schema
+    from agent.planning.llm_context import SYSTEM_PROMPT
 
     assert strict_schema(LLMDecision) == DECISION_SCHEMA
     assert set(DECISION_SCHEMA["required"]) == set(LLMDecision.model_fields)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agent.case import load_case
+from agent.domain.case import load_case
 from lab.chance import is_live
 from lab.memory import default_cuda_graph_max_bs, plan_memory
 from lab.rules import parse_command_line, plan_launch

@@ -1,4 +1,4 @@
-"""Parallel experiments (agent/parallel.py): a batch of one-change experiments for different hypotheses,
+"""Parallel experiments (agent/run/parallel.py): a batch of one-change experiments for different hypotheses,
 chosen by the real rule planner from a recorded run, and run at once as jobs on a real Slurm cluster."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from typing import Any
 from clirun import HYPOLOOP, cli_env, run_cli
 from conftest import engine_processes
 
-from agent.case import load_case
-from agent.models import Baseline, Change, Experiment, Outcome
-from agent.nodes.analyze import classify_outcome
-from agent.parallel import fixing_hypotheses, propose_batch, run_batch
-from agent.recorded import RecordedRun
-from agent.replay import recorded_case, redecide_planner, view_at
-from agent.runtime import Runtime
-from agent.transcript import Transcript, read_transcript
+from agent.domain.case import load_case
+from agent.domain.models import Baseline, Change, Experiment, Outcome
+from agent.record.recorded import RecordedRun
+from agent.record.transcript import Transcript, read_transcript
+from agent.review.replay import recorded_case, redecide_planner, view_at
+from agent.run.nodes.analyze import classify_outcome
+from agent.run.parallel import fixing_hypotheses, propose_batch, run_batch
+from agent.run.runtime import Runtime
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
@@ -355,7 +355,7 @@ def test_each_member_of_a_batch_is_approved_rejected_or_edited_on_its_own(tmp_pa
 
 
 def test_an_outcome_that_settles_the_question_stops_the_rest_and_one_that_does_not_waits() -> None:
-    from agent.parallel import _settled
+    from agent.run.parallel import _settled
 
     planner, view, hist = _after_baseline()
     batch, _ = propose_batch(planner, view, hist, 3)

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.case import Case
-from agent.catalog import load_catalog
-from agent.guard import GuardError, check_experiment
-from agent.models import Baseline, Change, Experiment, Outcome, Rejection
-from agent.planner import PlannerView, RulePlanner, classify_observation
+from agent.domain.case import Case
+from agent.domain.models import Baseline, Change, Experiment, Outcome, Rejection
+from agent.planning.catalog import load_catalog
+from agent.planning.guard import GuardError, check_experiment
+from agent.planning.planner import PlannerView, RulePlanner, classify_observation
 from tools.fingerprint import HostFingerprint
 from tools.flags import parse_help
 from tools.signatures import SignatureMatch, load_signatures
@@ -425,7 +425,7 @@ def test_after_a_workaround_fixes_it_a_root_fix_is_still_tested_and_preferred() 
     assert h.propose() is None
 
     # The conclusion keeps the root fix and names the workaround that also fixed it, with its cost.
-    from agent.nodes.conclude import build_conclusion
+    from agent.run.nodes.conclude import build_conclusion
 
     c = build_conclusion(
         {
@@ -565,7 +565,7 @@ def test_a_fault_in_the_case_itself_ends_the_run_without_flag_experiments() -> N
 
 def test_confirmations_follow_the_observed_failure_rate() -> None:
     """A false confirmation has at most a 5% chance: the rarer the failure, the more re-runs."""
-    from agent.planner import confirmations_required
+    from agent.planning.planner import confirmations_required
 
     base = Baseline(flags={"--tp-size": "2"})
 

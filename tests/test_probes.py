@@ -208,7 +208,7 @@ def test_garbage_that_is_not_the_healthy_answer_is_still_called_degenerate() -> 
 
 
 def test_a_case_lists_the_healthy_answers_of_its_probes(tmp_path: Path) -> None:
-    from agent.case import load_case
+    from agent.domain.case import load_case
 
     case = tmp_path / "case.toml"
     case.write_text(

@@ -12,7 +12,7 @@ import pexpect
 from clirun import HYPOLOOP, cli_env, live_processes, run_cli
 from rich.console import Console
 
-from agent.progress import LoadHistory, LoadProgress, StageReader
+from agent.run.progress import LoadHistory, LoadProgress, StageReader
 from tools.logwatch import LogLine
 from tools.server import WatchEvent
 from tools.signatures import load_signatures

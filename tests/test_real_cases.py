@@ -20,7 +20,7 @@ import pytest
 from clirun import HYPOLOOP, cli_env
 from conftest import EnginesBed, engine_processes
 
-from agent.transcript import read_transcript
+from agent.record.transcript import read_transcript
 from bench.methods import read_ending
 from bench.real import REAL_DIR, discover
 from bench.worlds import score_run

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from clirun import run_cli
 
-from agent.in_play import InPlay
-from agent.models import Baseline, Change
+from agent.domain.models import Baseline, Change
+from agent.planning.in_play import InPlay
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog
 

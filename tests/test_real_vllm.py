@@ -30,7 +30,7 @@ def test_six_or_more_vllm_cases_with_a_chain_and_a_workaround(tmp_path: Path) ->
 def test_the_fingerprint_carries_the_real_vllm_version(engines: EnginesBed) -> None:
     """The host fingerprint of a vLLM case (what `hypoloop doctor` prints) names the engine and the
     version installed beside its launcher, asked of that environment's own Python."""
-    from agent.case import LauncherSpec
+    from agent.domain.case import LauncherSpec
     from tools.fingerprint import engine_label, fingerprint
     from tools.host import LocalHost
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from clirun import run_cli
 
-from agent.catalog import load_catalog, load_roles
+from agent.planning.catalog import load_catalog, load_roles
 from tools.flags import catalog_from_server_args, parse_help
 
 REPO = Path(__file__).resolve().parents[1]

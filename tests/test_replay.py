@@ -18,12 +18,12 @@ import pytest
 from clirun import HYPOLOOP, run_cli
 from rich.console import Console
 
-from agent.events import STAGES
-from agent.models import Change, Experiment, Stage
-from agent.planner import PlannerView, Proposal, RulePlanner
-from agent.recorded import RecordedRun
-from agent.replay import follow_events, redecide, redecide_planner, replay
-from agent.transcript import TranscriptError, read_transcript
+from agent.domain.models import Change, Experiment, Stage
+from agent.planning.planner import PlannerView, Proposal, RulePlanner
+from agent.record.events import STAGES
+from agent.record.recorded import RecordedRun
+from agent.record.transcript import TranscriptError, read_transcript
+from agent.review.replay import follow_events, redecide, redecide_planner, replay
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "transcripts" / "reference"
@@ -395,7 +395,7 @@ def test_redecide_an_llm_run_from_its_recorded_answers(tmp_path: Path) -> None:
 
 def test_module_entry_point_replays_without_the_cli(tmp_path: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "agent.replay", str(GLM5), "--step", "3"],
+        [sys.executable, "-m", "agent.review.replay", str(GLM5), "--step", "3"],
         cwd=tmp_path,
         env=dict(os.environ, COLUMNS="200"),
         capture_output=True,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from clirun import run_cli
 
-from agent.recorded import RecordedRun
-from agent.report import build_report, render
+from agent.record.recorded import RecordedRun
+from agent.review.report import build_report, render
 
 REPO = Path(__file__).resolve().parent.parent
 GLM5 = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.recorded import RecordedRun
-from agent.report import render
+from agent.record.recorded import RecordedRun
+from agent.review.report import render
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = sorted((ROOT / "transcripts" / "reference").glob("*.jsonl"))

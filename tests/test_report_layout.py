@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.recorded import RecordedRun
-from agent.report import build_report, probability_chart, render
+from agent.record.recorded import RecordedRun
+from agent.review.report import build_report, probability_chart, render
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = sorted((ROOT / "transcripts" / "reference").glob("*.jsonl"))

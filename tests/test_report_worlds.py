@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent.case import load_case
+from agent.domain.case import load_case
 from lab.memory import default_cuda_graph_max_bs, plan_memory
 from lab.rules import matching_faults, parse_command_line, resolve
 from lab.world import WORLDS_DIR, World, load_world

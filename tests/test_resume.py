@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from clirun import HYPOLOOP, cli_env, live_processes, run_cli
 
-from agent.evidence import RawEvidence
-from agent.recovery import emit_once, prior_launch, recover, save_result
-from agent.runs import RunInUse, RunLock, lock_holder
-from agent.runtime import Runtime
-from agent.transcript import Transcript, read_transcript
+from agent.domain.evidence import RawEvidence
+from agent.record.runs import RunInUse, RunLock, lock_holder
+from agent.record.transcript import Transcript, read_transcript
+from agent.run.recovery import emit_once, prior_launch, recover, save_result
+from agent.run.runtime import Runtime
 from tools.host import LocalHost
 
 CASE = "lab:glm5-nvfp4-sm120"
@@ -338,7 +338,7 @@ def test_prior_launch_counts_the_time_lost_launches_ran(tmp_path: Path, monkeypa
     """From each launch to its server.stopped, or to the last event seen while it was watched; the gap
     until a later process noticed the loss is not host time the server was seen to use."""
     clock = iter([100.0, 130.0, 160.0, 500.0, 501.0, 600.0, 900.0, 901.0])
-    monkeypatch.setattr("agent.transcript.time.time", lambda: next(clock))
+    monkeypatch.setattr("agent.record.transcript.time.time", lambda: next(clock))
     tr = Transcript(tmp_path / "t.jsonl", "r")
     tr.emit("server.launched", {"experiment_id": "e", "pid": 1, "started_wall": 90.0})  # ts 100
     tr.emit("server.ready", {"experiment_id": "e", "after_s": 30.0})  # 130

@@ -5,7 +5,7 @@ moment the task returns) and then the step's checkpoint. A process killed betwee
 checkpoint whose ``next`` is empty (LangGraph leaves out tasks whose writes are saved) although the
 step's task is still to be applied: the old ``resume`` took that for "nothing next" and ended a live
 run in error. Here the real ``hypoloop`` kills itself with SIGKILL right after the K-th save of the
-store (``HYPOLOOP_FAULT_KILL_STORE=any#K``, see ``agent/runs.py``), for every K over a whole run, and
+store (``HYPOLOOP_FAULT_KILL_STORE=any#K``, see ``agent/record/runs.py``), for every K over a whole run, and
 after a real full disk under the checkpoint store (a small tmpfs); each run is resumed as a user would
 and must reach the run's own ending, with launches counted once and no server left running.
 """

@@ -16,7 +16,7 @@ from clirun import HYPOLOOP, live_processes
 from clirun import cli_env as _env
 from clirun import run_cli as _hypoloop
 
-from agent.transcript import read_transcript
+from agent.record.transcript import read_transcript
 
 REPO = Path(__file__).resolve().parent.parent
 

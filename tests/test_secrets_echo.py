@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from clirun import run_cli
 
-from agent.redact import Redactor
+from agent.record.redact import Redactor
 
 ROOT = Path(__file__).resolve().parent.parent
 WORLD = ROOT / "lab" / "worlds" / "glm5-nvfp4-sm120"

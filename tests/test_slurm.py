@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from clirun import HYPOLOOP, cli_env, live_processes, run_cli
 
-from agent.transcript import read_transcript
+from agent.record.transcript import read_transcript
 from tools.host import HostError, SchedulerError
 from tools.slurm import JobPending, SlurmHost, SlurmOptions, parse_slurm_target
 

@@ -29,10 +29,10 @@ from typing import Any
 import pytest
 from clirun import HYPOLOOP
 
-from agent.generators import GeneratorInput
-from agent.generators.evidence import failure_evidence
-from agent.generators.installed_source import InstalledSourceGenerator
-from agent.models import Baseline, LogLine, Outcome
+from agent.domain.models import Baseline, LogLine, Outcome
+from agent.planning.generators import GeneratorInput
+from agent.planning.generators.evidence import failure_evidence
+from agent.planning.generators.installed_source import InstalledSourceGenerator
 from lab.world import SITE_DIR, WORLDS_DIR
 from tools.flags import FlagCatalog, parse_help
 from tools.host import LocalHost
@@ -284,7 +284,7 @@ def test_a_frame_whose_file_is_not_on_the_host_is_reported_not_guessed(tmp_path:
 def test_a_lazy_import_behind_a_guard_is_not_an_import_time_dead_end(pkg: Path) -> None:
     """An import error under a ``<module>`` frame ends a run after the baseline (nothing at launch reaches
     import-time code), unless the installed source shows the import is reached through a guard."""
-    from agent.planner import import_time_failure
+    from agent.planning.planner import import_time_failure
 
     layer, backend = pkg / "sglang" / "srt" / "layer.py", pkg / "sglang" / "srt" / "fi_backend.py"
     line = next(i for i, t in enumerate(layer.read_text().splitlines(), 1) if "import fi_backend" in t)
@@ -339,7 +339,7 @@ def test_a_failed_import_names_its_package(text: str, kind: str, package: str) -
 
 
 def test_the_generator_proposes_one_variable_changes_with_the_guard_as_evidence() -> None:
-    from agent.case import load_case
+    from agent.domain.case import load_case
 
     case = load_case(str(WORLDS_DIR / "vlm-vit-graph-multi-image" / "case.toml"))
     text = VIT_TRACEBACK.format(site=SITE_DIR)

@@ -1,6 +1,6 @@
 """Every transcript event type survives the round trip: written by ``Transcript.emit`` (through
-``agent.wire`` where the payload carries a domain object), read back by ``read_transcript`` (which
-checks it against its payload model in ``agent.events``), and mapped back to the same domain object."""
+``agent.record.wire`` where the payload carries a domain object), read back by ``read_transcript`` (which
+checks it against its payload model in ``agent.record.events``), and mapped back to the same domain object."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from agent.case import Case, load_case
-from agent.events import PAYLOADS
-from agent.models import (
+from agent.domain.case import Case, load_case
+from agent.domain.models import (
     Baseline,
     Change,
     Conclusion,
@@ -24,8 +23,9 @@ from agent.models import (
     Prediction,
     Timings,
 )
-from agent.transcript import Transcript, read_transcript
-from agent.wire import DOMAIN_EVENTS, DOMAIN_FIELDS, field_of, from_payload, to_payload
+from agent.record.events import PAYLOADS
+from agent.record.transcript import Transcript, read_transcript
+from agent.record.wire import DOMAIN_EVENTS, DOMAIN_FIELDS, field_of, from_payload, to_payload
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, parse_help
 from tools.knowledge import Finding, read_findings

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from clirun import run_cli
 
-from agent.wording import count, plural
+from agent.review.wording import count, plural
 
 #: "1" followed by a plural a reader would stumble on (the nouns the outputs count).
 ONE_PLURAL = re.compile(

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.case import load_case
-from agent.values import ValueEvidence, cuda_graph_max_bs_that_fits, mem_fraction_for_graph_capture
+from agent.domain.case import load_case
+from agent.planning.values import ValueEvidence, cuda_graph_max_bs_that_fits, mem_fraction_for_graph_capture
 from lab.chance import is_live, launch_seed
 from lab.memory import default_cuda_graph_max_bs, plan_memory
 from lab.rules import parse_command_line, plan_launch

@@ -1,0 +1,93 @@
+"""Which knowledge folder a run reads: ``--knowledge DIR``, else ``$HYPOLOOP_KNOWLEDGE``, else the
+repository's ``knowledge/``.
+
+A knowledge folder holds ``signatures.toml`` (log signatures), ``hypotheses.toml`` (the hypothesis
+catalog), ``symptoms.toml`` (hypotheses that trigger on a class of symptoms), ``limits.toml`` (value
+ranges) and ``risky.toml`` (changes that need a person's approval under ``--approve risky``).
+
+A file the folder lacks falls back to the repository's own file of that name, so a folder can replace
+one file and keep the rest (a folder with only an empty ``hypotheses.toml`` is "no catalog"). A file
+that is present is used as it is: an empty ``hypotheses.toml`` is an empty catalog, and a run with it
+still has the other candidate generators (``agent/generators``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = [
+    "ENV_VAR",
+    "KNOWLEDGE_FILES",
+    "KnowledgeDirError",
+    "chosen_dir",
+    "default_dir",
+    "knowledge_dir",
+    "knowledge_file",
+    "use_knowledge",
+]
+
+ENV_VAR = "HYPOLOOP_KNOWLEDGE"
+KNOWLEDGE_FILES = (
+    "signatures.toml", "hypotheses.toml", "symptoms.toml", "flag_roles.toml", "limits.toml", "risky.toml"
+)
+
+
+class KnowledgeDirError(ValueError):
+    """A knowledge folder that does not exist or is not a folder (one line naming it)."""
+
+
+def default_dir() -> Path:
+    """The repository's ``knowledge/`` folder."""
+    return Path(__file__).resolve().parents[2] / "knowledge"
+
+
+def check_dir(path: str | Path, *, where: str = "--knowledge") -> Path:
+    """``path`` made absolute, or KnowledgeDirError when it is not an existing folder."""
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        what = "does not exist" if not p.exists() else "is not a folder"
+        raise KnowledgeDirError(
+            f"{where}: {path} {what} (expected a folder with any of {', '.join(KNOWLEDGE_FILES)})"
+        )
+    return p.resolve()
+
+
+def knowledge_dir() -> Path:
+    """The knowledge folder in force: ``$HYPOLOOP_KNOWLEDGE`` when set, else the repository's."""
+    env = os.environ.get(ENV_VAR)
+    return check_dir(env, where=f"${ENV_VAR}") if env else default_dir()
+
+
+def chosen_dir() -> str | None:
+    """The knowledge folder in force as recorded in a run (run state, ``run.started``): its path when a
+    folder other than the repository's own was chosen, None for the repository's (so a transcript made in
+    one checkout re-decides and resumes with the knowledge of the checkout that reads it)."""
+    folder = knowledge_dir()
+    return None if folder == default_dir() else str(folder)
+
+
+def knowledge_file(name: str) -> Path:
+    """``name`` in the knowledge folder in force, else the repository's file of that name."""
+    own = knowledge_dir() / name
+    return own if own.is_file() else default_dir() / name
+
+
+@contextlib.contextmanager
+def use_knowledge(path: str | Path | None) -> Iterator[Path | None]:
+    """Within the block, the knowledge folder is ``path`` (``None``: leave it as it is)."""
+    if path is None:
+        yield None
+        return
+    folder = check_dir(path)
+    before = os.environ.get(ENV_VAR)
+    os.environ[ENV_VAR] = str(folder)
+    try:
+        yield folder
+    finally:
+        if before is None:
+            os.environ.pop(ENV_VAR, None)
+        else:
+            os.environ[ENV_VAR] = before

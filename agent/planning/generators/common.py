@@ -1,0 +1,340 @@
+"""Helpers the generators share: words and stems of names, flag look-ups on the host's catalog,
+effective values, and the order in which alternative implementations are tried."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from agent.domain.models import FlagValue
+from agent.planning.generators import GeneratorInput
+from agent.planning.in_play import subsystems_of_frame
+from tools.flags import FlagCatalog, FlagError, FlagSpec
+
+__all__ = [
+    "GENERIC_WORDS",
+    "alternative_choices",
+    "canon",
+    "effective_value",
+    "fact_flag",
+    "norm",
+    "stems",
+]
+
+#: Words too common in module paths, function names and help texts to implicate anything.
+GENERIC_WORDS = frozenset(
+    """srt python lib dist site packages init self call run forward get set the and for with this that from
+    into when use used using not none true false default value values model models layer layers manager
+    managers executor entrypoints utils util common base main process worker workers server args arg
+    engine module modules function wrapper wrapped inner outer impl core local global new old
+    size type mode enable enables enabled disable disables disabled option options flag support supported
+    which will can may only are its has have per max min number num time file path name load loader
+    loading weight weights data copy tensor tensors""".split()
+)
+_SUFFIXES = ("ations", "ation", "ions", "ion", "ings", "ing", "ers", "er", "ed", "es", "s")
+#: Implementations that are compiled just in time for whatever GPU is present, tried first among the
+#: alternatives of a backend flag (kernels shipped prebuilt for a few GPU generations are the usual
+#: reason one backend fails where another works; sgl-project/sglang issues about "Unsupported
+#: architecture", "no kernel image" on new GPUs).
+PORTABLE_CHOICES = ("triton", "torch_native", "pytorch", "torch", "flashinfer")
+#: Choices for other vendors' hardware (AMD ROCm, Intel, Ascend, ...), never proposed on an NVIDIA host.
+_OTHER_VENDOR = re.compile(r"aiter|wave|ascend|npu|hpu|xpu|intel|rocm|mlu|musa|ipex|\bcpu\b|amx|hip", re.I)
+
+
+def norm(text: str) -> str:
+    """Lower case without ``_``, ``-`` and spaces (``DeepGemm`` and ``deep_gemm`` compare equal)."""
+    return re.sub(r"[\s_\-]+", "", text.lower())
+
+
+def _stem(word: str) -> str:
+    for suf in _SUFFIXES:
+        if word.endswith(suf) and len(word) - len(suf) >= 3:
+            return word[: -len(suf)]
+    return word
+
+
+def stems(text: str) -> set[str]:
+    """Stems of the words of ``text`` (split at non-letters and ``_``/``-``/``.``), generic words left out."""
+    return set(_stems(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _stems(text: str) -> frozenset[str]:
+    out = set()
+    for w in re.split(r"[^A-Za-z0-9]+|_", text):
+        w = w.lower()
+        if len(w) < 3 or w.isdigit() or w in GENERIC_WORDS:
+            continue
+        s = _stem(w)
+        if s not in GENERIC_WORDS:
+            out.add(s)
+    return frozenset(out)
+
+
+def words_with_stems(text: str, wanted: set[str]) -> list[str]:
+    """The whole words of ``text`` whose stems are in ``wanted`` (for messages: "attention", not the stem
+    "attent"), in their order of appearance, each once."""
+    out: list[str] = []
+    for w in re.split(r"[^A-Za-z0-9]+|_", text):
+        w = w.lower()
+        if w and w not in out and _stem(w) in wanted:
+            out.append(w)
+    return out
+
+
+_CANON: dict[int, tuple[FlagCatalog, dict[str, FlagSpec | None]]] = {}
+
+
+def canon(flags: FlagCatalog | None, name: str) -> FlagSpec | None:
+    """The host's flag spec for a spelling, or None when the host does not know it (memoised per
+    catalog: ``FlagCatalog.resolve`` rebuilds its option index on every call)."""
+    if flags is None:
+        return None
+    entry = _CANON.get(id(flags))
+    if entry is None or entry[0] is not flags:
+        if len(_CANON) >= 8:
+            _CANON.pop(next(iter(_CANON)))
+        entry = (flags, {})
+        _CANON[id(flags)] = entry
+    memo = entry[1]
+    if name not in memo:
+        try:
+            memo[name] = flags.resolve(name)
+        except FlagError:
+            memo[name] = None
+    return memo[name]
+
+
+def fact_flag(flags: FlagCatalog | None, fact: str) -> FlagSpec | None:
+    """The flag whose argparse dest is ``fact`` (``fp8_gemm_backend`` -> ``--fp8-gemm-backend``;
+    the NSA/DSA rename of SGLang 0.5.18 is followed both ways)."""
+    names = [fact]
+    if fact.startswith("nsa_"):
+        names.append("dsa_" + fact[4:])
+    elif fact.startswith("dsa_"):
+        names.append("nsa_" + fact[4:])
+    for n in names:
+        spec = canon(flags, "--" + n.replace("_", "-"))
+        if spec is not None:
+            return spec
+    return None
+
+
+def effective_value(inp: GeneratorInput, spec: FlagSpec) -> FlagValue:
+    """A flag's value in the failing run: the baseline's, else what the server reported (a fact named
+    after the flag's dest), else the help's default."""
+    for name in spec.option_strings:
+        if name in inp.baseline.flags:
+            return inp.baseline.flags[name]
+    dest = spec.name.lstrip("-").replace("-", "_")
+    for key in (dest, "nsa_" + dest[4:] if dest.startswith("dsa_") else dest):
+        if key in inp.evidence.facts:
+            return inp.evidence.facts[key]
+        value = inp.evidence.server_args.get(key)
+        if value is not None and value != "None":
+            return value
+    if not spec.takes_value:
+        return None
+    return spec.default
+
+
+def alternative_choices(
+    spec: FlagSpec, current: FlagValue, gpu_name: str | None = None, vendor: str | None = None
+) -> list[str]:
+    """A choice flag's legal alternatives to ``current``: portable implementations first, then the
+    rest in the help's order; ``current`` itself left out, and other vendors' choices too unless the
+    host's GPU is not an NVIDIA one (``gpu_name`` as nvidia-smi or the fingerprint gives it)."""
+    cur = norm(str(current)) if current is not None else None
+    if vendor is not None:
+        nvidia = vendor == "nvidia"
+    else:
+        nvidia = gpu_name is None or "nvidia" in gpu_name.lower() or not gpu_name.strip()
+    alts = [c for c in spec.choices or [] if norm(c) != cur and not (nvidia and _OTHER_VENDOR.search(c))]
+    first = [c for p in PORTABLE_CHOICES for c in alts if c == p]
+    return first + [c for c in alts if c not in first]
+
+
+#: A list of quoted values in a flag's help text: "The device to use ('cuda', 'xpu', 'cpu')." (SGLang
+#: documents choices this way where argparse has none, e.g. 0.5.23's --device).
+_QUOTED_LIST = re.compile(r"(?:'[A-Za-z0-9_.+-]+'\s*,\s*)+'[A-Za-z0-9_.+-]+'")
+
+
+def documented_choices(spec: FlagSpec) -> list[str]:
+    """A value flag's choices: argparse's, else a list of quoted values in its help text; [] if none."""
+    if spec.choices:
+        return list(spec.choices)
+    if not spec.takes_value:
+        return []
+    m = _QUOTED_LIST.search(spec.help or "")
+    return re.findall(r"'([^']+)'", m.group(0)) if m else []
+
+
+def explicit(inp: GeneratorInput, spec: FlagSpec) -> bool:
+    """Whether the failing baseline sets this flag itself."""
+    return any(n in inp.baseline.flags for n in spec.option_strings)
+
+
+def selecting_flags(flags: FlagCatalog | None) -> Iterable[FlagSpec]:
+    """Flags that choose between implementations: a value flag with at least two choices."""
+    if flags is None:
+        return []
+    return [s for s in flags.flags.values() if s.takes_value and s.choices and len(s.choices) >= 2 and not s.deprecated]
+
+
+#: Weights of implicating words by where they were read (``Implicated.weight``).
+INNERMOST_WEIGHT = 1.5
+FOLDER_WEIGHT = 0.5
+#: Packages that are the framework or the language, not a kernel implementation one could swap.
+NOT_KERNELS = frozenset({"sglang", "torch", "transformers", "uvicorn", "fastapi", "asyncio", "multiprocessing",
+                         "concurrent", "threading", "runpy", "importlib", "typing", "safetensors",
+                         "huggingface_hub", "numpy", "zmq", "uvloop", "starlette", "anyio", "requests",
+                         "urllib3", "httpx", "aiohttp"})
+
+
+@dataclass
+class Implicated:
+    """What the failure points at: packages in the traceback frames, the words (stems) of the SGLang
+    modules and functions it ran through (``innermost_words``: of the innermost SGLang frame and the
+    exception message), and the error text itself (normalised, for matching choice names)."""
+
+    why: list[str] = field(default_factory=list)
+    words: set[str] = field(default_factory=set)
+    innermost_words: set[str] = field(default_factory=set)
+    packages: dict[str, str] = field(default_factory=dict)  # norm(package) -> package
+    lines: list[int] = field(default_factory=list)
+    error_text: str = ""
+    #: How much each word counts: the innermost SGLang frame's file and function and the error message
+    #: most, other frames' files and functions less, the folders they sit in least.
+    weight: dict[str, float] = field(default_factory=dict)
+    #: The innermost SGLang frame of the last traceback (``module.function``) and the subsystems whose
+    #: code it is in (knowledge/subsystems.toml ``modules``): (subsystem id, its flag pattern).
+    innermost: str = ""
+    subsystems: list[tuple[str, re.Pattern[str]]] = field(default_factory=list)
+
+    def subsystem_of(self, flag: str) -> str | None:
+        """The subsystem the failure surfaced in that ``flag`` configures, or None."""
+        return next((sid for sid, pat in self.subsystems if pat.search(flag)), None)
+
+    def strength(self, flags: FlagCatalog | None, shared: set[str]) -> float:
+        """How strongly the shared words tie a flag to the failure (specificity x where each was read)."""
+        return max(
+            ((min(1.0, 3.0 / stem_df(flags, w)) if flags is not None else 1.0) * self.weight.get(w, 1.0)
+             for w in shared),
+            default=0.0,
+        )
+
+
+@dataclass
+class RaiseSite:
+    """Where the failing run's error surfaced: the innermost SGLang frame of its last traceback
+    (``where``: ``module.function``) and the stems of that frame's file, function and failing line
+    (``words``; not the exception message, whose words are the kind of failure, ``CUDA error``, more often
+    than the place)."""
+
+    where: str
+    words: set[str]
+    line: int
+
+
+def raise_site(inp: GeneratorInput) -> RaiseSite | None:
+    """The innermost SGLang frame of the last traceback in the failing run's log, or None when no
+    traceback passes through SGLang (then nothing points anywhere in particular)."""
+    for tb in reversed(inp.evidence.tracebacks):
+        fr = next((f for f in reversed(tb.frames) if f.package == "sglang" and f.module), None)
+        if fr is None or fr.module is None:
+            continue
+        module = fr.module
+        words = stems(module.rsplit(".", 1)[-1]) | stems(fr.function or "")
+        if fr.code:
+            words |= stems(re.sub(r"\W+", " ", fr.code))
+        return RaiseSite(where=f"{module}.{fr.function}", words=words, line=tb.log_line)
+    return None
+
+
+def implicated(inp: GeneratorInput) -> Implicated:
+    """Read the tracebacks of the failing run (innermost first) into an ``Implicated``."""
+    imp = Implicated()
+    errors = [tb.exception for tb in inp.evidence.tracebacks if tb.exception]
+    for tb in reversed(inp.evidence.tracebacks):
+        first_sglang = True
+        for fr in reversed(tb.frames):
+            if fr.package and fr.package not in NOT_KERNELS:
+                if norm(fr.package) not in imp.packages:
+                    imp.packages[norm(fr.package)] = fr.package
+                    imp.why.append(f"the traceback passes through {fr.package} ({fr.module}.{fr.function})")
+                    imp.lines.append(tb.log_line)
+            if fr.package == "sglang" and fr.module:
+                parts = fr.module.split(".")[2:] if fr.module.startswith("sglang.srt.") else fr.module.split(".")[1:]
+                folders = stems(" ".join(parts[:-1]))
+                words = stems(parts[-1] if parts else "") | stems(fr.function or "")
+                if first_sglang and fr.code:  # what the failing line does (``expert_data.copy_(...)``)
+                    words |= stems(re.sub(r"\W+", " ", fr.code))
+                words -= {"scheduler", "runner", "loader", "load"} if not first_sglang else set()
+                imp.words |= words | folders
+                for w in folders:
+                    imp.weight.setdefault(w, FOLDER_WEIGHT)
+                for w in words:
+                    imp.weight[w] = max(imp.weight.get(w, 0.0), INNERMOST_WEIGHT if first_sglang else 1.0)
+                if first_sglang and not imp.innermost:
+                    # the last traceback's innermost SGLang frame: the code the failure surfaced in
+                    imp.innermost = f"{fr.module}.{fr.function}"
+                    imp.subsystems = [(sub.id, sub.flags) for sub in subsystems_of_frame(imp.innermost)
+                                      if sub.flags is not None]
+                if first_sglang:
+                    imp.innermost_words |= words
+                    imp.why.append(f"the innermost SGLang frame is {fr.module}.{fr.function}")
+                    imp.lines.append(tb.log_line)
+                    first_sglang = False
+    for e in errors[-2:]:
+        words = stems(e.split(":", 1)[1] if ":" in e else e)
+        imp.words |= words
+        imp.innermost_words |= words
+        for w in words:
+            imp.weight[w] = max(imp.weight.get(w, 0.0), INNERMOST_WEIGHT)
+    imp.error_text = " ".join(errors)
+    # Packages the error text points into (a compiler's path in a "Repro command", a library file named
+    # in the message), not only those in the frames.
+    for ll in inp.evidence.log:
+        if 'File "' in ll.text or "packages/" not in ll.text:
+            continue
+        for m in re.finditer(r"(?:site|dist)-packages/([A-Za-z_]\w*)/", ll.text):
+            pkg = m.group(1)
+            if pkg not in NOT_KERNELS and norm(pkg) not in imp.packages:
+                imp.packages[norm(pkg)] = pkg
+                imp.why.append(f"the error names a file of {pkg} (log line {ll.line})")
+                imp.lines.append(ll.line)
+    return imp
+
+
+_DF: dict[int, tuple[FlagCatalog, dict[str, int]]] = {}
+
+
+def stem_df(flags: FlagCatalog, stem: str) -> int:
+    """How many of the host's flag names contain ``stem`` (a word shared by many flags implicates
+    none of them in particular)."""
+    entry = _DF.get(id(flags))
+    if entry is None or entry[0] is not flags:
+        counts: dict[str, int] = {}
+        for spec in flags.flags.values():
+            for st in stems(spec.name):
+                counts[st] = counts.get(st, 0) + 1
+        entry = (flags, counts)
+        _DF[id(flags)] = entry
+    return max(1, entry[1].get(stem, 0))
+
+
+def specificity(flags: FlagCatalog, shared: set[str]) -> float:
+    """How strongly shared words tie a flag to the failure: 1 for a word at most 3 flag names carry,
+    less for commoner ones (``cache`` is in many)."""
+    return max((min(1.0, 3.0 / stem_df(flags, w)) for w in shared), default=0.0)
+
+
+def mentioned_first(choices: list[str], text: str) -> list[str]:
+    """``choices`` with those the error text names (as whole words) first, in the text's order."""
+    named = sorted(
+        (c for c in choices if len(c) >= 3 and re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", text)),
+        key=lambda c: text.find(c),
+    )
+    return named + [c for c in choices if c not in named]

@@ -1,0 +1,221 @@
+"""Implicated component: from where the failure happened to the flags that choose that component.
+
+Reads, in order of weight:
+- the traceback frames: a third-party kernel package in the frames (``flashinfer``, ``deep_gemm``,
+  ``triton``, ``sgl_kernel``, ``flash_mla``, ...) implicates that package; an SGLang module path and
+  function names (``sglang/srt/layers/attention/triton_backend.py``) implicate their words
+  (``attention``, ``triton``);
+- the backends SGLang resolved on its own (facts from its log lines and ``/get_server_info``) and
+  those the baseline sets explicitly: prime suspects;
+- warnings that name an implementation (``DeepGemm is enabled ...`` names the ``deep_gemm`` choice).
+
+Then the host's own ``--help``: a flag with choices whose current value is the implicated package, or
+whose name shares a word with the implicated component, is the switch for that component; every legal
+alternative choice is an intervention (portable implementations first). A ``--disable-X`` /
+``--enable-X`` switch whose words the component shares is a candidate too.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.domain.models import Evidence, Intervention
+from agent.planning.generators import Candidate, GeneratorInput
+from agent.planning.generators.common import (
+    Implicated,
+    alternative_choices,
+    effective_value,
+    explicit,
+    fact_flag,
+    implicated,
+    mentioned_first,
+    norm,
+    selecting_flags,
+    specificity,
+    stems,
+    words_with_stems,
+)
+from agent.planning.served import served_settings
+from tools.flags import FlagSpec
+
+__all__ = ["ImplicatedComponentGenerator"]
+
+#: Base weight of a component hypothesis, and the multipliers for what makes it a prime suspect.
+BASE_WEIGHT = 0.08
+EXPLICIT_FACTOR = 2.0  # the baseline chose this implementation itself
+AUTO_FACTOR = 1.5  # SGLang chose it on its own (auto-resolution)
+PACKAGE_FACTOR = 2.0  # the failing frames are inside the package this choice selects
+FEATURE_FACTOR = 2.0  # it configures a feature the baseline explicitly turns on
+SUSPECT_FACTOR = 0.4  # only suspected: a kernel failed and this backend ran (no frame names it)
+#: Shared words tying a flag to the failure must be at least this specific (``common.specificity``).
+MIN_SPECIFICITY = 0.25
+#: Symptoms of a kernel misbehaving, where every backend the run used is a suspect.
+_KERNEL_SYMPTOMS = frozenset({"nan_inf", "garbage_output", "illegal_memory_access", "device_assert",
+                              "unsupported_arch", "crash_at_decode"})
+#: Facts whose keys name an implementation choice (SGLang ServerArgs dests of backend / dtype flags).
+_CHOICE_FACT_SUFFIXES = ("_backend", "kv_cache_dtype")
+
+
+def _statement(spec: FlagSpec, current: object, how: str) -> str:
+    """The hypothesis in words. A flag whose value in the failing run is unknown (unset, and neither the
+    server nor the help's default names one) is left for SGLang to choose at startup: say so rather than
+    print the missing value ("(None)")."""
+    if current is None or str(current).strip() in ("", "None"):
+        chosen = "its default, chosen by SGLang at startup"
+    else:
+        chosen = str(current)
+    return (
+        f"The implementation {spec.name} selects ({chosen}) fails on this host ({how}); another of its "
+        "legal choices avoids it"
+    )
+
+
+class ImplicatedComponentGenerator:
+    """Flags that select the implicated component, with every legal alternative (see module docstring)."""
+
+    name = "component"
+
+    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+        """One candidate per implicated selecting flag, one per implicated switch."""
+        if inp.evidence.stage == "ok" or inp.flags is None:
+            return []
+        imp = implicated(inp)
+        warn_text = norm(" ".join(w.text for w in inp.evidence.warnings))
+        auto_facts = {k: v for k, v in inp.evidence.facts.items() if k.endswith(_CHOICE_FACT_SUFFIXES)}
+        fact_of = {s.name: k for k in auto_facts if (s := fact_flag(inp.flags, k)) is not None}
+        feature_words = self._feature_words(inp)
+        crashy = bool(set(inp.evidence.symptoms) & _KERNEL_SYMPTOMS)
+        out: list[Candidate] = []
+        for spec in selecting_flags(inp.flags):
+            current = effective_value(inp, spec)
+            fp = inp.fingerprint
+            alts = alternative_choices(spec, current, fp.gpu_name if fp else None, fp.gpu_vendor if fp else None)
+            if not alts:
+                continue
+            factor, how, lines = 0.0, [], list(imp.lines[:3])
+            cur = norm(str(current)) if current is not None else ""
+            if cur and cur in imp.packages:
+                factor = max(factor, PACKAGE_FACTOR)
+                how.append(f"its value {current} is the package the failing frames run in")
+            shared = stems(spec.name) & imp.words - {"backend", "dtype"}
+            strength = imp.strength(inp.flags, shared)
+            if strength >= MIN_SPECIFICITY:
+                factor = max(factor, strength)
+                how.append(f"it names the failing component ({', '.join(words_with_stems(spec.name, shared))})")
+            sub = imp.subsystem_of(spec.name)
+            if sub is not None:
+                # The error surfaced in this subsystem's own code: its flags are the ones the failure
+                # points at, however many flags share its words (a full --help has dozens of hicache-*).
+                factor = max(factor, 1.0)
+                how.append(f"the error surfaced in {imp.innermost}, code of the {sub} subsystem it configures")
+                if crashy and spec.name.endswith("-backend") and cur not in ("", "none", "auto"):
+                    # a kernel faulted there, and this is the kernel implementation that subsystem ran:
+                    # as strong as failing frames inside the package a choice selects
+                    factor = max(factor, PACKAGE_FACTOR)
+                    how.append(f"a kernel failed in that subsystem and its {spec.name} {current} ran there")
+            # A whole word of the warning ("auto" is not named by "automatically increase").
+            if cur and len(cur) >= 4 and re.search(rf"(?<![\w-]){re.escape(cur)}(?![\w-])", warn_text):
+                factor = max(factor, 1.0)
+                how.append(f"a warning names its value {current}")
+            dest = spec.name.lstrip("-").replace("-", "_")
+            fact_key = fact_of.get(spec.name)
+            is_explicit = explicit(inp, spec)
+            if not how and crashy and (is_explicit or fact_key) and spec.name.endswith("-backend"):
+                factor = SUSPECT_FACTOR
+                how.append("a kernel failed and this backend is one the failing run used")
+            if not how:
+                continue  # not implicated
+            if is_explicit:
+                factor *= EXPLICIT_FACTOR
+                how.append("the baseline sets it explicitly")
+            elif fact_key is not None and str(auto_facts[fact_key]).lower() not in ("auto", "none"):
+                factor *= AUTO_FACTOR
+                how.append(f"SGLang resolved it on its own ({fact_key}={auto_facts[fact_key]})")
+            if specificity(inp.flags, stems(spec.name) & feature_words - {"backend", "dtype"}) >= 0.5:
+                factor *= FEATURE_FACTOR
+                how.append("it configures a feature the baseline turns on")
+            alts = mentioned_first(alts, imp.error_text)
+            # Switching away from the package the failure happened in avoids it without repairing it.
+            avoids = bool(cur and cur in imp.packages)
+            # With a single alternative, "this implementation is broken" predicts that it fixes.
+            ivs = [
+                Intervention(
+                    names=[spec.name], values=[c], decisive=len(alts) == 1, fact=fact_key or dest,
+                    cost="medium" if avoids else "low", workaround=avoids,
+                    note=f"an alternative implementation of {spec.name}"
+                    + (f" that does not use {current}" if avoids else ""),
+                )
+                for c in alts
+            ]
+            out.append(
+                Candidate(
+                    id=f"component:{spec.name}",
+                    statement=_statement(spec, current, "; ".join(how)),
+                    component=spec.name.lstrip("-").removesuffix("-backend").replace("-", "_"),
+                    package=imp.packages.get(cur) if cur in imp.packages else None,
+                    weight=BASE_WEIGHT * factor,
+                    rationale="a component implicated by the failure is chosen by this flag; another "
+                    "implementation of it uses different kernels",
+                    generator=self.name,
+                    evidence=[
+                        Evidence(kind="fact", detail=h, experiment_id=inp.evidence.experiment_id, lines=lines)
+                        for h in how
+                    ],
+                    interventions=ivs,
+                    triggers=how,
+                )
+            )
+        out += self._switches(inp, imp)
+        return out
+
+    @staticmethod
+    def _feature_words(inp: GeneratorInput) -> set[str]:
+        """Stems of the flags the baseline sets (features someone turned on or tuned)."""
+        words: set[str] = set()
+        for name in inp.baseline.flags:
+            if served_settings().role("flag", name, inp.flags) is not None:
+                continue
+            words |= stems(name.lstrip("-").removeprefix("enable-"))
+        return words
+
+    def _switches(self, inp: GeneratorInput, imp: Implicated) -> list[Candidate]:
+        """``--disable-X`` switches (and ``--enable-X`` ones the baseline sets) whose X the frames name."""
+        if inp.flags is None or not imp.words:
+            return []
+        out = []
+        for spec in inp.flags.flags.values():
+            if spec.takes_value or spec.deprecated:
+                continue
+            name = spec.name.lstrip("-")
+            if name.startswith("disable-"):
+                on = True
+            elif name.startswith("enable-") and explicit(inp, spec):
+                on = False
+            else:
+                continue
+            if explicit(inp, spec) and on:
+                continue
+            words = stems(name.split("-", 1)[1])
+            shared = words & imp.words
+            strength = imp.strength(inp.flags, shared)
+            if len(shared) < 2 and not (shared and len(words) == 1) or strength < MIN_SPECIFICITY:
+                continue
+            weight = BASE_WEIGHT * strength
+            what = name.split("-", 1)[1].replace("-", " ")
+            out.append(
+                Candidate(
+                    id=f"component:{spec.name}",
+                    statement=f"The {what} feature breaks in the failing component "
+                    f"({', '.join(sorted(shared))}); {'turning it off' if on else 'leaving it off'} avoids the failure",
+                    component=name.split("-", 1)[1].replace("-", "_"),
+                    weight=weight,
+                    rationale="the failing frames name this feature's code",
+                    generator=self.name,
+                    evidence=[Evidence(kind="fact", detail=w, experiment_id=inp.evidence.experiment_id,
+                                       lines=imp.lines[:3]) for w in imp.why[:2]],
+                    interventions=[Intervention(names=[spec.name], values=[True if on else None], decisive=True,
+                                                cost="low")],
+                    triggers=sorted(shared),
+                )
+            )
+        return out

@@ -1,0 +1,36 @@
+"""The one list of candidate generators the planners use (``agent.planning.generators.CandidateGenerator``).
+
+Adding a way of finding causes is adding a module under ``agent/planning/generators/`` and one line here.
+"""
+
+from __future__ import annotations
+
+from agent.planning.generators import CandidateGenerator
+from agent.planning.generators.catalog import CatalogGenerator
+from agent.planning.generators.component import ImplicatedComponentGenerator
+from agent.planning.generators.findings import KnownGoodDiffGenerator
+from agent.planning.generators.installed_source import InstalledSourceGenerator
+from agent.planning.generators.load import LoadGenerator
+from agent.planning.generators.remedies import RemediesGenerator
+from agent.planning.generators.settings import SettingsVsDefaultsGenerator
+from agent.planning.generators.symptoms import SymptomClassGenerator
+
+__all__ = ["REGISTRY", "default_generators"]
+
+#: Generator classes, instantiated without arguments, in the order their candidates are listed (the
+#: order breaks ties between equally scored changes).
+REGISTRY: list[type[CandidateGenerator]] = [
+    CatalogGenerator,
+    RemediesGenerator,
+    SymptomClassGenerator,
+    ImplicatedComponentGenerator,
+    InstalledSourceGenerator,
+    LoadGenerator,
+    SettingsVsDefaultsGenerator,
+    KnownGoodDiffGenerator,
+]
+
+
+def default_generators() -> list[CandidateGenerator]:
+    """One instance of every registered generator."""
+    return [cls() for cls in REGISTRY]

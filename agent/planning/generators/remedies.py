@@ -1,0 +1,502 @@
+"""Remedies named in the evidence: error text that names a flag, an environment variable or a value.
+
+Examples of what is read (wording of SGLang 0.5.x errors; ``srt/model_executor/model_runner.py``,
+``srt/model_executor/cuda_graph_runner.py``, ``srt/mem_cache/kv_cache_configurator.py`` in 0.5.23):
+
+- ``Please try to increase --mem-fraction-static`` -> raise that flag (the value from
+  ``agent.planning.values`` when a rule for that flag and direction exists, else a step up);
+- ``Increase --mem-fraction-static (at least 0.9113 is needed ...)`` -> that value, rounded up;
+- ``Use --attention-backend triton`` / ``--x=y`` -> that value;
+- SGLang's numbered ``Possible solutions:`` list -> each item (``set --cuda-graph-max-bs to a smaller
+  value (e.g., 16)``, ``disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance
+  loss)`` marked as a costly workaround, ``not using --enable-torch-compile`` -> remove that flag);
+- ``export NAME=VALUE`` / ``set NAME=VALUE`` -> that environment variable.
+
+A remedy from the fatal error itself weighs most, one from a list of possible solutions less, one in a
+warning least.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from agent.domain.models import Evidence, FlagValue, Intervention, LogLine
+from agent.planning.catalog import load_roles
+from agent.planning.generators import Candidate, GeneratorInput
+from agent.planning.generators.common import canon, documented_choices, effective_value, fact_flag, norm
+from agent.planning.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
+from agent.planning.values import fit_cpu_list, rule_for
+
+__all__ = ["RemediesGenerator", "left_out", "remedies_in"]
+
+#: Weights by where the remedy was read.
+WEIGHT_ERROR = 0.3
+WEIGHT_SOLUTION = 0.1
+WEIGHT_WARNING = 0.05
+#: The user's own setting chose a package that is not installed: reverting it is the first thing to try.
+WEIGHT_MISSING = 0.5
+#: A named variable that overrides a safety check (``_OVERRIDE``) weighs this much of a plain remedy.
+OVERRIDE_FACTOR = 0.3
+
+_FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:(?:=|\s+)(?P<value>[A-Za-z0-9_./:+-]+))?")
+_ENV = re.compile(r"(?<![\w-])(?P<name>[A-Z][A-Z0-9]*_[A-Z0-9_]+)=(?P<value>[^\s,;'\"`)]+)")
+#: Variables that override a safety check (SGLANG_ALLOW_..., ..._FORCE_..., ..._SKIP_...): setting one
+#: silences the check rather than repairing what it caught, so it is a workaround.
+_OVERRIDE = re.compile(r"ALLOW|OVERWRITE|OVERRIDE|FORCE|SKIP|IGNORE|UNSAFE|DISABLE")
+_RAISE = re.compile(r"\b(?:increase|raise|larger|higher|bigger|more)\b", re.I)
+_LOWER = re.compile(r"\b(?:decrease|lower|reduce|smaller|less)\b", re.I)
+_AT_LEAST = re.compile(r"at least (?P<v>\d+(?:\.\d+)?)")
+_AT_MOST = re.compile(r"at most (?P<v>\d+(?:\.\d+)?)")
+_EXAMPLES = re.compile(r"e\.g\.,?\s*(?P<v>[0-9.]+(?:\s*(?:or|,)\s*[0-9.]+)*)")
+_NOT_USING = re.compile(r"\b(?:not using|without|remove|drop|do not use|don't use)\s+(?:the\s+)?$", re.I)
+_COSTLY = re.compile(r"not recommended|performance loss|much slower|slow(?:s|er)? down", re.I)
+_SOLUTIONS = re.compile(r"possible solutions|you can try|to fix this|workarounds?:", re.I)
+_ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*])\s+")
+_REMEDY_WORDS = re.compile(r"\b(?:use|set|try|increase|decrease|lower|raise|reduce|pass|add|enable|disable|"
+                           r"please|consider|specify|by)\b", re.I)
+
+
+def _where(lines: list[LogLine], exceptions: set[str]) -> list[tuple[LogLine, str]]:
+    """(line, kind) for each line that may name a remedy: error, solution or warning."""
+    out: list[tuple[LogLine, str]] = []
+    in_list = False
+    for ll in lines:
+        text = ll.text
+        if _SOLUTIONS.search(text):
+            in_list = True
+            out.append((ll, "solution"))
+            continue
+        if in_list and _ITEM.match(text):
+            out.append((ll, "solution"))
+            continue
+        in_list = False
+        stripped = text.strip()
+        if stripped in exceptions or re.search(r"\b\w*(?:Error|Exception)\b:", text):
+            out.append((ll, "error"))
+        elif re.search(r"\bWARN(?:ING)?\b|warning", text, re.I):
+            out.append((ll, "warning"))
+    return out
+
+
+def _round_up(value: float, step: float = 0.01) -> str:
+    return f"{math.ceil(value / step - 1e-9) * step:.2f}"
+
+
+def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """(id, intervention, kind, line, description) for every remedy named in the kept log lines."""
+    ev = inp.evidence
+    exceptions = {tb.exception for tb in ev.tracebacks}
+    found: list[tuple[str, Intervention, str, LogLine, str]] = []
+    for ll, kind in _where(ev.log, exceptions):
+        text = ll.text
+        if kind != "solution" and not _REMEDY_WORDS.search(text):
+            continue
+        for m in _FLAG.finditer(text):
+            spec = canon(inp.flags, m.group(1))
+            if spec is None:
+                continue
+            before_text = text[: m.start()]
+            after_text = text[m.end() : m.end() + 80]
+            sentence = before_text[-80:] + m.group(0) + after_text
+            costly = bool(_COSTLY.search(after_text))
+            note = " ".join(text.strip().split())  # whole: a reader sees the line it came from
+            if _NOT_USING.search(before_text[-30:]):
+                if not any(n in inp.baseline.flags for n in spec.option_strings):
+                    continue
+                iv = Intervention(names=[spec.name], values=[None], decisive=kind == "error", cost="low", note=note)
+                found.append((f"remedy:{spec.name}=off", iv, kind, ll, f"without {spec.name}"))
+                continue
+            if not spec.takes_value:
+                workaround = spec.name.startswith("--disable-")
+                iv = Intervention(names=[spec.name], values=[True], decisive=kind == "error",
+                                  cost="high" if costly else ("medium" if workaround else "low"),
+                                  workaround=workaround, note=note)
+                found.append((f"remedy:{spec.name}", iv, kind, ll, f"{spec.name}"))
+                continue
+            value = _no_full_stop(m.group("value"))
+            values: list[FlagValue] = []
+            derive = None
+            direction = "raise" if _RAISE.search(sentence) else "lower" if _LOWER.search(sentence) else None
+            if (at := _AT_LEAST.search(after_text)) and direction != "lower":
+                values = [_round_up(float(at.group("v")))]
+                direction = "raise"
+            elif (at := _AT_MOST.search(after_text)) and direction != "raise":
+                values = [f"{math.floor(float(at.group('v')) * 100) / 100:.2f}"]
+                direction = "lower"
+            elif value and not value.startswith("-") and value.lower() not in ("to", "a", "the", "by", "or", "and"):
+                if spec.choices and value not in spec.choices:
+                    value = None
+                if value:
+                    values = [value]
+            if not values and direction:
+                derive = rule_for(spec.name, direction)
+                if (ex := _EXAMPLES.search(after_text)) is not None:
+                    values = re.split(r"\s*(?:or|,)\s*", ex.group("v").strip())
+                values = values or _step(effective_value(inp, spec), direction, spec.value_type)
+            if not values and not derive:
+                continue
+            fact = spec.name.lstrip("-").replace("-", "_")
+            role = next((r for r, names in load_roles().items() if spec.name in names), None)
+            iv = Intervention(names=load_roles()[role] if role else [spec.name], role=role,
+                              values=values, derive=derive, decisive=kind == "error",
+                              fact=fact if fact_flag(inp.flags, fact) is spec else None,
+                              cost="high" if costly else "low", note=note)
+            what = f"{direction} {spec.name}" if direction else f"{spec.name} {values[0]}"
+            found.append((f"remedy:{spec.name}" + (f"={values[0]}" if not direction else f":{direction}"),
+                          iv, kind, ll, what))
+        for m in _ENV.finditer(text):
+            if _condition_fails(text[: m.start()]) is not None:
+                continue  # the text offers it only if something holds that its own figures deny
+            override = bool(_OVERRIDE.search(m.group("name")))
+            env_value, _why = fit_cpu_list(str(_no_full_stop(m.group("value"))), _sentence_of(text, m.start()),
+                                           cpu_count=_cpu_count(inp), ranks=_ranks(inp))
+            if env_value is None:
+                continue  # an example for another machine, or a value the guard would refuse (left_out)
+            iv = Intervention(kind="env", names=[m.group("name")], values=[env_value],
+                              decisive=kind == "error", cost="low", workaround=override,
+                              note=" ".join(text.split()))
+            found.append((f"remedy:{m.group('name')}={env_value}", iv, kind, ll,
+                          f"{m.group('name')}={env_value}"))
+    found += _alternatives(inp)
+    found += _allowed_values(inp)
+    found += _bounded_settings(inp)
+    found += _missing_package_reverts(inp)
+    return found
+
+
+def _sentence_of(text: str, at: int) -> str:
+    """The sentence of ``text`` that holds position ``at`` (what says whether a value is an example)."""
+    start = max(text.rfind(". ", 0, at), text.rfind("? ", 0, at)) + 1
+    end = text.find(". ", at)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def _cpu_count(inp: GeneratorInput) -> int | None:
+    return inp.fingerprint.cpu_count if inp.fingerprint is not None else None
+
+
+def _ranks(inp: GeneratorInput) -> int | None:
+    """The server's rank count per node as the effective config shows it (tp_size), or None."""
+    try:
+        return int(str(inp.evidence.facts.get("tp_size"))) if inp.evidence.facts.get("tp_size") else None
+    except ValueError:
+        return None
+
+
+def left_out(inp: GeneratorInput) -> list[str]:
+    """Why each value an error text names for a variable was not proposed, or was replaced by one
+    derived for this host (``agent.planning.values.fit_cpu_list``): one sentence each, for the user."""
+    out: list[str] = []
+    for ll, _kind in _where(inp.evidence.log, {tb.exception for tb in inp.evidence.tracebacks}):
+        for m in _ENV.finditer(ll.text):
+            raw = str(_no_full_stop(m.group("value")))
+            value, why = fit_cpu_list(raw, _sentence_of(ll.text, m.start()), cpu_count=_cpu_count(inp),
+                                      ranks=_ranks(inp))
+            if why and (line := f"{m.group('name')}={raw} (log line {ll.line}): {why}") not in out:
+                out.append(line)
+    return out
+
+
+def _no_full_stop(value: str | None) -> str | None:
+    """A value read from prose without the sentence's trailing full stop (``=1.`` is ``1``), unless the
+    dot is all there is."""
+    if value is None:
+        return None
+    stripped = value.rstrip(".,;:")
+    return stripped or value
+
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*")
+#: An error that says the options it names are missing or refused (then they are not what to use).
+_NEGATED = re.compile(r"\b(?:no|not|none of|neither|unavailable|missing|unsupported)\b", re.I)
+
+
+def _error_lines(inp: GeneratorInput) -> list[LogLine]:
+    """The log lines that state the failure: exception lines of the tracebacks and fatal/error lines."""
+    exceptions = {tb.exception.strip() for tb in inp.evidence.tracebacks if tb.exception}
+    out = []
+    for ll in inp.evidence.log:
+        t = ll.text.strip()
+        if t in exceptions or re.search(r"\b\w*(?:Error|Exception)\b:", t):
+            out.append(ll)
+    return out
+
+
+def _alternatives(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """An error that names several options of one flag's documented choices (devices, backends,
+    dtypes) names that flag as the remedy. The values proposed are those that fit this host: for a
+    flag whose choices are devices, the device of the host's platform (``knowledge/subsystems.toml``,
+    ``[[platform]]``); when the error names the value in force beside another (``the model config (fp8)
+    does not match ... (w8a8_fp8)``), the other; otherwise the choices it names, unless it says they are
+    missing or refused (then nothing). The value in force is never proposed."""
+    if inp.flags is None:
+        return []
+    know = load_subsystems()
+    device_values = {str(p.get("device")) for p in know.platforms if p.get("device")}
+    platform = platform_of(inp.fingerprint, None, know)
+    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    seen: set[str] = set()
+    for ll in _error_lines(inp):
+        text = ll.text
+        words = {w.lower() for w in _WORD.findall(text)}
+        for spec in inp.flags.flags.values():
+            if spec.deprecated or not spec.takes_value or spec.name in seen:
+                continue
+            choices = documented_choices(spec)
+            if not choices and spec.name == DEVICE_FLAG:
+                # a catalog read off a log's server-args line knows no choices: the platforms' devices are
+                choices = sorted(device_values)
+            named = [c for c in choices if len(c) >= 3 and c.lower() in words and c.lower() not in _PLAIN]
+            if len(named) < 2:
+                continue
+            current = effective_value(inp, spec)
+            cur = str(current).lower() if current is not None else None
+            if len(device_values & {c.lower() for c in choices}) >= 2 and platform is not None:
+                fit = device_for(platform, know)
+                values = [c for c in choices if fit is not None and c.lower() == fit.lower()]
+                how = f"the value for this host's platform ({platform})"
+            elif cur is not None and cur in {c.lower() for c in named}:
+                # the error names the value in force and another: the other is what it points at
+                values = [c for c in named if c.lower() != cur]
+                how = "the other choice the error names beside the one in force"
+            elif _NEGATED.search(text):
+                continue  # it names choices that are missing or refused, and none that fits this host
+            else:
+                values = named
+                how = "a choice the error names"
+            values = [v for v in values if v.lower() != cur]
+            if not values:
+                continue
+            seen.add(spec.name)
+            fact = spec.name.lstrip("-").replace("-", "_")
+            iv = Intervention(names=[spec.name], values=list(values), decisive=len(values) == 1,
+                              fact=fact if fact_flag(inp.flags, fact) is spec else None, cost="low",
+                              note=f"{how}; the error names {', '.join(named)} among {spec.name}'s choices: "
+                              + " ".join(text.split()))
+            out.append((f"remedy:{spec.name}={values[0]}", iv, "error", ll,
+                        f"{spec.name} {values[0]} ({how})"))
+    return out
+
+
+#: An error that states the values a setting allows (``DeepSeek DSA only supports bf16/bfloat16 or
+#: fp8_e4m3 kv_cache_dtype``, sglang/srt/arg_groups/overrides.py in 0.5.23; ``... must be one of ...``,
+#: ``... only supports kv-cache-dtype of fp8_e4m3, bf16, or auto``): the list and the setting it names.
+_ALLOWS = re.compile(
+    r"\b(?:only supports?|must be(?: one of)?|should be one of|expected one of|supported values? (?:are|is)|"
+    r"requires one of)\s+(?P<rest>.+)$",
+    re.I,
+)
+_VALUE_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_SETTING = re.compile(r"(?<![\w-])(?:--)?(?P<name>[a-z][a-z0-9]*(?:[_-][a-z0-9]+)+)(?![\w-])")
+_LIST_WORDS = frozenset({"or", "and", "of", "the", "a", "an", "either", "one", "values", "value", "are", "is"})
+
+
+def _allowed_values(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """An error that states which values a setting allows, naming the setting by its flag or its
+    argparse dest (``kv_cache_dtype``), where the value in force is not among them: set the setting to
+    a value it allows. Values are the error's own words, cleaned of prose punctuation; a documented
+    choice list of the host's flag, when known, must hold them. Nothing when the value in force is
+    allowed (the error is then about something else)."""
+    if inp.flags is None:
+        return []
+    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    for ll in _error_lines(inp):
+        m = _ALLOWS.search(ll.text)
+        if m is None:
+            continue
+        rest = m.group("rest")
+        for sm in _SETTING.finditer(rest):
+            name = sm.group("name")
+            spec = canon(inp.flags, "--" + name.replace("_", "-")) or fact_flag(inp.flags, name.replace("-", "_"))
+            if spec is None or not spec.takes_value:
+                continue
+            listed = rest[: sm.start()] or rest[sm.end():]
+            values: list[str] = []
+            for tok in _VALUE_TOKEN.findall(re.sub(r"[/|]", " ", listed)):
+                v = _no_full_stop(tok) or tok
+                if v.lower() in _LIST_WORDS or v in values or v.lower() in _PLAIN:
+                    continue
+                values.append(v)
+            choices = documented_choices(spec)
+            if choices:
+                values = [v for v in values if v in choices]
+            current = effective_value(inp, spec)
+            cur = str(current).lower() if current is not None else None
+            if not values or cur is None or cur in {v.lower() for v in values}:
+                continue
+            fact = spec.name.lstrip("-").replace("-", "_")
+            iv = Intervention(names=[spec.name], values=list(values), decisive=True,
+                              fact=fact if fact_flag(inp.flags, fact) is spec else None, cost="low",
+                              note=f"the error allows {', '.join(values)} for {spec.name} and the run had "
+                              f"{current}: " + " ".join(ll.text.split()))
+            out.append((f"remedy:{spec.name}={values[0]}", iv, "error", ll,
+                        f"{spec.name} {values[0]} (a value the error says {spec.name} allows; the run had {current})"))
+            break
+    return out
+
+
+#: An error that bounds a product of settings by a figure of the host (``the total number of ranks
+#: (dp_size * tp_size * pp_size = 2) should be smaller than or equal to number of numa node on the
+#: machine 1``, sglang/srt/utils/numa_utils.py ``init_threads_binding``, 0.5.23).
+_BOUNDED = re.compile(
+    r"\((?P<expr>[a-z_][a-z0-9_]*(?:\s*\*\s*[a-z_][a-z0-9_]*)*)\s*=\s*(?P<cur>\d+)\)\s*should be "
+    r"(?:smaller|less|lower|fewer) than or equal to\D*?(?P<limit>\d+)",
+    re.I,
+)
+
+
+def _bounded_settings(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """An error that says a product of settings (``dp_size * tp_size * pp_size = 2``) must be at most a
+    figure of the host (``1``): the one factor above 1 whose flag the host knows is lowered so the
+    product fits. Nothing when several factors are above 1 (which to lower is a choice, not a reading)."""
+    if inp.flags is None:
+        return []
+    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    for ll in _error_lines(inp):
+        m = _BOUNDED.search(ll.text)
+        if m is None:
+            continue
+        limit = int(m.group("limit"))
+        factors: list[tuple[str, int]] = []
+        for dest in re.split(r"\s*\*\s*", m.group("expr")):
+            spec = fact_flag(inp.flags, dest)
+            value = effective_value(inp, spec) if spec is not None else None
+            try:
+                factors.append((dest, int(str(value)) if value is not None else 1))
+            except ValueError:
+                factors.append((dest, 1))
+        above = [(d, v) for d, v in factors if v > 1]
+        if len(above) != 1 or limit < 1:
+            continue
+        dest, current = above[0]
+        spec = fact_flag(inp.flags, dest)
+        rest = math.prod(v for d, v in factors if d != dest)
+        lowered = max(1, limit // max(1, rest))
+        if spec is None or lowered >= current:
+            continue
+        iv = Intervention(names=[spec.name], values=[str(lowered)], decisive=True, fact=dest, cost="medium",
+                          note=f"{m.group('expr')} = {m.group('cur')} must be at most {limit}: " + " ".join(ll.text.split()))
+        out.append((f"remedy:{spec.name}={lowered}", iv, "error", ll,
+                    f"{spec.name} {lowered} (the error bounds {m.group('expr')} by {limit}; the run had {current})"))
+    return out
+
+
+#: Words that are choices of many flags and say nothing about one (``auto``, ``none``, ``default``).
+_PLAIN = frozenset({"auto", "none", "null", "default", "true", "false", "off", "on", "all"})
+_MISSING = re.compile(
+    r"No module named '(?P<a>[A-Za-z_][\w.]*)'|(?P<b>[A-Za-z_][\w-]*) (?:package )?is not installed|"
+    r"(?:install|installed) (?P<c>[A-Za-z_][\w-]*) (?:first|to use)",
+    re.I,
+)
+
+
+def _missing_package_reverts(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """An error that a package is not installed, where the user's own explicit setting chose that
+    package (``--attention-backend flashinfer`` and ``No module named 'flashinfer'``): reverting that
+    setting lets SGLang choose an implementation that is installed. A first-class remedy."""
+    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    for ll in _error_lines(inp) + [w for w in inp.evidence.log if _MISSING.search(w.text)]:
+        for m in _MISSING.finditer(ll.text):
+            pkg = norm((m.group("a") or m.group("b") or m.group("c") or "").split(".")[0])
+            if len(pkg) < 3:
+                continue
+            for name, value in inp.baseline.flags.items():
+                if not isinstance(value, str) or value is True:
+                    continue
+                v = norm(value)
+                if len(v) < 3 or not (pkg.startswith(v) or v.startswith(pkg)):
+                    continue
+                spec = canon(inp.flags, name)
+                cname = spec.name if spec else name
+                cid = f"remedy:{cname}=off"
+                if any(f[0] == cid for f in out):
+                    continue
+                iv = Intervention(names=[cname], values=[None], decisive=True, cost="low",
+                                  note=f"{pkg} is not installed and {cname} {value} needs it: "
+                                  + " ".join(ll.text.split()))
+                out.append((cid, iv, "missing", ll, f"without {cname} (it needs {value}, which is not installed)"))
+    return out
+
+
+#: PyTorch's out-of-memory message (``c10/cuda/CUDACachingAllocator.cpp``, every release since 2.0):
+#: "Tried to allocate 1.75 GiB. GPU 0 has a total capacity of 79.10 GiB of which 512.00 MiB is free. ...
+#: and 312.55 MiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try
+#: setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+_SIZE = r"(?P<{0}>\d+(?:\.\d+)?) (?P<{0}_unit>[KMGT]i?B)"
+_TRIED = re.compile(r"Tried to allocate " + _SIZE.format("v"))
+_FREE = re.compile(r"of which " + _SIZE.format("v") + " is free")
+_RESERVED_UNUSED = re.compile(_SIZE.format("v") + r" is reserved by PyTorch but unallocated")
+_UNITS = {"KB": 1 / 1024, "KiB": 1 / 1024, "MB": 1.0, "MiB": 1.0, "GB": 1024.0, "GiB": 1024.0,
+          "TB": 1024.0**2, "TiB": 1024.0**2}
+
+
+def _mib(m: re.Match[str] | None) -> float | None:
+    return float(m.group("v")) * _UNITS.get(m.group("v_unit"), 1.0) if m else None
+
+
+def _condition_fails(before: str) -> str | None:
+    """Why a remedy the text offers only under a condition ("If reserved but unallocated memory is large
+    try setting ...") does not apply, judged by the text's own figures; None when it may apply.
+
+    Defragmenting (``expandable_segments``) can only serve a request that the free memory plus the
+    memory PyTorch reserved but left unallocated could hold together: when both are smaller than the
+    request, the allocation fails however the segments are arranged."""
+    if not re.search(r"\bif\b[^.]*\breserved but unallocated\b[^.]*$", before, re.I):
+        return None
+    tried, free, unused = _mib(_TRIED.search(before)), _mib(_FREE.search(before)), _mib(_RESERVED_UNUSED.search(before))
+    if tried is None or free is None or unused is None:
+        return None
+    if free + unused >= tried:
+        return None
+    return (f"{free:.0f} MiB free and {unused:.0f} MiB reserved but unallocated cannot hold the {tried:.0f} MiB "
+            "requested, however the memory is arranged")
+
+
+def _step(current: FlagValue, direction: str, value_type: str) -> list[FlagValue]:
+    """A value one step in ``direction`` from ``current`` when the text gives none (x2 or /2 for
+    integers, +/-0.05 for fractions)."""
+    try:
+        x = float(str(current))
+    except (TypeError, ValueError):
+        return []
+    if value_type == "int":
+        return [str(max(1, int(x * 2 if direction == "raise" else x // 2)))]
+    if 0 < x <= 1:
+        return [f"{min(0.99, x + 0.05) if direction == 'raise' else max(0.05, x - 0.05):.2f}"]
+    return [str(x * 2 if direction == "raise" else x / 2)]
+
+
+class RemediesGenerator:
+    """One candidate per remedy the evidence names (see module docstring)."""
+
+    name = "remedies"
+
+    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+        """Candidates ``remedy:...``; the same remedy named twice counts once, at its strongest."""
+        weight = {"error": WEIGHT_ERROR, "solution": WEIGHT_SOLUTION, "warning": WEIGHT_WARNING,
+                  "missing": WEIGHT_MISSING}
+        best: dict[str, Candidate] = {}
+        for cid, iv, kind, ll, what in remedies_in(inp):
+            override = iv.kind == "env" and iv.workaround
+            cand = Candidate(
+                id=cid,
+                statement=f"The log names the remedy: {what}",
+                component=iv.fact or (iv.names[0].lstrip("-").replace("-", "_") if iv.kind == "flag" else
+                                      f"env.{iv.names[0]}"),
+                # a variable that silences the check is weighed below fixing what the check caught
+                weight=weight[kind] * (OVERRIDE_FACTOR if override else 1.0),
+                rationale=(f"the {'error' if kind == 'error' else kind} text names this change" if kind != "missing"
+                           else "the error says a package is not installed that the user's own setting chose"),
+                generator=self.name,
+                evidence=[Evidence(kind="signature", detail=f"log line {ll.line}: {ll.text.strip()}",
+                                   experiment_id=inp.evidence.experiment_id, lines=[ll.line])],
+                interventions=[iv],
+                triggers=[kind],
+                # one of SGLang's listed possible solutions corroborates a cause that already proposes
+                # it rather than being a second hypothesis for the same change
+                support=0.0 if kind == "solution" else None,
+            )
+            if cid not in best or best[cid].weight < cand.weight:
+                best[cid] = cand
+        return list(best.values())

@@ -1,0 +1,47 @@
+"""Symptom classes: hypotheses that trigger on a class of failure, not on one exact log line.
+
+The rules are data (``symptoms.toml`` of the knowledge folder, the catalog's format with ``symptom =
+CLASS`` conditions; see ``agent.domain.knowledge_dir``), general to every deployment: NaN/Inf and garbage text
+are weighed alike, a multi-GPU hang at start-up points at the GPU-to-GPU path, out-of-memory at capture
+at the memory left outside the static pool, and so on. The classes are computed from the evidence in
+``agent.planning.generators.evidence.symptom_classes``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from agent.domain.knowledge_dir import knowledge_file
+from agent.planning.catalog import CatalogEntry, load_catalog
+from agent.planning.generators import Candidate, GeneratorInput
+from agent.planning.generators.catalog import entries_to_candidates
+
+__all__ = ["SymptomClassGenerator", "symptom_rules"]
+
+
+@functools.cache
+def _rules_of(path: Path, mtime: float) -> list[CatalogEntry]:
+    return load_catalog(path)
+
+
+def symptom_rules() -> list[CatalogEntry]:
+    """The symptom-class rules of the knowledge folder in force (``[]`` when there is no file)."""
+    path = knowledge_file("symptoms.toml")
+    if not path.is_file():
+        return []
+    return _rules_of(path, path.stat().st_mtime)
+
+
+class SymptomClassGenerator:
+    """Rules of ``symptoms.toml`` whose symptom classes (and other conditions) the failure meets."""
+
+    name = "symptom_class"
+
+    def __init__(self, rules: list[CatalogEntry] | None = None) -> None:
+        self._rules = rules
+
+    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+        """Triggered rules, ids prefixed ``symptom:``."""
+        rules = self._rules if self._rules is not None else symptom_rules()
+        return entries_to_candidates(rules, inp, self.name, id_prefix="symptom:")

@@ -1,0 +1,150 @@
+"""Guard rails every proposal passes, whoever made it (rule planner, LLM planner, a person's edit).
+
+Exactly one change for a test (none for a baseline or confirmation run); a flag the host's catalog
+knows with a legal value; an env variable with a plain name and a value free of shell metacharacters;
+not an experiment already run; not a rejected one; within budget.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.domain.models import Baseline, Experiment, value_key
+from agent.planning.values import SHELL_SAFE_VALUE, clean_value, prose_punctuation
+from tools.flags import FlagCatalog, FlagError
+
+if TYPE_CHECKING:
+    from agent.planning.planner import PlannerView
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _limits() -> dict[str, dict[str, Any]]:
+    """Value ranges from ``limits.toml`` of the knowledge folder in force (``agent.domain.knowledge_dir``) by
+    flag name (empty if the file is absent)."""
+    from agent.domain.knowledge_dir import knowledge_file
+
+    return _limits_of(knowledge_file("limits.toml"))
+
+
+@functools.cache
+def _limits_of(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.is_file():
+        return {}
+    return {item["flag"]: item for item in tomllib.loads(path.read_text(encoding="utf-8")).get("limit", [])}
+
+
+def _check_range(name: str, value: object) -> None:
+    limit = _limits().get(name)
+    if limit is None or value is None or isinstance(value, bool):
+        return
+    try:
+        x = float(str(value))
+    except ValueError:
+        return  # the flag catalog already judged the type
+    lo, hi = limit.get("min"), limit.get("max")
+    too_low = lo is not None and (x <= lo if limit.get("min_exclusive") else x < lo)
+    if too_low or (hi is not None and x > hi) or x != x:
+        low = f"more than {lo}" if limit.get("min_exclusive") else f"at least {lo}"
+        raise GuardError(f"{name}: {value} is out of range (expected {low} and at most {hi}: {limit.get('why', '')})")
+
+
+class GuardError(ValueError):
+    """A proposal that must not run; the message says which rule it broke, in one line."""
+
+
+def _same_baseline(a: Baseline, b: Baseline) -> bool:
+    """Two baselines set the same values, whatever the spelling (``bf16`` is ``bfloat16``, ``0.930`` is
+    ``0.93``)."""
+    def keyed(base: Baseline) -> tuple[dict[str, Any], dict[str, Any]]:
+        return (
+            {k: value_key(v) for k, v in base.flags.items()},
+            {k: value_key(v) for k, v in base.env.items()},
+        )
+
+    return keyed(a) == keyed(b)
+
+
+def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog | None) -> None:
+    """Raise GuardError unless ``exp`` may run now. Canonicalises nothing; the change must already be
+    in canonical form (the caller normalises edits through ``FlagCatalog.validate``)."""
+    if exp.purpose == "test" and exp.change is None:
+        raise GuardError("a test experiment needs exactly one change")
+    if exp.purpose != "test" and exp.change is not None:
+        raise GuardError(f"a {exp.purpose} run changes nothing; got {exp.change.describe()}")
+    if exp.change is not None:
+        ch = exp.change
+        if ch.kind == "flag":
+            if flags is not None:
+                try:
+                    if ch.after is None:  # removing the flag from the baseline: only the name must exist
+                        canon = flags.resolve(ch.name).name
+                    else:
+                        canon, _ = flags.validate(ch.name, ch.after)
+                except FlagError as exc:
+                    raise GuardError(str(exc)) from None
+                if canon != ch.name:
+                    raise GuardError(f"{ch.name}: use the canonical flag name {canon}")
+            _check_range(ch.name, ch.after)
+        else:
+            if not _ENV_NAME.match(ch.name):
+                raise GuardError(f"env {ch.name!r}: expected a variable name like NCCL_P2P_DISABLE")
+        # a value a shell would interpret even without its prose punctuation is refused for that; otherwise
+        # the prose punctuation is named first, since it says what the value is
+        if ch.kind == "env" and ch.after is not None and not SHELL_SAFE_VALUE.match(str(clean_value(ch.after))):
+            raise GuardError(f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret")
+        tail = prose_punctuation(ch.after)
+        if tail is not None:
+            raise GuardError(
+                f"{ch.name}: {ch.after!r} carries prose punctuation ({tail!r}) copied from a sentence; the value "
+                f"is {clean_value(ch.after)!r}"
+            )
+        if ch.kind == "env" and ch.after is not None and not SHELL_SAFE_VALUE.match(str(ch.after)):
+            raise GuardError(f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret")
+        if exp.id != exp.expected_id():
+            raise GuardError(f"{exp.id}: id does not match the baseline and change")
+    done = {e.id for e in view.experiments if e.status == "done"}
+    if exp.id in done:
+        raise GuardError(f"{exp.id} was already run: {exp.change.describe() if exp.change else exp.purpose}")
+    if exp.change is not None and exp.purpose == "test":
+        same = next(
+            (
+                e
+                for e in view.experiments
+                if e.status == "done"
+                and e.purpose == "test"
+                and e.change is not None
+                and _same_baseline(e.baseline, exp.baseline)
+                and e.change.key() == exp.change.key()
+            ),
+            None,
+        )
+        if same is not None:
+            raise GuardError(
+                f"{exp.change.describe()} was already run as {same.id} (the same value, spelled differently)"
+            )
+    if any(r.experiment_id == exp.id for r in view.rejections):
+        raise GuardError(f"{exp.id} was rejected earlier in this run")
+    # A planner must not come back with a rejected change spelled differently; a person who edits their
+    # way back to it has changed their mind, and that is theirs to do.
+    # An alias of the rejected value (``bfloat16`` after ``bf16``) is the rejected change, whoever proposes
+    # it: only the very spelling a person rejected, typed by a person, counts as a change of mind.
+    by_planner = exp.proposed_by in ("rules", "llm")
+    proposed = exp.change
+    for r in view.rejections if proposed is not None else []:
+        assert proposed is not None
+        if r.change_key != proposed.key():
+            continue
+        respelled = r.change is not None and r.change.after != proposed.after
+        if by_planner or respelled:
+            said = f" as {r.change.describe()}" if respelled and r.change is not None else ""
+            raise GuardError(
+                f"{proposed.describe()} was rejected earlier in this run{said} (the same value, spelled "
+                f"{'differently' if respelled else 'the same'}): {r.reason}"
+            )
+    if view.launches + 1 > view.case.budget.experiments:
+        raise GuardError(f"experiment budget spent ({view.launches} of {view.case.budget.experiments})")

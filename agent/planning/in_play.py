@@ -1,0 +1,276 @@
+"""What is in play: the platform, the model's traits and the features a deployment turns on.
+
+Before proposing a change an engineer knows what the deployment uses: the model's own config.json (MoE
+or dense, vision tower, linear-attention layers, quantization; read from the host at intake,
+``tools.model_config``), the platform (CUDA, ROCm, CPU, ... from the fingerprint or the effective
+``--device``) and the features the command and SGLang's printed settings turn on (speculative decoding,
+LoRA, expert parallelism, disaggregation, hierarchical cache). A change to a subsystem that is not in
+play cannot matter, so it is not a candidate.
+
+Which settings configure which subsystem, and when a subsystem is in play, is data:
+``knowledge/subsystems.toml`` (its sources are SGLang's server_args.py sections). A fact that is not
+known (no config.json on the host, no GPU query) never makes a subsystem "not in play".
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.domain.knowledge_dir import knowledge_file
+from agent.domain.models import Baseline, Change
+from tools.fingerprint import HostFingerprint
+from tools.flags import FlagCatalog, FlagError
+
+__all__ = ["InPlay", "Knowledge", "load_subsystems", "platform_of", "subsystems_knowledge", "subsystems_of_frame"]
+
+_OFF = frozenset({"", "none", "null", "false", "0", "off", "disabled", "no"})
+
+
+@dataclass
+class Subsystem:
+    """One ``[[subsystem]]`` of knowledge/subsystems.toml."""
+
+    id: str
+    flags: re.Pattern[str] | None
+    env: re.Pattern[str] | None
+    in_play_any: list[dict[str, Any]]
+    why: str
+    source: str
+    #: the subsystem's code: a pattern on ``module.function`` of an SGLang frame (None: not given)
+    modules: re.Pattern[str] | None = None
+
+
+@dataclass
+class Knowledge:
+    """The whole of knowledge/subsystems.toml."""
+
+    platforms: list[dict[str, Any]] = field(default_factory=list)
+    traits: dict[str, list[str]] = field(default_factory=dict)
+    subsystems: list[Subsystem] = field(default_factory=list)
+    #: (flag pattern, value pattern, conditions, why) of ``[[implementation]]``
+    implementations: list[tuple[re.Pattern[str], re.Pattern[str], list[dict[str, Any]], str]] = field(
+        default_factory=list)
+
+
+class SubsystemsError(ValueError):
+    """knowledge/subsystems.toml cannot be used (one line naming the file and field)."""
+
+
+@functools.cache
+def _load(path: Path, mtime: float) -> Knowledge:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SubsystemsError(f"{path}: {exc}") from None
+    k = Knowledge(platforms=list(data.get("platform", [])))
+    for t in data.get("model_trait", []):
+        k.traits[str(t["id"])] = [str(x) for x in t.get("keys", [])]
+    for i, s in enumerate(data.get("subsystem", [])):
+        try:
+            k.subsystems.append(
+                Subsystem(
+                    id=str(s["id"]),
+                    flags=re.compile(s["flags"]) if s.get("flags") else None,
+                    env=re.compile(s["env"]) if s.get("env") else None,
+                    in_play_any=list(s.get("in_play_any", [])),
+                    why=str(s.get("why", "")),
+                    source=str(s.get("source", "")),
+                    modules=re.compile(s["modules"]) if s.get("modules") else None,
+                )
+            )
+        except (KeyError, re.error) as exc:
+            raise SubsystemsError(f"{path}: subsystem #{i + 1}: {exc}") from None
+    for i, m in enumerate(data.get("implementation", [])):
+        try:
+            k.implementations.append((re.compile(m["flags"]), re.compile(m["values"], re.I),
+                                      list(m.get("in_play_any", [])), str(m.get("why", ""))))
+        except (KeyError, re.error) as exc:
+            raise SubsystemsError(f"{path}: implementation #{i + 1}: {exc}") from None
+    return k
+
+
+def load_subsystems(path: Path | None = None) -> Knowledge:
+    """knowledge/subsystems.toml of the knowledge folder in force (empty knowledge when absent).
+    Raises SubsystemsError for a file that cannot be parsed."""
+    p = path or knowledge_file("subsystems.toml")
+    if not p.is_file():
+        return Knowledge()
+    return _load(p, p.stat().st_mtime)
+
+
+def subsystems_knowledge() -> Knowledge:
+    """Alias of ``load_subsystems()`` for callers that only read."""
+    return load_subsystems()
+
+
+def subsystems_of_frame(where: str, k: Knowledge | None = None) -> list[Subsystem]:
+    """The subsystems whose code (``modules`` in knowledge/subsystems.toml) an SGLang frame
+    ``module.function`` (``sglang.srt.mem_cache.hiradix_cache.writing_check``) is in."""
+    know = k if k is not None else load_subsystems()
+    return [s for s in know.subsystems if s.modules is not None and s.modules.search(where)]
+
+
+#: SGLang's flag that picks the device the server runs on (``--device``, server_args.py, every 0.5.x
+#: release); its values are the ``device`` of knowledge/subsystems.toml's ``[[platform]]`` entries.
+DEVICE_FLAG = "--device"
+
+
+def platform_of(fp: HostFingerprint | None, device: str | None, k: Knowledge) -> str | None:
+    """The platform id (cuda, rocm, cpu, ...): the effective ``--device`` when it names one, else the
+    fingerprint's GPU vendor; None when neither is known."""
+    if device:
+        dev = str(device).split(":")[0].strip().lower()
+        for p in k.platforms:
+            if str(p.get("device", "")).lower() == dev and dev not in ("cuda",):
+                return str(p["id"])
+    vendor = fp.gpu_vendor if fp else None
+    if vendor:
+        for p in k.platforms:
+            if p.get("gpu_vendor") == vendor:
+                return str(p["id"])
+    return None
+
+
+def platform_in_log(text: str, k: Knowledge) -> tuple[str, str] | None:
+    """(platform id, the log line that shows it) when a line of the server's own log ``text`` shows
+    which platform the host is (a ``[[platform]]``'s ``log_says`` regexes, knowledge/subsystems.toml);
+    None when no line does. Raises SubsystemsError for a regex that does not compile."""
+    for p in k.platforms:
+        for pattern in p.get("log_says", []):
+            try:
+                rx = re.compile(str(pattern))
+            except re.error as exc:
+                raise SubsystemsError(f"subsystems.toml: platform {p.get('id')}: log_says {pattern!r}: {exc}") from None
+            for line in text.splitlines():
+                if rx.search(line):
+                    return str(p["id"]), line.strip()
+    return None
+
+
+def gpu_vendor_of(platform: str, k: Knowledge) -> str | None:
+    """The fingerprint's ``gpu_vendor`` that means ``platform`` (``none`` for a CPU host), or None."""
+    for p in k.platforms:
+        if p.get("id") == platform and p.get("gpu_vendor"):
+            return str(p["gpu_vendor"])
+    return None
+
+
+def device_for(platform: str | None, k: Knowledge) -> str | None:
+    """The ``--device`` value that runs on ``platform`` (``cpu`` on a CPU host), or None."""
+    for p in k.platforms:
+        if p.get("id") == platform and p.get("device"):
+            return str(p["device"])
+    return None
+
+
+class InPlay:
+    """Whether a change touches a subsystem in play on this deployment.
+
+    ``baseline``: the configuration the change is made against; ``server_args``: every effective
+    setting SGLang printed for it (argparse dests); ``flags``: the host's flag catalog (to canonicalise
+    names and read defaults).
+    """
+
+    def __init__(
+        self,
+        fp: HostFingerprint | None,
+        baseline: Baseline,
+        server_args: dict[str, str],
+        flags: FlagCatalog | None,
+        knowledge: Knowledge | None = None,
+    ) -> None:
+        self.k = knowledge if knowledge is not None else load_subsystems()
+        self.fp = fp
+        self.baseline = baseline
+        self.server_args = server_args
+        self.flags = flags
+        self.platform = platform_of(fp, self.setting(DEVICE_FLAG), self.k)
+
+    # ----- facts ----------------------------------------------------------------------------------
+
+    def setting(self, name: str) -> str | None:
+        """The effective value of a flag as text: the baseline's (``"true"`` for a switch), else what
+        SGLang printed, else the help's default; None when unset."""
+        spec = None
+        if self.flags is not None:
+            try:
+                spec = self.flags.resolve(name)
+            except FlagError:
+                spec = None
+        names = spec.option_strings if spec else [name]
+        for n in names:
+            if n in self.baseline.flags:
+                v = self.baseline.flags[n]
+                return "true" if v is True else (None if v is None else str(v))
+        dest = (spec.name if spec else name).lstrip("-").replace("-", "_")
+        if dest in self.server_args:
+            v = self.server_args[dest]
+            return None if v in ("None", "") else v
+        if spec is not None and spec.takes_value:
+            return spec.default
+        return None
+
+    def trait(self, trait: str) -> bool | None:
+        """Whether the model has ``trait`` by its config.json; None when the config is unknown."""
+        if self.fp is None or not self.fp.checkpoint:
+            return None
+        keys = set(self.fp.checkpoint.get("keys", "").split())
+        wanted = self.k.traits.get(trait)
+        if wanted is None:
+            return None
+        return any(w in keys for w in wanted)
+
+    def _holds(self, cond: dict[str, Any]) -> bool | None:
+        """One ``in_play_any`` condition: True, False, or None (unknown)."""
+        if "platform" in cond:
+            if self.platform is None:
+                return None
+            return self.platform in cond["platform"]
+        if "model" in cond:
+            return self.trait(str(cond["model"]))
+        if "setting" in cond:
+            value = self.setting(str(cond["setting"]))
+            if value is None or value.strip().lower() in _OFF:
+                return False
+            if "above" in cond:
+                try:
+                    return float(value) > float(cond["above"])
+                except ValueError:
+                    return None
+            return True
+        return None
+
+    # ----- the question ---------------------------------------------------------------------------
+
+    def subsystems_of(self, kind: str, name: str) -> list[Subsystem]:
+        """The subsystems a setting configures (by knowledge/subsystems.toml's patterns)."""
+        out = []
+        for s in self.k.subsystems:
+            pat = s.flags if kind == "flag" else s.env
+            if pat is not None and pat.search(name):
+                out.append(s)
+        return out
+
+    def why_not(self, change: Change) -> str | None:
+        """Why ``change`` cannot matter here (its subsystem is not in play), or None. A removal of a
+        setting the user made is always allowed: it restores SGLang's own choice."""
+        if change.after is None:
+            return None
+        for s in self.subsystems_of(change.kind, change.name):
+            results = [self._holds(c) for c in s.in_play_any]
+            if not results or any(r is not False for r in results):
+                continue  # in play, or not known to be out of play
+            return f"{change.name} configures {s.id}, which is not in play here: {s.why}"
+        if change.kind == "flag" and isinstance(change.after, str):
+            for flags, values, conds, why in self.k.implementations:
+                if not flags.search(change.name) or not values.fullmatch(change.after.strip()):
+                    continue
+                results = [self._holds(c) for c in conds]
+                if results and all(r is False for r in results):
+                    return f"{change.name} {change.after} does not run on this host's platform ({self.platform}): {why}"
+        return None

@@ -1,0 +1,161 @@
+"""What a deployment is: the one list of settings that define what is served and where it runs.
+
+``knowledge/served.toml`` (read here, for the planner's generators, the conclusion and the bench) names
+each setting with a role: ``served`` (the model, its checkpoint format, the parallel layout, the context
+length, the served name: changing one changes the deployment, so it is never "the fix") or ``place``
+(where it runs and listens, which devices and credentials: never changed). A case adds its own intent:
+``[intent] keep = [...]`` and any ``--flag`` its description says the user needs.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import tomllib
+from pathlib import Path
+
+from agent.domain.case import Case
+from agent.domain.knowledge_dir import knowledge_file
+from tools.flags import FlagCatalog, FlagError
+
+__all__ = ["Served", "description_keeps", "served_settings"]
+
+#: Words of a sentence in which a user says a setting is needed, not incidental.
+_NEED = re.compile(r"\b(?:need|needs|needed|must|require[sd]?|keep|has to|have to|want|wants|cannot drop|"
+                   r"can't drop|depends? on)\b", re.I)
+
+
+class Served:
+    """The settings of knowledge/served.toml: ``served`` and ``place`` names (flags canonical as
+    written there, env names as they are)."""
+
+    def __init__(self, served_flags: frozenset[str], place_flags: frozenset[str],
+                 served_env: frozenset[str], place_env: frozenset[str],
+                 from_checkpoint: dict[str, str] | None = None) -> None:
+        #: flag (any spelling) -> the config.json digest key that declares its value ("" : none)
+        self.from_checkpoint = from_checkpoint or {}
+        self.served_flags = served_flags
+        self.place_flags = place_flags
+        self.served_env = served_env
+        self.place_env = place_env
+
+    @property
+    def flags(self) -> frozenset[str]:
+        """Every flag that defines the deployment (served or place)."""
+        return self.served_flags | self.place_flags
+
+    @property
+    def env(self) -> frozenset[str]:
+        """Every environment variable that defines the deployment."""
+        return self.served_env | self.place_env
+
+    def changes_deployment(self, kind: str, name: str, after: object, flags: FlagCatalog | None = None,
+                           keeps: set[str] | frozenset[str] = frozenset(),
+                           checkpoint: dict[str, str] | None = None, before: object = None) -> bool:
+        """Whether changing the setting from ``before`` (None: unknown or unset) to ``after`` (None:
+        removing it) changes what is served: a setting the user needs (``keeps``), or a ``served`` one,
+        except one SGLang can take from the checkpoint (``from_checkpoint``) removed or set while the
+        checkpoint's config.json digest (``checkpoint``) is unknown, or removed or set to what that
+        digest declares. A known checkpoint that declares no value (no ``quantization_config``) means
+        removing or changing the baseline's value changes the format served."""
+        canon = _canon(flags, name) if kind == "flag" else name
+        if name in keeps or canon in keeps:
+            return True
+        if self.role(kind, name, flags) != "served":
+            return False
+        key = next((k for n, k in self.from_checkpoint.items() if n == name or _canon(flags, n) == canon), None)
+        if key is None:
+            return True
+        declared = (checkpoint or {}).get(key) if key else None
+        if after is None:
+            # SGLang takes the checkpoint's own value. A checkpoint that is known (its config.json read)
+            # and declares no value for a non-numeric setting, or another one than the baseline's,
+            # serves something else: removing ``--quantization fp8`` from a bf16 checkpoint serves bf16.
+            if not key or not checkpoint or before is None or _numeric(before):
+                return False
+            return declared is None or not _same_format(declared, before)
+        if not key:
+            return True  # a new value the checkpoint cannot vouch for
+        if declared is None:
+            # unknown checkpoint: nothing says otherwise; a known one that declares nothing: a value
+            # other than the baseline's changes the format served
+            return bool(checkpoint) and before is not None and not _numeric(after) and \
+                not _same_format(str(after), before)
+        try:
+            return float(str(after)) > float(declared)  # a shorter window than the model's keeps the model
+        except ValueError:
+            return str(after).strip().lower() != declared.strip().lower()
+
+    def role(self, kind: str, name: str, flags: FlagCatalog | None = None) -> str | None:
+        """``served``, ``place`` or None for a setting (a flag spelled any way the host accepts)."""
+        if kind == "env":
+            return "place" if name in self.place_env else "served" if name in self.served_env else None
+        canon = _canon(flags, name)
+        for role, names in (("place", self.place_flags), ("served", self.served_flags)):
+            if name in names or canon in {_canon(flags, n) for n in names}:
+                return role
+        return None
+
+
+def _same_format(a: str, b: object) -> bool:
+    """Whether two spellings name one format (``modelopt`` in config.json, ``modelopt_fp4`` as a flag)."""
+    x, y = a.strip().lower(), str(b).strip().lower()
+    return x == y or x.startswith(y) or y.startswith(x)
+
+
+def _numeric(value: object) -> bool:
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def _canon(flags: FlagCatalog | None, name: str) -> str:
+    if flags is None:
+        return name
+    try:
+        return flags.resolve(name).name
+    except FlagError:
+        return name
+
+
+@functools.cache
+def _load(path: Path, mtime: float) -> Served:
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    sets: dict[tuple[str, str], set[str]] = {}
+    from_ckpt: dict[str, str] = {}
+    for i, s in enumerate(data.get("setting", [])):
+        kind, role = str(s.get("kind", "flag")), str(s.get("role", ""))
+        if kind not in ("flag", "env") or role not in ("served", "place") or not s.get("name"):
+            raise ValueError(f"{path}: setting #{i + 1}: expected name, kind flag|env and role served|place")
+        sets.setdefault((kind, role), set()).update([str(s["name"]), *map(str, s.get("aliases", []))])
+        if "from_checkpoint" in s:
+            for n in [str(s["name"]), *map(str, s.get("aliases", []))]:
+                from_ckpt[n] = str(s["from_checkpoint"])
+    return Served(
+        frozenset(sets.get(("flag", "served"), set())), frozenset(sets.get(("flag", "place"), set())),
+        frozenset(sets.get(("env", "served"), set())), frozenset(sets.get(("env", "place"), set())),
+        from_ckpt,
+    )
+
+
+def served_settings() -> Served:
+    """knowledge/served.toml of the knowledge folder in force (empty when absent). Raises ValueError
+    naming the file and entry for a malformed one."""
+    path = knowledge_file("served.toml")
+    if not path.is_file():
+        return Served(frozenset(), frozenset(), frozenset(), frozenset())
+    return _load(path, path.stat().st_mtime)
+
+
+def description_keeps(case: Case) -> set[str]:
+    """Settings the user says they need: the case's ``[intent] keep`` plus every ``--flag`` or
+    ``ENV_NAME`` the description names in a sentence that says it is needed ("we need --context-length
+    65536")."""
+    keep = set(case.intent.keep)
+    for sentence in re.split(r"(?<=[.!?])\s+|\n", case.description or ""):
+        if not _NEED.search(sentence):
+            continue
+        keep |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", sentence))
+    return keep

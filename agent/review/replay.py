@@ -1,0 +1,757 @@
+"""Replaying a transcript: the run as it looked live, step by step, and re-deciding it with a planner.
+
+- ``replay``: prints the events through the live view's renderer (``agent.review.render.EventRenderer``), plus
+  what the live view leaves out: each hypothesis's evidence (signatures with log line numbers, boosts,
+  findings), the ledger before each proposal with what each hypothesis predicts, and the alternatives
+  the design step weighed (``considered``). ``from_step`` jumps, ``speed`` paces the replay by the
+  recorded timestamps, ``follow`` tails a transcript still being written (memory stays flat: one
+  line is held at a time, plus the ledger).
+- ``redecide``: feeds the recorded history to a planner and compares its decisions (hypothesis
+  verdicts, the next experiment, the conclusion) with the recorded ones, stopping at the first
+  divergence: later observations were made under the recorded decision and no longer apply.
+
+The terminal replay imports only the transcript reader and rich, so it starts at once; re-deciding
+loads the planner machinery when it is asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from agent.record.transcript import TranscriptError, TranscriptEvent, parse_event, read_transcript
+from agent.review.render import EventRenderer, _change_text, shown_line
+from agent.review.wording import count
+from tools.sanitize import SafeConsole
+
+if TYPE_CHECKING:
+    from agent.domain.case import Case
+    from agent.planning.planner import Planner, PlannerView
+    from agent.record.recorded import DesignPoint, RecordedRun
+    from tools.flags import FlagCatalog
+
+#: Longest pause between two events with ``--speed`` (seconds, after scaling): a run that waited
+#: overnight for an approval should not make its replay wait too.
+MAX_GAP_S = 3.0
+
+_EFFECT_MARK = {
+    "supports": "[green]+[/]",
+    "weakens": "[yellow]−[/]",
+    "refutes": "[red]✗[/]",
+    "confirms": "[bold green]✓[/]",
+    "neutral": "[dim]·[/]",
+}
+_EXPECT = {"fixed": "[green]fixed[/]", "may_fix": "[yellow]may fix[/]", "persists": "[dim]persists[/]"}
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+def follow_events(
+    path: Path, *, poll_s: float = 0.2, sleep: Callable[[float], None] = time.sleep
+) -> Iterator[TranscriptEvent]:
+    """Events of a transcript that may still be growing: everything written so far, then each new
+    event as it is appended, until a ``run.ended`` that nothing follows (a resumed run appends after its
+    earlier ``run.ended``), or until the caller stops iterating (e.g. on Ctrl-C).
+
+    Only whole lines are parsed: a line still being written waits for its newline. A file that
+    shrinks (a resumed run cuts a torn last line) is re-read from the last whole line. Memory holds one
+    line at a time. Waits for the file to appear. Raises TranscriptError on a malformed line.
+    """
+    while not path.exists():
+        sleep(poll_s)
+    lineno = 0
+    done = 0  # bytes of whole lines consumed
+    buf = b""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115
+    except OSError as exc:
+        raise TranscriptError(f"{path}: cannot read: {exc.strerror}") from None
+    ended = False  # a run.ended was read; stop once nothing follows it (a resumed run writes on after one)
+    with fh:
+        while True:
+            chunk = fh.read(1 << 16)
+            if not chunk:
+                if ended and not buf:
+                    return
+                if os.fstat(fh.fileno()).st_size < done + len(buf):
+                    fh.seek(done)  # the torn tail was cut; what follows is written from there
+                    buf = b""
+                sleep(poll_s)
+                continue
+            buf += chunk
+            start = 0
+            while (nl := buf.find(b"\n", start)) >= 0:
+                raw = buf[start : nl + 1]
+                start = nl + 1
+                lineno += 1
+                done += len(raw)
+                if not raw.strip():
+                    continue
+                ev = parse_event(raw, where=f"{path}: line {lineno}")
+                yield ev
+                ended = ev.type == "run.ended"
+            buf = buf[start:]
+
+
+# ---------------------------------------------------------------------------------- the view
+
+
+class ReplayRenderer(EventRenderer):
+    """The live renderer plus the ledger, the evidence behind each hypothesis and the alternatives the
+    design step weighed. Keeps only the ledger between events (its memory does not grow with the run).
+
+    ``from_step``: events before this step only update the ledger; the first shown event is preceded
+    by a summary of what was believed at that point.
+    """
+
+    batch_new_hypotheses = False  # a replay explains each hypothesis
+
+    def __init__(self, console: Console, *, verbose: bool = False, from_step: int = 0) -> None:
+        super().__init__(console, verbose=verbose)
+        self.from_step = from_step
+        self.ledger: dict[str, dict[str, Any]] = {}
+        self.run_id = ""
+        self.case = ""
+        self.ended: dict[str, Any] | None = None
+        self.last_seq = 0
+        self.max_step = 0
+        self.shown = 0
+        self.launches = 0
+        self.baseline: dict[str, Any] | None = None
+
+    def __call__(self, ev: TranscriptEvent) -> None:
+        self._track(ev)
+        if ev.step < self.from_step:
+            return
+        if self.shown == 0 and self.from_step > 0:
+            self._jump_header(ev)
+        self.shown += 1
+        super().__call__(ev)
+
+    # ----- state
+
+    def _track(self, ev: TranscriptEvent) -> None:
+        d = ev.data
+        self.last_seq = ev.seq
+        self.max_step = max(self.max_step, ev.step)
+        self.run_id = self.run_id or ev.run_id
+        if ev.type == "run.started":
+            self.case = self.case or str(d.get("case"))
+            self.ended = None
+        elif ev.type == "run.resumed":
+            self.ended = None
+        elif ev.type == "run.ended":
+            self.ended = d
+        elif ev.type == "hypothesis.added":
+            self.ledger[d["id"]] = {
+                "statement": d.get("statement", ""),
+                "component": d.get("component", ""),
+                "posterior": d.get("posterior", 0.0),
+                "status": d.get("status", "open"),
+                "interventions": [
+                    (tuple(iv.get("names", [])), tuple(str(v).lower() for v in iv.get("values", [True])))
+                    for iv in d.get("interventions", [])
+                ],
+            }
+        elif ev.type.startswith("hypothesis.") and d.get("id") in self.ledger:
+            h = self.ledger[d["id"]]
+            h["posterior"] = d.get("posterior", h["posterior"])
+            kind = ev.type.split(".", 1)[1]
+            if kind != "updated":
+                h["status"] = kind
+        elif ev.type == "baseline.changed":
+            self.baseline = d.get("baseline")
+        elif ev.type == "server.launched":
+            self.launches += 1
+
+    def _tests(self, change_text: str) -> list[str]:
+        name, _, rest = change_text.partition(":")
+        after = rest.rsplit("→", 1)[-1].strip()
+        value = "true" if after == "(on)" else after.lower()
+        return [
+            hid
+            for hid, h in self.ledger.items()
+            if any(name.strip() in names and value in values for names, values in h["interventions"])
+        ]
+
+    # ----- extra views
+
+    def _jump_header(self, ev: TranscriptEvent) -> None:
+        self._p(
+            f"[bold]▶ run {self.run_id}[/]  case [cyan]{escape(self.case)}[/]  — jumped to step {self.from_step} "
+            f"(seq {ev.seq}); {count(self.launches, 'launch')} before it"
+        )
+        if self.baseline:
+            flags = " ".join(
+                k if v is True else f"{k} {v}" for k, v in (self.baseline.get("flags") or {}).items()
+            )
+            self._p(f"  baseline: [dim]{escape(flags)}[/]")
+        if self.ledger and ev.type != "experiment.proposed":  # a proposal shows the ledger itself
+            self.console.print(self._ledger_table({}))
+
+    def _ledger_table(self, predictions: dict[str, str]) -> Table:
+        t = Table(box=None, padding=(0, 1), show_header=True, header_style="dim", pad_edge=False)
+        t.add_column("  p", justify="right")
+        t.add_column("status")
+        t.add_column("hypothesis", overflow="fold")
+        if predictions:
+            t.add_column("predicts")
+        for hid, h in sorted(self.ledger.items(), key=lambda kv: -float(kv[1]["posterior"])):
+            style = {"refuted": "red", "supported": "green", "confirmed": "bold green"}.get(h["status"], "")
+            row = [
+                f"  {float(h['posterior']):.2f}",
+                f"[{style}]{h['status']}[/]" if style else h["status"],
+                f"{hid} [dim]({escape(h['component'])})[/]",
+            ]
+            if predictions:
+                row.append(_EXPECT.get(predictions.get(hid, ""), "[dim]—[/]"))
+            t.add_row(*row)
+        return t
+
+    def _evidence_lines(self, evidence: list[dict[str, Any]], indent: str = "      ") -> None:
+        for e in evidence:
+            mark = _EFFECT_MARK.get(e.get("effect", "supports"), "·")
+            where = ""
+            if e.get("lines"):
+                word = "log line" if len(e["lines"]) == 1 else "log lines"
+                where = f" [dim]({word} {', '.join(map(str, e['lines'][:6]))}"
+                where += f" of {e['experiment_id']})[/]" if e.get("experiment_id") else ")[/]"
+            kind, detail = str(e.get("kind")), shown_line(str(e.get("detail", "")))
+            # "signature: signature probability_tensor_nan: ..." says the kind twice: once is enough
+            label = "" if detail.startswith(f"{kind} ") else f"[dim]{escape(kind)}:[/] "
+            self._p(f"{indent}{mark} {label}{escape(detail)}{where}")
+
+    # ----- handlers (the live ones plus detail)
+
+    def _hypothesis_added(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        super()._hypothesis_added(ev, d)
+        if d.get("rationale"):
+            self._p(f"      [dim]why: {escape(d['rationale'])}[/]")
+        self._evidence_lines(d.get("evidence", []))
+
+    def _experiment_proposed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        super()._experiment_proposed(ev, d)
+        preds = {p["hypothesis_id"]: p["expect"] for p in d.get("predictions", [])}
+        if self.ledger:
+            self._p("  [dim]ledger at this point (what each hypothesis predicts for this experiment):[/]")
+            self.console.print(self._ledger_table(preds))
+        self._considered(
+            d.get("considered", []), chosen=_change_text(d.get("change")) if d.get("change") else None
+        )
+
+    def _considered(self, considered: list[dict[str, Any]], *, chosen: str | None) -> None:
+        scored = [c for c in considered if "change" in c]
+        if scored:
+            self._p(f"  [dim]alternatives weighed ({len(scored)}), best P(fix) per host-second first:[/]")
+            t = Table(box=None, padding=(0, 1), show_header=True, header_style="dim", pad_edge=False)
+            t.add_column("  P(fix)", justify="right")
+            t.add_column("per host-s", justify="right")
+            t.add_column("change", overflow="fold")  # wrapped, never cut: the change is the evidence
+            t.add_column("tests", overflow="fold")
+            for c in sorted(scored, key=lambda c: -float(c.get("score", 0.0))):
+                mark = "  [bold magenta]◀ chosen[/]" if c["change"] == chosen else ""
+                t.add_row(
+                    f"  {float(c.get('p_fix', 0.0)):.3f}",
+                    f"{float(c.get('score', 0.0)):.2e}",
+                    escape(str(c["change"])) + mark,
+                    escape(", ".join(self._tests(str(c["change"])))) or "[dim]—[/]",
+                )
+            self.console.print(t)
+        for c in considered:
+            if "skipped" in c:
+                self._p(
+                    f"  [dim]skipped for {escape(str(c.get('hypothesis')))}: {escape(str(c['skipped']))}[/]"
+                )
+
+    def _status(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        super()._status(ev, d)
+        last = (d.get("evidence") or [{}])[-1]
+        if last.get("lines") and last.get("experiment_id"):
+            self._p(f"      [dim](those are lines of {last['experiment_id']}'s log)[/]")
+
+    _hypothesis_refuted = _status
+    _hypothesis_supported = _status
+    _hypothesis_confirmed = _status
+    _hypothesis_open = _status
+
+    def _design_none(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        super()._design_none(ev, d)
+        self._considered(d.get("considered", []), chosen=None)
+
+    def _run_ended(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        reason = f" — {escape(str(d['reason']))}" if d.get("reason") else ""
+        cost = ""
+        if d.get("launches") is not None:
+            host_s = float(d.get("host_seconds") or 0)
+            cost = f" ({count(d.get('launches'), 'launch')}, {count(host_s, 'host-second', fmt='.0f')})"
+        self._p(f"[bold]■ run ended:[/] {d.get('status')}{cost}{reason}")
+
+
+# ---------------------------------------------------------------------------------- replay
+
+
+@dataclass
+class ReplaySummary:
+    """What a replay showed: events shown, the last seq, whether the run had ended (and how)."""
+
+    shown: int
+    last_seq: int
+    ended: dict[str, Any] | None
+    max_step: int
+
+
+def replay(
+    path: Path,
+    console: Console,
+    *,
+    from_step: int = 0,
+    follow: bool = False,
+    speed: float | None = None,
+    verbose: bool = False,
+    poll_s: float = 0.2,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ReplaySummary:
+    """Print a transcript step by step (see module docstring). Raises TranscriptError on a malformed
+    line; KeyboardInterrupt passes through (the caller says where it stopped)."""
+    render = ReplayRenderer(console, verbose=verbose, from_step=from_step)
+    events: Iterator[TranscriptEvent] = (
+        follow_events(path, poll_s=poll_s, sleep=sleep) if follow else read_transcript(path)
+    )
+    prev_ts: float | None = None
+    for ev in events:
+        if speed and prev_ts is not None and ev.step >= from_step:
+            gap = (ev.ts - prev_ts) / speed
+            if gap > 0:
+                sleep(min(gap, MAX_GAP_S))
+        prev_ts = ev.ts
+        render(ev)
+    if render.last_seq == 0 and not follow:
+        raise TranscriptError(f"{path}: no transcript events (the file is empty or not a transcript)")
+    summary = ReplaySummary(render.shown, render.last_seq, render.ended, render.max_step)
+    if from_step and render.shown == 0:
+        console.print(f"[yellow]no step {from_step}[/]: the transcript has steps 0 to {render.max_step}")
+    if render.ended is None:
+        tail = ""
+        if not follow and _torn_tail(path):
+            tail = "; its last line is incomplete (a write cut short)"
+        console.print(
+            f"[bold yellow]◌ unfinished:[/] the transcript ends at seq {render.last_seq} without run.ended "
+            f"(the run is still going, waits for approval, or its process died){tail}",
+            highlight=False,
+        )
+    return summary
+
+
+def _torn_tail(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, 2)
+            return fh.read(1) != b"\n"
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------------- re-decide
+
+
+class RedecideError(ValueError):
+    """A transcript or planner choice that cannot be re-decided; the message says why, in one line."""
+
+
+@dataclass
+class Decision:
+    """One compared decision: ``what`` is verdicts, proposal or conclusion."""
+
+    seq: int
+    step: int
+    what: str
+    recorded: str
+    decided: str
+    match: bool
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RedecideResult:
+    """The comparison, in transcript order; ``stopped_at`` is the seq of the first divergence."""
+
+    planner: str
+    decisions: list[Decision] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    stopped_at: int | None = None
+    unfinished: bool = False
+
+    @property
+    def matched(self) -> bool:
+        return all(d.match for d in self.decisions)
+
+
+PLANNERS = ("rules", "llm")
+
+
+def redecide_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | None, list[str]]:
+    """The planner to re-decide with, the host's flag catalog as recorded, and warnings.
+
+    ``rules``: the current rule planner with the current hypothesis catalog (knowledge/hypotheses.toml).
+    ``llm``: the LLM planner answering from the transcript's recorded model responses, in order
+    (``LLMPlanner.from_recorded``; no network); once they are used up it falls back to the rules.
+    Raises RedecideError.
+    """
+    from agent.planning.catalog import CatalogError, load_catalog
+    from agent.planning.llm_planner import make_planner
+    from agent.record.wire import field_of
+    from tools.flags import FlagCatalog
+
+    warnings: list[str] = []
+    flags: FlagCatalog | None = None
+    if run.catalog:
+        flags = field_of("tool.result", "catalog", run.catalog, FlagCatalog)
+    else:
+        warnings.append(
+            "the transcript does not hold the host's flag catalog (an older format): flag names and values "
+            "are not normalised, so proposals may differ in spelling"
+        )
+    if name == "rules":
+        try:
+            return make_planner(None, load_catalog(), flags), flags, warnings
+        except CatalogError as exc:
+            raise RedecideError(str(exc)) from None
+    if name == "llm":
+        try:
+            from agent.planning.llm_planner import LLMPlanner
+        except ImportError:
+            LLMPlanner = None  # type: ignore[assignment,misc]  # noqa: N806
+        if LLMPlanner is None or not hasattr(LLMPlanner, "from_recorded"):
+            raise RedecideError(
+                "--planner llm is not available: agent.planning.llm_planner offers no planner that replays recorded "
+                "responses, and a live model would not re-decide the same way twice"
+            )
+        events = [ev.model_dump() for ev in read_transcript(run.path)]
+        if not any(e["type"] == "llm.request" for e in events):
+            raise RedecideError(
+                f"--planner llm: {run.path} holds no llm.request events (the run was decided by "
+                "another planner), so there are no model answers to replay; use --planner rules"
+            )
+        try:
+            llm = LLMPlanner.from_recorded(events, catalog=load_catalog(), flags=flags)
+        except (ValueError, CatalogError) as exc:
+            raise RedecideError(f"--planner llm: {exc}") from None
+        return llm, flags, warnings
+    raise RedecideError(f"--planner {name}: expected one of {', '.join(PLANNERS)}")
+
+
+def recorded_case(run: RecordedRun, flags: FlagCatalog | None, warnings: list[str]) -> Case:
+    """The case as the run's intake left it: loaded from ``run.started.case_data`` (or, for an older
+    transcript, the case file if it is still there), baseline flags normalised through the recorded
+    flag catalog the way intake does. Raises RedecideError."""
+    from pydantic import ValidationError
+
+    from agent.domain.case import Case, CaseError, load_case
+    from agent.domain.models import Baseline
+    from agent.record.wire import field_of
+    from tools.flags import FlagError
+
+    data = run.case_dict()
+    if data is not None:
+        try:
+            case = field_of("run.started", "case_data", data, Case)
+        except ValidationError as exc:
+            raise RedecideError(f"{run.path}: run.started.case_data: {exc.errors()[0]['msg']}") from None
+    else:
+        case_file = run.started.get("case_file")
+        if not case_file or not Path(case_file).is_file():
+            raise RedecideError(
+                f"{run.path}: run.started holds no case_data (written by an older hypoloop) and the case "
+                f"file {case_file!r} is gone; nothing to re-decide from"
+            )
+        try:
+            case = load_case(str(case_file))
+        except CaseError as exc:
+            raise RedecideError(str(exc)) from None
+        warnings.append(f"no case_data in the transcript: using the case file {case_file} as it is now")
+    if flags is not None:
+        baseline = Baseline(env=dict(case.baseline.env))
+        try:
+            for name, value in case.baseline.flags.items():
+                canon, norm = flags.validate(name, value)
+                baseline.flags[canon] = norm
+        except FlagError as exc:
+            raise RedecideError(f"{run.path}: baseline: {exc}") from None
+        case.baseline = baseline
+    return case
+
+
+def view_at(run: RecordedRun, seq: int, case: Case, warnings: list[str] | None = None) -> PlannerView:
+    """The PlannerView the design step had just before event ``seq``: case, host, findings, the
+    experiments whose outcome was known, their outcomes, the rejections, launches and host-seconds."""
+    from agent.domain.models import Change, Experiment, Outcome, Rejection
+    from agent.planning.planner import PlannerView, RelevantFinding
+    from agent.record.wire import field_of, from_payload
+    from tools.fingerprint import HostFingerprint
+    from tools.knowledge import Finding
+
+    done = [r for r in run.runs if r.outcome_seq is not None and r.outcome_seq < seq]
+    findings = []
+    missing = 0
+    for k in run.knowledge:
+        for f in k.get("findings", []):
+            if f.get("finding") is None:
+                missing += 1
+                continue
+            rel = f.get("relevance_exact")
+            findings.append(
+                RelevantFinding(
+                    finding=field_of("knowledge.read", "findings[].finding", f["finding"], Finding),
+                    relevance=float(rel if rel is not None else f["relevance"]),
+                )
+            )
+    if missing and warnings is not None and not any("findings" in w for w in warnings):
+        warnings.append(
+            f"{count(missing, 'finding')} {'was' if missing == 1 else 'were'} recorded by title only (an older format); "
+            f"re-deciding without {'it' if missing == 1 else 'them'}"
+        )
+    rejections = []
+    for rj in run.rejections:
+        if rj["seq"] >= seq:
+            continue
+        change = Change.model_validate(rj["change"]) if rj.get("change") else None
+        rejections.append(
+            Rejection(
+                experiment_id=rj["experiment_id"],
+                change_key=change.key() if change else None,
+                change=change,
+                reason=rj["reason"],
+            )
+        )
+    host_s = 0.0
+    for r in done:
+        host_s = round(host_s + r.host_seconds, 3)
+    return PlannerView(
+        case=case,
+        fingerprint=from_payload("host.fingerprint", run.fingerprint, HostFingerprint) if run.fingerprint else None,
+        findings=findings,
+        experiments=[
+            from_payload("experiment.proposed", {**r.experiment, "status": "done"}, Experiment) for r in done
+        ],
+        outcomes=[from_payload("outcome", r.outcome or {}, Outcome) for r in done],
+        rejections=rejections,
+        launches=sum(1 for r in done if r.launched_server),
+        host_seconds=host_s,
+    )
+
+
+def _describe(data: dict[str, Any] | None) -> str:
+    if not data:
+        return "conclude"
+    if data.get("change"):
+        what = _change_text(data["change"])
+    else:
+        what = {"baseline": "baseline run (no change)", "confirm": "confirmation re-run (no change)"}.get(
+            str(data.get("purpose")), str(data.get("purpose"))
+        )
+    return f"{what}  [{data.get('id')}]"
+
+
+def _verdict_text(verdicts: dict[str, str]) -> str:
+    return ", ".join(f"{hid} {status}" for hid, status in sorted(verdicts.items())) or "none yet"
+
+
+def redecide(
+    run: RecordedRun, planner: Planner, flags: FlagCatalog | None, *, warnings: list[str] | None = None
+) -> RedecideResult:
+    """Re-decide a recorded run with ``planner`` (see module docstring). Raises RedecideError."""
+    from agent.planning.guard import GuardError, check_experiment
+
+    result = RedecideResult(
+        planner=getattr(planner, "name", type(planner).__name__), warnings=list(warnings or [])
+    )
+    case = recorded_case(run, flags, result.warnings)
+    result.unfinished = not run.finished
+    previous: dict[str, str] = {}
+    for dp in run.design_points:
+        view = view_at(run, dp.seq, case, result.warnings)
+        hist = planner.history(view)
+        # Verdicts: the statuses the hypothesize step gave (open is not a verdict).
+        recorded_v = {h: s for h, s in dp.verdicts.items() if s != "open"}
+        decided_v: dict[str, str] = {h.id: h.status for h in hist.hypotheses if h.status != "open"}
+        if recorded_v != decided_v or recorded_v != previous:
+            d = Decision(
+                dp.seq,
+                dp.step,
+                "verdicts",
+                _verdict_text(recorded_v),
+                _verdict_text(decided_v),
+                recorded_v == decided_v,
+            )
+            if not d.match:
+                gone = sorted(set(dp.verdicts) - {h.id for h in hist.hypotheses})
+                if gone:
+                    d.notes.append(f"no longer in the ledger: {', '.join(gone)}")
+            result.decisions.append(d)
+            previous = recorded_v
+            if not d.match:
+                result.stopped_at = dp.seq
+                return result
+        result.decisions.append(
+            _compare_proposal(dp, planner, view, hist, flags, check_experiment, GuardError)
+        )
+        if not result.decisions[-1].match:
+            result.stopped_at = dp.seq
+            return result
+    if run.conclusion and run.conclusion.get("status") in ("isolated", "not_isolated"):
+        result.decisions.append(_compare_conclusion(run, planner, case))
+        if not result.decisions[-1].match:
+            result.stopped_at = run.conclusion_seq
+    return result
+
+
+def _compare_proposal(
+    dp: DesignPoint,
+    planner: Planner,
+    view: PlannerView,
+    hist: Any,
+    flags: FlagCatalog | None,
+    check: Callable[..., None],
+    guard_error: type[Exception],
+) -> Decision:
+    proposal = planner.propose(view, hist)
+    exp = proposal.experiment
+    refused = None
+    if exp is not None:
+        try:
+            check(exp, view=view, flags=flags)
+        except guard_error as exc:
+            refused = str(exc)
+    if dp.kind == "proposed":
+        recorded = _describe(dp.data)
+    elif dp.kind == "none":
+        recorded = f"conclude: {dp.data.get('reason')}"
+    else:
+        recorded = f"proposal refused: {dp.data.get('message')}"
+    if exp is None:
+        decided = f"conclude: {proposal.conclude_reason}"
+        match = dp.kind == "none"
+    elif refused is not None:
+        decided = f"proposal refused: {refused}"
+        match = dp.kind == "refused"
+    else:
+        decided = _describe(exp.model_dump(mode="json"))
+        match = dp.kind == "proposed" and exp.id == dp.data.get("id")
+    d = Decision(dp.seq, dp.step, "proposal", recorded, decided, match)
+    if match and dp.kind == "none" and proposal.conclude_reason != dp.data.get("reason"):
+        d.notes.append(f"same decision, reason now: {proposal.conclude_reason}")
+    if match and dp.kind == "proposed" and exp is not None and exp.rationale != dp.data.get("rationale"):
+        d.notes.append(f"same experiment, rationale now: {exp.rationale}")
+    return d
+
+
+def _compare_conclusion(run: RecordedRun, planner: Planner, case: Case) -> Decision:
+    from agent.run.nodes.conclude import build_conclusion
+
+    last = max((e.outcome_seq or 0 for e in run.runs), default=0)
+    view = view_at(run, last + 1, case)
+    hist = planner.history(view)
+    none = next((dp for dp in reversed(run.design_points) if dp.kind == "none"), None)
+    state: dict[str, Any] = {
+        "run_id": run.run_id,
+        "case": case.model_dump(mode="json"),
+        "fingerprint": run.fingerprint or None,
+        "experiments": [e.model_dump(mode="json") for e in view.experiments],
+        "outcomes": [o.model_dump(mode="json") for o in view.outcomes],
+        "rejections": [r.model_dump(mode="json") for r in view.rejections],
+        "hypotheses": [h.model_dump(mode="json") for h in hist.hypotheses],
+        "baseline": hist.baseline.model_dump(mode="json"),
+        "launches": view.launches,
+        "host_seconds": view.host_seconds,
+        "conclude_reason": none.data.get("reason") if none else None,
+    }
+    c = build_conclusion(state)  # type: ignore[arg-type]
+    rec = run.conclusion or {}
+
+    def key(status: Any, root: Any, fix: Any) -> str:
+        cause = (root or {}).get("hypothesis_id") or "—"
+        fixed = _change_text(fix) if fix else "no fix"
+        return f"{status}; root cause {cause}; fix {fixed}"
+
+    recorded = key(rec.get("status"), rec.get("root_cause"), rec.get("fix"))
+    decided = key(c.status, c.root_cause, c.fix.model_dump(mode="json") if c.fix else None)
+    return Decision(
+        run.conclusion_seq,
+        run.design_points[-1].step if run.design_points else 0,
+        "conclusion",
+        recorded,
+        decided,
+        recorded == decided,
+    )
+
+
+def redecide_table(result: RedecideResult, *, verbose: bool = False) -> Table:
+    """The comparison as a rich table: step, what, recorded, the planner's decision, match. Notes on
+    matching decisions (a reworded rationale) only with ``verbose``."""
+    t = Table(title=f"re-decided with the {result.planner} planner", show_lines=False)
+    t.add_column("step", justify="right")
+    t.add_column("seq", justify="right", style="dim")
+    t.add_column("decision")
+    t.add_column("recorded", overflow="fold")
+    t.add_column(f"{result.planner} planner now", overflow="fold")
+    t.add_column("")
+    for d in result.decisions:
+        mark = "[green]✓ match[/]" if d.match else "[bold red]✗ diverges[/]"
+        notes = d.notes if (verbose or not d.match) else []
+        decided = escape(d.decided) + "".join(f"\n[dim]{escape(n)}[/]" for n in notes)
+        t.add_row(str(d.step), str(d.seq), d.what, escape(d.recorded), decided, mark)
+    return t
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agent.review.replay TRANSCRIPT [--step N] [--follow] [--speed X] [-v]``: the terminal replay
+    without the CLI's imports (the planner, LangGraph, the SSH and HTTP clients), so it starts at once.
+    Exit codes as ``hypoloop replay``."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m agent.review.replay", description=main.__doc__)
+    ap.add_argument("transcript", type=Path)
+    ap.add_argument("--step", type=int, default=0)
+    ap.add_argument("--follow", "-f", action="store_true")
+    ap.add_argument("--speed", type=float, default=None)
+    ap.add_argument("--verbose", "-v", action="store_true")
+    args = ap.parse_args(argv)
+    console = SafeConsole()
+    if args.speed is not None and (args.speed <= 0 or args.follow):
+        print(
+            "error: --speed needs a positive number and a finished recording (not --follow)", file=sys.stderr
+        )
+        return 2
+    try:
+        summary = replay(
+            args.transcript,
+            console,
+            from_step=args.step,
+            follow=args.follow,
+            speed=args.speed,
+            verbose=args.verbose,
+        )
+    except TranscriptError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"stopped following {args.transcript}", file=sys.stderr)
+        return 130
+    return 2 if args.step and summary.shown == 0 else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""intake: load the case, connect to the host, fingerprint it, read the flag catalog and the knowledge.
+
+Side effects:
+
+- transcript: ``run.started``, ``tool.call`` (fingerprint), ``host.fingerprint``, ``tool.result``
+  (flag catalog), ``knowledge.read`` per knowledge file, ``observation`` (an observed log), ``error``
+  (a case that cannot be used as written);
+- host: connects (``Runtime.host``), which lists servers that earlier runs left there and, when allowed,
+  stops them (``host.orphans*`` events); runs the GPU query, the version command and ``launch_server
+  --help`` (read-only; nothing is launched);
+- files: reads the case's knowledge files and observed log; the flag catalog is cached under
+  ``$HYPOLOOP_HOME/flag-cache``.
+
+On a bad host, launcher, baseline or knowledge file the update carries ``status: "error"`` and the
+graph's error edge goes to conclude.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langgraph.config import get_config
+
+from agent.domain.case import Case, outside_warnings
+from agent.domain.evidence import RawEvidence
+from agent.domain.knowledge_dir import chosen_dir
+from agent.domain.models import Baseline, Experiment
+from agent.planning.catalog import role_spellings
+from agent.planning.planner import RelevantFinding, model_features
+from agent.record.redact import run_redactor
+from agent.record.transcript import Transcript
+from agent.record.wire import to_payload
+from agent.run.runtime import Runtime
+from agent.run.state import RunState, case_of, seed_state
+from tools.fingerprint import HostFingerprint, fingerprint
+from tools.flags import FlagError
+from tools.host import Host, HostError, expand_argv
+from tools.knowledge import KnowledgeError, read_findings, relevance
+from tools.model_config import checkpoint_facts, read_model_config
+from tools.signatures import Signature
+from tools.slurm import JobPending
+
+
+class _InputError(Exception):
+    """The case cannot be used as written (one line naming the file and field)."""
+
+
+def intake(state: RunState, rt: Runtime) -> dict[str, Any]:
+    """The intake node: see the module docstring."""
+    tr = rt.transcript
+    # LangGraph Studio starts a run from {"case_ref": "lab:WORLD"} alone; the CLI gives the full state.
+    seed = seed_state(dict(state), get_config().get("configurable", {}).get("thread_id"))
+    state = {**state, **seed}  # type: ignore[typeddict-item]
+    case = case_of(state)
+    tr.redact = run_redactor(case)  # its secrets are never written (the CLI set it already; Studio not)
+    for warning in outside_warnings(case):  # named explicitly in the case file, so used; and recorded
+        tr.emit("case.warning", {"message": warning}, node="intake")
+    tr.emit(
+        "run.started",
+        {
+            "case": case.name,
+            "case_file": case.source_path,
+            "host": case.host.target,
+            "approval": state.get("approval"),
+            "budget": case.budget.model_dump(),
+            "case_data": case.model_dump(mode="json"),  # for `replay --redecide` (secrets redacted)
+            # the folder the run reads (``--knowledge``); None: the repository's own
+            "knowledge_dir": chosen_dir(),
+        },
+        node="intake",
+    )
+    try:
+        fp, baseline = _probe_host(rt, case, host_option=state.get("host_option"))
+        case.baseline = baseline
+        findings = _read_knowledge(tr, case, fp)
+    except _InputError as exc:
+        tr.emit("error", {"message": str(exc), "kind": "input"}, node="intake")
+        return {"status": "error", "error": str(exc), "error_kind": "input"}
+    update: dict[str, Any] = {
+        **seed,
+        "case": case.model_dump(mode="json"),
+        "fingerprint": fp.model_dump(mode="json"),
+        "findings": [f.model_dump(mode="json") for f in findings],
+        "baseline": baseline.model_dump(mode="json"),
+    }
+    if case.observed_log:
+        evidence, exp = ingest_log(case, baseline, rt.signatures_for(case))
+        update["raw"] = evidence.model_dump(mode="json")
+        update["experiments"] = [exp.model_dump(mode="json")]
+        tr.emit("observation", {"source": case.observed_log, "experiment_id": exp.id}, node="intake")
+    return update
+
+
+def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[HostFingerprint, Baseline]:
+    """Connect, fingerprint the host, read its flag catalog and check the baseline against it.
+
+    Raises _InputError naming the case field that failed (nothing was launched).
+    """
+    tr = rt.transcript
+    where = case.source_path or case.name
+    step = "host.target"
+    try:
+        host = rt.host(case)
+        step = "launcher.gpu_query_argv / launcher.version_argv"
+        tr.emit(
+            "tool.call",
+            {"tool": "fingerprint", "argv": expand_argv(case.launcher.gpu_query_argv, host)},
+            node="intake",
+        )
+        fp = fingerprint(
+            host,
+            gpu_query_argv=expand_argv(case.launcher.gpu_query_argv, host),
+            version_argv=expand_argv(case.launcher.version_argv, host),
+            check_env_argv=case.launcher.check_env() or None,
+            engine=case.launcher.engine_impl(),
+        )
+        _read_model_and_cpus(host, case, fp)
+        tr.emit("host.fingerprint", to_payload("host.fingerprint", fp), node="intake")
+        step = "launcher.argv (its --help gives the flag catalog)"
+        flags = rt.flags(case, fp.engine_version)
+        tr.emit(
+            "tool.result",
+            {
+                "tool": "flag_catalog",
+                "flags": len(flags.flags),
+                "version": flags.version,
+                "source": flags.source,
+                "catalog": flags.model_dump(mode="json"),  # a re-decided run checks names with it
+            },
+            node="intake",
+        )
+        # the host's spelling of each flag role (knowledge/flag_roles.toml), from its --help
+        fp.flag_roles = role_spellings(flags)
+        step = "baseline.flags"
+        baseline = Baseline(env=dict(case.baseline.env))
+        for name, value in case.baseline.flags.items():
+            canon, norm = flags.validate(name, value)
+            baseline.flags[canon] = norm
+    except JobPending as exc:  # the cluster's queue is full: nothing is wrong with the case
+        raise _InputError(f"the Slurm cluster could not start hypoloop's query of the host in time: {exc}") from None
+    except (HostError, FlagError) as exc:
+        if step == "host.target" and host_option:
+            raise _InputError(f"--host: {exc}") from None  # the user's option replaced host.target
+        raise _InputError(f"{where}: {step}: {exc}") from None
+    return fp, baseline
+
+
+def _read_model_and_cpus(host: Host, case: Case, fp: HostFingerprint) -> None:
+    """The served model's config.json (where ``--model-path`` points, read through the host) and the
+    host's CPU count, into the fingerprint; what cannot be read stays unknown (never an error)."""
+    path = next((str(v) for k, v in case.baseline.flags.items() if k in ("--model-path", "--model") and v),
+                case.model.path)
+    config, where = read_model_config(host, path, {**case.host.env, **case.baseline.env})
+    fp.checkpoint_source = where
+    if config is not None:
+        fp.checkpoint = checkpoint_facts(config)
+    try:
+        res = host.run(["getconf", "_NPROCESSORS_ONLN"], timeout=10.0)
+        if res.returncode == 0 and res.stdout.strip().isdigit():
+            fp.cpu_count = int(res.stdout.strip())
+    except HostError:
+        pass
+
+
+def _read_knowledge(tr: Transcript, case: Case, fp: HostFingerprint) -> list[RelevantFinding]:
+    """The case's FINDINGS.md files, each finding with its relevance to this case and host.
+
+    Raises _InputError for a file that cannot be read or parsed.
+    """
+    findings: list[RelevantFinding] = []
+    features = model_features(case)
+    for p in case.knowledge:
+        path = case.resolve_path(p)
+        try:
+            found = read_findings(path)
+        except KnowledgeError as exc:
+            raise _InputError(f"{case.source_path}: knowledge: {exc}") from None
+        for f in found:
+            r = relevance(f, model=case.model.path, features=features, gpu_name=fp.gpu_name)
+            findings.append(RelevantFinding(finding=f, relevance=r))
+        tr.emit(
+            "knowledge.read",
+            {
+                "path": str(path),
+                "findings": [
+                    {
+                        "title": f.finding.title,
+                        "outcome": f.finding.outcome,
+                        "relevance": round(f.relevance, 2),
+                        "relevance_exact": f.relevance,
+                        "finding": f.finding.model_dump(mode="json"),
+                    }
+                    for f in findings
+                    if f.finding.source == str(path)
+                ],
+            },
+            node="intake",
+        )
+    return findings
+
+
+def ingest_log(case: Case, baseline: Baseline, signatures: list[Signature]) -> tuple[RawEvidence, Experiment]:
+    """Treat a crash log the user already has as the baseline's first observation (no launch)."""
+    path = case.resolve_path(case.observed_log or "")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    exp = Experiment(
+        id=Experiment.make_id(baseline, None, "baseline"),
+        purpose="baseline",
+        baseline=baseline,
+        rationale=f"observed log {path}",
+        status="running",
+    )
+    return RawEvidence.from_log(exp.id, text, signatures, str(path)), exp

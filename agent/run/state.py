@@ -1,0 +1,141 @@
+"""The checkpointed state of a run (``RunState``) and the typed views the nodes read from it.
+
+State is JSON-plain (``model_dump(mode="json")``) so that any process can resume a checkpoint; the
+nodes turn it back into models with the helpers here. No side effects.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, TypedDict
+
+from agent.domain.case import Case, load_case
+from agent.domain.models import Experiment, Hypothesis, Outcome, Rejection
+from agent.planning.planner import PlannerView, RelevantFinding
+from tools.fingerprint import HostFingerprint, engine_version
+
+
+class RunState(TypedDict, total=False):
+    """The checkpointed state of a run (JSON-plain)."""
+
+    run_id: str
+    case: dict[str, Any]
+    approval: str
+    fingerprint: dict[str, Any] | None
+    findings: list[dict[str, Any]]
+    experiments: list[dict[str, Any]]
+    outcomes: list[dict[str, Any]]
+    rejections: list[dict[str, Any]]
+    hypotheses: list[dict[str, Any]]
+    baseline: dict[str, Any]
+    pending: dict[str, Any] | None
+    #: The evidence of the experiment just executed, not yet analyzed (``agent.domain.evidence.RawEvidence``).
+    raw: dict[str, Any] | None
+    launches: int
+    host_seconds: float
+    conclude_reason: str | None
+    status: str | None
+    error: str | None
+    error_kind: str | None
+    conclusion: dict[str, Any] | None
+    transcript: str | None
+    case_ref: str | None
+    approval_seq: int
+    approval_error: str | None
+    edits: list[dict[str, Any]]
+    #: Which planner decides, with its options and memory (agent.planning.llm_planner.PlannerSpec; None: rules).
+    planner: dict[str, Any] | None
+    #: The ``--host`` the user gave on the command line (it replaced the case's host.target), if any.
+    host_option: str | None
+    #: The knowledge folder the run reads (``--knowledge`` / $HYPOLOOP_KNOWLEDGE); `resume` keeps it.
+    knowledge_dir: str | None
+    #: ``--parallel N``: how many one-change experiments a batch may run at once (1: one at a time).
+    parallel: int
+    #: A parallel batch being approved: its members still to ask about (None: no batch in progress),
+    #: the ones approved so far (run together by execute), and the ids of the whole batch in order.
+    batch: list[dict[str, Any]] | None
+    approved: list[dict[str, Any]]
+    batch_ids: list[str]
+
+
+def case_of(state: RunState) -> Case:
+    """The run's case (its baseline flags canonical once intake has run)."""
+    return Case.model_validate(state["case"])
+
+
+def hypotheses_of(state: RunState) -> list[Hypothesis]:
+    """The ledger as models."""
+    return [Hypothesis.model_validate(h) for h in state.get("hypotheses", [])]
+
+
+def sglang_version(state: RunState) -> str | None:
+    """The host's engine version from the fingerprint (SGLang's or vLLM's, `tools.engines`; None before
+    intake or when unknown). The name is kept from when SGLang was the only engine."""
+    return engine_version(state.get("fingerprint"))
+
+
+def planner_view(state: RunState) -> PlannerView:
+    """What a planner sees of the run: case, host, findings, experiments, outcomes, budget spent."""
+    return PlannerView(
+        case=case_of(state),
+        fingerprint=HostFingerprint.model_validate(state["fingerprint"]) if state.get("fingerprint") else None,
+        findings=[RelevantFinding.model_validate(f) for f in state.get("findings", [])],
+        experiments=[Experiment.model_validate(e) for e in state.get("experiments", [])],
+        outcomes=[Outcome.model_validate(o) for o in state.get("outcomes", [])],
+        rejections=[Rejection.model_validate(r) for r in state.get("rejections", [])],
+        launches=state.get("launches", 0),
+        host_seconds=state.get("host_seconds", 0.0),
+    )
+
+
+def initial_state(run_id: str, case: dict[str, Any], *, approval: str, **extra: Any) -> dict[str, Any]:
+    """The state a new run starts from (one shape for the CLI and LangGraph Studio); ``extra`` adds keys
+    such as the transcript path and the planner spec."""
+    return {
+        "run_id": run_id,
+        "case": case,
+        "approval": approval,
+        "launches": 0,
+        "host_seconds": 0.0,
+        "experiments": [],
+        "outcomes": [],
+        "rejections": [],
+        "hypotheses": [],
+        "edits": [],
+        "approval_seq": 0,
+        **extra,
+    }
+
+
+def seed_state(state: dict[str, Any], thread_id: str | None) -> dict[str, Any]:
+    """The initial state of a run started with only ``{"case_ref": "lab:WORLD"}`` (LangGraph Studio).
+
+    Empty when the state already holds a case. Raises CaseError for a bad reference.
+    """
+    if state.get("case") or not state.get("case_ref"):
+        return {}
+    case = load_case(str(state["case_ref"]))
+    return initial_state(
+        state.get("run_id") or thread_id or time.strftime("%Y%m%d-%H%M%S"),
+        case.model_dump(mode="json"),
+        approval=state.get("approval") or case.approval,
+    )
+
+
+def batch_lines(state: RunState, current: Experiment) -> list[str]:
+    """The approval screen's view of the parallel batch ``current`` (an Experiment) belongs to: one line
+    per member with its change, marking this one and those approved already; empty outside a batch."""
+    ids = state.get("batch_ids") or []
+    if state.get("batch") is None or not ids:
+        return []
+    approved = {e["id"] for e in state.get("approved") or []}
+    known = {e["id"]: e for e in [*(state.get("approved") or []), *(state.get("batch") or [])]}
+    known[current.id] = current.model_dump(mode="json")
+    out = []
+    for i, exp_id in enumerate(ids, 1):
+        data = known.get(exp_id)
+        change = Experiment.model_validate(data).change if data else None
+        what = change.describe() if change else "(rejected, or replaced by an edit)"
+        tag = " (this one)" if exp_id == current.id else (" (approved)" if exp_id in approved else "")
+        out.append(f"{i}/{len(ids)} {what}{tag}")
+    return out
