@@ -206,6 +206,8 @@ def _commands_in_block(block: str) -> list[LaunchCommand]:
 
 
 def working_command(commands: list[LaunchCommand]) -> LaunchCommand | None:
+    """The command that worked: the last whose comment reads as success, else the last whose comment does
+    not read as failure, else the last; None without commands."""
     if not commands:
         return None
     verdicts = [verdict_of(c.comment or "") for c in commands]
@@ -219,6 +221,7 @@ def working_command(commands: list[LaunchCommand]) -> LaunchCommand | None:
 
 
 def flags_text(cmd: LaunchCommand | None) -> str:
+    """A command's flags as one line of text (``--x 1 --y``), ``""`` for no command."""
     if cmd is None:
         return ""
     return " ".join(f"{k} {v}" if v is not True else k for k, v in cmd.flags.items())

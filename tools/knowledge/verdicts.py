@@ -52,6 +52,7 @@ def _verdicts(text: str) -> list[str]:
 
 
 def verdict_of(text: str) -> Outcome:
+    """works / fails by the last verdict word in `text`; unknown without one."""
     kinds = _verdicts(text)
     if not kinds:
         return "unknown"
