@@ -205,7 +205,23 @@ def fingerprint(
     cannot be read.
     """
     eng = engine or get_engine()
-    fp = HostFingerprint(engine=eng.name)
+    fp = _query_gpus(host, gpu_query_argv, HostFingerprint(engine=eng.name))
+    if check_env_argv:
+        cargv = expand_argv(list(check_env_argv), host)
+        out, why = _run_query(host, cargv)
+        if out is None:
+            fp.notes.append(f"check_env: {why}")
+        else:
+            fp.check_env = parse_check_env(out)
+            _fill_from_check_env(fp)
+    if version_argv:
+        _set_version(fp, eng, _read_version(host, version_argv))
+    return fp
+
+
+def _query_gpus(host: Host, gpu_query_argv: Sequence[str], fp: HostFingerprint) -> HostFingerprint:
+    """`fp` with the GPUs of the first GPU tool that finds any (see `fingerprint`), else a CPU-only host
+    (`gpu_vendor` "none", `gpu_count` 0); each tool that found nothing leaves a note."""
     queries: list[tuple[str, list[str]]] = []
     kind = _tool_kind(gpu_query_argv)
     base = expand_argv(list(gpu_query_argv), host)
@@ -222,44 +238,35 @@ def fingerprint(
                 fp.notes.append(f"{argv[0]} reported no GPU")
                 continue
             name, cap, mem, driver = rows[0]
-            fp = fp.model_copy(
+            return fp.model_copy(
                 update={"gpu_vendor": "nvidia", "gpu_name": name, "gpu_count": len(rows), "compute_capability": cap,
                         "memory_total_mib": mem, "driver_version": driver}
             )
-        else:
-            amd = parse_amd_json(out)
-            if not amd:
-                fp.notes.append(f"{argv[0]} reported no GPU")
-                continue
-            name, arch, mem, driver = amd[0]
-            fp = fp.model_copy(
-                update={"gpu_vendor": "amd", "gpu_name": name, "gpu_count": len(amd), "gpu_arch": arch,
-                        "memory_total_mib": mem, "driver_version": driver}
-            )
-        break
-    else:
-        fp.gpu_vendor, fp.gpu_count = "none", 0
-
-    if check_env_argv:
-        cargv = expand_argv(list(check_env_argv), host)
-        out, why = _run_query(host, cargv)
-        if out is None:
-            fp.notes.append(f"check_env: {why}")
-        else:
-            fp.check_env = parse_check_env(out)
-            _fill_from_check_env(fp)
-
-    if version_argv:
-        vargv = expand_argv(version_argv, host)
-        vres = host.run(vargv, timeout=120.0)
-        if vres.returncode != 0:
-            detail = _one_line(vres.stderr or vres.stdout) or "no output"
-            raise HostError(f"version command {vargv[0]} failed with exit code {vres.returncode}: {detail}")
-        lines = [ln.strip() for ln in vres.stdout.strip().splitlines() if ln.strip()]
-        if not lines:
-            raise HostError(f"version command {vargv[0]} printed nothing")
-        _set_version(fp, eng, lines[-1])
+        amd = parse_amd_json(out)
+        if not amd:
+            fp.notes.append(f"{argv[0]} reported no GPU")
+            continue
+        name, arch, mem, driver = amd[0]
+        return fp.model_copy(
+            update={"gpu_vendor": "amd", "gpu_name": name, "gpu_count": len(amd), "gpu_arch": arch,
+                    "memory_total_mib": mem, "driver_version": driver}
+        )
+    fp.gpu_vendor, fp.gpu_count = "none", 0
     return fp
+
+
+def _read_version(host: Host, version_argv: Sequence[str]) -> str:
+    """The last non-empty stdout line of `version_argv` run on `host` (`{python}` expanded); HostError
+    (one line) when it fails or prints nothing."""
+    vargv = expand_argv(version_argv, host)
+    vres = host.run(vargv, timeout=120.0)
+    if vres.returncode != 0:
+        detail = _one_line(vres.stderr or vres.stdout) or "no output"
+        raise HostError(f"version command {vargv[0]} failed with exit code {vres.returncode}: {detail}")
+    lines = [ln.strip() for ln in vres.stdout.strip().splitlines() if ln.strip()]
+    if not lines:
+        raise HostError(f"version command {vargv[0]} printed nothing")
+    return lines[-1]
 
 
 def _set_version(fp: HostFingerprint, eng: Engine, version: str) -> None:

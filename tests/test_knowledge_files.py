@@ -1,0 +1,126 @@
+"""The findings reader's data is the knowledge folder's: GPUs (hardware.toml), model families and feature
+words (model_families.toml), effective-config facts (config_facts.toml). A swapped folder (``--knowledge``,
+``$HYPOLOOP_KNOWLEDGE``) is the one read; a broken file is one line naming the file and the field."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.domain.knowledge_dir import ENV_VAR, use_knowledge
+from tools.knowledge import KnowledgeError, gpu_names, infer_features, parse_findings, relevance
+
+NOTES = """\
+## 2026-03-01 — Zorblax-9B on 4x Quasar Q7: works
+
+```
+# serving fine now
+python -m sglang.launch_server --model-path acme/Zorblax-9B --tp-size 4
+```
+kv_pool_dtype: bf16
+"""
+
+
+@pytest.fixture(autouse=True)
+def _repository_knowledge() -> Iterator[None]:
+    """The test's own environment must not choose the folder."""
+    saved = os.environ.pop(ENV_VAR, None)
+    yield
+    if saved is not None:
+        os.environ[ENV_VAR] = saved
+
+
+def _folder(tmp_path: Path, **files: str) -> Path:
+    folder = tmp_path / "knowledge"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / f"{name}.toml").write_text(text)
+    return folder
+
+
+HARDWARE = """
+[[gpu]]
+name = "Quasar Q7"
+pattern = 'Quasar\\s*Q7'
+arch = "qx1"
+source = "a made-up card"
+
+[[gpu]]
+name = "Quasar Q5"
+pattern = 'Quasar\\s*Q5'
+arch = "qx1"
+source = "a made-up card"
+"""
+FAMILIES = """
+[[family]]
+pattern = 'zorblax'
+features = ["moe", "mla"]
+source = "a made-up family"
+
+[[word]]
+feature = "dsa"
+pattern = 'sparse-ish'
+source = "a made-up word"
+
+[names]
+prefixes = ["Zorblax"]
+source = "a made-up publisher"
+"""
+FACTS = """
+keys = ["kv_cache_dtype"]
+source = "made up"
+
+[[alias]]
+name = "kv_pool_dtype"
+fact = "kv_cache_dtype"
+source = "a made-up spelling"
+"""
+
+
+def test_a_swapped_folders_files_are_the_ones_read(tmp_path: Path) -> None:
+    before = parse_findings(NOTES)[0]
+    assert before.gpus == [] and before.features == [] and before.facts == {}
+    assert gpu_names("8x H100") == ["H100"] and infer_features("Kimi-K2") == {"moe", "mla"}
+
+    folder = _folder(tmp_path, hardware=HARDWARE, model_families=FAMILIES, config_facts=FACTS)
+    with use_knowledge(folder):
+        finding = parse_findings(NOTES)[0]
+        assert finding.hardware == "4x Quasar Q7" and finding.gpus == ["Quasar Q7"]
+        assert finding.model == "acme/Zorblax-9B"
+        assert finding.features == ["mla", "moe"]
+        assert finding.facts == {"kv_cache_dtype": "bf16"}
+        assert infer_features("a sparse-ish attention") == {"dsa"}
+        # the folder's GPUs replace the repository's: H100 is not in it
+        assert gpu_names("8x H100") == []
+        # same architecture as the folder says: half the hardware weight
+        score = relevance(finding, model="other/Thing", features=set(), gpu_name="Quasar Q5")
+        assert score == pytest.approx(0.55 * 0.5)
+    assert gpu_names("4x Quasar Q7") == [] and infer_features("Zorblax") == set()
+
+
+def test_a_file_the_folder_lacks_is_the_repositorys(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, model_families=FAMILIES)
+    with use_knowledge(folder):
+        assert gpu_names("NVIDIA H200") == ["H200"]
+        assert infer_features("Zorblax") == {"moe", "mla"}
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "field"),
+    [
+        ("hardware", '[[gpu]]\nname = "X"\npattern = "X"\narch = "sm1"\n', "gpu[0].source"),
+        ("hardware", '[[gpu]]\nname = "X"\npattern = "X("\narch = "sm1"\nsource = "s"\n', "gpu[0].pattern"),
+        ("model_families", '[[family]]\npattern = "x"\nfeatures = []\nsource = "s"\n', "family[0].features"),
+        ("config_facts", 'keys = ["a"]\nsource = "s"\n[[alias]]\nname = "b"\n', "alias[0].fact"),
+        ("config_facts", "keys = [\n", "not a TOML file"),
+    ],
+)
+def test_a_broken_file_is_one_line_naming_the_file_and_field(tmp_path: Path, name: str, text: str, field: str) -> None:
+    folder = _folder(tmp_path, **{name: text})
+    with use_knowledge(folder), pytest.raises(KnowledgeError) as err:
+        parse_findings(NOTES)
+    message = str(err.value)
+    assert "\n" not in message and str(folder / f"{name}.toml") in message and field in message

@@ -1,0 +1,55 @@
+"""A partial flag catalog read from the server-args line of a log, when the host's ``--help`` is not at hand."""
+
+from __future__ import annotations
+
+import re
+
+from tools.flags.catalog import FlagCatalog
+from tools.flags.spec import FlagSpec, ValueType
+
+_SERVER_ARGS_RE = re.compile(r"server_args=(?:ServerArgs\((?P<repr>.*)\)|(?P<dict>\{.*\}))\s*$")
+
+
+_REPR_FIELD_RE = re.compile(r"(?:^|, )([a-z_][a-z0-9_]*)=('(?:[^'\\]|\\.)*'|[^,()\[\]{}]*)")
+
+
+def catalog_from_server_args(log_text: str) -> FlagCatalog | None:
+    """A partial flag catalog read from the server-args line of a log, for when the host's ``--help`` is
+    not at hand (``hypoloop analyze`` of a log alone): every server argument ``x_y`` becomes a flag
+    ``--x-y`` with the type of its printed value (a bool is a switch). It tells which release's spelling
+    a log's host uses (``cuda_graph_max_bs_decode`` in 0.5.23, ``cuda_graph_max_bs`` in 0.5.9) but
+    knows no choices or aliases. Reads SGLang 0.5.9's ``server_args=ServerArgs(a=1, ...)`` and 0.5.23's
+    ``server_args={'a': 1, ...}`` (entrypoints/engine.py). None when the log has no such line.
+    """
+    import ast
+
+    for line in log_text.splitlines():
+        m = _SERVER_ARGS_RE.search(line)
+        if not m:
+            continue
+        values: dict[str, object] = {}
+        if m.group("dict"):
+            try:
+                parsed = ast.literal_eval(m.group("dict"))
+            except (ValueError, SyntaxError):
+                parsed = None
+            if isinstance(parsed, dict):
+                values = {str(k): v for k, v in parsed.items()}
+            else:
+                values = {k: None for k in re.findall(r"'([a-z_][a-z0-9_]*)': ", m.group("dict"))}
+        else:
+            for key, raw in _REPR_FIELD_RE.findall(m.group("repr")):
+                try:
+                    values[key] = ast.literal_eval(raw.strip())
+                except (ValueError, SyntaxError):
+                    values[key] = None
+        flags: dict[str, FlagSpec] = {}
+        for key, value in values.items():
+            name = "--" + key.replace("_", "-")
+            vtype: ValueType = (
+                "bool" if isinstance(value, bool) else "int" if isinstance(value, int)
+                else "float" if isinstance(value, float) else "str"
+            )
+            flags[name] = FlagSpec(name=name, takes_value=vtype != "bool", value_type=vtype)
+        return FlagCatalog(flags=flags, source="the log's server_args line") if flags else None
+    return None
