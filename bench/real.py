@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.domain.case import Case, load_case
-from lab.world import Truth, WorldError, _Ctx, _parse_truth
+from lab.world import Truth, WorldError
+from lab.world_tables import FileContext, parse_truth
 
 REAL_DIR = Path(__file__).resolve().parent / "real"
 #: In a real case file, the folder of the real-engine bed.
@@ -104,7 +105,7 @@ def load_truth(path: Path) -> Truth:
     if "truth" not in data:
         raise ValueError(f"{path}: expected a [truth] table")
     try:
-        truth = _parse_truth(_Ctx(path), data["truth"])
+        truth = parse_truth(FileContext(path), data["truth"])
     except WorldError as exc:
         raise ValueError(str(exc)) from None
     assert truth is not None

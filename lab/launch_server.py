@@ -35,15 +35,8 @@ from lab.chance import hits_request, is_live, launch_seed, onset_s
 from lab.memory import MemoryPlan, capture_batch_sizes, default_cuda_graph_max_bs, plan_memory
 from lab.model_files import ensure_model_files
 from lab.rules import Resolution, matching_faults, parse_command_line, render, resolve
-from lab.world import (
-    DEATH_SIGNALS,
-    Fault,
-    LineSpec,
-    World,
-    WorldError,
-    load_world_from_env,
-    time_scale_from_env,
-)
+from lab.world import WorldError, load_world_from_env, time_scale_from_env
+from lab.world_types import DEATH_SIGNALS, Fault, LineSpec, World
 
 #: Wall seconds a decode request waits for others to join its batch, in worlds whose faults depend on
 #: `running_requests` (the simulated scheduler batches requests that arrive together).

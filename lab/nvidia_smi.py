@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from lab.model_files import ensure_model_files
-from lab.world import Hardware, WorldError, load_world_from_env
+from lab.world import WorldError, load_world_from_env
+from lab.world_types import Hardware
 
 # field -> (header unit or "", value(hw, index) -> (number-or-text, unit or ""))
 _Field = Callable[[Hardware, int], tuple[str, str]]
