@@ -180,7 +180,9 @@ def run_real(
     """
     from agent.planning.catalog import load_catalog
     from bench.launcher import Launcher
-    from bench.methods import LaunchCache, plausible_changes, run_agent, run_random
+    from bench.method_result import LaunchCache
+    from bench.methods import run_agent
+    from bench.random_search import plausible_changes, run_random
     from tools.flags import load_catalog as load_flag_catalog
     from tools.host import expand_argv
     from tools.knowledge import read_findings

@@ -18,15 +18,9 @@ from agent.domain.knowledge_dir import knowledge_dir, use_knowledge
 from agent.planning.catalog import load_catalog
 from agent.review.wording import count
 from bench.launcher import Launcher
-from bench.methods import (
-    LaunchCache,
-    MethodResult,
-    plausible_changes,
-    run_agent,
-    run_ddmin,
-    run_human,
-    run_random,
-)
+from bench.method_result import LaunchCache, MethodResult
+from bench.methods import run_agent, run_ddmin, run_human
+from bench.random_search import plausible_changes, run_random
 from bench.worlds import BenchWorld, discover
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import expand_argv
