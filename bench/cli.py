@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from bench.method_result import MethodResult
 from bench.run import METHODS, BenchResult, run_bench, run_sweep
 
 
@@ -40,12 +41,7 @@ def render(result: BenchResult, console: Console) -> None:
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for w in result.worlds:
         for i, (name, m) in enumerate(w.methods.items()):
-            if m.correct_rate is not None and m.extra.get("estimate") == "exact":
-                correct = f"{'yes' if m.correct else 'no'} (p={m.correct_rate:.2f})"
-            elif m.correct_rate is not None:
-                correct = f"{'yes' if m.correct else 'no'} ({m.correct_rate * m.extra.get('seeds', 1):.0f}/{m.extra.get('seeds', 1)})"
-            else:
-                correct = "yes" if m.correct else "no"
+            correct = _correct_cell(m)
             style = "green" if m.correct else "red"
             t.add_row(
                 w.world if i == 0 else "",
@@ -81,6 +77,15 @@ def render(result: BenchResult, console: Console) -> None:
         "worlds the implicated package named, the control nothing blamed.",
         style="dim",
     )
+
+
+def _correct_cell(m: MethodResult) -> str:
+    """The "correct root cause" cell: yes/no, with the exact chance (p=) or the seeds that were right."""
+    if m.correct_rate is not None and m.extra.get("estimate") == "exact":
+        return f"{'yes' if m.correct else 'no'} (p={m.correct_rate:.2f})"
+    if m.correct_rate is not None:
+        return f"{'yes' if m.correct else 'no'} ({m.correct_rate * m.extra.get('seeds', 1):.0f}/{m.extra.get('seeds', 1)})"
+    return "yes" if m.correct else "no"
 
 
 def render_real(result: dict, console: Console) -> None:
@@ -141,8 +146,8 @@ def main_real(args: argparse.Namespace, err: Console) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m bench``."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m bench``."""
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     ap.add_argument(
         "--worlds",
@@ -186,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run the bench once per value of one tunable of knowledge/planner.toml (SECTION.KEY, e.g. "
         "ledger.elsewhere_factor=0.25,0.5,1.0) and print every world's figures for each",
     )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m bench``."""
+    ap = _parser()
     args = ap.parse_args(argv)
     args.seeds_set = args.seeds is not None
     if args.seeds is None:

@@ -3,6 +3,9 @@
 Every method starts by launching the failing baseline (the agent does too), counts every launch it
 makes, and stops at the first launch whose probes all pass (the agent also confirms its fix: that
 launch counts against it). Host-seconds are modelled the agent's way (wall / time scale per launch).
+
+The agent, the human sequence and ddmin live here; the random search in `bench.random_search`, the
+result type and launch cache the methods share in `bench.method_result`.
 """
 
 from __future__ import annotations
@@ -11,22 +14,18 @@ import contextlib
 import io
 import json
 import os
-import random
-import re
-import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.domain.models import Baseline, Change
-from agent.planning.catalog import CatalogEntry, load_catalog
+from agent.planning.catalog import load_catalog
 from agent.planning.planner import model_features
 from agent.planning.served import served_settings  # the agent's own notion of what a deployment is
 from agent.record.transcript import read_transcript
-from agent.review.wording import count
 from bench.launcher import Launcher, LaunchRecord
+from bench.method_result import MethodResult, describe_change, summarize
 from bench.worlds import BenchWorld, matching_fix, score_run
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge import Finding, read_findings, relevance
@@ -41,45 +40,6 @@ HUMAN_SEQUENCES: dict[str, list[tuple[str, str, str | bool]]] = {
         ("flag", "--kv-cache-dtype", "bf16"),
     ]
 }
-#: Choices named for other vendors' hardware are not plausible on an NVIDIA host.
-_OTHER_VENDORS = re.compile(r"aiter|wave|ascend|intel|xpu|npu|hip|rocm|amx|^cpu$")
-
-
-@dataclass
-class MethodResult:
-    """One method on one world. For random, numbers are means over seeds and ``correct_rate`` is the
-    share of seeds that ended on a root-cause fix; ``correct`` is then whether most did."""
-
-    method: str
-    correct: bool
-    launches: float
-    host_s: float
-    wall_s: float
-    found: str | None = None
-    status: str = ""
-    correct_rate: float | None = None
-    runs: list[dict[str, Any]] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-    wrong_isolated: int = 0  # runs that ended `isolated` on something the truth does not call the fix
-
-    def as_json(self) -> dict[str, Any]:
-        """A JSON-plain dict of the result."""
-        out = {
-            "method": self.method,
-            "correct_root_cause": self.correct,
-            "launches": round(self.launches, 2),
-            "host_seconds": round(self.host_s, 1),
-            "wall_seconds": round(self.wall_s, 2),
-            "found": self.found,
-            "status": self.status,
-            "wrong_isolated": self.wrong_isolated,
-        }
-        if self.correct_rate is not None:
-            out["correct_rate"] = round(self.correct_rate, 3)
-        if self.runs:
-            out["runs"] = self.runs
-        out.update(self.extra)
-        return out
 
 
 # ----------------------------------------------------------------------------------------------- agent
@@ -98,33 +58,15 @@ def run_agent(
     catalog is empty); ``extra["catalog_used"]`` then says whether the run still drew hypotheses from
     the catalog (an agent that does not read the variable yet).
     """
-    from agent.cli import app  # imported late: the CLI installs signal handlers when it runs
-
     os.environ["HYPOLOOP_LAB_SEED"] = seed
-    saved = os.environ.get(KNOWLEDGE_ENV)
-    if knowledge is not None:
-        os.environ[KNOWLEDGE_ENV] = str(knowledge)
-    out, err = io.StringIO(), io.StringIO()
     t0 = time.monotonic()
-    code: Any = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = app(
-                    ["run", str(world.case_path), "--auto", "--json", "--transcript-dir", str(transcripts)],
-                    standalone_mode=False,
-                )
-            except SystemExit as exc:
-                code = exc.code
-    finally:
-        if saved is None:
-            os.environ.pop(KNOWLEDGE_ENV, None)
-        else:
-            os.environ[KNOWLEDGE_ENV] = saved
+    code, out, err = _run_cli(
+        ["run", str(world.case_path), "--auto", "--json", "--transcript-dir", str(transcripts)], knowledge
+    )
     wall = time.monotonic() - t0
-    lines = [ln for ln in out.getvalue().splitlines() if ln.startswith("{")]
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
     if not lines:
-        tail = err.getvalue().strip().splitlines()[-3:]
+        tail = err.strip().splitlines()[-3:]
         raise RuntimeError(f"agent run on {world.name} printed no result (exit {code}): {' | '.join(tail)}")
     result = json.loads(lines[-1])
     fix = (result.get("root_cause") or {}).get("fix")
@@ -138,7 +80,7 @@ def run_agent(
     )
     metrics = transcript_metrics(Path(result["transcript"]))
     adopted = ending["adopted"]
-    found = _describe(fix["kind"], fix["name"], fix["after"]) if fix else None
+    found = describe_change(fix["kind"], fix["name"], fix["after"]) if fix else None
     if found and adopted:
         found = " + ".join([*adopted, found])
     return MethodResult(
@@ -157,6 +99,30 @@ def run_agent(
             **metrics,
         },
     )
+
+
+def _run_cli(argv: list[str], knowledge: Path | None) -> tuple[Any, str, str]:
+    """Run the hypoloop CLI with `argv` in this process, HYPOLOOP_KNOWLEDGE set to `knowledge` meanwhile
+    (when given); returns its exit code, stdout and stderr."""
+    from agent.cli import app  # imported late: the CLI installs signal handlers when it runs
+
+    saved = os.environ.get(KNOWLEDGE_ENV)
+    if knowledge is not None:
+        os.environ[KNOWLEDGE_ENV] = str(knowledge)
+    out, err = io.StringIO(), io.StringIO()
+    code: Any = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = app(argv, standalone_mode=False)
+            except SystemExit as exc:
+                code = exc.code
+    finally:
+        if saved is None:
+            os.environ.pop(KNOWLEDGE_ENV, None)
+        else:
+            os.environ[KNOWLEDGE_ENV] = saved
+    return code, out.getvalue(), err.getvalue()
 
 
 def answer_catalog_ids() -> set[str]:
@@ -189,7 +155,7 @@ def read_ending(world: BenchWorld, path: Path, result: dict[str, Any]) -> dict[s
             if isinstance(change, dict) and change.get("name"):
                 key = (change.get("kind", "flag"), change["name"], change.get("after"))
                 if key != fix_key:  # the fix itself is adopted before its confirmation
-                    adopted.append(_describe(*key))
+                    adopted.append(describe_change(*key))
         elif ev.type == "hypothesis.added" and ev.data.get("id") in catalog_ids:
             catalog_used = True
         elif ev.type == "conclusion":
@@ -234,283 +200,6 @@ def transcript_metrics(path: Path) -> dict[str, Any]:
     }
 
 
-# ------------------------------------------------------------------------------------ shared helpers
-
-
-def _describe(kind: str, name: str, value: Any) -> str:
-    if value is None or value is False:
-        return f"unset {name}" if kind == "env" else f"no {name}"
-    if kind == "env":
-        return f"{name}={value}"
-    return name if value is True else f"{name} {value}"
-
-
-class LaunchCache:
-    """Launch results per configuration, shared by the random seeds of one world.
-
-    A world whose faults are deterministic gives the same outcome for the same configuration, so a
-    configuration another seed already launched is replayed from that launch (its measured wall and
-    host seconds are counted again). Flaky worlds are never replayed.
-    """
-
-    def __init__(self, launcher: Launcher, *, enabled: bool, seed_env: Callable[[], dict[str, str]]) -> None:
-        self.launcher = launcher
-        self.enabled = enabled
-        self.seed_env = seed_env
-        self._seen: dict[str, LaunchRecord] = {}
-        self.real = 0
-
-    def run(self, config: Baseline) -> LaunchRecord:
-        key = json.dumps([config.flags, config.env], sort_keys=True)
-        if self.enabled and key in self._seen:
-            rec = self._seen[key]
-            return LaunchRecord(rec.ok, rec.status, rec.host_s, rec.wall_s, rec.signatures, replayed=True)
-        rec = self.launcher.launch(dict(config.flags), {**config.env, **self.seed_env()})
-        self.real += 1
-        self._seen[key] = rec
-        return rec
-
-
-def _summary(
-    method: str, world: BenchWorld, records: list[LaunchRecord], fix: Change | None, status: str
-) -> MethodResult:
-    # A baseline method "isolates" when its launches found a working change; a baseline that served
-    # at once blames nothing; otherwise it ends not isolated (and names nothing).
-    served_at_once = bool(records) and records[0].ok
-    ending = "isolated" if fix is not None else ("not_reproduced" if served_at_once else "not_isolated")
-    final = world.case.baseline.apply(fix) if fix is not None else world.case.baseline
-    score = score_run(world, ending, (fix.kind, fix.name, fix.after) if fix else None, final)
-    return MethodResult(
-        method=method,
-        correct=score.correct,
-        wrong_isolated=int(score.wrong_isolated),
-        launches=len(records),
-        host_s=sum(r.host_s for r in records),
-        wall_s=sum(r.wall_s for r in records),
-        found=_describe(fix.kind, fix.name, fix.after) if fix else None,
-        status=status,
-    )
-
-
-# ---------------------------------------------------------------------------------------------- random
-
-
-def plausible_changes(
-    baseline: Baseline, catalog: list[CatalogEntry], flags: FlagCatalog, findings: list[Finding]
-) -> list[Change]:
-    """Every one-variable change the flag catalog and the knowledge make plausible, without ranking.
-
-    The values every hypothesis-catalog intervention names (literal values; derived values are
-    computed from evidence only by the agent), every choice of the flags those interventions touch
-    (choices named for other vendors' hardware left out), each of the baseline's explicit settings
-    removed and every other choice of those with choices, and every difference to a known-good
-    finding. Changes that leave the baseline as it is are dropped.
-    """
-    out: dict[str, Change] = {}
-
-    def add(kind: str, name: str, value: Any) -> None:
-        if kind == "flag":
-            try:
-                canon, legal = flags.validate(name, value)
-            except FlagError:
-                return
-            spec = flags.resolve(canon)
-            current = baseline.flags.get(canon)
-            if current is None and spec.default is not None and str(spec.default) == str(legal):
-                return
-            name, value = canon, legal
-        else:
-            current = baseline.env.get(name)
-        if current is not None and str(current) == str(value):
-            return
-        change = Change(kind=kind, name=name, before=current, after=value)  # type: ignore[arg-type]
-        out.setdefault(change.key(), change)
-
-    for entry in catalog:
-        for iv in entry.intervention:
-            if iv.kind == "env":
-                for v in iv.values:
-                    add("env", iv.names[0], v)
-                continue
-            name = next((n for n in iv.names if flags.has(n)), None)
-            if name is None:
-                continue
-            for v in iv.values:
-                add("flag", name, v)
-            spec = flags.resolve(name)
-            if spec.choices:
-                for choice in spec.choices:
-                    if not _OTHER_VENDORS.search(choice):
-                        add("flag", name, choice)
-            elif not spec.takes_value:
-                add("flag", name, True)
-    # The baseline's own explicit settings: each removed, and every other choice of a flag with choices
-    # (not where it runs and what it loads: knowledge/served.toml's "place" settings; one that defines
-    # what is served may be tried, as the agent may, but is never a root fix).
-    served = served_settings()
-    for name in baseline.flags:
-        if flags.has(name) and served.role("flag", flags.resolve(name).name, flags) != "place":
-            removal = Change(kind="flag", name=flags.resolve(name).name, before=baseline.flags[name], after=None)
-            out.setdefault(removal.key(), removal)
-            for choice in flags.resolve(name).choices or ():
-                if not _OTHER_VENDORS.search(choice):
-                    add("flag", name, choice)
-    for name, value in baseline.env.items():
-        if served.role("env", name) != "place":
-            removal = Change(kind="env", name=name, before=value, after=None)
-            out.setdefault(removal.key(), removal)
-    for f in findings:
-        for name, value in f.flags.items():
-            if flags.has(name) and served.role("flag", flags.resolve(name).name, flags) is None:
-                add("flag", name, value)
-        for name, value in f.env.items():
-            if name not in served.env:
-                add("env", name, value)
-    return sorted(out.values(), key=lambda c: c.key())
-
-
-#: Launches a random search may spend on one seed (baseline included) before it gives up; None: until a
-#: change works or every plausible change was tried.
-RANDOM_MAX_LAUNCHES: int | None = None  # no cap by default
-
-
-def run_random(
-    world: BenchWorld,
-    cache: LaunchCache,
-    changes: list[Change],
-    *,
-    seeds: int,
-    max_launches: int | None = RANDOM_MAX_LAUNCHES,
-) -> MethodResult:
-    """Uniform one-change search without replacement until the probes pass (at most ``max_launches``
-    launches per seed, baseline included).
-
-    On a deterministic world without a launch cap the figures are the exact expectation over every
-    order (``random_expectation``: every plausible change is launched once, through the cache); the
-    ``seeds`` seeded orders are still run and listed. On a flaky world they are the mean over ``seeds``.
-    ``extra["success_rate"]`` is the share of orders (or seeds) that found a correct fix,
-    ``extra["success_launches"]`` their mean launches (None when none did) and ``extra["estimate"]``
-    says which of the two the figures are.
-    """
-    base = world.case.baseline
-    runs: list[MethodResult] = []
-    for s in range(seeds):
-        rng = random.Random(f"random:{world.name}:{s}")
-        order = list(changes)
-        rng.shuffle(order)
-        records = [cache.run(base)]
-        fix: Change | None = None
-        budget = order if max_launches is None else order[: max(max_launches - 1, 0)]
-        for change in budget if not records[0].ok else []:  # a baseline that served: nothing to fix
-            rec = cache.run(base.apply(change))
-            records.append(rec)
-            if rec.ok:
-                fix = change
-                break
-        status = "found a working change" if fix else f"no working change in {count(len(records), 'launch')}"
-        runs.append(_summary("random", world, records, fix, status))
-    seeded = {
-        "seed_mean_launches": round(statistics.fmean(r.launches for r in runs), 2),
-        "seed_success_rate": round(sum(r.correct for r in runs) / len(runs), 3),
-    }
-    listed = [
-        {"seed": i, "launches": r.launches, "found": r.found, "correct": r.correct} for i, r in enumerate(runs)
-    ]
-    common: dict[str, Any] = {
-        "seeds": seeds,
-        "plausible_changes": len(changes),
-        **seeded,
-    }
-    if cache.enabled and max_launches is None:
-        exp = random_expectation(world, cache, changes)
-        rate, launches, host_s, wall_s = exp.rate, exp.launches, exp.host_s, exp.wall_s
-        found = f"{exp.working} of {len(changes)} changes work, {exp.correct} of them a root fix"
-        success = exp.launches if exp.correct and world.expect == "isolated" else None
-        extra = {"estimate": "exact", "working_changes": exp.working, "baseline_served": exp.launches == 1.0}
-    else:
-        rate = sum(r.correct for r in runs) / len(runs)
-        winners = [r for r in runs if r.correct and world.expect == "isolated"]
-        launches = statistics.fmean(r.launches for r in runs)
-        host_s = statistics.fmean(r.host_s for r in runs)
-        wall_s = statistics.fmean(r.wall_s for r in runs)
-        found = f"{sum(r.found is not None for r in runs)} of {seeds} seeds found a working change"
-        success = statistics.fmean(r.launches for r in winners) if winners else None
-        extra = {"estimate": "seeds"}
-    return MethodResult(
-        method="random",
-        correct=rate > 0.5,
-        correct_rate=rate,
-        launches=launches,
-        host_s=host_s,
-        wall_s=wall_s,
-        found=found,
-        status=f"{len(changes)} plausible changes",
-        runs=listed,
-        wrong_isolated=sum(r.wrong_isolated for r in runs),
-        extra={
-            **common,
-            **extra,
-            "real_launches": cache.real,
-            "success_rate": round(rate, 3),
-            "success_launches": success,
-        },
-    )
-
-
-@dataclass
-class RandomExpectation:
-    """Random one-change search's exact expectation on a deterministic world (see ``random_expectation``)."""
-
-    launches: float  # expected launches, baseline included
-    host_s: float
-    wall_s: float
-    working: int  # plausible changes that make the probes pass
-    correct: int  # of those, the ones the world's truth calls a root fix
-    rate: float  # P(the first working change found is a root fix)
-
-
-def random_expectation(world: BenchWorld, cache: LaunchCache, changes: list[Change]) -> RandomExpectation:
-    """The exact expectation of uniform one-change search without replacement over ``changes``.
-
-    Every change is launched once (through ``cache``). With N changes of which k work, the search stops
-    at the first working one of a uniformly random order: each failing change comes before every
-    working one with probability 1/(k+1), so E[launches] = 1 + (N+1)/(k+1) (the baseline is the 1), and
-    each working change is the one found with probability 1/k. Which working change is found does not
-    depend on where it stands, so the launches of the orders that end on a root fix have the same
-    mean. With k = 0 every change is launched: 1 + N. A baseline that serves ends after one launch.
-    """
-    base = world.case.baseline
-    base_rec = cache.run(base)
-    if base_rec.ok:
-        ok = score_run(world, "not_reproduced", None, base).correct
-        return RandomExpectation(1.0, base_rec.host_s, base_rec.wall_s, 0, 0, 1.0 if ok else 0.0)
-    recs = [(c, cache.run(base.apply(c))) for c in changes]
-    working = [(c, r) for c, r in recs if r.ok]
-    failing = [r for _c, r in recs if not r.ok]
-    n, k = len(changes), len(working)
-    if k == 0:
-        return RandomExpectation(
-            1.0 + n,
-            base_rec.host_s + sum(r.host_s for _c, r in recs),
-            base_rec.wall_s + sum(r.wall_s for _c, r in recs),
-            0, 0, 1.0 if score_run(world, "not_isolated", None, base).correct else 0.0,
-        )
-    correct = sum(
-        score_run(world, "isolated", (c.kind, c.name, c.after), base.apply(c)).correct
-        for c, _r in working
-    )
-
-    def expected(cost: Callable[[LaunchRecord], float]) -> float:
-        return (
-            cost(base_rec)
-            + sum(cost(r) for r in failing) / (k + 1)
-            + sum(cost(r) for _c, r in working) / k
-        )
-
-    return RandomExpectation(
-        1.0 + (n + 1) / (k + 1), expected(lambda r: r.host_s), expected(lambda r: r.wall_s), k, correct, correct / k
-    )
-
 
 # ----------------------------------------------------------------------------------------------- human
 
@@ -533,7 +222,7 @@ def run_human(
         if rec.ok:
             fix = change
             break
-    return _summary("human", world, records, fix, "the motivating session's order")
+    return summarize("human", world, records, fix, "the motivating session's order")
 
 
 # ----------------------------------------------------------------------------------------------- ddmin
@@ -606,10 +295,30 @@ def run_ddmin(
     items = list(range(len(diffs)))
     title = finding.title[:60]
     if not passes(items):
-        res = _summary("ddmin", world, records, None, f"the known-good settings ('{title}') do not fix it")
+        res = summarize("ddmin", world, records, None, f"the known-good settings ('{title}') do not fix it")
         res.correct = False
         res.extra = {"finding": finding.title, "differences": [d.describe() for d in diffs]}
         return res
+    items = _ddmin(items, passes)
+    minimal = [diffs[i] for i in items]
+    fix = minimal[0] if len(minimal) == 1 else None
+    res = summarize(
+        "ddmin", world, records, fix, f"minimal subset of {len(diffs)} differences: {len(minimal)} change(s)"
+    )
+    if fix is None:
+        res.correct = False
+        res.found = " + ".join(describe_change(c.kind, c.name, c.after) for c in minimal)
+    res.extra = {
+        "finding": finding.title,
+        "differences": [d.describe() for d in diffs],
+        "minimal": [d.describe() for d in minimal],
+        "fix_in_truth": bool(fix and matching_fix(world, fix.kind, fix.name, fix.after)),
+    }
+    return res
+
+
+def _ddmin(items: list[int], passes: Callable[[list[int]], bool]) -> list[int]:
+    """Zeller's ddmin: a 1-minimal subset of `items` (which pass) that still passes."""
     n = 2
     while len(items) >= 2:
         chunks = [items[i * len(items) // n : (i + 1) * len(items) // n] for i in range(n)]
@@ -628,18 +337,4 @@ def run_ddmin(
                 if n >= len(items):
                     break
                 n = min(2 * n, len(items))
-    minimal = [diffs[i] for i in items]
-    fix = minimal[0] if len(minimal) == 1 else None
-    res = _summary(
-        "ddmin", world, records, fix, f"minimal subset of {len(diffs)} differences: {len(minimal)} change(s)"
-    )
-    if fix is None:
-        res.correct = False
-        res.found = " + ".join(_describe(c.kind, c.name, c.after) for c in minimal)
-    res.extra = {
-        "finding": finding.title,
-        "differences": [d.describe() for d in diffs],
-        "minimal": [d.describe() for d in minimal],
-        "fix_in_truth": bool(fix and matching_fix(world, fix.kind, fix.name, fix.after)),
-    }
-    return res
+    return items

@@ -82,10 +82,12 @@ def _jobs_at_once(events: list[dict[str, Any]]) -> int:
     return most
 
 
-def run_one(
+def _hypoloop_run(
     world: BenchWorld, n: int, *, partition: str, env: dict[str, str], time_scale: float
-) -> ParallelRun:
-    """``hypoloop run`` of `world` with ``--parallel n`` over Slurm, scored."""
+) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
+    """Run ``hypoloop run --parallel n --host slurm://partition`` on `world` in a fresh home; returns its
+    result line, its transcript's events and the wall seconds it took. Raises RuntimeError when it
+    printed no result."""
     with tempfile.TemporaryDirectory(prefix="hl-par-") as tmp:
         run_env = {
             **env,
@@ -124,6 +126,14 @@ def run_one(
             raise RuntimeError(f"{world.name} --parallel {n}: no result (exit {r.returncode}): {tail}")
         result = json.loads(lines[-1])
         events = [e.model_dump() for e in read_transcript(Path(result["transcript"]))]
+    return result, events, wall
+
+
+def run_one(
+    world: BenchWorld, n: int, *, partition: str, env: dict[str, str], time_scale: float
+) -> ParallelRun:
+    """``hypoloop run`` of `world` with ``--parallel n`` over Slurm, scored."""
+    result, events, wall = _hypoloop_run(world, n, partition=partition, env=env, time_scale=time_scale)
     fix = (result.get("root_cause") or {}).get("fix")
     if world.expect == "not_isolated":
         correct = result["status"] == "not_isolated"
@@ -172,7 +182,26 @@ def summarize(runs: list[ParallelRun]) -> list[dict[str, Any]]:
     return out
 
 
+def _print_summary(summary: list[dict[str, Any]]) -> None:
+    """The people's summary: each world's speed-up and extra launches per N, then the means per N."""
+    print()
+    for s in summary:
+        print(
+            f"{s['world']:30} N={s['parallel']}  speed-up x{s['speedup']}  extra launches {s['extra_launches']:+d}  "
+            f"extra GPU-host-s {s['extra_host_s']:+.0f}  {'both right' if s['both_correct'] else 'an answer was wrong'}"
+        )
+    for n in sorted({s["parallel"] for s in summary}):
+        rows = [s for s in summary if s["parallel"] == n and s["speedup"]]
+        if rows:
+            mean = sum(s["speedup"] for s in rows) / len(rows)
+            extra = sum(s["extra_launches"] for s in rows) / len(rows)
+            print(
+                f"N={n}: mean speed-up x{mean:.2f}, mean extra launches {extra:+.1f} over {len(rows)} worlds"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m bench.parallel``: 0 when the runs finished, 2 for bad arguments or no Slurm."""
     ap = argparse.ArgumentParser(prog="python -m bench.parallel", description=__doc__.split("\n\n")[0])
     ap.add_argument("--worlds", nargs="*", help="lab worlds (default: all)")
     ap.add_argument("--parallel", nargs="*", type=int, default=[1, 2, 4], help="values of N (default 1 2 4)")
@@ -223,20 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             json.dumps({"time_scale": args.time_scale, "runs": [asdict(r) for r in runs], "summary": summary})
         )
         return 0
-    print()
-    for s in summary:
-        print(
-            f"{s['world']:30} N={s['parallel']}  speed-up x{s['speedup']}  extra launches {s['extra_launches']:+d}  "
-            f"extra GPU-host-s {s['extra_host_s']:+.0f}  {'both right' if s['both_correct'] else 'an answer was wrong'}"
-        )
-    for n in sorted({s["parallel"] for s in summary}):
-        rows = [s for s in summary if s["parallel"] == n and s["speedup"]]
-        if rows:
-            mean = sum(s["speedup"] for s in rows) / len(rows)
-            extra = sum(s["extra_launches"] for s in rows) / len(rows)
-            print(
-                f"N={n}: mean speed-up x{mean:.2f}, mean extra launches {extra:+.1f} over {len(rows)} worlds"
-            )
+    _print_summary(summary)
     return 0
 
 

@@ -19,10 +19,14 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.domain.case import Case, load_case
-from lab.world import Truth, WorldError, _Ctx, _parse_truth
+from lab.world import Truth, WorldError
+from lab.world_tables import FileContext, parse_truth
+
+if TYPE_CHECKING:
+    from bench.method_result import MethodResult
 
 REAL_DIR = Path(__file__).resolve().parent / "real"
 #: In a real case file, the folder of the real-engine bed.
@@ -104,7 +108,7 @@ def load_truth(path: Path) -> Truth:
     if "truth" not in data:
         raise ValueError(f"{path}: expected a [truth] table")
     try:
-        truth = _parse_truth(_Ctx(path), data["truth"])
+        truth = parse_truth(FileContext(path), data["truth"])
     except WorldError as exc:
         raise ValueError(str(exc)) from None
     assert truth is not None
@@ -178,11 +182,7 @@ def run_real(
     ``wall_s``. Raises ValueError for an unknown case name or a bed that is not built (one line).
     """
     from agent.planning.catalog import load_catalog
-    from bench.launcher import Launcher
-    from bench.methods import LaunchCache, plausible_changes, run_agent, run_random
-    from tools.flags import load_catalog as load_flag_catalog
-    from tools.host import expand_argv
-    from tools.knowledge import read_findings
+    from bench.methods import run_agent
     from tools.signatures import load_signatures
 
     say = progress or (lambda _msg: None)
@@ -206,25 +206,9 @@ def run_real(
                 row["methods"]["agent"] = r.as_json()
                 say(f"{case.name}: agent: {r.status}, {r.found}, {r.launches:g} launches, {r.wall_s:.0f} s")
             if "random" in methods:
-                launcher = Launcher(case.case, sigs, workdir / "launches" / case.name)
-                try:
-                    flags = load_flag_catalog(
-                        launcher.host, expand_argv(case.case.launcher.argv, launcher.host),
-                        cache_dir=workdir / "flag-cache", version=None,
-                    )
-                    findings = [
-                        f for p in case.case.knowledge for f in read_findings(case.case.resolve_path(p))
-                        if f.outcome == "works"
-                    ]
-                    changes = plausible_changes(case.case.baseline, catalog, flags, findings)
-                    say(f"{case.name}: random over {len(changes)} plausible changes, at most "
-                        f"{case.max_launches} launches, {seeds} seed(s)")
-                    cache = LaunchCache(launcher, enabled=True, seed_env=dict)
-                    r = run_random(case, cache, changes, seeds=seeds, max_launches=case.max_launches)  # type: ignore[arg-type]
-                    row["methods"]["random"] = r.as_json()
-                    say(f"{case.name}: random: {r.status}, {r.launches:g} launches")
-                finally:
-                    launcher.close()
+                r = _random_on_case(case, (catalog, sigs), workdir, seeds, say)
+                row["methods"]["random"] = r.as_json()
+                say(f"{case.name}: random: {r.status}, {r.launches:g} launches")
             out.append(row)
     finally:
         if saved is None:
@@ -232,3 +216,35 @@ def run_real(
         else:
             os.environ["HYPOLOOP_HOME"] = saved
     return {"bed": str(bed_root()), "cases": out, "wall_s": round(time.monotonic() - t0, 1)}
+
+
+def _random_on_case(
+    case: RealCase, knowledge: tuple[Any, Any], workdir: Path, seeds: int, say: Callable[[str], None]
+) -> MethodResult:
+    """The random one-change baseline on one real case (`knowledge`: the hypothesis catalog and the
+    signatures), at most the case's launch budget per seed."""
+    from bench.launcher import Launcher
+    from bench.method_result import LaunchCache
+    from bench.random_search import plausible_changes, run_random
+    from tools.flags import load_catalog as load_flag_catalog
+    from tools.host import expand_argv
+    from tools.knowledge import read_findings
+
+    catalog, sigs = knowledge
+    launcher = Launcher(case.case, sigs, workdir / "launches" / case.name)
+    try:
+        flags = load_flag_catalog(
+            launcher.host, expand_argv(case.case.launcher.argv, launcher.host),
+            cache_dir=workdir / "flag-cache", version=None,
+        )
+        findings = [
+            f for p in case.case.knowledge for f in read_findings(case.case.resolve_path(p))
+            if f.outcome == "works"
+        ]
+        changes = plausible_changes(case.case.baseline, catalog, flags, findings)
+        say(f"{case.name}: random over {len(changes)} plausible changes, at most "
+            f"{case.max_launches} launches, {seeds} seed(s)")
+        cache = LaunchCache(launcher, enabled=True, seed_env=dict)
+        return run_random(case, cache, changes, seeds=seeds, max_launches=case.max_launches)  # type: ignore[arg-type]
+    finally:
+        launcher.close()

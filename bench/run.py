@@ -18,15 +18,9 @@ from agent.domain.knowledge_dir import knowledge_dir, use_knowledge
 from agent.planning.catalog import load_catalog
 from agent.review.wording import count
 from bench.launcher import Launcher
-from bench.methods import (
-    LaunchCache,
-    MethodResult,
-    plausible_changes,
-    run_agent,
-    run_ddmin,
-    run_human,
-    run_random,
-)
+from bench.method_result import LaunchCache, MethodResult
+from bench.methods import run_agent, run_ddmin, run_human
+from bench.random_search import plausible_changes, run_random
 from bench.worlds import BenchWorld, discover
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import expand_argv
@@ -253,22 +247,7 @@ def _run_world(
     empty_knowledge: Path | None = None,
 ) -> WorldResult:
     out = WorldResult(world=w.name, expect=w.expect)
-    if "agent" in methods:
-        say(f"{w.name}: agent")
-        out.methods["agent"] = r = run_agent(
-            w, transcripts=root / "transcripts", seed=f"bench:{w.name}:agent"
-        )
-        say(f"{w.name}: agent: {r.status}, {r.found}, {count(r.launches, 'launch', fmt='g')}, {r.wall_s:.1f} s")
-    if "agent-empty" in methods and empty_knowledge is not None:
-        say(f"{w.name}: agent, empty catalog")
-        out.methods["agent-empty"] = r = run_agent(
-            w,
-            transcripts=root / "transcripts-empty",
-            seed=f"bench:{w.name}:agent",
-            knowledge=empty_knowledge,
-            method="agent-empty",
-        )
-        say(f"{w.name}: agent, empty catalog: {r.status}, {r.found}, {count(r.launches, 'launch', fmt='g')}")
+    out.methods.update(_run_agents(w, root, methods, say, empty_knowledge))
     launcher = Launcher(w.case, sigs, root / "launches" / w.name)
     counter = iter(range(1_000_000))
 
@@ -307,64 +286,37 @@ def _run_world(
     return out
 
 
+def _run_agents(
+    w: BenchWorld, root: Path, methods: tuple[str, ...], say: Callable[[str], None], empty_knowledge: Path | None
+) -> dict[str, MethodResult]:
+    """The agent's run on one world (method "agent") and, with an empty-catalog knowledge folder, its
+    ablation ("agent-empty"), as `methods` asks."""
+    out: dict[str, MethodResult] = {}
+    if "agent" in methods:
+        say(f"{w.name}: agent")
+        out["agent"] = r = run_agent(
+            w, transcripts=root / "transcripts", seed=f"bench:{w.name}:agent"
+        )
+        say(f"{w.name}: agent: {r.status}, {r.found}, {count(r.launches, 'launch', fmt='g')}, {r.wall_s:.1f} s")
+    if "agent-empty" in methods and empty_knowledge is not None:
+        say(f"{w.name}: agent, empty catalog")
+        out["agent-empty"] = r = run_agent(
+            w,
+            transcripts=root / "transcripts-empty",
+            seed=f"bench:{w.name}:agent",
+            knowledge=empty_knowledge,
+            method="agent-empty",
+        )
+        say(f"{w.name}: agent, empty catalog: {r.status}, {r.found}, {count(r.launches, 'launch', fmt='g')}")
+    return out
+
+
 def _aggregate(results: list[WorldResult], time_scale: float, seeds: int, wall: float) -> BenchResult:
-    medians = [
-        x
-        for w in results
-        if "agent" in w.methods
-        for x in w.methods["agent"].extra["detection_delay_medians_s"]
-    ]
-    maxes = [
-        x
-        for w in results
-        if "agent" in w.methods
-        for x in w.methods["agent"].extra["detection_delay_maxes_s"]
-    ]
-    steps = [x for w in results if "agent" in w.methods for x in w.methods["agent"].extra["overhead_steps_s"]]
-    targets: list[Target] = []
+    medians = _agent_figures(results, "detection_delay_medians_s")
+    maxes = _agent_figures(results, "detection_delay_maxes_s")
+    steps = _agent_figures(results, "overhead_steps_s")
     notes: list[str] = []
-    for w in results:
-        agent, rnd, human = w.methods.get("agent"), w.methods.get("random"), w.methods.get("human")
-        if agent is not None:
-            targets.append(
-                Target(
-                    f"{w.world}: agent finds the correct root cause",
-                    "yes" if agent.correct else f"no: {agent.status}",
-                    agent.correct,
-                )
-            )
-        if agent is not None and rnd is not None and w.expect == "isolated":
-            # Efficiency counts correct runs only: the agent's, against random's successful orders.
-            won = rnd.extra.get("success_launches")
-            name = f"{w.world}: agent launches <= 1/2 of random's mean"
-            if not agent.correct:
-                targets.append(Target(name, "the agent was not correct (only correct runs count)", False))
-            elif won is None:
-                seeds = rnd.extra.get("seeds", 0)
-                never = (
-                    "no plausible change is a root fix" if rnd.extra.get("estimate") == "exact"
-                    else f"no fix in {seeds} seeds"
-                )
-                targets.append(Target(name, f"{agent.launches:g} vs random: {never}", True))
-            else:
-                targets.append(
-                    Target(
-                        name,
-                        f"{agent.launches:g} vs {won:.1f} "
-                        + ("(random's exact expectation) " if rnd.extra.get("estimate") == "exact"
-                           else "over random's successful seeds ")
-                        + f"(ratio {agent.launches / won:.2f})",
-                        agent.launches <= RANDOM_RATIO_TARGET * won,
-                    )
-                )
-        if agent is not None and human is not None:
-            targets.append(
-                Target(
-                    f"{w.world}: agent launches < the human sequence",
-                    f"{agent.launches:g} vs {human.launches:g}",
-                    agent.launches < human.launches,
-                )
-            )
+    targets = [t for w in results for t in _world_targets(w)]
     targets += _catalog_targets(results, notes)
     det_med = statistics.median(medians) if medians else None
     det_max = max(maxes) if maxes else None
@@ -398,6 +350,58 @@ def _aggregate(results: list[WorldResult], time_scale: float, seeds: int, wall: 
         targets=targets,
         notes=notes,
     )
+
+
+def _agent_figures(results: list[WorldResult], key: str) -> list[float]:
+    """The agent's per-launch (or per-step) figures `key` over every world, in world order."""
+    return [x for w in results if "agent" in w.methods for x in w.methods["agent"].extra[key]]
+
+
+def _world_targets(w: WorldResult) -> list[Target]:
+    """One world's targets: the agent correct, its launches against random's and the human sequence's."""
+    out: list[Target] = []
+    agent, rnd, human = w.methods.get("agent"), w.methods.get("random"), w.methods.get("human")
+    if agent is not None:
+        out.append(
+            Target(
+                f"{w.world}: agent finds the correct root cause",
+                "yes" if agent.correct else f"no: {agent.status}",
+                agent.correct,
+            )
+        )
+    if agent is not None and rnd is not None and w.expect == "isolated":
+        # Efficiency counts correct runs only: the agent's, against random's successful orders.
+        won = rnd.extra.get("success_launches")
+        name = f"{w.world}: agent launches <= 1/2 of random's mean"
+        if not agent.correct:
+            out.append(Target(name, "the agent was not correct (only correct runs count)", False))
+        elif won is None:
+            seeds = rnd.extra.get("seeds", 0)
+            never = (
+                "no plausible change is a root fix" if rnd.extra.get("estimate") == "exact"
+                else f"no fix in {seeds} seeds"
+            )
+            out.append(Target(name, f"{agent.launches:g} vs random: {never}", True))
+        else:
+            out.append(
+                Target(
+                    name,
+                    f"{agent.launches:g} vs {won:.1f} "
+                    + ("(random's exact expectation) " if rnd.extra.get("estimate") == "exact"
+                       else "over random's successful seeds ")
+                    + f"(ratio {agent.launches / won:.2f})",
+                    agent.launches <= RANDOM_RATIO_TARGET * won,
+                )
+            )
+    if agent is not None and human is not None:
+        out.append(
+            Target(
+                f"{w.world}: agent launches < the human sequence",
+                f"{agent.launches:g} vs {human.launches:g}",
+                agent.launches < human.launches,
+            )
+        )
+    return out
 
 
 def _catalog_targets(results: list[WorldResult], notes: list[str]) -> list[Target]:

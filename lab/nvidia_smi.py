@@ -16,9 +16,11 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from lab.model_files import ensure_model_files
-from lab.world import Hardware, WorldError, load_world_from_env
+from lab.world import WorldError, load_world_from_env
+from lab.world_types import Hardware
 
 # field -> (header unit or "", value(hw, index) -> (number-or-text, unit or ""))
 _Field = Callable[[Hardware, int], tuple[str, str]]
@@ -121,6 +123,49 @@ def table(hw: Hardware) -> str:
     return "\n".join(out) + "\n"
 
 
+@dataclass
+class _Request:
+    """What a command line asks nvidia-smi for."""
+
+    fields: list[str] | None = None  # --query-gpu
+    fmt: set[str] = field(default_factory=set)  # --format
+    ids: list[int] | None = None  # -i/--id
+    list_gpus: bool = False  # -L/--list-gpus
+    version: bool = False  # --version (the arguments after it are not read)
+
+
+def _parse_args(args: list[str]) -> _Request | None:
+    """The request of a command line, None for an argument nvidia-smi would reject (a usage error)."""
+    request = _Request()
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg.startswith("--query-gpu="):
+            request.fields = [f.strip() for f in arg.split("=", 1)[1].split(",") if f.strip()]
+        elif arg == "--query-gpu" and i + 1 < len(args):
+            i += 1
+            request.fields = [f.strip() for f in args[i].split(",") if f.strip()]
+        elif arg.startswith("--format="):
+            request.fmt = {f.strip() for f in arg.split("=", 1)[1].split(",")}
+        elif arg == "--format" and i + 1 < len(args):
+            i += 1
+            request.fmt = {f.strip() for f in args[i].split(",")}
+        elif arg.startswith("--id="):
+            request.ids = [int(x) for x in arg.split("=", 1)[1].split(",")]
+        elif arg in ("-i", "--id") and i + 1 < len(args):
+            i += 1
+            request.ids = [int(x) for x in args[i].split(",")]
+        elif arg in ("-L", "--list-gpus"):
+            request.list_gpus = True
+        elif arg == "--version":
+            request.version = True
+            return request
+        else:
+            return None
+        i += 1
+    return request
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; exit codes follow nvidia-smi (0 ok, 2 bad arguments/field), 1 if no world."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -138,44 +183,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             "latest NVIDIA driver is installed and running.",
         )
         return 9
-    fields: list[str] | None = None
-    fmt: set[str] = set()
-    ids: list[int] | None = None
-    list_gpus = False
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg.startswith("--query-gpu="):
-            fields = [f.strip() for f in arg.split("=", 1)[1].split(",") if f.strip()]
-        elif arg == "--query-gpu" and i + 1 < len(args):
-            i += 1
-            fields = [f.strip() for f in args[i].split(",") if f.strip()]
-        elif arg.startswith("--format="):
-            fmt = {f.strip() for f in arg.split("=", 1)[1].split(",")}
-        elif arg == "--format" and i + 1 < len(args):
-            i += 1
-            fmt = {f.strip() for f in args[i].split(",")}
-        elif arg.startswith("--id="):
-            ids = [int(x) for x in arg.split("=", 1)[1].split(",")]
-        elif arg in ("-i", "--id") and i + 1 < len(args):
-            i += 1
-            ids = [int(x) for x in args[i].split(",")]
-        elif arg in ("-L", "--list-gpus"):
-            list_gpus = True
-        elif arg == "--version":
-            print(
-                f"NVIDIA-SMI version  : {hw.driver_version}\nNVML version        : {hw.driver_version.split('.')[0]}."
-                f"{hw.driver_version.split('.', 1)[1]}\nDRIVER version      : {hw.driver_version}\n"
-                f"CUDA Version        : {hw.cuda_version}"
-            )
-            return 0
-        else:
-            return _usage_error()
-        i += 1
+    request = _parse_args(args)
+    if request is None:
+        return _usage_error()
+    fields, fmt, ids = request.fields, request.fmt, request.ids
+    if request.version:
+        print(
+            f"NVIDIA-SMI version  : {hw.driver_version}\nNVML version        : {hw.driver_version.split('.')[0]}."
+            f"{hw.driver_version.split('.', 1)[1]}\nDRIVER version      : {hw.driver_version}\n"
+            f"CUDA Version        : {hw.cuda_version}"
+        )
+        return 0
     if ids is not None and any(x < 0 or x >= hw.gpu_count for x in ids):
         print("No devices were found", file=sys.stderr)
         return 6
-    if list_gpus:
+    if request.list_gpus:
         for idx in ids if ids is not None else range(hw.gpu_count):
             print(f"GPU {idx}: {hw.gpu_name} (UUID: {_uuid(hw, idx)})")
         return 0

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lab import expr
-from lab.world import (
-    SITE_DIR,
+from lab.world import SITE_DIR
+from lab.world_types import (
     TEMPLATE_RE,
     Condition,
     Fault,

@@ -15,7 +15,8 @@ import pytest
 from agent.domain.models import Baseline, Change
 from agent.planning.catalog import load_catalog
 from bench.launcher import LaunchRecord
-from bench.methods import LaunchCache, plausible_changes, random_expectation
+from bench.method_result import LaunchCache
+from bench.random_search import plausible_changes, random_expectation
 from bench.run import run_bench
 from bench.worlds import discover, is_root_fix
 from tools.flags import parse_help

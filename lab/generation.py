@@ -1,0 +1,216 @@
+"""The simulated engine serving requests: prefill and decode on the world's timeline, the serving faults
+(crash, hang, dead scheduler, degenerate output) that hold for a request's batch, and the info payloads.
+
+Standard library only (the lab is also installed on remote hosts).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from lab import responder
+from lab.chance import hits_request, onset_s
+from lab.engine import Engine, exit_process
+from lab.rules import matching_faults
+from lab.world_types import Fault
+
+#: Wall seconds a decode request waits for others to join its batch, in worlds whose faults depend on
+#: `running_requests` (the simulated scheduler batches requests that arrive together).
+BATCH_WINDOW_S = 0.15
+
+
+class Generation(Engine):
+    """Generation requests and the /server_info and /model_info payloads of one launch."""
+
+    def _log_prefill(self, prompt_tokens: int, cached: int) -> None:
+        usage = prompt_tokens / max(self.max_total_num_tokens, 1)
+        thr = prompt_tokens / max(prompt_tokens / self.world.timing.prefill_tokens_per_s, 1e-3)
+        self.log.line(
+            f"Prefill batch, #new-seq: 1, #new-token: {prompt_tokens - cached}, #cached-token: {cached}, "
+            f"token usage: {usage:.2f}, #running-req: 0, #queue-req: 0, input throughput (token/s): {thr:.2f}, "
+            "cuda graph: False",
+            source="scheduler",
+        )
+
+    def generate(
+        self, prompt: str, max_new_tokens: int, temperature: float = 1.0, *, think: bool = False
+    ) -> dict[str, Any]:
+        """Simulate one generation request. May crash the process or hang, per the world's faults.
+
+        `temperature` 0 decodes greedily (argmax: NaN logits give degenerate text, never the sampler's
+        `probability tensor contains ...` assert), > 0 samples (torch.multinomial / the sampling kernels,
+        where that assert fires): SGLang 0.5.9 and 0.5.23 layers/sampler.py `Sampler.forward`
+        (`if sampling_info.is_all_greedy: torch.argmax(logits, -1)`). Faults see it as `sampled`.
+        `think`: a reasoning model's chat reply starts with its thinking.
+        Returns {"text", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "latency"}.
+        """
+        if self.state == "scheduler_dead":
+            threading.Event().wait()
+        prompt_tokens = responder.count_tokens(prompt) + 1
+        cached = 0
+        if not self.args.get("disable_radix_cache") and prompt in self.seen_prompts:
+            cached = max(prompt_tokens - 1, 0)
+        self.seen_prompts.add(prompt)
+        self._log_prefill(prompt_tokens, cached)
+        max_new_tokens = max(1, int(max_new_tokens))
+        with self.load_lock:
+            self.in_flight += 1
+        try:
+            return self._generate(prompt, max_new_tokens, prompt_tokens, cached, temperature > 0, think)
+        finally:
+            with self.load_lock:
+                self.in_flight -= 1
+
+    def _decode_faults(self, sampled: bool) -> tuple[list[Fault], int]:
+        """First-decode faults that hold for the batch this request joins, and the batch size.
+
+        In worlds with load-dependent faults the request first waits `BATCH_WINDOW_S` so requests
+        sent together share a batch, the way SGLang's scheduler batches them.
+        """
+        if self.load_sensitive:
+            time.sleep(BATCH_WINDOW_S)
+        with self.load_lock:
+            running = max(1, self.in_flight)
+            request = self.requests_seen
+            self.requests_seen += 1
+            serving_s = self.log.sim_elapsed() - self.ready_at if self.ready_at is not None else -1.0
+            self.ctx.extra["running_requests"] = running
+            self.ctx.extra["sampled"] = sampled
+            self.ctx.extra["serving_s"] = max(serving_s, 0.0)
+            faults = [
+                f
+                for f in matching_faults(self.world, self.ctx, at="first_decode")
+                if f.id not in self.dormant
+                and hits_request(f, self.seed, request)
+                and (f.per_minute <= 0 or serving_s >= onset_s(f, self.seed))
+            ]
+        return faults, running
+
+    def _generate(
+        self, prompt: str, max_new_tokens: int, prompt_tokens: int, cached: int, sampled: bool, think: bool
+    ) -> dict[str, Any]:
+        degenerate: Fault | None = None
+        running = 1
+        if max_new_tokens > 1:
+            faults, running = self._decode_faults(sampled)
+            degenerate = self._serving_faults(faults)
+        if degenerate is not None:
+            text = (
+                responder.garbage(degenerate.text, max_new_tokens)
+                if degenerate.text is not None
+                else responder.degenerate(degenerate.output, max_new_tokens)
+            )
+            truncated = True
+        else:
+            full = (responder.THINKING if think else "") + responder.answer(prompt)
+            text, truncated = responder.truncate(full, max_new_tokens)
+        completion = max(1, responder.count_tokens(text)) if degenerate is None else max_new_tokens
+        timing = self.world.timing
+        latency = (
+            prompt_tokens - cached
+        ) / timing.prefill_tokens_per_s + completion / timing.decode_tokens_per_s
+        self._decode(prompt_tokens, cached, completion, running)
+        return {
+            "text": text,
+            "finish_reason": "length" if truncated else "stop",
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "cached_tokens": cached,
+            "latency": latency,
+        }
+
+    def _serving_faults(self, faults: list[Fault]) -> Fault | None:
+        """Apply the first-decode faults of a request's batch: warnings print once; a hang, a dead
+        scheduler, a signal death or a crash never return; the first wrong_output fault is returned
+        (the reply is degenerate), None when the reply is sound."""
+        for fault in faults:
+            if fault.effect == "warning" and fault.id not in self.fired:
+                self.fired.add(fault.id)
+                self._emit_fault_lines(fault)
+        for fault in faults:
+            if fault.effect == "hang":
+                self._emit_fault_lines(fault)
+                threading.Event().wait()
+            if fault.effect == "scheduler_dead":
+                with self.decode_lock:
+                    if self.state != "scheduler_dead":
+                        self._scheduler_dead(fault)
+                threading.Event().wait()
+            if fault.effect == "signal_death":
+                with self.decode_lock:
+                    self._signal_death(fault)
+            if fault.effect == "crash_at_first_decode":
+                with self.decode_lock:
+                    self.log.sleep(1.0 / self.world.timing.decode_tokens_per_s)
+                    self._emit_fault_lines(fault)
+                    if not any("sigquit" in spec.text.lower() for spec in fault.lines):
+                        # the first request installed the running-phase handler (even the warm-up's)
+                        self._sigquit(running=True)
+                    exit_process(fault.exit_code if fault.exit_code is not None else -9)
+            if fault.effect == "wrong_output":
+                self._emit_fault_lines(fault)
+                return fault
+        return None
+
+    def _decode(self, prompt_tokens: int, cached: int, completion: int, running: int) -> None:
+        """Spend the request's prefill and decode time on the simulated clock, with a `Decode batch`
+        line every --decode-log-interval tokens (default 40)."""
+        timing = self.world.timing
+        interval = max(1, int(self.args.get("decode_log_interval") or 40))
+        step = 1.0 / timing.decode_tokens_per_s
+        self.log.sleep((prompt_tokens - cached) / timing.prefill_tokens_per_s)
+        for tok in range(1, completion + 1):
+            if tok % interval == 0:
+                self.log.sleep(step * interval)
+                self.last_gen_throughput = timing.decode_tokens_per_s
+                self.log.line(
+                    f"Decode batch, #running-req: {running}, #token: {prompt_tokens + tok}, token usage: "
+                    f"{(prompt_tokens + tok) / max(self.max_total_num_tokens, 1):.2f}, cuda graph: {self.graph_on}, "
+                    f"gen throughput (token/s): {timing.decode_tokens_per_s:.2f}, #queue-req: 0, ",
+                    source="scheduler",
+                )
+        self.log.sleep(step * (completion % interval))
+
+    # ---------------------------------------------------------------------------- info payloads
+
+    def server_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {dest: self.args.get(dest) for dest in self.world.version.dests}
+        mem = self.ctx.mem
+        info.update(
+            {
+                "max_total_num_tokens": self.max_total_num_tokens,
+                "max_req_input_len": max(self.context_len - 5, 1),
+                "internal_states": [
+                    {
+                        "attention_backend": self.args.get("attention_backend"),
+                        "chunked_prefill_size": self.args.get("chunked_prefill_size"),
+                        "max_running_requests": self.max_running_requests,
+                        "last_gen_throughput": self.last_gen_throughput,
+                        "memory_usage": {
+                            "weight": mem.get("weights_gb"),
+                            "kvcache": mem.get("kv_gb"),
+                            "token_capacity": self.max_total_num_tokens,
+                            "graph": mem.get("graph_gb", 0.0),
+                        },
+                    }
+                ],
+                "version": self.world.version.version,
+            }
+        )
+        return info
+
+    def model_info(self) -> dict[str, Any]:
+        model = self.world.model
+        return {
+            "model_path": self.args.get("model_path"),
+            "tokenizer_path": self.args.get("tokenizer_path"),
+            "is_generation": True,
+            "preferred_sampling_params": self.args.get("preferred_sampling_params"),
+            "weight_version": "default",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": model.model_type or None,
+            "architectures": [model.architecture],
+        }
