@@ -89,5 +89,5 @@ def test_the_weights_file_steers_the_rule_planner(tmp_path: Path, monkeypatch: p
 
     assert first_test() == ("env", "TRITON_PTXAS_PATH")  # the root fix before the workaround
     favoured = load_weights(_weights_file(tmp_path, "workaround_factor = 0.5", "workaround_factor = 1000.0"))
-    monkeypatch.setattr("agent.planning.planner.tunables", lambda: favoured)
+    monkeypatch.setattr("agent.planning.chooser.tunables", lambda: favoured)
     assert first_test() != ("env", "TRITON_PTXAS_PATH")  # workarounds now score above it
