@@ -102,9 +102,9 @@ def error_templates(outcome: Outcome) -> set[str]:
     ... (#).``)."""
     out = set()
     for tb in parse_tracebacks(outcome.log_excerpt):
-        if not tb.exception:
+        if not tb.exception_line:
             continue
-        t = re.sub(r"\([^()]*\)|'[^']*'|\"[^\"]*\"|`[^`]*`", "#", tb.exception)
+        t = re.sub(r"\([^()]*\)|'[^']*'|\"[^\"]*\"|`[^`]*`", "#", tb.exception_line)
         out.add(re.sub(r"\d+(?:\.\d+)?", "#", t)[:200])
     return out
 
@@ -113,9 +113,9 @@ def exception_keys(outcome: Outcome) -> set[str]:
     """The exception lines of an outcome's tracebacks with numbers blanked (``RuntimeError: size #``),
     so the same error with other figures is the same error."""
     return {
-        re.sub(r"\d+(?:\.\d+)?", "#", tb.exception)[:160]
+        re.sub(r"\d+(?:\.\d+)?", "#", tb.exception_line)[:160]
         for tb in parse_tracebacks(outcome.log_excerpt)
-        if tb.exception
+        if tb.exception_line
     }
 
 
@@ -154,14 +154,14 @@ def import_time_failure(outcome: Outcome) -> str | None:
     if reading is not None and reading.leads:
         return None
     for tb in parse_tracebacks(outcome.log_excerpt):
-        if tb.exception_type.rsplit(".", 1)[-1] not in ("ImportError", "ModuleNotFoundError"):
+        if (tb.exception or "").rsplit(".", 1)[-1] not in ("ImportError", "ModuleNotFoundError"):
             continue
         if not any(f.function == "<module>" for f in tb.frames):
             continue
         if reading is not None and reading.missing is not None:
             return reading.missing.package
         pkgs = [f.package for f in tb.frames if f.package and f.package != "sglang"]
-        return pkgs[-1] if pkgs else "a module"
+        return pkgs[0] if pkgs else "a module"
     return None
 
 

@@ -242,29 +242,29 @@ def raise_site(inp: GeneratorInput) -> RaiseSite | None:
     """The innermost SGLang frame of the last traceback in the failing run's log, or None when no
     traceback passes through SGLang (then nothing points anywhere in particular)."""
     for tb in reversed(inp.evidence.tracebacks):
-        fr = next((f for f in reversed(tb.frames) if f.package == "sglang" and f.module), None)
+        fr = next((f for f in tb.frames if f.package == "sglang" and f.module), None)
         if fr is None or fr.module is None:
             continue
         module = fr.module
         words = stems(module.rsplit(".", 1)[-1]) | stems(fr.function or "")
         if fr.code:
             words |= stems(re.sub(r"\W+", " ", fr.code))
-        return RaiseSite(where=f"{module}.{fr.function}", words=words, line=tb.log_line)
+        return RaiseSite(where=f"{module}.{fr.function}", words=words, line=tb.start_line)
     return None
 
 
 def implicated(inp: GeneratorInput) -> Implicated:
     """Read the tracebacks of the failing run (innermost first) into an ``Implicated``."""
     imp = Implicated()
-    errors = [tb.exception for tb in inp.evidence.tracebacks if tb.exception]
+    errors = [tb.exception_line for tb in inp.evidence.tracebacks if tb.exception_line]
     for tb in reversed(inp.evidence.tracebacks):
         first_sglang = True
-        for fr in reversed(tb.frames):
+        for fr in tb.frames:
             if fr.package and fr.package not in NOT_KERNELS:
                 if norm(fr.package) not in imp.packages:
                     imp.packages[norm(fr.package)] = fr.package
                     imp.why.append(f"the traceback passes through {fr.package} ({fr.module}.{fr.function})")
-                    imp.lines.append(tb.log_line)
+                    imp.lines.append(tb.start_line)
             if fr.package == "sglang" and fr.module:
                 parts = fr.module.split(".")[2:] if fr.module.startswith("sglang.srt.") else fr.module.split(".")[1:]
                 folders = stems(" ".join(parts[:-1]))
@@ -285,7 +285,7 @@ def implicated(inp: GeneratorInput) -> Implicated:
                 if first_sglang:
                     imp.innermost_words |= words
                     imp.why.append(f"the innermost SGLang frame is {fr.module}.{fr.function}")
-                    imp.lines.append(tb.log_line)
+                    imp.lines.append(tb.start_line)
                     first_sglang = False
     for e in errors[-2:]:
         words = stems(e.split(":", 1)[1] if ":" in e else e)

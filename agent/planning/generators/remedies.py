@@ -89,7 +89,7 @@ def _round_up(value: float, step: float = 0.01) -> str:
 def remedies_in(inp: GeneratorInput) -> list[Remedy]:
     """(id, intervention, kind, line, description) for every remedy named in the kept log lines."""
     ev = inp.evidence
-    exceptions = {tb.exception for tb in ev.tracebacks}
+    exceptions = {tb.exception_line for tb in ev.tracebacks}
     found: list[Remedy] = []
     for ll, kind in _where(ev.log, exceptions):
         text = ll.text
@@ -199,7 +199,7 @@ def left_out(inp: GeneratorInput) -> list[str]:
     """Why each value an error text names for a variable was not proposed, or was replaced by one
     derived for this host (``agent.planning.values.fit_cpu_list``): one sentence each, for the user."""
     out: list[str] = []
-    for ll, _kind in _where(inp.evidence.log, {tb.exception for tb in inp.evidence.tracebacks}):
+    for ll, _kind in _where(inp.evidence.log, {tb.exception_line for tb in inp.evidence.tracebacks}):
         for m in _ENV.finditer(ll.text):
             raw = str(_no_full_stop(m.group("value")))
             value, why = fit_cpu_list(raw, _sentence_of(ll.text, m.start()), cpu_count=_cpu_count(inp),
@@ -225,7 +225,7 @@ _NEGATED = re.compile(r"\b(?:no|not|none of|neither|unavailable|missing|unsuppor
 
 def _error_lines(inp: GeneratorInput) -> list[LogLine]:
     """The log lines that state the failure: exception lines of the tracebacks and fatal/error lines."""
-    exceptions = {tb.exception.strip() for tb in inp.evidence.tracebacks if tb.exception}
+    exceptions = {tb.exception_line.strip() for tb in inp.evidence.tracebacks if tb.exception_line}
     out = []
     for ll in inp.evidence.log:
         t = ll.text.strip()
