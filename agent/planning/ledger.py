@@ -40,7 +40,7 @@ class LedgerBook(FlagMatcher):
     _case: Case | None
     _checkpoint: dict[str, str]
 
-    def _generator_input(
+    def generator_input(
         self, view: PlannerView, outcome: Outcome, config: Baseline
     ) -> GeneratorInput:
         """What the generators see of one failing launch: its evidence, the run so far up to it, the
@@ -80,7 +80,7 @@ class LedgerBook(FlagMatcher):
         multiplies the weight of the new candidates that already make the same change, and is added on
         its own only when none does.
         """
-        inp = self._generator_input(view, outcome, config or view.case.baseline)
+        inp = self.generator_input(view, outcome, config or view.case.baseline)
         new: dict[str, Candidate] = {}
         supporting: list[Candidate] = []
         for gen in self.generators:
