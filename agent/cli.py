@@ -847,7 +847,7 @@ def _analyze(
     _print_log_advice(console, outcome, proposal, suggestions, text, ranked, catalog)
     from agent.planning.generators.remedies import left_out
 
-    unfit = left_out(planner._generator_input(view, outcome, c.baseline))
+    unfit = left_out(planner.generator_input(view, outcome, c.baseline))
     if unfit:  # an error's example for another machine is never proposed as read: say what became of it
         console.print("\n[bold]values checked against this host[/]")
         for why in unfit:

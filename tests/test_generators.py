@@ -142,11 +142,12 @@ def test_traceback_frames_name_their_package_and_module() -> None:
     tbs = parse_tracebacks(excerpt_of_text(IMPORT_ERROR))
     assert len(tbs) == 1
     tb = tbs[0]
-    assert tb.exception_type == "ImportError"
-    assert [f.package for f in tb.frames] == ["sglang", "sgl_kernel", "sgl_kernel"]
-    assert tb.frames[0].module == "sglang.srt.layers.attention.merge_state"
-    assert tb.innermost is not None and tb.innermost.function == "_load_architecture_specific_ops"
-    assert tb.frames[0].code == "from sgl_kernel import merge_state_v2"
+    assert tb.exception == "ImportError"
+    # one frame model (tools.tracebacks) for the agent and the tools: innermost first
+    assert [f.package for f in tb.frames] == ["sgl_kernel", "sgl_kernel", "sglang"]
+    assert tb.frames[-1].module == "sglang.srt.layers.attention.merge_state"
+    assert tb.innermost is tb.frames[0] and tb.innermost.function == "_load_architecture_specific_ops"
+    assert tb.frames[-1].code == "from sgl_kernel import merge_state_v2"
 
 
 def test_server_args_line_gives_every_effective_setting() -> None:

@@ -191,7 +191,7 @@ def test_a_module_the_server_imports_is_evidence_not_a_missing_launcher() -> Non
     """Only the launcher's own module (or script, or exit status 127) is the host's failure; a module the
     server fails to import is the deployment's."""
     def lines(*texts: str) -> list[LogLine]:
-        return [LogLine(lineno=i + 1, text=t, seen_monotonic=0.0) for i, t in enumerate(texts)]
+        return [LogLine(line=i + 1, text=t, seen_monotonic=0.0) for i, t in enumerate(texts)]
 
     argv = ["/venv/bin/python", "-m", "sglang.launch_server", "--port", "30000"]
     assert launcher_missing(argv, lines("/venv/bin/python: No module named sglang.launch_server"), 1)

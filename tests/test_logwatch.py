@@ -35,11 +35,11 @@ def test_returns_only_complete_lines_and_keeps_the_partial_tail(tmp_path: Path) 
     assert w.poll() == []  # file does not exist yet
     _append(log, b"first line\nsecond li")
     lines = w.poll()
-    assert [(x.lineno, x.text) for x in lines] == [(1, "first line")]
+    assert [(x.line, x.text) for x in lines] == [(1, "first line")]
     assert w.offset == len(b"first line\n")
     assert w.poll() == []
     _append(log, b"ne\nthird\n")
-    assert [(x.lineno, x.text) for x in w.poll()] == [(2, "second line"), (3, "third")]
+    assert [(x.line, x.text) for x in w.poll()] == [(2, "second line"), (3, "third")]
     assert w.lines_read == 3
     assert w.offset == log.stat().st_size
 
@@ -50,7 +50,7 @@ def test_reads_incrementally_by_byte_offset_never_from_the_start_again(tmp_path:
     w = LogWatcher(host, str(log))
     for i in range(50):
         _append(log, f"line {i}\n".encode())
-        assert [x.lineno for x in w.poll()] == [i + 1]
+        assert [x.line for x in w.poll()] == [i + 1]
     data_reads = [(offset, n) for offset, n in host.reads if n]
     assert len(data_reads) == 50
     position = 0
@@ -65,7 +65,7 @@ def test_start_offset_skips_existing_content(tmp_path: Path) -> None:
     log.write_bytes(b"old 1\nold 2\n")
     w = LogWatcher(LocalHost(), str(log), start_offset=log.stat().st_size)
     _append(log, b"new\n")
-    assert [(x.lineno, x.text) for x in w.poll()] == [(1, "new")]
+    assert [(x.line, x.text) for x in w.poll()] == [(1, "new")]
 
 
 def test_strips_crlf_and_replaces_invalid_utf8(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_flush_returns_the_unterminated_last_line(tmp_path: Path) -> None:
     _append(log, b"one\ntwo without newline")
     w = LogWatcher(LocalHost(), str(log))
     assert [x.text for x in w.poll()] == ["one"]
-    assert [(x.lineno, x.text) for x in w.flush()] == [(2, "two without newline")]
+    assert [(x.line, x.text) for x in w.flush()] == [(2, "two without newline")]
     assert w.flush() == []
 
 
@@ -94,7 +94,7 @@ def test_an_overlong_line_is_one_cut_record_and_the_rest_is_read_past(tmp_path: 
     _append(log, b"y" * 30)
     assert w.poll() == []
     _append(log, b"\nnext\n")
-    assert [(x.lineno, x.text) for x in w.poll()] == [(2, "next")]
+    assert [(x.line, x.text) for x in w.poll()] == [(2, "next")]
     assert w.offset == log.stat().st_size
 
 
@@ -143,9 +143,9 @@ def test_tqdm_redraws_on_one_physical_line_are_records_of_their_own(tmp_path: Pa
     log = tmp_path / "server.log"
     w = LogWatcher(LocalHost(), str(log))
     _append(log, b"before\n\rLoading 0% 0/4\rLoading 25% 1/4\r")
-    assert [(x.lineno, x.text) for x in w.poll()] == [(1, "before"), (2, "Loading 0% 0/4"), (2, "Loading 25% 1/4")]
+    assert [(x.line, x.text) for x in w.poll()] == [(1, "before"), (2, "Loading 0% 0/4"), (2, "Loading 25% 1/4")]
     _append(log, b"\nafter\r\n")  # the "\n" of a "\r\n" split across two reads ends the same line
-    assert [(x.lineno, x.text) for x in w.poll()] == [(3, "after")]
+    assert [(x.line, x.text) for x in w.poll()] == [(3, "after")]
     assert w.lines_read == 3 and w.offset == log.stat().st_size
 
 
@@ -156,5 +156,18 @@ def test_scan_text_splits_records_like_the_watcher(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     _append(log, data.encode())
     w = LogWatcher(LocalHost(), str(log))
-    live = [(x.lineno, x.text) for x in w.flush()]
+    live = [(x.line, x.text) for x in w.flush()]
     assert live == split_records(data) == [(1, "a"), (2, "bar 1"), (2, "bar 2"), (3, ""), (4, "last")]
+
+
+def test_one_log_line_model_and_the_transcript_keeps_line_and_text(tmp_path: Path) -> None:
+    """The line a watcher reads is the line an outcome keeps as evidence; its read time is not written."""
+    from agent.domain.models import LogLine as KeptLine
+    from agent.domain.models import Outcome
+
+    log = tmp_path / "server.log"
+    log.write_text("first line\n")
+    (read,) = LogWatcher(LocalHost(), str(log)).poll()
+    assert isinstance(read, KeptLine) and read.seen_monotonic > 0
+    out = Outcome(experiment_id="e", stage="ok", log_excerpt=[read])
+    assert out.model_dump(mode="json")["log_excerpt"] == [{"line": 1, "text": "first line"}]

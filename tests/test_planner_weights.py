@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from test_planner import _history, _ptxas_baseline
 
+from agent.domain.knowledge_dir import use_knowledge
 from agent.planning.weights import PlannerWeightsError, default_weights_path, load_weights
 
 
@@ -76,7 +77,7 @@ def test_the_cli_refuses_a_bad_weights_file_without_a_traceback(tmp_path: Path) 
     assert "planner.toml: field 'choice.workaround_factor'" in r.stderr
 
 
-def test_the_weights_file_steers_the_rule_planner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_weights_file_of_the_knowledge_folder_steers_the_rule_planner(tmp_path: Path) -> None:
     def first_test() -> tuple[str, str]:
         h = _history(
             model={"path": "Qwen/Qwen3-8B", "features": ["dense"]},
@@ -88,6 +89,8 @@ def test_the_weights_file_steers_the_rule_planner(tmp_path: Path, monkeypatch: p
         return exp.change.kind, exp.change.name
 
     assert first_test() == ("env", "TRITON_PTXAS_PATH")  # the root fix before the workaround
-    favoured = load_weights(_weights_file(tmp_path, "workaround_factor = 0.5", "workaround_factor = 1000.0"))
-    monkeypatch.setattr("agent.planning.planner.tunables", lambda: favoured)
-    assert first_test() != ("env", "TRITON_PTXAS_PATH")  # workarounds now score above it
+    # a knowledge folder (--knowledge) whose planner.toml favours workarounds; its other files fall back
+    _weights_file(tmp_path, "workaround_factor = 0.5", "workaround_factor = 1000.0")
+    with use_knowledge(tmp_path):
+        assert first_test() != ("env", "TRITON_PTXAS_PATH")  # workarounds now score above it
+    assert first_test() == ("env", "TRITON_PTXAS_PATH")

@@ -68,7 +68,7 @@ class _Clock:
 def _feed(p: LoadProgress, clock: _Clock, lines: list[tuple[float, str]]) -> None:
     for n, (t, text) in enumerate(lines, start=1):
         clock.t = t
-        p.observe(WatchEvent(kind="line", line=LogLine(lineno=n, text=text, seen_monotonic=t), at_monotonic=t))
+        p.observe(WatchEvent(kind="line", line=LogLine(line=n, text=text, seen_monotonic=t), at_monotonic=t))
 
 
 def test_expected_time_comes_from_the_stage_rhythm_then_from_earlier_launches() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import time
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from tools.host import Host
 
@@ -29,11 +29,14 @@ _BREAK = re.compile(rb"\r\n|\r|\n")
 
 
 class LogLine(BaseModel):
-    """One complete log line. `lineno` is 1-based; `seen_monotonic` is `time.monotonic()` when read."""
+    """One log line: its 1-based number ``line`` in the server log and its ``text`` (the one log-line
+    model: a watcher's line as read, and a line a launch's evidence keeps). ``seen_monotonic`` is
+    ``time.monotonic()`` when a watcher read it (0 for a line kept as evidence); it is not serialised,
+    so a transcript's kept lines are ``{"line", "text"}``."""
 
-    lineno: int
+    line: int
     text: str
-    seen_monotonic: float
+    seen_monotonic: float = Field(default=0.0, exclude=True)
 
 
 class LogWatcher:
@@ -46,7 +49,7 @@ class LogWatcher:
     before any); `backlog` — the last poll stopped at its byte limit with more written (read it next).
 
     Records end at "\\n", "\\r\\n" or a lone "\\r" (a tqdm redraw); records of one physical line share
-    its 1-based `lineno`, so line numbers agree with an editor's. Empty pieces between carriage returns
+    its 1-based `line`, so line numbers agree with an editor's. Empty pieces between carriage returns
     are skipped; an empty line ended by "\\n" is a record. Text is decoded as UTF-8 with replacement. A
     record longer than `max_line_bytes` (64 KiB) is emitted as its first `max_line_bytes` and `CUT_NOTE`
     as soon as they are there, and the rest of it is read past: memory and matching time stay bounded.
@@ -95,7 +98,7 @@ class LogWatcher:
 
     def _make(self, raw: bytes, seen: float) -> LogLine:
         self._line_has_records = True
-        return LogLine(lineno=self.lines_read + 1, text=raw.decode("utf-8", "replace"), seen_monotonic=seen)
+        return LogLine(line=self.lines_read + 1, text=raw.decode("utf-8", "replace"), seen_monotonic=seen)
 
     def _end_line(self) -> None:
         self.lines_read += 1

@@ -94,13 +94,13 @@ def launcher_missing(argv: Sequence[str], lines: Sequence[LogLine], exit_code: i
         text = line.text.strip()
         m = _NO_MODULE.match(text) or _NO_MODULE_SPEC.match(text)
         if m and module and m.group(2) == module and not m.group(1).endswith("Error"):
-            return f"the launcher's module {module} is not installed on the host (log line {line.lineno}: {text})"
+            return f"the launcher's module {module} is not installed on the host (log line {line.line}: {text})"
         m = _NO_SCRIPT.match(text)
         if m and m.group(2) in argv:
-            return f"the launcher's script {m.group(2)} is not on the host (log line {line.lineno}: {text})"
+            return f"the launcher's script {m.group(2)} is not on the host (log line {line.line}: {text})"
     if exit_code in _NOT_RUNNABLE:
         last = next((ln for ln in reversed(lines) if ln.text.strip()), None)
-        said = f" (log line {last.lineno}: {last.text.strip()})" if last else ""
+        said = f" (log line {last.line}: {last.text.strip()})" if last else ""
         return (
             f"the launch command ended with exit status {exit_code}: a program it runs is "
             f"{_NOT_RUNNABLE[exit_code]}{said}"
@@ -367,7 +367,7 @@ class ServerSession:
         for line in new:
             self.detection_delays_s.append(max(0.0, line.seen_monotonic - self._prev_read_start))
             self.lines.append(line)
-            hits = self.matcher.feed(line.lineno, line.text)
+            hits = self.matcher.feed(line.line, line.text)
             self._emit("line", line)
             if any(h.kind == "fatal" for h in hits):
                 if self._fatal_at is None:

@@ -73,7 +73,7 @@ class StallWatch:
         line = getattr(event, "line", None)
         if line is None:
             return
-        self.feed(line.lineno, line.text, line.seen_monotonic)
+        self.feed(line.line, line.text, line.seen_monotonic)
 
     def feed(self, lineno: int, text: str, seen: float | None = None) -> None:
         """Feed one log line read at monotonic time `seen` (now if None)."""

@@ -30,16 +30,35 @@ _EXCEPTION = re.compile(
 _CHAIN = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
 
 
+#: An installed package's file: ``.../site-packages/sglang/srt/layers/attention/triton_backend.py``.
+_PACKAGE_PATH = re.compile(r"(?:site|dist)-packages/(?P<mod>[^\"]+?)\.py$")
+#: Source checkouts: ``.../sglang/python/sglang/srt/...`` or ``.../python/sglang/...``.
+_SOURCE_PATH = re.compile(r"/python/(?P<mod>[A-Za-z_]\w*/[^\"]+?)\.py$")
+
+
 class Frame(BaseModel):
     """One traceback frame. `line` is the 1-based line in `path`; `code` the source line Python printed
     under it (stripped; None when it printed none); `log_line` the 1-based log line of the ``File``
-    line."""
+    line. ``module`` is the dotted module path read from the path after ``site-packages/`` or
+    ``dist-packages/`` (or a source checkout's ``/python/``), e.g.
+    ``sglang.srt.layers.attention.triton_backend``, and ``package`` its top-level package (``sglang``,
+    ``flashinfer``, ``deep_gemm``, ...); both None for ``<frozen runpy>`` or a file outside packages."""
 
     path: str
     line: int
     function: str
     code: str | None = None
     log_line: int = 0
+    package: str | None = None
+    module: str | None = None
+
+    @classmethod
+    def at(cls, path: str, line: int, function: str, log_line: int = 0) -> Frame:
+        """A frame with its ``module`` and ``package`` read from ``path``."""
+        m = _PACKAGE_PATH.search(path) or _SOURCE_PATH.search(path)
+        module = m.group("mod").replace("/", ".").removesuffix(".__init__") if m else None
+        package = module.split(".", 1)[0] if module else None
+        return cls(path=path, line=line, function=function, log_line=log_line, package=package, module=module)
 
 
 class Traceback(BaseModel):
@@ -56,6 +75,11 @@ class Traceback(BaseModel):
     log_line: int = 0
     start_line: int = 0
     exception_line: str = ""
+
+    @property
+    def innermost(self) -> Frame | None:
+        """The frame where the exception was raised (the last one printed)."""
+        return self.frames[0] if self.frames else None
 
     def key(self) -> tuple[object, ...]:
         """Identity for de-duplication (the same traceback printed by every TP rank)."""
@@ -129,9 +153,7 @@ def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = Tru
         if m and (frames is not None or line.lstrip().startswith("File ")):
             if frames is None:
                 frames, start = [], lineno
-            frames.append(
-                Frame(path=m.group("path"), line=int(m.group("line")), function=m.group("func"), log_line=lineno)
-            )
+            frames.append(Frame.at(m.group("path"), int(m.group("line")), m.group("func"), log_line=lineno))
             continue
         if frames is None:
             continue

@@ -31,7 +31,8 @@ __all__ = [
 
 ENV_VAR = "HYPOLOOP_KNOWLEDGE"
 KNOWLEDGE_FILES = (
-    "signatures.toml", "hypotheses.toml", "symptoms.toml", "flag_roles.toml", "limits.toml", "risky.toml"
+    "signatures.toml", "hypotheses.toml", "symptoms.toml", "flag_roles.toml", "limits.toml", "risky.toml",
+    "planner.toml", "implementations.toml",
 )
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tools.flags import value_words
 from tools.knowledge import Finding
+from tools.logwatch import LogLine
 from tools.probes import Probe, ProbeResult
 from tools.signatures import SignatureMatch
 from tools.source_guards import SourceReading
@@ -195,13 +196,6 @@ class Experiment(BaseModel):
     def config(self) -> Baseline:
         """The configuration this experiment launches (baseline with the change applied)."""
         return self.baseline.apply(self.change)
-
-
-class LogLine(BaseModel):
-    """One log line kept as evidence: its 1-based number in the server log and its text."""
-
-    line: int
-    text: str
 
 
 class RelevantFinding(BaseModel):

@@ -13,12 +13,12 @@ import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.domain.models import Baseline, Experiment, value_key
+from agent.domain.models import Baseline, Change, Experiment, value_key
 from agent.planning.values import SHELL_SAFE_VALUE, clean_value, prose_punctuation
 from tools.flags import FlagCatalog, FlagError
 
 if TYPE_CHECKING:
-    from agent.planning.planner import PlannerView
+    from agent.planning.view import PlannerView
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -77,36 +77,48 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
     if exp.purpose != "test" and exp.change is not None:
         raise GuardError(f"a {exp.purpose} run changes nothing; got {exp.change.describe()}")
     if exp.change is not None:
-        ch = exp.change
-        if ch.kind == "flag":
-            if flags is not None:
-                try:
-                    if ch.after is None:  # removing the flag from the baseline: only the name must exist
-                        canon = flags.resolve(ch.name).name
-                    else:
-                        canon, _ = flags.validate(ch.name, ch.after)
-                except FlagError as exc:
-                    raise GuardError(str(exc)) from None
-                if canon != ch.name:
-                    raise GuardError(f"{ch.name}: use the canonical flag name {canon}")
-            _check_range(ch.name, ch.after)
-        else:
-            if not _ENV_NAME.match(ch.name):
-                raise GuardError(f"env {ch.name!r}: expected a variable name like NCCL_P2P_DISABLE")
-        # a value a shell would interpret even without its prose punctuation is refused for that; otherwise
-        # the prose punctuation is named first, since it says what the value is
-        if ch.kind == "env" and ch.after is not None and not SHELL_SAFE_VALUE.match(str(clean_value(ch.after))):
-            raise GuardError(f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret")
-        tail = prose_punctuation(ch.after)
-        if tail is not None:
-            raise GuardError(
-                f"{ch.name}: {ch.after!r} carries prose punctuation ({tail!r}) copied from a sentence; the value "
-                f"is {clean_value(ch.after)!r}"
-            )
-        if ch.kind == "env" and ch.after is not None and not SHELL_SAFE_VALUE.match(str(ch.after)):
-            raise GuardError(f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret")
-        if exp.id != exp.expected_id():
-            raise GuardError(f"{exp.id}: id does not match the baseline and change")
+        _check_change(exp, exp.change, flags)
+    _check_history(exp, view)
+    if view.launches + 1 > view.case.budget.experiments:
+        raise GuardError(f"experiment budget spent ({view.launches} of {view.case.budget.experiments})")
+
+
+def _check_change(exp: Experiment, ch: Change, flags: FlagCatalog | None) -> None:
+    """Raise GuardError unless ``ch`` names a known flag (canonical spelling, legal and in-range value)
+    or a plain environment variable with a value no shell would interpret, without prose punctuation."""
+    if ch.kind == "flag":
+        if flags is not None:
+            try:
+                if ch.after is None:  # removing the flag from the baseline: only the name must exist
+                    canon = flags.resolve(ch.name).name
+                else:
+                    canon, _ = flags.validate(ch.name, ch.after)
+            except FlagError as exc:
+                raise GuardError(str(exc)) from None
+            if canon != ch.name:
+                raise GuardError(f"{ch.name}: use the canonical flag name {canon}")
+        _check_range(ch.name, ch.after)
+    else:
+        if not _ENV_NAME.match(ch.name):
+            raise GuardError(f"env {ch.name!r}: expected a variable name like NCCL_P2P_DISABLE")
+    # a value a shell would interpret even without its prose punctuation is refused for that; otherwise
+    # the prose punctuation is named first, since it says what the value is
+    if ch.kind == "env" and ch.after is not None and not SHELL_SAFE_VALUE.match(str(clean_value(ch.after))):
+        raise GuardError(f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret")
+    tail = prose_punctuation(ch.after)
+    if tail is not None:
+        raise GuardError(
+            f"{ch.name}: {ch.after!r} carries prose punctuation ({tail!r}) copied from a sentence; the value "
+            f"is {clean_value(ch.after)!r}"
+        )
+    if ch.kind == "env" and ch.after is not None and not SHELL_SAFE_VALUE.match(str(ch.after)):
+        raise GuardError(f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret")
+    if exp.id != exp.expected_id():
+        raise GuardError(f"{exp.id}: id does not match the baseline and change")
+
+
+def _check_history(exp: Experiment, view: PlannerView) -> None:
+    """Raise GuardError when ``exp`` was run (in any spelling) or rejected earlier in this run."""
     done = {e.id for e in view.experiments if e.status == "done"}
     if exp.id in done:
         raise GuardError(f"{exp.id} was already run: {exp.change.describe() if exp.change else exp.purpose}")
@@ -146,5 +158,3 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
                 f"{proposed.describe()} was rejected earlier in this run{said} (the same value, spelled "
                 f"{'differently' if respelled else 'the same'}): {r.reason}"
             )
-    if view.launches + 1 > view.case.budget.experiments:
-        raise GuardError(f"experiment budget spent ({view.launches} of {view.case.budget.experiments})")

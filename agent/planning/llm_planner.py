@@ -22,24 +22,23 @@ resumed run uses the same planner):
   ``llm.error``, ``llm.invalid``, ``llm.decision``, ``llm.fallback``, ``llm.skipped``), so a run can
   be re-decided offline from the recorded answers (``LLMPlanner.from_recorded``).
 - **Cost**: a per-run token budget; the tokens spent are in ``LLMMemory.usage`` and in the conclusion.
+
+Its options, memory and spec live in ``agent.planning.llm_spec``; what is accepted of an answer (the
+checked change, the model's new hypotheses, the feedback on a refusal) in ``agent.planning.llm_accept``.
 """
 
 from __future__ import annotations
 
-import os
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
-
-from agent.domain.models import Change, Evidence, Experiment, FlagValue, Hypothesis, Intervention, Prediction
+from agent.domain.models import Change, Evidence, Experiment, Hypothesis, Prediction
 from agent.planning.catalog import CatalogEntry
 from agent.planning.guard import GuardError, check_experiment
+from agent.planning.llm_accept import Refused, as_hypothesis, feedback, fresh_entries, single_change
 from agent.planning.llm_answer import (
     DECISION_SCHEMA,
     DecisionError,
-    LLMChange,
     LLMDecision,
     LLMExperiment,
     extract_json,
@@ -54,6 +53,16 @@ from agent.planning.llm_client import (
     RecordedChatClient,
 )
 from agent.planning.llm_context import ContextPack, build_context, estimate_tokens
+from agent.planning.llm_spec import (
+    LLMMemory,
+    LLMPlannerConfig,
+    LLMUsage,
+    PlannerSpec,
+    describe_usage,
+    llm_notices,
+    planner_spec_from_options,
+    usage_summary,
+)
 from agent.planning.planner import (
     HistoryState,
     Planner,
@@ -64,8 +73,7 @@ from agent.planning.planner import (
 )
 from agent.record.redact import Redactor, run_redactor
 from agent.record.transcript import Transcript
-from agent.review.wording import count
-from tools.flags import FlagCatalog, FlagError
+from tools.flags import FlagCatalog
 from tools.host import HostError
 from tools.ssh import parse_target
 
@@ -78,109 +86,22 @@ __all__ = [
     "LLMPlannerConfig",
     "LLMUsage",
     "PlannerSpec",
+    "describe_usage",
     "extract_json",
+    "llm_notices",
     "make_planner",
     "parse_decision",
     "planner_spec_from_options",
     "usage_summary",
 ]
 
-#: Hypotheses the model may keep in the ledger at once, and add per answer.
+#: Hypotheses the model may keep in the ledger at once (``agent.planning.llm_accept``: per answer).
 _MAX_MODEL_HYPOTHESES = 12
-_MAX_NEW_PER_ANSWER = 3
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Formats tried in turn when an endpoint refuses the one asked for (400 naming ``response_format``).
 _FORMAT_FALLBACK = {"json_schema": "json_object", "json_object": "text"}
 
 
-# ---------------------------------------------------------------------------------------------- config
-
-
-class LLMPlannerConfig(BaseModel):
-    """Options of the LLM planner (JSON-plain; kept in the checkpoint, never the key itself).
-
-    ``model``: the endpoint's model name. ``base_url``: an OpenAI-compatible ``.../v1`` URL (``None``:
-    api.openai.com). ``api_key_env``: the environment variable holding the key. ``context_tokens``:
-    budget of one request's prompt, estimated at 4 characters per token. ``token_budget``: tokens
-    (prompt + completion) the whole run may spend. ``max_output_tokens``: completion limit per request.
-    ``retries``: how often a refused or failed answer is asked again before the step falls back to the
-    rule planner. ``timeout_s``: per request. ``temperature``: ``None`` sends none (OpenAI's reasoning
-    models accept only their default). ``response_format``: ``json_schema`` (structured outputs),
-    ``json_object`` or ``text``; lowered automatically when the endpoint refuses it. ``redact_hosts``:
-    also mask host names and IP addresses in what is sent.
-    """
-
-    model: str
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    context_tokens: int = Field(default=12000, ge=1000)
-    token_budget: int = Field(default=300000, ge=1000)
-    max_output_tokens: int = Field(default=4096, ge=256)
-    retries: int = Field(default=2, ge=0, le=5)
-    timeout_s: float = Field(default=180.0, gt=0)
-    temperature: float | None = 0.0
-    response_format: Literal["json_schema", "json_object", "text"] = "json_schema"
-    redact_hosts: bool = False
-
-    def api_key(self) -> str | None:
-        """The key from the environment (``None`` when the variable is unset or empty)."""
-        return os.environ.get(self.api_key_env) or None
-
-    def endpoint(self) -> str:
-        """The base URL as shown to people."""
-        return self.base_url or "https://api.openai.com/v1"
-
-
-class LLMUsage(BaseModel):
-    """What the LLM planner spent and how its answers fared, over the whole run.
-
-    Tokens as the endpoint reported them; ``estimated_tokens`` counts those estimated (4 chars/token)
-    because the endpoint reported no usage. ``latency_s``: summed wall time of the requests.
-    """
-
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    estimated_tokens: int = 0
-    latency_s: float = 0.0
-    accepted: int = 0
-    invalid: int = 0
-    errors: int = 0
-    fallbacks: int = 0
-    budget: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        """Prompt plus completion tokens."""
-        return self.prompt_tokens + self.completion_tokens
-
-
-class LLMMemory(BaseModel):
-    """The LLM planner's own state across steps (checkpointed with the run): the hypotheses the model
-    added (as catalog entries), its latest note per hypothesis, the tokens spent, and what the endpoint
-    was found to refuse (a lowered response format, a parameter left out)."""
-
-    hypotheses: list[CatalogEntry] = Field(default_factory=list)
-    notes: dict[str, str] = Field(default_factory=dict)
-    usage: LLMUsage = Field(default_factory=LLMUsage)
-    response_format: str | None = None
-    drop_temperature: bool = False
-    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] | None = None
-
-
-class PlannerSpec(BaseModel):
-    """Which planner a run uses, with its options and memory; ``state["planner"]`` holds its dump."""
-
-    kind: Literal["rules", "llm"] = "rules"
-    llm: LLMPlannerConfig | None = None
-    memory: LLMMemory = Field(default_factory=LLMMemory)
-
-
 # ---------------------------------------------------------------------------------------------- planner
-
-
-class _Refused(Exception):
-    """A proposal the guard rails refuse; the message is fed back to the model."""
 
 
 class LLMPlanner:
@@ -329,7 +250,7 @@ class LLMPlanner:
             try:
                 decision = parse_decision(resp.content)
                 proposal, accepted = self._realize(decision, view, state, cost)
-            except (DecisionError, _Refused) as exc:
+            except (DecisionError, Refused) as exc:
                 kind = "parse" if isinstance(exc, DecisionError) else "guard"
                 reasons.append(str(exc))
                 self.memory.usage.invalid += 1
@@ -337,7 +258,7 @@ class LLMPlanner:
                 messages = [
                     *messages,
                     {"role": "assistant", "content": resp.content},
-                    {"role": "user", "content": _feedback(kind, str(exc))},
+                    {"role": "user", "content": feedback(kind, str(exc))},
                 ]
                 continue
             self.memory.usage.accepted += 1
@@ -524,34 +445,28 @@ class LLMPlanner:
         self, decision: LLMDecision, view: PlannerView, state: HistoryState, cost: float
     ) -> tuple[Proposal, dict[str, Any]]:
         """Turn an accepted answer into a Proposal (and the ``llm.decision`` event data), or raise
-        _Refused with the reason. The model's new hypotheses and notes are kept only when accepted."""
+        Refused with the reason. The model's new hypotheses and notes are kept only when accepted."""
         known = {h.id for h in state.hypotheses}
         notes = {n.id: n.assessment for n in decision.notes if n.id in known}
         if decision.action == "conclude":
-            text = " ".join((decision.conclusion or decision.reasoning or "no reason given").split())[:500]
-            self.memory.notes.update(notes)
-            proposal = Proposal(conclude_reason=f"the LLM planner concluded: {text}")
-            return proposal, {
-                "action": "conclude",
-                "conclusion": text,
-                "reasoning": decision.reasoning,
-                "notes": notes,
-            }
+            return self._conclusion(decision, notes)
         spec = decision.experiment
-        if spec is None:
-            raise _Refused('action is "experiment" but no experiment was given')
-        if len(spec.changes) != 1:
-            listed = ", ".join(c.text() for c in spec.changes) or "none"
-            raise _Refused(
-                f"an experiment changes exactly one variable; this proposal changes {len(spec.changes)} ({listed})"
-            )
-        change = self._change(spec.changes[0], state)
+        change = single_change(spec, state.baseline, self.flags)
+        assert spec is not None  # single_change refuses an answer without one
         rejected = next((r for r in view.rejections if r.change_key == change.key()), None)
         if rejected is not None:
-            raise _Refused(f"a person rejected {change.describe()} earlier in this run: {rejected.reason}")
-        new_entries, dropped = self._new_entries(decision, state, change, spec.tests)
+            raise Refused(f"a person rejected {change.describe()} earlier in this run: {rejected.reason}")
+        new_entries, dropped = fresh_entries(
+            decision,
+            state,
+            change,
+            spec.tests,
+            kept={e.id for e in self.memory.hypotheses},
+            flags=self.flags,
+            model=self.config.model,
+        )
         live = [h for h in state.hypotheses if h.status in ("open", "supported")]
-        live += [self._as_hypothesis(e) for e in new_entries]
+        live += [as_hypothesis(e) for e in new_entries]
         exp = Experiment(
             id=Experiment.make_id(state.baseline, change, "test"),
             purpose="test",
@@ -568,7 +483,7 @@ class LLMPlanner:
         try:
             check_experiment(exp, view=view, flags=self.flags)
         except GuardError as exc:
-            raise _Refused(str(exc)) from None
+            raise Refused(str(exc)) from None
         # Accepted: keep the model's hypotheses and notes from here on.
         room = _MAX_MODEL_HYPOTHESES - len(self.memory.hypotheses)
         self.memory.hypotheses += new_entries[: max(room, 0)]
@@ -586,86 +501,17 @@ class LLMPlanner:
         }
         return Proposal(experiment=exp, considered=[{"llm": decision.reasoning[:300]}]), data
 
-    def _change(self, ch: LLMChange, state: HistoryState) -> Change:
-        """A Change in canonical form against the baseline, or _Refused (unknown flag, illegal value,
-        shell characters, no change)."""
-        kind, value = ch.kind, ch.value
-        name = ch.name.strip()
-        after: FlagValue
-        if kind == "flag":
-            if self.flags is None:
-                raise _Refused("no flag catalog: flag changes cannot be checked on this host")
-            try:
-                if value is None or value is False:
-                    name, after = self.flags.resolve(name).name, None
-                else:
-                    name, after = self.flags.validate(name, value)
-            except FlagError as exc:
-                raise _Refused(str(exc)) from None
-        else:
-            if not _ENV_NAME.match(name):
-                raise _Refused(f"env {name!r}: expected a variable name like NCCL_P2P_DISABLE")
-            after = None if value is None or value is False else ("1" if value is True else str(value))
-        before = state.baseline.value(kind, name)
-        if (before is None and after is None) or (
-            before is not None and after is not None and str(before) == str(after)
-        ):
-            raise _Refused(
-                f"{name} is already {'(unset)' if before is None else before} in the baseline; an experiment must change it"
-            )
-        return Change(kind=kind, name=name, before=before, after=after)
-
-    def _new_entries(
-        self, decision: LLMDecision, state: HistoryState, change: Change, tests: list[str]
-    ) -> tuple[list[CatalogEntry], list[str]]:
-        """Catalog entries for the model's new hypotheses (ids ``model:<slug>``); a test that is not a
-        legal change is dropped (listed in the second value), a hypothesis this experiment tests
-        without its own test gets the experiment's change."""
-        entries: list[CatalogEntry] = []
-        dropped: list[str] = []
-        known = {h.id for h in state.hypotheses}
-        existing = {e.id for e in self.memory.hypotheses} | known
-        for h in decision.new_hypotheses[:_MAX_NEW_PER_ANSWER]:
-            slug = re.sub(r"[^a-z0-9]+", "-", h.id.lower().removeprefix("model:")).strip("-")[:48] or "h"
-            hid = f"model:{slug}"
-            if hid in existing or h.id in known:
-                continue
-            iv: Intervention | None = None
-            if h.test is not None:
-                try:
-                    tc = self._change(h.test, state)
-                    iv = Intervention(kind=tc.kind, names=[tc.name], values=[tc.after], decisive=h.decisive)
-                except _Refused as exc:
-                    dropped.append(f"{hid}: test {h.test.text()} dropped: {exc}")
-            if iv is None and (h.id in tests or hid in tests):
-                iv = Intervention(
-                    kind=change.kind, names=[change.name], values=[change.after], decisive=h.decisive
-                )
-            entries.append(
-                CatalogEntry(
-                    id=hid,
-                    statement=" ".join(h.statement.split())[:300],
-                    component=(h.component.strip() or "unknown")[:60],
-                    rationale=" ".join((decision.reasoning or h.statement).split())[:300],
-                    source=f"LLM planner ({self.config.model})",
-                    prior=h.prior,
-                    intervention=[iv] if iv else [],
-                )
-            )
-            existing.add(hid)
-        return entries, dropped
-
-    @staticmethod
-    def _as_hypothesis(e: CatalogEntry) -> Hypothesis:
-        return Hypothesis(
-            id=e.id,
-            statement=e.statement,
-            component=e.component,
-            prior=e.prior,
-            posterior=e.prior,
-            source="model",
-            interventions=list(e.intervention),
-        )
+    def _conclusion(self, decision: LLMDecision, notes: dict[str, str]) -> tuple[Proposal, dict[str, Any]]:
+        """The model's conclusion as a Proposal (and the ``llm.decision`` event data); its notes are kept."""
+        text = " ".join((decision.conclusion or decision.reasoning or "no reason given").split())[:500]
+        self.memory.notes.update(notes)
+        proposal = Proposal(conclude_reason=f"the LLM planner concluded: {text}")
+        return proposal, {
+            "action": "conclude",
+            "conclusion": text,
+            "reasoning": decision.reasoning,
+            "notes": notes,
+        }
 
     def _rationale(self, spec: LLMExperiment, decision: LLMDecision) -> str:
         tests = f"tests {', '.join(spec.tests)}: " if spec.tests else ""
@@ -675,19 +521,6 @@ class LLMPlanner:
     def _emit(self, type_: str, data: dict[str, Any]) -> None:
         if self.transcript is not None:
             self.transcript.emit(type_, data, node="design")
-
-
-def _feedback(kind: str, reason: str) -> str:
-    if kind == "parse":
-        return (
-            f"Your answer could not be read: {reason}. Answer again with exactly one JSON object in the "
-            "shape given, and nothing else."
-        )
-    return (
-        f"Refused, not executed: {reason}. Propose a different experiment that follows the rules (exactly "
-        "one change against the current baseline, a flag from the catalog with a legal value or a plain "
-        "environment variable, not run or rejected before), or conclude. Answer with the JSON object only."
-    )
 
 
 # ---------------------------------------------------------------------------------------------- wiring
@@ -727,144 +560,3 @@ def _build_llm(
 
 
 _BUILDERS: dict[str, Callable[..., Planner]] = {"rules": _build_rules, "llm": _build_llm}
-
-
-def usage_summary(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """Tokens and answers of the LLM planner over the run, for the conclusion (``None``: rule planner)."""
-    if not spec or spec.get("kind") != "llm":
-        return None
-    s = PlannerSpec.model_validate(spec)
-    u = s.memory.usage
-    return {
-        "model": s.llm.model if s.llm else None,
-        "endpoint": s.llm.endpoint() if s.llm else None,
-        "requests": u.requests,
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "estimated_tokens": u.estimated_tokens,
-        "total_tokens": u.total_tokens + u.estimated_tokens,
-        "token_budget": s.llm.token_budget if s.llm else u.budget,
-        "latency_s": round(u.latency_s, 2),
-        "accepted": u.accepted,
-        "refused": u.invalid,
-        "errors": u.errors,
-        "fallbacks": u.fallbacks,
-        "model_hypotheses": [e.id for e in s.memory.hypotheses],
-    }
-
-
-def describe_usage(u: Mapping[str, Any]) -> str:
-    """One line about the LLM planner's spending, as printed at the end of a run."""
-    est = f", {u['estimated_tokens']} of them estimated" if u.get("estimated_tokens") else ""
-    return (
-        f"LLM planner ({u.get('model')}): {count(u.get('requests', 0), 'request')}, "
-        f"{count(u.get('total_tokens', 0), 'token')} "
-        f"of {u.get('token_budget')} ({u.get('prompt_tokens', 0)} prompt + {u.get('completion_tokens', 0)} "
-        f"completion{est}), {u.get('latency_s', 0)} s; {count(u.get('accepted', 0), 'proposal')} accepted, "
-        f"{u.get('refused', 0)} refused, {count(u.get('errors', 0), 'error')}, "
-        f"{count(u.get('fallbacks', 0), 'rule fallback')}"
-    )
-
-
-def llm_notices(console: Any) -> Callable[[Any], None]:
-    """A transcript listener that prints the LLM planner's exchanges in one line each."""
-    from rich.markup import escape
-
-    def show(ev: Any) -> None:
-        d = ev.data
-        if ev.type == "llm.request":
-            console.print(
-                f"  [dim]llm: asking {escape(str(d.get('model')))} (attempt {d.get('attempt')}, "
-                f"~{d.get('est_prompt_tokens')} prompt tokens)[/]",
-                highlight=False,
-            )
-        elif ev.type == "llm.response":
-            u = d.get("usage") or {}
-            console.print(
-                f"  [dim]llm: answer in {d.get('latency_s')} s, {u.get('total_tokens')} tokens[/]",
-                highlight=False,
-            )
-        elif ev.type == "llm.invalid":
-            console.print(
-                f"  [red]llm proposal refused[/] ({d.get('kind')}): {escape(str(d.get('reason')))}",
-                highlight=False,
-            )
-        elif ev.type == "llm.error":
-            note = " (adjusting the request)" if d.get("adjusted") else ""
-            console.print(
-                f"  [red]llm error[/] {d.get('kind')}: {escape(str(d.get('message')))[:200]}{note}",
-                highlight=False,
-            )
-        elif ev.type == "llm.fallback":
-            console.print(
-                f"  [yellow]llm: falling back to the rule planner[/]: {escape(str(d.get('reason')))}",
-                highlight=False,
-            )
-        elif ev.type == "llm.decision" and d.get("new_hypotheses"):
-            console.print(
-                f"  [yellow]llm adds hypotheses[/] {', '.join(d['new_hypotheses'])}", highlight=False
-            )
-
-    return show
-
-
-def planner_spec_from_options(
-    kind: str,
-    *,
-    model: str | None,
-    base_url: str | None = None,
-    api_key_env: str | None = None,
-    context_tokens: int | None = None,
-    token_budget: int | None = None,
-    timeout_s: float | None = None,
-    redact_hosts: bool = False,
-) -> dict[str, Any] | None:
-    """The ``state["planner"]`` of a new run from command-line options (``None``: the rule planner).
-
-    Raises ValueError with a one-line message naming the option: an unknown kind, ``--planner llm``
-    without ``--model``, LLM options with the rule planner, a bad number, no key for api.openai.com,
-    or a key variable named with ``--api-key-env`` that is not set.
-    """
-    llm_options = {
-        "--model": model,
-        "--base-url": base_url,
-        "--api-key-env": api_key_env,
-        "--llm-context-tokens": context_tokens,
-        "--llm-token-budget": token_budget,
-        "--llm-timeout": timeout_s,
-    }
-    if kind not in _BUILDERS:
-        raise ValueError(f"--planner {kind}: expected one of {', '.join(_BUILDERS)}")
-    if kind == "rules":
-        given = [k for k, v in llm_options.items() if v is not None] + (
-            ["--redact-hosts"] if redact_hosts else []
-        )
-        if given:
-            raise ValueError(f"{', '.join(given)}: only used with --planner llm")
-        return None
-    if not model:
-        raise ValueError("--planner llm needs --model NAME (the model name the endpoint serves)")
-    values: dict[str, Any] = {"model": model, "base_url": base_url, "redact_hosts": redact_hosts}
-    for key, v in (
-        ("api_key_env", api_key_env),
-        ("context_tokens", context_tokens),
-        ("token_budget", token_budget),
-        ("timeout_s", timeout_s),
-    ):
-        if v is not None:
-            values[key] = v
-    try:
-        cfg = LLMPlannerConfig.model_validate(values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = str(err["loc"][0]) if err["loc"] else "?"
-        option = {
-            "context_tokens": "--llm-context-tokens",
-            "token_budget": "--llm-token-budget",
-            "timeout_s": "--llm-timeout",
-        }.get(field, field)
-        raise ValueError(f"{option}: {err['msg']}") from None
-    if cfg.api_key() is None and (cfg.base_url is None or api_key_env is not None):
-        where = "api.openai.com needs a key" if cfg.base_url is None else "it was named with --api-key-env"
-        raise ValueError(f"${cfg.api_key_env} is not set ({where})")
-    return PlannerSpec(kind="llm", llm=cfg).model_dump(mode="json")

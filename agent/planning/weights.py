@@ -1,7 +1,8 @@
-"""The rule planner's tunable weights and thresholds, as data: ``knowledge/planner.toml``.
+"""The rule planner's tunable weights and thresholds, as data: ``planner.toml`` of the knowledge folder in
+force (``--knowledge DIR``, ``$HYPOLOOP_KNOWLEDGE``; else the repository's ``knowledge/planner.toml``).
 
-The file says what each number does and where it came from. It is read once per process, on first use
-(``weights()``); a bad file raises ``PlannerWeightsError`` with one line naming the file and the field.
+The file says what each number does and where it came from. It is read once per file version, on first
+use (``weights()``); a bad file raises ``PlannerWeightsError`` with one line naming the file and the field.
 """
 
 from __future__ import annotations

@@ -224,8 +224,8 @@ class LoadProgress:
         self.lines += 1
         text = shown_line(event.line.text)
         if text.strip():
-            self.last_line = (event.line.lineno, text)
-        failed = self.reader.failure(event.line.lineno, text)
+            self.last_line = (event.line.line, text)
+        failed = self.reader.failure(event.line.line, text)
         if failed is not None and (self.fatal is None or failed.weight > self.fatal.weight):
             self.fatal = failed
         step = self.reader.read(text)

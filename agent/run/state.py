@@ -11,7 +11,7 @@ from typing import Any, TypedDict
 
 from agent.domain.case import Case, load_case
 from agent.domain.models import Experiment, Hypothesis, Outcome, Rejection
-from agent.planning.planner import PlannerView, RelevantFinding
+from agent.planning.planner import HistoryState, PlannerView, RelevantFinding
 from tools.fingerprint import HostFingerprint, engine_version
 
 
@@ -28,6 +28,8 @@ class RunState(TypedDict, total=False):
     rejections: list[dict[str, Any]]
     hypotheses: list[dict[str, Any]]
     baseline: dict[str, Any]
+    #: The planner's reading of the history beside ``hypotheses`` (``ledger_entry``), for the design node.
+    ledger: dict[str, Any] | None
     pending: dict[str, Any] | None
     #: The evidence of the experiment just executed, not yet analyzed (``agent.domain.evidence.RawEvidence``).
     raw: dict[str, Any] | None
@@ -105,6 +107,31 @@ def initial_state(run_id: str, case: dict[str, Any], *, approval: str, **extra: 
         "approval_seq": 0,
         **extra,
     }
+
+
+def _history_key(state: RunState) -> dict[str, Any]:
+    """What a planner's reading of the history depends on beyond the case: the launches done with their
+    outcomes, and the planner's memory (an LLM planner's hypotheses)."""
+    return {
+        "done": [e["id"] for e in state.get("experiments", []) if e.get("status") == "done"],
+        "outcomes": [o["experiment_id"] for o in state.get("outcomes", [])],
+        "planner": state.get("planner"),
+    }
+
+
+def ledger_entry(state: RunState, hist: HistoryState) -> dict[str, Any]:
+    """The state's ``ledger`` for ``hist``, read from ``state``'s history: ``hist`` without its
+    hypotheses (they are ``state["hypotheses"]``), and the key of the history it was read from."""
+    return {"history": hist.model_dump(mode="json", exclude={"hypotheses"}), "key": _history_key(state)}
+
+
+def ledger_of(state: RunState) -> HistoryState | None:
+    """The planner's reading of the history that the hypothesize node wrote (``ledger_entry``), with the
+    ledger's hypotheses; None when there is none or the history or planner memory changed since."""
+    kept = state.get("ledger")
+    if not kept or kept.get("key") != _history_key(state):
+        return None
+    return HistoryState.model_validate({**kept["history"], "hypotheses": state.get("hypotheses", [])})
 
 
 def seed_state(state: dict[str, Any], thread_id: str | None) -> dict[str, Any]:

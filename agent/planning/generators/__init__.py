@@ -11,10 +11,9 @@ Adding a way of finding causes is adding a module with one small class and a lin
 
 The models here are the contract:
 
-- ``LogLine``, ``Frame``, ``Traceback``: what the log showed. A ``Frame``'s ``package`` is the top-level
-  Python package of its file (``sglang``, ``flashinfer``, ``deep_gemm``, ``triton``, ``sgl_kernel``, ...)
-  and ``module`` the dotted module path (``sglang.srt.layers.attention.triton_backend``), read from the
-  path after ``site-packages/`` or ``dist-packages/``.
+- ``LogLine``, ``Frame``, ``Traceback``: what the log showed (the log-line model is
+  ``agent.domain.models.LogLine``, the traceback model ``tools.tracebacks``: frames innermost first,
+  each with the top-level package and dotted module read from its path).
 - ``FailureEvidence``: one failing launch, digested: stage, signatures, effective-config facts (the
   server-args line and ``/get_server_info``), probe results, the log excerpt kept around fatal lines,
   the parsed tracebacks, warnings, and the symptom classes it falls into (``SymptomClass``).
@@ -43,6 +42,7 @@ from agent.domain.models import (
 from agent.planning.catalog import CatalogEntry
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog
+from tools.tracebacks import Frame, Traceback
 
 __all__ = [
     "SYMPTOM_CLASSES",
@@ -77,42 +77,6 @@ SymptomClass = Literal[
 SYMPTOM_CLASSES: tuple[str, ...] = SymptomClass.__args__  # type: ignore[attr-defined]
 
 
-class Frame(BaseModel):
-    """One frame of a Python traceback as printed in the log.
-
-    ``file`` as printed; ``line`` its line number; ``function`` the function name; ``code`` the source
-    line printed under it (if any); ``package`` the top-level package (``None`` for ``<frozen runpy>``
-    or a file outside site-/dist-packages); ``module`` the dotted module path.
-    """
-
-    file: str
-    line: int | None = None
-    function: str | None = None
-    code: str | None = None
-    package: str | None = None
-    module: str | None = None
-
-
-class Traceback(BaseModel):
-    """A Python traceback in the log: where it starts (1-based log line), its frames outermost first,
-    and the exception line that ends it (``RuntimeError: ...``, a bare ``AssertionError``)."""
-
-    log_line: int
-    frames: list[Frame] = Field(default_factory=list)
-    exception: str = ""
-
-    @property
-    def innermost(self) -> Frame | None:
-        """The frame where the exception was raised (the last one printed)."""
-        return self.frames[-1] if self.frames else None
-
-    @property
-    def exception_type(self) -> str:
-        """``RuntimeError`` of ``RuntimeError: ...`` (the dotted prefix kept: ``torch.OutOfMemoryError``)."""
-        head = self.exception.split(":", 1)[0].strip()
-        return head if head and " " not in head else ""
-
-
 class FailureEvidence(BaseModel):
     """One failing launch, digested for the generators.
 
@@ -139,10 +103,6 @@ class FailureEvidence(BaseModel):
     def text(self) -> str:
         """The kept log lines as one text (for generators that search the wording of errors)."""
         return "\n".join(line.text for line in self.log)
-
-    def frames(self) -> list[Frame]:
-        """Every traceback frame, innermost traceback last."""
-        return [f for tb in self.tracebacks for f in tb.frames]
 
 
 class GeneratorInput(BaseModel):

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from agent.domain.models import FlagValue
 from agent.planning.generators import GeneratorInput
+from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import subsystems_of_frame
 from tools.flags import FlagCatalog, FlagError, FlagSpec
 
@@ -34,13 +35,6 @@ GENERIC_WORDS = frozenset(
     loading weight weights data copy tensor tensors""".split()
 )
 _SUFFIXES = ("ations", "ation", "ions", "ion", "ings", "ing", "ers", "er", "ed", "es", "s")
-#: Implementations that are compiled just in time for whatever GPU is present, tried first among the
-#: alternatives of a backend flag (kernels shipped prebuilt for a few GPU generations are the usual
-#: reason one backend fails where another works; sgl-project/sglang issues about "Unsupported
-#: architecture", "no kernel image" on new GPUs).
-PORTABLE_CHOICES = ("triton", "torch_native", "pytorch", "torch", "flashinfer")
-#: Choices for other vendors' hardware (AMD ROCm, Intel, Ascend, ...), never proposed on an NVIDIA host.
-_OTHER_VENDOR = re.compile(r"aiter|wave|ascend|npu|hpu|xpu|intel|rocm|mlu|musa|ipex|\bcpu\b|amx|hip", re.I)
 
 
 def norm(text: str) -> str:
@@ -151,8 +145,9 @@ def alternative_choices(
         nvidia = vendor == "nvidia"
     else:
         nvidia = gpu_name is None or "nvidia" in gpu_name.lower() or not gpu_name.strip()
-    alts = [c for c in spec.choices or [] if norm(c) != cur and not (nvidia and _OTHER_VENDOR.search(c))]
-    first = [c for p in PORTABLE_CHOICES for c in alts if c == p]
+    known = implementations()  # portable and other-vendor choices: knowledge/implementations.toml
+    alts = [c for c in spec.choices or [] if norm(c) != cur and not (nvidia and known.other_vendor.search(c))]
+    first = [c for p in known.choices.portable for c in alts if c == p]
     return first + [c for c in alts if c not in first]
 
 
@@ -186,11 +181,6 @@ def selecting_flags(flags: FlagCatalog | None) -> Iterable[FlagSpec]:
 #: Weights of implicating words by where they were read (``Implicated.weight``).
 INNERMOST_WEIGHT = 1.5
 FOLDER_WEIGHT = 0.5
-#: Packages that are the framework or the language, not a kernel implementation one could swap.
-NOT_KERNELS = frozenset({"sglang", "torch", "transformers", "uvicorn", "fastapi", "asyncio", "multiprocessing",
-                         "concurrent", "threading", "runpy", "importlib", "typing", "safetensors",
-                         "huggingface_hub", "numpy", "zmq", "uvloop", "starlette", "anyio", "requests",
-                         "urllib3", "httpx", "aiohttp"})
 
 
 @dataclass
@@ -242,29 +232,30 @@ def raise_site(inp: GeneratorInput) -> RaiseSite | None:
     """The innermost SGLang frame of the last traceback in the failing run's log, or None when no
     traceback passes through SGLang (then nothing points anywhere in particular)."""
     for tb in reversed(inp.evidence.tracebacks):
-        fr = next((f for f in reversed(tb.frames) if f.package == "sglang" and f.module), None)
+        fr = next((f for f in tb.frames if f.package == "sglang" and f.module), None)
         if fr is None or fr.module is None:
             continue
         module = fr.module
         words = stems(module.rsplit(".", 1)[-1]) | stems(fr.function or "")
         if fr.code:
             words |= stems(re.sub(r"\W+", " ", fr.code))
-        return RaiseSite(where=f"{module}.{fr.function}", words=words, line=tb.log_line)
+        return RaiseSite(where=f"{module}.{fr.function}", words=words, line=tb.start_line)
     return None
 
 
 def implicated(inp: GeneratorInput) -> Implicated:
     """Read the tracebacks of the failing run (innermost first) into an ``Implicated``."""
     imp = Implicated()
-    errors = [tb.exception for tb in inp.evidence.tracebacks if tb.exception]
+    framework = implementations().packages.framework  # no kernel package: knowledge/implementations.toml
+    errors = [tb.exception_line for tb in inp.evidence.tracebacks if tb.exception_line]
     for tb in reversed(inp.evidence.tracebacks):
         first_sglang = True
-        for fr in reversed(tb.frames):
-            if fr.package and fr.package not in NOT_KERNELS:
+        for fr in tb.frames:
+            if fr.package and fr.package not in framework:
                 if norm(fr.package) not in imp.packages:
                     imp.packages[norm(fr.package)] = fr.package
                     imp.why.append(f"the traceback passes through {fr.package} ({fr.module}.{fr.function})")
-                    imp.lines.append(tb.log_line)
+                    imp.lines.append(tb.start_line)
             if fr.package == "sglang" and fr.module:
                 parts = fr.module.split(".")[2:] if fr.module.startswith("sglang.srt.") else fr.module.split(".")[1:]
                 folders = stems(" ".join(parts[:-1]))
@@ -285,7 +276,7 @@ def implicated(inp: GeneratorInput) -> Implicated:
                 if first_sglang:
                     imp.innermost_words |= words
                     imp.why.append(f"the innermost SGLang frame is {fr.module}.{fr.function}")
-                    imp.lines.append(tb.log_line)
+                    imp.lines.append(tb.start_line)
                     first_sglang = False
     for e in errors[-2:]:
         words = stems(e.split(":", 1)[1] if ":" in e else e)
@@ -301,7 +292,7 @@ def implicated(inp: GeneratorInput) -> Implicated:
             continue
         for m in re.finditer(r"(?:site|dist)-packages/([A-Za-z_]\w*)/", ll.text):
             pkg = m.group(1)
-            if pkg not in NOT_KERNELS and norm(pkg) not in imp.packages:
+            if pkg not in framework and norm(pkg) not in imp.packages:
                 imp.packages[norm(pkg)] = pkg
                 imp.why.append(f"the error names a file of {pkg} (log line {ll.line})")
                 imp.lines.append(ll.line)

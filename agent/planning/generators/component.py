@@ -18,6 +18,8 @@ alternative choice is an intervention (portable implementations first). A ``--di
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from agent.domain.models import Evidence, Intervention
 from agent.planning.generators import Candidate, GeneratorInput
@@ -70,6 +72,59 @@ def _statement(spec: FlagSpec, current: object, how: str) -> str:
     )
 
 
+@dataclass
+class _Reading:
+    """What one failing launch says about implementations, read once per ``generate``: the implicated
+    component, the warnings' text, the backends SGLang resolved (facts) and their flags, the words of
+    the features the baseline turns on, and whether a kernel misbehaved."""
+
+    imp: Implicated
+    warn_text: str
+    auto_facts: dict[str, Any]
+    fact_of: dict[str, str]
+    feature_words: set[str]
+    crashy: bool
+
+
+def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Reading) -> tuple[float, list[str]]:
+    """(strength, reasons) with which the failure implicates the implementation ``spec`` selects
+    (``current``): its value is the failing package, its name the failing component, the error surfaced
+    in the subsystem it configures, a warning names its value, or a kernel failed and it ran; no reasons
+    when it is not implicated."""
+    assert inp.flags is not None
+    imp = rd.imp
+    factor, how = 0.0, []
+    cur = norm(str(current)) if current is not None else ""
+    if cur and cur in imp.packages:
+        factor = max(factor, PACKAGE_FACTOR)
+        how.append(f"its value {current} is the package the failing frames run in")
+    shared = stems(spec.name) & imp.words - {"backend", "dtype"}
+    strength = imp.strength(inp.flags, shared)
+    if strength >= MIN_SPECIFICITY:
+        factor = max(factor, strength)
+        how.append(f"it names the failing component ({', '.join(words_with_stems(spec.name, shared))})")
+    sub = imp.subsystem_of(spec.name)
+    if sub is not None:
+        # The error surfaced in this subsystem's own code: its flags are the ones the failure
+        # points at, however many flags share its words (a full --help has dozens of hicache-*).
+        factor = max(factor, 1.0)
+        how.append(f"the error surfaced in {imp.innermost}, code of the {sub} subsystem it configures")
+        if rd.crashy and spec.name.endswith("-backend") and cur not in ("", "none", "auto"):
+            # a kernel faulted there, and this is the kernel implementation that subsystem ran:
+            # as strong as failing frames inside the package a choice selects
+            factor = max(factor, PACKAGE_FACTOR)
+            how.append(f"a kernel failed in that subsystem and its {spec.name} {current} ran there")
+    # A whole word of the warning ("auto" is not named by "automatically increase").
+    if cur and len(cur) >= 4 and re.search(rf"(?<![\w-]){re.escape(cur)}(?![\w-])", rd.warn_text):
+        factor = max(factor, 1.0)
+        how.append(f"a warning names its value {current}")
+    used = explicit(inp, spec) or rd.fact_of.get(spec.name)
+    if not how and rd.crashy and used and spec.name.endswith("-backend"):
+        factor = SUSPECT_FACTOR
+        how.append("a kernel failed and this backend is one the failing run used")
+    return factor, how
+
+
 class ImplicatedComponentGenerator:
     """Flags that select the implicated component, with every legal alternative (see module docstring)."""
 
@@ -79,94 +134,73 @@ class ImplicatedComponentGenerator:
         """One candidate per implicated selecting flag, one per implicated switch."""
         if inp.evidence.stage == "ok" or inp.flags is None:
             return []
-        imp = implicated(inp)
-        warn_text = norm(" ".join(w.text for w in inp.evidence.warnings))
         auto_facts = {k: v for k, v in inp.evidence.facts.items() if k.endswith(_CHOICE_FACT_SUFFIXES)}
-        fact_of = {s.name: k for k in auto_facts if (s := fact_flag(inp.flags, k)) is not None}
-        feature_words = self._feature_words(inp)
-        crashy = bool(set(inp.evidence.symptoms) & _KERNEL_SYMPTOMS)
-        out: list[Candidate] = []
-        for spec in selecting_flags(inp.flags):
-            current = effective_value(inp, spec)
-            fp = inp.fingerprint
-            alts = alternative_choices(spec, current, fp.gpu_name if fp else None, fp.gpu_vendor if fp else None)
-            if not alts:
-                continue
-            factor, how, lines = 0.0, [], list(imp.lines[:3])
-            cur = norm(str(current)) if current is not None else ""
-            if cur and cur in imp.packages:
-                factor = max(factor, PACKAGE_FACTOR)
-                how.append(f"its value {current} is the package the failing frames run in")
-            shared = stems(spec.name) & imp.words - {"backend", "dtype"}
-            strength = imp.strength(inp.flags, shared)
-            if strength >= MIN_SPECIFICITY:
-                factor = max(factor, strength)
-                how.append(f"it names the failing component ({', '.join(words_with_stems(spec.name, shared))})")
-            sub = imp.subsystem_of(spec.name)
-            if sub is not None:
-                # The error surfaced in this subsystem's own code: its flags are the ones the failure
-                # points at, however many flags share its words (a full --help has dozens of hicache-*).
-                factor = max(factor, 1.0)
-                how.append(f"the error surfaced in {imp.innermost}, code of the {sub} subsystem it configures")
-                if crashy and spec.name.endswith("-backend") and cur not in ("", "none", "auto"):
-                    # a kernel faulted there, and this is the kernel implementation that subsystem ran:
-                    # as strong as failing frames inside the package a choice selects
-                    factor = max(factor, PACKAGE_FACTOR)
-                    how.append(f"a kernel failed in that subsystem and its {spec.name} {current} ran there")
-            # A whole word of the warning ("auto" is not named by "automatically increase").
-            if cur and len(cur) >= 4 and re.search(rf"(?<![\w-]){re.escape(cur)}(?![\w-])", warn_text):
-                factor = max(factor, 1.0)
-                how.append(f"a warning names its value {current}")
-            dest = spec.name.lstrip("-").replace("-", "_")
-            fact_key = fact_of.get(spec.name)
-            is_explicit = explicit(inp, spec)
-            if not how and crashy and (is_explicit or fact_key) and spec.name.endswith("-backend"):
-                factor = SUSPECT_FACTOR
-                how.append("a kernel failed and this backend is one the failing run used")
-            if not how:
-                continue  # not implicated
-            if is_explicit:
-                factor *= EXPLICIT_FACTOR
-                how.append("the baseline sets it explicitly")
-            elif fact_key is not None and str(auto_facts[fact_key]).lower() not in ("auto", "none"):
-                factor *= AUTO_FACTOR
-                how.append(f"SGLang resolved it on its own ({fact_key}={auto_facts[fact_key]})")
-            if specificity(inp.flags, stems(spec.name) & feature_words - {"backend", "dtype"}) >= 0.5:
-                factor *= FEATURE_FACTOR
-                how.append("it configures a feature the baseline turns on")
-            alts = mentioned_first(alts, imp.error_text)
-            # Switching away from the package the failure happened in avoids it without repairing it.
-            avoids = bool(cur and cur in imp.packages)
-            # With a single alternative, "this implementation is broken" predicts that it fixes.
-            ivs = [
-                Intervention(
-                    names=[spec.name], values=[c], decisive=len(alts) == 1, fact=fact_key or dest,
-                    cost="medium" if avoids else "low", workaround=avoids,
-                    note=f"an alternative implementation of {spec.name}"
-                    + (f" that does not use {current}" if avoids else ""),
-                )
-                for c in alts
-            ]
-            out.append(
-                Candidate(
-                    id=f"component:{spec.name}",
-                    statement=_statement(spec, current, "; ".join(how)),
-                    component=spec.name.lstrip("-").removesuffix("-backend").replace("-", "_"),
-                    package=imp.packages.get(cur) if cur in imp.packages else None,
-                    weight=BASE_WEIGHT * factor,
-                    rationale="a component implicated by the failure is chosen by this flag; another "
-                    "implementation of it uses different kernels",
-                    generator=self.name,
-                    evidence=[
-                        Evidence(kind="fact", detail=h, experiment_id=inp.evidence.experiment_id, lines=lines)
-                        for h in how
-                    ],
-                    interventions=ivs,
-                    triggers=how,
-                )
-            )
-        out += self._switches(inp, imp)
+        rd = _Reading(
+            imp=implicated(inp),
+            warn_text=norm(" ".join(w.text for w in inp.evidence.warnings)),
+            auto_facts=auto_facts,
+            fact_of={s.name: k for k in auto_facts if (s := fact_flag(inp.flags, k)) is not None},
+            feature_words=self._feature_words(inp),
+            crashy=bool(set(inp.evidence.symptoms) & _KERNEL_SYMPTOMS),
+        )
+        out = [c for spec in selecting_flags(inp.flags) if (c := self._choice(inp, spec, rd)) is not None]
+        out += self._switches(inp, rd.imp)
         return out
+
+    def _choice(self, inp: GeneratorInput, spec: FlagSpec, rd: _Reading) -> Candidate | None:
+        """The candidate of one selecting flag with every legal alternative, weighed by how the failure
+        implicates it; None when it is not implicated or has no alternative."""
+        assert inp.flags is not None
+        current = effective_value(inp, spec)
+        fp = inp.fingerprint
+        alts = alternative_choices(spec, current, fp.gpu_name if fp else None, fp.gpu_vendor if fp else None)
+        if not alts:
+            return None
+        cur = norm(str(current)) if current is not None else ""
+        factor, how = _implication(inp, spec, current, rd)
+        if not how:
+            return None  # not implicated
+        imp, lines = rd.imp, list(rd.imp.lines[:3])
+        dest = spec.name.lstrip("-").replace("-", "_")
+        fact_key = rd.fact_of.get(spec.name)
+        if explicit(inp, spec):
+            factor *= EXPLICIT_FACTOR
+            how.append("the baseline sets it explicitly")
+        elif fact_key is not None and str(rd.auto_facts[fact_key]).lower() not in ("auto", "none"):
+            factor *= AUTO_FACTOR
+            how.append(f"SGLang resolved it on its own ({fact_key}={rd.auto_facts[fact_key]})")
+        if specificity(inp.flags, stems(spec.name) & rd.feature_words - {"backend", "dtype"}) >= 0.5:
+            factor *= FEATURE_FACTOR
+            how.append("it configures a feature the baseline turns on")
+        alts = mentioned_first(alts, imp.error_text)
+        # Switching away from the package the failure happened in avoids it without repairing it.
+        avoids = bool(cur and cur in imp.packages)
+        # With a single alternative, "this implementation is broken" predicts that it fixes.
+        ivs = [
+            Intervention(
+                names=[spec.name], values=[c], decisive=len(alts) == 1, fact=fact_key or dest,
+                cost="medium" if avoids else "low", workaround=avoids,
+                note=f"an alternative implementation of {spec.name}"
+                + (f" that does not use {current}" if avoids else ""),
+            )
+            for c in alts
+        ]
+        return Candidate(
+            id=f"component:{spec.name}",
+            statement=_statement(spec, current, "; ".join(how)),
+            component=spec.name.lstrip("-").removesuffix("-backend").replace("-", "_"),
+            package=imp.packages.get(cur) if cur in imp.packages else None,
+            weight=BASE_WEIGHT * factor,
+            rationale="a component implicated by the failure is chosen by this flag; another "
+            "implementation of it uses different kernels",
+            generator=self.name,
+            evidence=[
+                Evidence(kind="fact", detail=h, experiment_id=inp.evidence.experiment_id, lines=lines)
+                for h in how
+            ],
+            interventions=ivs,
+            triggers=how,
+        )
 
     @staticmethod
     def _feature_words(inp: GeneratorInput) -> set[str]:

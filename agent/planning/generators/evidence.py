@@ -17,14 +17,13 @@ import re
 from collections import deque
 
 from agent.domain.models import LogLine, Outcome
-from agent.planning.generators import FailureEvidence, Frame, Traceback
+from agent.planning.generators import FailureEvidence
 from tools.engines import is_settings_dump, settings_marker_in
-from tools.tracebacks import parse_numbered_lines
+from tools.tracebacks import Traceback, parse_numbered_lines
 
 __all__ = [
     "LogExcerpt",
     "failure_evidence",
-    "frame_of",
     "parse_tracebacks",
     "symptom_classes",
 ]
@@ -52,9 +51,6 @@ _INTERESTING = re.compile(
     re.IGNORECASE,
 )
 _WARNING = re.compile(r"\bWARN(?:ING)?\b|\bwarn(?:ing)?s?\b|UserWarning|DeprecationWarning|FutureWarning")
-_PACKAGE_PATH = re.compile(r"(?:site|dist)-packages/(?P<mod>[^\"]+?)\.py$")
-#: Source checkouts: ``.../sglang/python/sglang/srt/...`` or ``.../python/sglang/...``.
-_SOURCE_PATH = re.compile(r"/python/(?P<mod>[A-Za-z_]\w*/[^\"]+?)\.py$")
 
 
 class LogExcerpt:
@@ -119,28 +115,10 @@ def excerpt_of_text(text: str) -> list[LogLine]:
     return ex.lines()
 
 
-def frame_of(file: str, line: int | None = None, function: str | None = None) -> Frame:
-    """A frame with its package and module read from the file path (``None`` outside packages)."""
-    m = _PACKAGE_PATH.search(file) or _SOURCE_PATH.search(file)
-    module = package = None
-    if m:
-        module = m.group("mod").replace("/", ".").removesuffix(".__init__")
-        package = module.split(".", 1)[0]
-    return Frame(file=file, line=line, function=function, package=package, module=module)
-
-
 def parse_tracebacks(lines: list[LogLine]) -> list[Traceback]:
     """Python tracebacks in the kept lines, in log order (a chained exception's tracebacks each count,
-    every rank's too), frames outermost first as printed. Parsing: ``tools.tracebacks``."""
-    out: list[Traceback] = []
-    for tb in parse_numbered_lines(((ll.line, ll.text) for ll in lines), unique=False):
-        frames = []
-        for f in reversed(tb.frames):
-            frame = frame_of(f.path, f.line, f.function)
-            frame.code = f.code
-            frames.append(frame)
-        out.append(Traceback(log_line=tb.start_line, frames=frames, exception=tb.exception_line))
-    return out
+    every rank's too), frames innermost first. Parsing and the model: ``tools.tracebacks``."""
+    return parse_numbered_lines(((ll.line, ll.text) for ll in lines), unique=False)
 
 
 _NAN = re.compile(r"\bnan\b|\binf\b|NaN", re.IGNORECASE)
@@ -156,7 +134,7 @@ _IMPORT = re.compile(r"\b(?:ImportError|ModuleNotFoundError)\b|undefined symbol|
 def symptom_classes(outcome: Outcome, tracebacks: list[Traceback], text: str) -> list[str]:
     """The symptom classes of a failing outcome (see ``SymptomClass``), most specific first."""
     sigs = outcome.signature_ids()
-    exc_text = "\n".join(tb.exception for tb in tracebacks)
+    exc_text = "\n".join(tb.exception_line for tb in tracebacks)
     fatal_text = "\n".join(m.first_line for m in outcome.matches if m.kind in ("fatal", "error"))
     err_text = f"{exc_text}\n{fatal_text}"
     out: list[str] = []

@@ -15,16 +15,13 @@ import re
 from agent.domain.models import Evidence, Intervention
 from agent.planning.generators import Candidate, GeneratorInput
 from agent.planning.generators.common import canon, explicit
+from agent.planning.generators.implementations import implementations
 
 __all__ = ["LoadGenerator", "passing_level"]
 
 #: Weights: a batch cap avoids any batch-dependent fault but costs throughput (a workaround).
 CAP_WEIGHT = 0.06
 FEATURE_WEIGHT = 0.05
-#: Flags that cap the batch (SGLang server_args.py, 0.5.x).
-_CAP_FLAGS = ("--max-running-requests", "--cuda-graph-max-bs")
-#: Switch names of features that act on batches of several requests.
-_BATCH_FEATURES = re.compile(r"^--disable-(?:overlap|.*padding|radix|chunked)", re.I)
 
 
 def passing_level(inp: GeneratorInput, failing: int) -> int:
@@ -56,7 +53,7 @@ class LoadGenerator:
             detail += f" and one of {ok} passed"
         evidence = [Evidence(kind="fact", detail=detail, experiment_id=ev.experiment_id)]
         out: list[Candidate] = []
-        for name in _CAP_FLAGS:
+        for name in implementations().load.batch_caps:  # knowledge/implementations.toml
             spec = canon(inp.flags, name)
             if spec is None or not spec.takes_value:
                 continue
@@ -76,8 +73,9 @@ class LoadGenerator:
                 )
             )
         if inp.flags is not None:
+            batch_features = implementations().batch_features  # knowledge/implementations.toml
             for spec in inp.flags.flags.values():
-                if spec.takes_value or spec.deprecated or not _BATCH_FEATURES.match(spec.name):
+                if spec.takes_value or spec.deprecated or not batch_features.match(spec.name):
                     continue
                 if explicit(inp, spec):
                     continue

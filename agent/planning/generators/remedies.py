@@ -28,6 +28,9 @@ from agent.planning.generators.common import canon, documented_choices, effectiv
 from agent.planning.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.planning.values import fit_cpu_list, rule_for
 
+#: One remedy a launch's evidence names: (ledger id, intervention, kind of line, the line, description).
+Remedy = tuple[str, Intervention, str, LogLine, str]
+
 __all__ = ["RemediesGenerator", "left_out", "remedies_in"]
 
 #: Weights by where the remedy was read.
@@ -83,86 +86,94 @@ def _round_up(value: float, step: float = 0.01) -> str:
     return f"{math.ceil(value / step - 1e-9) * step:.2f}"
 
 
-def remedies_in(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+def remedies_in(inp: GeneratorInput) -> list[Remedy]:
     """(id, intervention, kind, line, description) for every remedy named in the kept log lines."""
     ev = inp.evidence
-    exceptions = {tb.exception for tb in ev.tracebacks}
-    found: list[tuple[str, Intervention, str, LogLine, str]] = []
+    exceptions = {tb.exception_line for tb in ev.tracebacks}
+    found: list[Remedy] = []
     for ll, kind in _where(ev.log, exceptions):
         text = ll.text
         if kind != "solution" and not _REMEDY_WORDS.search(text):
             continue
-        for m in _FLAG.finditer(text):
-            spec = canon(inp.flags, m.group(1))
-            if spec is None:
-                continue
-            before_text = text[: m.start()]
-            after_text = text[m.end() : m.end() + 80]
-            sentence = before_text[-80:] + m.group(0) + after_text
-            costly = bool(_COSTLY.search(after_text))
-            note = " ".join(text.strip().split())  # whole: a reader sees the line it came from
-            if _NOT_USING.search(before_text[-30:]):
-                if not any(n in inp.baseline.flags for n in spec.option_strings):
-                    continue
-                iv = Intervention(names=[spec.name], values=[None], decisive=kind == "error", cost="low", note=note)
-                found.append((f"remedy:{spec.name}=off", iv, kind, ll, f"without {spec.name}"))
-                continue
-            if not spec.takes_value:
-                workaround = spec.name.startswith("--disable-")
-                iv = Intervention(names=[spec.name], values=[True], decisive=kind == "error",
-                                  cost="high" if costly else ("medium" if workaround else "low"),
-                                  workaround=workaround, note=note)
-                found.append((f"remedy:{spec.name}", iv, kind, ll, f"{spec.name}"))
-                continue
-            value = _no_full_stop(m.group("value"))
-            values: list[FlagValue] = []
-            derive = None
-            direction = "raise" if _RAISE.search(sentence) else "lower" if _LOWER.search(sentence) else None
-            if (at := _AT_LEAST.search(after_text)) and direction != "lower":
-                values = [_round_up(float(at.group("v")))]
-                direction = "raise"
-            elif (at := _AT_MOST.search(after_text)) and direction != "raise":
-                values = [f"{math.floor(float(at.group('v')) * 100) / 100:.2f}"]
-                direction = "lower"
-            elif value and not value.startswith("-") and value.lower() not in ("to", "a", "the", "by", "or", "and"):
-                if spec.choices and value not in spec.choices:
-                    value = None
-                if value:
-                    values = [value]
-            if not values and direction:
-                derive = rule_for(spec.name, direction)
-                if (ex := _EXAMPLES.search(after_text)) is not None:
-                    values = re.split(r"\s*(?:or|,)\s*", ex.group("v").strip())
-                values = values or _step(effective_value(inp, spec), direction, spec.value_type)
-            if not values and not derive:
-                continue
-            fact = spec.name.lstrip("-").replace("-", "_")
-            role = next((r for r, names in load_roles().items() if spec.name in names), None)
-            iv = Intervention(names=load_roles()[role] if role else [spec.name], role=role,
-                              values=values, derive=derive, decisive=kind == "error",
-                              fact=fact if fact_flag(inp.flags, fact) is spec else None,
-                              cost="high" if costly else "low", note=note)
-            what = f"{direction} {spec.name}" if direction else f"{spec.name} {values[0]}"
-            found.append((f"remedy:{spec.name}" + (f"={values[0]}" if not direction else f":{direction}"),
-                          iv, kind, ll, what))
-        for m in _ENV.finditer(text):
-            if _condition_fails(text[: m.start()]) is not None:
-                continue  # the text offers it only if something holds that its own figures deny
-            override = bool(_OVERRIDE.search(m.group("name")))
-            env_value, _why = fit_cpu_list(str(_no_full_stop(m.group("value"))), _sentence_of(text, m.start()),
-                                           cpu_count=_cpu_count(inp), ranks=_ranks(inp))
-            if env_value is None:
-                continue  # an example for another machine, or a value the guard would refuse (left_out)
-            iv = Intervention(kind="env", names=[m.group("name")], values=[env_value],
-                              decisive=kind == "error", cost="low", workaround=override,
-                              note=" ".join(text.split()))
-            found.append((f"remedy:{m.group('name')}={env_value}", iv, kind, ll,
-                          f"{m.group('name')}={env_value}"))
+        found += [r for m in _FLAG.finditer(text) if (r := _flag_remedy(inp, m, kind, ll)) is not None]
+        found += [r for m in _ENV.finditer(text) if (r := _env_remedy(inp, m, kind, ll)) is not None]
     found += _alternatives(inp)
     found += _allowed_values(inp)
     found += _bounded_settings(inp)
     found += _missing_package_reverts(inp)
     return found
+
+
+def _flag_remedy(inp: GeneratorInput, m: re.Match[str], kind: str, ll: LogLine) -> Remedy | None:
+    """The remedy a flag named in a log line (``m`` of ``_FLAG``) stands for: the flag off, on, a value
+    or a direction, or None when it is not this host's flag or names no usable value."""
+    text = ll.text
+    spec = canon(inp.flags, m.group(1))
+    if spec is None:
+        return None
+    before_text = text[: m.start()]
+    after_text = text[m.end() : m.end() + 80]
+    sentence = before_text[-80:] + m.group(0) + after_text
+    costly = bool(_COSTLY.search(after_text))
+    note = " ".join(text.strip().split())  # whole: a reader sees the line it came from
+    if _NOT_USING.search(before_text[-30:]):
+        if not any(n in inp.baseline.flags for n in spec.option_strings):
+            return None
+        iv = Intervention(names=[spec.name], values=[None], decisive=kind == "error", cost="low", note=note)
+        return (f"remedy:{spec.name}=off", iv, kind, ll, f"without {spec.name}")
+    if not spec.takes_value:
+        workaround = spec.name.startswith("--disable-")
+        iv = Intervention(names=[spec.name], values=[True], decisive=kind == "error",
+                          cost="high" if costly else ("medium" if workaround else "low"),
+                          workaround=workaround, note=note)
+        return (f"remedy:{spec.name}", iv, kind, ll, f"{spec.name}")
+    value = _no_full_stop(m.group("value"))
+    values: list[FlagValue] = []
+    derive = None
+    direction = "raise" if _RAISE.search(sentence) else "lower" if _LOWER.search(sentence) else None
+    if (at := _AT_LEAST.search(after_text)) and direction != "lower":
+        values = [_round_up(float(at.group("v")))]
+        direction = "raise"
+    elif (at := _AT_MOST.search(after_text)) and direction != "raise":
+        values = [f"{math.floor(float(at.group('v')) * 100) / 100:.2f}"]
+        direction = "lower"
+    elif value and not value.startswith("-") and value.lower() not in ("to", "a", "the", "by", "or", "and"):
+        if spec.choices and value not in spec.choices:
+            value = None
+        if value:
+            values = [value]
+    if not values and direction:
+        derive = rule_for(spec.name, direction)
+        if (ex := _EXAMPLES.search(after_text)) is not None:
+            values = re.split(r"\s*(?:or|,)\s*", ex.group("v").strip())
+        values = values or _step(effective_value(inp, spec), direction, spec.value_type)
+    if not values and not derive:
+        return None
+    fact = spec.name.lstrip("-").replace("-", "_")
+    role = next((r for r, names in load_roles().items() if spec.name in names), None)
+    iv = Intervention(names=load_roles()[role] if role else [spec.name], role=role,
+                      values=values, derive=derive, decisive=kind == "error",
+                      fact=fact if fact_flag(inp.flags, fact) is spec else None,
+                      cost="high" if costly else "low", note=note)
+    what = f"{direction} {spec.name}" if direction else f"{spec.name} {values[0]}"
+    return (f"remedy:{spec.name}" + (f"={values[0]}" if not direction else f":{direction}"), iv, kind, ll, what)
+
+
+def _env_remedy(inp: GeneratorInput, m: re.Match[str], kind: str, ll: LogLine) -> Remedy | None:
+    """The environment variable a log line names (``m`` of ``_ENV``) with a value that fits this host,
+    or None."""
+    text = ll.text
+    if _condition_fails(text[: m.start()]) is not None:
+        return None  # the text offers it only if something holds that its own figures deny
+    override = bool(_OVERRIDE.search(m.group("name")))
+    env_value, _why = fit_cpu_list(str(_no_full_stop(m.group("value"))), _sentence_of(text, m.start()),
+                                   cpu_count=_cpu_count(inp), ranks=_ranks(inp))
+    if env_value is None:
+        return None  # an example for another machine, or a value the guard would refuse (left_out)
+    iv = Intervention(kind="env", names=[m.group("name")], values=[env_value],
+                      decisive=kind == "error", cost="low", workaround=override,
+                      note=" ".join(text.split()))
+    return (f"remedy:{m.group('name')}={env_value}", iv, kind, ll, f"{m.group('name')}={env_value}")
 
 
 def _sentence_of(text: str, at: int) -> str:
@@ -188,7 +199,7 @@ def left_out(inp: GeneratorInput) -> list[str]:
     """Why each value an error text names for a variable was not proposed, or was replaced by one
     derived for this host (``agent.planning.values.fit_cpu_list``): one sentence each, for the user."""
     out: list[str] = []
-    for ll, _kind in _where(inp.evidence.log, {tb.exception for tb in inp.evidence.tracebacks}):
+    for ll, _kind in _where(inp.evidence.log, {tb.exception_line for tb in inp.evidence.tracebacks}):
         for m in _ENV.finditer(ll.text):
             raw = str(_no_full_stop(m.group("value")))
             value, why = fit_cpu_list(raw, _sentence_of(ll.text, m.start()), cpu_count=_cpu_count(inp),
@@ -214,7 +225,7 @@ _NEGATED = re.compile(r"\b(?:no|not|none of|neither|unavailable|missing|unsuppor
 
 def _error_lines(inp: GeneratorInput) -> list[LogLine]:
     """The log lines that state the failure: exception lines of the tracebacks and fatal/error lines."""
-    exceptions = {tb.exception.strip() for tb in inp.evidence.tracebacks if tb.exception}
+    exceptions = {tb.exception_line.strip() for tb in inp.evidence.tracebacks if tb.exception_line}
     out = []
     for ll in inp.evidence.log:
         t = ll.text.strip()
@@ -223,7 +234,7 @@ def _error_lines(inp: GeneratorInput) -> list[LogLine]:
     return out
 
 
-def _alternatives(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+def _alternatives(inp: GeneratorInput) -> list[Remedy]:
     """An error that names several options of one flag's documented choices (devices, backends,
     dtypes) names that flag as the remedy. The values proposed are those that fit this host: for a
     flag whose choices are devices, the device of the host's platform (``knowledge/subsystems.toml``,
@@ -235,7 +246,7 @@ def _alternatives(inp: GeneratorInput) -> list[tuple[str, Intervention, str, Log
     know = load_subsystems()
     device_values = {str(p.get("device")) for p in know.platforms if p.get("device")}
     platform = platform_of(inp.fingerprint, None, know)
-    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    out: list[Remedy] = []
     seen: set[str] = set()
     for ll in _error_lines(inp):
         text = ll.text
@@ -292,7 +303,7 @@ _SETTING = re.compile(r"(?<![\w-])(?:--)?(?P<name>[a-z][a-z0-9]*(?:[_-][a-z0-9]+
 _LIST_WORDS = frozenset({"or", "and", "of", "the", "a", "an", "either", "one", "values", "value", "are", "is"})
 
 
-def _allowed_values(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+def _allowed_values(inp: GeneratorInput) -> list[Remedy]:
     """An error that states which values a setting allows, naming the setting by its flag or its
     argparse dest (``kv_cache_dtype``), where the value in force is not among them: set the setting to
     a value it allows. Values are the error's own words, cleaned of prose punctuation; a documented
@@ -300,7 +311,7 @@ def _allowed_values(inp: GeneratorInput) -> list[tuple[str, Intervention, str, L
     allowed (the error is then about something else)."""
     if inp.flags is None:
         return []
-    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    out: list[Remedy] = []
     for ll in _error_lines(inp):
         m = _ALLOWS.search(ll.text)
         if m is None:
@@ -346,13 +357,13 @@ _BOUNDED = re.compile(
 )
 
 
-def _bounded_settings(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+def _bounded_settings(inp: GeneratorInput) -> list[Remedy]:
     """An error that says a product of settings (``dp_size * tp_size * pp_size = 2``) must be at most a
     figure of the host (``1``): the one factor above 1 whose flag the host knows is lowered so the
     product fits. Nothing when several factors are above 1 (which to lower is a choice, not a reading)."""
     if inp.flags is None:
         return []
-    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    out: list[Remedy] = []
     for ll in _error_lines(inp):
         m = _BOUNDED.search(ll.text)
         if m is None:
@@ -391,11 +402,11 @@ _MISSING = re.compile(
 )
 
 
-def _missing_package_reverts(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
+def _missing_package_reverts(inp: GeneratorInput) -> list[Remedy]:
     """An error that a package is not installed, where the user's own explicit setting chose that
     package (``--attention-backend flashinfer`` and ``No module named 'flashinfer'``): reverting that
     setting lets SGLang choose an implementation that is installed. A first-class remedy."""
-    out: list[tuple[str, Intervention, str, LogLine, str]] = []
+    out: list[Remedy] = []
     for ll in _error_lines(inp) + [w for w in inp.evidence.log if _MISSING.search(w.text)]:
         for m in _MISSING.finditer(ll.text):
             pkg = norm((m.group("a") or m.group("b") or m.group("c") or "").split(".")[0])

@@ -370,11 +370,11 @@ def implicated_of(experiments: dict[str, Experiment], outcomes: dict[str, Outcom
     if not failing:
         return None
     ev = failure_evidence(failing[-1])
-    frames = [f for tb in reversed(ev.tracebacks) for f in reversed(tb.frames)]
+    frames = [f for tb in reversed(ev.tracebacks) for f in tb.frames]
     sglang = next((f for f in frames if f.package == "sglang" and f.module), None)
     package = next((f.package for f in frames if f.package and f.package not in _NOT_BLAMED), None)
     package = package or next((f.package for f in frames if f.package == "torch"), None)
-    exc = next((tb.exception for tb in reversed(ev.tracebacks) if tb.exception), "")
+    exc = next((tb.exception_line for tb in reversed(ev.tracebacks) if tb.exception_line), "")
     component = sglang.module.removeprefix("sglang.srt.").removeprefix("sglang.") if sglang and sglang.module else None
     if component is None and not package:
         sig = failing[-1].failure_signatures()

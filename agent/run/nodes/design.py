@@ -7,6 +7,10 @@ step to the coming launch. The planner may call its model (the LLM planner write
 Building the planner needs the host's flag catalog (``Runtime.flags``: cached, or read from the host's
 ``launch_server --help`` in a process that resumed the run).
 
+It proposes from the ledger the hypothesize node wrote (``agent.run.state.ledger_of``); only when that is
+not current (the LLM planner's memory moved since: a person rejected its proposal and design runs again)
+does the planner read the history itself.
+
 The update carries ``pending`` (the proposal) or ``conclude_reason``; the graph's edge routes on it.
 """
 
@@ -17,7 +21,7 @@ from typing import Any
 from agent.planning.guard import GuardError, check_experiment
 from agent.record.wire import to_payload
 from agent.run.runtime import Runtime
-from agent.run.state import RunState, planner_view
+from agent.run.state import RunState, ledger_of, planner_view
 
 
 def design(state: RunState, rt: Runtime) -> dict[str, Any]:
@@ -25,7 +29,8 @@ def design(state: RunState, rt: Runtime) -> dict[str, Any]:
     tr = rt.transcript
     view = planner_view(state)
     pl = rt.planner(state)
-    proposal = pl.propose(view, pl.history(view))
+    hist = ledger_of(state)  # what hypothesize read from this history, unless it is not current
+    proposal = pl.propose(view, hist if hist is not None else pl.history(view))
     # The LLM planner's memory (its hypotheses, tokens spent) is checkpointed with the step.
     memo = pl.checkpoint()
     kept: dict[str, Any] = {"planner": memo} if memo is not None else {}

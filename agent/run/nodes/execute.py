@@ -341,11 +341,11 @@ def _on_watch_event(
     if watch is not None:
         watch.observe(ev)
     if ev.kind == "line" and ev.line is not None:
-        excerpt.feed(ev.line.lineno, ev.line.text)
+        excerpt.feed(ev.line.line, ev.line.text)
     if ev.kind in ("ready", "fatal") and ev.line is not None:
         rt.transcript.emit(
             "observation",
-            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.lineno, "text": ev.line.text},
+            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.line, "text": ev.line.text},
             node="execute",
         )
 

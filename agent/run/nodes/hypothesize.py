@@ -1,5 +1,9 @@
 """hypothesize: the planner rebuilds the hypothesis ledger and the current baseline from the outcomes.
 
+The update carries the ledger (``hypotheses``), the baseline, and the rest of the planner's reading of
+the history (``ledger``: reference run, fixes, confirmations, load probe; ``agent.run.state.ledger_of``),
+which the design node consumes instead of reading the history again.
+
 Side effects: transcript ``hypothesis.added``, ``hypothesis.<status>`` (a status changed),
 ``hypothesis.updated`` (a posterior moved by more than 0.001) and ``baseline.changed``. The planner may
 call its model (the LLM planner writes its ``llm.*`` events); the rule planner has none. Building the
@@ -15,7 +19,7 @@ from agent.domain.models import Hypothesis
 from agent.record.transcript import Transcript
 from agent.record.wire import to_payload
 from agent.run.runtime import Runtime
-from agent.run.state import RunState, planner_view
+from agent.run.state import RunState, ledger_entry, planner_view
 
 
 def hypothesize(state: RunState, rt: Runtime) -> dict[str, Any]:
@@ -29,7 +33,11 @@ def hypothesize(state: RunState, rt: Runtime) -> dict[str, Any]:
             {"baseline": baseline, "adoption": hist.adoptions[-1] if hist.adoptions else None},
             node="hypothesize",
         )
-    return {"hypotheses": [h.model_dump(mode="json") for h in hist.hypotheses], "baseline": baseline}
+    return {
+        "hypotheses": [h.model_dump(mode="json") for h in hist.hypotheses],
+        "baseline": baseline,
+        "ledger": ledger_entry(state, hist),
+    }
 
 
 def _record_changes(tr: Transcript, before: list[dict[str, Any]], after: list[Hypothesis]) -> None:

@@ -1,0 +1,383 @@
+"""Choosing the next experiment from the ledger: the baseline run first, then the untested one-variable
+change with the best probability of fixing the symptom per host-second (a workaround scores less, so
+root-cause fixes are tested first), a root-cause alternative after a workaround fixed it, the
+confirmation run of the best fix, or repeats of a baseline that served although a failure was reported
+(bursts of concurrent requests, then plain repeats); else the reason to conclude.
+
+The ratio rule (P(fix) / cost) is the classic rule for sequential search: it minimises the expected cost
+of finding the fix when tests are independent.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from agent.domain.models import Baseline, Change, Experiment, Intervention, Outcome, Prediction
+from agent.planning.generators.evidence import failure_evidence
+from agent.planning.in_play import InPlay
+from agent.planning.matching import FlagMatcher, same_value
+from agent.planning.observations import BURST_LEVELS, import_time_failure, load_level, load_probe_for
+from agent.planning.values import ValueEvidence
+from agent.planning.view import COST_ORDER, HistoryState, PlannerView, Proposal, default_launch_cost_s
+from agent.planning.weights import weights as tunables
+from agent.review.wording import count
+from tools.probes import Probe
+
+
+class Chooser(FlagMatcher):
+    """Proposes the next experiment from a ``HistoryState``; ``name`` is recorded as its proposer."""
+
+    name: str
+
+    def propose(self, view: PlannerView, state: HistoryState) -> Proposal:
+        """The next experiment, or the reason to conclude. Never repeats an experiment or a rejection."""
+        ref = state.reference
+        done = {e.id for e in view.experiments if e.status == "done"}
+        rejected_ids = {r.experiment_id for r in view.rejections}
+        cost = ref.timings.host_seconds if ref and ref.timings.host_seconds > 0 else default_launch_cost_s()
+        within_budget = functools.partial(_over_budget, view, cost)
+        if ref is None:
+            return self._first_run(view, state, cost, done, rejected_ids)
+        if ref.stage == "ok":
+            if not state.fixes:
+                return self._reproduce(view, state, cost, within_budget, rejected_ids)
+            if state.confirmed_experiment_id:
+                return Proposal(conclude_reason="fix found and confirmed")
+            alternative = self._alternative(view, state, cost, done, rejected_ids)
+            if alternative is not None:
+                return alternative
+            return self._confirmation(view, state, cost, rejected_ids)
+        if why := within_budget(2):
+            return Proposal(conclude_reason=why + " (a test needs room for its confirmation run)")
+        return self._best_test(view, state, cost, done, rejected_ids)
+
+    def _first_run(
+        self, view: PlannerView, state: HistoryState, cost: float, done: set[str], rejected_ids: set[str]
+    ) -> Proposal:
+        """The launch of the unchanged baseline that reproduces the failure (with the case's load)."""
+        baseline = state.baseline
+        probes = state.extra_probes()
+        level = load_level(view.case)
+        if level is not None:  # the case says how many requests at once reproduce it
+            probes = [load_probe_for(view.case, level)]
+        exp_id = Experiment.make_id(baseline, None, "baseline", probes=probes)
+        if exp_id in done:
+            return Proposal(conclude_reason="the baseline run gave no usable outcome")
+        if exp_id in rejected_ids:
+            return Proposal(conclude_reason="the baseline run was rejected; nothing to compare against")
+        if why := _over_budget(view, cost, 1):
+            return Proposal(conclude_reason=why)
+        return Proposal(
+            experiment=Experiment(
+                id=exp_id,
+                purpose="baseline",
+                baseline=baseline,
+                probes=probes,
+                cost_estimate_s=cost,
+                rationale="reproduce the failure on the baseline to collect its log evidence"
+                + (f" (with a burst of {probes[0].concurrency} concurrent requests, as the case says)"
+                   if probes else ""),
+            )
+        )
+
+    def _confirmation(self, view: PlannerView, state: HistoryState, cost: float, rejected_ids: set[str]) -> Proposal:
+        """A re-run of the best fix's configuration (the baseline now), to confirm the fix is not luck."""
+        best = state.best_fix
+        assert best is not None
+        probes = state.extra_probes()
+        attempt = state.confirmations + 1
+        exp_id = Experiment.make_id(state.baseline, None, "confirm", attempt=attempt, probes=probes)
+        if exp_id in rejected_ids:
+            return Proposal(conclude_reason="the confirmation run was rejected")
+        if why := _over_budget(view, cost, 1):
+            return Proposal(conclude_reason=why)
+        facts = state.failing_reference.facts if state.failing_reference else {}
+        nth = ""
+        if state.confirmations_needed > 1:
+            nth = f" ({attempt} of {state.confirmations_needed}: this run has seen a flaky outcome)"
+        return Proposal(
+            experiment=Experiment(
+                id=exp_id,
+                purpose="confirm",
+                baseline=state.baseline,
+                attempt=attempt,
+                probes=probes,
+                cost_estimate_s=cost,
+                rationale=f"re-run the fixing configuration ({best.change.describe()}) to confirm the fix "
+                f"is not luck{nth}",
+                predictions=[
+                    Prediction(hypothesis_id=h.id, expect="fixed")
+                    for h in state.hypotheses
+                    if h.status == "supported" and self.prediction(h, best.change, facts) != "persists"
+                ],
+            )
+        )
+
+    def _reproduce(
+        self,
+        view: PlannerView,
+        state: HistoryState,
+        cost: float,
+        within_budget: Callable[[int], str | None],
+        rejected_ids: set[str],
+    ) -> Proposal:
+        """The baseline served correctly although a failure was reported: launch it again with bursts
+        of concurrent requests (``BURST_LEVELS``, escalating within one launch), then plainly (the
+        failure may be intermittent; more repeats when the case says so); after that, conclude that it
+        could not be reproduced."""
+        case = view.case
+        runs = state.baseline_runs
+        plain_runs = 3 if state.intermittent else 2
+        probes: list[Probe] = []
+        if not state.load_tried:
+            probes = [load_probe_for(case, n) for n in BURST_LEVELS]
+            why = (
+                "single requests pass: send bursts of "
+                f"{', '.join(map(str, BURST_LEVELS))} concurrent requests to the unchanged baseline"
+            )
+        elif runs < plain_runs + 1:
+            why = (
+                f"the baseline served correctly in {runs} launch{'es' if runs > 1 else ''} (bursts "
+                "included) although a failure was reported: launch it again in case the failure is "
+                "intermittent"
+            )
+        else:
+            return Proposal(
+                conclude_reason=f"the baseline served correctly in {count(runs, 'launch')} (one with bursts of up "
+                f"to {BURST_LEVELS[-1]} concurrent requests): the failure could not be reproduced"
+            )
+        exp_id = Experiment.make_id(state.baseline, None, "baseline", attempt=runs + 1, probes=probes)
+        if exp_id in rejected_ids:
+            return Proposal(conclude_reason="the repeat of the baseline was rejected")
+        if why_not := within_budget(1):
+            return Proposal(conclude_reason=why_not)
+        return Proposal(
+            experiment=Experiment(
+                id=exp_id,
+                purpose="baseline",
+                baseline=state.baseline,
+                attempt=runs + 1,
+                probes=probes,
+                cost_estimate_s=cost,
+                rationale=why,
+            )
+        )
+
+    def _evidence(self, view: PlannerView, ref: Outcome, baseline: Baseline) -> ValueEvidence:
+        fp = view.fingerprint
+        total = fp.memory_total_mib / 1024 if fp and fp.memory_total_mib else None
+        return ValueEvidence(facts=dict(ref.facts), total_gib=total, flags=dict(baseline.flags))
+
+    def _candidates(
+        self,
+        view: PlannerView,
+        state: HistoryState,
+        baseline: Baseline,
+        ref: Outcome,
+        done: set[str],
+        rejected_ids: set[str],
+        considered: list[dict[str, Any]],
+    ) -> dict[str, tuple[Change, Intervention, str]]:
+        """Untested one-variable changes that an open or supported hypothesis predicts may fix ``ref``."""
+        rejected_keys = {r.change_key for r in view.rejections if r.change_key}
+        probes = state.extra_probes()
+        evidence = self._evidence(view, ref, baseline)
+        live = [h for h in state.hypotheses if h.status in ("open", "supported")]
+        # SGLang's printed settings of the failing run, parsed from its log at most once per step
+        server_args = functools.cache(lambda: failure_evidence(ref).server_args)
+        in_play = functools.cache(lambda: InPlay(view.fingerprint, baseline, server_args(), self.flags))
+        out: dict[str, tuple[Change, Intervention, str]] = {}
+        for h in sorted(live, key=lambda h: -h.posterior):
+            for iv in h.interventions:
+                if (
+                    iv.fact
+                    and not iv.derive
+                    and any(same_value(ref.facts.get(iv.fact), v) for v in iv.values)
+                ):
+                    considered.append(
+                        {"hypothesis": h.id, "skipped": f"{iv.fact} is already {ref.facts[iv.fact]}"}
+                    )
+                    continue
+                change, how = self.realize(iv, baseline, evidence)
+                if change is None:
+                    considered.append({"hypothesis": h.id, "skipped": how})
+                    continue
+                if (off := self._inert(change, baseline, ref, server_args)) is not None:
+                    considered.append({"hypothesis": h.id, "skipped": off})
+                    continue
+                if (off := in_play().why_not(change)) is not None:
+                    considered.append({"hypothesis": h.id, "skipped": off})
+                    continue
+                exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
+                if exp_id in done:
+                    continue
+                if exp_id in rejected_ids or change.key() in rejected_keys:
+                    considered.append({"hypothesis": h.id, "skipped": f"{change.describe()} was rejected"})
+                    continue
+                out.setdefault(change.key(), (change, iv, how))
+        return out
+
+    def _inert(
+        self, change: Change, baseline: Baseline, ref: Outcome, server_args: Callable[[], dict[str, str]]
+    ) -> str | None:
+        """Why changing a flag cannot change the run, or None: it configures a feature whose
+        switch (``FlagCatalog.feature_switch``: ``--enable-X`` or an ``--X-mode``) is off in the baseline and the effective
+        configuration SGLang printed, so the feature's code never runs."""
+        if change.kind != "flag" or self.flags is None:
+            return None
+        switch = self.flags.feature_switch(change.name)
+        if switch is None:
+            return None
+        off = ("", "none", "null", "false", "0", "off", "disabled")
+        if any(str(baseline.flags.get(o, "")).strip().lower() not in off for o in switch.option_strings):
+            return None
+        dest = switch.name.lstrip("-").replace("-", "_")
+        effective = ref.facts.get(dest)
+        if effective is None:
+            effective = server_args().get(dest)
+        if effective is not None and str(effective).strip().lower() not in off:
+            return None
+        if switch.default is not None and str(switch.default).strip().lower() not in off:
+            return None
+        return f"{change.name} configures {switch.name}'s feature, which is off here: changing it changes nothing"
+
+    def _score(
+        self, state: HistoryState, change: Change, iv: Intervention, cost: float, facts: dict[str, str]
+    ) -> tuple[float, float]:
+        """(score, P(fix)): P(fix) per host-second, times the performance factor, halved for workarounds."""
+        p_fix = 0.0
+        for h in state.hypotheses:
+            if h.status not in ("open", "supported"):
+                continue
+            pred = self.prediction(h, change, facts)
+            p_fix += h.posterior * tunables().choice.p_fix[pred]
+        score = p_fix / max(cost, 1.0) * tunables().choice.performance_factor[iv.cost]
+        if iv.workaround:
+            score *= tunables().choice.workaround_factor
+        return score, p_fix
+
+    def _test(
+        self,
+        state: HistoryState,
+        baseline: Baseline,
+        scored: tuple[float, int, Change, float, str],
+        cost: float,
+        facts: dict[str, str],
+        why: str,
+        considered: list[dict[str, Any]],
+    ) -> Proposal:
+        score, _, change, p_fix, how = scored
+        live = [h for h in state.hypotheses if h.status in ("open", "supported")]
+        probes = state.extra_probes()
+        predictions = [
+            Prediction(hypothesis_id=h.id, expect=self.prediction(h, change, facts))  # type: ignore[arg-type]
+            for h in live
+        ]
+        tested = [p.hypothesis_id for p in predictions if p.expect != "persists"]
+        rationale = f"tests {', '.join(tested)}: P(fix) = {p_fix:.2f} for ~{count(cost, 'host-second', fmt='.0f')}; {why}"
+        if how:
+            rationale += f"; value: {how}"
+        return Proposal(
+            experiment=Experiment(
+                id=Experiment.make_id(baseline, change, "test", probes=probes),
+                purpose="test",
+                baseline=baseline,
+                change=change,
+                probes=probes,
+                predictions=predictions,
+                rationale=rationale,
+                cost_estimate_s=cost,
+                score=score,
+                proposed_by=self.name,
+            ),
+            considered=considered,
+        )
+
+    def _best_test(
+        self, view: PlannerView, state: HistoryState, cost: float, done: set[str], rejected_ids: set[str]
+    ) -> Proposal:
+        baseline, ref = state.baseline, state.reference
+        assert ref is not None
+        # Signatures whose component is the case itself (a wrong model path, say) name a fault no launch
+        # flag can fix: spending GPU time on flag changes would only repeat the same failure.
+        case_faults = [m for m in ref.matches if m.kind in ("fatal", "error")
+                       and any(c.startswith("case.") for c in m.components)]
+        if case_faults:
+            m = case_faults[0]
+            lines = f" (log line {m.line_numbers[0]})" if m.line_numbers else ""
+            return Proposal(conclude_reason=f"the failure is in the case, not the server's configuration: "
+                            f"{m.meaning}{lines}; fix the case and run again")
+        considered: list[dict[str, Any]] = []
+        candidates = self._candidates(view, state, baseline, ref, done, rejected_ids, considered)
+        importing = import_time_failure(ref)
+        if importing is not None and not any(h.generator == "remedies" for h in state.hypotheses):
+            # Python failed while importing a package, before SGLang read a single argument: no launch
+            # flag reaches that code, so launches spent on flags would repeat the same failure.
+            return Proposal(
+                conclude_reason=f"the failure happens while Python imports {importing}, before any launch "
+                "flag is read: the installed packages are broken or mismatched (no flag change can fix it)",
+                considered=considered,
+            )
+        if not candidates:
+            reason = "no untested change is left that an open hypothesis predicts would fix the failure"
+            refuted = [h.id for h in state.hypotheses if h.status == "refuted"]
+            if refuted:
+                reason += (
+                    f"; each change tested alone left the symptom in place ({', '.join(refuted)}), so the "
+                    "failure may need several changes at once, or a cause outside the catalog"
+                )
+            return Proposal(conclude_reason=reason, considered=considered)
+        scored = []
+        for order, (change, iv, how) in enumerate(candidates.values()):
+            score, p_fix = self._score(state, change, iv, cost, ref.facts)
+            scored.append((score, -order, change, p_fix, how))
+            considered.append({"change": change.describe(), "p_fix": round(p_fix, 3), "score": score})
+        scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        why = f"the best probability per host-second among {count(len(scored), 'candidate change')}"
+        return self._test(state, baseline, scored[0], cost, ref.facts, why, considered)
+
+    def _alternative(
+        self, view: PlannerView, state: HistoryState, cost: float, done: set[str], rejected_ids: set[str]
+    ) -> Proposal | None:
+        """After a workaround (or a costly change) fixed the failure: the best untested root-cause change
+        from the same failing baseline, if one is likely enough and the budget leaves room for it and a
+        confirmation."""
+        best = state.best_fix
+        base, ref = state.failing_baseline, state.failing_reference
+        if best is None or base is None or ref is None or not (best.workaround or best.cost == "high"):
+            return None
+        budget = view.case.budget
+        if view.launches + 2 > budget.experiments or view.host_seconds + 2 * cost > budget.host_seconds:
+            return None
+        considered: list[dict[str, Any]] = []
+        candidates = self._candidates(view, state, base, ref, done, rejected_ids, considered)
+        scored = []
+        for order, (change, iv, how) in enumerate(candidates.values()):
+            if iv.workaround or COST_ORDER[iv.cost] >= COST_ORDER[best.cost]:
+                continue
+            score, p_fix = self._score(state, change, iv, cost, ref.facts)
+            if p_fix < tunables().choice.min_alternative_p:
+                continue
+            scored.append((score, -order, change, p_fix, how))
+        if not scored:
+            return None
+        scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        why = (
+            f"{best.change.describe()} fixed the failure but is a "
+            f"{'workaround' if best.workaround else 'costly change'}: a root-cause fix is tested first"
+        )
+        return self._test(state, base, scored[0], cost, ref.facts, why, considered)
+
+def _over_budget(view: PlannerView, cost: float, slots: int) -> str | None:
+    """Why ``slots`` more launches of ~``cost`` host-seconds do not fit the case's budget, or None."""
+    budget = view.case.budget
+    if view.launches + slots > budget.experiments:
+        return f"experiment budget spent ({view.launches} of {count(budget.experiments, 'launch')})"
+    if view.host_seconds + cost > budget.host_seconds:
+        return (
+            f"host-second budget spent ({view.host_seconds:.0f} of {budget.host_seconds:.0f} s; "
+            f"next launch ~{cost:.0f} s)"
+        )
+    return None

@@ -1,0 +1,145 @@
+"""Fixes and confirmation runs: a change that made the failing configuration serve is recorded as a
+fix (root cause or workaround, and its performance cost); the best fix becomes the baseline and is
+launched again to confirm it. A confirmation that fails means a flaky failure: the fix is dropped and the
+hypotheses that predicted it are refuted or reopened."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from agent.domain.models import Change, Evidence, Experiment, Hypothesis, Outcome
+from agent.planning.ledger import LedgerBook
+from agent.planning.observations import config_key
+from agent.planning.served import description_keeps, served_settings
+from agent.planning.view import COST_ORDER, Fix, HistoryState, PlannerView
+from agent.planning.weights import weights as tunables
+
+
+class FixKeeper(LedgerBook):
+    """Keeps the fixes of a run's history and reads its confirmation runs."""
+
+    def _confirm_run(
+        self,
+        view: PlannerView,
+        st: HistoryState,
+        exp: Experiment,
+        out: Outcome,
+        ledger: dict[str, Hypothesis],
+        weights: dict[str, float],
+    ) -> None:
+        """A re-run of the best fix: one more confirmation, or the fix did not hold (flaky)."""
+        best = st.best_fix
+        if best is None:
+            return
+        facts = st.failing_reference.facts if st.failing_reference else {}
+        backing = [h for h in ledger.values() if self.prediction(h, best.change, facts) != "persists"]
+        if out.stage == "ok":
+            self._confirmed(st, exp, best, backing)
+            self._refute_by_cause_signature(ledger, out)
+            self._normalise(ledger, weights, set())
+            return
+        self._did_not_hold(st, exp, out, backing, weights)
+        self._create(view, out, ledger, weights, exp.baseline)
+        self._normalise(ledger, weights, set())
+
+    @staticmethod
+    def _confirmed(st: HistoryState, exp: Experiment, best: Fix, backing: list[Hypothesis]) -> None:
+        """One more passing re-run of ``best``: once enough passed, its supported hypotheses are confirmed."""
+        st.confirmations += 1
+        if st.confirmations < st.confirmations_needed:
+            return
+        st.confirmed_experiment_id = exp.id
+        for h in backing:
+            if h.status == "supported":
+                h.status = "confirmed"
+                h.evidence.append(
+                    Evidence(
+                        kind="experiment",
+                        experiment_id=exp.id,
+                        effect="confirms",
+                        detail=f"the fixing configuration ({best.change.describe()}) served "
+                        "correctly again",
+                    )
+                )
+
+    def _did_not_hold(
+        self, st: HistoryState, exp: Experiment, out: Outcome, backing: list[Hypothesis], weights: dict[str, float]
+    ) -> None:
+        """The fix did not hold: the symptom came back with nothing changed, so the outcome is flaky.
+        The fix is dropped (the next best, else the failing baseline, is the baseline again) and the
+        hypotheses that predicted it are refuted (decisive) or reopened."""
+        best = st.best_fix
+        assert best is not None
+        facts = st.failing_reference.facts if st.failing_reference else {}
+        st.confirm_failed = True
+        st.flaky = True
+        st.confirmations = 0
+        for h in backing:
+            if h.status in ("refuted", "confirmed"):
+                continue
+            decisive = self.prediction(h, best.change, facts) == "fixed"
+            h.status = "refuted" if decisive else "open"
+            lw = tunables().ledger
+            weights[h.id] *= lw.failed_confirmation_decisive if decisive else lw.failed_confirmation_may_fix
+            h.evidence.append(
+                Evidence(
+                    kind="experiment",
+                    experiment_id=exp.id,
+                    effect="refutes" if decisive else "weakens",
+                    detail=f"{best.change.describe()} did not hold on a re-run ({out.stage}): its earlier "
+                    "success was luck in a flaky failure",
+                )
+            )
+        st.fixes = [f for f in st.fixes if f.experiment_id != best.experiment_id]
+        nxt = st.best_fix
+        if nxt is not None:
+            st.baseline = nxt.config
+        elif st.failing_baseline is not None:
+            st.baseline, st.reference = st.failing_baseline, st.failing_reference
+
+    def _adopt_fix(
+        self,
+        st: HistoryState,
+        exp: Experiment,
+        change: Change,
+        ref: Outcome,
+        out: Outcome,
+        ledger: dict[str, Hypothesis],
+    ) -> None:
+        """Record a fix of ``exp.baseline``; the best fix so far becomes the baseline."""
+        if st.failing_baseline is None or config_key(st.failing_baseline) != config_key(exp.baseline):
+            st.failing_baseline, st.failing_reference, st.fixes = exp.baseline, ref, []
+        workaround, cost = self._fix_kind(change, ledger, ref.facts)
+        before = st.best_fix
+        st.fixes.append(
+            Fix(experiment_id=exp.id, change=change, config=exp.config(), workaround=workaround, cost=cost)
+        )
+        best = st.best_fix
+        assert best is not None
+        if before is None or best.experiment_id != before.experiment_id:
+            st.adoptions.append(self._adoption(exp, ref, out))
+            st.baseline, st.reference = best.config, out
+            st.confirmations = 0
+
+    def _fix_kind(
+        self, change: Change, ledger: dict[str, Hypothesis], facts: dict[str, str]
+    ) -> tuple[bool, Literal["none", "low", "medium", "high"]]:
+        """Whether a change is a workaround and its performance cost, from the interventions it matches."""
+        if served_settings().changes_deployment(change.kind, change.name, change.after, self.flags,
+                                                description_keeps(self._case) if self._case else set(),
+                                                self._checkpoint, change.before):
+            return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)
+        ivs = [iv for h in ledger.values() for iv in h.interventions if self._matches(change, iv, facts)]
+        if not ivs:
+            return False, "low"
+        worst = max(ivs, key=lambda iv: COST_ORDER[iv.cost])
+        return any(iv.workaround for iv in ivs), worst.cost
+
+    @staticmethod
+    def _adoption(exp: Experiment, ref: Outcome, out: Outcome) -> dict[str, Any]:
+        return {
+            "experiment_id": exp.id,
+            "change": exp.change.model_dump() if exp.change else None,
+            "from_stage": ref.stage,
+            "to_stage": out.stage,
+        }

@@ -1,0 +1,259 @@
+"""The hypothesis ledger: what the evidence of one launch does to it.
+
+The candidate generators propose hypotheses for a failing launch (``_create``, weighed down when the
+traceback points elsewhere); an observation multiplies each hypothesis's weight by the likelihood of
+what it predicted (``_update``, ``likelihood`` in knowledge/planner.toml); a cause signature seen in a
+run that served refutes its hypothesis; the weights are normalised into posteriors with an "unlisted
+cause" remainder (``_normalise``). The ledger is a pair of dicts (id -> hypothesis, id -> weight) that
+``agent.planning.history`` rebuilds from the run's history on every step.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from agent.domain.case import Case
+from agent.domain.models import Baseline, Evidence, Experiment, Hypothesis, Outcome
+from agent.planning.catalog import CatalogEntry
+from agent.planning.generators import Candidate, CandidateGenerator, GeneratorInput
+from agent.planning.generators.common import raise_site, specificity, stems
+from agent.planning.generators.evidence import failure_evidence
+from agent.planning.matching import FlagMatcher, same_value
+from agent.planning.view import PlannerView, model_features
+from agent.planning.weights import weights as tunables
+
+#: A word the failing frame shares with a hypothesis's component ties them only when it is this specific
+#: (``agent.planning.generators.common.specificity``: ``cache`` is in too many flag names to tie anything).
+_RELATED_SPECIFICITY = 0.25
+
+
+class LedgerBook(FlagMatcher):
+    """Adds hypotheses to a ledger and weighs them by the evidence of launches.
+
+    ``catalog``: hypothesis catalog entries; ``generators``: the candidate generators
+    (``agent.planning.generators.registry``); the catalog is one of them. ``_case``/``_checkpoint``:
+    the case and host checkpoint of the history being read (set by ``history``).
+    """
+
+    catalog: list[CatalogEntry]
+    generators: list[CandidateGenerator]
+    _case: Case | None
+    _checkpoint: dict[str, str]
+
+    def generator_input(
+        self, view: PlannerView, outcome: Outcome, config: Baseline
+    ) -> GeneratorInput:
+        """What the generators see of one failing launch: its evidence, the run so far up to it, the
+        host's facts and flag catalog, the knowledge catalog and the relevant findings."""
+        upto = next((i for i, o in enumerate(view.outcomes) if o.experiment_id == outcome.experiment_id), None)
+        outcomes = view.outcomes[: upto + 1] if upto is not None else [*view.outcomes, outcome]
+        return GeneratorInput(
+            case=view.case,
+            baseline=config,
+            evidence=failure_evidence(outcome),
+            reference=outcome,
+            fingerprint=view.fingerprint,
+            flags=self.flags,
+            catalog=self.catalog,
+            findings=view.findings,
+            features=model_features(view.case),
+            experiments=view.experiments,
+            outcomes=outcomes,
+        )
+
+    def _create(
+        self,
+        view: PlannerView,
+        outcome: Outcome,
+        ledger: dict[str, Hypothesis],
+        weights: dict[str, float],
+        config: Baseline | None = None,
+        refresh: bool = False,
+    ) -> list[str]:
+        """Add the hypotheses the generators propose for the failing ``outcome`` of ``config``.
+
+        ``refresh``: ``outcome`` is a new blocker the run moved on to; an open hypothesis that its
+        evidence proposes again gets at least the weight this evidence gives it (it was weighed against
+        the old blocker before).
+
+        A candidate that only corroborates (``Candidate.support``: a known-good deployment's difference)
+        multiplies the weight of the new candidates that already make the same change, and is added on
+        its own only when none does.
+        """
+        inp = self.generator_input(view, outcome, config or view.case.baseline)
+        new: dict[str, Candidate] = {}
+        supporting: list[Candidate] = []
+        for gen in self.generators:
+            for cand in gen.generate(inp):
+                if cand.id in ledger:
+                    old = ledger[cand.id]
+                    if refresh and old.status == "open" and cand.support is None and cand.weight > weights[cand.id]:
+                        weights[cand.id] = cand.weight
+                        old.evidence.extend(cand.evidence[:2])
+                    continue
+                if cand.id in new:
+                    continue
+                if cand.support is not None:
+                    supporting.append(cand)
+                else:
+                    new[cand.id] = cand
+        facts = dict(outcome.facts)
+        for cand in supporting:
+            iv0 = cand.interventions[0]
+            covering = [
+                c for c in new.values()
+                if c.support is None and any(self._covers(iv0, iv, facts) for iv in c.interventions)
+            ]
+            for c in covering:
+                c.weight *= 1.0 + (cand.support or 0.0)
+                c.evidence.extend(cand.evidence[:1])
+            if not covering and cand.id not in new:
+                new[cand.id] = cand
+        self._weigh_by_raise_site(list(new.values()), inp)
+        for cand in new.values():
+            ledger[cand.id] = cand.to_hypothesis()
+            weights[cand.id] = cand.weight
+        return list(new)
+
+    def _weigh_by_raise_site(self, cands: list[Candidate], inp: GeneratorInput) -> None:
+        """Weaken the catalog's general suspects that the traceback does not point at.
+
+        A catalog or symptom-class entry that fired on the kind of failure alone (``Candidate.symptom_only``:
+        no signature, setting, model feature or host fact of this deployment backs it), about a component
+        the innermost SGLang frame of the failure does not name, is multiplied by
+        ``ledger.elsewhere_factor``: an engineer reads the frame where the error surfaced before the
+        general suspects of that kind of failure. Entries tied to this deployment and the evidence
+        generators' own candidates are left as they are.
+        """
+        site = raise_site(inp)
+        factor = tunables().ledger.elsewhere_factor
+        if site is None or factor >= 1.0:
+            return
+        for cand in cands:
+            if not cand.symptom_only:
+                continue
+            shared = stems(cand.component) & site.words
+            if shared and (self.flags is None or specificity(self.flags, shared) >= _RELATED_SPECIFICITY):
+                continue  # the frame names this component
+            cand.weight *= factor
+            cand.evidence.append(
+                Evidence(
+                    kind="fact",
+                    detail=f"the error surfaced in {site.where}, which is not this component "
+                    f"({cand.component}) (x{factor:g})",
+                    experiment_id=inp.evidence.experiment_id,
+                    lines=[site.line],
+                    effect="weakens",
+                )
+            )
+
+    def _update(
+        self,
+        ledger: dict[str, Hypothesis],
+        weights: dict[str, float],
+        exp: Experiment,
+        out: Outcome,
+        obs: str,
+        facts: dict[str, str] | None = None,
+    ) -> None:
+        if obs == "infra":
+            return
+        for h in ledger.values():
+            if h.status in ("refuted", "confirmed"):
+                continue
+            pred = self.prediction(h, exp.change, facts)
+            change = exp.change.describe() if exp.change else "no change"
+            side = self._side_change(h, facts or {}, out.facts) if pred == "persists" else None
+            if side is not None:
+                # Auto-resolution moved this hypothesis's own variable too: the run cannot tell the two
+                # causes apart, so it neither supports nor refutes this one on its own.
+                weights[h.id] *= tunables().likelihood["may_fix"][obs]
+                h.evidence.append(
+                    Evidence(
+                        kind="experiment",
+                        experiment_id=exp.id,
+                        effect="neutral",
+                        detail=f"confounded: {change} also changed {side} (auto-resolved), which this "
+                        f"hypothesis implicates; the run does not separate the two ({out.stage})",
+                    )
+                )
+                continue
+            weights[h.id] *= tunables().likelihood[pred][obs]
+            judged = _judgement(pred, obs, change, out)
+            if judged is not None:
+                status, effect, detail = judged
+                if status is not None:
+                    h.status = status
+                h.evidence.append(Evidence(kind="experiment", experiment_id=exp.id, effect=effect, detail=detail))
+
+    @staticmethod
+    def _side_change(h: Hypothesis, before: dict[str, str], after: dict[str, str]) -> str | None:
+        """``fact old → new`` when an experiment changed, as a side effect, an effective-config fact that
+        one of ``h``'s interventions sets (e.g. a bf16 KV cache also switching the sparse decode backend)."""
+        for iv in h.interventions:
+            if iv.fact and iv.fact in before and iv.fact in after and not same_value(before[iv.fact], after[iv.fact]):
+                return f"{iv.fact} {before[iv.fact]} → {after[iv.fact]}"
+        return None
+
+    def _refute_by_cause_signature(self, ledger: dict[str, Hypothesis], out: Outcome) -> None:
+        seen = out.signature_ids()
+        for h in ledger.values():
+            if h.status in ("refuted", "confirmed"):
+                continue
+            hit = [s for s in h.cause_signatures if s in seen]
+            if not hit:
+                continue
+            m = next(m for m in out.matches if m.signature_id == hit[0])
+            h.status = "refuted"
+            h.evidence.append(
+                Evidence(
+                    kind="signature",
+                    experiment_id=out.experiment_id,
+                    effect="refutes",
+                    lines=list(m.line_numbers[:5]),
+                    detail=f"'{hit[0]}' also appears in a run that served correctly, so the "
+                    f"condition it reports is not what breaks the deployment",
+                )
+            )
+
+    @staticmethod
+    def _normalise(ledger: dict[str, Hypothesis], weights: dict[str, float], new: set[str]) -> None:
+        live = [h for h in ledger.values() if h.status != "refuted"]
+        total = sum(weights[h.id] for h in live) + tunables().ledger.unlisted_weight
+        for h in ledger.values():
+            h.posterior = 0.0 if h.status == "refuted" else round(weights[h.id] / total, 4)
+            if h.id in new:
+                h.prior = h.posterior
+
+
+EvidenceEffect = Literal["supports", "weakens", "refutes", "confirms", "neutral"]
+
+
+def _judgement(
+    pred: str, obs: str, change: str, out: Outcome
+) -> tuple[Literal["supported", "refuted"] | None, EvidenceEffect, str] | None:
+    """(new status or None, evidence effect, detail) of an observation against a hypothesis's prediction;
+    None when the observation says nothing about it."""
+    if pred == "fixed" and obs == "persists":
+        return (
+            "refuted",
+            "refutes",
+            f"predicted {change} would fix the symptom; it persisted ({out.stage}: "
+            f"{', '.join(out.failure_signatures()[:3]) or _stall_text(out) or out.stage})",
+        )
+    if pred in ("fixed", "may_fix") and obs == "fixed":
+        return "supported", "supports", f"{change} fixed the symptom, as predicted"
+    if pred == "may_fix" and obs in ("persists", "changed"):
+        return None, "weakens", f"{change} did not fix the symptom ({out.stage}); this hypothesis allowed that"
+    if pred in ("fixed", "may_fix") and obs == "advanced":
+        return None, "supports", f"{change} moved the failure to a later stage ({out.stage})"
+    if pred == "persists" and obs == "fixed":
+        return None, "weakens", f"the symptom went away with {change}, which this hypothesis does not explain"
+    if obs == "different":
+        return None, "neutral", f"{change} failed earlier ({out.stage}); the symptom was not reached"
+    return None
+
+
+def _stall_text(out: Outcome) -> str:
+    after = out.facts.get("stalled_after")
+    return f"stalled after {after}" if after else ""

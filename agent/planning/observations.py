@@ -1,0 +1,184 @@
+"""What one launch says against another: how an outcome compares with the failing reference run
+(``classify_observation``), whether a failure's class is gone, the failing import, the load probes that
+reproduce a failure under concurrency, and how many passing re-runs a fix on a flaky failure needs."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from agent.domain.case import Case
+from agent.domain.models import STAGE_ORDER, Baseline, Experiment, Outcome
+from agent.planning.generators.evidence import failure_evidence, parse_tracebacks
+from tools.probes import Probe
+
+#: Probe ids of the concurrency probes this planner adds start with this prefix.
+LOAD_PROBE_PREFIX = "load:"
+#: Burst sizes sent to a baseline that served single requests correctly, before concluding that the
+#: failure does not reproduce (one launch; the probes stop at the first burst that kills the server).
+BURST_LEVELS = (8, 32, 128)
+#: A case description that says the failure does not always happen.
+_FLAKY_WORDS = re.compile(
+    r"intermittent|sometimes|flaky|randomly|occasional|now and then|not always|not every|"
+    r"every (?:few|other)|\b\d+\s*(?:of|in|out of)\s*\d+\s*(?:launches|runs|starts|attempts|times)",
+    re.IGNORECASE,
+)
+
+#: The largest chance a confirmation may pass by luck on a flaky failure (issue 20, point 6).
+FALSE_CONFIRMATION = 0.05
+
+
+def confirmations_required(experiments: list[Experiment], outcomes: dict[str, Outcome]) -> int:
+    """Passing re-runs a fix needs on a flaky failure so that a false confirmation has at most a 5%
+    chance: the failure rate p of the configurations seen failing is estimated from every launch of them
+    (Laplace's rule, (failures + 1) / (launches + 2), so one failure is not taken for certainty), and a
+    broken configuration passes n launches in a row with chance (1 - p)^n; the fixing launch counts as
+    one of the n."""
+    runs: dict[str, list[bool]] = {}
+    for e in experiments:
+        o = outcomes.get(e.id)
+        if o is None or o.stage == "infra_error":
+            continue
+        runs.setdefault(Experiment.make_id(e.config(), None, "config", probes=e.probes), []).append(o.stage == "ok")
+    failing = [v for v in runs.values() if False in v]
+    fails = sum(v.count(False) for v in failing)
+    total = sum(len(v) for v in failing)
+    p = min(0.99, (fails + 1) / (total + 2))
+    passes = math.ceil(math.log(FALSE_CONFIRMATION) / math.log(1.0 - p))
+    return max(1, passes - 1)
+
+
+def classify_observation(outcome: Outcome, reference: Outcome) -> str:
+    """How an outcome compares with the failing reference run: fixed, persists, changed, advanced,
+    different (failed earlier, symptom not reached) or infra (no information).
+
+    Within start-up (load failures, stalls) a run that printed progress lines the reference never
+    reached got further ("advanced"); one that stopped short of the reference's progress with another
+    failure is "different".
+    """
+    if outcome.stage == "ok":
+        return "fixed"
+    if outcome.stage == "infra_error" or reference.stage == "infra_error":
+        return "infra"
+    so, sr = STAGE_ORDER[outcome.stage], STAGE_ORDER[reference.stage]
+    if so > sr:
+        return "advanced"
+    if so < sr:
+        return "different"
+    po, pr = progress_ids(outcome), progress_ids(reference)
+    starting = outcome.stage in ("load_failed", "timeout")
+    if starting and po > pr:
+        return "advanced"
+    fo, fr = set(outcome.failure_signatures()), set(reference.failure_signatures())
+    if starting and po < pr and not (fo & fr):
+        return "different"
+    if (fo & fr) or (not fo and not fr):
+        eo, er = exception_keys(outcome), exception_keys(reference)
+        if eo and er and not (eo & er):
+            return "changed"  # the same wrapper lines, but another exception underneath
+        return "persists"
+    return "changed"
+
+
+#: Symptom classes that only say where a failure happened, not what kind it is.
+_GENERIC_CLASSES = frozenset({"startup_error", "crash_at_decode"})
+
+
+def class_gone(reference: Outcome, outcome: Outcome) -> bool:
+    """Whether the failure class of ``reference`` (its specific symptom classes: out of memory at load,
+    NaN, illegal memory access, an import error, ...) is absent from ``outcome``. Two generic start-up
+    errors with different exceptions count as different classes."""
+    ref = set(failure_evidence(reference).symptoms) - _GENERIC_CLASSES
+    out = set(failure_evidence(outcome).symptoms) - _GENERIC_CLASSES
+    if ref & out:
+        return False
+    # the same error with other values (a quoted name, a figure) is the same failure in other words
+    return not (error_templates(reference) & error_templates(outcome))
+
+
+def error_templates(outcome: Outcome) -> set[str]:
+    """The exception lines of an outcome with the values blanked: quoted and parenthesised text and
+    numbers (``ValueError: ... (fp8) does not match ... (awq).`` -> ``ValueError: ... (#) does not match
+    ... (#).``)."""
+    out = set()
+    for tb in parse_tracebacks(outcome.log_excerpt):
+        if not tb.exception_line:
+            continue
+        t = re.sub(r"\([^()]*\)|'[^']*'|\"[^\"]*\"|`[^`]*`", "#", tb.exception_line)
+        out.add(re.sub(r"\d+(?:\.\d+)?", "#", t)[:200])
+    return out
+
+
+def exception_keys(outcome: Outcome) -> set[str]:
+    """The exception lines of an outcome's tracebacks with numbers blanked (``RuntimeError: size #``),
+    so the same error with other figures is the same error."""
+    return {
+        re.sub(r"\d+(?:\.\d+)?", "#", tb.exception_line)[:160]
+        for tb in parse_tracebacks(outcome.log_excerpt)
+        if tb.exception_line
+    }
+
+
+def progress_ids(outcome: Outcome) -> set[str]:
+    """Ids of the progress signatures a launch printed (how far its start-up got)."""
+    return {m.signature_id for m in outcome.matches if m.kind == "progress"}
+
+
+def load_level(case: Case) -> int | None:
+    """How many concurrent requests reproduce the failure, from the case (``[reproduce] concurrency``);
+    None when the case does not say."""
+    n = case.reproduce.concurrency
+    return n if n is not None and n > 1 else None
+
+
+def speaks_of_flakiness(case: Case) -> bool:
+    """Whether the case's description says the failure does not happen every time."""
+    return bool(_FLAKY_WORDS.search(case.description or ""))
+
+
+def load_probe_for(case: Case, level: int) -> Probe:
+    """The case's first probe, sent ``level`` times at once."""
+    base = case.probes[0]
+    return base.model_copy(update={"id": f"{LOAD_PROBE_PREFIX}{base.id}:x{level}", "concurrency": level})
+
+
+def import_time_failure(outcome: Outcome) -> str | None:
+    """The package whose import failed, when the failing traceback is an import error raised while
+    modules were being imported (a ``<module>`` frame on the way), else None.
+
+    Not when the installed source shows a variable or argument guarding the path to that import
+    (``Outcome.source_reading``): a lazy import behind ``if server_args.x == ...`` or ``if
+    envs.X.get()`` is avoided by changing that. The package named is the one the import error names
+    (``No module named 'deep_gemm'``) when the reading has it."""
+    reading = outcome.source_reading
+    if reading is not None and reading.leads:
+        return None
+    for tb in parse_tracebacks(outcome.log_excerpt):
+        if (tb.exception or "").rsplit(".", 1)[-1] not in ("ImportError", "ModuleNotFoundError"):
+            continue
+        if not any(f.function == "<module>" for f in tb.frames):
+            continue
+        if reading is not None and reading.missing is not None:
+            return reading.missing.package
+        pkgs = [f.package for f in tb.frames if f.package and f.package != "sglang"]
+        return pkgs[0] if pkgs else "a module"
+    return None
+
+
+def failing_load_probe(exp: Experiment, outcome: Outcome) -> Probe | None:
+    """The smallest burst of ``exp`` that failed in ``outcome`` (every later experiment sends it)."""
+    failed = {p.probe_id for p in outcome.probes if not p.ok}
+    bursts = sorted((p for p in exp.probes if p.concurrency > 1 and p.id in failed), key=lambda p: p.concurrency)
+    return bursts[0] if bursts else next((p for p in exp.probes if p.concurrency > 1), None)
+
+
+def failed_only_under_load(outcome: Outcome) -> bool:
+    """Single-request probes passed and a concurrency probe failed."""
+    single = [p for p in outcome.probes if not p.probe_id.startswith(LOAD_PROBE_PREFIX)]
+    load = [p for p in outcome.probes if p.probe_id.startswith(LOAD_PROBE_PREFIX)]
+    return bool(single) and all(p.ok for p in single) and any(not p.ok for p in load)
+
+
+def config_key(baseline: Baseline) -> str:
+    """A key of a configuration (flags and env): the same for two launches of one configuration."""
+    return Experiment.make_id(baseline, None, "config")

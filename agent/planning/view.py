@@ -1,0 +1,147 @@
+"""What a planner sees and says: the run's history (``PlannerView``), the ledger and baseline derived
+from it (``HistoryState``, with the fixes found so far), the answer (``Proposal``) and the ``Planner``
+protocol the graph knows planners by."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from agent.domain.case import Case
+from agent.domain.models import Baseline, Change, Experiment, Hypothesis, Outcome, Rejection, RelevantFinding
+from agent.planning.weights import weights as tunables
+from tools.fingerprint import HostFingerprint
+from tools.flags import FlagCatalog
+from tools.knowledge import infer_features
+from tools.probes import Probe
+
+# The tunable weights and thresholds (likelihoods, score factors, relevance and probability cut-offs,
+# the assumed cost of an unmeasured launch) live in knowledge/planner.toml: ``tunables()``.
+#: Ranking of performance costs, cheapest first (fixes and a conclusion's alternatives are sorted by it).
+COST_ORDER = {"none": 0, "low": 1, "medium": 2, "high": 3}
+
+
+class PlannerView(BaseModel):
+    """Everything a planner may look at: the run's history, never the host or the lab."""
+
+    case: Case
+    fingerprint: HostFingerprint | None = None
+    findings: list[RelevantFinding] = Field(default_factory=list)
+    experiments: list[Experiment] = Field(default_factory=list)
+    outcomes: list[Outcome] = Field(default_factory=list)
+    rejections: list[Rejection] = Field(default_factory=list)
+    launches: int = 0
+    host_seconds: float = 0.0
+
+    def outcome_of(self, experiment_id: str) -> Outcome | None:
+        """The outcome of an experiment, if it ran."""
+        return next((o for o in self.outcomes if o.experiment_id == experiment_id), None)
+
+
+class Fix(BaseModel):
+    """A change that made the failing configuration serve correctly, and how good a fix it is."""
+
+    experiment_id: str
+    change: Change
+    config: Baseline
+    workaround: bool = False
+    cost: Literal["none", "low", "medium", "high"] = "low"
+
+    def rank(self) -> tuple[int, int]:
+        """Smaller is better: root fixes before workarounds, then cheaper in performance."""
+        return (1 if self.workaround else 0, COST_ORDER[self.cost])
+
+
+class HistoryState(BaseModel):
+    """The ledger and baseline derived from a run's history.
+
+    ``reference`` is the latest outcome of the current baseline (failing, or ``ok`` once a fix is
+    adopted). ``fixes`` are the changes that fixed ``failing_baseline`` (whose failing outcome is
+    ``failing_reference``); the best of them is the current baseline. ``flaky``: the same configuration
+    gave different outcomes. ``load_probe``: the failure shows only under concurrent requests, so every
+    experiment adds this probe. ``baseline_runs``: launches of the unchanged baseline so far.
+    """
+
+    hypotheses: list[Hypothesis]
+    baseline: Baseline
+    reference: Outcome | None = None
+    confirmed_experiment_id: str | None = None
+    confirm_failed: bool = False
+    adoptions: list[dict[str, Any]] = Field(default_factory=list)
+    fixes: list[Fix] = Field(default_factory=list)
+    failing_baseline: Baseline | None = None
+    failing_reference: Outcome | None = None
+    confirmations: int = 0
+    flaky: bool = False
+    intermittent: bool = False
+    load_probe: Probe | None = None
+    load_tried: bool = False
+    baseline_runs: int = 0
+
+    @property
+    def best_fix(self) -> Fix | None:
+        """The fix to keep: root over workaround, then cheapest; the earliest among equals."""
+        return min(self.fixes, key=lambda f: f.rank()) if self.fixes else None
+
+    #: Passing re-runs a fix needs on a flaky or intermittent failure (``confirmations_required``).
+    flaky_confirmations: int = 2
+    #: The case's own load (``[reproduce] concurrency``): every launch sends it.
+    case_load: Probe | None = None
+
+    @property
+    def confirmations_needed(self) -> int:
+        """Passing re-runs a fix needs: on a failure that is flaky (seen) or intermittent (said), as many
+        as make a false confirmation at most 5% likely at the failure rate observed so far
+        (``confirmations_required``); else one."""
+        return self.flaky_confirmations if self.flaky or self.intermittent else 1
+
+    def extra_probes(self) -> list[Probe]:
+        """Probes every experiment adds to the case's probes: the burst that failed, else the case's
+        own load (a load-only failure must see its load on every reproduction, test and confirmation)."""
+        if self.load_probe is not None:
+            return [self.load_probe]
+        return [self.case_load] if self.case_load is not None else []
+
+
+class Proposal(BaseModel):
+    """A planner's answer: one experiment, or a reason to conclude."""
+
+    experiment: Experiment | None = None
+    conclude_reason: str | None = None
+    considered: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Planner(Protocol):
+    """Decides: ledger from history, next experiment from ledger (docs/ARCHITECTURE.md, "Planners").
+
+    The graph knows planners only through this protocol; ``agent.planning.llm_planner.make_planner`` builds the
+    one a run's ``PlannerSpec`` names.
+    """
+
+    name: str
+    #: The host's flag catalog the planner's proposals are checked against (None: names unchecked).
+    flags: FlagCatalog | None
+
+    def history(self, view: PlannerView) -> HistoryState: ...
+
+    def propose(self, view: PlannerView, state: HistoryState) -> Proposal: ...
+
+    def prediction(self, h: Hypothesis, change: Change | None, facts: dict[str, str] | None = None) -> str:
+        """What ``h`` predicts for ``change``: fixed, may_fix or persists (a person's edit is re-predicted)."""
+        ...
+
+    def checkpoint(self) -> dict[str, Any] | None:
+        """What to keep in the run's checkpoint after a step (``PlannerSpec`` as JSON), or None."""
+        ...
+
+
+def default_launch_cost_s() -> float:
+    """Host-seconds a launch is assumed to cost before one was measured (knowledge/planner.toml)."""
+    return tunables().choice.default_launch_cost_s
+
+
+def model_features(case: Case) -> set[str]:
+    """Model features from the case's hints, the model name and the baseline flags (moe, dsa, nvfp4, ...)."""
+    text = " ".join([case.model.path, *[f"{k} {v}" for k, v in case.baseline.flags.items()]])
+    return set(case.model.features) | infer_features(text)
