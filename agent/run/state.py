@@ -7,7 +7,7 @@ nodes turn it back into models with the helpers here. No side effects.
 from __future__ import annotations
 
 import time
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
 from agent.domain.case import Case, load_case
 from agent.domain.models import Experiment, Hypothesis, Outcome, Rejection
@@ -88,10 +88,10 @@ def planner_view(state: RunState) -> PlannerView:
     )
 
 
-def initial_state(run_id: str, case: dict[str, Any], *, approval: str, **extra: Any) -> dict[str, Any]:
+def initial_state(run_id: str, case: dict[str, Any], *, approval: str, **extra: Any) -> RunState:
     """The state a new run starts from (one shape for the CLI and LangGraph Studio); ``extra`` adds keys
-    such as the transcript path and the planner spec."""
-    return {
+    such as the transcript path and the planner spec (``RunState`` keys)."""
+    state: dict[str, Any] = {
         "run_id": run_id,
         "case": case,
         "approval": approval,
@@ -105,9 +105,10 @@ def initial_state(run_id: str, case: dict[str, Any], *, approval: str, **extra: 
         "approval_seq": 0,
         **extra,
     }
+    return cast(RunState, state)
 
 
-def seed_state(state: dict[str, Any], thread_id: str | None) -> dict[str, Any]:
+def seed_state(state: RunState, thread_id: str | None) -> RunState:
     """The initial state of a run started with only ``{"case_ref": "lab:WORLD"}`` (LangGraph Studio).
 
     Empty when the state already holds a case. Raises CaseError for a bad reference.
