@@ -7,12 +7,15 @@ nodes turn it back into models with the helpers here. No side effects.
 from __future__ import annotations
 
 import time
-from typing import Any, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast
 
 from agent.domain.case import Case, load_case
 from agent.domain.models import Experiment, Hypothesis, Outcome, Rejection
 from agent.planning.planner import PlannerView, RelevantFinding
 from tools.fingerprint import HostFingerprint, engine_version
+
+#: How a run stands or ended (``agent.domain.models.Conclusion.status``).
+RunStatus = Literal["isolated", "not_isolated", "stopped", "error"]
 
 
 class RunState(TypedDict, total=False):
@@ -20,6 +23,7 @@ class RunState(TypedDict, total=False):
 
     run_id: str
     case: dict[str, Any]
+    #: The approval mode (``agent.run.approval.ApprovalMode``: each, risky, auto).
     approval: str
     fingerprint: dict[str, Any] | None
     findings: list[dict[str, Any]]
@@ -34,9 +38,12 @@ class RunState(TypedDict, total=False):
     launches: int
     host_seconds: float
     conclude_reason: str | None
-    status: str | None
+    #: "error" (the host or the input failed: the graph goes to conclude) or "stopped" (a person stopped the
+    #: run) before the end; the conclusion's status after it.
+    status: RunStatus | None
     error: str | None
-    error_kind: str | None
+    #: "input": the case or a file it names is wrong (the CLI exits 2); None: the host failed.
+    error_kind: Literal["input"] | None
     conclusion: dict[str, Any] | None
     transcript: str | None
     case_ref: str | None
