@@ -146,7 +146,9 @@ class _Launch:
     spent: float = 0.0
     session: ServerSession | None = None
 
-    def evidence(self, res: LaunchResult, server_info: dict[str, Any] | None, *, wall_s: float) -> RawEvidence:
+    def evidence(
+        self, res: LaunchResult, server_info: dict[str, Any] | None, *, wall_s: float
+    ) -> RawEvidence:
         """The evidence of the launch as it stands (``res``: how the wait for ready ended)."""
         assert self.session is not None
         return RawEvidence.from_launch(
@@ -159,7 +161,8 @@ class _Launch:
         what it showed (agent.run.recovery uses it), not a launch to repeat."""
         began = time.monotonic()
         evidence = self.evidence(res, server_info, wall_s=began - self.t0 - self.spent)
-        save_result(self.rt.state_dir, self.run_id, evidence, redact=self.rt.transcript.redact, partial=partial)
+        redact = self.rt.transcript.redact
+        save_result(self.rt.state_dir, self.run_id, evidence, redact=redact, partial=partial)
         self.spent += time.monotonic() - began
 
     def cut_off(self, res: LaunchResult, why: str) -> RawEvidence:
@@ -194,9 +197,8 @@ def run_experiment(
     port = int(record["port"]) if adopt is not None and record else host.free_port()
     name = exp.id if launch_no <= 1 else f"{exp.id}.launch{launch_no}"
     log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{name}.log"
-    watched = WatchedLaunch(
-        exp.id, SignatureMatcher(rt.signatures_for(case)), _stall_watch(rt, case, host), log_path, host.time_scale
-    )
+    matcher = SignatureMatcher(rt.signatures_for(case))
+    watched = WatchedLaunch(exp.id, matcher, _stall_watch(rt, case, host), log_path, host.time_scale)
     watch = rt.progress.launch(exp.id, rt.signatures_for(case)) if rt.progress is not None else None
     # excerpt: the lines kept as evidence (tracebacks, errors, warnings, the tail)
     launch = _Launch(rt, case, run_id, exp, host, watched, LogExcerpt(), watch)
@@ -212,7 +214,8 @@ def run_experiment(
         else:
             server_info = _probe_or_record_failure(launch, res)
             _raise_if_the_host_failed(session, host, log_path)
-            launch.keep(res, server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
+            # complete: saved before the stop, so a kill during it costs nothing
+            launch.keep(res, server_info, partial=False)
         stopped = session.stop()
     wall = time.monotonic() - launch.t0 - launch.spent
     try:
