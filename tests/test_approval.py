@@ -18,6 +18,7 @@ from agent.record.transcript import read_transcript
 from agent.run.approval import (
     ApprovalAnswer,
     EditError,
+    RequestContext,
     RiskRule,
     RiskRulesError,
     apply_edit,
@@ -254,16 +255,18 @@ def _request(exp: Experiment, **kw: object) -> object:
         }
     )
     return build_request(
-        run_id="r1",
-        exp=exp,
-        hypotheses=HYPS,
-        launches=1,
-        host_seconds=517.0,
-        budget_launches=8,
-        budget_host_seconds=14400,
-        mode="each",
-        risky=[],
-        **kw,  # type: ignore[arg-type]
+        exp,
+        HYPS,
+        RequestContext(
+            run_id="r1",
+            launches=1,
+            host_seconds=517.0,
+            budget_launches=8,
+            budget_host_seconds=14400,
+            mode="each",
+            risky=[],
+            **kw,  # type: ignore[arg-type]
+        ),
     )
 
 

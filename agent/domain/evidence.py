@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -52,6 +53,20 @@ SERVER_INFO_FACTS = (
 #: ``/get_server_info`` keys whose ServerArgs field name differs from the fact name (SGLang 0.5.9
 #: calls the FP8 GEMM backend ``fp8_gemm_runner_backend``).
 SERVER_INFO_ALIASES = {"fp8_gemm_runner_backend": "fp8_gemm_backend"}
+
+
+@dataclass
+class WatchedLaunch:
+    """What watches one launch of experiment ``experiment_id`` and becomes its evidence: the signature
+    matcher and the stall watch fed every log line, the probe results so far (in order), the server
+    log's path on the host, and the host's ``time_scale`` (orchestrator seconds per host-second)."""
+
+    experiment_id: str
+    matcher: SignatureMatcher
+    stall: StallWatch
+    log_path: str
+    time_scale: float
+    probes: list[ProbeResult] = field(default_factory=list)
 
 
 class RawEvidence(BaseModel):
@@ -100,25 +115,21 @@ class RawEvidence(BaseModel):
     @classmethod
     def from_launch(
         cls,
-        experiment_id: str,
+        watched: WatchedLaunch,
         *,
         final: LaunchResult,
-        matcher: SignatureMatcher,
         server_info: Mapping[str, Any] | None,
-        stall: StallWatch,
-        probes: list[ProbeResult],
-        log_path: str,
         t_ready_s: float | None,
         wall_s: float,
-        time_scale: float,
         log_excerpt: list[LogLine] | None = None,
         queued_s: float | None = None,
     ) -> RawEvidence:
-        """A launch that was watched and stopped. ``final``: the session's last view of it;
-        ``t_ready_s``/``wall_s``: orchestrator wall seconds (divided by ``time_scale`` to give host
+        """A launch that was watched (``watched``) and stopped. ``final``: the session's last view of it;
+        ``t_ready_s``/``wall_s``: orchestrator wall seconds (divided by ``watched.time_scale`` to give host
         seconds); ``server_info``: ``/get_server_info`` if the server answered it; ``queued_s``: on a
         batch-scheduler host, the part of ``wall_s`` the job waited in the queue (queue time is not GPU
         time: host-seconds count from the job's start; ``wall_s`` and ``queued_s`` are kept beside)."""
+        matcher, stall, time_scale = watched.matcher, watched.stall, watched.time_scale
         facts = dict(matcher.facts())
         for key, value in (server_info or {}).items():
             fact = SERVER_INFO_ALIASES.get(key, key)
@@ -129,14 +140,14 @@ class RawEvidence(BaseModel):
             facts["stall_stage"] = stall.stage or "launch"
         delays = final.detection_delays_s
         return cls(
-            experiment_id=experiment_id,
+            experiment_id=watched.experiment_id,
             launched=True,
             status=final.status,
             matches=matcher.matches(),
             facts=facts,
-            probes=probes,
+            probes=list(watched.probes),
             exit_code=final.exit_code,
-            log_path=log_path,
+            log_path=watched.log_path,
             log_excerpt=list(log_excerpt or []),
             timings=Timings(
                 to_ready_s=None if t_ready_s is None else round(t_ready_s / time_scale, 3),

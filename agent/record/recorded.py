@@ -9,12 +9,13 @@ Units as in the transcript: an outcome's timings are modelled host-seconds, ``ts
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.domain.case import LauncherSpec
-from agent.record.transcript import TranscriptError, TranscriptEvent, read_transcript
+from agent.record.transcript import Transcript, TranscriptError, TranscriptEvent, parse_event, read_transcript
 
 _VERDICTS = ("supported", "refuted", "confirmed", "open")
 
@@ -431,3 +432,23 @@ class RecordedRun:
                     out.append(h.id)
                     break
         return out
+
+
+def follow(transcript: Transcript) -> RecordedRun | None:
+    """The run ``transcript`` records, kept current as it is written: the events already in its file
+    folded once (a resumed run's earlier processes wrote them), then every event it emits, as the file
+    holds it (each read back from its JSON line, so the fold equals ``RecordedRun.load`` of the file; its
+    payload is not checked again against ``agent.record.events``: this process just wrote it).
+    None when the file holds a line ``RecordedRun.load`` refuses (a damaged transcript)."""
+    path = Path(transcript.path)
+    try:
+        run = RecordedRun.load(path) if path.is_file() and path.stat().st_size > 0 else RecordedRun(path=path)
+    except (OSError, TranscriptError):
+        return None
+
+    def fold(ev: TranscriptEvent) -> None:
+        line = json.dumps(ev.model_dump(mode="json"), ensure_ascii=False, default=str)
+        run.add(parse_event(line, where=f"{path}: seq {ev.seq}", payloads=False))  # written by us: valid
+
+    transcript.listeners.append(fold)
+    return run

@@ -16,12 +16,15 @@ from agent.domain.case import Case
 from agent.record.transcript import Transcript
 from agent.review.wording import count
 from agent.run.recovery import find_launch, open_launches, stop_leftover
+from agent.run.state import RunState
 from tools.host import HostError, HostUnreachable
 from tools.probes import get_server_info, run_probe
 
 #: Probe statuses a dropped connection can cause (the request never reached the server, or its answer
 #: never came back); any other status is the server's own answer.
 _TRANSPORT_STATUSES = ("connection_error", "timeout")
+#: How many times a probe is sent when each failure coincides with a dropped connection.
+PROBE_TRIES = 3
 
 
 def probe_through_drops(
@@ -33,18 +36,18 @@ def probe_through_drops(
     model: str,
     experiment_id: str,
     api_key: str | None = None,
-    tries: int = 3,
     generate_api: Any = "native",
 ) -> Any:
     """`tools.probes.run_probe`, except that a failure which coincides with a lost connection to the host
     is not the server's outcome: the connection is re-established and the probe sent again (each retry
-    recorded as ``probe.retried``). A host without a connection (local) probes once.
+    recorded as ``probe.retried``), up to ``PROBE_TRIES`` sends in all. A host without a connection (local)
+    probes once.
 
     Raises HostUnreachable when the connection cannot be re-established or keeps dropping, HostError
     for a reconnect refused (changed host key, authentication), so the run ends in error instead of
     counting the failure as evidence.
     """
-    for attempt in range(1, tries + 1):
+    for attempt in range(1, PROBE_TRIES + 1):
         epoch = getattr(host, "connection_epoch", None)
         result = run_probe(base_url, probe, model=model, api_key=api_key, generate_api=generate_api)
         if result.status not in _TRANSPORT_STATUSES or epoch is None:
@@ -66,7 +69,7 @@ def probe_through_drops(
             node="execute",
         )
     raise HostUnreachable(
-        f"{getattr(host, 'name', 'the host')}: the connection dropped during probe {probe.id} {count(tries, 'time')}; "
+        f"{getattr(host, 'name', 'the host')}: the connection dropped during probe {probe.id} {count(PROBE_TRIES, 'time')}; "
         "the server's answer could not be read"
     )
 
@@ -85,7 +88,7 @@ def server_info_through_drops(
     return info
 
 
-def infra_failure(rt: Any, experiment_id: str, exc: HostError) -> dict[str, Any]:
+def infra_failure(rt: Any, experiment_id: str, exc: HostError) -> RunState:
     """The state update that ends a run whose host failed under an experiment (lost connection, changed
     host key, refused authentication, no SFTP, full disk, missing launcher): status ``error`` with the
     cause in plain words. A server that cannot be reached now is left for the next run's orphan sweep."""

@@ -37,10 +37,12 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from langgraph.types import Command
 
+from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
 from agent.domain.models import Experiment, Outcome, Rejection
 from agent.planning.guard import GuardError, check_experiment
@@ -271,7 +273,7 @@ def approve_in_batch(state: RunState, rt: Runtime) -> Command[Route]:
     return Command(goto="design", update={**update, "pending": None, "batch": None, "approved": []})
 
 
-def execute_or_batch(state: RunState, rt: Runtime) -> dict[str, Any]:
+def execute_or_batch(state: RunState, rt: Runtime) -> RunState:
     """The execute step: the plain execute node, or the approved batch run at once (see the module
     docstring). Returns the state update: every member in ``experiments`` (done, or skipped when
     cancelled or lost to a host error), the outcomes that arrived, launches and host-seconds of all."""
@@ -282,41 +284,71 @@ def execute_or_batch(state: RunState, rt: Runtime) -> dict[str, Any]:
     case = case_of(state)
     run_id = state["run_id"]
     tr.step = state.get("launches", 0) + 1
-    outcomes: list[dict[str, Any]] = []
-    evidence_of: dict[str, RawEvidence] = {}
-    launch: dict[str, dict[str, Any]] = {}
-    earlier, earlier_host_s = 0, 0.0
-    update: dict[str, Any] = {}
+    tally = _Tally()
     try:
-        host = rt.host(case)
-        for exp in approved:  # an earlier process of this run may have finished some, or left them running
-            prior = prior_launch(tr.path, exp.id)
-            found, adopt, record = recover(rt, host, run_id, exp.id, prior=prior)
-            if found is not None:
-                evidence_of[exp.id] = found
-                continue
-            if adopt is None:
-                earlier += prior.attempts
-                earlier_host_s += prior.wall_s / host.time_scale
-            launch[exp.id] = _launch_args(adopt, record, prior.attempts + 1)
+        launch = _recover_batch(rt, case, run_id, approved, tally)
     except HostError as exc:
         tr.emit("error", {"message": str(exc)}, node="execute")
         return {"pending": None, "batch": None, "approved": [], "status": "error", "error": str(exc)}
     view = planner_view(state)
     pl = rt.planner(state)
-    for exp_id, ev in evidence_of.items():  # recovered results count as arrived
-        outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify_outcome(ev)))
+    for exp_id, ev in tally.evidence_of.items():  # recovered results count as arrived
+        tally.outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify_outcome(ev)))
 
     def on_outcome(exp: Experiment, outcome: Outcome, raw: RawEvidence) -> bool:
         save_result(rt.state_dir, run_id, raw)
-        evidence_of[exp.id] = raw
-        outcomes.append(_arrived(rt, exp, outcome))
-        return _settled(rt, pl, view, approved, outcomes)
+        tally.evidence_of[exp.id] = raw
+        tally.outcomes.append(_arrived(rt, exp, outcome))
+        return _settled(rt, pl, view, approved, tally.outcomes)
 
-    todo = [e for e in approved if e.id not in evidence_of]
+    todo = [e for e in approved if e.id not in tally.evidence_of]
     result = run_batch(rt, case, run_id, todo, classify=classify_outcome, on_outcome=on_outcome, launch=launch)
+    _record_losses(rt, case, approved, result, tally)
+    return _batch_update(
+        state, approved, tally.evidence_of, tally.outcomes, tally.earlier, tally.earlier_host_s, tally.update
+    )
+
+
+@dataclass
+class _Tally:
+    """What a batch has produced so far: the outcomes as they arrived (JSON), each member's evidence,
+    the launches and host-seconds of earlier attempts that gave no outcome, and the state update of a
+    host failure (empty while there is none)."""
+
+    outcomes: list[dict[str, Any]] = field(default_factory=list)
+    evidence_of: dict[str, RawEvidence] = field(default_factory=dict)
+    earlier: int = 0
+    earlier_host_s: float = 0.0
+    update: RunState = field(default_factory=lambda: RunState())
+
+
+def _recover_batch(
+    rt: Runtime, case: Case, run_id: str, approved: list[Experiment], tally: _Tally
+) -> dict[str, dict[str, Any]]:
+    """What an earlier process of this run left of the batch: results it finished (into ``tally``) and
+    servers it left running (to adopt). Returns the launch arguments of each member still to run.
+    Raises HostError."""
+    host = rt.host(case)
+    launch: dict[str, dict[str, Any]] = {}
+    for exp in approved:
+        prior = prior_launch(rt.transcript.path, exp.id)
+        found, adopt, record = recover(rt, host, run_id, exp.id, prior=prior)
+        if found is not None:
+            tally.evidence_of[exp.id] = found
+            continue
+        if adopt is None:
+            tally.earlier += prior.attempts
+            tally.earlier_host_s += prior.wall_s / host.time_scale
+        launch[exp.id] = _launch_args(adopt, record, prior.attempts + 1)
+    return launch
+
+
+def _record_losses(rt: Runtime, case: Case, approved: list[Experiment], result: BatchResult, tally: _Tally) -> None:
+    """Record the members the batch lost: cancelled (an earlier outcome settled the question), ended by
+    the scheduler (this one's infrastructure outcome), or under a host failure (which ends the run)."""
+    tr = rt.transcript
     for raw in result.cancelled:
-        evidence_of[raw.experiment_id] = raw
+        tally.evidence_of[raw.experiment_id] = raw
         tr.emit(
             "experiment.cancelled",
             {"experiment_id": raw.experiment_id, "host_seconds": raw.timings.host_seconds,
@@ -328,7 +360,7 @@ def execute_or_batch(state: RunState, rt: Runtime) -> dict[str, Any]:
         # The scheduler (or an operator's scancel) ended this one job: an infrastructure outcome of this
         # experiment alone, no evidence about any hypothesis; its siblings' results stand and the run
         # goes on. Its launch and host time count (its saved result says so, for a resume too).
-        evidence_of[exp_id] = ended.evidence
+        tally.evidence_of[exp_id] = ended.evidence
         tr.emit(
             "error",
             {"message": f"{ended}; only experiment {exp_id} is lost to it (an infrastructure outcome, not "
@@ -336,18 +368,17 @@ def execute_or_batch(state: RunState, rt: Runtime) -> dict[str, Any]:
              "experiment_id": exp_id},
             node="execute",
         )
-        outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify_outcome(ended.evidence)))
+        tally.outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify_outcome(ended.evidence)))
     for exp_id, err in result.errors.items():  # the host failed under this one: an infrastructure error
         tr.emit("error", {"message": str(err), "experiment_id": exp_id}, node="execute")
         lost = prior_launch(tr.path, exp_id)
-        earlier += lost.attempts
-        earlier_host_s += lost.wall_s / rt.host(case).time_scale
+        tally.earlier += lost.attempts
+        tally.earlier_host_s += lost.wall_s / rt.host(case).time_scale
         infra = RawEvidence.infra_error(exp_id, str(err))
-        outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify_outcome(infra)))
+        tally.outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify_outcome(infra)))
         # Any host failure ends the run, as for one experiment (agent.run.crashsafe.infra_failure): an
         # infra_error outcome must never be followed by more experiments.
-        update = update or infra_failure(rt, exp_id, err)
-    return _batch_update(state, approved, evidence_of, outcomes, earlier, earlier_host_s, update)
+        tally.update = tally.update or infra_failure(rt, exp_id, err)
 
 
 def _launch_args(adopt: ProcessHandle | None, record: dict[str, Any] | None, launch_no: int) -> dict[str, Any]:
@@ -396,8 +427,8 @@ def _batch_update(
     outcomes: list[dict[str, Any]],
     earlier: int,
     earlier_host_s: float,
-    extra: dict[str, Any],
-) -> dict[str, Any]:
+    extra: RunState,
+) -> RunState:
     arrived = {o["experiment_id"] for o in outcomes}
     members = []
     for exp in approved:

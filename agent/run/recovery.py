@@ -184,18 +184,7 @@ def recover(
     tr = rt.transcript
     raw = load_result(rt.state_dir, run_id, experiment_id)
     if raw is not None:
-        prior = prior or prior_launch(tr.path, experiment_id)
-        if prior.open is not None and not prior.open.get("intent"):
-            stop_leftover(tr, host, experiment_id, prior.open)
-        tr.emit(
-            "experiment.recovered",
-            {
-                "experiment_id": experiment_id,
-                "reason": "an earlier process finished this experiment but ended before saving the run's "
-                "state; its result is used and nothing is launched again",
-            },
-            node="execute",
-        )
+        _use_saved_result(tr, host, experiment_id, prior or prior_launch(tr.path, experiment_id))
         return raw, None, None
     prior = prior or prior_launch(tr.path, experiment_id)  # the caller may have read it already
     if prior.open is not None and prior.open.get("intent"):
@@ -206,31 +195,9 @@ def recover(
         handle = handle_from_record(prior.open)
         if handle is not None and host.is_alive(handle):
             return None, handle, prior.open
-        gathered = load_result(rt.state_dir, run_id, experiment_id, partial=True)
-        if gathered is not None and _shows_failure(gathered):
-            # The server is gone, but what the earlier process saw explains why (it crashed, or a probe
-            # failed): that is the outcome; launching again would repeat the experiment.
-            tr.emit(
-                "experiment.recovered",
-                {
-                    "experiment_id": experiment_id,
-                    "reason": "the process watching this launch was killed after the server failed; the "
-                    "evidence it had saved is the outcome, and nothing is launched again",
-                },
-                node="execute",
-            )
+        gathered = _lost_server(rt, run_id, experiment_id, prior.open)
+        if gathered is not None:
             return gathered, None, None
-        tr.emit(
-            "server.lost",
-            {
-                "experiment_id": experiment_id,
-                "pid": prior.open.get("pid"),
-                "log": prior.open.get("log"),
-                "reason": "launched by an earlier process that ended; the server is no longer running and "
-                "its outcome was never read",
-            },
-            node="execute",
-        )
     if prior.attempts:
         tr.emit(
             "experiment.relaunched",
@@ -243,6 +210,54 @@ def recover(
             node="execute",
         )
     return None, None, None
+
+
+def _use_saved_result(tr: Transcript, host: Any, experiment_id: str, prior: PriorLaunch) -> None:
+    """An earlier process finished ``experiment_id`` and saved its result: stop the server it may have
+    left running and write ``experiment.recovered``."""
+    if prior.open is not None and not prior.open.get("intent"):
+        stop_leftover(tr, host, experiment_id, prior.open)
+    tr.emit(
+        "experiment.recovered",
+        {
+            "experiment_id": experiment_id,
+            "reason": "an earlier process finished this experiment but ended before saving the run's "
+            "state; its result is used and nothing is launched again",
+        },
+        node="execute",
+    )
+
+
+def _lost_server(rt: Runtime, run_id: str, experiment_id: str, record: dict[str, Any]) -> RawEvidence | None:
+    """The server an ended process launched (``record``) is gone: the evidence that process saved when it
+    shows the failure (``experiment.recovered``; nothing is launched again), else None (``server.lost``)."""
+    tr = rt.transcript
+    gathered = load_result(rt.state_dir, run_id, experiment_id, partial=True)
+    if gathered is not None and _shows_failure(gathered):
+        # The server is gone, but what the earlier process saw explains why (it crashed, or a probe
+        # failed): that is the outcome; launching again would repeat the experiment.
+        tr.emit(
+            "experiment.recovered",
+            {
+                "experiment_id": experiment_id,
+                "reason": "the process watching this launch was killed after the server failed; the "
+                "evidence it had saved is the outcome, and nothing is launched again",
+            },
+            node="execute",
+        )
+        return gathered
+    tr.emit(
+        "server.lost",
+        {
+            "experiment_id": experiment_id,
+            "pid": record.get("pid"),
+            "log": record.get("log"),
+            "reason": "launched by an earlier process that ended; the server is no longer running and "
+            "its outcome was never read",
+        },
+        node="execute",
+    )
+    return None
 
 
 def record_intent(tr: Transcript, experiment_id: str, *, log_path: str, port: int, run_dir: str) -> None:

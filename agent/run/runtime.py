@@ -18,6 +18,7 @@ from agent.domain.knowledge_dir import knowledge_file
 from agent.planning.catalog import CatalogEntry, load_catalog
 from agent.planning.llm_planner import make_planner
 from agent.planning.planner import Planner
+from agent.record.recorded import RecordedRun, follow
 from agent.record.transcript import Transcript
 from agent.run.progress import ProgressBoard
 from tools.connect import connect_host
@@ -54,6 +55,13 @@ class Runtime:
     unstopped: list[str] = field(default_factory=list)
     #: Shows each launch while it loads (the CLI's live progress display); None: nothing is shown.
     progress: ProgressBoard | None = None
+    #: The run as its transcript tells it, folded from each event as it is written
+    #: (``agent.record.recorded.follow``): what conclude reads for the FINDINGS.md entry instead of the file.
+    #: None when the transcript held a damaged line.
+    recorded: RecordedRun | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.recorded = follow(self.transcript)
 
     def host(self, case: Case) -> Host:
         """The case's host, connected on first use (local, ``ssh://``, ``slurm://``, ``slurm+ssh://``).

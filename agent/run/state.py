@@ -7,12 +7,15 @@ nodes turn it back into models with the helpers here. No side effects.
 from __future__ import annotations
 
 import time
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict, cast
 
 from agent.domain.case import Case, load_case
 from agent.domain.models import Experiment, Hypothesis, Outcome, Rejection
 from agent.planning.planner import HistoryState, PlannerView, RelevantFinding
 from tools.fingerprint import HostFingerprint, engine_version
+
+#: How a run stands or ended (``agent.domain.models.Conclusion.status``).
+RunStatus = Literal["isolated", "not_isolated", "stopped", "error"]
 
 
 class RunState(TypedDict, total=False):
@@ -20,6 +23,7 @@ class RunState(TypedDict, total=False):
 
     run_id: str
     case: dict[str, Any]
+    #: The approval mode (``agent.run.approval.ApprovalMode``: each, risky, auto).
     approval: str
     fingerprint: dict[str, Any] | None
     findings: list[dict[str, Any]]
@@ -36,9 +40,12 @@ class RunState(TypedDict, total=False):
     launches: int
     host_seconds: float
     conclude_reason: str | None
-    status: str | None
+    #: "error" (the host or the input failed: the graph goes to conclude) or "stopped" (a person stopped the
+    #: run) before the end; the conclusion's status after it.
+    status: RunStatus | None
     error: str | None
-    error_kind: str | None
+    #: "input": the case or a file it names is wrong (the CLI exits 2); None: the host failed.
+    error_kind: Literal["input"] | None
     conclusion: dict[str, Any] | None
     transcript: str | None
     case_ref: str | None
@@ -90,10 +97,10 @@ def planner_view(state: RunState) -> PlannerView:
     )
 
 
-def initial_state(run_id: str, case: dict[str, Any], *, approval: str, **extra: Any) -> dict[str, Any]:
+def initial_state(run_id: str, case: dict[str, Any], *, approval: str, **extra: Any) -> RunState:
     """The state a new run starts from (one shape for the CLI and LangGraph Studio); ``extra`` adds keys
-    such as the transcript path and the planner spec."""
-    return {
+    such as the transcript path and the planner spec (``RunState`` keys)."""
+    state: dict[str, Any] = {
         "run_id": run_id,
         "case": case,
         "approval": approval,
@@ -107,6 +114,7 @@ def initial_state(run_id: str, case: dict[str, Any], *, approval: str, **extra: 
         "approval_seq": 0,
         **extra,
     }
+    return cast(RunState, state)
 
 
 def _history_key(state: RunState) -> dict[str, Any]:
@@ -134,7 +142,7 @@ def ledger_of(state: RunState) -> HistoryState | None:
     return HistoryState.model_validate({**kept["history"], "hypotheses": state.get("hypotheses", [])})
 
 
-def seed_state(state: dict[str, Any], thread_id: str | None) -> dict[str, Any]:
+def seed_state(state: RunState, thread_id: str | None) -> RunState:
     """The initial state of a run started with only ``{"case_ref": "lab:WORLD"}`` (LangGraph Studio).
 
     Empty when the state already holds a case. Raises CaseError for a bad reference.

@@ -9,8 +9,6 @@ itself is a pure function of the evidence (``classify_outcome``, also used by ``
 
 from __future__ import annotations
 
-from typing import Any
-
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
 from agent.domain.models import Outcome, Stage
@@ -29,7 +27,7 @@ from tools.tracebacks import missing_import
 _NOT_FAILED = frozenset({"ok", "ready", "infra_error"})
 
 
-def analyze(state: RunState, rt: Runtime) -> dict[str, Any]:
+def analyze(state: RunState, rt: Runtime) -> RunState:
     """The analyze node: classify the pending evidence (``raw``), mark its experiment done."""
     raw = state.get("raw")
     if not raw:
@@ -113,62 +111,10 @@ def classify_outcome(evidence: RawEvidence) -> Outcome:
     request_failed (ready, then a request failed or the server crashed), wrong_output (answers
     degenerate or wrong), ok (every probe passed and no fatal signature), infra_error (the host failed).
     """
-    matches = list(evidence.matches)
     probes = evidence.probes
-    status = evidence.status
-    # Once every probe passed, what the server logs after it was asked to stop (its own shutdown: SGLang
-    # 0.5.23's detokenizer "crashed with exit code -15. Triggering SIGQUIT") is not the failure under test.
-    stop = min((n for m in matches if m.signature_id == "server_stopping" for n in m.line_numbers), default=None)
-    if stop is not None and probes and all(p.ok for p in probes):
-        matches = [m for m in matches
-                   if m.kind not in ("fatal", "error") or not m.line_numbers or min(m.line_numbers) < stop]
-    kinds = {m.kind for m in matches}
-    stages = {m.stage for m in matches if m.kind in ("fatal", "error")}
-    ready = "ready" in kinds or status == "ready"
-    stage: Stage
-    if status == "infra_error":
-        stage = "infra_error"
-    elif status in ("timeout", "stalled") and not ready:
-        stage = "timeout"
-    elif not ready:
-        # A launch-stage error after loading began (a ValueError raised while sizing the KV pool) is a
-        # load failure: the arguments were accepted.
-        loading = any(m.kind == "progress" and m.stage in ("load", "capture") for m in matches)
-        stage = (
-            "launch_failed"
-            if (("launch" in stages and not loading) or (not stages and evidence.exit_code == 2))
-            else "load_failed"
-        )
-    elif any(p.status in ("connection_error", "http_error", "timeout") for p in probes) or "fatal" in kinds:
-        stage = "request_failed"
-    elif any(p.status in ("empty", "degenerate", "wrong_answer") for p in probes):
-        stage = "wrong_output"
-    elif probes and all(p.ok for p in probes):
-        stage = "ok"
-    else:
-        stage = "ready"
-    # Probe findings become pseudo-signatures so that hypotheses can be triggered by them.
-    for p in probes:
-        if p.status in ("degenerate", "empty", "wrong_answer"):
-            sig = {
-                "degenerate": "degenerate_output",
-                "empty": "degenerate_output",
-                "wrong_answer": "wrong_answer",
-            }[p.status]
-            if sig not in {m.signature_id for m in matches}:
-                matches.append(
-                    SignatureMatch(
-                        signature_id=sig,
-                        kind="error",
-                        severity="error",
-                        stage="request",
-                        components=["output"],
-                        meaning=f"probe {p.probe_id}: {p.status}",
-                        line_numbers=[],
-                        first_line=p.text or "",
-                        facts={},
-                    )
-                )
+    matches = _matches_before_shutdown(evidence)
+    stage = _stage(evidence, matches)
+    matches += _probe_signatures(probes, {m.signature_id for m in matches})
     return Outcome(
         experiment_id=evidence.experiment_id,
         stage=stage,
@@ -182,6 +128,72 @@ def classify_outcome(evidence: RawEvidence) -> Outcome:
         log_excerpt=list(evidence.log_excerpt),
     )
 
+
+
+def _matches_before_shutdown(evidence: RawEvidence) -> list[SignatureMatch]:
+    """The launch's signature matches; once every probe passed, without the fatal and error lines the
+    server logged after it was asked to stop (its own shutdown: SGLang 0.5.23's detokenizer "crashed
+    with exit code -15. Triggering SIGQUIT"), which are not the failure under test."""
+    matches = list(evidence.matches)
+    probes = evidence.probes
+    stop = min((n for m in matches if m.signature_id == "server_stopping" for n in m.line_numbers), default=None)
+    if stop is not None and probes and all(p.ok for p in probes):
+        matches = [m for m in matches
+                   if m.kind not in ("fatal", "error") or not m.line_numbers or min(m.line_numbers) < stop]
+    return matches
+
+
+def _stage(evidence: RawEvidence, matches: list[SignatureMatch]) -> Stage:
+    """The furthest stage the launch reached (see ``classify_outcome``)."""
+    probes, status = evidence.probes, evidence.status
+    kinds = {m.kind for m in matches}
+    stages = {m.stage for m in matches if m.kind in ("fatal", "error")}
+    ready = "ready" in kinds or status == "ready"
+    if status == "infra_error":
+        return "infra_error"
+    if status in ("timeout", "stalled") and not ready:
+        return "timeout"
+    if not ready:
+        # A launch-stage error after loading began (a ValueError raised while sizing the KV pool) is a
+        # load failure: the arguments were accepted.
+        loading = any(m.kind == "progress" and m.stage in ("load", "capture") for m in matches)
+        launch_failed = ("launch" in stages and not loading) or (not stages and evidence.exit_code == 2)
+        return "launch_failed" if launch_failed else "load_failed"
+    if any(p.status in ("connection_error", "http_error", "timeout") for p in probes) or "fatal" in kinds:
+        return "request_failed"
+    if any(p.status in ("empty", "degenerate", "wrong_answer") for p in probes):
+        return "wrong_output"
+    if probes and all(p.ok for p in probes):
+        return "ok"
+    return "ready"
+
+
+#: The pseudo-signature a probe finding becomes, so that hypotheses can be triggered by it.
+_PROBE_SIGNATURE = {"degenerate": "degenerate_output", "empty": "degenerate_output", "wrong_answer": "wrong_answer"}
+
+
+def _probe_signatures(probes: list[ProbeResult], present: set[str]) -> list[SignatureMatch]:
+    """Probe findings as pseudo-signatures (each once, none already in ``present``)."""
+    added: list[SignatureMatch] = []
+    for p in probes:
+        sig = _PROBE_SIGNATURE.get(p.status)
+        if sig is None or sig in present:
+            continue
+        present.add(sig)
+        added.append(
+            SignatureMatch(
+                signature_id=sig,
+                kind="error",
+                severity="error",
+                stage="request",
+                components=["output"],
+                meaning=f"probe {p.probe_id}: {p.status}",
+                line_numbers=[],
+                first_line=p.text or "",
+                facts={},
+            )
+        )
+    return added
 
 def _summary(stage: str, matches: list[SignatureMatch], probes: list[ProbeResult]) -> str:
     fatal = [m.signature_id for m in matches if m.kind in ("fatal", "error")]

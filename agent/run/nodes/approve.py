@@ -22,6 +22,7 @@ from agent.run.approval import (
     ApprovalAnswer,
     EditError,
     LeadBlocked,
+    RequestContext,
     apply_edit,
     build_request,
     lead_blocked,
@@ -64,18 +65,20 @@ def _ask(
     """Interrupt with the approval request; the parsed answer, or a refusal asking again."""
     case = case_of(state)
     request = build_request(
-        run_id=state["run_id"],
-        exp=exp,
-        hypotheses=hypotheses_of(state),
-        launches=state.get("launches", 0),
-        host_seconds=state.get("host_seconds", 0.0),
-        budget_launches=case.budget.experiments,
-        budget_host_seconds=case.budget.host_seconds,
-        mode=mode,
-        risky=risky,
-        error=state.get("approval_error"),
-        batch=batch_lines(state, exp),
-        lead_blocked=_lead_blocked(state, rt, exp),
+        exp,
+        hypotheses_of(state),
+        RequestContext(
+            run_id=state["run_id"],
+            launches=state.get("launches", 0),
+            host_seconds=state.get("host_seconds", 0.0),
+            budget_launches=case.budget.experiments,
+            budget_host_seconds=case.budget.host_seconds,
+            mode=mode,
+            risky=risky,
+            error=state.get("approval_error"),
+            batch=batch_lines(state, exp),
+            lead_blocked=_lead_blocked(state, rt, exp),
+        ),
     )
     emit_once(
         rt.transcript,

@@ -3,13 +3,15 @@ ruled out and what is left; the ready-to-append FINDINGS.md entry of an isolated
 
 Side effects: stops every server this run still has running (``Runtime.stop_sessions``, which writes
 ``server.stopped``), so nothing outlives the run and the stop is recorded before its end (a run that
-ended in error says which it could not reach, left for the next run's orphan sweep); reads the
-run's transcript back to build the FINDINGS.md entry; transcript ``conclusion`` and ``run.ended``.
+ended in error says which it could not reach, left for the next run's orphan sweep); transcript
+``conclusion`` and ``run.ended``. The conclusion is built from the state; the FINDINGS.md entry from the
+run as its transcript tells it, which the runtime keeps folded in memory as events are written
+(``Runtime.recorded``): the file is not read back.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.domain.case import Case
@@ -29,17 +31,17 @@ from agent.planning.planner import COST_ORDER, import_time_failure
 from agent.planning.served import description_keeps, served_settings
 from agent.planning.values import ValueEvidence, derive
 from agent.record.recorded import RecordedRun
-from agent.record.transcript import TranscriptError
 from agent.record.wire import to_payload
 from agent.review.findings import FindingsWriteError, entry_for
 from agent.run.runtime import Runtime
 from agent.run.state import RunState, hypotheses_of
 
 
-def conclude(state: RunState, rt: Runtime) -> dict[str, Any]:
+def conclude(state: RunState, rt: Runtime) -> RunState:
     """The conclude node: see the module docstring."""
     left = rt.stop_sessions()  # nothing outlives its run, and the stop is recorded before the run's end
-    c = build_conclusion(state)
+    # A state without a transcript path (LangGraph Studio's) gets no findings entry, as before.
+    c = build_conclusion(state, rt.recorded if state.get("transcript") else None)
     if left and c.status == "error":  # the host failed under them: say where they are and who stops them
         c.reason = _joined(
             c.reason,
@@ -55,8 +57,9 @@ def conclude(state: RunState, rt: Runtime) -> dict[str, Any]:
     return {"conclusion": c.model_dump(mode="json"), "status": c.status}
 
 
-def build_conclusion(state: RunState) -> Conclusion:
-    """The run's ending: root cause and fix when a confirmed fix exists, else what was ruled out."""
+def build_conclusion(state: RunState, recorded: RecordedRun | None = None) -> Conclusion:
+    """The run's ending: root cause and fix when a confirmed fix exists, else what was ruled out; an
+    isolated one with its FINDINGS.md entry when ``recorded`` (the run as its transcript tells it) is given."""
     hyps = hypotheses_of(state)
     experiments = {e["id"]: Experiment.model_validate(e) for e in state.get("experiments", [])}
     outcomes = {o["experiment_id"]: Outcome.model_validate(o) for o in state.get("outcomes", [])}
@@ -86,9 +89,18 @@ def build_conclusion(state: RunState) -> Conclusion:
                                 changes_deployment=deployment)
     if _is_workaround(fix_exp.change, hyps):
         return _workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes)
-    c = _isolated(state, base, reason, untested, hyps, fix_exp, confirm, experiments, outcomes)
-    c.findings_entry = findings_entry(state, c)
+    c = _isolated(state, base, reason, untested, _Tested(hyps, experiments, outcomes), fix_exp, confirm)
+    c.findings_entry = findings_entry(recorded, c)
     return c
+
+
+@dataclass(frozen=True)
+class _Tested:
+    """What the run tested: the ledger, and the experiments and outcomes by experiment id."""
+
+    hyps: list[Hypothesis]
+    experiments: dict[str, Experiment]
+    outcomes: dict[str, Outcome]
 
 
 def _joined(reason: str, extra: str) -> str:
@@ -238,15 +250,14 @@ def _isolated(
     base: Conclusion,
     reason: str,
     untested: list[dict[str, Any]],
-    hyps: list[Hypothesis],
+    tested: _Tested,
     fix_exp: Experiment,
     confirm: Experiment,
-    experiments: dict[str, Experiment],
-    outcomes: dict[str, Outcome],
 ) -> Conclusion:
     """The isolated ending: the confirmed cause (or the fix itself), the fix with its original value, and
     the alternatives."""
     assert fix_exp.change is not None
+    hyps, experiments, outcomes = tested.hyps, tested.experiments, tested.outcomes
     cause = max((h for h in hyps if h.status == "confirmed"), key=lambda h: h.posterior, default=None)
     original = Case.model_validate(state["case"]).baseline
     fix = fix_exp.change.model_copy(update={"before": original.value(fix_exp.change.kind, fix_exp.change.name)})
@@ -576,16 +587,13 @@ def _tried_from_fix_baseline(
     return found
 
 
-def findings_entry(state: RunState, c: Conclusion) -> str:
+def findings_entry(recorded: RecordedRun | None, c: Conclusion) -> str:
     """The FINDINGS.md entry of an isolated run: the one ``hypoloop findings add`` appends
-    (``agent.review.findings.entry_for``), built from the run's transcript with this conclusion. ``""`` when the
-    transcript cannot be read (e.g. a state assembled without one)."""
-    path = state.get("transcript")
-    if not path:
+    (``agent.review.findings.entry_for``), built from ``recorded`` (the run as its transcript tells it)
+    with this conclusion. ``""`` without one (e.g. a state assembled without a transcript)."""
+    if recorded is None or not recorded.events:
         return ""
     try:
-        run = RecordedRun.load(Path(path))
-        run.conclusion = c.model_dump(mode="json")
-        return entry_for(run)
-    except (OSError, TranscriptError, FindingsWriteError):
+        return entry_for(replace(recorded, conclusion=c.model_dump(mode="json")))
+    except FindingsWriteError:
         return ""

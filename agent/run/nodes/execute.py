@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from agent.domain.case import Case, server_api_key
-from agent.domain.evidence import RawEvidence
+from agent.domain.evidence import RawEvidence, WatchedLaunch
 from agent.domain.models import Experiment
 from agent.planning.generators.evidence import LogExcerpt
 from agent.record.wire import to_payload
@@ -54,7 +54,6 @@ from tools.host import (
     disk_full_error,
     expand_argv,
 )
-from tools.probes import ProbeResult
 from tools.server import LaunchResult, ServerSession, WatchEvent, launcher_missing, render_command
 from tools.signatures import SignatureMatcher
 from tools.stall import StallWatch
@@ -70,7 +69,7 @@ class JobEnded(SchedulerError):
         self.evidence = evidence
 
 
-def execute(state: RunState, rt: Runtime) -> dict[str, Any]:
+def execute(state: RunState, rt: Runtime) -> RunState:
     """The execute node: see the module docstring."""
     tr = rt.transcript
     exp = Experiment.model_validate(state["pending"])
@@ -78,7 +77,7 @@ def execute(state: RunState, rt: Runtime) -> dict[str, Any]:
         tr.emit("experiment.skipped", {"experiment_id": exp.id, "reason": "already executed"}, node="execute")
         return {"pending": None}
     tr.step = state.get("launches", 0) + 1
-    unreachable: dict[str, Any] = {}
+    unreachable: RunState = {}
     # Earlier attempts of this experiment that launched a server which was lost or stopped before
     # its outcome was read: their launches and host time count against the budget too.
     earlier, earlier_host_s = 0, 0.0
@@ -128,6 +127,54 @@ def execute(state: RunState, rt: Runtime) -> dict[str, Any]:
     }
 
 
+@dataclass
+class _Launch:
+    """One launch of an experiment being run: the run around it, the host, what watches it
+    (``watched``: signatures, stall, probes; ``excerpt``: the log lines kept as evidence; ``watch``: the
+    progress display), its session once made, its start (``t0``, monotonic seconds) and the wall seconds
+    spent saving its evidence (``spent``: the orchestrator's time, not the server's)."""
+
+    rt: Runtime
+    case: Case
+    run_id: str
+    exp: Experiment
+    host: Host
+    watched: WatchedLaunch
+    excerpt: LogExcerpt
+    watch: LoadProgress | None
+    t0: float = 0.0
+    spent: float = 0.0
+    session: ServerSession | None = None
+
+    def evidence(
+        self, res: LaunchResult, server_info: dict[str, Any] | None, *, wall_s: float
+    ) -> RawEvidence:
+        """The evidence of the launch as it stands (``res``: how the wait for ready ended)."""
+        assert self.session is not None
+        return RawEvidence.from_launch(
+            self.watched, final=self.session.result(), server_info=server_info, t_ready_s=res.t_ready_s,
+            wall_s=wall_s,
+        )
+
+    def keep(self, res: LaunchResult, server_info: dict[str, Any] | None, *, partial: bool) -> None:
+        """Save the evidence so far, on disk before the next event: a kill after the server failed leaves
+        what it showed (agent.run.recovery uses it), not a launch to repeat."""
+        began = time.monotonic()
+        evidence = self.evidence(res, server_info, wall_s=began - self.t0 - self.spent)
+        redact = self.rt.transcript.redact
+        save_result(self.rt.state_dir, self.run_id, evidence, redact=redact, partial=partial)
+        self.spent += time.monotonic() - began
+
+    def cut_off(self, res: LaunchResult, why: str) -> RawEvidence:
+        """The scheduler ended the job: what the server showed is no evidence. Its saved result is an
+        infra_error (launched, with its host time), so a resume never reads the cut launch as a crash."""
+        lost = self.evidence(res, None, wall_s=time.monotonic() - self.t0 - self.spent)
+        infra = RawEvidence(experiment_id=self.exp.id, launched=True, status="infra_error", error=why,
+                            log_path=self.watched.log_path, timings=lost.timings)
+        save_result(self.rt.state_dir, self.run_id, infra, redact=self.rt.transcript.redact)
+        return infra
+
+
 def run_experiment(
     rt: Runtime,
     case: Case,
@@ -146,76 +193,44 @@ def run_experiment(
     leaves the earlier log as it was). The server is stopped (and verified gone) before this returns,
     also on KeyboardInterrupt. Raises HostError when the host itself fails.
     """
-    tr = rt.transcript
     host = rt.host(case)
     port = int(record["port"]) if adopt is not None and record else host.free_port()
     name = exp.id if launch_no <= 1 else f"{exp.id}.launch{launch_no}"
     log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{name}.log"
     matcher = SignatureMatcher(rt.signatures_for(case))
-    excerpt = LogExcerpt()  # the lines kept as evidence (tracebacks, errors, warnings, the tail)
-    stall = _stall_watch(rt, case, host)
+    watched = WatchedLaunch(exp.id, matcher, _stall_watch(rt, case, host), log_path, host.time_scale)
     watch = rt.progress.launch(exp.id, rt.signatures_for(case)) if rt.progress is not None else None
-    session, argv = _new_session(rt, case, exp, host, port, log_path, matcher, stall, excerpt, watch)
-    rt.sessions[exp.id] = session
-    probes: list[ProbeResult] = []
+    # excerpt: the lines kept as evidence (tracebacks, errors, warnings, the tail)
+    launch = _Launch(rt, case, run_id, exp, host, watched, LogExcerpt(), watch)
+    session, argv = _new_session(launch, port)
+    rt.sessions[exp.id] = launch.session = session
     with session:
-        t0 = _start_or_adopt(rt, session, exp, host, argv, run_id=run_id, adopt=adopt, record=record)
+        launch.t0 = _start_or_adopt(launch, argv, adopt=adopt, record=record)
         res = _wait_ready(session, watch)
-
-        spent = [0.0]  # wall seconds of this bookkeeping: the orchestrator's time, not the server's
-
-        def keep(server_info: dict[str, Any] | None, *, partial: bool) -> None:
-            # The evidence so far, on disk before the next event: a kill after the server failed leaves
-            # what it showed (agent.run.recovery uses it), not a launch to repeat.
-            began = time.monotonic()
-            save_result(rt.state_dir, run_id, RawEvidence.from_launch(
-                exp.id, final=session.result(), matcher=matcher, server_info=server_info, stall=stall,
-                probes=probes, log_path=log_path, t_ready_s=res.t_ready_s,
-                wall_s=began - t0 - spent[0], time_scale=host.time_scale,
-            ), redact=tr.redact, partial=partial)
-            spent[0] += time.monotonic() - began
-
-        def cut_off(why: str) -> RawEvidence:
-            # The scheduler ended the job: what the server showed is no evidence. Its saved result is an
-            # infra_error (launched, with its host time), so a resume never reads the cut launch as a crash.
-            lost = RawEvidence.from_launch(
-                exp.id, final=session.result(), matcher=matcher, server_info=None, stall=stall, probes=probes,
-                log_path=log_path, t_ready_s=res.t_ready_s, wall_s=time.monotonic() - t0 - spent[0],
-                time_scale=host.time_scale,
-            )
-            infra = RawEvidence(experiment_id=exp.id, launched=True, status="infra_error", error=why,
-                                log_path=log_path, timings=lost.timings)
-            save_result(rt.state_dir, run_id, infra, redact=tr.redact)
-            return infra
-
         ended = _ended_by_scheduler(host, session, res)  # asked at once: nothing of it is saved as a crash
         if ended is not None:
             server_info = None
-            cut_off(ended)
+            launch.cut_off(res, ended)
         else:
-            server_info = _probe_or_record_failure(rt, session, res, case, exp, probes, keep=keep, watch=watch)
+            server_info = _probe_or_record_failure(launch, res)
             _raise_if_the_host_failed(session, host, log_path)
-            keep(server_info, partial=False)  # complete: saved before the stop, so a kill during it costs nothing
+            # complete: saved before the stop, so a kill during it costs nothing
+            launch.keep(res, server_info, partial=False)
         stopped = session.stop()
-    wall = time.monotonic() - t0 - spent[0]
+    wall = time.monotonic() - launch.t0 - launch.spent
     try:
-        wall, queued = _record_stop(rt, host, session, exp, stopped, wall=wall, t0=t0)
+        wall, queued = _record_stop(rt, host, session, exp, stopped, wall=wall, t0=launch.t0)
     except SchedulerError as exc:
         ended = str(exc)
     if ended is not None:
-        raise JobEnded(ended, cut_off(ended))
+        raise JobEnded(ended, launch.cut_off(res, ended))
     return RawEvidence.from_launch(
-        exp.id,
+        watched,
         final=session.result(),
-        matcher=matcher,
         server_info=server_info,
-        stall=stall,
-        probes=probes,
-        log_path=log_path,
         t_ready_s=res.t_ready_s,
         wall_s=wall,
-        time_scale=host.time_scale,
-        log_excerpt=excerpt.lines(),
+        log_excerpt=launch.excerpt.lines(),
         queued_s=queued,
     )
 
@@ -258,19 +273,9 @@ def _stall_watch(rt: Runtime, case: Case, host: Host) -> StallWatch:
     )
 
 
-def _new_session(
-    rt: Runtime,
-    case: Case,
-    exp: Experiment,
-    host: Host,
-    port: int,
-    log_path: str,
-    matcher: SignatureMatcher,
-    stall: StallWatch,
-    excerpt: LogExcerpt,
-    watch: LoadProgress | None,
-) -> tuple[ServerSession, list[str]]:
-    """(the not yet started server session of this experiment, its launch argv)."""
+def _new_session(launch: _Launch, port: int) -> tuple[ServerSession, list[str]]:
+    """(the not yet started server session of ``launch`` on ``port``, its launch argv)."""
+    case, exp, host, watched = launch.case, launch.exp, launch.host, launch.watched
     # A server on a batch node must listen beyond its loopback to be reached (SlurmHost.listen_host).
     listen = getattr(host, "listen_host", "127.0.0.1")
     argv = render_command(
@@ -281,12 +286,12 @@ def _new_session(
         host,
         argv,
         env=exp.config().env,
-        log_path=log_path,
+        log_path=watched.log_path,
         port=port,
-        matcher=matcher,
-        on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev, watch, excerpt),
+        matcher=watched.matcher,
+        on_event=lambda ev: _on_watch_event(launch, ev),
         ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
-        stall_timeout_s=stall.limit,
+        stall_timeout_s=watched.stall.limit,
         api_key=server_api_key(exp.config().flags),
     )
     return session, argv
@@ -332,20 +337,18 @@ def _job_record(host: Host, handle: ProcessHandle | None) -> dict[str, Any]:
     return {"job": host.job_info(handle)}
 
 
-def _on_watch_event(
-    rt: Runtime, exp_id: str, stall: StallWatch, ev: WatchEvent, watch: LoadProgress | None, excerpt: LogExcerpt
-) -> None:
+def _on_watch_event(launch: _Launch, ev: WatchEvent) -> None:
     """Feed the stall watch and the progress display every event and the excerpt every line; record
     ready and fatal lines as observations (whole: the evidence is never cut)."""
-    stall.observe(ev)
-    if watch is not None:
-        watch.observe(ev)
+    launch.watched.stall.observe(ev)
+    if launch.watch is not None:
+        launch.watch.observe(ev)
     if ev.kind == "line" and ev.line is not None:
-        excerpt.feed(ev.line.line, ev.line.text)
+        launch.excerpt.feed(ev.line.line, ev.line.text)
     if ev.kind in ("ready", "fatal") and ev.line is not None:
-        rt.transcript.emit(
+        launch.rt.transcript.emit(
             "observation",
-            {"experiment_id": exp_id, "kind": ev.kind, "line": ev.line.line, "text": ev.line.text},
+            {"experiment_id": launch.exp.id, "kind": ev.kind, "line": ev.line.line, "text": ev.line.text},
             node="execute",
         )
 
@@ -361,48 +364,26 @@ def _wait_ready(session: ServerSession, watch: LoadProgress | None) -> LaunchRes
 
 
 def _start_or_adopt(
-    rt: Runtime,
-    session: ServerSession,
-    exp: Experiment,
-    host: Host,
-    argv: list[str],
-    *,
-    run_id: str,
-    adopt: ProcessHandle | None,
-    record: dict[str, Any] | None,
+    launch: _Launch, argv: list[str], *, adopt: ProcessHandle | None, record: dict[str, Any] | None
 ) -> float:
     """Start the server, or take over the one an earlier process launched; the monotonic start time.
 
     The launch record is on disk before anything waits on the server, so a process that resumes this
     run after a crash can find the server (``agent.run.recovery.recover``) and adopt it.
     """
-    tr = rt.transcript
-    port, log_path = session.port, session.log_path
+    session, exp, host = launch.session, launch.exp, launch.host
+    assert session is not None
     if adopt is not None:
-        tr.emit(
-            "server.adopted",
-            {
-                "experiment_id": exp.id,
-                "pid": adopt.pid,
-                "pgid": adopt.pgid,
-                "port": port,
-                "log": log_path,
-                "started_wall": adopt.started_wall,
-                "reason": f"launched by an earlier hypoloop process (pid {(record or {}).get('orchestrator_pid')}) "
-                "that ended while the server was running; this process takes the server over "
-                "instead of launching a duplicate",
-            },
-            node="execute",
-        )
-        session.adopt(adopt)
-        return adopt.started_monotonic
+        return _adopt(launch, adopt, record)
+    tr = launch.rt.transcript
+    port, log_path = session.port, session.log_path
     t0 = time.monotonic()
     tr.emit(
         "tool.call",
         {"tool": "launch_server", "argv": argv, "env": exp.config().env, "log": log_path},
         node="execute",
     )
-    record_intent(tr, exp.id, log_path=log_path, port=port, run_dir=host.workdir(run_id))
+    record_intent(tr, exp.id, log_path=log_path, port=port, run_dir=host.workdir(launch.run_id))
     session.start()
     if session.error is not None:  # the host could not start it (missing launcher, full disk)
         raise HostError(session.error)
@@ -424,25 +405,42 @@ def _start_or_adopt(
     return t0
 
 
-def _probe_or_record_failure(
-    rt: Runtime,
-    session: ServerSession,
-    res: LaunchResult,
-    case: Case,
-    exp: Experiment,
-    probes: list[ProbeResult],
-    *,
-    keep: Callable[..., None],
-    watch: LoadProgress | None = None,
-) -> dict[str, Any] | None:
+def _adopt(launch: _Launch, adopt: ProcessHandle, record: dict[str, Any] | None) -> float:
+    """Take over the server an earlier process of the run launched (``record``: its launch record);
+    its monotonic start time."""
+    session = launch.session
+    assert session is not None
+    launch.rt.transcript.emit(
+        "server.adopted",
+        {
+            "experiment_id": launch.exp.id,
+            "pid": adopt.pid,
+            "pgid": adopt.pgid,
+            "port": session.port,
+            "log": session.log_path,
+            "started_wall": adopt.started_wall,
+            "reason": f"launched by an earlier hypoloop process (pid {(record or {}).get('orchestrator_pid')}) "
+            "that ended while the server was running; this process takes the server over "
+            "instead of launching a duplicate",
+        },
+        node="execute",
+    )
+    session.adopt(adopt)
+    return adopt.started_monotonic
+
+
+def _probe_or_record_failure(launch: _Launch, res: LaunchResult) -> dict[str, Any] | None:
     """A ready server: ask ``/get_server_info``, run the probes (appended to ``probes``) and watch a
     moment longer for a crash they caused; its server info. Otherwise record the crash or timeout.
     The progress display's per-step timing and the failure line go into the record, so ``replay``
     shows the summary line the live run showed."""
+    rt, case, exp, watch, probes = launch.rt, launch.case, launch.exp, launch.watch, launch.watched.probes
+    session = launch.session
+    assert session is not None
     tr = rt.transcript
     shown: dict[str, Any] = {"stages": watch.stage_seconds} if watch is not None and watch.stage_seconds else {}
     if not (res.status == "ready" and res.base_url):
-        keep(None, partial=True)  # it crashed or timed out: that is its outcome, whatever happens next
+        launch.keep(res, None, partial=True)  # it crashed or timed out: that is its outcome, whatever happens next
         if watch is not None:
             shown["failed_at"] = watch.failed_at
             if watch.fatal is not None:
@@ -466,7 +464,7 @@ def _probe_or_record_failure(
         )
         probes.append(pr)
         if not pr.ok:  # the server may die of it: what it answered is kept before anything else happens
-            keep(server_info, partial=True)
+            launch.keep(res, server_info, partial=True)
         tr.emit("probe.result", to_payload("probe.result", pr, experiment_id=exp.id), node="execute")
         if pr.status in ("connection_error", "timeout"):
             break

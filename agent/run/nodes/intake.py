@@ -17,8 +17,6 @@ graph's error edge goes to conclude.
 
 from __future__ import annotations
 
-from typing import Any
-
 from langgraph.config import get_config
 
 from agent.domain.case import Case, outside_warnings
@@ -45,12 +43,12 @@ class _InputError(Exception):
     """The case cannot be used as written (one line naming the file and field)."""
 
 
-def intake(state: RunState, rt: Runtime) -> dict[str, Any]:
+def intake(state: RunState, rt: Runtime) -> RunState:
     """The intake node: see the module docstring."""
     tr = rt.transcript
     # LangGraph Studio starts a run from {"case_ref": "lab:WORLD"} alone; the CLI gives the full state.
-    seed = seed_state(dict(state), get_config().get("configurable", {}).get("thread_id"))
-    state = {**state, **seed}  # type: ignore[typeddict-item]
+    seed = seed_state(state, get_config().get("configurable", {}).get("thread_id"))
+    state = {**state, **seed}
     case = case_of(state)
     tr.redact = run_redactor(case)  # its secrets are never written (the CLI set it already; Studio not)
     for warning in outside_warnings(case):  # named explicitly in the case file, so used; and recorded
@@ -76,7 +74,7 @@ def intake(state: RunState, rt: Runtime) -> dict[str, Any]:
     except _InputError as exc:
         tr.emit("error", {"message": str(exc), "kind": "input"}, node="intake")
         return {"status": "error", "error": str(exc), "error_kind": "input"}
-    update: dict[str, Any] = {
+    update: RunState = {
         **seed,
         "case": case.model_dump(mode="json"),
         "fingerprint": fp.model_dump(mode="json"),
