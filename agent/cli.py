@@ -56,7 +56,7 @@ from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagCatalog, FlagError, catalog_from_server_args, parse_help
 from tools.flags import load_catalog as load_flag_catalog
 from tools.host import HostError, expand_argv
-from tools.knowledge import infer_features
+from tools.knowledge import KnowledgeError, check_knowledge_files, infer_features
 from tools.sanitize import SafeConsole, without_credentials
 from tools.signatures import for_engine, load_signatures
 
@@ -384,7 +384,8 @@ def _check_knowledge() -> None:
     try:
         load_signatures(knowledge_file("signatures.toml"))
         load_catalog()
-    except (CatalogError, ValueError) as exc:
+        check_knowledge_files()
+    except (CatalogError, KnowledgeError, ValueError) as exc:
         _fail(str(exc))
 
 

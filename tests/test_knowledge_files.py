@@ -4,11 +4,13 @@ words (model_families.toml), effective-config facts (config_facts.toml). A swapp
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clirun import run_cli
 
 from agent.domain.knowledge_dir import ENV_VAR, use_knowledge
 from tools.knowledge import KnowledgeError, gpu_names, infer_features, parse_findings, relevance
@@ -124,3 +126,14 @@ def test_a_broken_file_is_one_line_naming_the_file_and_field(tmp_path: Path, nam
         parse_findings(NOTES)
     message = str(err.value)
     assert "\n" not in message and str(folder / f"{name}.toml") in message and field in message
+
+
+def test_a_run_with_a_broken_file_is_refused_before_it_exists(tmp_path: Path) -> None:
+    """A broken model_families.toml in --knowledge is one line and exit 2, and leaves no run behind."""
+    folder = _folder(tmp_path, model_families='[[family]]\npattern = "x("\nfeatures = ["moe"]\nsource = "s"\n')
+    r = run_cli(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--knowledge", str(folder), timeout=600)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "internal error" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "model_families.toml: family[0].pattern: not a regular expression" in r.stderr
+    listed = run_cli(tmp_path, "runs", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []

@@ -36,6 +36,7 @@ difference), ``models`` (what is produced), ``data`` (the knowledge files).
 from __future__ import annotations
 
 from tools.knowledge.commands import parse_launch_command
+from tools.knowledge.data import check_files as check_knowledge_files
 from tools.knowledge.features import infer_features
 from tools.knowledge.hardware import gpu_names
 from tools.knowledge.models import Finding, FlagDifference, KnowledgeError, LaunchCommand, Outcome
@@ -49,6 +50,7 @@ __all__ = [
     "KnowledgeError",
     "LaunchCommand",
     "Outcome",
+    "check_knowledge_files",
     "flag_diff",
     "gpu_names",
     "infer_features",

@@ -29,6 +29,7 @@ __all__ = [
     "ConfigFacts",
     "Hardware",
     "ModelFamilies",
+    "check_files",
     "config_facts",
     "hardware",
     "knowledge_path",
@@ -49,6 +50,14 @@ def knowledge_path(name: str) -> Path:
         if own.is_file():
             return own
     return REPOSITORY_DIR / name
+
+
+def check_files() -> None:
+    """Read every file of the findings reader from the knowledge folder in force, so a run can refuse a
+    broken one before it starts; raises KnowledgeError (one line naming the file and the field)."""
+    hardware()
+    model_families()
+    config_facts()
 
 
 # --- file formats --------------------------------------------------------------------------------------
