@@ -11,7 +11,6 @@ registered with `atexit`) can stop anything still running when the orchestrator 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import signal
 import socket
@@ -20,12 +19,11 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from tools import leftovers
+from tools import leftovers, local_procs
 
 TIME_SCALE_ENV = "HYPOLOOP_LAB_TIME_SCALE"
 
@@ -175,109 +173,34 @@ class QueuesJobs(Protocol):
     def forward_job_port(self, handle: ProcessHandle, port: int) -> int: ...
 
 
-def expand_argv(argv: Sequence[str], host: Host) -> list[str]:
+class RunsPython(Protocol):
+    """Anything that says what ``{python}`` means on it (every `Host`)."""
+
+    python: str
+
+
+def expand_argv(argv: Sequence[str], host: RunsPython) -> list[str]:
     """Return `argv` with every `{python}` (whole item or inside an item) replaced by `host.python`."""
     return [str(a).replace("{python}", host.python) for a in argv]
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def parse_time_scale(env: Mapping[str, str]) -> float:
+    """The lab's time scale from `env`'s HYPOLOOP_LAB_TIME_SCALE (default 1.0; durations of a lab
+    world are multiplied by it). Raises `HostError` if it is not a positive number."""
+    raw = env.get(TIME_SCALE_ENV, "1.0")
+    try:
+        scale = float(raw)
+    except ValueError:
+        raise HostError(f"{TIME_SCALE_ENV}={raw!r} is not a number") from None
+    if not scale > 0:
+        raise HostError(f"{TIME_SCALE_ENV}={raw!r} must be > 0")
+    return scale
+
+
+def one_line(text: str, limit: int = 300) -> str:
     """Collapse `text` to one line of at most `limit` characters (for error messages)."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-# --- process inspection (Linux /proc; falls back to signals elsewhere) ---------------------------
-
-_PROC = Path("/proc")
-
-
-def _proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, ppid, pgrp) of `pid` from /proc/<pid>/stat, or None if it is gone or unreadable."""
-    try:
-        raw = (_PROC / str(pid) / "stat").read_bytes().decode("ascii", "replace")
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses; fields after the last ')' are fixed.
-    rest = raw[raw.rfind(")") + 2 :].split()
-    if len(rest) < 3:
-        return None
-    return rest[0], int(rest[1]), int(rest[2])
-
-
-def _all_pids() -> list[int]:
-    try:
-        return [int(p.name) for p in _PROC.iterdir() if p.name.isdigit()]
-    except OSError:
-        return []
-
-
-def _group_alive(pgid: int) -> bool:
-    """True while any non-zombie process is in process group `pgid`."""
-    if _PROC.is_dir():
-        for pid in _all_pids():
-            st = _proc_stat(pid)
-            if st is not None and st[2] == pgid and st[0] not in ("Z", "X"):
-                return True
-        return False
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _pid_alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie."""
-    st = _proc_stat(pid)
-    if st is not None:
-        return st[0] not in ("Z", "X")
-    if _PROC.is_dir():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _descendants_outside_group(root: int, pgid: int) -> list[int]:
-    """Descendants of `root` that moved to another process group (e.g. called setsid)."""
-    if not _PROC.is_dir():
-        return []
-    children: dict[int, list[int]] = {}
-    groups: dict[int, int] = {}
-    for pid in _all_pids():
-        st = _proc_stat(pid)
-        if st is None:
-            continue
-        children.setdefault(st[1], []).append(pid)
-        groups[pid] = st[2]
-    out: list[int] = []
-    stack = [root]
-    seen = {root}
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child in seen:
-                continue
-            seen.add(child)
-            stack.append(child)
-            if groups.get(child) != pgid:
-                out.append(child)
-    return out
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _signal_pid(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
 
 
 # --- registry of everything spawned, for terminate_all / atexit ----------------------------------
@@ -308,7 +231,7 @@ def terminate_all(grace_s: float = 2.0) -> list[int]:
         entries = list(_REGISTRY.values())
     stopped: list[int] = []
     for host, handle in entries:
-        if host.is_alive(handle) or _group_alive(handle.pgid):
+        if host.is_alive(handle) or local_procs.group_alive(handle.pgid):
             stopped.append(handle.pid)
         host.terminate(handle, grace_s=grace_s)
     return stopped
@@ -339,14 +262,7 @@ class LocalHost:
         self._root = root
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
-        raw = self.host_env().get(TIME_SCALE_ENV, "1.0")
-        try:
-            scale = float(raw)
-        except ValueError:
-            raise HostError(f"{TIME_SCALE_ENV}={raw!r} is not a number") from None
-        if not scale > 0:
-            raise HostError(f"{TIME_SCALE_ENV}={raw!r} must be > 0")
-        self.time_scale = scale
+        self.time_scale = parse_time_scale(self.host_env())
 
     # -- environment ------------------------------------------------------------------------------
 
@@ -389,11 +305,11 @@ class LocalHost:
         except PermissionError:
             raise HostError(f"command not executable: {cmd[0]}") from None
         except OSError as exc:
-            raise HostError(f"cannot run {cmd[0]}: {_one_line(str(exc))}") from None
+            raise HostError(f"cannot run {cmd[0]}: {one_line(str(exc))}") from None
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)
+            local_procs.signal_group(proc.pid, signal.SIGKILL)
             try:
                 out, err = proc.communicate(timeout=5.0)
             except subprocess.TimeoutExpired:
@@ -409,11 +325,11 @@ class LocalHost:
             )
             raise CommandTimeout(f"command timed out after {timeout:g} s: {cmd[0]}", result) from None
         except BaseException:
-            _signal_group(proc.pid, signal.SIGKILL)
+            local_procs.signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
         # Nothing a short command started may outlive it.
-        _signal_group(proc.pid, signal.SIGKILL)
+        local_procs.signal_group(proc.pid, signal.SIGKILL)
         return CommandResult(
             argv=cmd,
             returncode=proc.returncode,
@@ -442,17 +358,7 @@ class LocalHost:
         # (resume adopts it) or as an orphan, whenever this process dies (tools/leftovers.py).
         merged[leftovers.LAUNCH_LOG_ENV] = path
         merged[leftovers.ORCHESTRATOR_ENV] = leftovers.orchestrator_marker()
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-        except OSError as exc:
-            raise HostError(f"cannot create the folder of log file {path}: {_one_line(str(exc))}") from None
-        free = self.free_bytes(os.path.dirname(path))
-        if free is not None and free < MIN_FREE_BYTES:
-            raise disk_full_error(self.name, os.path.dirname(path), free)
-        try:
-            log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed below
-        except OSError as exc:
-            raise HostError(f"cannot open log file {path}: {_one_line(str(exc))}") from None
+        log = self._open_log(path)
         self._reap()
         try:
             with log:
@@ -471,7 +377,7 @@ class LocalHost:
         except PermissionError:
             raise HostError(f"command not executable: {cmd[0]}") from None
         except OSError as exc:
-            raise HostError(f"cannot start {cmd[0]}: {_one_line(str(exc))}") from None
+            raise HostError(f"cannot start {cmd[0]}: {one_line(str(exc))}") from None
         handle = ProcessHandle(
             pid=proc.pid,
             pgid=proc.pid,
@@ -486,6 +392,21 @@ class LocalHost:
             _REGISTRY[proc.pid] = (self, handle)
         return handle
 
+    def _open_log(self, path: str) -> BinaryIO:
+        """Create (with its folder) or truncate the server log at `path`, for writing. Raises `DiskFull`
+        when its disk has less than `MIN_FREE_BYTES` free, `HostError` when it cannot be made."""
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        except OSError as exc:
+            raise HostError(f"cannot create the folder of log file {path}: {one_line(str(exc))}") from None
+        free = self.free_bytes(os.path.dirname(path))
+        if free is not None and free < MIN_FREE_BYTES:
+            raise disk_full_error(self.name, os.path.dirname(path), free)
+        try:
+            return open(path, "wb")  # noqa: SIM115 - handed to the child, closed by the caller
+        except OSError as exc:
+            raise HostError(f"cannot open log file {path}: {one_line(str(exc))}") from None
+
     def read_from(self, path: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
         """Up to `max_bytes` bytes of `path` starting at byte `offset`; b"" if nothing new or missing."""
         try:
@@ -495,7 +416,7 @@ class LocalHost:
         except FileNotFoundError:
             return b""
         except OSError as exc:
-            raise HostError(f"cannot read {path}: {_one_line(str(exc))}") from None
+            raise HostError(f"cannot read {path}: {one_line(str(exc))}") from None
 
     def read_text(self, path: str, max_bytes: int = 4 << 20) -> str | None:
         """The first `max_bytes` bytes of the file at `path` as text (UTF-8, undecodable bytes
@@ -521,7 +442,7 @@ class LocalHost:
         proc = self._procs.get(handle.pid)
         if proc is not None:
             return proc.poll() is None
-        return _pid_alive(handle.pid)
+        return local_procs.pid_alive(handle.pid)
 
     def exit_code(self, handle: ProcessHandle) -> int | None:
         """The leader's exit code (negative = killed by that signal), None while running or unknown."""
@@ -537,26 +458,26 @@ class LocalHost:
         no process of the group (and no such descendant) remains, False if something survived 5 s
         after SIGKILL. Safe to call repeatedly and on a process that already exited.
         """
-        strays = _descendants_outside_group(handle.pid, handle.pgid)
+        strays = local_procs.descendants_outside_group(handle.pid, handle.pgid)
         proc = self._procs.get(handle.pid)
 
         def gone() -> bool:
             if proc is not None:
                 proc.poll()
-            return not _group_alive(handle.pgid) and not any(_pid_alive(p) for p in strays)
+            return not local_procs.group_alive(handle.pgid) and not any(local_procs.pid_alive(p) for p in strays)
 
         if not gone():
-            _signal_group(handle.pgid, signal.SIGTERM)
+            local_procs.signal_group(handle.pgid, signal.SIGTERM)
             for pid in strays:
-                _signal_pid(pid, signal.SIGTERM)
+                local_procs.signal_pid(pid, signal.SIGTERM)
             deadline = time.monotonic() + max(0.0, grace_s)
             while not gone() and time.monotonic() < deadline:
                 time.sleep(0.02)
         if not gone():
-            strays += [p for p in _descendants_outside_group(handle.pid, handle.pgid) if p not in strays]
-            _signal_group(handle.pgid, signal.SIGKILL)
+            strays += [p for p in local_procs.descendants_outside_group(handle.pid, handle.pgid) if p not in strays]
+            local_procs.signal_group(handle.pgid, signal.SIGKILL)
             for pid in strays:
-                _signal_pid(pid, signal.SIGKILL)
+                local_procs.signal_pid(pid, signal.SIGKILL)
             deadline = time.monotonic() + 5.0
             while not gone() and time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -590,7 +511,7 @@ class LocalHost:
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as exc:
-            raise HostError(f"cannot create work dir {path}: {_one_line(str(exc))}") from None
+            raise HostError(f"cannot create work dir {path}: {one_line(str(exc))}") from None
         return path
 
     def free_bytes(self, path: str) -> int | None:

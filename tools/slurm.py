@@ -71,9 +71,10 @@ from tools.host import (
     SchedulerError,
     disk_full_error,
 )
+from tools.local_procs import pid_alive
 from tools.relay import LocalListener, pump
 from tools.sanitize import without_credentials
-from tools.ssh import SSHHost, _local_pid_alive, parse_target
+from tools.ssh import SSHHost, parse_target
 
 __all__ = [
     "JobPending",
@@ -974,7 +975,7 @@ class SlurmHost:
             )
             run_id = meta.get("run") or cols[1][len(JOB_PREFIX) :].split(".")[0]
             pid = int(meta["pid"]) if meta.get("pid", "").isdigit() else None
-            if meta.get("client") != me or pid is None or _local_pid_alive(pid):
+            if meta.get("client") != me or pid is None or pid_alive(pid):
                 continue
             log = self._job_output(job_id)
             found.append(
