@@ -43,7 +43,7 @@ class SSHLogs(SSHServers):
     def read_from(self, path: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
         """Up to `max_bytes` bytes of `path` on the host from byte `offset`; b"" if nothing new or missing.
 
-        A server's log is streamed (see the module docstring): reads are served from what arrived, at no
+        A server's log is streamed (see the `tools.ssh` docstring): reads are served from what arrived, at no
         round trip. Other files, and logs where streaming is unavailable, are read over SFTP from the
         offset, never from the start; while their server runs, those reads are paced (50 ms after
         growth, up to 0.5 s when idle). After `close()` nothing new is read (b""). Raises
