@@ -55,7 +55,14 @@ from tools.host import (
     expand_argv,
 )
 from tools.probes import ProbeResult
-from tools.server import LaunchResult, ServerSession, WatchEvent, launcher_missing, render_command
+from tools.server import (
+    LaunchResult,
+    ServerSession,
+    SessionOptions,
+    WatchEvent,
+    launcher_missing,
+    render_command,
+)
 from tools.signatures import SignatureMatcher
 from tools.stall import StallWatch
 
@@ -285,9 +292,11 @@ def _new_session(
         port=port,
         matcher=matcher,
         on_event=lambda ev: _on_watch_event(rt, exp.id, stall, ev, watch, excerpt),
-        ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
-        stall_timeout_s=stall.limit,
-        api_key=server_api_key(exp.config().flags),
+        options=SessionOptions(
+            ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
+            stall_timeout_s=stall.limit,
+            api_key=server_api_key(exp.config().flags),
+        ),
     )
     return session, argv
 
