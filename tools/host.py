@@ -2,7 +2,7 @@
 
 A `Host` runs short commands, spawns long-lived servers in their own process group with a log file,
 reads that log incrementally, and stops what it started (TERM the group, wait, KILL, verify gone).
-`LocalHost` does all of this with `subprocess` on this machine; `SSHHost` (tools/ssh.py) does it on a
+`LocalHost` does all of this with `subprocess` on this machine; `SSHHost` (tools/ssh/) does it on a
 remote host over SSH; `tools.connect.connect_host` picks one from a target string.
 Every process a `LocalHost` spawns is tracked in a module registry so `terminate_all()` (also
 registered with `atexit`) can stop anything still running when the orchestrator exits.
@@ -11,6 +11,7 @@ registered with `atexit`) can stop anything still running when the orchestrator 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
@@ -18,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -203,6 +204,28 @@ def one_line(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def merge_env(base: Mapping[str, str], env: Mapping[str, str] | None) -> dict[str, str]:
+    """`base` with `env` (a call's own variables, as strings) laid over it."""
+    merged = dict(base)
+    if env:
+        merged.update({str(k): str(v) for k, v in env.items()})
+    return merged
+
+
+@contextlib.contextmanager
+def _start_errors(program: str, verb: str) -> Iterator[None]:
+    """Turn an exception of starting `program` into one `HostError` line (not found, not executable,
+    cannot `verb` it)."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise HostError(f"command not found: {program}") from None
+    except PermissionError:
+        raise HostError(f"command not executable: {program}") from None
+    except OSError as exc:
+        raise HostError(f"cannot {verb} {program}: {one_line(str(exc))}") from None
+
+
 # --- registry of everything spawned, for terminate_all / atexit ----------------------------------
 
 _REGISTRY_LOCK = threading.Lock()
@@ -270,12 +293,6 @@ class LocalHost:
         """The host environment: constructor env overlaid by `os.environ` (process env wins)."""
         return {**self._extra_env, **os.environ}
 
-    def _merged_env(self, env: Mapping[str, str] | None) -> dict[str, str]:
-        merged = self.host_env()
-        if env:
-            merged.update({str(k): str(v) for k, v in env.items()})
-        return merged
-
     # -- commands ---------------------------------------------------------------------------------
 
     def run(
@@ -291,21 +308,15 @@ class LocalHost:
         if not cmd:
             raise HostError("empty command")
         start = time.monotonic()
-        try:
+        with _start_errors(cmd[0], "run"):
             proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=self._merged_env(env),
+                env=merge_env(self.host_env(), env),
                 start_new_session=True,
             )
-        except FileNotFoundError:
-            raise HostError(f"command not found: {cmd[0]}") from None
-        except PermissionError:
-            raise HostError(f"command not executable: {cmd[0]}") from None
-        except OSError as exc:
-            raise HostError(f"cannot run {cmd[0]}: {one_line(str(exc))}") from None
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -352,7 +363,7 @@ class LocalHost:
         if not cmd:
             raise HostError("empty command")
         path = os.path.abspath(log_path)
-        merged = self._merged_env(env)
+        merged = merge_env(self.host_env(), env)
         merged.setdefault("PYTHONUNBUFFERED", "1")
         # In the server's environment from its first instruction: a later process finds it by its log
         # (resume adopts it) or as an orphan, whenever this process dies (tools/leftovers.py).
@@ -360,24 +371,17 @@ class LocalHost:
         merged[leftovers.ORCHESTRATOR_ENV] = leftovers.orchestrator_marker()
         log = self._open_log(path)
         self._reap()
-        try:
-            with log:
-                proc = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=merged,
-                    start_new_session=True,
-                    close_fds=True,
-                    umask=SERVER_UMASK,
-                )
-        except FileNotFoundError:
-            raise HostError(f"command not found: {cmd[0]}") from None
-        except PermissionError:
-            raise HostError(f"command not executable: {cmd[0]}") from None
-        except OSError as exc:
-            raise HostError(f"cannot start {cmd[0]}: {one_line(str(exc))}") from None
+        with log, _start_errors(cmd[0], "start"):
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=merged,
+                start_new_session=True,
+                close_fds=True,
+                umask=SERVER_UMASK,
+            )
         handle = ProcessHandle(
             pid=proc.pid,
             pgid=proc.pid,

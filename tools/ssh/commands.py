@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import paramiko
 
-from tools.host import CommandResult, CommandTimeout, HostError, expand_argv
+from tools.host import CommandResult, CommandTimeout, HostError, expand_argv, merge_env
 from tools.ssh.connection import SSHConnection
 from tools.ssh.shell import NOT_FOUND_MARK, command_words, precheck
 
@@ -72,12 +72,6 @@ class SSHCommands(SSHConnection):
 
         return self._call(op)
 
-    def _merged_env(self, env: Mapping[str, str] | None) -> dict[str, str]:
-        merged = dict(self._env)
-        if env:
-            merged.update({str(k): str(v) for k, v in env.items()})
-        return merged
-
     def run(
         self, argv: Sequence[str], *, timeout: float = 60.0, env: Mapping[str, str] | None = None
     ) -> CommandResult:
@@ -95,7 +89,7 @@ class SSHCommands(SSHConnection):
         script = (
             precheck(cmd[0])
             + f"exec timeout -k 5 {max(timeout, 0.001):.3f} "
-            + command_words(cmd, self._merged_env(env))
+            + command_words(cmd, merge_env(self._env, env))
             + " </dev/null\n"
         )
         start = time.monotonic()

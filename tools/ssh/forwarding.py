@@ -5,29 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import paramiko
 
 from tools.host import HostError
 from tools.relay import Relay
-from tools.ssh.config import SSHOptions
 from tools.ssh.files import SSHFiles
 
 
 class SSHForwarding(SSHFiles):
     """`forward_port` and `free_port` (the network part of `SSHHost`)."""
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        env: Mapping[str, str] | None,
-        options: SSHOptions | None,
-        on_event: Callable[[str, dict[str, Any]], object] | None,
-    ) -> None:
-        super().__init__(target, env=env, options=options, on_event=on_event)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # SSHHost's arguments, for SSHConnection
+        super().__init__(*args, **kwargs)
         self._forwarders: dict[tuple[str, int], Relay] = {}
         self._ports_handed_out: set[int] = set()
 

@@ -7,7 +7,6 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import paramiko
@@ -15,7 +14,6 @@ import paramiko
 from tools.host import ProcessHandle
 from tools.leftovers import Orphan, port_from_argv
 from tools.local_procs import pid_alive
-from tools.ssh.config import SSHOptions
 from tools.ssh.servers import SSHServers
 from tools.ssh.shell import orphan_scan_script
 from tools.ssh.stream import Spawned
@@ -58,15 +56,8 @@ def orphan_of(cols: list[str], me: str, stale_s: float) -> Orphan | None:
 class SSHOrphans(SSHServers):
     """The heartbeat, `find_orphans` and `stop_orphan` (the leftovers part of `SSHHost`)."""
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        env: Mapping[str, str] | None,
-        options: SSHOptions | None,
-        on_event: Callable[[str, dict[str, Any]], object] | None,
-    ) -> None:
-        super().__init__(target, env=env, options=options, on_event=on_event)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # SSHHost's arguments, for SSHConnection
+        super().__init__(*args, **kwargs)
         self._heartbeat_stop = threading.Event()
 
     def find_orphans(self, *, stale_after_s: float | None = None) -> list[Orphan]:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tools.host import HostError, ProcessHandle, disk_full_error, expand_argv, one_line
+from tools.host import HostError, ProcessHandle, disk_full_error, expand_argv, merge_env, one_line
 from tools.leftovers import port_from_argv
-from tools.ssh.config import SSHOptions
 from tools.ssh.files import SSHFiles
 from tools.ssh.shell import DISK_FULL_MARK, NOT_FOUND_MARK, spawn_script, stop_group_script
 from tools.ssh.stream import LogStream, Pace, Spawned
@@ -20,15 +19,8 @@ from tools.ssh.stream import LogStream, Pace, Spawned
 class SSHServers(SSHFiles):
     """Starting, finding, watching and stopping servers (the server part of `SSHHost`)."""
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        env: Mapping[str, str] | None,
-        options: SSHOptions | None,
-        on_event: Callable[[str, dict[str, Any]], object] | None,
-    ) -> None:
-        super().__init__(target, env=env, options=options, on_event=on_event)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # SSHHost's arguments, for SSHConnection
+        super().__init__(*args, **kwargs)
         self._spawned: dict[int, Spawned] = {}
         self._by_log: dict[str, Spawned] = {}
         self._streams: dict[str, LogStream] = {}
@@ -52,7 +44,7 @@ class SSHServers(SSHFiles):
         if not cmd:
             raise HostError("empty command")
         path = self._abs(log_path)
-        merged = self._merged_env(env)
+        merged = merge_env(self._env, env)
         merged.setdefault("PYTHONUNBUFFERED", "1")
         nonce = secrets.token_hex(8)
         pid_file, rc_file = f"{path}.pid", f"{path}.rc"
