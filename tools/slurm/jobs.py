@@ -7,13 +7,13 @@ import time
 from typing import Any
 
 from tools.host import HostError, ProcessHandle
+from tools.leftovers import port_from_argv
 from tools.slurm.scheduler import SlurmScheduler
 from tools.slurm.states import (
     INFRA_STATES,
     LIVE_STATES,
     Job,
     exit_code_of,
-    port_of,
     scontrol_fields,
     slurm_time,
 )
@@ -32,7 +32,7 @@ class SlurmJobs(SlurmScheduler):
                     handle=handle,
                     partition=self.partition,
                     submitted_wall=handle.started_wall,
-                    port=port_of(handle.argv),
+                    port=port_from_argv(handle.argv),
                 )
                 self._jobs[handle.pid] = job
             return job

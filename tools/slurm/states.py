@@ -4,7 +4,6 @@ states (squeue(1), JOB STATE CODES), ``scontrol -o`` lines, times and exit codes
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -83,13 +82,3 @@ def scontrol_fields(line: str) -> dict[str, str]:
         if sep and key not in out:
             out[key] = value
     return out
-
-
-def port_of(argv: Sequence[str]) -> int | None:
-    """The ``--port`` value of a launch argv, if any."""
-    for i, a in enumerate(argv):
-        if a == "--port" and i + 1 < len(argv) and str(argv[i + 1]).isdigit():
-            return int(argv[i + 1])
-        if str(a).startswith("--port=") and str(a)[7:].isdigit():
-            return int(str(a)[7:])
-    return None

@@ -8,9 +8,10 @@ import time
 from collections.abc import Mapping, Sequence
 
 from tools.host import MIN_FREE_BYTES, HostError, ProcessHandle, SchedulerError, disk_full_error
+from tools.leftovers import port_from_argv
 from tools.slurm.config import JOB_PREFIX, JobPending
 from tools.slurm.jobs import SlurmJobs
-from tools.slurm.states import LIVE_STATES, Job, port_of
+from tools.slurm.states import LIVE_STATES, Job
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 _WRAPPER = "hypoloop-job.sh"
@@ -56,7 +57,7 @@ class SlurmSubmit(SlurmJobs):
             started_wall=submitted,
             started_monotonic=time.monotonic() - (time.time() - submitted),
         )
-        job = Job(handle=handle, partition=self.partition, submitted_wall=submitted, port=port_of(argv))
+        job = Job(handle=handle, partition=self.partition, submitted_wall=submitted, port=port_from_argv(argv))
         with self._lock:
             self._jobs[job_id] = job
         self._emit(
