@@ -364,8 +364,6 @@ class SSHConnection:
                     raise HostUnreachable(f"{self.name}: the connection keeps dropping ({exc})") from None
         raise AssertionError("unreachable")
 
-    # -- events ----------------------------------------------------------------------------------
-
     def _notify(self, type_: str, data: dict[str, Any]) -> None:
         with self._lock:
             self._pending.append((type_, data))
