@@ -16,7 +16,7 @@ from agent.domain.case import Case
 from agent.domain.models import FlagValue
 from tools.host import LocalHost, expand_argv
 from tools.probes import Probe, run_probe
-from tools.server import ServerSession, render_command
+from tools.server import ServerSession, SessionOptions, render_command
 from tools.signatures import Signature, SignatureMatcher
 from tools.stall import StallWatch
 
@@ -76,8 +76,9 @@ class Launcher:
             port=port,
             matcher=matcher,
             on_event=stall.observe,
-            ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
-            stall_timeout_s=stall.limit,
+            options=SessionOptions(
+                ready_timeout_s=case.budget.ready_timeout_s * host.time_scale, stall_timeout_s=stall.limit
+            ),
         )
         t0 = time.monotonic()
         ok = False

@@ -18,7 +18,7 @@ from clirun import run_cli
 
 from tools.host import LocalHost
 from tools.knowledge import MAX_FINDINGS_BYTES
-from tools.server import ServerSession, WatchEvent
+from tools.server import ServerSession, SessionOptions, WatchEvent
 from tools.signatures import SignatureMatcher, load_signatures
 from tools.stall import StallWatch
 
@@ -52,8 +52,8 @@ def test_a_10mb_line_is_not_a_stall_and_the_next_lines_are_read(tmp_path: Path) 
     host = LocalHost()
     session = ServerSession(
         host, [sys.executable, "-c", SERVER], log_path=str(tmp_path / "server.log"), port=host.free_port(),
-        matcher=SignatureMatcher(sigs), on_event=consume, ready_timeout_s=60, stall_timeout_s=lambda: 0.5,
-        health_poll_s=None,
+        matcher=SignatureMatcher(sigs), on_event=consume,
+        options=SessionOptions(ready_timeout_s=60, stall_timeout_s=lambda: 0.5, health_poll_s=None),
     )
     with session:
         result = session.wait_ready()

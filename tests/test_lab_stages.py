@@ -174,7 +174,7 @@ def test_hypoloop_does_not_take_the_shutdown_it_caused_for_a_crash(tmp_path: Pat
     """0.5.23 logs its scheduler's death by the SIGTERM hypoloop sends and SIGQUITs itself (137): those
     lines are the shutdown, kept apart from the experiment's evidence (tools/server.py)."""
     from tools.host import LocalHost, terminate_all
-    from tools.server import ServerSession, render_command
+    from tools.server import ServerSession, SessionOptions, render_command
     from tools.signatures import SignatureMatcher, load_signatures
 
     world = tmp_path / "world.toml"
@@ -185,7 +185,8 @@ def test_hypoloop_does_not_take_the_shutdown_it_caused_for_a_crash(tmp_path: Pat
     argv = render_command(["{python}", "-m", "lab.launch_server"], "org/M", {}, host="127.0.0.1", port=port)
     try:
         with ServerSession(host, argv, log_path=str(tmp_path / "lab.log"), port=port,
-                           matcher=SignatureMatcher(load_signatures()), ready_timeout_s=60.0) as s:
+                           matcher=SignatureMatcher(load_signatures()),
+                           options=SessionOptions(ready_timeout_s=60.0)) as s:
             assert s.wait_ready().status == "ready"
             assert s.stop() is True
             result = s.result()

@@ -16,7 +16,7 @@ from tools.probes import (
     get_server_info,
     run_probe,
 )
-from tools.server import ServerSession, render_command
+from tools.server import ServerSession, SessionOptions, render_command
 from tools.signatures import SignatureMatcher, load_signatures
 
 FAKE_SERVER = str(Path(__file__).parent / "fakes" / "fake_server.py")
@@ -41,8 +41,7 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., str]]:
             log_path=str(tmp_path / f"server{len(sessions)}.log"),
             port=port,
             matcher=SignatureMatcher(SIGS),
-            ready_timeout_s=30.0,
-            stop_grace_s=1.0,
+            options=SessionOptions(ready_timeout_s=30.0, stop_grace_s=1.0),
         )
         sessions.append(s)
         result = s.wait_ready()

@@ -16,7 +16,7 @@ from conftest import EnginesBed
 from tools.engines import get_engine
 from tools.host import LocalHost, terminate_all
 from tools.probes import Probe, run_probe
-from tools.server import ServerSession, render_command
+from tools.server import ServerSession, SessionOptions, render_command
 from tools.signatures import SignatureMatcher, for_engine, load_signatures
 
 pytestmark = pytest.mark.real_engine
@@ -66,7 +66,7 @@ def test_real_sglang_serves_the_model_and_its_own_shutdown_is_no_failure(
     )
     session = ServerSession(
         host, argv, env={"HF_HUB_OFFLINE": "1"}, log_path=str(tmp_path / "sglang.log"), port=port,
-        matcher=SignatureMatcher(SIGS), ready_timeout_s=READY_TIMEOUT_S,
+        matcher=SignatureMatcher(SIGS), options=SessionOptions(ready_timeout_s=READY_TIMEOUT_S),
     )
     with session:
         res = session.wait_ready()
@@ -103,7 +103,7 @@ def test_real_vllm_serves_the_model_and_its_own_shutdown_is_no_failure(
     session = ServerSession(
         host, argv, env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
         log_path=str(tmp_path / "vllm.log"), port=port, matcher=SignatureMatcher(for_engine(SIGS, "vllm")),
-        ready_timeout_s=READY_TIMEOUT_S,
+        options=SessionOptions(ready_timeout_s=READY_TIMEOUT_S),
     )
     with session:
         res = session.wait_ready()

@@ -247,7 +247,7 @@ def test_tqdm_bars_share_one_physical_line_and_log_level_warning_hides_info(tmp_
 
 def test_readiness_without_the_ready_line_comes_from_health(tmp_path: Path) -> None:
     from tools.host import LocalHost
-    from tools.server import ServerSession
+    from tools.server import ServerSession, SessionOptions
     from tools.signatures import SignatureMatcher, load_signatures
 
     host = LocalHost()
@@ -257,7 +257,8 @@ def test_readiness_without_the_ready_line_comes_from_health(tmp_path: Path) -> N
             "--port", str(port)]  # fmt: skip
     env = {"HYPOLOOP_LAB_WORLD": str(world), "HYPOLOOP_LAB_TIME_SCALE": "0.002", "PYTHONPATH": str(REPO)}
     with ServerSession(host, argv, env=env, log_path=str(tmp_path / "s.log"), port=port,
-                       matcher=SignatureMatcher(load_signatures()), ready_timeout_s=30, health_poll_s=0.2) as s:
+                       matcher=SignatureMatcher(load_signatures()),
+                       options=SessionOptions(ready_timeout_s=30, health_poll_s=0.2)) as s:
         result = s.wait_ready()
         assert result.status == "ready" and s.ready_source == "health" and result.health_status == 200
 
@@ -341,7 +342,7 @@ def test_a_server_started_through_docker_is_stopped_inside_the_container(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
 ) -> None:
     from tools.host import LocalHost, expand_argv
-    from tools.server import ServerSession
+    from tools.server import ServerSession, SessionOptions
     from tools.signatures import SignatureMatcher, load_signatures
 
     _fake_docker(tmp_path, monkeypatch)
@@ -366,7 +367,8 @@ def test_a_server_started_through_docker_is_stopped_inside_the_container(
         _wait_for(lambda: not _lab_pids(world), 10)
 
         with ServerSession(host, [*launcher, *server], log_path=str(tmp_path / "s.log"), port=port,
-                           matcher=SignatureMatcher(load_signatures()), ready_timeout_s=30, stop_grace_s=2.0) as s:
+                           matcher=SignatureMatcher(load_signatures()),
+                           options=SessionOptions(ready_timeout_s=30, stop_grace_s=2.0)) as s:
             assert s.container is not None and s.container.mode == mode
             assert s.wait_ready().status == "ready"
             assert _lab_pids(world)

@@ -14,6 +14,7 @@ from tools.host import LocalHost, terminate_all
 from tools.probes import DEFAULT_PROBES, Probe, run_probe
 from tools.server import (
     ServerSession,
+    SessionOptions,
     WatchEvent,
     render_command,
 )
@@ -56,7 +57,7 @@ def _session(
         port=port,
         matcher=SignatureMatcher(SIGS),
         on_event=events.append if events is not None else None,
-        **opts,  # type: ignore[arg-type]
+        options=SessionOptions(**opts),  # type: ignore[arg-type]
     )
 
 
@@ -248,7 +249,7 @@ def test_launch_failure_when_the_command_does_not_exist(host: LocalHost, tmp_pat
         log_path=str(tmp_path / "x.log"),
         port=1,
         matcher=SignatureMatcher(SIGS),
-        ready_timeout_s=5.0,
+        options=SessionOptions(ready_timeout_s=5.0),
     )
     with s:
         result = s.wait_ready()
@@ -331,7 +332,7 @@ def test_lab_glm5_world_reaches_ready_then_crashes_at_first_decode(
             log_path=str(tmp_path / "lab.log"),
             port=port,
             matcher=SignatureMatcher(SIGS),
-            ready_timeout_s=120.0,
+            options=SessionOptions(ready_timeout_s=120.0),
         ) as s:
             result = s.wait_ready()
             assert result.status == "ready", [x.text for x in result.lines[-20:]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -207,6 +208,35 @@ def test_job_resources_reach_the_scheduler_and_stop_is_verified(slurm_cluster: A
             "slurm.job_pending" in [t for t, _ in events]
         )
         assert str(handle.pid) not in " ".join(_queue(slurm_cluster))
+    finally:
+        host.close()
+
+
+def test_a_job_is_reached_on_its_last_port_flag_the_one_its_server_listens_on(
+    slurm_cluster: Any, tmp_path: Path
+) -> None:
+    """A launcher that carries a --port of its own before the session's (a parser keeps the last one) is
+    reached on the port its server listens on, not on the first --port of the command."""
+    host = SlurmHost(f"slurm://{slurm_cluster.partition}", local_root=str(tmp_path / "runs"))
+    server = (
+        "import argparse, http.server; a = argparse.ArgumentParser(); a.add_argument('--port', type=int); "
+        "p = a.parse_args().port; s = http.server.HTTPServer(('127.0.0.1', p), http.server.BaseHTTPRequestHandler); "
+        "print('listening', p, flush=True); s.serve_forever()"
+    )
+    try:
+        first, port = host.free_port(), host.free_port()
+        log = f"{host.workdir('run-p')}/exp-1.log"
+        handle = host.spawn([sys.executable, "-c", server, "--port", str(first), "--port", str(port)], log_path=log)
+        host.wait_started(handle)
+        deadline = time.monotonic() + 60
+        while b"listening" not in host.read_from(log, 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert host.read_from(log, 0) == f"listening {port}\n".encode()
+        local = host.forward_port(port)
+        with socket.create_connection(("127.0.0.1", local), timeout=10) as conn:
+            conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            assert conn.recv(64).startswith(b"HTTP/1.0 501")  # the server answered (it serves no GET)
+        assert host.terminate(handle, grace_s=5.0) is True
     finally:
         host.close()
 

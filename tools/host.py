@@ -2,7 +2,7 @@
 
 A `Host` runs short commands, spawns long-lived servers in their own process group with a log file,
 reads that log incrementally, and stops what it started (TERM the group, wait, KILL, verify gone).
-`LocalHost` does all of this with `subprocess` on this machine; `SSHHost` (tools/ssh.py) does it on a
+`LocalHost` does all of this with `subprocess` on this machine; `SSHHost` (tools/ssh/) does it on a
 remote host over SSH; `tools.connect.connect_host` picks one from a target string.
 Every process a `LocalHost` spawns is tracked in a module registry so `terminate_all()` (also
 registered with `atexit`) can stop anything still running when the orchestrator exits.
@@ -19,13 +19,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from tools import leftovers
+from tools import leftovers, local_procs
 
 TIME_SCALE_ENV = "HYPOLOOP_LAB_TIME_SCALE"
 
@@ -175,109 +174,56 @@ class QueuesJobs(Protocol):
     def forward_job_port(self, handle: ProcessHandle, port: int) -> int: ...
 
 
-def expand_argv(argv: Sequence[str], host: Host) -> list[str]:
+class RunsPython(Protocol):
+    """Anything that says what ``{python}`` means on it (every `Host`)."""
+
+    python: str
+
+
+def expand_argv(argv: Sequence[str], host: RunsPython) -> list[str]:
     """Return `argv` with every `{python}` (whole item or inside an item) replaced by `host.python`."""
     return [str(a).replace("{python}", host.python) for a in argv]
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def parse_time_scale(env: Mapping[str, str]) -> float:
+    """The lab's time scale from `env`'s HYPOLOOP_LAB_TIME_SCALE (default 1.0; durations of a lab
+    world are multiplied by it). Raises `HostError` if it is not a positive number."""
+    raw = env.get(TIME_SCALE_ENV, "1.0")
+    try:
+        scale = float(raw)
+    except ValueError:
+        raise HostError(f"{TIME_SCALE_ENV}={raw!r} is not a number") from None
+    if not scale > 0:
+        raise HostError(f"{TIME_SCALE_ENV}={raw!r} must be > 0")
+    return scale
+
+
+def one_line(text: str, limit: int = 300) -> str:
     """Collapse `text` to one line of at most `limit` characters (for error messages)."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
-# --- process inspection (Linux /proc; falls back to signals elsewhere) ---------------------------
+def merge_env(base: Mapping[str, str], env: Mapping[str, str] | None) -> dict[str, str]:
+    """`base` with `env` (a call's own variables, as strings) laid over it."""
+    merged = dict(base)
+    if env:
+        merged.update({str(k): str(v) for k, v in env.items()})
+    return merged
 
-_PROC = Path("/proc")
 
-
-def _proc_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, ppid, pgrp) of `pid` from /proc/<pid>/stat, or None if it is gone or unreadable."""
+@contextlib.contextmanager
+def _start_errors(program: str, verb: str) -> Iterator[None]:
+    """Turn an exception of starting `program` into one `HostError` line (not found, not executable,
+    cannot `verb` it)."""
     try:
-        raw = (_PROC / str(pid) / "stat").read_bytes().decode("ascii", "replace")
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses; fields after the last ')' are fixed.
-    rest = raw[raw.rfind(")") + 2 :].split()
-    if len(rest) < 3:
-        return None
-    return rest[0], int(rest[1]), int(rest[2])
-
-
-def _all_pids() -> list[int]:
-    try:
-        return [int(p.name) for p in _PROC.iterdir() if p.name.isdigit()]
-    except OSError:
-        return []
-
-
-def _group_alive(pgid: int) -> bool:
-    """True while any non-zombie process is in process group `pgid`."""
-    if _PROC.is_dir():
-        for pid in _all_pids():
-            st = _proc_stat(pid)
-            if st is not None and st[2] == pgid and st[0] not in ("Z", "X"):
-                return True
-        return False
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
+        yield
+    except FileNotFoundError:
+        raise HostError(f"command not found: {program}") from None
     except PermissionError:
-        return True
-    return True
-
-
-def _pid_alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie."""
-    st = _proc_stat(pid)
-    if st is not None:
-        return st[0] not in ("Z", "X")
-    if _PROC.is_dir():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _descendants_outside_group(root: int, pgid: int) -> list[int]:
-    """Descendants of `root` that moved to another process group (e.g. called setsid)."""
-    if not _PROC.is_dir():
-        return []
-    children: dict[int, list[int]] = {}
-    groups: dict[int, int] = {}
-    for pid in _all_pids():
-        st = _proc_stat(pid)
-        if st is None:
-            continue
-        children.setdefault(st[1], []).append(pid)
-        groups[pid] = st[2]
-    out: list[int] = []
-    stack = [root]
-    seen = {root}
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child in seen:
-                continue
-            seen.add(child)
-            stack.append(child)
-            if groups.get(child) != pgid:
-                out.append(child)
-    return out
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _signal_pid(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
+        raise HostError(f"command not executable: {program}") from None
+    except OSError as exc:
+        raise HostError(f"cannot {verb} {program}: {one_line(str(exc))}") from None
 
 
 # --- registry of everything spawned, for terminate_all / atexit ----------------------------------
@@ -308,7 +254,7 @@ def terminate_all(grace_s: float = 2.0) -> list[int]:
         entries = list(_REGISTRY.values())
     stopped: list[int] = []
     for host, handle in entries:
-        if host.is_alive(handle) or _group_alive(handle.pgid):
+        if host.is_alive(handle) or local_procs.group_alive(handle.pgid):
             stopped.append(handle.pid)
         host.terminate(handle, grace_s=grace_s)
     return stopped
@@ -339,26 +285,13 @@ class LocalHost:
         self._root = root
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
-        raw = self.host_env().get(TIME_SCALE_ENV, "1.0")
-        try:
-            scale = float(raw)
-        except ValueError:
-            raise HostError(f"{TIME_SCALE_ENV}={raw!r} is not a number") from None
-        if not scale > 0:
-            raise HostError(f"{TIME_SCALE_ENV}={raw!r} must be > 0")
-        self.time_scale = scale
+        self.time_scale = parse_time_scale(self.host_env())
 
     # -- environment ------------------------------------------------------------------------------
 
     def host_env(self) -> dict[str, str]:
         """The host environment: constructor env overlaid by `os.environ` (process env wins)."""
         return {**self._extra_env, **os.environ}
-
-    def _merged_env(self, env: Mapping[str, str] | None) -> dict[str, str]:
-        merged = self.host_env()
-        if env:
-            merged.update({str(k): str(v) for k, v in env.items()})
-        return merged
 
     # -- commands ---------------------------------------------------------------------------------
 
@@ -375,25 +308,19 @@ class LocalHost:
         if not cmd:
             raise HostError("empty command")
         start = time.monotonic()
-        try:
+        with _start_errors(cmd[0], "run"):
             proc = subprocess.Popen(
                 cmd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=self._merged_env(env),
+                env=merge_env(self.host_env(), env),
                 start_new_session=True,
             )
-        except FileNotFoundError:
-            raise HostError(f"command not found: {cmd[0]}") from None
-        except PermissionError:
-            raise HostError(f"command not executable: {cmd[0]}") from None
-        except OSError as exc:
-            raise HostError(f"cannot run {cmd[0]}: {_one_line(str(exc))}") from None
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)
+            local_procs.signal_group(proc.pid, signal.SIGKILL)
             try:
                 out, err = proc.communicate(timeout=5.0)
             except subprocess.TimeoutExpired:
@@ -409,11 +336,11 @@ class LocalHost:
             )
             raise CommandTimeout(f"command timed out after {timeout:g} s: {cmd[0]}", result) from None
         except BaseException:
-            _signal_group(proc.pid, signal.SIGKILL)
+            local_procs.signal_group(proc.pid, signal.SIGKILL)
             proc.wait()
             raise
         # Nothing a short command started may outlive it.
-        _signal_group(proc.pid, signal.SIGKILL)
+        local_procs.signal_group(proc.pid, signal.SIGKILL)
         return CommandResult(
             argv=cmd,
             returncode=proc.returncode,
@@ -436,42 +363,25 @@ class LocalHost:
         if not cmd:
             raise HostError("empty command")
         path = os.path.abspath(log_path)
-        merged = self._merged_env(env)
+        merged = merge_env(self.host_env(), env)
         merged.setdefault("PYTHONUNBUFFERED", "1")
         # In the server's environment from its first instruction: a later process finds it by its log
         # (resume adopts it) or as an orphan, whenever this process dies (tools/leftovers.py).
         merged[leftovers.LAUNCH_LOG_ENV] = path
         merged[leftovers.ORCHESTRATOR_ENV] = leftovers.orchestrator_marker()
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-        except OSError as exc:
-            raise HostError(f"cannot create the folder of log file {path}: {_one_line(str(exc))}") from None
-        free = self.free_bytes(os.path.dirname(path))
-        if free is not None and free < MIN_FREE_BYTES:
-            raise disk_full_error(self.name, os.path.dirname(path), free)
-        try:
-            log = open(path, "wb")  # noqa: SIM115 - handed to the child, closed below
-        except OSError as exc:
-            raise HostError(f"cannot open log file {path}: {_one_line(str(exc))}") from None
+        log = self._open_log(path)
         self._reap()
-        try:
-            with log:
-                proc = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=merged,
-                    start_new_session=True,
-                    close_fds=True,
-                    umask=SERVER_UMASK,
-                )
-        except FileNotFoundError:
-            raise HostError(f"command not found: {cmd[0]}") from None
-        except PermissionError:
-            raise HostError(f"command not executable: {cmd[0]}") from None
-        except OSError as exc:
-            raise HostError(f"cannot start {cmd[0]}: {_one_line(str(exc))}") from None
+        with log, _start_errors(cmd[0], "start"):
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=merged,
+                start_new_session=True,
+                close_fds=True,
+                umask=SERVER_UMASK,
+            )
         handle = ProcessHandle(
             pid=proc.pid,
             pgid=proc.pid,
@@ -486,6 +396,21 @@ class LocalHost:
             _REGISTRY[proc.pid] = (self, handle)
         return handle
 
+    def _open_log(self, path: str) -> BinaryIO:
+        """Create (with its folder) or truncate the server log at `path`, for writing. Raises `DiskFull`
+        when its disk has less than `MIN_FREE_BYTES` free, `HostError` when it cannot be made."""
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        except OSError as exc:
+            raise HostError(f"cannot create the folder of log file {path}: {one_line(str(exc))}") from None
+        free = self.free_bytes(os.path.dirname(path))
+        if free is not None and free < MIN_FREE_BYTES:
+            raise disk_full_error(self.name, os.path.dirname(path), free)
+        try:
+            return open(path, "wb")  # noqa: SIM115 - handed to the child, closed by the caller
+        except OSError as exc:
+            raise HostError(f"cannot open log file {path}: {one_line(str(exc))}") from None
+
     def read_from(self, path: str, offset: int, max_bytes: int = 1 << 20) -> bytes:
         """Up to `max_bytes` bytes of `path` starting at byte `offset`; b"" if nothing new or missing."""
         try:
@@ -495,7 +420,7 @@ class LocalHost:
         except FileNotFoundError:
             return b""
         except OSError as exc:
-            raise HostError(f"cannot read {path}: {_one_line(str(exc))}") from None
+            raise HostError(f"cannot read {path}: {one_line(str(exc))}") from None
 
     def read_text(self, path: str, max_bytes: int = 4 << 20) -> str | None:
         """The first `max_bytes` bytes of the file at `path` as text (UTF-8, undecodable bytes
@@ -521,7 +446,7 @@ class LocalHost:
         proc = self._procs.get(handle.pid)
         if proc is not None:
             return proc.poll() is None
-        return _pid_alive(handle.pid)
+        return local_procs.pid_alive(handle.pid)
 
     def exit_code(self, handle: ProcessHandle) -> int | None:
         """The leader's exit code (negative = killed by that signal), None while running or unknown."""
@@ -537,26 +462,26 @@ class LocalHost:
         no process of the group (and no such descendant) remains, False if something survived 5 s
         after SIGKILL. Safe to call repeatedly and on a process that already exited.
         """
-        strays = _descendants_outside_group(handle.pid, handle.pgid)
+        strays = local_procs.descendants_outside_group(handle.pid, handle.pgid)
         proc = self._procs.get(handle.pid)
 
         def gone() -> bool:
             if proc is not None:
                 proc.poll()
-            return not _group_alive(handle.pgid) and not any(_pid_alive(p) for p in strays)
+            return not local_procs.group_alive(handle.pgid) and not any(local_procs.pid_alive(p) for p in strays)
 
         if not gone():
-            _signal_group(handle.pgid, signal.SIGTERM)
+            local_procs.signal_group(handle.pgid, signal.SIGTERM)
             for pid in strays:
-                _signal_pid(pid, signal.SIGTERM)
+                local_procs.signal_pid(pid, signal.SIGTERM)
             deadline = time.monotonic() + max(0.0, grace_s)
             while not gone() and time.monotonic() < deadline:
                 time.sleep(0.02)
         if not gone():
-            strays += [p for p in _descendants_outside_group(handle.pid, handle.pgid) if p not in strays]
-            _signal_group(handle.pgid, signal.SIGKILL)
+            strays += [p for p in local_procs.descendants_outside_group(handle.pid, handle.pgid) if p not in strays]
+            local_procs.signal_group(handle.pgid, signal.SIGKILL)
             for pid in strays:
-                _signal_pid(pid, signal.SIGKILL)
+                local_procs.signal_pid(pid, signal.SIGKILL)
             deadline = time.monotonic() + 5.0
             while not gone() and time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -590,7 +515,7 @@ class LocalHost:
         try:
             os.makedirs(path, exist_ok=True)
         except OSError as exc:
-            raise HostError(f"cannot create work dir {path}: {_one_line(str(exc))}") from None
+            raise HostError(f"cannot create work dir {path}: {one_line(str(exc))}") from None
         return path
 
     def free_bytes(self, path: str) -> int | None:

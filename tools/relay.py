@@ -1,6 +1,6 @@
-"""Local TCP listeners that relay each connection somewhere else: the one accept loop and the one
-byte pump behind `tools.ssh` (a port forwarded through the SSH connection) and `tools.slurm` (a port
-relayed to a compute node).
+"""Local TCP listeners that relay each connection somewhere else: the one accept loop, the one byte
+pump and the one relay behind `tools.ssh` (a port forwarded through the SSH connection) and
+`tools.slurm` (a port relayed to a compute node).
 """
 
 from __future__ import annotations
@@ -55,3 +55,53 @@ def pump(a: Any, b: Any, closed: threading.Event) -> None:
                 if not data:
                     return
                 dst.sendall(data)
+
+
+class Relay:
+    """A local listening port (`local_port`, on 127.0.0.1) whose every connection is relayed to what
+    ``open_upstream(peer)`` opens for it: a TCP socket, a paramiko ``direct-tcpip`` channel, anything
+    `pump` can copy to. When the upstream cannot be opened (``OSError`` or one of `errors`) the client's
+    connection is closed: the caller sees a reset, as a dead server looks too. `close()` ends the
+    listener and every connection being relayed. `name` names the threads."""
+
+    def __init__(
+        self,
+        name: str,
+        open_upstream: Callable[[tuple[str, int]], Any],
+        errors: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        self._open_upstream = open_upstream
+        self._errors: tuple[type[BaseException], ...] = (OSError, EOFError, *errors)
+        self._conns: set[tuple[socket.socket, Any]] = set()
+        self._lock = threading.Lock()
+        self._listener = LocalListener(name, self._serve)
+        self.local_port = self._listener.local_port
+
+    def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:
+        try:
+            upstream = self._open_upstream(peer)
+        except self._errors:
+            client.close()
+            return
+        with self._lock:
+            self._conns.add((client, upstream))
+        try:
+            pump(client, upstream, self._listener.closed)
+        except self._errors:
+            pass
+        finally:
+            with self._lock:
+                self._conns.discard((client, upstream))
+            upstream.close()
+            client.close()
+
+    def close(self) -> None:
+        """Stop accepting and close every relayed connection (both ends) now."""
+        self._listener.close()
+        with self._lock:
+            conns = list(self._conns)
+        for client, upstream in conns:
+            with contextlib.suppress(*self._errors):
+                upstream.close()
+            with contextlib.suppress(OSError):
+                client.close()

@@ -16,6 +16,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import httpx
@@ -152,28 +153,47 @@ class LaunchResult(BaseModel):
     shutdown_lines: list[LogLine] = Field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class SessionOptions:
+    """How a `ServerSession` waits, watches and stops. Durations are seconds.
+
+    `ready_timeout_s` counts from spawn; `stall_timeout_s` (None = off; a callable is asked at every
+    poll, e.g. `tools.stall.StallWatch.limit`) is the longest the log may go without growing;
+    `poll_interval_s` is how often the log is read; `fatal_grace_s` (capped at 2 s) is how long a
+    crashing process may keep writing its traceback before `wait_ready`/`watch` return;
+    `health_timeout_s` bounds the GET /health that confirms a ready line; `stop_grace_s` is the
+    SIGTERM-to-SIGKILL grace of `stop()`; `health_poll_s` (None = off) is how often `wait_ready` asks
+    GET /health while no ready line was read: SGLang logs its ready line at INFO, so a server started
+    with `--log-level warning` never prints it, and /health answers 200 only once the warm-up finished
+    (ServerStatus.Up; 0.5.9 and 0.5.23 entrypoints/http_server.py), which is the same moment. `api_key`
+    is the server's `--api-key`, if any (SGLang exempts /health from it; sent anyway for proxies that do
+    not).
+    """
+
+    ready_timeout_s: float
+    stall_timeout_s: float | Callable[[], float | None] | None = None
+    poll_interval_s: float = 0.05
+    fatal_grace_s: float = 2.0
+    health_timeout_s: float = 5.0
+    stop_grace_s: float = 10.0
+    health_poll_s: float | None = 1.0
+    api_key: str | None = None
+
+
 class ServerSession:
     """One server launch on a host, as a context manager that always stops what it started.
 
     `argv` is the full launch command (see `render_command`); `{python}` is expanded for the host.
     `env` is merged over the host environment. `port` is where the server listens on the host; requests
     go to `base_url` (through `host.forward_port`). `on_event` receives every `WatchEvent` (each log
-    line, then ready/fatal/exited/timeout/stalled) on the calling thread. Durations are seconds:
-    `ready_timeout_s` counts from spawn; `stall_timeout_s` (None = off; a callable is asked at every
-    poll, e.g. `tools.stall.StallWatch.limit`) is the longest the log may go
-    without growing; `fatal_grace_s` (capped at 2 s) is how long a crashing process may keep writing its
-    traceback before `wait_ready`/`watch` return; `health_timeout_s` bounds the GET /health that confirms
-    a ready line; `stop_grace_s` is the SIGTERM-to-SIGKILL grace of `stop()`; `health_poll_s` (None =
-    off) is how often `wait_ready` asks GET /health while no ready line was read: SGLang logs its ready
-    line at INFO, so a server started with `--log-level warning` never prints it, and /health answers 200
-    only once the warm-up finished (ServerStatus.Up; 0.5.9 and 0.5.23 entrypoints/http_server.py), which
-    is the same moment. `ready_source` says which of the two saw it first. `api_key` is the server's
-    `--api-key`, if any (SGLang exempts /health from it; sent anyway for proxies that do not).
+    line, then ready/fatal/exited/timeout/stalled) on the calling thread. `options` holds the timings
+    and the server's API key (`SessionOptions`). `ready_source` says whether the log's ready line or
+    GET /health saw readiness first.
 
     Detection delay: the time a line was written is unknown, but a complete line read by poll k cannot
     have been complete when poll k-1 started reading (it would have been read then). So for each line
     the session records `seen_monotonic - start of the previous read` (the spawn time for the first
-    read): an upper bound on write-to-seen delay, about one `poll_interval_s` plus read time.
+    read): an upper bound on write-to-seen delay, about one `SessionOptions.poll_interval_s` plus read time.
 
     Usage: `with ServerSession(...) as s: r = s.wait_ready(); ...; s.watch(2.0)`. `start()` is called by
     `wait_ready()` if needed. `__exit__` calls `stop()` on normal exit, exceptions and KeyboardInterrupt
@@ -185,19 +205,12 @@ class ServerSession:
         host: Host,
         argv: Sequence[str],
         *,
-        env: Mapping[str, str] | None = None,
         log_path: str,
         port: int,
         matcher: SignatureMatcher,
+        options: SessionOptions,
+        env: Mapping[str, str] | None = None,
         on_event: Callable[[WatchEvent], None] | None = None,
-        ready_timeout_s: float,
-        stall_timeout_s: float | Callable[[], float | None] | None = None,
-        poll_interval_s: float = 0.05,
-        fatal_grace_s: float = 2.0,
-        health_timeout_s: float = 5.0,
-        stop_grace_s: float = 10.0,
-        health_poll_s: float | None = 1.0,
-        api_key: str | None = None,
     ) -> None:
         self.host = host
         # A launch through `docker exec` / `docker run` is rewritten so it can be stopped inside its
@@ -210,14 +223,7 @@ class ServerSession:
         self.port = port
         self.matcher = matcher
         self.on_event = on_event
-        self.ready_timeout_s = ready_timeout_s
-        self.stall_timeout_s = stall_timeout_s
-        self.poll_interval_s = poll_interval_s
-        self.fatal_grace_s = min(max(fatal_grace_s, 0.0), 2.0)
-        self.health_timeout_s = health_timeout_s
-        self.stop_grace_s = stop_grace_s
-        self.health_poll_s = health_poll_s
-        self.api_key = api_key
+        self.options = options
         self._next_health_poll = 0.0
         self.ready_source: Literal["log", "health"] | None = None
 
@@ -327,7 +333,7 @@ class ServerSession:
             self._pump(flush=not self._alive())  # a dead process's last unterminated line is evidence too
             self.stop_line = self._watcher.lines_read
             self.stop_offset = self._watcher.offset
-        grace = self.stop_grace_s if grace_s is None else grace_s
+        grace = self.options.stop_grace_s if grace_s is None else grace_s
         inside = self._stop_in_container(grace) if self.container is not None else True
         ok = self.host.terminate(self.handle, grace_s=grace)
         self._pump(flush=True)
@@ -383,11 +389,11 @@ class ServerSession:
         return self.handle is not None and self.host.is_alive(self.handle)
 
     def _sleep_until(self, deadline: float) -> None:
-        time.sleep(max(0.0, min(self.poll_interval_s, deadline - time.monotonic())))
+        time.sleep(max(0.0, min(self.options.poll_interval_s, deadline - time.monotonic())))
 
     def _drain_after_fatal(self) -> None:
         """Let a crashing process finish its traceback: poll until it exits, at most `fatal_grace_s`."""
-        deadline = time.monotonic() + self.fatal_grace_s
+        deadline = time.monotonic() + min(max(self.options.fatal_grace_s, 0.0), 2.0)
         while time.monotonic() < deadline:
             alive = self._alive()
             self._pump()
@@ -470,7 +476,7 @@ class ServerSession:
         if self.base_url is None:
             return
         try:
-            with httpx.Client(timeout=self.health_timeout_s, trust_env=False) as client:
+            with httpx.Client(timeout=self.options.health_timeout_s, trust_env=False) as client:
                 self.health_status = client.get(f"{self.base_url}/health").status_code
         except httpx.HTTPError:
             self.health_status = None
@@ -479,12 +485,12 @@ class ServerSession:
         """One GET /health, at most every `health_poll_s`; True on 200. Connection refused (HTTP not up
         yet) and timeouts are just "not yet"."""
         now = time.monotonic()
-        if self.health_poll_s is None or self.base_url is None or now < self._next_health_poll:
+        if self.options.health_poll_s is None or self.base_url is None or now < self._next_health_poll:
             return False
-        self._next_health_poll = now + self.health_poll_s
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        self._next_health_poll = now + self.options.health_poll_s
+        headers = {"Authorization": f"Bearer {self.options.api_key}"} if self.options.api_key else {}
         try:
-            with httpx.Client(timeout=min(self.health_timeout_s, 2.0), trust_env=False, headers=headers) as c:
+            with httpx.Client(timeout=min(self.options.health_timeout_s, 2.0), trust_env=False, headers=headers) as c:
                 status = c.get(f"{self.base_url}/health").status_code
         except httpx.HTTPError:
             return False
@@ -509,7 +515,7 @@ class ServerSession:
         if self.handle is None:
             return self._finish("launch_failed", None)
         self._wait_queued()
-        deadline = self.handle.started_monotonic + self.ready_timeout_s
+        deadline = self.handle.started_monotonic + self.options.ready_timeout_s
         while True:
             alive = self._alive()  # checked before reading so lines written before an exit are read
             self._pump()
@@ -528,7 +534,7 @@ class ServerSession:
                 self._note_exit()
                 return self._finish("crashed" if self._fatal_at is not None else "exited", time.monotonic())
             now = time.monotonic()
-            stall_s = self.stall_timeout_s() if callable(self.stall_timeout_s) else self.stall_timeout_s
+            stall_s = self.options.stall_timeout_s() if callable(self.options.stall_timeout_s) else self.options.stall_timeout_s
             if stall_s is not None and now - self._last_progress() >= stall_s and not self._wrote_since_read():
                 self._emit("stalled")
                 return self._finish("stalled", now)

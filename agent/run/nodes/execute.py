@@ -54,7 +54,14 @@ from tools.host import (
     disk_full_error,
     expand_argv,
 )
-from tools.server import LaunchResult, ServerSession, WatchEvent, launcher_missing, render_command
+from tools.server import (
+    LaunchResult,
+    ServerSession,
+    SessionOptions,
+    WatchEvent,
+    launcher_missing,
+    render_command,
+)
 from tools.signatures import SignatureMatcher
 from tools.stall import StallWatch
 
@@ -290,9 +297,11 @@ def _new_session(launch: _Launch, port: int) -> tuple[ServerSession, list[str]]:
         port=port,
         matcher=watched.matcher,
         on_event=lambda ev: _on_watch_event(launch, ev),
-        ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
-        stall_timeout_s=watched.stall.limit,
-        api_key=server_api_key(exp.config().flags),
+        options=SessionOptions(
+            ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
+            stall_timeout_s=watched.stall.limit,
+            api_key=server_api_key(exp.config().flags),
+        ),
     )
     return session, argv
 
