@@ -70,6 +70,8 @@ def _interrupted(session: RunSession) -> NoReturn:
 
 
 def sigterm_as_interrupt() -> None:
+    """From now on SIGTERM and SIGHUP end the run as Ctrl-C does (``KeyboardInterrupt``: its servers are
+    stopped, exit 130)."""
     def handler(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
