@@ -8,14 +8,15 @@ from pathlib import Path
 import typer
 from clirun import run_cli
 
-from agent.cli import _tidy_help, app
+from agent.cli import app
+from agent.cli.entry import tidy_help
 
 COMMANDS = ["run", "analyze", "flags", "replay", "report", "runs", "show", "resume", "findings add"]
 
 
 def test_every_option_is_described() -> None:
     command = typer.main.get_command(app)
-    _tidy_help(command)
+    tidy_help(command)
     missing = []
 
     def walk(cmd: object, path: str) -> None:
@@ -66,7 +67,7 @@ def test_no_help_screen_is_cut_at_80_or_60_columns(tmp_path: Path) -> None:
     every option's description appears whole (wrapping may break a word only at the line's end, so a long
     word is checked with the line breaks joined), and no line is wider than the terminal."""
     command = typer.main.get_command(app)
-    _tidy_help(command)
+    tidy_help(command)
     for columns in (80, 60):
         for cmd in ["", *COMMANDS, "findings"]:
             r = run_cli(tmp_path, *cmd.split(), "--help", COLUMNS=str(columns))

@@ -1,0 +1,253 @@
+"""What every ``hypoloop`` command shares: the typer app, the error console, the one-line failure
+(``fail``) with its exit codes, the state folder, the command line's shared options (knowledge folder,
+host settings) and the readers of the files a command is given.
+
+Exit codes: 0 finished (isolated, not isolated or stopped), 1 the run ended in error, 2 bad input
+(case file, log file, flags, a refused answer), 3 waiting for an approval with no terminal attached, 4 the
+run is in use by another hypoloop process, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+
+from agent.domain.case import Case, CaseError, HostSpec, load_case
+from agent.record.redact import redact_data, run_redactor
+from tools.sanitize import SafeConsole, without_credentials
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,  # click's plain help: wraps every word at any width; rich's table cut names with '…'
+    help="hypoloop: find why an LLM inference deployment fails, one experiment at a time.",
+)
+err_console = SafeConsole(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"hypoloop {version('hypoloop')}")
+        except PackageNotFoundError:
+            print("hypoloop (not installed: run from a source tree)")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", help="print the version and exit", callback=_version, is_eager=True),
+    ] = False,
+) -> None:
+    """hypoloop: find why an LLM inference deployment fails, one experiment at a time."""
+
+#: The choices of the command line's enumerated options, declared once: typer shows them in the help
+#: (``--approve each|risky|auto``) and refuses anything else.
+PlannerName = Literal["rules", "llm"]
+#: `resume --decision`: an approval answer, or approve-all (the experiment and the rest of its batch).
+DecisionOption = Literal["approve", "approve-all", "edit", "reject", "stop"]
+ReportFormat = Literal["md", "html"]
+
+
+class JsonResult:
+    """Whether this command promised a JSON result line (``run``/``resume`` with ``--json``) that has
+    not been printed yet: a failure then prints ``{"status": "error", "error", "exit_code"}`` as that
+    line, so a script reading the last stdout line always finds one."""
+
+    pending = False
+    run_id: str | None = None
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """End the command: ``message`` as one line on stderr (credentials masked), the pending ``--json``
+    line if one was promised, exit ``code`` (2: bad input, see the module's exit codes)."""
+    message = without_credentials(message)  # a URL's password is never echoed (nor in the --json line)
+    # soft_wrap: a one-line error stays one line however long its paths are.
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    if JsonResult.pending:
+        JsonResult.pending = False
+        print(json.dumps({"run_id": JsonResult.run_id, "status": "error", "error": message, "exit_code": code}))
+    raise typer.Exit(code)
+
+
+def _owner_only(home: Path) -> None:
+    """Make the state folder (and the store, lock and run folders in it, made by an older hypoloop
+    with 0755/0644) private to its owner; a folder owned by someone else is left as it is."""
+    for path in (home, home / "checkpoints.sqlite", home / "locks", home / "runs"):
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            if st.st_uid == os.getuid():
+                path.chmod(0o700 if path.is_dir() else 0o600)
+
+def state_dir() -> Path:
+    """Where checkpoints, locks, run logs and caches live: ``$HYPOLOOP_HOME`` or ``~/.hypoloop``.
+
+    Created if missing; an unusable location is a one-line error (exit 2)."""
+    home = Path(os.environ.get("HYPOLOOP_HOME", "~/.hypoloop")).expanduser()
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        _owner_only(home)
+        # A uniquely named probe, removed on close: concurrent hypoloop processes (two `resume`s
+        # answering the same run) must not delete each other's probe.
+        with tempfile.TemporaryFile(dir=home, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        fail(f"HYPOLOOP_HOME={home}: cannot use it as hypoloop's state folder: {exc.strerror or exc}")
+    return home
+
+
+def redacted(obj: Any, values: dict[str, Any] | None = None) -> Any:
+    """``obj`` (text or JSON-like data) as it may be printed: the run's redaction, with the case in the
+    run's checkpointed ``values`` (if any) and this process's environment."""
+    case = None
+    if values and values.get("case"):
+        try:
+            case = Case.model_validate(values["case"])
+        except ValidationError:
+            case = None
+    return redact_data(obj, run_redactor(case))
+
+# Host options shared by `run` and `flags`; they win over the case file's [host] fields.
+KnowledgeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--knowledge",
+        help="a knowledge folder (signatures.toml, hypotheses.toml, symptoms.toml, limits.toml, risky.toml; "
+        "a file it lacks is the repository's); default $HYPOLOOP_KNOWLEDGE, else knowledge/",
+    ),
+]
+
+
+def using_knowledge(folder: Path | str | None) -> contextlib.AbstractContextManager[Path | None]:
+    """Within the block, the knowledge folder is ``folder`` (a bad folder: one line, exit 2)."""
+    from agent.domain.knowledge_dir import KnowledgeDirError, check_dir, use_knowledge
+
+    try:
+        return use_knowledge(check_dir(folder) if folder is not None else None)
+    except KnowledgeDirError as exc:
+        fail(str(exc))
+
+
+HostOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--host",
+        help="local, ssh://[USER@]HOST[:PORT] (HOST may be an ~/.ssh/config alias), slurm://PARTITION or "
+        "slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION",
+    ),
+]
+KeyOpt = Annotated[Path | None, typer.Option("--ssh-key", help="private key for the SSH host")]
+KnownOpt = Annotated[
+    Path | None, typer.Option("--known-hosts", help="known_hosts file to check the SSH host key against")
+]
+InsecureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--insecure-accept-host-key",
+        help="accept any SSH host key (throwaway hosts only; written to the transcript)",
+    ),
+]
+PythonOpt = Annotated[
+    str | None, typer.Option("--remote-python", help="what {python} means on the SSH host (default python3)")
+]
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """The command line's host settings (``--host``, ``--ssh-key``, ``--known-hosts``,
+    ``--insecure-accept-host-key``, ``--remote-python``) as given; None/False: not given."""
+
+    host: str | None = None
+    ssh_key: Path | None = None
+    known_hosts: Path | None = None
+    insecure_accept_host_key: bool = False
+    remote_python: str | None = None
+
+
+def with_host_options(c: Case, options: HostOptions) -> Case:
+    """The case with the command line's host settings applied (paths made absolute)."""
+    update: dict[str, Any] = {}
+    if options.host is not None:
+        update["target"] = options.host
+    if options.ssh_key is not None:
+        update["ssh_key"] = str(options.ssh_key.expanduser().resolve())
+    if options.known_hosts is not None:
+        update["known_hosts"] = str(options.known_hosts.expanduser().resolve())
+    if options.insecure_accept_host_key:
+        update["insecure_accept_host_key"] = True
+    if options.remote_python is not None:
+        update["remote_python"] = options.remote_python
+    if not update:
+        return c
+    try:
+        spec = HostSpec.model_validate({**c.host.model_dump(), **update})
+    except ValidationError as exc:
+        fail(_host_option_error(exc))
+    return c.model_copy(update={"host": spec})
+
+
+_HOST_OPTIONS = {
+    "target": "--host",
+    "ssh_key": "--ssh-key",
+    "known_hosts": "--known-hosts",
+    "remote_python": "--remote-python",
+}
+
+
+def _host_option_error(exc: ValidationError) -> str:
+    """One line naming the command-line option behind a host setting that does not validate."""
+    err = exc.errors()[0]
+    field = str(err["loc"][0]) if err["loc"] else "target"
+    return f"{_HOST_OPTIONS.get(field, 'host.' + field)}: {err['msg'].removeprefix('Value error, ')}"
+
+
+def read_case(ref: str, host: str | None) -> Case:
+    """The case file, with ``--host`` (checked first, so its errors name the option) in place of the
+    file's host.target: a host given on the command line wins even over an unusable one in the file."""
+    if host is not None:
+        try:
+            HostSpec.model_validate({"target": host})
+        except ValidationError as exc:
+            fail(_host_option_error(exc))
+    try:
+        return load_case(ref, host_target=host)
+    except CaseError as exc:
+        fail(str(exc))
+
+
+def approval_mode(approve: str | None, auto: bool) -> str | None:
+    """The approval mode the command line asks for (``--auto`` is ``--approve auto``), or None."""
+    return "auto" if auto else approve
+
+
+def read_text(path: Path, *, what: str) -> str:
+    """A text file's content, or a one-line error (exit 2) for a missing, unreadable or binary file."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror or exc}")
+    if b"\0" in data[:65536]:
+        fail(f"{path}: not a text file (expected a {what})")
+    return data.decode("utf-8", errors="replace")
+
+
+def piped_console() -> Console:
+    """The console of a listing command: the terminal's width; piped with no COLUMNS, 80 columns (the
+    listings then use their one-record-a-few-lines layout, whose lines wrap and are never cut)."""
+    return SafeConsole() if sys.stdout.isatty() or os.environ.get("COLUMNS") else SafeConsole(width=80)
+

@@ -1,0 +1,134 @@
+"""``hypoloop doctor``: the host's fingerprint in one screen; launches nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from agent.cli.common import (
+    HostOpt,
+    HostOptions,
+    InsecureOpt,
+    KeyOpt,
+    KnownOpt,
+    PythonOpt,
+    fail,
+    piped_console,
+    read_case,
+    redacted,
+    with_host_options,
+)
+from agent.domain.case import Case, CaseError, LauncherSpec, ModelSpec
+from tools.connect import connect_host
+from tools.fingerprint import HostFingerprint, fingerprint, package_versions, runtime_versions
+from tools.host import Host, HostError
+
+
+def doctor(
+    host: HostOpt = None,
+    case: Annotated[str | None, typer.Option(help="use this case's host and launcher")] = None,
+    launcher: Annotated[
+        str, typer.Option(help="launcher command on the host")
+    ] = "python -m sglang.launch_server",
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
+    ssh_key: KeyOpt = None,
+    known_hosts: KnownOpt = None,
+    insecure_accept_host_key: InsecureOpt = False,
+    remote_python: PythonOpt = None,
+) -> None:
+    """The host's fingerprint in one screen: GPUs (or CPU only), driver, CUDA/ROCm, SGLang and its kernel
+    packages' versions, and `python -m sglang.check_env` where it runs. Launches nothing."""
+    from agent.run.runtime import ssh_options
+
+    try:
+        c = (
+            read_case(case, host)
+            if case
+            else Case(name="doctor", model=ModelSpec(path="-"), launcher=LauncherSpec(argv=launcher.split()))
+        )
+        c = with_host_options(c, HostOptions(host, ssh_key, known_hosts, insecure_accept_host_key, remote_python))
+        h = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
+    except (CaseError, HostError) as exc:
+        fail(str(exc))
+    fp = _host_fingerprint(h, c)
+    if json_out:
+        print(json.dumps(redacted(_doctor_json(c, fp))))
+        return
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    for k, v in _doctor_rows(c, fp):
+        t.add_row(escape(k), escape(v))
+    piped_console().print(t)
+
+
+def _host_fingerprint(h: Host, c: Case) -> HostFingerprint:
+    """The host's fingerprint, then the host closed; when check_env gives no SGLang version, the version
+    command is asked, and its failure is a note. A host that cannot be asked: one line, exit 1."""
+    try:
+        fp = fingerprint(h, gpu_query_argv=c.launcher.gpu_query_argv, version_argv=None,
+                         check_env_argv=c.launcher.check_env() or None)  # fmt: skip
+        if fp.sglang_version is None:  # no check_env: ask the version command; its failure is a finding
+            try:
+                fp.sglang_version = fingerprint(
+                    h, gpu_query_argv=["true"], version_argv=c.launcher.version_argv
+                ).sglang_version
+            except HostError as exc:
+                code = re.search(r"exit code (\d+)", str(exc))
+                fp.notes.append(
+                    f"no SGLang version: {' '.join(c.launcher.version_argv)} failed"
+                    + (f" with exit code {code.group(1)}" if code else "") + " (is SGLang installed in that Python?)"
+                )
+    except HostError as exc:
+        fail(str(exc), code=1)
+    finally:
+        h.close()
+    return fp
+
+
+def _doctor_json(c: Case, fp: HostFingerprint) -> dict[str, Any]:
+    """``doctor --json``: the host, its GPUs (None: none), driver, runtime and package versions, notes."""
+    return {
+        "host": c.host.target,
+        "gpu_vendor": fp.gpu_vendor,
+        "gpus": None if not fp.gpu_count else {
+            "name": fp.gpu_name, "count": fp.gpu_count, "compute_capability": fp.compute_capability,
+            "arch": fp.gpu_arch, "memory_total_mib": fp.memory_total_mib,
+        },
+        "driver_version": fp.driver_version,
+        "runtime": runtime_versions(fp),
+        "sglang_version": fp.sglang_version,
+        "packages": package_versions(fp),
+        "check_env": fp.check_env,
+        "notes": fp.notes,
+    }  # fmt: skip
+
+
+def _doctor_rows(c: Case, fp: HostFingerprint) -> list[tuple[str, str]]:
+    """The fingerprint as (label, value) rows for a person, notes last."""
+    rows: list[tuple[str, str]] = [("host", c.host.target)]
+    if fp.gpu_count:
+        where = f"compute capability {fp.compute_capability}" if fp.compute_capability else f"arch {fp.gpu_arch}"
+        mem = f", {fp.memory_total_mib} MiB each" if fp.memory_total_mib else ""
+        rows.append(("GPUs", f"{fp.gpu_count} × {fp.gpu_name} ({where}{mem})"))
+    else:
+        rows.append(("GPUs", "none found: a CPU-only host"))
+    rows.append(("driver", fp.driver_version or "—"))
+    rows += [(k, v) for k, v in runtime_versions(fp).items()]
+    rows.append(("SGLang", fp.sglang_version or "not found"))
+    pkgs = package_versions(fp)
+    if pkgs:
+        rows.append(("packages", ", ".join(f"{k} {v}" for k, v in pkgs.items())))
+    rows.append(("check_env", "ran" if fp.check_env else "did not run"))
+    missing = [n.removeprefix("command not found: ") for n in fp.notes if n.startswith("command not found: ")]
+    if missing:
+        rows.append(("note", f"not found on the host: {', '.join(missing)}"))
+    for note in fp.notes:
+        if not note.startswith("command not found: "):
+            rows.append(("note", note))
+    return rows

@@ -1,0 +1,102 @@
+"""The console-script entry point: help screens tidied, usage mistakes as one line, exit codes."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from agent.cli.common import (
+    app,
+    err_console,
+)
+from agent.domain.knowledge_dir import knowledge_dir
+
+
+def _private_files() -> None:
+    """Every file and folder hypoloop creates (checkpoints.sqlite holding the case as given, locks,
+    runs/*, server logs, transcripts, caches) is private: 0600 files in 0700 folders (umask 077). The
+    servers it launches keep the user's own umask (``tools.host.SERVER_UMASK``)."""
+    import tools.host
+
+    user = os.umask(0o077)
+    if tools.host.SERVER_UMASK < 0:
+        tools.host.SERVER_UMASK = user
+
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as _click_errors
+except ImportError:  # pragma: no cover - older typer uses click itself
+    from click import exceptions as _click_errors  # type: ignore[no-redef]
+
+
+def tidy_help(command: Any) -> None:
+    """Help that names values, not Python types: a switch shows nothing after its name, a choice shows
+    its choices (``each|risky|auto``), any other value its name in capitals (``PATH``, ``N``); a command's
+    line in its group's list is its whole first paragraph (click would cut it with '...'); applied to every
+    command and subcommand."""
+    for sub in getattr(command, "commands", {}).values():
+        tidy_help(sub)
+        if sub.help and not sub.short_help:
+            sub.short_help = " ".join(inspect.cleandoc(sub.help).split("\n\n")[0].split())
+    params = list(getattr(command, "params", []))
+    help_option = command.get_help_option(typer.Context(command))
+    if help_option is not None:
+        params.append(help_option)
+    for param in params:
+        if param.metavar is not None:
+            continue
+        desc = param.type_descriptor
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+        elif desc.is_choice:
+            param.metavar = "|".join(str(getattr(c, "value", c)) for c in desc.choices or ())
+        elif param.param_type_name == "argument":
+            param.metavar = (param.name or "value").upper()
+            param.display_type_rich = lambda ctx: None  # the name already says what to give
+        elif desc.is_path:
+            param.metavar = "PATH"
+        else:
+            ann = desc.annotation
+            param.metavar = "N" if ann is int else "X" if ann is float else "TEXT"
+
+
+def main() -> None:
+    """Console-script entry point. Usage mistakes (an unknown option, a value that is not one of the
+    choices) are one line on stderr naming the option and what it takes, exit code 2; so is a bad
+    planner tunables file (knowledge/planner.toml) and a $HYPOLOOP_KNOWLEDGE that is no folder."""
+    from agent.domain.knowledge_dir import KnowledgeDirError
+    from agent.planning.weights import PlannerWeightsError, weights
+
+    _private_files()
+    try:
+        weights()  # the planner's tunables: a bad file is one line, not a traceback
+        knowledge_dir()  # a $HYPOLOOP_KNOWLEDGE that is no folder: one line
+    except (PlannerWeightsError, KnowledgeDirError) as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    command = typer.main.get_command(app)
+    tidy_help(command)
+    try:
+        code = command.main(standalone_mode=False, prog_name="hypoloop")
+    except _click_errors.NoArgsIsHelpError as exc:
+        # the help is the error's message (click prints it on stderr in standalone mode, which is off here):
+        # a bare `hypoloop` or `hypoloop findings` shows what there is to run, on stdout, exit code 2 as in click
+        sys.stdout.write(exc.format_message().rstrip("\n") + "\n")
+        raise SystemExit(2) from None
+    except _click_errors.UsageError as exc:
+        hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+        message = exc.format_message().replace("Value error, ", "")
+        err_console.print(f"[bold red]error:[/] {escape(message)}{hint}", highlight=False, soft_wrap=True)
+        raise SystemExit(exc.exit_code) from None
+    except _click_errors.ClickException as exc:
+        err_console.print(f"[bold red]error:[/] {escape(exc.format_message())}", highlight=False, soft_wrap=True)
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        raise SystemExit(130) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
+

@@ -1,0 +1,47 @@
+"""``hypoloop findings add``: append what a run found to a FINDINGS.md file."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.cli.common import (
+    err_console,
+    fail,
+)
+from agent.record.transcript import TranscriptError
+
+findings_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="FINDINGS.md notes: append what a run found, in the style the reader parses."
+)
+
+
+@findings_app.command("add")
+def findings_add(
+    transcript: Annotated[Path, typer.Argument(help="the transcript of a run that isolated a fix")],
+    to: Annotated[Path, typer.Option("--to", help="the FINDINGS.md file to append to (created if missing)")],
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print the entry, write nothing")] = False,
+) -> None:
+    """Append a dated entry (model, hardware, symptom, root cause, working command, ruled-out ideas, the
+    run) to a findings file, never changing what is already there."""
+    from agent.domain.models import command_text
+    from agent.record.recorded import RecordedRun
+    from agent.review.findings import FindingsWriteError, add_finding
+
+    try:
+        entry, finding = add_finding(RecordedRun.load(transcript), to, dry_run=dry_run)
+    except (TranscriptError, FindingsWriteError) as exc:
+        fail(str(exc))
+    sys.stdout.write(entry)
+    flags = command_text(finding.flags)
+    what = "would read back" if dry_run else f"appended to {to}; it reads back"
+    err_console.print(
+        f"{what} as: outcome {finding.outcome}, model {finding.model}, hardware {finding.hardware}, flags {flags}",
+        highlight=False,
+    )
+

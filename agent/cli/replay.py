@@ -1,0 +1,129 @@
+"""``hypoloop replay``: a recorded run step by step, or (``--redecide``) checked against the current
+planner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from agent.cli.common import (
+    KnowledgeOpt,
+    PlannerName,
+    err_console,
+    fail,
+    using_knowledge,
+)
+from agent.domain.knowledge_dir import knowledge_dir
+from agent.record.transcript import TranscriptError
+from tools.sanitize import SafeConsole
+
+
+def replay(
+    transcript: Annotated[Path, typer.Argument(help="a transcript JSONL file")],
+    step: Annotated[int, typer.Option("--step", help="jump to this experiment step", min=0)] = 0,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="keep showing a run still being written, until it ends")
+    ] = False,
+    speed: Annotated[
+        float | None,
+        typer.Option(help="replay with the recorded timing, this many times faster (pauses capped at 3 s)"),
+    ] = None,
+    redecide: Annotated[
+        bool,
+        typer.Option(
+            "--redecide",
+            help="feed the recorded observations to the current planner and compare its decisions with the "
+            "recorded ones (exit 0 when all match, 1 at the first divergence)",
+        ),
+    ] = False,
+    planner: Annotated[
+        PlannerName, typer.Option(help="the planner to re-decide with (llm replays the model's recorded answers)")
+    ] = "rules",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates and tool calls too, and every open hypothesis of a waiting approval")] = False,
+    knowledge: KnowledgeOpt = None,
+) -> None:
+    """A recorded run step by step as it looked live, with the evidence behind each hypothesis and the
+    alternatives each step weighed; or (--redecide) checked against the current planner, with the
+    knowledge folder the run read (or --knowledge)."""
+    from agent.review.replay import replay as replay_run
+
+    console = SafeConsole()
+    if redecide:
+        _redecide(transcript, planner, console, verbose=verbose, knowledge=knowledge)
+        return
+    if knowledge is not None:
+        fail("--knowledge is for --redecide (a replay shows what the run recorded)")
+    if speed is not None and speed <= 0:
+        fail(f"--speed {speed}: expected a positive number")
+    if speed is not None and follow:
+        fail("--speed replays a finished recording; --follow shows a live run at its own pace")
+    if (not follow or transcript.exists()) and not transcript.is_file():
+        fail(f"{transcript}: no such transcript file")
+    if follow and not transcript.exists():
+        err_console.print(f"waiting for {transcript} to appear (Ctrl-C to stop)")
+    try:
+        summary = replay_run(transcript, console, from_step=step, follow=follow, speed=speed, verbose=verbose)
+    except TranscriptError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        err_console.print(f"stopped following {transcript}")
+        raise typer.Exit(130) from None
+    if step and summary.shown == 0:
+        raise typer.Exit(2)
+
+
+def _redecide_knowledge(recorded: object, option: Path | None) -> tuple[Path | str | None, str | None]:
+    """The knowledge folder a re-decision reads: ``--knowledge``, else the one the run recorded (a
+    transcript records one only when the run read a folder other than the repository's), else the folder
+    in force; with a warning when the recorded folder is gone."""
+    if option is not None:
+        return option, None
+    if isinstance(recorded, str) and recorded:
+        if Path(recorded).is_dir():
+            return recorded, None
+        return None, (
+            f"the run read the knowledge folder {recorded}, which is not here: re-deciding with "
+            f"{knowledge_dir()} (give the folder with --knowledge)"
+        )
+    return None, None
+
+
+def _redecide(
+    transcript: Path, planner_name: str, console: Console, *, verbose: bool, knowledge: Path | None = None
+) -> None:
+    from agent.record.recorded import RecordedRun
+    from agent.review.replay import RedecideError, redecide_planner, redecide_table
+    from agent.review.replay import redecide as redecide_run
+
+    try:
+        recorded = RecordedRun.load(transcript)
+    except TranscriptError as exc:
+        fail(str(exc))
+    folder, note = _redecide_knowledge(recorded.started.get("knowledge_dir"), knowledge)
+    try:
+        with using_knowledge(folder):
+            planner, flags, warnings = redecide_planner(planner_name, recorded)
+            result = redecide_run(recorded, planner, flags, warnings=[*([note] if note else []), *warnings])
+    except (TranscriptError, RedecideError) as exc:
+        fail(str(exc))
+    for w in result.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
+    console.print(redecide_table(result, verbose=verbose))
+    if result.unfinished:
+        console.print("[yellow]the run is unfinished (no run.ended): only the decisions recorded so far are compared[/]")
+    if result.matched:
+        n = len(result.decisions)
+        matched = "the one decision matches" if n == 1 else f"all {n} decisions match"
+        console.print(f"[green]{matched}[/] ({result.planner} planner)")
+        return
+    console.print(
+        f"[bold red]diverges at seq {result.stopped_at}[/]: stopped there, since later observations were made "
+        "under the recorded decision and no longer apply to this planner",
+        highlight=False,
+    )
+    raise typer.Exit(1)
+

@@ -1,0 +1,106 @@
+"""``hypoloop runs``: the runs in $HYPOLOOP_HOME and how each stands."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from agent.cli.common import (
+    fail,
+    piped_console,
+    redacted,
+    state_dir,
+)
+from agent.review.wording import count
+from agent.run.approval import (
+    ApprovalRequest,
+    describe_experiment,
+)
+
+if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
+    from agent.record.runs import RunInfo
+
+
+def redacted_info(info: RunInfo) -> RunInfo:
+    """A run as ``runs``/``show`` print it: pending request and result redacted (values kept for use)."""
+    safe = redacted(info.model_dump(mode="json", exclude={"values"}), info.values)
+    return info.model_validate({**safe, "values": info.values})
+
+
+STATUS_STYLE = {
+    "running": "cyan",
+    "waiting_for_approval": "bold yellow",
+    "finished": "green",
+    "interrupted": "red",
+}
+
+
+def said(status: str) -> str:
+    """A status as a person reads it (``waiting_for_approval`` → "waiting for approval")."""
+    return status.replace("_", " ")
+
+
+def _run_detail(info: RunInfo) -> str:
+    left = ""
+    if info.leftovers:  # servers of a run nobody drives: resume adopts or stops them, a new run offers to
+        pids = ", ".join(str(x["pid"]) for x in info.leftovers)
+        pid_word = "pid" if len(info.leftovers) == 1 else "pids"
+        left = f"; {count(len(info.leftovers), 'server')} left running ({pid_word} {pids})"
+    if info.pending:
+        req = ApprovalRequest.model_validate(info.pending)
+        return f"{req.experiment.id}: {describe_experiment(req.experiment)}{left}"
+    if info.status == "running":
+        return f"pid {info.holder}" if info.holder and info.holder > 0 else ""
+    if info.status == "interrupted":
+        return f"hypoloop resume {info.run_id}{left}"
+    return (info.result or "") + left
+
+
+def runs(
+    json_out: Annotated[bool, typer.Option("--json", help="one JSON list")] = False,
+) -> None:
+    """List the runs in $HYPOLOOP_HOME: running, waiting for approval, interrupted or finished."""
+    from agent.record.runs import RunError, list_runs
+    home = state_dir()
+    try:
+        infos = list_runs(home)
+    except RunError as exc:
+        fail(str(exc))
+    if json_out:
+        print(json.dumps([redacted(i.model_dump(mode="json", exclude={"values"}), i.values) for i in infos]))
+        return
+    infos = [redacted_info(i) for i in infos]
+    console = piped_console()
+    if not infos:
+        console.print(f"no runs in {home}")
+        return
+    if console.width < 110:  # a narrow terminal: two lines per run, so no id is ever cut or split
+        console.print(f"runs in {home}", style="bold")
+        for i in infos:
+            style = STATUS_STYLE.get(i.status, "white")
+            console.print(f"{i.run_id}  [{style}]{said(i.status)}[/]  {count(i.launches, 'launch')}", soft_wrap=True)
+            console.print(
+                f"  {escape(i.case)}, updated {i.updated[:19].replace('T', ' ')}", soft_wrap=True, highlight=False
+            )
+            console.print(f"  {escape(_run_detail(i))}", soft_wrap=True, highlight=False)
+        return
+    t = Table("run", "case", "status", "waiting for / result", "launches", "updated", title=f"runs in {home}")
+    for col in t.columns:  # ids are what the user copies into `resume --experiment`: wrap, never cut
+        col.overflow = "fold"
+    t.columns[0].no_wrap = True
+    for i in infos:
+        style = STATUS_STYLE.get(i.status, "white")
+        t.add_row(
+            i.run_id,
+            escape(i.case),
+            f"[{style}]{said(i.status)}[/]",
+            escape(_run_detail(i)),
+            str(i.launches),
+            i.updated[:19].replace("T", " "),
+        )
+    console.print(t)
+

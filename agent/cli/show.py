@@ -1,0 +1,76 @@
+"""``hypoloop show``: a run's story so far and the approval it waits for."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from agent.cli.common import (
+    err_console,
+    fail,
+    redacted,
+    state_dir,
+)
+from agent.cli.runs import STATUS_STYLE, redacted_info, said
+from agent.record.transcript import TranscriptError, read_transcript
+from agent.review.render import EventRenderer, print_hanging
+from agent.review.wording import count
+from agent.run.approval import (
+    ApprovalRequest,
+    approval_panel,
+)
+from tools.sanitize import SafeConsole
+
+
+def show(
+    run_id: Annotated[str, typer.Argument(help="a run id (see `hypoloop runs`)")],
+    json_out: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show belief updates and tool calls too")] = False,
+) -> None:
+    """A run's story so far (from its transcript) and the approval it waits for, if any."""
+    from agent.record.runs import RunError, load_run
+    try:
+        info = load_run(state_dir(), run_id)
+    except RunError as exc:
+        fail(str(exc))
+    if json_out:
+        out = info.model_dump(mode="json", exclude={"values"})
+        out["conclusion"] = info.values.get("conclusion")
+        out["rejections"] = info.values.get("rejections", [])
+        out["edits"] = info.values.get("edits", [])
+        print(json.dumps(redacted(out, info.values)))
+        return
+    info = redacted_info(info)
+    console = SafeConsole()
+    render = EventRenderer(console, verbose=verbose)
+    if info.transcript and Path(info.transcript).exists():
+        try:
+            for ev in read_transcript(Path(info.transcript)):
+                render(ev)
+        except TranscriptError as exc:
+            err_console.print(f"[yellow]warning:[/] {escape(str(exc))}")
+    else:
+        console.print(f"[dim](no transcript at {escape(str(info.transcript))})[/]")
+    console.print()
+    style = STATUS_STYLE.get(info.status, "white")
+    print_hanging(
+        console,
+        f"run [bold]{info.run_id}[/] ({escape(info.case)}): [{style}]{said(info.status)}[/], "
+        f"{count(info.launches, 'launch')}, {count(info.host_seconds, 'host-second', fmt='.0f')}; "
+        f"transcript {escape(str(info.transcript))}",
+    )
+    if info.pending:
+        # -v lists every open hypothesis with its statement (the screen's [h]); without it, the screen as asked
+        console.print(approval_panel(ApprovalRequest.model_validate(info.pending), full=verbose))
+        print_hanging(
+            console,
+            f"answer with: hypoloop resume {info.run_id} [--decision approve|edit|reject|stop] "
+            "[--reason TEXT] [--set NAME=VALUE]",
+        )
+    elif info.status == "interrupted":
+        console.print(f"nothing is driving it: continue with hypoloop resume {info.run_id}")
+
