@@ -1,0 +1,282 @@
+"""The code's shape as docs/ARCHITECTURE.md describes it, checked on the source (AST), so the map stays true:
+
+- every module, folder and file the map names exists, and every ``agent.x.y`` it names resolves;
+- each node's declared side effects (its row in the map's node table and its module docstring) are the
+  effects its code has: a node that launches says so, a node that reaches the host says so, and a node
+  said to touch nothing but the transcript reaches no host;
+- the limits of issue 19: no module over 600 lines, no function over 60 lines, none over 8 parameters
+  (pydantic models, dataclasses and typer commands declare one parameter per field or option and are
+  exempt), and at most 8 import levels inside ``agent/``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "ARCHITECTURE.md"
+PACKAGES = ("agent", "tools", "lab", "bench")
+
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 60
+MAX_PARAMETERS = 8
+MAX_IMPORT_LEVELS = 8
+
+
+# ---------------------------------------------------------------------------------------------- the map
+
+
+def _doc() -> str:
+    return DOC.read_text(encoding="utf-8")
+
+
+def _named_paths(text: str) -> set[str]:
+    """Repository paths the map names in backticks: ``agent/run/graph.py``, ``knowledge/served.toml``,
+    ``agent/run/nodes/`` (a ``:name`` or ``(...)`` after a path is not part of it)."""
+    found = set()
+    for span in re.findall(r"`([^`\n]+)`", text):
+        for token in span.split():
+            token = token.split(":")[0].rstrip(".,;)")
+            if re.match(r"^(agent|tools|lab|bench|knowledge|docs|transcripts|tests)/[\w./*-]*$", token):
+                found.add(token)
+    return found
+
+
+def _named_modules(text: str) -> set[str]:
+    """Dotted names of this repository's modules the map names in backticks (``agent.run.recovery``)."""
+    return {m for m in re.findall(r"`((?:agent|tools)(?:\.\w+)+)`", text)}
+
+
+def test_every_path_the_map_names_exists() -> None:
+    named = _named_paths(_doc())
+    assert len(named) > 20, "the map names fewer paths than expected: is the backtick parsing broken?"
+    # a placeholder in capitals (``lab/worlds/NAME/``) stands for any name
+    missing = sorted(p for p in named if not list(REPO.glob(re.sub(r"\b[A-Z][A-Z_]+\b", "*", p).rstrip("/"))))
+    assert not missing, f"docs/ARCHITECTURE.md names paths that do not exist: {missing}"
+
+
+def test_every_module_the_map_names_resolves() -> None:
+    missing = []
+    for dotted in sorted(_named_modules(_doc())):
+        parts = dotted.split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj: object = importlib.import_module(".".join(parts[:cut]))
+            except ModuleNotFoundError:
+                continue
+            try:
+                for attr in parts[cut:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                missing.append(dotted)
+            break
+        else:
+            missing.append(dotted)
+    assert not missing, f"docs/ARCHITECTURE.md names modules or attributes that do not exist: {missing}"
+
+
+def test_the_map_check_sees_a_missing_path() -> None:
+    assert _named_paths("see `agent/run/nowhere.py` and `tools/ssh/`") == {"agent/run/nowhere.py", "tools/ssh/"}
+    assert _named_modules("``agent.run.graph`` and `agent.nowhere`") == {"agent.run.graph", "agent.nowhere"}
+
+
+# ------------------------------------------------------------------------------------ node side effects
+
+NODES = REPO / "agent" / "run" / "nodes"
+
+#: Names a node's code uses that have an effect, by kind. ``rt.x`` is an attribute of the node's
+#: ``Runtime``; a bare name is a function or class the node calls. A name that only types or raises
+#: (``HostError``) is no effect.
+EFFECT_USES: dict[str, set[str]] = {
+    "launch": {"ServerSession", "rt.start_session"},
+    "host": {
+        "rt.host",
+        "rt.flags",
+        "rt.stop_sessions",
+        "ServerSession",
+        "read_guards",
+        "fingerprint",
+        "read_model_config",
+        "read_findings",
+        "stop_leftover",
+    },
+}
+#: Words by which the map's node table and a node's docstring declare an effect.
+EFFECT_WORDS: dict[str, re.Pattern[str]] = {
+    "launch": re.compile(r"\blaunch(es)?\b(?! record)", re.I),
+    "host": re.compile(r"\bhost\b", re.I),
+}
+
+
+def _uses(path: Path) -> set[str]:
+    """The effect-bearing names a module's code uses: called names and ``rt.attr`` accesses."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            if isinstance(fn, ast.Name):
+                used.add(fn.id)
+            elif isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) and fn.value.id != "rt":
+                used.add(fn.attr)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "rt":
+            used.add(f"rt.{node.attr}")
+    return used
+
+
+def _node_modules() -> list[Path]:
+    return sorted(p for p in NODES.glob("*.py") if p.name != "__init__.py")
+
+
+def _table_rows() -> dict[str, str]:
+    """The map's node table: node name -> its effects column."""
+    rows = {}
+    for line in _doc().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and re.fullmatch(r"`\w+`", cells[0]):
+            rows[cells[0].strip("`")] = cells[2]
+    return rows
+
+
+def _effects_of_code(path: Path) -> set[str]:
+    used = _uses(path)
+    return {kind for kind, names in EFFECT_USES.items() if used & names}
+
+
+def test_every_node_is_in_the_map_and_every_row_is_a_node() -> None:
+    assert sorted(_table_rows()) == sorted(p.stem for p in _node_modules())
+
+
+@pytest.mark.parametrize("path", _node_modules(), ids=lambda p: p.stem)
+def test_a_nodes_declared_effects_are_what_its_code_does(path: Path) -> None:
+    """The node table's effects column and the module docstring's side effects name every kind of
+    effect the node's code has (launch, host), and the table names none it does not have."""
+    code = _effects_of_code(path)
+    row = _table_rows()[path.stem]
+    declared = {kind for kind, word in EFFECT_WORDS.items() if word.search(row)}
+    assert declared == code, (
+        f"docs/ARCHITECTURE.md says {path.stem}'s effects are {row!r} (kinds {sorted(declared)}), "
+        f"its code has {sorted(code)} (it uses {sorted(_uses(path) & set().union(*EFFECT_USES.values()))})"
+    )
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    undeclared = sorted(kind for kind in code if not EFFECT_WORDS[kind].search(doc))
+    assert not undeclared, f"{path.relative_to(REPO)}'s docstring does not declare its {undeclared} effects"
+
+
+def test_the_effect_check_sees_a_host_query(tmp_path: Path) -> None:
+    sample = tmp_path / "n.py"
+    sample.write_text("def node(state, rt):\n    rt.host.run(['ls'])\n    raise HostError('x')\n")
+    assert _effects_of_code(sample) == {"host"}
+    sample.write_text("def node(state, rt):\n    return ServerSession(rt.transcript)\n")
+    assert _effects_of_code(sample) == {"launch", "host"}
+
+
+# ----------------------------------------------------------------------------------------------- limits
+
+
+def _sources() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (REPO / package).rglob("*.py") if "site" not in p.parts)
+
+
+def _exempt(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A typer command (decorated ``@app.command``/``@x.callback``) declares one parameter per option."""
+    for dec in node.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        if isinstance(target, ast.Attribute) and target.attr in ("command", "callback"):
+            return True
+    return False
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = node.args
+    names = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+    return len([n for n in names if n.arg not in ("self", "cls")])
+
+
+def _violations() -> tuple[list[str], list[str], list[str]]:
+    modules, functions, parameters = [], [], []
+    for path in _sources():
+        text = path.read_text(encoding="utf-8")
+        rel = path.relative_to(REPO)
+        lines = text.count("\n")
+        if lines > MAX_MODULE_LINES:
+            modules.append(f"{rel}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                functions.append(f"{rel}:{node.lineno} {node.name}: {length} lines")
+            if _parameters(node) > MAX_PARAMETERS and not _exempt(node):
+                parameters.append(f"{rel}:{node.lineno} {node.name}: {_parameters(node)} parameters")
+    return modules, functions, parameters
+
+
+def test_no_module_function_or_parameter_list_is_over_its_limit() -> None:
+    modules, functions, parameters = _violations()
+    assert not modules, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(modules)
+    assert not functions, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(functions)
+    assert not parameters, f"functions over {MAX_PARAMETERS} parameters:\n" + "\n".join(parameters)
+
+
+def _agent_import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the agent modules it imports when it runs (imports under ``if TYPE_CHECKING:`` are for
+    the type checker only and load nothing)."""
+    modules: dict[str, Path] = {}
+    for path in sorted((root / "agent").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typing_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+            for stmt in block.body
+            for n in ast.walk(stmt)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            graph[module] |= {n for n in names if n in modules and n != module}
+    return graph
+
+
+def _longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    @functools.cache
+    def depth(m: str) -> int:
+        return max((1 + depth(x) for x in graph[m]), default=0)
+
+    top = max(graph, key=depth)
+    chain = [top]
+    while graph[chain[-1]]:
+        chain.append(max(graph[chain[-1]], key=depth))
+    return chain
+
+
+def test_agent_has_at_most_eight_import_levels() -> None:
+    """Levels are the imports in the longest chain of agent modules importing each other."""
+    chain = _longest_chain(_agent_import_graph(REPO))
+    assert len(chain) - 1 <= MAX_IMPORT_LEVELS, f"{len(chain) - 1} import levels: " + " -> ".join(chain)
+
+
+def test_the_level_count_follows_the_longest_chain(tmp_path: Path) -> None:
+    pkg = tmp_path / "agent"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from agent.b import f\nimport agent.c\n")
+    (pkg / "b.py").write_text("def f():\n    import agent.c\n")
+    (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import agent.a\n")
+    assert _longest_chain(_agent_import_graph(tmp_path)) == ["agent.a", "agent.b", "agent.c"]
