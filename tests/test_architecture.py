@@ -98,6 +98,7 @@ EFFECT_USES: dict[str, set[str]] = {
     "host": {
         "rt.host",
         "rt.flags",
+        "rt.planner",
         "rt.stop_sessions",
         "ServerSession",
         "read_guards",
@@ -175,6 +176,9 @@ def test_the_effect_check_sees_a_host_query(tmp_path: Path) -> None:
     assert _effects_of_code(sample) == {"host"}
     sample.write_text("def node(state, rt):\n    return ServerSession(rt.transcript)\n")
     assert _effects_of_code(sample) == {"launch", "host"}
+    # the planner is built from the flag catalog, which a process that resumed a run reads from the host
+    sample.write_text("def node(state, rt):\n    return rt.planner(state).history(state)\n")
+    assert _effects_of_code(sample) == {"host"}
 
 
 # ----------------------------------------------------------------------------------------------- limits
