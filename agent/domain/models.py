@@ -313,8 +313,8 @@ class Hypothesis(BaseModel):
     interventions: list[Intervention] = Field(default_factory=list)
     cause_signatures: list[str] = Field(default_factory=list)
     stage: str | None = None
-    #: The candidate generator that proposed it (``agent/generators``), and the third-party package it
-    #: implicates (``flashinfer``, ``deep_gemm``, ...), if any.
+    #: The candidate generator that proposed it (``agent/planning/generators``), and the third-party
+    #: package it implicates (``flashinfer``, ``deep_gemm``, ...), if any.
     generator: str | None = None
     package: str | None = None
 

@@ -141,7 +141,7 @@ class FlagCatalog(BaseModel):
         help says it takes JSON (SGLang's ``--json-model-override-args``, "A dictionary in JSON string
         format ...") takes only a one-line JSON object or array, returned in ``json.dumps`` spelling. Such
         a value is one argv element locally and shell-quoted as one word over SSH (``tools/server.py``,
-        ``tools/ssh.py``).
+        ``tools/ssh/``).
 
         Raises UnknownFlagError / AmbiguousFlagError (from ``resolve``) or InvalidFlagValueError.
         """

@@ -1,4 +1,5 @@
-"""Candidate generators: ways of finding candidate causes, behind one protocol (DESIGN.md, "Planners").
+"""Candidate generators: ways of finding candidate causes, behind one protocol (docs/ARCHITECTURE.md,
+"Planners").
 
 A generator reads the evidence of a failing run, the host's facts and the host's own flag catalog (from
 ``launch_server --help``) and returns hypotheses (``Candidate``), each with the one-variable

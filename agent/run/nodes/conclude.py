@@ -1,9 +1,9 @@
 """conclude: the run's ending: root cause and minimal fix when a confirmed fix exists, else what was
 ruled out and what is left; the ready-to-append FINDINGS.md entry of an isolated run.
 
-Side effects: stops every server this run still has running (``Runtime.stop_sessions``, which writes
-``server.stopped``), so nothing outlives the run and the stop is recorded before its end (a run that
-ended in error says which it could not reach, left for the next run's orphan sweep); transcript
+Side effects: on the host, stops every server this run still has running (``Runtime.stop_sessions``,
+which writes ``server.stopped``), so nothing outlives the run and the stop is recorded before its end (a
+run that ended in error says which it could not reach, left for the next run's orphan sweep); transcript
 ``conclusion`` and ``run.ended``. The conclusion is built from the state; the FINDINGS.md entry from the
 run as its transcript tells it, which the runtime keeps folded in memory as events are written
 (``Runtime.recorded``): the file is not read back.
