@@ -1,14 +1,17 @@
 """Which knowledge folder a run reads: ``--knowledge DIR``, else ``$HYPOLOOP_KNOWLEDGE``, else the
 repository's ``knowledge/``.
 
-A knowledge folder holds ``signatures.toml`` (log signatures), ``hypotheses.toml`` (the hypothesis
-catalog), ``symptoms.toml`` (hypotheses that trigger on a class of symptoms), ``limits.toml`` (value
-ranges) and ``risky.toml`` (changes that need a person's approval under ``--approve risky``).
+A knowledge folder holds any of ``KNOWLEDGE_FILES`` (each file's header comment says what it holds, and
+docs/ARCHITECTURE.md "Where each kind of change goes" lists them): log signatures, the hypothesis
+catalog and the symptom-class rules, flag roles, value limits, risk rules, the rule planner's weights,
+implementation choices, what a deployment is (``served.toml``), which subsystems are in play, and the
+findings reader's GPUs, model families and configuration facts. ``engines.toml`` is not among them: it
+is read from the repository only (``tools/engines.py``).
 
 A file the folder lacks falls back to the repository's own file of that name, so a folder can replace
 one file and keep the rest (a folder with only an empty ``hypotheses.toml`` is "no catalog"). A file
 that is present is used as it is: an empty ``hypotheses.toml`` is an empty catalog, and a run with it
-still has the other candidate generators (``agent/generators``).
+still has the other candidate generators (``agent/planning/generators``).
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ __all__ = [
 ]
 
 ENV_VAR = "HYPOLOOP_KNOWLEDGE"
+#: The files read from the knowledge folder in force (``knowledge_file`` here; the findings reader's
+#: three through ``knowledge_path`` in ``tools/knowledge/data.py``).
 KNOWLEDGE_FILES = (
     "signatures.toml", "hypotheses.toml", "symptoms.toml", "flag_roles.toml", "limits.toml", "risky.toml",
-    "planner.toml", "implementations.toml",
+    "planner.toml", "implementations.toml", "served.toml", "subsystems.toml", "hardware.toml",
+    "model_families.toml", "config_facts.toml",
 )
 
 
