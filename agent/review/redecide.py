@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent.record.transcript import read_transcript
-from agent.review.render import _change_text
+from agent.review.render import change_text
 from agent.review.wording import count
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ def _describe(data: dict[str, Any] | None) -> str:
     if not data:
         return "conclude"
     if data.get("change"):
-        what = _change_text(data["change"])
+        what = change_text(data["change"])
     else:
         what = {"baseline": "baseline run (no change)", "confirm": "confirmation re-run (no change)"}.get(
             str(data.get("purpose")), str(data.get("purpose"))
@@ -344,7 +344,7 @@ def _compare_conclusion(run: RecordedRun, planner: Planner, case: Case) -> Decis
 
     def key(status: Any, root: Any, fix: Any) -> str:
         cause = (root or {}).get("hypothesis_id") or "—"
-        fixed = _change_text(fix) if fix else "no fix"
+        fixed = change_text(fix) if fix else "no fix"
         return f"{status}; root cause {cause}; fix {fixed}"
 
     recorded = key(rec.get("status"), rec.get("root_cause"), rec.get("fix"))

@@ -31,7 +31,8 @@ def shown_line(text: str) -> str:
     return parts[-1] if parts else ""
 
 
-def _change_text(change: dict[str, Any] | None) -> str:
+def change_text(change: dict[str, Any] | None) -> str:
+    """A transcript change payload as the replay and the report show it: ``NAME: before → after``."""
     if not change:
         return "no change"
 
@@ -176,13 +177,13 @@ class EventRenderer:
     def _baseline_changed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         a = d.get("adoption") or {}
         self._p(
-            f"  [bold blue]baseline adopts[/] {escape(_change_text(a.get('change')))} "
+            f"  [bold blue]baseline adopts[/] {escape(change_text(a.get('change')))} "
             f"({a.get('from_stage')} → {a.get('to_stage')})"
         )
 
     def _experiment_proposed(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         what = {"baseline": "reproduce the baseline", "confirm": "confirm the fix"}.get(
-            d["purpose"], _change_text(d.get("change"))
+            d["purpose"], change_text(d.get("change"))
         )
         self.console.print()
         self._p(
@@ -195,7 +196,7 @@ class EventRenderer:
         reason = f": {escape(str(d['reason']))}" if d.get("reason") else ""
         edit = ""
         if d.get("decision") == "edit":
-            edit = f" → runs [bold magenta]{escape(_change_text(d.get('change')))}[/] instead ({d.get('edited_experiment_id')})"
+            edit = f" → runs [bold magenta]{escape(change_text(d.get('change')))}[/] instead ({d.get('edited_experiment_id')})"
         self._p(f"  approval: {d.get('decision')} ({d.get('by', 'user')}){edit}{reason}")
 
     def _approval_refused(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
@@ -409,9 +410,9 @@ def conclusion_panel(d: dict[str, Any], *, answered: bool = False) -> Panel:
             "root cause", f"{escape(d['root_cause']['statement'])} [dim]({d['root_cause']['component']})[/]"
         )
     for b in d.get("blockers", []):
-        t.add_row("blocker fixed", escape(f"{_change_text(b)} (adopted first; the fix needs it too)"))
+        t.add_row("blocker fixed", escape(f"{change_text(b)} (adopted first; the fix needs it too)"))
     if d.get("fix") and not answered:
-        t.add_row("fix", escape(_change_text(d["fix"])))
+        t.add_row("fix", escape(change_text(d["fix"])))
     if d.get("confirmation_experiment_id"):
         t.add_row("confirmed by", d["confirmation_experiment_id"])
     for a in d.get("alternatives", []) if not answered else []:
@@ -438,7 +439,7 @@ def conclusion_panel(d: dict[str, Any], *, answered: bool = False) -> Panel:
     for e in d.get("edited", []):
         t.add_row(
             "edited",
-            escape(f"ran {_change_text(e.get('change'))} (proposed: {_change_text(e.get('proposed'))})"),
+            escape(f"ran {change_text(e.get('change'))} (proposed: {change_text(e.get('proposed'))})"),
         )
     if d.get("reason"):
         t.add_row("reason", escape(d["reason"]))

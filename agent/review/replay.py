@@ -39,7 +39,7 @@ from agent.review.redecide import (
     redecide_table,
     view_at,
 )
-from agent.review.render import EventRenderer, _change_text, shown_line
+from agent.review.render import EventRenderer, change_text, shown_line
 from agent.review.wording import count
 from tools.sanitize import SafeConsole
 
@@ -268,7 +268,7 @@ class ReplayRenderer(EventRenderer):
             self._p("  [dim]ledger at this point (what each hypothesis predicts for this experiment):[/]")
             self.console.print(self._ledger_table(preds))
         self._considered(
-            d.get("considered", []), chosen=_change_text(d.get("change")) if d.get("change") else None
+            d.get("considered", []), chosen=change_text(d.get("change")) if d.get("change") else None
         )
 
     def _considered(self, considered: list[dict[str, Any]], *, chosen: str | None) -> None:

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from agent.record.recorded import ExperimentRun, HypothesisRecord, RecordedRun
-from agent.review.render import _change_text, alternative_text, answer_rows, shown_line
+from agent.review.render import alternative_text, answer_rows, change_text, shown_line
 from agent.review.report.model import DesignStep, HypothesisView, Report, _dur, _verdict
 from agent.review.report.steps import _design_steps, _evidence, _exp_label, _experiment_rows, _why_dropped
 from agent.review.wording import count
@@ -60,7 +60,7 @@ def _fix_summary(run: RecordedRun, c: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     for b in c.get("blockers", []):
-        out.append(("blocker fixed", _change_text(b) + " — adopted into the baseline first; the fix needs it too"))
+        out.append(("blocker fixed", change_text(b) + " — adopted into the baseline first; the fix needs it too"))
     if c.get("fix"):
         fix_run = run.run_of(c.get("fix_experiment_id"))
         how = ""
@@ -70,7 +70,7 @@ def _fix_summary(run: RecordedRun, c: dict[str, Any]) -> list[tuple[str, str]]:
                 f" — experiment #{fix_run.step} served correctly with it "
                 f"({sum(1 for p in probes if p.get('ok'))}/{len(probes)} probes ok)"
             )
-        out.append(("fix", _change_text(c["fix"]) + how))
+        out.append(("fix", change_text(c["fix"]) + how))
         for a in c.get("alternatives", []):
             out.append(("alternative", alternative_text(a)))
     if c.get("confirmation_experiment_id"):
@@ -225,7 +225,7 @@ def _notes(run: RecordedRun, c: dict[str, Any]) -> list[str]:
     notes: list[str] = []
     for rj in run.rejections:
         notes.append(
-            f"Rejected: {_change_text(rj['change']) if rj.get('change') else rj['experiment_id']} — {rj['reason']}"
+            f"Rejected: {change_text(rj['change']) if rj.get('change') else rj['experiment_id']} — {rj['reason']}"
         )
     for u in c.get("untested", []):
         notes.append(

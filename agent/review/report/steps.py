@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.record.recorded import ExperimentRun, HypothesisRecord, RecordedRun
-from agent.review.render import _change_text, shown_line
+from agent.review.render import change_text, shown_line
 from agent.review.report.model import (
     _CONTEXT,
     _MAX_EXCERPT_LINES,
@@ -22,7 +22,7 @@ from agent.review.report.model import (
 def _exp_label(r: ExperimentRun) -> str:
     e = r.experiment
     if e.get("change"):
-        what = _change_text(e["change"])
+        what = change_text(e["change"])
     elif r.observed_log:
         what = f"observed log {Path(r.observed_log).name}"
     else:
@@ -100,7 +100,7 @@ def _design_steps(run: RecordedRun) -> list[DesignStep]:
     steps: list[DesignStep] = []
     for p in run.proposals:
         d = p.data
-        chosen = _change_text(d["change"]) if d.get("change") else ""
+        chosen = change_text(d["change"]) if d.get("change") else ""
         label = chosen or {"baseline": "baseline run (no change)", "confirm": "confirmation re-run"}.get(
             str(d.get("purpose")), str(d.get("purpose"))
         )
@@ -126,7 +126,7 @@ def _design_steps(run: RecordedRun) -> list[DesignStep]:
         if dec.get("reason"):
             decision += f": {dec['reason']}"
         if dec.get("decision") == "edit" and dec.get("change"):
-            decision += f"; ran {_change_text(dec['change'])} instead"
+            decision += f"; ran {change_text(dec['change'])} instead"
         why = _why_chosen(run, d, alts, p.step)
         steps.append(
             DesignStep(
@@ -265,7 +265,7 @@ def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
                 number=r.step,
                 experiment_id=r.id,
                 purpose=str(r.experiment.get("purpose")),
-                change=_change_text(r.experiment["change"]) if r.experiment.get("change") else "—",
+                change=change_text(r.experiment["change"]) if r.experiment.get("change") else "—",
                 approval=approval,
                 outcome=outcome,
                 stage=stage,
