@@ -226,7 +226,7 @@ def _random_on_case(
     from bench.launcher import Launcher
     from bench.method_result import LaunchCache
     from bench.random_search import plausible_changes, run_random
-    from tools.flags import load_catalog as load_flag_catalog
+    from tools.flags import load_flag_catalog
     from tools.host import expand_argv
     from tools.knowledge import read_findings
 

@@ -22,7 +22,7 @@ from bench.method_result import LaunchCache, MethodResult
 from bench.methods import run_agent, run_ddmin, run_human
 from bench.random_search import plausible_changes, run_random
 from bench.worlds import BenchWorld, discover
-from tools.flags import load_catalog as load_flag_catalog
+from tools.flags import load_flag_catalog
 from tools.host import expand_argv
 from tools.knowledge import read_findings
 from tools.signatures import load_signatures

@@ -19,7 +19,7 @@ from tools.flags import (
     FlagError,
     InvalidFlagValueError,
     UnknownFlagError,
-    load_catalog,
+    load_flag_catalog,
     parse_help,
 )
 
@@ -383,7 +383,7 @@ def test_catalog_round_trips_through_json(grouped: FlagCatalog) -> None:
     assert again.version == "0.5.9" and again.source == "fixture grouped"
 
 
-# --- load_catalog against a real process ----------------------------------------------------------------
+# --- load_flag_catalog against a real process ------------------------------------------------------------
 
 
 @dataclass
@@ -432,28 +432,28 @@ def test_load_catalog_runs_help_on_host_and_uses_cache_second_time(tmp_path: Pat
     launcher = _script(tmp_path, "launch_server.py", HELP_SCRIPT)
     cache = tmp_path / "cache"
 
-    first = load_catalog(host, launcher, cache_dir=cache, version="0.5.9")
+    first = load_flag_catalog(host, launcher, cache_dir=cache, version="0.5.9")
     assert host.calls == [[*launcher, "--help"]]
     assert first.resolve("--tp").name == "--tp-size"
     assert first.flags["--kv-cache-dtype"].choices == ["auto", "fp8_e5m2", "fp8_e4m3", "bf16", "bfloat16"]
     assert first.version == "0.5.9" and "fake-local" in first.source
     assert len(list(cache.glob("*.json"))) == 1
 
-    second = load_catalog(host, launcher, cache_dir=cache, version="0.5.9")
+    second = load_flag_catalog(host, launcher, cache_dir=cache, version="0.5.9")
     assert len(host.calls) == 1  # served from the cache
     assert second == first
 
-    load_catalog(host, launcher, cache_dir=cache, version="0.5.10")  # another version: another key
+    load_flag_catalog(host, launcher, cache_dir=cache, version="0.5.10")  # another version: another key
     assert len(host.calls) == 2
-    load_catalog(_SubprocessHost(name="other-host"), launcher, cache_dir=cache, version="0.5.9")
+    load_flag_catalog(_SubprocessHost(name="other-host"), launcher, cache_dir=cache, version="0.5.9")
     assert len(list(cache.glob("*.json"))) == 3
 
 
 def test_load_catalog_without_version_does_not_cache(tmp_path: Path) -> None:
     host = _SubprocessHost()
     launcher = _script(tmp_path, "launch_server.py", HELP_SCRIPT)
-    load_catalog(host, launcher, cache_dir=tmp_path / "cache", version=None)
-    load_catalog(host, launcher, cache_dir=tmp_path / "cache", version=None)
+    load_flag_catalog(host, launcher, cache_dir=tmp_path / "cache", version=None)
+    load_flag_catalog(host, launcher, cache_dir=tmp_path / "cache", version=None)
     assert len(host.calls) == 2
     assert not (tmp_path / "cache").exists()
 
@@ -462,10 +462,10 @@ def test_load_catalog_ignores_corrupt_cache(tmp_path: Path) -> None:
     host = _SubprocessHost()
     launcher = _script(tmp_path, "launch_server.py", HELP_SCRIPT)
     cache = tmp_path / "cache"
-    load_catalog(host, launcher, cache_dir=cache, version="0.5.9")
+    load_flag_catalog(host, launcher, cache_dir=cache, version="0.5.9")
     (cache_file,) = cache.glob("*.json")
     cache_file.write_text("{not json")
-    catalog = load_catalog(host, launcher, cache_dir=cache, version="0.5.9")
+    catalog = load_flag_catalog(host, launcher, cache_dir=cache, version="0.5.9")
     assert len(host.calls) == 2 and catalog.has("--tp")
     assert json.loads(cache_file.read_text())["catalog"]["flags"]["--tp-size"]["aliases"] == ["--tp"]
 
@@ -478,7 +478,7 @@ def test_load_catalog_reports_failing_launcher_in_one_line(tmp_path: Path) -> No
         "ModuleNotFoundError: No module named sglang\\n')\nsys.exit(1)\n",
     )
     with pytest.raises(CatalogLoadError) as err:
-        load_catalog(_SubprocessHost(), launcher, cache_dir=tmp_path / "cache", version="0.5.9")
+        load_flag_catalog(_SubprocessHost(), launcher, cache_dir=tmp_path / "cache", version="0.5.9")
     message = str(err.value)
     assert "\n" not in message
     assert "fake-local" in message and "exited with 1" in message
@@ -489,7 +489,7 @@ def test_load_catalog_reports_failing_launcher_in_one_line(tmp_path: Path) -> No
 def test_load_catalog_reports_output_without_options(tmp_path: Path) -> None:
     launcher = _script(tmp_path, "chatty.py", "print('hello, I am not argparse')\n")
     with pytest.raises(CatalogLoadError, match="printed no argparse options"):
-        load_catalog(_SubprocessHost(), launcher, cache_dir=tmp_path / "cache", version="0.5.9")
+        load_flag_catalog(_SubprocessHost(), launcher, cache_dir=tmp_path / "cache", version="0.5.9")
 
 
 # ---------------------------------------------------------------- the real --help of two releases

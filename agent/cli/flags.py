@@ -27,8 +27,7 @@ from agent.domain.case import Case, CaseError, LauncherSpec, ModelSpec
 from agent.review.render import print_hanging
 from agent.review.wording import count
 from tools.connect import connect_host
-from tools.flags import FlagCatalog, FlagError, parse_help
-from tools.flags import load_catalog as load_flag_catalog
+from tools.flags import FlagCatalog, FlagError, load_flag_catalog, parse_help
 from tools.host import HostError, expand_argv
 
 

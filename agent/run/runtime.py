@@ -23,8 +23,7 @@ from agent.record.transcript import Transcript
 from agent.run.progress import ProgressBoard
 from tools.connect import connect_host
 from tools.fingerprint import engine_version
-from tools.flags import FlagCatalog
-from tools.flags import load_catalog as load_flag_catalog
+from tools.flags import FlagCatalog, load_flag_catalog
 from tools.host import FindsOrphans, Host, HostError, expand_argv
 from tools.server import ServerSession
 from tools.signatures import Signature, for_engine, load_signatures

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from tools.flags.catalog import FlagCatalog
 from tools.flags.help import parse_help
-from tools.flags.load import load_catalog
+from tools.flags.load import load_flag_catalog
 from tools.flags.server_args import catalog_from_server_args
 from tools.flags.spec import (
     AmbiguousFlagError,
@@ -47,7 +47,7 @@ __all__ = [
     "UnknownFlagError",
     "ValueType",
     "catalog_from_server_args",
-    "load_catalog",
+    "load_flag_catalog",
     "parse_help",
     "value_words",
 ]

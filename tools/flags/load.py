@@ -25,7 +25,7 @@ class _CommandResultLike(Protocol):
 
 
 class _RunsCommands(Protocol):
-    """The part of ``tools.host.Host`` that ``load_catalog`` uses."""
+    """The part of ``tools.host.Host`` that ``load_flag_catalog`` uses."""
 
     @property
     def name(self) -> str: ...
@@ -33,7 +33,7 @@ class _RunsCommands(Protocol):
     def run(self, argv: Sequence[str], *, timeout: float = ...) -> _CommandResultLike: ...
 
 
-def load_catalog(
+def load_flag_catalog(
     host: _RunsCommands,
     launcher_argv: list[str],
     *,
