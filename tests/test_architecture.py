@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 import pytest
+from test_imports import _import_graph
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "ARCHITECTURE.md"
@@ -253,30 +254,7 @@ def test_no_module_function_or_parameter_list_is_over_its_limit() -> None:
 def _agent_import_graph(root: Path) -> dict[str, set[str]]:
     """Module -> the agent modules it imports when it runs (imports under ``if TYPE_CHECKING:`` are for
     the type checker only and load nothing)."""
-    modules: dict[str, Path] = {}
-    for path in sorted((root / "agent").rglob("*.py")):
-        parts = path.relative_to(root).with_suffix("").parts
-        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    graph: dict[str, set[str]] = {m: set() for m in modules}
-    for module, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing_only = {
-            id(n)
-            for block in ast.walk(tree)
-            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-            for stmt in block.body
-            for n in ast.walk(stmt)
-        }
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-            graph[module] |= {n for n in names if n in modules and n != module}
-    return graph
+    return _import_graph(root, ["agent"], runtime_only=True)
 
 
 def _longest_chain(graph: dict[str, set[str]]) -> list[str]:

@@ -76,9 +76,21 @@ def test_the_scan_sees_hidden_imports(tmp_path: Path) -> None:
     assert [m for _, m in _imported_modules(sample)] == ["importlib", "lab.world", "lab.rules", "lab"]
 
 
-def _import_graph(root: Path, packages: list[str]) -> dict[str, set[str]]:
+def _typing_only(tree: ast.Module) -> set[int]:
+    """Ids of the nodes under ``if TYPE_CHECKING:`` blocks: imports for the type checker, which load nothing."""
+    return {
+        id(n)
+        for block in ast.walk(tree)
+        if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for stmt in block.body
+        for n in ast.walk(stmt)
+    }
+
+
+def _import_graph(root: Path, packages: list[str], *, runtime_only: bool = False) -> dict[str, set[str]]:
     """Module -> the modules of ``packages`` it imports (anywhere in the file, function bodies included;
-    ``from pkg import submodule`` counts as importing the submodule)."""
+    ``from pkg import submodule`` counts as importing the submodule). ``runtime_only``: leave out the
+    imports under ``if TYPE_CHECKING:``."""
     modules: dict[str, Path] = {}
     for package in packages:
         for path in sorted((root / package).rglob("*.py")):
@@ -86,7 +98,11 @@ def _import_graph(root: Path, packages: list[str]) -> dict[str, set[str]]:
             modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for module, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        skipped = _typing_only(tree) if runtime_only else set()
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]

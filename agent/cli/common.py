@@ -165,6 +165,10 @@ InsecureOpt = Annotated[
 PythonOpt = Annotated[
     str | None, typer.Option("--remote-python", help="what {python} means on the SSH host (default python3)")
 ]
+CaseHostOpt = Annotated[str | None, typer.Option("--case", help="use this case's host and launcher")]
+LauncherOpt = Annotated[str, typer.Option("--launcher", help="launcher command on the host")]
+#: The launcher ``flags`` and ``doctor`` ask when neither ``--case`` nor ``--launcher`` says another.
+DEFAULT_LAUNCHER = "python -m sglang.launch_server"
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent.cli.common import (
+    DEFAULT_LAUNCHER,
+    CaseHostOpt,
     HostOpt,
     HostOptions,
     InsecureOpt,
     KeyOpt,
     KnownOpt,
+    LauncherOpt,
     PythonOpt,
     fail,
     piped_console,
@@ -31,10 +34,8 @@ from tools.host import Host, HostError
 
 def doctor(
     host: HostOpt = None,
-    case: Annotated[str | None, typer.Option(help="use this case's host and launcher")] = None,
-    launcher: Annotated[
-        str, typer.Option(help="launcher command on the host")
-    ] = "python -m sglang.launch_server",
+    case: CaseHostOpt = None,
+    launcher: LauncherOpt = DEFAULT_LAUNCHER,
     json_out: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
     ssh_key: KeyOpt = None,
     known_hosts: KnownOpt = None,

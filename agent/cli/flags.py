@@ -10,11 +10,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent.cli.common import (
+    DEFAULT_LAUNCHER,
+    CaseHostOpt,
     HostOpt,
     HostOptions,
     InsecureOpt,
     KeyOpt,
     KnownOpt,
+    LauncherOpt,
     PythonOpt,
     fail,
     piped_console,
@@ -36,10 +39,8 @@ def flags(
     from_file: Annotated[
         Path | None, typer.Option("--from-file", help="a saved `launch_server --help` output")
     ] = None,
-    case: Annotated[str | None, typer.Option(help="use this case's host and launcher")] = None,
-    launcher: Annotated[
-        str, typer.Option(help="launcher command on the host")
-    ] = "python -m sglang.launch_server",
+    case: CaseHostOpt = None,
+    launcher: LauncherOpt = DEFAULT_LAUNCHER,
     json_out: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
     ssh_key: KeyOpt = None,
     known_hosts: KnownOpt = None,
