@@ -115,9 +115,10 @@ def test_another_machines_cpu_list_is_never_proposed(tmp_path: Path) -> None:
 def test_with_the_cpu_count_a_fitting_value_is_derived_or_left_out_with_the_reason(tmp_path: Path) -> None:
     out = " ".join(_analyze(tmp_path, "cpu_threads_bind.log", "--cpus", "8").split())
     proposals = out.split("hypotheses")[1].split("values checked against this host")[0]
-    assert "0-31" not in proposals and "63" not in proposals and "SGLANG_CPU_OMP_THREADS_BIND" not in proposals
-    # two ranks need a '|' the guard refuses in an environment value: left out, saying so and the value
-    assert "names CPUs up to 63 and this host has 8" in out and "0-3|4-7" in out and "guard refuses" in out
+    assert "0-31" not in proposals and "63" not in proposals
+    # two ranks on this host's 8 CPUs: SGLang's per-rank form, '|' between the ranks (a CPU list passes the guard)
+    assert "SGLANG_CPU_OMP_THREADS_BIND" in proposals and "0-3|4-7" in proposals, out
+    assert "names CPUs up to 63 and this host has 8: 0-3|4-7 is this host's 8 CPUs split among 2 rank(s)" in out
 
 
 def test_fit_cpu_list_checks_against_the_host() -> None:
@@ -127,6 +128,8 @@ def test_fit_cpu_list_checks_against_the_host() -> None:
     assert fit_cpu_list("0-31", example, cpu_count=None, ranks=1)[0] is None
     assert fit_cpu_list("0-31", example, cpu_count=4, ranks=1)[0] == "0-3"
     assert fit_cpu_list("0-31", "set X=0-31", cpu_count=64, ranks=1) == ("0-31", "")
-    assert fit_cpu_list("0-31|32-63", "set X=0-31|32-63", cpu_count=64, ranks=2)[0] is None  # '|' refused
+    assert fit_cpu_list("0-31|32-63", "set X=0-31|32-63", cpu_count=64, ranks=2) == ("0-31|32-63", "")
+    # a sentence of the error's example paragraph without an example word: unchecked, never proposed
+    assert fit_cpu_list("0-31|32-63", "the same as setting X=0-31|32-63", cpu_count=None, ranks=2)[0] is None
     assert fit_cpu_list("0-3", example, cpu_count=2, ranks=4)[0] is None  # fewer CPUs than ranks
     assert fit_cpu_list("16", example, cpu_count=2, ranks=1) == ("16", "")  # a count, not a CPU list

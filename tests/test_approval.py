@@ -227,6 +227,23 @@ def test_an_edit_removes_a_flag_refuses_a_stray_equals_and_a_respelled_repeat(fl
         edit(["--mem-fraction-static=0.930"], _view(experiments=[ran]))
 
 
+def test_an_edit_may_bind_ranks_to_cpu_lists_but_never_pass_a_pipe_to_a_shell(flags: FlagCatalog) -> None:
+    """SGLang's per-rank CPU binding separates ranks with '|' (SGLANG_CPU_OMP_THREADS_BIND=0-3|4-7,
+    sglang/srt/utils/numa_utils.py, 0.5.23): a CPU list passes the guard; anything else with '|' does not."""
+
+    def edit(items: list[str]) -> Experiment:
+        return apply_edit(
+            _test_exp("--attention-backend", "fa3"), items, view=_view(), flags=flags, hypotheses=HYPS,
+            predict=_predict,
+        )  # fmt: skip
+
+    bound = edit(["SGLANG_CPU_OMP_THREADS_BIND=0-3|4-7"])
+    assert bound.change == Change(kind="env", name="SGLANG_CPU_OMP_THREADS_BIND", before=None, after="0-3|4-7")
+    for value in ("0-3|reboot", "0|1;rm", "a|b"):
+        with pytest.raises(EditError, match="characters a shell would interpret"):
+            edit([f"SGLANG_CPU_OMP_THREADS_BIND={value}"])
+
+
 def test_baseline_run_cannot_be_edited(flags: FlagCatalog) -> None:
     exp = Experiment(id="exp-b", purpose="baseline", baseline=BASE)
     with pytest.raises(EditError, match="baseline run changes nothing"):

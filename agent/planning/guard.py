@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.domain.models import Baseline, Change, Experiment, value_key
-from agent.planning.values import SHELL_SAFE_VALUE, clean_value, prose_punctuation
+from agent.planning.values import clean_value, env_value_ok, prose_punctuation
 from tools.flags import FlagCatalog, FlagError
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def _check_change(exp: Experiment, ch: Change, flags: FlagCatalog | None) -> Non
             raise GuardError(f"env {ch.name!r}: expected a variable name like NCCL_P2P_DISABLE")
     # a value a shell would interpret even without its prose punctuation is refused for that; otherwise
     # the prose punctuation is named first, since it says what the value is
-    if ch.kind == "env" and ch.after is not None and not SHELL_SAFE_VALUE.match(str(clean_value(ch.after))):
+    if ch.kind == "env" and ch.after is not None and not env_value_ok(str(clean_value(ch.after))):
         raise GuardError(f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret")
     tail = prose_punctuation(ch.after)
     if tail is not None:
@@ -111,7 +111,7 @@ def _check_change(exp: Experiment, ch: Change, flags: FlagCatalog | None) -> Non
             f"{ch.name}: {ch.after!r} carries prose punctuation ({tail!r}) copied from a sentence; the value "
             f"is {clean_value(ch.after)!r}"
         )
-    if ch.kind == "env" and ch.after is not None and not SHELL_SAFE_VALUE.match(str(ch.after)):
+    if ch.kind == "env" and ch.after is not None and not env_value_ok(str(ch.after)):
         raise GuardError(f"env {ch.name}: value {ch.after!r} contains characters a shell would interpret")
     if exp.id != exp.expected_id():
         raise GuardError(f"{exp.id}: id does not match the baseline and change")

@@ -369,7 +369,7 @@ def prose_punctuation(value: FlagValue) -> str | None:
 
 
 #: Characters an environment value may hold: a value with others is refused by the guard (a shell would
-#: interpret them), so the planner never proposes one.
+#: interpret them), so the planner never proposes one; a CPU list is the one exception (``env_value_ok``).
 SHELL_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_./:,+=@%-]*$")
 #: A list of CPU ids as Linux and OpenMP write them (``0-31``, ``0-15|32-47``, ``0,2,4``): SGLang's
 #: ``SGLANG_CPU_OMP_THREADS_BIND`` gives each rank's cores, ranks separated by ``|``
@@ -377,6 +377,16 @@ SHELL_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_./:,+=@%-]*$")
 _CPU_LIST = re.compile(r"^\d+(?:-\d+)?(?:[,|]\d+(?:-\d+)?)*$")
 #: Words that introduce an example in an error text (the value is then for the machine the text imagines).
 _EXAMPLE = re.compile(r"\b(?:for example|e\.g\.|such as|for instance|on a machine with)\b", re.I)
+
+
+def env_value_ok(value: str) -> bool:
+    """Whether the guard lets an experiment set an environment variable to ``value``: only characters no
+    shell interprets (``SHELL_SAFE_VALUE``), or a CPU list, whose ``|`` separates ranks
+    (``SGLANG_CPU_OMP_THREADS_BIND=0-3|4-7``: sglang/srt/utils/numa_utils.py ``init_threads_binding``,
+    0.5.23; vLLM's ``VLLM_CPU_OMP_THREADS_BIND`` the same way). Every host passes environment values
+    ``shlex``-quoted or as an environment mapping, and ``command_text`` quotes them for a person, so the
+    ``|`` of a CPU list is never read by a shell; the rule keeps anything else a shell would run out."""
+    return bool(SHELL_SAFE_VALUE.match(value) or _CPU_LIST.match(value))
 
 
 def cpu_ids(value: str) -> list[int] | None:
@@ -402,20 +412,21 @@ def split_cpus(cpu_count: int, ranks: int) -> str:
 
 def fit_cpu_list(value: str, sentence: str, *, cpu_count: int | None, ranks: int | None) -> tuple[str | None, str]:
     """A CPU-list value read from an error text, checked against this host: (the value to propose or
-    None, why). A value that names a CPU the host does not have, or that the text gives as an example
-    while the host's CPU count is unknown, is never proposed as read: with the CPU count known, a value
-    of the same shape (one group per rank) is derived for this host; it is left out when it would hold
-    characters the guard refuses (``SHELL_SAFE_VALUE``). Values that are not CPU lists pass unchanged."""
+    None, why). With the host's CPU count unknown, no CPU list is proposed (it names CPUs of some
+    machine). With it known, a value that names a CPU the host does not have, or that the text gives as
+    an example, is never proposed as read: a value of the same shape (one group per rank) is derived for
+    this host. Values that are not CPU lists pass unchanged."""
     ids = cpu_ids(value)
     if ids is None:
         return value, ""
     example = bool(_EXAMPLE.search(sentence))
     if cpu_count is None:
-        if example:
-            return None, (f"{value} is the error's example for another machine (CPUs {min(ids)}-{max(ids)}); this "
-                          "host's CPU count is unknown (analyze --cpus N, or --case to ask the host)")
-        fitted = value
-    elif max(ids) >= cpu_count or example:
+        # CPU ids belong to one machine: unchecked, a list read from a text is never proposed (an error's
+        # paragraph of examples has sentences without an example word: "the same as setting X=0-31|32-63")
+        said = "the error's example for another machine" if example else "read from the error"
+        return None, (f"{value} is {said} (CPUs {min(ids)}-{max(ids)}); this host's CPU count is unknown "
+                      "(analyze --cpus N, or --case to ask the host)")
+    if max(ids) >= cpu_count or example:
         groups = ranks or value.count("|") + 1
         try:
             fitted = split_cpus(cpu_count, groups)
@@ -423,12 +434,5 @@ def fit_cpu_list(value: str, sentence: str, *, cpu_count: int | None, ranks: int
             return None, f"{value} does not fit this host: {exc}"
         why = (f"{value} names CPUs up to {max(ids)} and this host has {cpu_count}" if max(ids) >= cpu_count
                else f"{value} is the error's example for another machine")
-        if not SHELL_SAFE_VALUE.match(fitted):
-            return None, (f"{why}; the value for this host, {fitted}, holds characters the guard refuses in an "
-                          "environment value, so set it by hand in the host's environment")
         return fitted, f"{why}: {fitted} is this host's {count(cpu_count, 'CPU')} split among {groups} rank(s)"
-    else:
-        fitted = value
-    if not SHELL_SAFE_VALUE.match(fitted):
-        return None, f"{fitted} holds characters the guard refuses in an environment value"
-    return fitted, ""
+    return value, ""
