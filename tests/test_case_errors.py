@@ -47,3 +47,20 @@ def test_cli_case_typo_is_one_line(tmp_path: Path) -> None:
     assert r.stderr.strip().splitlines() == [
         f"error: {p}: unknown key 'flgs' in [baseline]; did you mean 'flags'? (known keys: env, flags)"
     ]
+
+
+def test_a_case_file_that_is_not_text_is_one_line(tmp_path: Path) -> None:
+    p = tmp_path / "case.toml"
+    p.write_bytes(b"\xff\xfe\x00bin")
+    r = run_cli(tmp_path, "run", str(p), "--auto")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: {p}: not a text file (expected a TOML case file in UTF-8)"
+    ]
+
+
+@pytest.mark.parametrize("command", ["flags", "doctor"])
+def test_an_empty_launcher_is_one_line(tmp_path: Path, command: str) -> None:
+    r = run_cli(tmp_path, command, "--host", "local", "--launcher", "  ")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: --launcher '  ': expected the launcher command, e.g. python -m sglang.launch_server"
+    ]

@@ -137,3 +137,33 @@ def test_a_run_with_a_broken_file_is_refused_before_it_exists(tmp_path: Path) ->
     assert "model_families.toml: family[0].pattern: not a regular expression" in r.stderr
     listed = run_cli(tmp_path, "runs", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
+
+
+BROKEN_PLANNER_FILES = {
+    "planner.toml": ("bogus = 1\n", "planner.toml: field 'likelihood'"),
+    "implementations.toml": ("[nothing]\n", "implementations.toml: field 'choices'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_PLANNER_FILES))
+@pytest.mark.parametrize("command", ["run", "analyze", "replay --redecide"])
+def test_every_command_that_plans_refuses_a_broken_planner_file_in_one_line(
+    tmp_path: Path, command: str, name: str
+) -> None:
+    """A broken planner.toml or implementations.toml in --knowledge: run refuses it before a run exists
+    (no launch spent), analyze and replay --redecide before reading anything; one line, exit 2."""
+    folder = tmp_path / "knowledge"
+    folder.mkdir()
+    text, said = BROKEN_PLANNER_FILES[name]
+    (folder / name).write_text(text)
+    repo = Path(__file__).resolve().parents[1]
+    target = {
+        "run": ["lab:nccl-p2p-hang", "--auto"],
+        "analyze": [str(repo / "tests" / "data" / "logs_vllm_0.32.0" / "tp2-no-bind.log")],
+        "replay --redecide": [str(sorted((repo / "transcripts" / "reference").glob("*.jsonl"))[0]), "--redecide"],
+    }[command]
+    r = run_cli(tmp_path, command.split()[0], *target, "--knowledge", str(folder), timeout=600)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "internal error" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and said in r.stderr, r.stderr
+    listed = run_cli(tmp_path, "runs", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []

@@ -18,6 +18,7 @@ from agent.cli.common import (
     read_text,
     using_knowledge,
 )
+from agent.cli.drive import check_knowledge
 from agent.domain.case import Case, CaseError, LauncherSpec, ModelSpec, load_case
 from agent.domain.knowledge_dir import knowledge_file
 from agent.domain.models import Change, Experiment
@@ -75,6 +76,7 @@ def analyze(
     options = AnalyzeOptions(logfile, json_out, case, compute_capability and compute_capability.strip(), gpu_name,
                              show_all, cpu_only=cpu_only, cpus=cpus)
     with using_knowledge(knowledge):
+        check_knowledge()
         analyze_log(options)
 
 

@@ -171,6 +171,14 @@ LauncherOpt = Annotated[str, typer.Option("--launcher", help="launcher command o
 DEFAULT_LAUNCHER = "python -m sglang.launch_server"
 
 
+def launcher_words(launcher: str) -> list[str]:
+    """``--launcher``'s command as argv words; an empty one is one line and exit 2."""
+    words = launcher.split()
+    if not words:
+        fail(f"--launcher {launcher!r}: expected the launcher command, e.g. {DEFAULT_LAUNCHER}")
+    return words
+
+
 @dataclass(frozen=True)
 class HostOptions:
     """The command line's host settings (``--host``, ``--ssh-key``, ``--known-hosts``,

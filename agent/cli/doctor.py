@@ -21,6 +21,7 @@ from agent.cli.common import (
     LauncherOpt,
     PythonOpt,
     fail,
+    launcher_words,
     piped_console,
     read_case,
     redacted,
@@ -50,7 +51,7 @@ def doctor(
         c = (
             read_case(case, host)
             if case
-            else Case(name="doctor", model=ModelSpec(path="-"), launcher=LauncherSpec(argv=launcher.split()))
+            else Case(name="doctor", model=ModelSpec(path="-"), launcher=LauncherSpec(argv=launcher_words(launcher)))
         )
         c = with_host_options(c, HostOptions(host, ssh_key, known_hosts, insecure_accept_host_key, remote_python))
         h = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)

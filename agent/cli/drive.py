@@ -250,13 +250,21 @@ def command_for(run: Any) -> str:
 
 
 def check_knowledge() -> None:
-    """Load the knowledge folder's signatures and hypothesis catalog once; a file that cannot be used is
-    one line and exit 2 (CatalogError/ValueError name the file and the entry)."""
+    """Load every file of the knowledge folder in force that a run reads (signatures, hypothesis catalog,
+    symptom rules, planner weights, implementations, hardware, model families, config facts) once, before
+    anything is launched; a file that cannot be used is one line and exit 2 (the errors, all ValueErrors,
+    name the file and the entry)."""
     from agent.planning.catalog import load_catalog
+    from agent.planning.generators.implementations import implementations
+    from agent.planning.generators.symptoms import symptom_rules
+    from agent.planning.weights import weights
 
     try:
         load_signatures(knowledge_file("signatures.toml"))
         load_catalog()
+        symptom_rules()
+        weights()
+        implementations()
         check_knowledge_files()
     except (CatalogError, KnowledgeError, ValueError) as exc:
         fail(str(exc))

@@ -20,6 +20,7 @@ from agent.cli.common import (
     LauncherOpt,
     PythonOpt,
     fail,
+    launcher_words,
     piped_console,
     read_case,
     read_text,
@@ -63,7 +64,7 @@ def flags(
                 read_case(case, host)
                 if case
                 else Case(
-                    name="flags", model=ModelSpec(path="-"), launcher=LauncherSpec(argv=launcher.split())
+                    name="flags", model=ModelSpec(path="-"), launcher=LauncherSpec(argv=launcher_words(launcher))
                 )
             )
             c = with_host_options(c, HostOptions(host, ssh_key, known_hosts, insecure_accept_host_key, remote_python))

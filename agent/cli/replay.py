@@ -17,6 +17,7 @@ from agent.cli.common import (
     fail,
     using_knowledge,
 )
+from agent.cli.drive import check_knowledge
 from agent.domain.knowledge_dir import knowledge_dir
 from agent.record.transcript import TranscriptError
 from tools.sanitize import SafeConsole
@@ -106,6 +107,7 @@ def _redecide(
     folder, note = _redecide_knowledge(recorded.started.get("knowledge_dir"), knowledge)
     try:
         with using_knowledge(folder):
+            check_knowledge()
             planner, flags, warnings = redecide_planner(planner_name, recorded)
             result = redecide_run(recorded, planner, flags, warnings=[*([note] if note else []), *warnings])
     except (TranscriptError, RedecideError) as exc:

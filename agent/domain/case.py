@@ -287,6 +287,8 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise CaseError(f"{path}: TOML error: {exc}") from None
+    except UnicodeDecodeError:
+        raise CaseError(f"{path}: not a text file (expected a TOML case file in UTF-8)") from None
     except OSError as exc:
         raise CaseError(f"{path}: cannot read: {exc.strerror}") from None
     data["source_path"] = str(path)
