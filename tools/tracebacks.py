@@ -9,7 +9,9 @@ Format read: CPython's ``traceback`` module (3.8-3.13): a ``Traceback (most rece
 ``  File "PATH", line N, in FUNCTION`` per frame (outermost first) optionally followed by the source line
 and ``^^^^`` markers, then ``ExceptionType: message``. SGLang logs the header after a prefix
 (``[2026-01-10 13:23:27 TP0] Scheduler hit an exception: Traceback (most recent call last):``,
-``srt/managers/scheduler.py``), so the header and frames are searched for anywhere in a line.
+``srt/managers/scheduler.py``), so the header and frames are searched for anywhere in a line. vLLM
+repeats its record header (``(EngineCore pid=N) ERROR MM-DD HH:MM:SS [core.py:N] ``) on every line of a
+logged traceback (``tools.log_records``): a line whose header names a level is read without it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from tools.log_records import read_record
 
 _HEADER = re.compile(r"Traceback \(most recent call last\):")
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S.*?)\s*$')
@@ -141,7 +145,8 @@ def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = Tru
         frames = None
 
     for lineno, raw_line in lines:
-        line = raw_line.rstrip()
+        record = read_record(raw_line.rstrip())
+        line = record.message if record.level else record.header + record.message
         if frames is not None and prev and lineno != prev + 1:
             close(None, "", 0)
         prev = lineno

@@ -76,6 +76,9 @@ def classify_observation(outcome: Outcome, reference: Outcome) -> str:
         eo, er = exception_keys(outcome), exception_keys(reference)
         if eo and er and not (eo & er):
             return "changed"  # the same wrapper lines, but another exception underneath
+        root = root_exception_key(reference)
+        if eo and root is not None and root not in eo:
+            return "changed"  # the first error (the root cause) is gone; only a wrapper's words remain
         return "persists"
     return "changed"
 
@@ -117,6 +120,17 @@ def exception_keys(outcome: Outcome) -> set[str]:
         for tb in parse_tracebacks(outcome.log_excerpt)
         if tb.exception_line
     }
+
+
+def root_exception_key(outcome: Outcome) -> str | None:
+    """The exception line of the outcome's first traceback, numbers blanked (as `exception_keys`), or
+    None. The first error logged is the root cause; what follows re-raises it in other words (vLLM's API
+    server: "RuntimeError: Engine core initialization failed. See root cause above.", vllm/v1/engine/
+    utils.py 0.32.0; SGLang's launcher after a scheduler's exception)."""
+    for tb in parse_tracebacks(outcome.log_excerpt):
+        if tb.exception_line:
+            return re.sub(r"\d+(?:\.\d+)?", "#", tb.exception_line)[:160]
+    return None
 
 
 def progress_ids(outcome: Outcome) -> set[str]:

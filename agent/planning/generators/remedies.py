@@ -27,6 +27,7 @@ from agent.planning.generators import Candidate, GeneratorInput
 from agent.planning.generators.common import canon, documented_choices, effective_value, fact_flag, norm
 from agent.planning.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.planning.values import fit_cpu_list, rule_for
+from tools.log_records import read_record
 
 #: One remedy a launch's evidence names: (ledger id, intervention, kind of line, the line, description).
 Remedy = tuple[str, Intervention, str, LogLine, str]
@@ -224,13 +225,19 @@ _NEGATED = re.compile(r"\b(?:no|not|none of|neither|unavailable|missing|unsuppor
 
 
 def _error_lines(inp: GeneratorInput) -> list[LogLine]:
-    """The log lines that state the failure: exception lines of the tracebacks and fatal/error lines."""
+    """The log lines that state the failure: exception lines of the tracebacks and fatal/error lines,
+    each without the logger's record header (``tools.log_records``: its level and file name are not words
+    of the message). A record whose header says WARNING, INFO or DEBUG states no failure, even when its
+    message quotes an error it could lead to."""
     exceptions = {tb.exception_line.strip() for tb in inp.evidence.tracebacks if tb.exception_line}
     out = []
     for ll in inp.evidence.log:
-        t = ll.text.strip()
+        record = read_record(ll.text.strip())
+        if record.quiet:
+            continue
+        t = record.message.strip() if record.level else ll.text.strip()
         if t in exceptions or re.search(r"\b\w*(?:Error|Exception)\b:", t):
-            out.append(ll)
+            out.append(LogLine(line=ll.line, text=t) if record.level else ll)
     return out
 
 
