@@ -419,3 +419,53 @@ def test_an_interrupted_run_continues_with_auto_approval(tmp_path: Path) -> None
     assert out["status"] == "isolated" and out["root_cause"]["fix"]["name"] == "--kv-cache-dtype"
     decided = [e["data"] for e in _events(transcript) if e["type"] == "approval.decided"]
     assert decided[-1]["by"] == "auto"
+
+
+def test_a_relaunch_adopted_after_a_second_kill_counts_both_launches(tmp_path: Path) -> None:
+    """Killed while loading, the server lost too; resumed (a relaunch) and killed again while that one
+    loads; resumed: the relaunched server is adopted. Two servers ran for the experiment: both count."""
+    first = _start_paused(tmp_path)
+    run_id, transcript = first["run_id"], tmp_path / first["transcript"]
+    launched = _resume_and_kill(tmp_path, run_id, transcript, scale="0.012")
+    os.killpg(launched["pgid"], signal.SIGKILL)
+    try:
+        again = _resume_and_kill_relaunch(tmp_path, run_id, transcript)
+        assert _lab_servers(run_id) == [again["pid"]]
+        r = _hl(tmp_path, "resume", run_id, "--json", scale="0.012")
+        assert r.returncode == 3, r.stderr[-3000:]
+        assert "server adopted" in r.stderr
+    finally:
+        for pid in _lab_servers(run_id):
+            os.killpg(pid, signal.SIGKILL)
+    events = _events(transcript)
+    assert len([e for e in events if e["type"] == "server.launched"]) == 2
+    assert [e["data"]["pid"] for e in events if e["type"] == "server.adopted"] == [again["pid"]]
+    assert _last_json(r)["launches"] == 2
+
+
+def _resume_and_kill_relaunch(tmp_path: Path, run_id: str, transcript: Path) -> dict[str, Any]:
+    """`resume` that relaunches the lost experiment; kill -9 it while the second server loads."""
+    proc = subprocess.Popen(
+        [*HYPOLOOP, "resume", run_id],
+        cwd=tmp_path, env=_env(tmp_path, "0.012"),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        second: dict[str, Any] | None = None
+        while second is None and time.monotonic() < deadline:
+            launched = [e["data"] for e in _events(transcript) if e["type"] == "server.launched"]
+            second = launched[1] if len(launched) > 1 else None
+            time.sleep(0.05)
+        assert second is not None, "no relaunch"
+        log = Path(second["log"])
+        while not (log.exists() and log.stat().st_size > 0) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not any(e["type"] == "server.ready" for e in _events(transcript)), "kill it while loading"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return second

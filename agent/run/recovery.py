@@ -106,19 +106,30 @@ class PriorLaunch:
     ``open``: the last ``server.launched``/``server.adopted`` record that no ``server.stopped`` followed
     (the process driving it ended mid-way), else ``None``. ``attempts``: launches recorded so far.
     ``wall_s``: wall-clock seconds those launches are known to have run (seconds), from each launch to its
-    ``server.stopped``, or to the last event recorded while it was being watched when nobody stopped it.
+    ``server.stopped``, or to the last event recorded while it was being watched when nobody stopped it;
+    ``open_wall_s``: the part of ``wall_s`` that belongs to the launch still open (a server adopted keeps
+    counting its own clock from its start, so that part is not added again).
     """
 
     open: dict[str, Any] | None
     attempts: int
     wall_s: float = 0.0
+    open_wall_s: float = 0.0
+
+    def before_adopted(self) -> tuple[int, float]:
+        """Launches and wall seconds of the earlier attempts when the open launch's server is adopted: every
+        attempt but the adopted one (which counts as this experiment's launch), or all of them when the
+        adopted server was found from a launch intent that no ``server.launched`` recorded."""
+        if self.open is not None and not self.open.get("intent") and self.attempts:
+            return self.attempts - 1, round(self.wall_s - self.open_wall_s, 3)
+        return self.attempts, self.wall_s
 
 
 def prior_launch(transcript: Path, experiment_id: str) -> PriorLaunch:
     """Read the transcript for earlier launches of ``experiment_id`` (a missing transcript: none)."""
     record: dict[str, Any] | None = None
     attempts = 0
-    wall = 0.0
+    wall = open_wall = 0.0
     start: float | None = None  # wall-clock start of the attempt being followed
     last = 0.0  # the latest event seen while it ran
     try:
@@ -144,10 +155,11 @@ def prior_launch(transcript: Path, experiment_id: str) -> PriorLaunch:
                 wall += max(0.0, last - start)
                 start = None
         if start is not None:
-            wall += max(0.0, last - start)
+            open_wall = max(0.0, last - start)
+            wall += open_wall
     except TranscriptError:
         pass
-    return PriorLaunch(open=record, attempts=attempts, wall_s=round(wall, 3))
+    return PriorLaunch(open=record, attempts=attempts, wall_s=round(wall, 3), open_wall_s=round(open_wall, 3))
 
 
 def handle_from_record(record: dict[str, Any]) -> ProcessHandle | None:

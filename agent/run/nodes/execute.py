@@ -97,8 +97,11 @@ def execute(state: RunState, rt: Runtime) -> RunState:
         time_scale = host.time_scale
         prior = prior_launch(tr.path, exp.id)  # one read of the transcript serves both
         evidence, adopt, record = recover(rt, host, state["run_id"], exp.id, prior=prior)
-        if evidence is None and adopt is None:  # (an adopted server keeps its first launch's clock)
+        if evidence is None and adopt is None:
             earlier, earlier_host_s = prior.attempts, prior.wall_s / host.time_scale
+        elif evidence is None:  # an adopted server counts as the launch and keeps its own clock
+            before, before_wall = prior.before_adopted()
+            earlier, earlier_host_s = before, before_wall / host.time_scale
         if evidence is None:
             evidence = run_experiment(
                 rt, case, state["run_id"], exp, adopt=adopt, record=record, launch_no=prior.attempts + 1
