@@ -83,3 +83,20 @@ def test_a_warning_that_quotes_an_error_names_no_log_level_as_the_remedy() -> No
                          fingerprint=HostFingerprint(gpu_count=0, cpu_count=2), flags=flags, outcomes=[out])
     names = {iv.names[0] for _cid, iv, *_ in remedies_in(inp)}
     assert not names & {"--log-level", "--uvicorn-log-level"}, names
+
+
+def test_a_vllm_failure_is_localised_in_vllms_own_frames_and_implicates_no_vllm_package() -> None:
+    """The engine's own code is where an error surfaced, not a swappable kernel package: on a vLLM log
+    the raise site is vLLM's innermost frame (it was None: only SGLang's frames were read) and vLLM is
+    not among the implicated packages."""
+    from agent.planning.generators.common import implicated, raise_site
+
+    out = _outcome("kv-too-small")
+    case = Case.model_validate({"name": "c", "launcher": {"engine": "vllm"}, "model": {"path": "/m/tiny"},
+                                "baseline": {"flags": {"--kv-cache-memory-bytes": "4096"}, "env": {}}})
+    inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
+                         outcomes=[out])
+    site = raise_site(inp)
+    assert site is not None and site.where.startswith("vllm.")
+    imp = implicated(inp)
+    assert imp.innermost.startswith("vllm.") and "vllm" not in imp.packages

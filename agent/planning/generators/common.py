@@ -12,6 +12,7 @@ from agent.domain.models import FlagValue
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import subsystems_of_frame
+from tools.engines import get_engine
 from tools.flags import FlagCatalog, FlagError, FlagSpec
 
 __all__ = [
@@ -186,7 +187,7 @@ FOLDER_WEIGHT = 0.5
 @dataclass
 class Implicated:
     """What the failure points at: packages in the traceback frames, the words (stems) of the SGLang
-    modules and functions it ran through (``innermost_words``: of the innermost SGLang frame and the
+    modules and functions it ran through (``innermost_words``: of the innermost engine frame and the
     exception message), and the error text itself (normalised, for matching choice names)."""
 
     why: list[str] = field(default_factory=list)
@@ -195,10 +196,10 @@ class Implicated:
     packages: dict[str, str] = field(default_factory=dict)  # norm(package) -> package
     lines: list[int] = field(default_factory=list)
     error_text: str = ""
-    #: How much each word counts: the innermost SGLang frame's file and function and the error message
+    #: How much each word counts: the innermost engine frame's file and function and the error message
     #: most, other frames' files and functions less, the folders they sit in least.
     weight: dict[str, float] = field(default_factory=dict)
-    #: The innermost SGLang frame of the last traceback (``module.function``) and the subsystems whose
+    #: The innermost engine frame of the last traceback (``module.function``) and the subsystems whose
     #: code it is in (knowledge/subsystems.toml ``modules``): (subsystem id, its flag pattern).
     innermost: str = ""
     subsystems: list[tuple[str, re.Pattern[str]]] = field(default_factory=list)
@@ -218,7 +219,7 @@ class Implicated:
 
 @dataclass
 class RaiseSite:
-    """Where the failing run's error surfaced: the innermost SGLang frame of its last traceback
+    """Where the failing run's error surfaced: the innermost engine frame of its last traceback
     (``where``: ``module.function``) and the stems of that frame's file, function and failing line
     (``words``; not the exception message, whose words are the kind of failure, ``CUDA error``, more often
     than the place)."""
@@ -228,11 +229,19 @@ class RaiseSite:
     line: int
 
 
+def engine_package(inp: GeneratorInput) -> str:
+    """The top-level Python package of the case's engine (``sglang``, ``vllm``): the first module of its
+    ``modules`` in knowledge/engines.toml. Frames in it are the engine's own code."""
+    return get_engine(inp.case.launcher.engine).data.modules[0].split(".", 1)[0]
+
+
 def raise_site(inp: GeneratorInput) -> RaiseSite | None:
-    """The innermost SGLang frame of the last traceback in the failing run's log, or None when no
-    traceback passes through SGLang (then nothing points anywhere in particular)."""
+    """The innermost frame of the engine's own code (SGLang's, vLLM's) in the last traceback of the
+    failing run's log, or None when no traceback passes through it (then nothing points anywhere in
+    particular)."""
+    engine = engine_package(inp)
     for tb in reversed(inp.evidence.tracebacks):
-        fr = next((f for f in tb.frames if f.package == "sglang" and f.module), None)
+        fr = next((f for f in tb.frames if f.package == engine and f.module), None)
         if fr is None or fr.module is None:
             continue
         module = fr.module
@@ -247,37 +256,40 @@ def implicated(inp: GeneratorInput) -> Implicated:
     """Read the tracebacks of the failing run (innermost first) into an ``Implicated``."""
     imp = Implicated()
     framework = implementations().packages.framework  # no kernel package: knowledge/implementations.toml
+    engine, display = engine_package(inp), get_engine(inp.case.launcher.engine).display
     errors = [tb.exception_line for tb in inp.evidence.tracebacks if tb.exception_line]
     for tb in reversed(inp.evidence.tracebacks):
-        first_sglang = True
+        first_engine = True
         for fr in tb.frames:
-            if fr.package and fr.package not in framework:
+            if fr.package and fr.package not in framework and fr.package != engine:
                 if norm(fr.package) not in imp.packages:
                     imp.packages[norm(fr.package)] = fr.package
                     imp.why.append(f"the traceback passes through {fr.package} ({fr.module}.{fr.function})")
                     imp.lines.append(tb.start_line)
-            if fr.package == "sglang" and fr.module:
-                parts = fr.module.split(".")[2:] if fr.module.startswith("sglang.srt.") else fr.module.split(".")[1:]
+            if fr.package == engine and fr.module:
+                # SGLang's runtime lives under sglang/srt/: that folder name says nothing
+                parts = fr.module.split(".")[1:]
+                parts = parts[1:] if parts[:1] == ["srt"] and len(parts) > 1 else parts
                 folders = stems(" ".join(parts[:-1]))
                 words = stems(parts[-1] if parts else "") | stems(fr.function or "")
-                if first_sglang and fr.code:  # what the failing line does (``expert_data.copy_(...)``)
+                if first_engine and fr.code:  # what the failing line does (``expert_data.copy_(...)``)
                     words |= stems(re.sub(r"\W+", " ", fr.code))
-                words -= {"scheduler", "runner", "loader", "load"} if not first_sglang else set()
+                words -= {"scheduler", "runner", "loader", "load"} if not first_engine else set()
                 imp.words |= words | folders
                 for w in folders:
                     imp.weight.setdefault(w, FOLDER_WEIGHT)
                 for w in words:
-                    imp.weight[w] = max(imp.weight.get(w, 0.0), INNERMOST_WEIGHT if first_sglang else 1.0)
-                if first_sglang and not imp.innermost:
-                    # the last traceback's innermost SGLang frame: the code the failure surfaced in
+                    imp.weight[w] = max(imp.weight.get(w, 0.0), INNERMOST_WEIGHT if first_engine else 1.0)
+                if first_engine and not imp.innermost:
+                    # the last traceback's innermost engine frame: the code the failure surfaced in
                     imp.innermost = f"{fr.module}.{fr.function}"
                     imp.subsystems = [(sub.id, sub.flags) for sub in subsystems_of_frame(imp.innermost)
                                       if sub.flags is not None]
-                if first_sglang:
+                if first_engine:
                     imp.innermost_words |= words
-                    imp.why.append(f"the innermost SGLang frame is {fr.module}.{fr.function}")
+                    imp.why.append(f"the innermost {display} frame is {fr.module}.{fr.function}")
                     imp.lines.append(tb.start_line)
-                    first_sglang = False
+                    first_engine = False
     for e in errors[-2:]:
         words = stems(e.split(":", 1)[1] if ":" in e else e)
         imp.words |= words
@@ -292,7 +304,7 @@ def implicated(inp: GeneratorInput) -> Implicated:
             continue
         for m in re.finditer(r"(?:site|dist)-packages/([A-Za-z_]\w*)/", ll.text):
             pkg = m.group(1)
-            if pkg not in framework and norm(pkg) not in imp.packages:
+            if pkg not in framework and pkg != engine and norm(pkg) not in imp.packages:
                 imp.packages[norm(pkg)] = pkg
                 imp.why.append(f"the error names a file of {pkg} (log line {ll.line})")
                 imp.lines.append(ll.line)
