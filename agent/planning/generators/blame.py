@@ -43,7 +43,8 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     changes = package_changes(case, installed, findings)
     frames = _frames(state, imp.get("experiment_id"), installed)
     if imp.get("missing") and imp.get("package"):  # a failed import names what is missing
-        missing = (distributions_of(str(imp["package"]), installed) or [str(imp["package"])])[0]
+        dists = distributions_of(str(imp["package"]), installed)
+        missing = dists[0] if len(dists) == 1 else str(imp["package"])
         frames = [missing, *(p for p in frames if p != missing)]
     ordered = sorted(changes, key=lambda ch: ch.name not in frames)  # changed where it failed first
     named = [ch.name for ch in ordered]

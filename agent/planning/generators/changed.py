@@ -197,8 +197,9 @@ def package_changes(case: Case, installed: Mapping[str, str], findings: Iterable
 
 
 def frame_distributions(tracebacks: Iterable[Traceback], installed: Mapping[str, str]) -> list[str]:
-    """The packages the failing frames run in, innermost first, as installed distributions where the host
-    says which (``sgl_kernel`` -> ``sgl-kernel``), else as the import name; the engine, the standard
+    """The packages the failing frames run in, innermost first, as the installed distribution where one
+    is named after the frame's package (``sgl_kernel`` -> ``sgl-kernel``), else as the import name
+    (``flashinfer`` when ``flashinfer-python`` and ``flashinfer-cubin`` are both installed); the engine, the standard
     library and frames outside packages left out (read from the host: a frame whose package is not
     installed counts only when the installed list is unknown)."""
     import sys
@@ -210,9 +211,13 @@ def frame_distributions(tracebacks: Iterable[Traceback], installed: Mapping[str,
             if not pkg or pkg in sys.stdlib_module_names or pkg == "sglang":
                 continue
             dists = distributions_of(pkg, installed) if installed else [pkg]
-            for d in dists[:1] if dists else ([pkg] if not installed else []):
-                if d not in out:
-                    out.append(d)
+            if not dists and installed:
+                continue
+            # several distributions named after one import name: which one holds the frame's file is not
+            # known here, so the import name itself is named
+            name = dists[0] if len(dists) == 1 else pkg
+            if name not in out:
+                out.append(name)
     return out
 
 
