@@ -124,3 +124,14 @@ def test_a_findings_entry_records_the_hosts_package_versions(tmp_path: Path) -> 
     assert "- Packages: sgl-kernel==0.3.21, torch==2.9.1" in entry
     assert finding.packages == {"sgl-kernel": "0.3.21", "torch": "2.9.1"}
     assert read_findings(notes)[-1].packages == finding.packages
+
+
+def test_a_broken_packages_file_in_knowledge_is_one_line_before_any_run(tmp_path: Path) -> None:
+    folder = tmp_path / "knowledge"
+    folder.mkdir()
+    (folder / "packages.toml").write_text("[generic_runtimes]\nnames = 'torch'\n")
+    r = run_cli(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--knowledge", str(folder), timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "packages.toml: field 'generic_runtimes" in r.stderr
+    listed = run_cli(tmp_path, "runs", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []
