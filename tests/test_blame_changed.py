@@ -135,3 +135,13 @@ def test_a_broken_packages_file_in_knowledge_is_one_line_before_any_run(tmp_path
     assert len(r.stderr.strip().splitlines()) == 1 and "packages.toml: field 'generic_runtimes" in r.stderr
     listed = run_cli(tmp_path, "runs", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
+
+
+def test_a_new_engine_release_is_named_after_the_package_the_frames_run_in(tmp_path: Path) -> None:
+    """Moving to a new SGLang image changed everything; the frames say where it broke."""
+    result, _ = _run(tmp_path, WORLDS / "kernel-import-through-triton", **{
+        "launch_server exits right away with an ImportError.":
+        "since we moved to the newer sglang 0.5.9 image, launch_server exits right away with an ImportError."})
+    imp = result["implicated"]
+    assert imp["package"] == "flashinfer" and imp["packages"] == ["flashinfer", "sglang"]
+    assert [c["package"] for c in imp["changed"]] == ["sglang"]

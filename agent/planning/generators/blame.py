@@ -5,7 +5,8 @@ upgraded, and those whose installed version differs from a known-good note's
 (``agent.planning.generators.changed.package_changes``), named first, with the old and new version and
 where the claim comes from; then the packages the failing frames run in. A generic runtime (torch,
 triton, the CUDA wheels: ``knowledge/packages.toml``) is named only with evidence against it: it
-changed, or no other package is in the frames. When the earlier version of a changed package is known,
+changed, or no other package is in the frames. A change of the engine itself (a new SGLang release or
+image) comes after the frames' packages: it changed everything, so the frames say where. When the earlier version of a changed package is known,
 pinning it back is the suggested fix, outside the flag and environment experiments (hypoloop does not
 install packages).
 """
@@ -22,7 +23,7 @@ from agent.planning.generators.changed import (
     is_generic_runtime,
     package_changes,
 )
-from tools.installed import distributions_of
+from tools.installed import dist_key, distributions_of
 
 __all__ = ["blamed"]
 
@@ -46,11 +47,15 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
         dists = distributions_of(str(imp["package"]), installed)
         missing = dists[0] if len(dists) == 1 else str(imp["package"])
         frames = [missing, *(p for p in frames if p != missing)]
-    ordered = sorted(changes, key=lambda ch: ch.name not in frames)  # changed where it failed first
-    named = [ch.name for ch in ordered]
+    # changed where it failed first; a change of the engine itself (a new release, a new image) after the
+    # frames' packages: it changed everything, so the frames say where
+    engine = dist_key(str((state.get("fingerprint") or {}).get("engine") or "sglang"))
+    ordered = sorted(changes, key=lambda ch: (ch.name == engine, ch.name not in frames))
+    named = [ch.name for ch in ordered if ch.name != engine]
     plain = [p for p in frames if p not in named and not is_generic_runtime(p)]
     generic = [p for p in frames if p not in named and is_generic_runtime(p)]
-    packages = named + plain + (generic if not (named or plain) else [])
+    packages = named + plain + [ch.name for ch in ordered if ch.name == engine]
+    packages += generic if not packages else []
     if not packages:
         return c
     update: dict[str, Any] = {
