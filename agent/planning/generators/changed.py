@@ -128,7 +128,9 @@ class PackageChange(BaseModel):
 
 
 _VER = r"v?(\d+(?:\.[0-9A-Za-z]+)+(?:[.+\-][0-9A-Za-z]+)*)"
-_FROM_TO = re.compile(rf"\bfrom\s+(?:\S+\s+)?{_VER}\s+to\s+(?:\S+\s+)?{_VER}", re.I)
+#: "from [up to three words] X [words] to [up to three words] Y": "from the lmsysorg/sglang v0.5.9 ROCm image
+#: to the newer v0.5.10 image"
+_FROM_TO = re.compile(rf"\bfrom\s+(?:\S+\s+){{0,3}}?{_VER}\b.*?\bto\s+(?:\S+\s+){{0,3}}?{_VER}", re.I)
 _ARROW = re.compile(rf"{_VER}\s*(?:->|→|=>)\s*{_VER}")
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9._\-]*[A-Za-z0-9]")
 
