@@ -47,7 +47,7 @@ def test_the_case_says_what_was_upgraded_and_the_ending_names_it_with_old_and_ne
     assert fp["installed"]["torch"] == "2.10.0" and fp["installed"]["sgl-kernel"] == "0.3.21"
     imp = result["implicated"]
     # the frames run in sgl_kernel; what changed is torch, named first with its versions and source
-    assert imp["package"] == "torch" and imp["packages"][:2] == ["torch", "sgl-kernel"]
+    assert imp["package"] == "torch" and imp["packages"][:2] == ["torch", "sgl_kernel"]
     changed = imp["changed"][0]
     assert (changed["package"], changed["before"], changed["after"]) == ("torch", "2.9.1", "2.10.0")
     assert changed["source"].startswith("the case's description") and "upgraded torch" in changed["source"]
@@ -74,7 +74,7 @@ def test_a_package_the_case_names_but_the_host_does_not_have_is_not_blamed(tmp_p
         "Since I upgraded torch from 2.9.1 to 2.10.0 yesterday (pip install -U torch)":
         "Since I upgraded fancyattn from 1.0 to 1.1 yesterday"})
     imp = result["implicated"]
-    assert imp["changed"] == [] and imp["package"] == "sgl-kernel"  # the frames' package, never a guess
+    assert imp["changed"] == [] and imp["package"] == "sgl_kernel"  # the frames' package, never a guess
     assert "fancyattn" not in json.dumps(imp)
 
 

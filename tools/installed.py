@@ -3,19 +3,17 @@
 The source is the report the fingerprint already reads: ``python -m sglang.check_env`` prints
 ``PyTorch: VERSION`` and one ``NAME: VERSION`` line per package of its ``PACKAGE_LIST``, each read with
 ``importlib.metadata.version`` by the host's own Python (SGLang 0.5.9 and 0.5.23
-python/sglang/check_env.py ``get_package_versions``; ``Module Not Found`` for one that is not installed).
-``pip list --format json`` / ``pip list`` output (pip 25 ``pip/_internal/commands/list.py``) is read the
-same way by ``parse_pip_list``. Names are kept as pip compares them (PEP 503: ``flashinfer_python`` is
+python/sglang/check_env.py ``get_package_versions``; ``Module Not Found`` for one that is not installed): the packages SGLang itself considers worth
+reporting, not every installed distribution. Names are kept as pip compares them (PEP 503: ``flashinfer_python`` is
 ``flashinfer-python``), so a name written in a case or a note matches whatever spelling the host uses.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 
-__all__ = ["dist_key", "distributions_of", "installed_from_check_env", "parse_pip_list"]
+__all__ = ["dist_key", "distributions_of", "installed_from_check_env"]
 
 #: check_env's key for the PyTorch line (check_env.py prints it before the package list) and the
 #: distribution it is.
@@ -40,27 +38,6 @@ def installed_from_check_env(check_env: Mapping[str, str]) -> dict[str, str]:
         if key == "Python" or not _NAME.match(name) or not _VERSION.match(value.strip()):
             continue
         out[dist_key(name)] = value.strip()
-    return out
-
-
-def parse_pip_list(text: str) -> dict[str, str]:
-    """``{distribution: version}`` from ``pip list --format json`` (a list of ``{"name", "version"}``) or
-    from ``pip list``'s columns (``Package Version`` header, a dashed rule, then ``name version`` rows).
-    ``{}`` for output that is neither."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        data = None
-    out: dict[str, str] = {}
-    if isinstance(data, list):
-        for row in data:
-            if isinstance(row, dict) and row.get("name") and row.get("version"):
-                out[dist_key(str(row["name"]))] = str(row["version"])
-        return out
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and _NAME.match(parts[0]) and _VERSION.match(parts[1]) and parts[0] != "Package":
-            out[dist_key(parts[0])] = parts[1]
     return out
 
 

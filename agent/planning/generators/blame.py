@@ -19,11 +19,12 @@ from agent.domain.case import Case
 from agent.domain.models import Conclusion, Outcome, RelevantFinding
 from agent.planning.generators.changed import (
     PackageChange,
-    frame_distributions,
+    frame_packages,
     is_generic_runtime,
+    is_in,
     package_changes,
 )
-from tools.installed import dist_key, distributions_of
+from tools.installed import dist_key
 
 __all__ = ["blamed"]
 
@@ -42,18 +43,18 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     case = Case.model_validate(state["case"])
     findings = [RelevantFinding.model_validate(f) for f in state.get("findings") or []]
     changes = package_changes(case, installed, findings)
-    frames = _frames(state, imp.get("experiment_id"), installed)
+    frames = _frames(state, imp.get("experiment_id"))
     if imp.get("missing") and imp.get("package"):  # a failed import names what is missing
-        dists = distributions_of(str(imp["package"]), installed)
-        missing = dists[0] if len(dists) == 1 else str(imp["package"])
-        frames = [missing, *(p for p in frames if p != missing)]
+        frames = [str(imp["package"]), *(p for p in frames if p != imp["package"])]
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
     # frames' packages: it changed everything, so the frames say where
     engine = dist_key(str((state.get("fingerprint") or {}).get("engine") or "sglang"))
-    ordered = sorted(changes, key=lambda ch: (ch.name == engine, ch.name not in frames))
+    where = {ch.name: is_in(ch.name, frames, installed) for ch in changes}
+    ordered = sorted(changes, key=lambda ch: (ch.name == engine, not where[ch.name]))
     named = [ch.name for ch in ordered if ch.name != engine]
-    plain = [p for p in frames if p not in named and not is_generic_runtime(p)]
-    generic = [p for p in frames if p not in named and is_generic_runtime(p)]
+    rest = [p for p in frames if not any(is_in(n, [p], installed) for n in named)]
+    plain = [p for p in rest if not is_generic_runtime(p)]
+    generic = [p for p in rest if is_generic_runtime(p)]
     packages = named + plain + [ch.name for ch in ordered if ch.name == engine]
     packages += generic if not packages else []
     if not packages:
@@ -62,37 +63,36 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
         "package": packages[0],
         "packages": packages,
         "changed": [{"package": ch.name, "before": ch.before, "after": ch.after, "source": ch.source,
-                     "in_frames": ch.name in frames} for ch in ordered],
+                     "in_frames": where[ch.name]} for ch in ordered],
     }
     pin = next((f"{ch.name}=={ch.before}" for ch in ordered if ch.before), None)
     if pin:
         update["pin"] = pin
     return c.model_copy(update={"implicated": {**imp, **update},
-                                "reason": _joined(c.reason, _words(ordered, plain + generic, frames, pin))})
+                                "reason": _joined(c.reason, _words(ordered, plain + generic, where, pin))})
 
 
-def _frames(state: Any, experiment_id: str | None, installed: dict[str, str]) -> list[str]:
-    """The distributions the failing launch's frames run in, innermost first (the last traceback first)."""
+def _frames(state: Any, experiment_id: str | None) -> list[str]:
+    """The packages the failing launch's frames run in, innermost first (the last traceback first)."""
     from agent.planning.generators.evidence import failure_evidence
 
     raw = next((o for o in state.get("outcomes") or [] if o.get("experiment_id") == experiment_id), None)
     if raw is None:
         return []
     ev = failure_evidence(Outcome.model_validate(raw))
-    return frame_distributions(reversed(ev.tracebacks), installed)
+    return frame_packages(reversed(ev.tracebacks))
 
 
-def _words(changes: list[PackageChange], others: list[str], frames: list[str], pin: str | None) -> str:
+def _words(changes: list[PackageChange], others: list[str], where: dict[str, bool], pin: str | None) -> str:
     """The ending's sentence about packages: what changed (with its source), then the frames' packages."""
     parts: list[str] = []
     if changes:
         told = "; ".join(f"{ch.describe()} ({ch.source}"
-                         + (", and the failing traceback runs in it)" if ch.name in frames else ")")
+                         + (", and the failing traceback runs in it)" if where[ch.name] else ")")
                          for ch in changes)
         parts.append(f"no launch setting fixed it, and packages changed on the host: {told}")
-    shown = [p for p in others if p in frames]
-    if shown:
-        parts.append(f"the failing traceback runs in {', '.join(shown)}")
+    if others:
+        parts.append(f"the failing traceback runs in {', '.join(others)}")
     if pin:
         parts.append(f"suggested fix outside the flag and environment experiments: pin {pin} (the version it "
                      "had before; hypoloop does not install packages)")

@@ -38,8 +38,9 @@ __all__ = [
     "ChangedPackageGenerator",
     "PackageChange",
     "PackagesError",
-    "frame_distributions",
+    "frame_packages",
     "is_generic_runtime",
+    "is_in",
     "package_changes",
     "packages_knowledge",
 ]
@@ -198,29 +199,26 @@ def package_changes(case: Case, installed: Mapping[str, str], findings: Iterable
     return list(merged.values())
 
 
-def frame_distributions(tracebacks: Iterable[Traceback], installed: Mapping[str, str]) -> list[str]:
-    """The packages the failing frames run in, innermost first, as the installed distribution where one
-    is named after the frame's package (``sgl_kernel`` -> ``sgl-kernel``), else as the import name
-    (``flashinfer`` when ``flashinfer-python`` and ``flashinfer-cubin`` are both installed); the engine, the standard
-    library and frames outside packages left out (read from the host: a frame whose package is not
-    installed counts only when the installed list is unknown)."""
+def frame_packages(tracebacks: Iterable[Traceback]) -> list[str]:
+    """The top-level packages the failing frames run in (import names, ``sgl_kernel``, ``flashinfer``),
+    innermost first; the engine, the standard library and frames outside packages left out."""
     import sys
 
     out: list[str] = []
     for tb in tracebacks:
         for fr in tb.frames:
             pkg = fr.package
-            if not pkg or pkg in sys.stdlib_module_names or pkg == "sglang":
-                continue
-            dists = distributions_of(pkg, installed) if installed else [pkg]
-            if not dists and installed:
-                continue
-            # several distributions named after one import name: which one holds the frame's file is not
-            # known here, so the import name itself is named
-            name = dists[0] if len(dists) == 1 else pkg
-            if name not in out:
-                out.append(name)
+            if pkg and pkg not in sys.stdlib_module_names and pkg != "sglang" and pkg not in out:
+                out.append(pkg)
     return out
+
+
+def is_in(dist: str, packages: Iterable[str], installed: Mapping[str, str]) -> bool:
+    """Whether a distribution is one of ``packages`` (import names such as ``frame_packages`` gives): the
+    same name as pip compares them, or a distribution named after one of them
+    (``flashinfer-python`` for ``flashinfer``, ``tools.installed.distributions_of``)."""
+    key = dist_key(dist)
+    return any(dist_key(p) == key or key in distributions_of(p, installed) for p in packages)
 
 
 class ChangedPackageGenerator:
@@ -234,10 +232,10 @@ class ChangedPackageGenerator:
             return []
         installed = inp.fingerprint.installed
         w = packages_knowledge().weights
-        frames = set(frame_distributions(inp.evidence.tracebacks, installed))
+        frames = frame_packages(inp.evidence.tracebacks)
         out: list[Candidate] = []
         for ch in package_changes(inp.case, installed, inp.findings):
-            in_frames = ch.name in frames
+            in_frames = is_in(ch.name, frames, installed)
             where = "; the failing traceback runs in it" if in_frames else ""
             out.append(Candidate(
                 id=f"package:{ch.name}",
