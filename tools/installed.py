@@ -3,9 +3,10 @@
 The source is the report the fingerprint already reads: ``python -m sglang.check_env`` prints
 ``PyTorch: VERSION`` and one ``NAME: VERSION`` line per package of its ``PACKAGE_LIST``, each read with
 ``importlib.metadata.version`` by the host's own Python (SGLang 0.5.9 and 0.5.23
-python/sglang/check_env.py ``get_package_versions``; ``Module Not Found`` for one that is not installed): the packages SGLang itself considers worth
-reporting, not every installed distribution. Names are kept as pip compares them (PEP 503: ``flashinfer_python`` is
-``flashinfer-python``), so a name written in a case or a note matches whatever spelling the host uses.
+python/sglang/check_env.py ``get_package_versions``; ``Module Not Found`` for one that is not
+installed): the packages SGLang itself reports, not every installed distribution. Names are kept as pip
+compares them (PEP 503: ``flashinfer_python`` is ``flashinfer-python``), so a name written in a case or a
+note matches whatever spelling the host uses.
 """
 
 from __future__ import annotations
