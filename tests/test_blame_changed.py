@@ -145,3 +145,19 @@ def test_a_new_engine_release_is_named_after_the_package_the_frames_run_in(tmp_p
     imp = result["implicated"]
     assert imp["package"] == "flashinfer" and imp["packages"] == ["flashinfer", "sglang"]
     assert [c["package"] for c in imp["changed"]] == ["sglang"]
+
+
+def test_an_error_without_frames_still_names_the_package_the_case_says_was_upgraded(tmp_path: Path) -> None:
+    """tests/data/worlds/upgraded-flashinfer (issue 21's bent case): the error line has no frames, so the
+    frames name nothing; the case's words name the upgraded package, which the host has installed."""
+    work = tmp_path / "source" / "upgraded"
+    work.mkdir(parents=True)
+    shutil.copy(WORLDS / "upgraded-flashinfer" / "world.toml", work / "world.toml")
+    (work / "case.toml").write_text((UPGRADED / "case.toml").read_text().replace(
+        "Since I upgraded torch from 2.9.1 to 2.10.0 yesterday (pip install -U torch), launch_server exits right away.",
+        "Since I upgraded flashinfer-python from 0.6.3 to 0.6.4 yesterday, the first request kills the server."))
+    result, _ = _run(tmp_path, work)
+    imp = result["implicated"]
+    assert result["status"] == "not_isolated" and imp["package"] == "flashinfer-python"
+    assert (imp["changed"][0]["before"], imp["changed"][0]["after"]) == ("0.6.3", "0.6.4")
+    assert imp["pin"] == "flashinfer-python==0.6.3"
