@@ -382,3 +382,30 @@ def test_known_good_diff_generator_merges_a_flag_and_its_own_fact_into_one_hypot
     assert ids == ["finding:--attention-backend=flashinfer"], ids
     (one,) = [c for c in cands if c.id == ids[0]]
     assert len(one.evidence) == 2  # the flag difference and the effective-config difference
+
+
+# ----- changed packages --------------------------------------------------------------------------------
+
+
+def test_a_changed_package_the_failing_frames_run_in_weighs_more_than_one_that_only_changed() -> None:
+    from agent.planning.generators.changed import ChangedPackageGenerator
+
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/dist-packages/sglang/srt/layers/sampler.py", line 31, in <module>\n'
+        "    from flashinfer.sampling import top_k\n"
+        '  File "/usr/lib/python3/dist-packages/flashinfer/sampling.py", line 9, in <module>\n'
+        "    import triton\n"
+        '  File "/usr/lib/python3/dist-packages/triton/__init__.py", line 8, in <module>\n'
+        "    from .runtime import x\n"
+        "ImportError: cannot import name 'x' from 'triton.runtime'\n"
+    )
+    case = _case(description="after pip install -U triton and transformers this morning it fails to start")
+    fp = H100.model_copy(update={"installed": {"triton": "3.5.1", "transformers": "4.57.1", "flashinfer-python": "0.6.3"}})
+    inp = _input(tb, case)
+    cands = {c.id: c for c in ChangedPackageGenerator().generate(inp.model_copy(update={"fingerprint": fp}))}
+    assert set(cands) == {"package:triton", "package:transformers"}
+    assert cands["package:triton"].weight > cands["package:transformers"].weight
+    assert not cands["package:triton"].interventions and cands["package:triton"].package == "triton"
+    bare = H100.model_copy(update={"installed": {}})  # the host's packages unknown: nothing is guessed
+    assert ChangedPackageGenerator().generate(inp.model_copy(update={"fingerprint": bare})) == []

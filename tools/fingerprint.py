@@ -3,7 +3,8 @@
 Hosts of every kind: NVIDIA (`nvidia-smi`), AMD (`amd-smi`, else `rocm-smi`) and none (CPU only) are
 all hosts; a missing GPU tool is evidence, never an error. Where `python -m sglang.check_env` runs, its
 `Key: value` report (GPU names, compute capability, `CUDA available` / `ROCM available`, package
-versions; SGLang 0.5.9 and 0.5.23 python/sglang/check_env.py) is kept as evidence too.
+versions; SGLang 0.5.9 and 0.5.23 python/sglang/check_env.py) is kept as evidence too, and its package
+versions as the host's installed packages (``HostFingerprint.installed``, ``tools.installed``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from tools.engines import Engine, get_engine
 from tools.host import Host, HostError, expand_argv
+from tools.installed import installed_from_check_env
 
 GPU_QUERY_ARGS = ["--query-gpu=name,compute_cap,memory.total,driver_version", "--format=csv,noheader,nounits"]
 
@@ -55,6 +57,9 @@ class HostFingerprint(BaseModel):
     checkpoint_source: str | None = None
     #: Logical CPUs of the host (``getconf _NPROCESSORS_ONLN``), when known.
     cpu_count: int | None = None
+    #: The host's installed packages as ``{distribution: version}`` (PEP 503 names), read by its own
+    #: Python through check_env (``tools.installed``); empty when check_env did not run.
+    installed: dict[str, str] = Field(default_factory=dict)
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -214,6 +219,7 @@ def fingerprint(
         else:
             fp.check_env = parse_check_env(out)
             _fill_from_check_env(fp)
+            fp.installed = installed_from_check_env(fp.check_env)
     if version_argv:
         _set_version(fp, eng, _read_version(host, version_argv))
     return fp

@@ -251,10 +251,11 @@ def command_for(run: Any) -> str:
 
 def check_knowledge() -> None:
     """Load every file of the knowledge folder in force that a run reads (signatures, hypothesis catalog,
-    symptom rules, planner weights, implementations, hardware, model families, config facts) once, before
+    symptom rules, planner weights, implementations, packages, hardware, model families, config facts) once, before
     anything is launched; a file that cannot be used is one line and exit 2 (the errors, all ValueErrors,
     name the file and the entry)."""
     from agent.planning.catalog import load_catalog
+    from agent.planning.generators.changed import packages_knowledge
     from agent.planning.generators.implementations import implementations
     from agent.planning.generators.symptoms import symptom_rules
     from agent.planning.weights import weights
@@ -265,6 +266,7 @@ def check_knowledge() -> None:
         symptom_rules()
         weights()
         implementations()
+        packages_knowledge()
         check_knowledge_files()
     except (CatalogError, KnowledgeError, ValueError) as exc:
         fail(str(exc))

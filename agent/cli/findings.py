@@ -41,7 +41,8 @@ def findings_add(
     flags = command_text(finding.flags)
     what = "would read back" if dry_run else f"appended to {to}; it reads back"
     err_console.print(
-        f"{what} as: outcome {finding.outcome}, model {finding.model}, hardware {finding.hardware}, flags {flags}",
+        f"{what} as: outcome {finding.outcome}, model {finding.model}, hardware {finding.hardware}, flags {flags}"
+        + (f", {len(finding.packages)} package versions" if finding.packages else ""),
         highlight=False,
     )
 

@@ -38,7 +38,7 @@ ENV_VAR = "HYPOLOOP_KNOWLEDGE"
 KNOWLEDGE_FILES = (
     "signatures.toml", "hypotheses.toml", "symptoms.toml", "flag_roles.toml", "limits.toml", "risky.toml",
     "planner.toml", "implementations.toml", "served.toml", "subsystems.toml", "hardware.toml",
-    "model_families.toml", "config_facts.toml",
+    "model_families.toml", "config_facts.toml", "packages.toml",
 )
 
 

@@ -105,6 +105,7 @@ class HostFingerprintData(Payload):
     checkpoint: dict[str, str] = Field(default_factory=dict)  # the model's config.json, digested
     checkpoint_source: str | None = None  # where it was read, or why not
     cpu_count: int | None = None  # logical CPUs of the host
+    installed: dict[str, str] = Field(default_factory=dict)  # installed packages {distribution: version}
 
 
 class ToolCall(Payload):

@@ -1,7 +1,8 @@
 """Writing what a run found back into a FINDINGS.md file, in the style ``tools.knowledge`` reads.
 
 An entry is a dated section: model and hardware in the heading with the verdict ("works with ..."),
-the symptom, the root cause, the fix, the effective-config fact the fix set, the working launch
+the package versions installed on the host (a ``packages:`` line), the symptom, the root cause, the fix,
+the effective-config fact the fix set, the working launch
 command in a ``bash`` block (with a ``# works`` comment so the reader takes it as the working one), the
 hypotheses the run ruled out with their evidence, and a reference to the run and its transcript.
 
@@ -74,6 +75,15 @@ def _secret_ref(name: str, value: object) -> str | None:
     return f'{name}="${var}"' if not name.startswith("-") else f'{name} "${var}"'
 
 
+def _packages_line(installed: dict[str, str]) -> list[str]:
+    """The entry's ``- Packages:`` line: the host's installed versions when the fix was confirmed
+    (``HostFingerprint.installed``), which a later run compares with its host's to see what changed
+    (``tools.knowledge.packages`` reads it back); none when the host's versions were not read."""
+    if not installed:
+        return []
+    return ["- Packages: " + ", ".join(f"{name}=={version}" for name, version in sorted(installed.items()))]
+
+
 def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     """The FINDINGS.md section for an isolated run (see module docstring). Raises FindingsWriteError
     when the run did not isolate and confirm a fix."""
@@ -109,6 +119,7 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
         f"- Hardware: {gpu_count or '?'} × {gpu}, compute capability {fp.get('compute_capability') or '?'}, driver "
         f"{fp.get('driver_version') or '?'}; {engine_label(fp)}"
     )
+    lines += _packages_line(fp.get("installed") or {})
     lines.append(f"- Symptom: {_symptom(run)}")
     lines.append(f"- Root cause ({root.get('component', '?')}): {root.get('statement', '?')}")
     fix_run = run.run_of(c.get("fix_experiment_id"))

@@ -21,6 +21,8 @@ heuristic documented where it is applied:
   author's summary and wins; otherwise a resolution in the prose ("Fixed by", "finally serving") beats
   the failures described before it, so a failure that was then fixed counts as ``works``; otherwise
   the last verdict word in the prose decides; no verdict at all is ``unknown``.
+- **Packages.** A ``packages:`` line in the prose (``- Packages: torch==2.9.1, sgl-kernel 0.3.21``) records
+  the versions installed when the noted deployment ran (``packages``).
 
 What is recognised is data in the knowledge folder in force (``tools.knowledge.data``), each entry
 with its public source: GPUs and their architectures (``hardware.toml``), model families, the words
@@ -28,7 +30,7 @@ that name a model feature and model names (``model_families.toml``), and the eff
 (``config_facts.toml``, SGLang ``sglang/srt/server_args.py`` field names, 0.5.x).
 
 Modules: ``sections`` (files and sections), ``commands`` (launch commands), ``verdicts`` (outcome),
-``hardware``, ``features``, ``facts`` (what a section names), ``relevance`` (score and flag
+``hardware``, ``features``, ``facts``, ``packages`` (what a section names), ``relevance`` (score and flag
 difference), ``models`` (what is produced), ``data`` (the knowledge files).
 """
 

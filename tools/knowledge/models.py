@@ -40,7 +40,8 @@ class Finding(BaseModel):
     section's own, else inherited from the file's context. ``flags``/``env`` are those of the working
     command (see module docstring). ``facts`` are effective-config values quoted in the text
     (keys in FACT_KEYS). ``features`` come from ``infer_features`` over the title, text and model.
-    ``text`` is the section body as written.
+    ``packages``: the package versions the note records on a ``packages:`` line (``tools.knowledge.packages``),
+    ``{distribution: version}``. ``text`` is the section body as written.
     """
 
     source: str
@@ -56,6 +57,7 @@ class Finding(BaseModel):
     text: str = ""
     gpus: list[str] = Field(default_factory=list)
     features: list[str] = Field(default_factory=list)
+    packages: dict[str, str] = Field(default_factory=dict)
 
 
 class FlagDifference(BaseModel):

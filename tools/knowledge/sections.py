@@ -11,6 +11,7 @@ from tools.knowledge.facts import quoted_facts
 from tools.knowledge.features import infer_features, model_from_text
 from tools.knowledge.hardware import gpu_mentions
 from tools.knowledge.models import Finding, KnowledgeError
+from tools.knowledge.packages import packages_in
 from tools.knowledge.verdicts import section_outcome
 
 #: The largest findings file read (bytes): an engineer's notes are kilobytes; a 16 MB file cost a run
@@ -127,7 +128,8 @@ def _build_finding(source: str, title: str, body: str, context: str, parents: st
     )
     own_gpus = gpu_mentions(title + "\n" + prose + "\n" + "\n".join(blocks))
     facts = quoted_facts(body)
-    if not (commands or date or model or own_gpus or facts):
+    packages = packages_in(prose)
+    if not (commands or date or model or own_gpus or facts or packages):
         return None
     # A section that counts its GPUs ("8x H200") or names one in its title says what it ran on. Otherwise the preamble names the
     # box it ran on, and GPUs the section merely mentions ("kernels built for Hopper/B200, not for this
@@ -155,6 +157,7 @@ def _build_finding(source: str, title: str, body: str, context: str, parents: st
         text=body.strip("\n"),
         gpus=[g for g, _ in gpus_with_counts],
         features=sorted(infer_features(feature_text)),
+        packages=packages,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from agent.planning.generators import CandidateGenerator
 from agent.planning.generators.catalog import CatalogGenerator
+from agent.planning.generators.changed import ChangedPackageGenerator
 from agent.planning.generators.component import ImplicatedComponentGenerator
 from agent.planning.generators.findings import KnownGoodDiffGenerator
 from agent.planning.generators.installed_source import InstalledSourceGenerator
@@ -28,6 +29,7 @@ REGISTRY: list[type[CandidateGenerator]] = [
     LoadGenerator,
     SettingsVsDefaultsGenerator,
     KnownGoodDiffGenerator,
+    ChangedPackageGenerator,
 ]
 
 

@@ -26,6 +26,7 @@ from agent.domain.models import (
     Rejection,
     value_key,
 )
+from agent.planning.generators.blame import blamed
 from agent.planning.llm_planner import usage_summary
 from agent.planning.planner import COST_ORDER, import_time_failure
 from agent.planning.served import description_keeps, served_settings
@@ -81,7 +82,7 @@ def build_conclusion(state: RunState, recorded: RecordedRun | None = None) -> Co
         return base.model_copy(update={"status": "stopped", "reason": reason, "untested": untested})
     if not (confirm and fix_exp and fix_exp.change):
         base, untested = _ruled_out_by_import(base, untested, hyps, experiments, outcomes)
-        return _not_isolated(base, reason, untested, experiments, outcomes)
+        return blamed(_not_isolated(base, reason, untested, experiments, outcomes), state)
     deployment = _changes_deployment(fix_exp, Case.model_validate(state["case"]),
                                      (state.get("fingerprint") or {}).get("checkpoint") or {})
     if deployment:
