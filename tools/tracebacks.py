@@ -117,6 +117,12 @@ def parse_tracebacks(text: str) -> list[Traceback]:
     return parse_numbered_lines(enumerate(re.split(r"\r\n|\r|\n", text), 1))
 
 
+def _without_repeated_header(line: str) -> str:
+    """A line without a record header that names a level (vLLM repeats it on every line of a record)."""
+    record = read_record(line)
+    return record.message if record.level else line
+
+
 def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = True) -> list[Traceback]:
     """Tracebacks in ``(log line number, text)`` pairs, e.g. the lines of a log kept as evidence.
 
@@ -145,8 +151,7 @@ def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = Tru
         frames = None
 
     for lineno, raw_line in lines:
-        record = read_record(raw_line.rstrip())
-        line = record.message if record.level else record.header + record.message
+        line = _without_repeated_header(raw_line.rstrip())
         if frames is not None and prev and lineno != prev + 1:
             close(None, "", 0)
         prev = lineno
