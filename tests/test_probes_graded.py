@@ -143,3 +143,27 @@ def test_the_set_stands_as_one_probe_result() -> None:
     gone = set_result(SetRun(name="s", asked=4, correct=4, failure=dead), 0.95)
     assert gone.status == "connection_error" and gone.probe_id == "probe-set"
     assert "stopped answering after 4 questions" in (gone.error or "")
+
+
+def test_run_refuses_a_broken_probe_set_before_a_run_exists(tmp_path: Path) -> None:
+    """A probe_set.toml in --knowledge that cannot be used is one line and exit 2 before anything launches
+    (not an internal error at the first ready launch)."""
+    import json
+    import os
+
+    from clirun import run_cli
+
+    folder = tmp_path / "knowledge"
+    folder.mkdir()
+    (folder / "probe_set.toml").write_text("[set]\nname = 'x'\nsource = 's'\nprompt = '{question}'\n")  # no items
+    saved = os.environ.pop("HYPOLOOP_KNOWLEDGE", None)
+    try:
+        r = run_cli(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--knowledge", str(folder), timeout=600,
+                    HYPOLOOP_LAB_TIME_SCALE="0.002")
+        listed = run_cli(tmp_path, "runs", "--json", timeout=600)
+    finally:
+        if saved is not None:
+            os.environ["HYPOLOOP_KNOWLEDGE"] = saved
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "probe_set.toml: item: Field required" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []
