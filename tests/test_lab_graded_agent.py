@@ -109,6 +109,10 @@ def test_an_accuracy_drop_is_detected_isolated_and_confirmed(tmp_path: Path) -> 
     evidence = _set_result(first)["error"]
     assert "Wilson interval" in evidence and "below it with 95% confidence" in evidence
     assert "one-sided exact binomial p = " in evidence and "expected 0.9" in evidence
+    report = subprocess.run([*HYPOLOOP, "report", result["transcript"]], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "HYPOLOOP_HOME": str(tmp_path / "home")})
+    symptom = next(line for line in report.stdout.splitlines() if line.startswith("- **symptom**"))
+    assert "probe-set=wrong_answer (accuracy " in symptom and "Wilson interval" in symptom, symptom
     fixed = [o for o in outcomes if o["stage"] == "ok"]
     assert len(fixed) >= 2  # the fix's test and its confirmation
     assert all(_set_result(o)["ok"] and "not below" in _set_result(o)["text"] for o in fixed)
