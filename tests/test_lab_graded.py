@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -94,12 +95,13 @@ def _lab(folder: Path, world: str, flags: list[str], seed: str = "s") -> Iterato
         proc.wait(timeout=30)
 
 
-def _ask(base: str) -> tuple[SetRun, list[ProbeResult]]:
-    """The built-in probe set asked of the server at `base`; the count and every reply."""
+def _ask(base: str, api: Literal["native", "completions"] = "native") -> tuple[SetRun, list[ProbeResult]]:
+    """The built-in probe set asked of the server at `base` (SGLang's /generate, or /v1/completions as for
+    an engine without it); the count and every reply."""
     replies: list[ProbeResult] = []
 
     def send(probe: Probe) -> ProbeResult:
-        replies.append(run_probe(base, probe, model="org/M", timeout_s=30))
+        replies.append(run_probe(base, probe, model="org/M", timeout_s=30, generate_api=api))
         return replies[-1]
 
     return run_probe_set(load_probe_set(), send), replies
@@ -117,7 +119,7 @@ def test_a_healthy_model_misses_the_same_questions_on_every_launch(tmp_path: Pat
     with _lab(tmp_path / "a", world, [], seed="s1") as (base, _):
         first, replies_a = _ask(base)
     with _lab(tmp_path / "b", world, [], seed="s2") as (base, _):
-        again, replies_b = _ask(base)
+        again, replies_b = _ask(base, "completions")
     assert first.asked == again.asked == len(load_probe_set().item)
     assert first.correct == again.correct < first.asked  # some wrong: accuracy 0.8
     assert _wrong(first, replies_a) == _wrong(again, replies_b)
