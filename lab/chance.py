@@ -1,5 +1,5 @@
 """The lab's randomness: which flaky faults are live on a launch, which requests a per-request fault
-hits, and when a per-minute fault starts under traffic.
+hits, when a per-minute fault starts under traffic, and which graded questions a launch gets right.
 
 A fault with `probability = p` is live on a launch with chance p, drawn once when the server starts.
 Without HYPOLOOP_LAB_SEED every launch draws fresh randomness. With it, launch n under seed S (n = 0,
@@ -84,3 +84,26 @@ def onset_s(fault: Fault, seed: str) -> float:
     if fault.per_minute <= 0:
         return 0.0
     return random.Random(f"{seed}:{fault.id}:onset").expovariate(fault.per_minute / 60.0)
+
+
+def answers_right(seed: str, prompt: str, model: str, healthy: float, accuracy: float) -> bool:
+    """Whether the launch with this seed answers the graded question `prompt` right, for a model (its
+    path) whose healthy share of right answers is `healthy`, when the accuracy in force is `accuracy`.
+
+    What the healthy model knows does not change between launches (greedy decoding of the same weights
+    misses the same questions): it answers `prompt` right when `random.Random("<model>:knows:<prompt>")`
+    draws below `healthy`. Below the healthy level (a `degrade_accuracy` fault) it also loses each of the
+    questions it knows with a chance drawn per launch, from `random.Random("<seed>:accuracy:<prompt>")`:
+    right when that draw is below `accuracy / healthy`, so the expected share right is `accuracy`.
+    """
+    if random.Random(f"{model}:knows:{prompt}").random() >= healthy:
+        return False
+    if accuracy >= healthy:
+        return True
+    return random.Random(f"{seed}:accuracy:{prompt}").random() < accuracy / healthy
+
+
+def wrong_offset(seed: str, prompt: str) -> int:
+    """How far off a wrong answer to `prompt` is on this launch (never 0): from
+    `random.Random("<seed>:accuracy:<prompt>:offset")`, a small slip most of the time."""
+    return random.Random(f"{seed}:accuracy:{prompt}:offset").choice((-10, -2, -1, 1, 1, 2, 3, 10))

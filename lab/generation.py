@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from lab import responder
-from lab.chance import hits_request, onset_s
+from lab.chance import answers_right, hits_request, onset_s, wrong_offset
 from lab.engine import Engine, exit_process
 from lab.rules import matching_faults
 from lab.world_types import Fault
@@ -93,6 +93,7 @@ class Generation(Engine):
     ) -> dict[str, Any]:
         degenerate: Fault | None = None
         running = 1
+        faults: list[Fault] = []
         if max_new_tokens > 1:
             faults, running = self._decode_faults(sampled)
             degenerate = self._serving_faults(faults)
@@ -104,7 +105,7 @@ class Generation(Engine):
             )
             truncated = True
         else:
-            full = (responder.THINKING if think else "") + responder.answer(prompt)
+            full = (responder.THINKING if think else "") + self._graded_reply(prompt, faults)
             text, truncated = responder.truncate(full, max_new_tokens)
         completion = max(1, responder.count_tokens(text)) if degenerate is None else max_new_tokens
         timing = self.world.timing
@@ -120,6 +121,25 @@ class Generation(Engine):
             "cached_tokens": cached,
             "latency": latency,
         }
+
+    def _graded_reply(self, prompt: str, faults: list[Fault]) -> str:
+        """The reply to `prompt`: the healthy one, except that a graded question (one the lab answers by
+        rule: `responder.arithmetic`) is answered wrongly, fluently, at the accuracy in force
+        (`lab.chance.answers_right`): the model's `[model] accuracy` (default 1), or the lowest of the
+        `degrade_accuracy` faults of the request's batch (`accuracy`, or that healthy level less `drop`).
+        A degrading fault's lines print once."""
+        healthy = float(self.world.model.fields.get("accuracy", 1.0))
+        rate = healthy
+        for fault in faults:
+            if fault.effect == "degrade_accuracy":
+                rate = min(rate, fault.accuracy if fault.accuracy is not None else healthy - fault.drop)
+                if fault.id not in self.fired:
+                    self.fired.add(fault.id)
+                    self._emit_fault_lines(fault)
+        model = str(self.world.model.path)
+        if responder.arithmetic(prompt) is None or answers_right(self.seed, prompt, model, healthy, max(rate, 0.0)):
+            return responder.answer(prompt)
+        return responder.wrong_answer(prompt, wrong_offset(self.seed, prompt)) or responder.answer(prompt)
 
     def _serving_faults(self, faults: list[Fault]) -> Fault | None:
         """Apply the first-decode faults of a request's batch: warnings print once; a hang, a dead

@@ -38,25 +38,48 @@ def answer(prompt: str) -> str:
         if low.rstrip().endswith(" is") or low.rstrip().endswith("is:"):
             return " Paris. It is also the largest city in France."
         return "The capital of France is Paris."
-    m = _ARITH_RE.search(prompt)
-    if m:
-        a, op, b = float(m.group(1)), m.group(2), float(m.group(3))
-        result: float | None
-        if op == "+":
-            result = a + b
-        elif op == "-":
-            result = a - b
-        elif op in ("*", "x", "×"):
-            result = a * b
-        else:
-            result = a / b if b != 0 else None
-        if result is None:
-            return "Division by zero is undefined."
-        shown = str(int(result)) if float(result).is_integer() else f"{result:.6g}"
-        return f"{m.group(1)} {op} {m.group(3)} = {shown}. The answer is {shown}."
+    solved = arithmetic(prompt)
+    if solved is not None:
+        return _say(*solved)
     if "hello" in low or low.strip() in ("hi", "hey"):
         return "Hello! How can I help you today?"
     return GENERIC_ANSWER
+
+
+def arithmetic(prompt: str) -> tuple[str, float | None] | None:
+    """The first two-number sum, difference, product or quotient in `prompt` (as written) and its value
+    (None: division by zero); None when the prompt asks none. These are the questions the lab answers by
+    rule, the ones a `degrade_accuracy` fault can get wrong (lab/README.md, "Graded wrong output")."""
+    m = _ARITH_RE.search(prompt)
+    if not m:
+        return None
+    a, op, b = float(m.group(1)), m.group(2), float(m.group(3))
+    result: float | None
+    if op == "+":
+        result = a + b
+    elif op == "-":
+        result = a - b
+    elif op in ("*", "x", "×"):
+        result = a * b
+    else:
+        result = a / b if b != 0 else None
+    return f"{m.group(1)} {op} {m.group(3)}", result
+
+
+def _say(written: str, result: float | None) -> str:
+    if result is None:
+        return "Division by zero is undefined."
+    shown = str(int(result)) if float(result).is_integer() else f"{result:.6g}"
+    return f"{written} = {shown}. The answer is {shown}."
+
+
+def wrong_answer(prompt: str, offset: int) -> str | None:
+    """A fluent but wrong answer to the arithmetic question in `prompt`: its result off by `offset` (not
+    0), said the way a right one is; None when the prompt asks no arithmetic."""
+    solved = arithmetic(prompt)
+    if solved is None or solved[1] is None:
+        return None
+    return _say(solved[0], solved[1] + (offset or 1))
 
 
 def truncate(text: str, max_tokens: int) -> tuple[str, bool]:

@@ -38,7 +38,7 @@ from lab.world_types import (
 #: The fields a `[[fault]]` table may have (lab/README.md).
 FAULT_FIELDS = frozenset(
     "id when unless effect at progress lines exit_code output source level probability per_request per_minute "
-    "signal text delay_s".split()
+    "signal text delay_s accuracy drop".split()
 )
 
 
@@ -246,7 +246,8 @@ def parse_fault(ctx: FileContext, keys: KeyCheck, item: dict[str, Any], where: s
     delay_s = item.get("delay_s", 0.0)
     if isinstance(delay_s, bool) or not isinstance(delay_s, int | float) or delay_s < 0:
         raise ctx.fail(f"{where}.delay_s", "expected simulated seconds >= 0")
-    default_level = "warning" if effect in ("warning", "wrong_output") else "error"
+    accuracy, drop = _graded(ctx, item, where, effect)
+    default_level = "warning" if effect in ("warning", "wrong_output", "degrade_accuracy") else "error"
     default_source = "raw" if effect in ("launch_error", "signal_death") else "scheduler"
     return Fault(
         id=str(item.get("id", where)),
@@ -271,7 +272,26 @@ def parse_fault(ctx: FileContext, keys: KeyCheck, item: dict[str, Any], where: s
         signal=str(death),
         text=text,
         delay_s=float(delay_s),
+        accuracy=accuracy,
+        drop=drop,
     )
+
+
+def _graded(ctx: FileContext, item: dict[str, Any], where: str, effect: str) -> tuple[float | None, float]:
+    """A degrade_accuracy fault's `accuracy` (the share of graded questions answered right under it) or
+    `drop` (how far below the model's healthy accuracy); exactly one of them, each in [0, 1], and only on
+    that effect. Raises WorldError naming the field."""
+    given = [key for key in ("accuracy", "drop") if key in item]
+    if effect != "degrade_accuracy":
+        if given:
+            raise ctx.fail(f"{where}.{given[0]}", "only a degrade_accuracy fault has an accuracy or a drop")
+        return None, 0.0
+    if len(given) != 1:
+        raise ctx.fail(where, "a degrade_accuracy fault needs exactly one of accuracy (e.g. 0.87) or drop (e.g. 0.06)")
+    value = item[given[0]]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise ctx.fail(f"{where}.{given[0]}", "expected a number between 0 and 1 (a share of questions)")
+    return (float(value), 0.0) if given[0] == "accuracy" else (None, float(value))
 
 
 def _chance(ctx: FileContext, item: dict[str, Any], where: str, key: str, per: str) -> float:

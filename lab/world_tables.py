@@ -169,6 +169,9 @@ def parse_model(ctx: FileContext, raw: Any) -> Model:
     features = data.get("features", [])
     if not isinstance(features, list):
         raise ctx.fail("model.features", "expected a list of strings")
+    accuracy = data.get("accuracy", 1.0)  # the healthy model's share of graded questions answered right
+    if isinstance(accuracy, bool) or not isinstance(accuracy, int | float) or not 0.0 <= accuracy <= 1.0:
+        raise ctx.fail("model.accuracy", "expected a number between 0 and 1 (the healthy model's share of right answers)")
     return Model(
         path=data["path"],
         aliases=tuple(data.get("aliases", [])),

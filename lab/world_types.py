@@ -25,6 +25,7 @@ EFFECTS = (
     "warning",
     "scheduler_dead",
     "signal_death",
+    "degrade_accuracy",
 )
 # Where in the start-up sequence an effect may fire (first entry = default).
 # Stages in start-up order (a release orders the two graph captures its own way: lab/release.py):
@@ -37,6 +38,8 @@ EFFECT_POINTS: dict[str, tuple[str, ...]] = {
     # `warmup` for these two: the warm-up request SGLang sends to itself before the ready line.
     "crash_at_first_decode": ("first_decode", "warmup", "serving"),
     "wrong_output": ("first_decode", "serving"),
+    # Answers stay fluent but fewer are right: the probe set's questions (lab/README.md, "Graded wrong output").
+    "degrade_accuracy": ("first_decode", "serving"),
     "hang": (
         "init", "weights", "kv_pool", "capture", "decode_capture", "piecewise_capture", "draft_worker", "warmup",
         "first_decode", "serving", "shutdown",
@@ -232,6 +235,8 @@ class Fault:
     signal: str = "SIGABRT"  # signal_death: the signal the scheduler process dies of
     text: str | None = None  # wrong_output: the (arbitrary) text a broken model returns instead of `output`
     delay_s: float = 0.0  # simulated seconds between reaching the fault's point and its lines
+    accuracy: float | None = None  # degrade_accuracy: the share of graded questions answered right
+    drop: float = 0.0  # degrade_accuracy: how far below the model's healthy accuracy (when no `accuracy`)
 
     def uses(self, key: str) -> bool:
         """True if the fault's conditions read `key` (e.g. `running_requests`)."""

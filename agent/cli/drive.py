@@ -39,6 +39,7 @@ from agent.run.approval import (
     describe_experiment,
 )
 from tools.knowledge import KnowledgeError, check_knowledge_files
+from tools.probe_set import load_probe_set
 from tools.signatures import load_signatures
 
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
@@ -268,6 +269,7 @@ def check_knowledge() -> None:
         implementations()
         packages_knowledge()
         check_knowledge_files()
+        load_probe_set()
     except (CatalogError, KnowledgeError, ValueError) as exc:
         fail(str(exc))
 

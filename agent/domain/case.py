@@ -141,10 +141,14 @@ class ReproduceSpec(_Strict):
     """How the reported failure is reproduced: ``concurrency`` = how many requests at once show it (1: one
     at a time; above 1 the baseline's first launch sends that burst besides the single probes, for
     failures that appear only under concurrent load); ``intermittent`` = it does not show on every
-    launch (a fix then needs two passing confirmations)."""
+    launch (a fix then needs two passing confirmations); ``accuracy`` = the share of hypoloop's probe set
+    (``knowledge/probe_set.toml``) the deployment known to be good answers right: each ready launch then
+    answers the set, and an accuracy below it with 95% confidence is wrong output
+    (``agent.domain.accuracy``); below 1, since with 1 a single wrong answer would be a drop."""
 
     concurrency: int = Field(default=1, ge=1, le=256)
     intermittent: bool = False
+    accuracy: float | None = Field(default=None, gt=0.0, lt=1.0)
 
 
 class IntentSpec(_Strict):

@@ -34,11 +34,11 @@ __all__ = [
 
 ENV_VAR = "HYPOLOOP_KNOWLEDGE"
 #: The files read from the knowledge folder in force (``knowledge_file`` here; the findings reader's
-#: three through ``knowledge_path`` in ``tools/knowledge/data.py``).
+#: three and the probe set through ``knowledge_path`` in ``tools/knowledge/data.py``).
 KNOWLEDGE_FILES = (
     "signatures.toml", "hypotheses.toml", "symptoms.toml", "flag_roles.toml", "limits.toml", "risky.toml",
     "planner.toml", "implementations.toml", "served.toml", "subsystems.toml", "hardware.toml",
-    "model_families.toml", "config_facts.toml", "packages.toml",
+    "model_families.toml", "config_facts.toml", "packages.toml", "probe_set.toml",
 )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agent.domain.accuracy import PROBE_ID as PROBE_SET
 from agent.record.recorded import ExperimentRun, HypothesisRecord, RecordedRun
 from agent.review.render import alternative_text, answer_rows, change_text, shown_line
 from agent.review.report.model import DesignStep, HypothesisView, Report, _dur, _verdict
@@ -40,6 +41,9 @@ def _symptom(run: RecordedRun, executed: list[ExperimentRun]) -> str:
     probes = [p for p in o.get("probes", []) if not p.get("ok")]
     if probes:
         symptom += "; probe " + ", ".join(f"{p['probe_id']}={p['status']}" for p in probes)
+        graded = next((p for p in probes if p["probe_id"] == PROBE_SET and p.get("error")), None)
+        if graded is not None:  # an accuracy drop: the count, interval and test are the evidence
+            symptom += f" ({graded['error']})"
     return symptom
 
 

@@ -29,11 +29,14 @@ that fails across a dropped connection is sent again after reconnecting (``agent
 
 from __future__ import annotations
 
+import functools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agent.domain.accuracy import probe_set_jobs
 from agent.domain.case import Case, server_api_key
 from agent.domain.evidence import RawEvidence, WatchedLaunch
 from agent.domain.models import Experiment
@@ -54,6 +57,7 @@ from tools.host import (
     disk_full_error,
     expand_argv,
 )
+from tools.probes import ProbeResult
 from tools.server import (
     LaunchResult,
     ServerSession,
@@ -469,11 +473,11 @@ def _probe_or_record_failure(launch: _Launch, res: LaunchResult) -> dict[str, An
     api_key = server_api_key(exp.config().flags)  # sent to the server, never written (the transcript redacts it)
     engine = case.launcher.engine_impl().data
     server_info = server_info_through_drops(host, res.base_url, api_key=api_key, paths=engine.server_info)
-    for probe in [*case.probes, *exp.probes]:
-        pr = probe_through_drops(
-            tr, host, res.base_url, probe, model=case.model.path, experiment_id=exp.id, api_key=api_key,
-            generate_api=engine.generate_api,
-        )
+    send = functools.partial(probe_through_drops, tr, host, res.base_url, model=case.model.path,
+                             experiment_id=exp.id, api_key=api_key, generate_api=engine.generate_api)
+    asks: list[Callable[[], ProbeResult]] = [functools.partial(send, p) for p in [*case.probes, *exp.probes]]
+    for ask in [*asks, *probe_set_jobs(case.reproduce.accuracy, send)]:  # the probe set: graded wrong output
+        pr = ask()
         probes.append(pr)
         if not pr.ok:  # the server may die of it: what it answered is kept before anything else happens
             launch.keep(res, server_info, partial=True)
