@@ -250,7 +250,7 @@ def command_for(run: Any) -> str:
 
 
 def check_knowledge() -> None:
-    """Load every file of the knowledge folder in force that a run reads (signatures, hypothesis catalog,
+    """Load every file of the knowledge folder in force that a run reads (engines, signatures, hypothesis catalog,
     symptom rules, planner weights, implementations, hardware, model families, config facts) once, before
     anything is launched; a file that cannot be used is one line and exit 2 (the errors, all ValueErrors,
     name the file and the entry)."""
@@ -258,8 +258,10 @@ def check_knowledge() -> None:
     from agent.planning.generators.implementations import implementations
     from agent.planning.generators.symptoms import symptom_rules
     from agent.planning.weights import weights
+    from tools.engines import engines_data
 
     try:
+        engines_data()
         load_signatures(knowledge_file("signatures.toml"))
         load_catalog()
         symptom_rules()

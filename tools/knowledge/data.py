@@ -11,10 +11,7 @@ and the field. The comment at the top of each file describes its fields; every e
 
 from __future__ import annotations
 
-import functools
-import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -22,6 +19,14 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tools.knowledge.models import KnowledgeError
+from tools.knowledge_files import (
+    ENV_VAR,
+    REPOSITORY_DIR,
+    KnowledgeFile,
+    field_error,
+    knowledge_path,
+    read_toml,
+)
 
 __all__ = [
     "ENV_VAR",
@@ -35,21 +40,6 @@ __all__ = [
     "knowledge_path",
     "model_families",
 ]
-
-#: The variable that names the knowledge folder in force (``agent.domain.knowledge_dir.ENV_VAR``).
-ENV_VAR = "HYPOLOOP_KNOWLEDGE"
-#: The repository's own knowledge folder.
-REPOSITORY_DIR = Path(__file__).resolve().parents[2] / "knowledge"
-
-
-def knowledge_path(name: str) -> Path:
-    """``name`` in the knowledge folder in force (``$HYPOLOOP_KNOWLEDGE``), else the repository's file."""
-    folder = os.environ.get(ENV_VAR)
-    if folder:
-        own = Path(folder).expanduser() / name
-        if own.is_file():
-            return own
-    return REPOSITORY_DIR / name
 
 
 def check_files() -> None:
@@ -128,18 +118,12 @@ _File = TypeVar("_File", bound=BaseModel)
 
 def _read(path: Path, model: type[_File]) -> _File:
     """``path`` parsed as TOML into ``model``; KnowledgeError (one line: file, field, what was expected)."""
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise KnowledgeError(f"{path}: cannot read knowledge file: {exc.strerror or type(exc).__name__}") from exc
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise KnowledgeError(f"{path}: not a TOML file: {' '.join(str(exc).split())}") from exc
+    raw = read_toml(path, KnowledgeError)
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
-        raise KnowledgeError(f"{path}: {where or 'file'}: {err['msg']}") from None
+        where, msg = field_error(exc)
+        raise KnowledgeError(f"{path}: {where or 'file'}: {msg}") from None
 
 
 def _compile(path: Path, where: str, pattern: str, flags: int = 0) -> re.Pattern[str]:
@@ -147,14 +131,6 @@ def _compile(path: Path, where: str, pattern: str, flags: int = 0) -> re.Pattern
         return re.compile(pattern, flags)
     except re.error as exc:
         raise KnowledgeError(f"{path}: {where}: not a regular expression ({exc})") from None
-
-
-def _stamp(path: Path) -> tuple[str, int, int]:
-    try:
-        st = path.stat()
-    except OSError:
-        return str(path), -1, -1  # missing: reading it raises the one-line error
-    return str(path), st.st_size, st.st_mtime_ns
 
 
 # --- hardware.toml -------------------------------------------------------------------------------------
@@ -175,12 +151,10 @@ class Hardware:
 
 def hardware() -> Hardware:
     """``hardware.toml`` of the knowledge folder in force; raises KnowledgeError naming file and field."""
-    return _hardware(*_stamp(knowledge_path("hardware.toml")))
+    return _HARDWARE()
 
 
-@functools.lru_cache(maxsize=8)
-def _hardware(path_text: str, _size: int, _mtime: int) -> Hardware:
-    path = Path(path_text)
+def _hardware(path: Path) -> Hardware:
     data = _read(path, _HardwareFile)
     gpus = tuple(
         (g.name, _compile(path, f"gpu[{i}].pattern", g.pattern, re.IGNORECASE), g.arch)
@@ -216,12 +190,10 @@ class ModelFamilies:
 
 def model_families() -> ModelFamilies:
     """``model_families.toml`` of the knowledge folder in force; raises KnowledgeError naming file and field."""
-    return _model_families(*_stamp(knowledge_path("model_families.toml")))
+    return _MODEL_FAMILIES()
 
 
-@functools.lru_cache(maxsize=8)
-def _model_families(path_text: str, _size: int, _mtime: int) -> ModelFamilies:
-    path = Path(path_text)
+def _model_families(path: Path) -> ModelFamilies:
     data = _read(path, _ModelFamiliesFile)
     families = tuple(
         (_compile(path, f"family[{i}].pattern", f.pattern), frozenset(f.features))
@@ -256,12 +228,10 @@ class ConfigFacts:
 
 def config_facts() -> ConfigFacts:
     """``config_facts.toml`` of the knowledge folder in force; raises KnowledgeError naming file and field."""
-    return _config_facts(*_stamp(knowledge_path("config_facts.toml")))
+    return _CONFIG_FACTS()
 
 
-@functools.lru_cache(maxsize=8)
-def _config_facts(path_text: str, _size: int, _mtime: int) -> ConfigFacts:
-    path = Path(path_text)
+def _config_facts(path: Path) -> ConfigFacts:
     data = _read(path, _ConfigFactsFile)
     aliases = {a.name: a.fact for a in data.alias}
     spellings = [*data.keys, *aliases]
@@ -278,3 +248,8 @@ def _config_facts(path_text: str, _size: int, _mtime: int) -> ConfigFacts:
     return ConfigFacts(tuple(data.keys), aliases, kv_re, prose_re)
 
 
+
+
+_HARDWARE = KnowledgeFile("hardware.toml", _hardware)
+_MODEL_FAMILIES = KnowledgeFile("model_families.toml", _model_families)
+_CONFIG_FACTS = KnowledgeFile("config_facts.toml", _config_facts)
