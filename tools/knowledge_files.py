@@ -16,7 +16,9 @@ from __future__ import annotations
 import os
 import threading
 import tomllib
-from collections.abc import Callable
+import types
+import typing
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -26,10 +28,13 @@ __all__ = [
     "ENV_VAR",
     "REPOSITORY_DIR",
     "KnowledgeFile",
+    "KnowledgeFileError",
+    "check_keys",
     "field_error",
     "knowledge_path",
     "load_model",
     "read_toml",
+    "unknown_key",
 ]
 
 #: The variable that names the knowledge folder in force (``agent.domain.knowledge_dir.ENV_VAR``).
@@ -39,6 +44,10 @@ REPOSITORY_DIR = Path(__file__).resolve().parents[1] / "knowledge"
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
+
+
+class KnowledgeFileError(ValueError):
+    """A knowledge file that has no error class of its own cannot be used (one line naming it)."""
 
 
 def knowledge_path(name: str) -> Path:
@@ -79,6 +88,56 @@ def load_model(path: Path, model: type[M], error: type[Exception]) -> M:
     except ValidationError as exc:
         where, msg = field_error(exc)
         raise error(f"{path}: field '{where}': {msg}" if where else f"{path}: {msg}") from None
+
+
+def check_keys(
+    path: Path, table: object, allowed: Iterable[str], error: type[Exception], where: str = ""
+) -> None:
+    """Raise ``error`` (one line) when the TOML table ``table`` has a key not in ``allowed``:
+    ``PATH: WHERE: unknown table or key 'k' (expected: a, b)``. Anything but a table is left to the
+    caller's own checks."""
+    if not isinstance(table, dict):
+        return
+    known = list(allowed)
+    extra = [k for k in table if k not in known]
+    if extra:
+        at = f"{where}: " if where else ""
+        raise error(f"{path}: {at}unknown table or key {extra[0]!r} (expected: {', '.join(known)})")
+
+
+def _nested_model(annotation: object) -> type[BaseModel] | None:
+    """The pydantic model a field's annotation holds (``list[Condition]``, ``Condition | None``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (list, tuple, typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _nested_model(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def unknown_key(data: object, model: type[BaseModel]) -> str | None:
+    """The first key of the TOML table ``data``, nested tables included (``when_any[0].bogus``), that
+    ``model`` has no field for; None when there is none. For models that must also read other input
+    leniently (a transcript), so cannot forbid extra fields themselves."""
+    if not isinstance(data, dict):
+        return None
+    fields = model.model_fields
+    names = {n: f for n, f in fields.items()} | {f.alias: f for f in fields.values() if f.alias}
+    for key, value in data.items():
+        field = names.get(key)
+        if field is None:
+            return str(key)
+        inner = _nested_model(field.annotation)
+        if inner is None:
+            continue
+        items = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
+        for i, item in items:
+            bad = unknown_key(item, inner)
+            if bad is not None:
+                return f"{key}[{i}].{bad}" if i is not None else f"{key}.{bad}"
+    return None
 
 
 class KnowledgeFile(Generic[T]):

@@ -250,14 +250,18 @@ def command_for(run: Any) -> str:
 
 
 def check_knowledge() -> None:
-    """Load every file of the knowledge folder in force that a run reads (engines, signatures, hypothesis catalog,
-    symptom rules, planner weights, implementations, hardware, model families, config facts) once, before
-    anything is launched; a file that cannot be used is one line and exit 2 (the errors, all ValueErrors,
-    name the file and the entry)."""
+    """Load every file of the knowledge folder in force (engines, signatures, hypothesis catalog and flag
+    roles, symptom rules, planner weights, implementations, limits, risk rules, what a deployment is,
+    subsystems, hardware, model families, config facts) once, before anything is launched; a file that
+    cannot be used is one line and exit 2 (the errors, all ValueErrors, name the file and the entry)."""
     from agent.planning.catalog import load_catalog
     from agent.planning.generators.implementations import implementations
     from agent.planning.generators.symptoms import symptom_rules
+    from agent.planning.guard import value_limits
+    from agent.planning.in_play import load_subsystems
+    from agent.planning.served import served_settings
     from agent.planning.weights import weights
+    from agent.run.approval.policy import load_risk_rules
     from tools.engines import engines_data
 
     try:
@@ -267,6 +271,10 @@ def check_knowledge() -> None:
         symptom_rules()
         weights()
         implementations()
+        value_limits()
+        load_risk_rules()
+        served_settings()
+        load_subsystems()
         check_knowledge_files()
     except (CatalogError, KnowledgeError, ValueError) as exc:
         fail(str(exc))

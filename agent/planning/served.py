@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import functools
 import re
-import tomllib
 from pathlib import Path
 
 from agent.domain.case import Case
 from agent.domain.knowledge_dir import knowledge_file
 from tools.flags import FlagCatalog, FlagError
+from tools.knowledge_files import KnowledgeFileError, check_keys, read_toml
 
 __all__ = ["Served", "description_keeps", "served_settings"]
 
@@ -122,10 +122,13 @@ def _canon(flags: FlagCatalog | None, name: str) -> str:
 
 @functools.cache
 def _load(path: Path, mtime: float) -> Served:
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data = read_toml(path, KnowledgeFileError)
+    check_keys(path, data, ["setting"], KnowledgeFileError)
     sets: dict[tuple[str, str], set[str]] = {}
     from_ckpt: dict[str, str] = {}
     for i, s in enumerate(data.get("setting", [])):
+        check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "source"], KnowledgeFileError,
+                   f"setting #{i + 1}")
         kind, role = str(s.get("kind", "flag")), str(s.get("role", ""))
         if kind not in ("flag", "env") or role not in ("served", "place") or not s.get("name"):
             raise ValueError(f"{path}: setting #{i + 1}: expected name, kind flag|env and role served|place")
