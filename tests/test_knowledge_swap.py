@@ -19,6 +19,8 @@ from agent.planning.generators.implementations import (
 )
 from tools.engines import detect, get_engine
 from tools.flags import parse_help
+from tools.knowledge import KnowledgeError, parse_findings
+from tools.server import render_command
 from tools.signatures import load_signatures
 
 DATA = Path(__file__).parent / "data"
@@ -151,3 +153,49 @@ def test_a_broken_engines_file_is_refused_before_a_run_in_one_line(tmp_path: Pat
     assert len(r.stderr.strip().splitlines()) == 1 and "engines.toml: [sglang] display" in r.stderr, r.stderr
     listed = run_cli(tmp_path, "runs", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
+
+
+# --- the deployment flags and the log wording of facts are data too -------------------------------------
+
+
+def test_the_folders_listen_flags_are_what_a_launch_sets_and_what_notes_leave_out(tmp_path: Path) -> None:
+    """engines.toml's host and port flags: a launch sets them (and drops them from the case's flags), and
+    the findings reader leaves them out of a known-good command's configuration."""
+    folder = _engines(tmp_path, 'port_flag = "--port"', 'port_flag = "--listen-port"')
+    launcher = ["python", "-m", "sglang.launch_server"]
+    notes = (
+        "## 2026-03-01 — works\n\n```\npython -m sglang.launch_server --model-path acme/m --listen-port 9000 "
+        "--tp-size 2\n```\n"
+    )
+    shipped = render_command(launcher, "m", {"--tp-size": 2}, host="h", port=5)
+    assert shipped[-4:] == ["--host", "h", "--port", "5"]
+    assert parse_findings(notes)[0].flags == {"--listen-port": "9000", "--tp-size": "2"}
+    with use_knowledge(folder):
+        argv = render_command(launcher, "m", {"--tp-size": 2, "--listen-port": 7}, host="h", port=5, engine=get_engine())
+        assert argv[-4:] == ["--host", "h", "--listen-port", "5"] and argv.count("--listen-port") == 1
+        assert parse_findings(notes)[0].flags == {"--tp-size": "2"}
+
+
+def test_the_sentences_that_state_a_fact_are_the_folders(tmp_path: Path) -> None:
+    """config_facts.toml's [[line]]: the engine's log wording of a fact (SGLang's "Setting KV cache dtype
+    to ...") is data; a folder can add another engine's wording, or drop SGLang's."""
+    notes = (
+        "## 2026-03-01 — works\n\n```\npython -m sglang.launch_server --model-path acme/m\n```\n"
+        "The log said: Setting KV cache dtype to fp8_e4m3 for DeepSeek DSA on SM100 device.\n"
+        "And: kv cache stored as fp8_e5m2 by the zorp engine\n"
+    )
+    assert parse_findings(notes)[0].facts == {"kv_cache_dtype": "fp8_e4m3"}
+    folder = tmp_path / "knowledge"
+    folder.mkdir()
+    (folder / "config_facts.toml").write_text(
+        'keys = ["kv_cache_dtype"]\nsource = "s"\n\n[[line]]\n'
+        "pattern = 'kv cache stored as (?P<kv_cache_dtype>\\w+)'\nsource = \"a made-up engine's log\"\n"
+    )
+    with use_knowledge(folder):
+        assert parse_findings(notes)[0].facts == {"kv_cache_dtype": "fp8_e5m2"}
+    (folder / "config_facts.toml").write_text(
+        'keys = ["kv_cache_dtype"]\nsource = "s"\n\n[[line]]\npattern = \'as (?P<kv_dtype>\\w+)\'\nsource = "s"\n'
+    )
+    with use_knowledge(folder), pytest.raises(KnowledgeError) as err:
+        parse_findings(notes)
+    assert "line[0].pattern" in str(err.value) and "kv_dtype" in str(err.value)

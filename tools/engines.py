@@ -30,8 +30,10 @@ __all__ = [
     "SGLang",
     "VLLM",
     "detect",
+    "deployment_flags",
     "detect_log",
     "engines_data",
+    "model_flags",
     "get_engine",
 ]
 
@@ -57,6 +59,8 @@ class EngineData(BaseModel):
     help_args: list[str] = Field(default_factory=lambda: ["--help"])
     model_flag: str
     fallback_model_flag: str
+    host_flag: str = Field(min_length=1)
+    port_flag: str = Field(min_length=1)
     generate_api: Literal["native", "completions"]
     server_info: list[str] = Field(default_factory=list)
     endpoints: list[str] = Field(default_factory=list)
@@ -90,6 +94,8 @@ class Engine(Protocol):
     def model_of(self, argv: Sequence[str], launcher_len: int) -> str | None: ...
 
     def check_env_argv(self, launcher_argv: Sequence[str]) -> list[str]: ...
+
+    def session_flags(self) -> frozenset[str]: ...
 
     def owns_env(self, name: str) -> bool: ...
 
@@ -167,6 +173,11 @@ class _Base:
                 pkg = launcher_argv[i + 1].rsplit(".", 1)[0]
                 return [*launcher_argv[: i + 1], f"{pkg}.{self.data.check_env_module}"]
         return []
+
+    def session_flags(self) -> frozenset[str]:
+        """The flags a launch sets itself: the model's (both spellings), where the server listens."""
+        d = self.data
+        return frozenset({d.model_flag, d.fallback_model_flag, d.host_flag, d.port_flag} - {""})
 
     def owns_env(self, name: str) -> bool:
         """Whether an environment variable is one of the engine's own (its prefix)."""
@@ -248,6 +259,17 @@ def get_engine(name: str | None = None) -> Engine:
     if name not in data:
         raise EngineError(f"unknown engine {name!r} (expected one of: {', '.join(sorted(data))})")
     return _CLASSES[name](data[name])
+
+
+def model_flags() -> frozenset[str]:
+    """Every engine's spellings of the model flag (``--model-path``, ``--model``; ``engines.toml``)."""
+    return frozenset({f for d in engines_data().values() for f in (d.model_flag, d.fallback_model_flag) if f})
+
+
+def deployment_flags() -> frozenset[str]:
+    """Every engine's flags that say what the server loads and where it listens, not how it runs
+    (``--model-path``, ``--model``, ``--host``, ``--port``; ``engines.toml``)."""
+    return model_flags() | {f for d in engines_data().values() for f in (d.host_flag, d.port_flag)}
 
 
 def detect(argv: Sequence[str]) -> str | None:

@@ -107,10 +107,17 @@ class _Alias(_Entry):
     source: str = _Text
 
 
+class _Line(_Entry):
+    pattern: str = _Text
+    ignore_case: bool = False
+    source: str = _Text
+
+
 class _ConfigFactsFile(_Entry):
     keys: list[str] = Field(default_factory=list)
     source: str = _Text
     alias: list[_Alias] = Field(default_factory=list)
+    line: list[_Line] = Field(default_factory=list)
 
 
 _File = TypeVar("_File", bound=BaseModel)
@@ -218,12 +225,14 @@ def _model_families(path: Path) -> ModelFamilies:
 class ConfigFacts:
     """``config_facts.toml`` ready to match: ``aliases`` spelling -> fact; ``kv_re`` finds ``key = value``
     / ``"key": "value"`` (groups ``key``, ``value``); ``prose_re`` ``key was set to value``. The regular
-    expressions are None when the file names no fact."""
+    expressions are None when the file names no fact. ``lines``: the ``[[line]]`` sentences (the
+    engine's log wording, how notes say it), each named group a fact."""
 
     keys: tuple[str, ...]
     aliases: dict[str, str]
     kv_re: re.Pattern[str] | None
     prose_re: re.Pattern[str] | None
+    lines: tuple[re.Pattern[str], ...] = ()
 
 
 def config_facts() -> ConfigFacts:
@@ -234,9 +243,20 @@ def config_facts() -> ConfigFacts:
 def _config_facts(path: Path) -> ConfigFacts:
     data = _read(path, _ConfigFactsFile)
     aliases = {a.name: a.fact for a in data.alias}
+    lines = tuple(
+        _compile(path, f"line[{i}].pattern", ln.pattern, re.IGNORECASE if ln.ignore_case else 0)
+        for i, ln in enumerate(data.line)
+    )
+    for i, rx in enumerate(lines):
+        unknown = [g for g in rx.groupindex if g not in data.keys]
+        if unknown or not rx.groupindex:
+            raise KnowledgeError(
+                f"{path}: line[{i}].pattern: expected named groups that are facts of keys, "
+                f"got {', '.join(unknown) or 'none'}"
+            )
     spellings = [*data.keys, *aliases]
     if not spellings:
-        return ConfigFacts((), {}, None, None)
+        return ConfigFacts((), {}, None, None, lines)
     alt = "|".join(re.escape(k) for k in spellings)
     kv_re = re.compile(
         r"[\"']?\b(?P<key>" + alt + r")\b[\"']?\s*(?:=|:)\s*[\"']?(?P<value>[A-Za-z0-9_.\-]+)"
@@ -245,9 +265,7 @@ def _config_facts(path: Path) -> ConfigFacts:
         r"\b(?P<key>" + alt + r")`?\s+(?:resolved|was set|is set|defaulted|fell back|was|is|=)\s+to\s+"
         r"`?(?P<value>[A-Za-z0-9_.\-]+)"
     )
-    return ConfigFacts(tuple(data.keys), aliases, kv_re, prose_re)
-
-
+    return ConfigFacts(tuple(data.keys), aliases, kv_re, prose_re, lines)
 
 
 _HARDWARE = KnowledgeFile("hardware.toml", _hardware)
