@@ -177,14 +177,17 @@ def test_the_folders_listen_flags_are_what_a_launch_sets_and_what_notes_leave_ou
 
 
 def test_the_sentences_that_state_a_fact_are_the_folders(tmp_path: Path) -> None:
-    """config_facts.toml's [[line]]: the engine's log wording of a fact (SGLang's "Setting KV cache dtype
-    to ...") is data; a folder can add another engine's wording, or drop SGLang's."""
+    """config_facts.toml's [[line]]: the engines' log wording of a fact (SGLang's "Setting KV cache dtype
+    to ...", vLLM's "Using ... data type to store kv cache") is data; a folder can add another wording,
+    or drop the shipped ones."""
     notes = (
         "## 2026-03-01 — works\n\n```\npython -m sglang.launch_server --model-path acme/m\n```\n"
         "The log said: Setting KV cache dtype to fp8_e4m3 for DeepSeek DSA on SM100 device.\n"
         "And: kv cache stored as fp8_e5m2 by the zorp engine\n"
     )
     assert parse_findings(notes)[0].facts == {"kv_cache_dtype": "fp8_e4m3"}
+    vllm_said = notes + "vLLM said: Using fp8_e5m2 data type to store kv cache. It reduces the GPU memory\n"
+    assert parse_findings(vllm_said)[0].facts == {"kv_cache_dtype": "fp8_e5m2"}  # the later line wins
     folder = tmp_path / "knowledge"
     folder.mkdir()
     (folder / "config_facts.toml").write_text(

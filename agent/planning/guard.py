@@ -40,6 +40,8 @@ def _limits_of(path: Path) -> dict[str, dict[str, Any]]:
     for i, item in enumerate(data.get("limit", [])):
         check_keys(path, item, ["flag", "min", "max", "min_exclusive", "why", "source"], KnowledgeFileError,
                    f"limit #{i + 1}")
+        if not isinstance(item, dict) or not isinstance(item.get("flag"), str):
+            raise KnowledgeFileError(f"{path}: limit #{i + 1}: expected a table with flag = \"--name\"")
     return {item["flag"]: item for item in data.get("limit", [])}
 
 
