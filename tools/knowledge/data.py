@@ -19,25 +19,15 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tools.knowledge.models import KnowledgeError
-from tools.knowledge_files import (
-    ENV_VAR,
-    REPOSITORY_DIR,
-    KnowledgeFile,
-    field_error,
-    knowledge_path,
-    read_toml,
-)
+from tools.knowledge_files import KnowledgeFile, field_error, read_toml
 
 __all__ = [
-    "ENV_VAR",
-    "REPOSITORY_DIR",
     "ConfigFacts",
     "Hardware",
     "ModelFamilies",
     "check_files",
     "config_facts",
     "hardware",
-    "knowledge_path",
     "model_families",
 ]
 
