@@ -5,16 +5,15 @@ nothing."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import typer
 from clirun import run_cli
+from test_knowledge_files import _repository_knowledge  # noqa: F401  (autouse: the repository's folder)
 
 from agent.cli.drive import check_knowledge
-from agent.domain.knowledge_dir import ENV_VAR, KNOWLEDGE_FILES, default_dir, use_knowledge
+from agent.domain.knowledge_dir import KNOWLEDGE_FILES, default_dir, use_knowledge
 
 #: (file, text replaced, by, what the error must name): a junk key inside an entry of each file, nested
 #: tables included.
@@ -38,15 +37,6 @@ JUNK_IN_ENTRY = [
     ("model_families.toml", "[[word]]\n", "[[word]]\nbogus_key = 1\n", "bogus_key"),
     ("config_facts.toml", "[[alias]]\n", "[[alias]]\nbogus_key = 1\n", "bogus_key"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _repository_knowledge() -> Iterator[None]:
-    """The test's own environment must not choose the folder."""
-    saved = os.environ.pop(ENV_VAR, None)
-    yield
-    if saved is not None:
-        os.environ[ENV_VAR] = saved
 
 
 def _refused(folder: Path, capsys: pytest.CaptureFixture[str]) -> str:
