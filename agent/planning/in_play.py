@@ -14,18 +14,16 @@ known (no config.json on the host, no GPU query) never makes a subsystem "not in
 
 from __future__ import annotations
 
-import functools
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.domain.knowledge_dir import knowledge_file
 from agent.domain.models import Baseline, Change
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
-from tools.knowledge_files import check_keys
+from tools.knowledge_files import KnowledgeFile, check_keys
 
 __all__ = ["InPlay", "Knowledge", "load_subsystems", "platform_of", "subsystems_knowledge", "subsystems_of_frame"]
 
@@ -62,8 +60,7 @@ class SubsystemsError(ValueError):
     """knowledge/subsystems.toml cannot be used (one line naming the file and field)."""
 
 
-@functools.cache
-def _load(path: Path, mtime: float) -> Knowledge:
+def _load(path: Path) -> Knowledge:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -119,10 +116,13 @@ def _check_subsystem_keys(path: Path, data: dict[str, Any]) -> None:
 def load_subsystems(path: Path | None = None) -> Knowledge:
     """knowledge/subsystems.toml of the knowledge folder in force (empty knowledge when absent).
     Raises SubsystemsError for a file that cannot be parsed."""
-    p = path or knowledge_file("subsystems.toml")
-    if not p.is_file():
-        return Knowledge()
-    return _load(p, p.stat().st_mtime)
+    if path is None:
+        return _SUBSYSTEMS()
+    return _load(path) if path.is_file() else Knowledge()
+
+
+#: subsystems.toml of the knowledge folder in force, read once per version on disk (``tools.knowledge_files``).
+_SUBSYSTEMS = KnowledgeFile("subsystems.toml", _load, absent=Knowledge)
 
 
 def subsystems_knowledge() -> Knowledge:
