@@ -308,7 +308,7 @@ def test_load_errors_name_file_entry_and_field(tmp_path: Path) -> None:
         load_signatures(p)
 
     p = _write(tmp_path, "[[signature]\nid=")
-    with pytest.raises(SignatureError, match="invalid TOML"):
+    with pytest.raises(SignatureError, match="not a TOML file"):
         load_signatures(p)
 
 

@@ -13,14 +13,14 @@ else SGLang (the engine hypoloop started with).
 
 from __future__ import annotations
 
-import functools
 import posixpath
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tools.knowledge_files import KnowledgeFile, field_error, read_toml
 
 __all__ = [
     "ENGINE_NAMES",
@@ -30,11 +30,13 @@ __all__ = [
     "SGLang",
     "VLLM",
     "detect",
+    "deployment_flags",
     "detect_log",
+    "engines_data",
+    "model_flags",
     "get_engine",
 ]
 
-ENGINES_FILE = Path(__file__).resolve().parent.parent / "knowledge" / "engines.toml"
 ENGINE_NAMES = ("sglang", "vllm")
 DEFAULT_ENGINE = "sglang"
 
@@ -57,6 +59,8 @@ class EngineData(BaseModel):
     help_args: list[str] = Field(default_factory=lambda: ["--help"])
     model_flag: str
     fallback_model_flag: str
+    host_flag: str = Field(min_length=1)
+    port_flag: str = Field(min_length=1)
     generate_api: Literal["native", "completions"]
     server_info: list[str] = Field(default_factory=list)
     endpoints: list[str] = Field(default_factory=list)
@@ -90,6 +94,8 @@ class Engine(Protocol):
     def model_of(self, argv: Sequence[str], launcher_len: int) -> str | None: ...
 
     def check_env_argv(self, launcher_argv: Sequence[str]) -> list[str]: ...
+
+    def session_flags(self) -> frozenset[str]: ...
 
     def owns_env(self, name: str) -> bool: ...
 
@@ -168,6 +174,11 @@ class _Base:
                 return [*launcher_argv[: i + 1], f"{pkg}.{self.data.check_env_module}"]
         return []
 
+    def session_flags(self) -> frozenset[str]:
+        """The flags a launch sets itself: the model's (both spellings), where the server listens."""
+        d = self.data
+        return frozenset({d.model_flag, d.fallback_model_flag, d.host_flag, d.port_flag} - {""})
+
     def owns_env(self, name: str) -> bool:
         """Whether an environment variable is one of the engine's own (its prefix)."""
         return name.startswith(self.data.env_prefix)
@@ -214,39 +225,58 @@ def _program_match(argv: Sequence[str], programs: Sequence[str]) -> bool:
     return False
 
 
-@functools.cache
 def _load(path: Path) -> dict[str, EngineData]:
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise EngineError(f"{path}: cannot read: {exc}") from None
+    """``engines.toml`` at ``path``, one `EngineData` a table; EngineError (one line) for a file that
+    cannot be used."""
     out: dict[str, EngineData] = {}
-    for name, table in raw.items():
+    for name, table in read_toml(path, EngineError).items():
         if name not in _CLASSES:
             raise EngineError(f"{path}: [{name}]: unknown engine (known: {', '.join(ENGINE_NAMES)})")
+        if not isinstance(table, dict):
+            raise EngineError(f"{path}: {name}: expected a table [{name}]")
         try:
             out[name] = EngineData.model_validate({"name": name, **table})
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise EngineError(f"{path}: [{name}] {where}: {err['msg']}") from None
+            where, msg = field_error(exc)
+            raise EngineError(f"{path}: [{name}] {where}: {msg}") from None
     return out
+
+
+#: ``engines.toml`` of the knowledge folder in force (``tools.knowledge_files``).
+_ENGINES: KnowledgeFile[dict[str, EngineData]] = KnowledgeFile("engines.toml", _load)
+
+
+def engines_data() -> dict[str, EngineData]:
+    """Every engine's table of ``engines.toml`` in the knowledge folder in force (else the repository's),
+    read once per file version. Raises EngineError (one line naming the file and the field)."""
+    return _ENGINES()
 
 
 def get_engine(name: str | None = None) -> Engine:
     """The engine called `name` (None: SGLang). Raises EngineError for a name it does not know."""
     name = name or DEFAULT_ENGINE
-    data = _load(ENGINES_FILE)
+    data = engines_data()
     if name not in data:
         raise EngineError(f"unknown engine {name!r} (expected one of: {', '.join(sorted(data))})")
     return _CLASSES[name](data[name])
+
+
+def model_flags() -> frozenset[str]:
+    """Every engine's spellings of the model flag (``--model-path``, ``--model``; ``engines.toml``)."""
+    return frozenset({f for d in engines_data().values() for f in (d.model_flag, d.fallback_model_flag) if f})
+
+
+def deployment_flags() -> frozenset[str]:
+    """Every engine's flags that say what the server loads and where it listens, not how it runs
+    (``--model-path``, ``--model``, ``--host``, ``--port``; ``engines.toml``)."""
+    return model_flags() | {f for d in engines_data().values() for f in (d.host_flag, d.port_flag)}
 
 
 def detect(argv: Sequence[str]) -> str | None:
     """The engine a launcher runs: its ``-m MODULE`` or ``PROGRAM SUBCOMMAND``, or None when it names
     none of them (a wrapper script, the lab's stand-in)."""
     words = [str(a) for a in argv]
-    for name, data in _load(ENGINES_FILE).items():
+    for name, data in engines_data().items():
         for i, w in enumerate(words[:-1]):
             if w == "-m" and words[i + 1] in data.modules:
                 return name
@@ -259,7 +289,7 @@ def detect_log(text: str) -> str | None:
     """The engine whose log `text` is: the engine with the most `log_markers` in it, or None when it
     carries none (a bare Python traceback, a log cut before the engine spoke)."""
     best, best_n = None, 0
-    for name, data in _load(ENGINES_FILE).items():
+    for name, data in engines_data().items():
         n = sum(text.count(marker) for marker in data.log_markers)
         if n > best_n:
             best, best_n = name, n
@@ -268,7 +298,7 @@ def detect_log(text: str) -> str | None:
 
 def settings_markers() -> tuple[str, ...]:
     """What precedes each engine's printed settings line (``server_args=``, ``non-default args: ``)."""
-    return tuple(d.settings_marker for d in _load(ENGINES_FILE).values() if d.settings_marker)
+    return tuple(d.settings_marker for d in engines_data().values() if d.settings_marker)
 
 
 def settings_marker_in(text: str) -> str | None:
@@ -281,4 +311,4 @@ def is_settings_dump(text: str) -> bool:
     values (``'warn'``, ``auto``) are settings, not warnings."""
     if settings_marker_in(text):
         return True
-    return any(m in text for d in _load(ENGINES_FILE).values() for m in d.dump_markers)
+    return any(m in text for d in engines_data().values() for m in d.dump_markers)

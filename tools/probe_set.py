@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tools.knowledge.data import knowledge_path
+from tools.knowledge_files import knowledge_path
 from tools.probes import Probe, ProbeResult, split_thinking
 
 #: The probe set's file in the knowledge folder.

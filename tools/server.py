@@ -24,13 +24,11 @@ from pydantic import BaseModel, Field
 
 from tools.container import prepare as prepare_container
 from tools.container import recover as recover_container
-from tools.engines import Engine, get_engine
+from tools.engines import Engine, get_engine, model_flags
 from tools.flags import value_words
 from tools.host import Host, HostError, ProcessHandle, QueuesJobs, SchedulerError, expand_argv
 from tools.logwatch import LogLine, LogWatcher
 from tools.signatures import SignatureMatch, SignatureMatcher
-
-_SESSION_FLAGS = ("--model-path", "--host", "--port")
 
 EventKind = Literal["line", "ready", "fatal", "exited", "timeout", "stalled"]
 LaunchStatus = Literal["ready", "crashed", "exited", "timeout", "stalled", "launch_failed"]
@@ -56,7 +54,7 @@ def render_command(
     Raises ValueError for a flag name that does not start with "-".
     """
     eng = engine or get_engine()
-    owned = {*_SESSION_FLAGS, eng.data.model_flag, eng.data.fallback_model_flag} - {""}
+    owned = eng.session_flags() | model_flags()  # any engine's model flag (SGLang's --model is --model-path)
     argv = [str(a) for a in launcher_argv] + eng.model_args(launcher_argv, str(model_path))
     for name, value in flags.items():
         if not name.startswith("-"):
@@ -66,7 +64,7 @@ def render_command(
         argv.append(name)
         if value is not True:
             argv.extend(value_words(str(value)))
-    return argv + ["--host", host, "--port", str(port)]
+    return argv + [eng.data.host_flag, host, eng.data.port_flag, str(port)]
 
 
 #: What a Python interpreter prints (one line, its own path first) when the module of ``-m`` or the

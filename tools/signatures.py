@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import re
 import string
-import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tools.knowledge_files import field_error, knowledge_path, read_toml
 
 Severity = Literal["info", "warning", "error", "fatal"]
 Kind = Literal["progress", "ready", "fatal", "warning", "fact", "error"]
 Stage = Literal["launch", "load", "capture", "serve", "decode", "request"]
 
-DEFAULT_SIGNATURES_PATH = Path(__file__).resolve().parent.parent / "knowledge" / "signatures.toml"
+#: The signature file's name in a knowledge folder (``tools.knowledge_files``).
+SIGNATURES_FILE = "signatures.toml"
 
 
 class SignatureError(ValueError):
@@ -32,6 +34,8 @@ class SignatureError(ValueError):
 class Signature(BaseModel):
     """One known log line. `pattern` is a Python regex searched in each line; `facts` maps a fact key
     to a template where `{name}` is a named group of `pattern` and other text is literal."""
+
+    model_config = ConfigDict(extra="forbid")
 
     id: str
     pattern: str
@@ -175,12 +179,10 @@ def _check(sig: Signature, where: str) -> None:
 
 
 def _load_file(path: Path) -> list[Signature]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SignatureError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise SignatureError(f"{path}: invalid TOML: {exc}") from None
+    data = read_toml(path, SignatureError)
+    unknown = sorted(set(data) - {"signature"})
+    if unknown:
+        raise SignatureError(f"{path}: unknown table or key {unknown[0]!r} (expected [[signature]] tables)")
     entries = data.get("signature", [])
     if not isinstance(entries, list):
         raise SignatureError(f"{path}: expected [[signature]] tables")
@@ -191,9 +193,8 @@ def _load_file(path: Path) -> list[Signature]:
         try:
             sig = Signature.model_validate(entry)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(str(x) for x in err["loc"]) or "entry"
-            raise SignatureError(f"{where}: field {field}: {err['msg']}") from None
+            field, msg = field_error(exc)
+            raise SignatureError(f"{where}: field {field or 'entry'}: {msg}") from None
         _check(sig, where)
         out.append(sig)
     return out
@@ -202,11 +203,13 @@ def _load_file(path: Path) -> list[Signature]:
 def load_signatures(path: Path | None = None) -> list[Signature]:
     """Load signatures from a TOML file, or from every `*.toml` in a directory (sorted by name).
 
-    Default: `knowledge/signatures.toml` of this repository. Raises `SignatureError` naming the file,
-    the entry (number and id) and the field for unreadable files, invalid TOML, missing/invalid fields,
-    bad regexes, fact templates that reference missing groups, and duplicate ids.
+    Default: ``signatures.toml`` of the knowledge folder in force (``--knowledge DIR``,
+    ``$HYPOLOOP_KNOWLEDGE``; else the repository's: `tools.knowledge_files.knowledge_path`). Raises
+    `SignatureError` naming the file, the entry (number and id) and the field for unreadable files,
+    invalid TOML, missing/invalid/unknown fields, bad regexes, fact templates that reference missing
+    groups, and duplicate ids.
     """
-    base = Path(path) if path is not None else DEFAULT_SIGNATURES_PATH
+    base = Path(path) if path is not None else knowledge_path(SIGNATURES_FILE)
     files = sorted(base.glob("*.toml")) if base.is_dir() else [base]
     sigs: list[Signature] = []
     seen: dict[str, Path] = {}

@@ -251,23 +251,34 @@ def command_for(run: Any) -> str:
 
 
 def check_knowledge() -> None:
-    """Load every file of the knowledge folder in force that a run reads (signatures, hypothesis catalog,
-    symptom rules, planner weights, implementations, packages, hardware, model families, config facts) once, before
-    anything is launched; a file that cannot be used is one line and exit 2 (the errors, all ValueErrors,
-    name the file and the entry)."""
+    """Load every file of the knowledge folder in force (engines, signatures, hypothesis catalog and flag
+    roles, symptom rules, planner weights, implementations, packages, limits, risk rules, what a deployment
+    is, subsystems, hardware, model families, config facts, the probe set) once, before anything is
+    launched; a file that cannot be used is one line and exit 2 (the errors, all ValueErrors, name the file
+    and the entry)."""
     from agent.planning.catalog import load_catalog
     from agent.planning.generators.changed import packages_knowledge
     from agent.planning.generators.implementations import implementations
     from agent.planning.generators.symptoms import symptom_rules
+    from agent.planning.guard import value_limits
+    from agent.planning.in_play import load_subsystems
+    from agent.planning.served import served_settings
     from agent.planning.weights import weights
+    from agent.run.approval.policy import load_risk_rules
+    from tools.engines import engines_data
 
     try:
+        engines_data()
         load_signatures(knowledge_file("signatures.toml"))
         load_catalog()
         symptom_rules()
         weights()
         implementations()
         packages_knowledge()
+        value_limits()
+        load_risk_rules()
+        served_settings()
+        load_subsystems()
         check_knowledge_files()
         load_probe_set()
     except (CatalogError, KnowledgeError, ValueError) as exc:

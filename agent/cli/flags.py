@@ -31,6 +31,7 @@ from agent.domain.case import Case, CaseError, LauncherSpec, ModelSpec
 from agent.review.render import print_hanging
 from agent.review.wording import count
 from tools.connect import connect_host
+from tools.engines import model_flags
 from tools.flags import FlagCatalog, FlagError, load_flag_catalog, parse_help
 from tools.host import HostError, expand_argv
 
@@ -54,7 +55,7 @@ def flags(
     try:
         if from_file is not None:
             catalog: FlagCatalog = parse_help(read_text(from_file, what="help text"), source=str(from_file))
-            if not any(catalog.has(f) for f in ("--model-path", "--model")):
+            if not any(catalog.has(f) for f in model_flags()):
                 fail(
                     f"{from_file}: no --model-path or --model flag: expected the output of "
                     "`launch_server --help` or `vllm serve --help=all`"

@@ -2,16 +2,17 @@
 repository's ``knowledge/``.
 
 A knowledge folder holds any of ``KNOWLEDGE_FILES`` (each file's header comment says what it holds, and
-docs/ARCHITECTURE.md "Where each kind of change goes" lists them): log signatures, the hypothesis
-catalog and the symptom-class rules, flag roles, value limits, risk rules, the rule planner's weights,
-implementation choices, what a deployment is (``served.toml``), which subsystems are in play, and the
-findings reader's GPUs, model families and configuration facts. ``engines.toml`` is not among them: it
-is read from the repository only (``tools/engines.py``).
+docs/ARCHITECTURE.md "Where each kind of change goes" lists them): the inference engines
+(``engines.toml``, read by ``tools/engines.py``), log signatures, the hypothesis catalog and the
+symptom-class rules, flag roles, value limits, risk rules, the rule planner's weights, implementation
+choices, what a deployment is (``served.toml``), which subsystems are in play, and the findings
+reader's GPUs, model families and configuration facts.
 
 A file the folder lacks falls back to the repository's own file of that name, so a folder can replace
 one file and keep the rest (a folder with only an empty ``hypotheses.toml`` is "no catalog"). A file
 that is present is used as it is: an empty ``hypotheses.toml`` is an empty catalog, and a run with it
-still has the other candidate generators (``agent/planning/generators``).
+still has the other candidate generators (``agent/planning/generators``). The files are read through
+``tools.knowledge_files`` (once per version on disk; a broken file is one line naming it and the field).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+
+from tools.knowledge_files import ENV_VAR, REPOSITORY_DIR
 
 __all__ = [
     "ENV_VAR",
@@ -32,11 +35,10 @@ __all__ = [
     "use_knowledge",
 ]
 
-ENV_VAR = "HYPOLOOP_KNOWLEDGE"
-#: The files read from the knowledge folder in force (``knowledge_file`` here; the findings reader's
-#: three and the probe set through ``knowledge_path`` in ``tools/knowledge/data.py``).
+#: The files read from the knowledge folder in force (``knowledge_file`` here, ``knowledge_path`` in
+#: ``tools/knowledge_files.py`` for the engines, the signatures and the findings reader's three and the probe set).
 KNOWLEDGE_FILES = (
-    "signatures.toml", "hypotheses.toml", "symptoms.toml", "flag_roles.toml", "limits.toml", "risky.toml",
+    "engines.toml", "signatures.toml", "hypotheses.toml", "symptoms.toml", "flag_roles.toml", "limits.toml", "risky.toml",
     "planner.toml", "implementations.toml", "served.toml", "subsystems.toml", "hardware.toml",
     "model_families.toml", "config_facts.toml", "packages.toml", "probe_set.toml",
 )
@@ -48,7 +50,7 @@ class KnowledgeDirError(ValueError):
 
 def default_dir() -> Path:
     """The repository's ``knowledge/`` folder."""
-    return Path(__file__).resolve().parents[2] / "knowledge"
+    return REPOSITORY_DIR
 
 
 def check_dir(path: str | Path, *, where: str = "--knowledge") -> Path:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from agent.domain.models import Intervention
 from tools.flags import FlagCatalog
+from tools.knowledge_files import REPOSITORY_DIR, check_keys, unknown_key
 
 
 class CatalogError(ValueError):
@@ -213,8 +214,10 @@ def load_roles(path: Path | None = None) -> dict[str, list[str]]:
         data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"{path}: {exc}") from None
+    check_keys(path, data, ["role"], CatalogError)
     roles: dict[str, list[str]] = {}
     for i, raw in enumerate(data.get("role", [])):
+        check_keys(path, raw, ["id", "spellings", "meaning", "source"], CatalogError, f"role #{i + 1}")
         spellings = raw.get("spellings") if isinstance(raw, dict) else None
         rid = raw.get("id") if isinstance(raw, dict) else None
         if not isinstance(rid, str) or not isinstance(spellings, list) or not spellings or not all(
@@ -236,10 +239,13 @@ def load_catalog(path: Path | None = None) -> list[CatalogEntry]:
         data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"{path}: {exc}") from None
-    sibling = path.parent / "flag_roles.toml"
-    roles = load_roles(sibling if sibling.is_file() else None)
+    check_keys(path, data, ["hypothesis"], CatalogError)
+    sibling = path.parent / "flag_roles.toml"  # else the folder in force's (a folder may swap only the roles)
+    roles = load_roles(sibling if sibling.is_file() and sibling.parent != REPOSITORY_DIR else None)
     entries = []
     for i, raw in enumerate(data.get("hypothesis", [])):
+        if (bad := unknown_key(raw, CatalogEntry)) is not None:
+            raise CatalogError(f"{path}: hypothesis #{i + 1} ({raw.get('id', '?')}): unknown key '{bad}'")
         try:
             for j, iv in enumerate(raw.get("intervention", []) if isinstance(raw, dict) else []):
                 if isinstance(iv, dict) and "role" in iv:

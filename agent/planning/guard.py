@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import functools
 import re
-import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.domain.models import Baseline, Change, Experiment, value_key
 from agent.planning.values import clean_value, env_value_ok, prose_punctuation
 from tools.flags import FlagCatalog, FlagError
+from tools.knowledge_files import KnowledgeFileError, check_keys, read_toml
 
 if TYPE_CHECKING:
     from agent.planning.view import PlannerView
@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _limits() -> dict[str, dict[str, Any]]:
+def value_limits() -> dict[str, dict[str, Any]]:
     """Value ranges from ``limits.toml`` of the knowledge folder in force (``agent.domain.knowledge_dir``) by
-    flag name (empty if the file is absent)."""
+    flag name (empty if the file is absent). Raises KnowledgeFileError (one line) for a file that cannot be used."""
     from agent.domain.knowledge_dir import knowledge_file
 
     return _limits_of(knowledge_file("limits.toml"))
@@ -35,11 +35,18 @@ def _limits() -> dict[str, dict[str, Any]]:
 def _limits_of(path: Path) -> dict[str, dict[str, Any]]:
     if not path.is_file():
         return {}
-    return {item["flag"]: item for item in tomllib.loads(path.read_text(encoding="utf-8")).get("limit", [])}
+    data = read_toml(path, KnowledgeFileError)
+    check_keys(path, data, ["limit"], KnowledgeFileError)
+    for i, item in enumerate(data.get("limit", [])):
+        check_keys(path, item, ["flag", "min", "max", "min_exclusive", "why", "source"], KnowledgeFileError,
+                   f"limit #{i + 1}")
+        if not isinstance(item, dict) or not isinstance(item.get("flag"), str):
+            raise KnowledgeFileError(f"{path}: limit #{i + 1}: expected a table with flag = \"--name\"")
+    return {item["flag"]: item for item in data.get("limit", [])}
 
 
 def _check_range(name: str, value: object) -> None:
-    limit = _limits().get(name)
+    limit = value_limits().get(name)
     if limit is None or value is None or isinstance(value, bool):
         return
     try:

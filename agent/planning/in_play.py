@@ -14,17 +14,16 @@ known (no config.json on the host, no GPU query) never makes a subsystem "not in
 
 from __future__ import annotations
 
-import functools
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.domain.knowledge_dir import knowledge_file
 from agent.domain.models import Baseline, Change
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
+from tools.knowledge_files import KnowledgeFile, check_keys
 
 __all__ = ["InPlay", "Knowledge", "load_subsystems", "platform_of", "subsystems_knowledge", "subsystems_of_frame"]
 
@@ -61,12 +60,12 @@ class SubsystemsError(ValueError):
     """knowledge/subsystems.toml cannot be used (one line naming the file and field)."""
 
 
-@functools.cache
-def _load(path: Path, mtime: float) -> Knowledge:
+def _load(path: Path) -> Knowledge:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise SubsystemsError(f"{path}: {exc}") from None
+    _check_subsystem_keys(path, data)
     k = Knowledge(platforms=list(data.get("platform", [])))
     for t in data.get("model_trait", []):
         k.traits[str(t["id"])] = [str(x) for x in t.get("keys", [])]
@@ -94,13 +93,36 @@ def _load(path: Path, mtime: float) -> Knowledge:
     return k
 
 
+#: The tables of subsystems.toml and the keys of each (``in_play_any`` conditions: ``_holds``).
+_KEYS = {
+    "platform": ["id", "device", "gpu_vendor", "log_says", "source"],
+    "model_trait": ["id", "keys", "source"],
+    "subsystem": ["id", "flags", "env", "in_play_any", "modules", "modules_source", "why", "source"],
+    "implementation": ["flags", "values", "in_play_any", "why", "source"],
+}
+_CONDITION_KEYS = ["platform", "model", "setting", "above"]
+
+
+def _check_subsystem_keys(path: Path, data: dict[str, Any]) -> None:
+    """SubsystemsError (one line) for a table or key subsystems.toml does not have."""
+    check_keys(path, data, _KEYS, SubsystemsError)
+    for table, keys in _KEYS.items():
+        for i, entry in enumerate(data.get(table, [])):
+            check_keys(path, entry, keys, SubsystemsError, f"{table} #{i + 1}")
+            for j, cond in enumerate(entry.get("in_play_any", []) if isinstance(entry, dict) else []):
+                check_keys(path, cond, _CONDITION_KEYS, SubsystemsError, f"{table} #{i + 1}: in_play_any #{j + 1}")
+
+
 def load_subsystems(path: Path | None = None) -> Knowledge:
     """knowledge/subsystems.toml of the knowledge folder in force (empty knowledge when absent).
     Raises SubsystemsError for a file that cannot be parsed."""
-    p = path or knowledge_file("subsystems.toml")
-    if not p.is_file():
-        return Knowledge()
-    return _load(p, p.stat().st_mtime)
+    if path is None:
+        return _SUBSYSTEMS()
+    return _load(path) if path.is_file() else Knowledge()
+
+
+#: subsystems.toml of the knowledge folder in force, read once per version on disk (``tools.knowledge_files``).
+_SUBSYSTEMS = KnowledgeFile("subsystems.toml", _load, absent=Knowledge)
 
 
 def subsystems_knowledge() -> Knowledge:

@@ -9,14 +9,12 @@ length, the served name: changing one changes the deployment, so it is never "th
 
 from __future__ import annotations
 
-import functools
 import re
-import tomllib
 from pathlib import Path
 
 from agent.domain.case import Case
-from agent.domain.knowledge_dir import knowledge_file
 from tools.flags import FlagCatalog, FlagError
+from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 
 __all__ = ["Served", "description_keeps", "served_settings"]
 
@@ -120,12 +118,14 @@ def _canon(flags: FlagCatalog | None, name: str) -> str:
         return name
 
 
-@functools.cache
-def _load(path: Path, mtime: float) -> Served:
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+def _load(path: Path) -> Served:
+    data = read_toml(path, KnowledgeFileError)
+    check_keys(path, data, ["setting"], KnowledgeFileError)
     sets: dict[tuple[str, str], set[str]] = {}
     from_ckpt: dict[str, str] = {}
     for i, s in enumerate(data.get("setting", [])):
+        check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "source"], KnowledgeFileError,
+                   f"setting #{i + 1}")
         kind, role = str(s.get("kind", "flag")), str(s.get("role", ""))
         if kind not in ("flag", "env") or role not in ("served", "place") or not s.get("name"):
             raise ValueError(f"{path}: setting #{i + 1}: expected name, kind flag|env and role served|place")
@@ -143,10 +143,11 @@ def _load(path: Path, mtime: float) -> Served:
 def served_settings() -> Served:
     """knowledge/served.toml of the knowledge folder in force (empty when absent). Raises ValueError
     naming the file and entry for a malformed one."""
-    path = knowledge_file("served.toml")
-    if not path.is_file():
-        return Served(frozenset(), frozenset(), frozenset(), frozenset())
-    return _load(path, path.stat().st_mtime)
+    return _SERVED()
+
+
+#: served.toml of the knowledge folder in force, read once per version on disk (``tools.knowledge_files``).
+_SERVED = KnowledgeFile("served.toml", _load, absent=lambda: Served(frozenset(), frozenset(), frozenset(), frozenset()))
 
 
 def description_keeps(case: Case) -> set[str]:

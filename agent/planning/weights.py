@@ -7,11 +7,11 @@ use (``weights()``); a bad file raises ``PlannerWeightsError`` with one line nam
 
 from __future__ import annotations
 
-import functools
-import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tools.knowledge_files import REPOSITORY_DIR, KnowledgeFile, load_model
 
 #: The keys each table must have, exactly (a hypothesis's predictions, the observations an outcome is
 #: classified as, the catalog's performance costs).
@@ -78,37 +78,20 @@ class PlannerWeights(_Strict):
 
 def default_weights_path() -> Path:
     """``knowledge/planner.toml`` of the repository."""
-    return Path(__file__).resolve().parents[2] / "knowledge" / "planner.toml"
+    return REPOSITORY_DIR / "planner.toml"
 
 
 def load_weights(path: Path | None = None) -> PlannerWeights:
-    """Read and check the weights file. Raises PlannerWeightsError (one line)."""
-    path = path or default_weights_path()
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise PlannerWeightsError(f"{path}: {exc}") from None
-    try:
-        return PlannerWeights.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        where = f"field '{field}': " if field else ""
-        raise PlannerWeightsError(f"{path}: {where}{err['msg']}") from None
+    """Read and check the weights file (default: the repository's). Raises PlannerWeightsError (one line
+    naming the file and the field)."""
+    return load_model(path or default_weights_path(), PlannerWeights, PlannerWeightsError)
 
 
-@functools.cache
-def _weights_of(path: Path, mtime: float) -> PlannerWeights:
-    return load_weights(path)
+_PLANNER: KnowledgeFile[PlannerWeights] = KnowledgeFile("planner.toml", load_weights)
 
 
 def weights() -> PlannerWeights:
     """The planner weights of the knowledge folder in force (``planner.toml`` there, else the
     repository's), read once per file version: ``python -m bench --sweep`` runs the bench over folders
     that differ in one tunable. Raises PlannerWeightsError."""
-    from agent.domain.knowledge_dir import knowledge_file
-
-    path = knowledge_file("planner.toml")
-    if not path.is_file():
-        path = default_weights_path()
-    return _weights_of(path, path.stat().st_mtime)
+    return _PLANNER()

@@ -7,12 +7,9 @@ from __future__ import annotations
 import re
 import shlex
 
+from tools.engines import deployment_flags, model_flags
 from tools.knowledge.models import LaunchCommand
 from tools.knowledge.verdicts import verdict_of
-
-# Flags that say where the server listens or what it loads, not how it runs: kept in argv only.
-NON_CONFIG_FLAGS = frozenset({"--model-path", "--model", "--host", "--port"})
-
 
 _LAUNCHER_RE = re.compile(r"(?:-m\s+[\w.]*launch_server\b|(?:^|[\s/])sglang\s+serve\b)")
 
@@ -121,6 +118,9 @@ def _parse_command_line(line: str) -> LaunchCommand | None:
 
 
 def _parse_flags(args: list[str]) -> tuple[str | None, dict[str, str | bool]]:
+    """(the model, the configuration flags): the flags that say where the server listens or what it
+    loads (`tools.engines.deployment_flags`, ``knowledge/engines.toml``) are kept in argv only."""
+    model_names, kept_out = model_flags(), deployment_flags()
     model_path: str | None = None
     flags: dict[str, str | bool] = {}
     i = 0
@@ -139,9 +139,9 @@ def _parse_flags(args: list[str]) -> tuple[str | None, dict[str, str | bool]]:
                 i += 1
             value = " ".join(values)
         parsed: str | bool = value if (eq or value) else True
-        if name in ("--model-path", "--model"):
+        if name in model_names:
             model_path = str(parsed) if parsed is not True else model_path
-        if name in NON_CONFIG_FLAGS:
+        if name in kept_out:
             continue
         flags[name] = parsed
     return model_path, flags

@@ -11,10 +11,7 @@ and the field. The comment at the top of each file describes its fields; every e
 
 from __future__ import annotations
 
-import functools
-import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -22,34 +19,17 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tools.knowledge.models import KnowledgeError
+from tools.knowledge_files import KnowledgeFile, field_error, read_toml
 
 __all__ = [
-    "ENV_VAR",
-    "REPOSITORY_DIR",
     "ConfigFacts",
     "Hardware",
     "ModelFamilies",
     "check_files",
     "config_facts",
     "hardware",
-    "knowledge_path",
     "model_families",
 ]
-
-#: The variable that names the knowledge folder in force (``agent.domain.knowledge_dir.ENV_VAR``).
-ENV_VAR = "HYPOLOOP_KNOWLEDGE"
-#: The repository's own knowledge folder.
-REPOSITORY_DIR = Path(__file__).resolve().parents[2] / "knowledge"
-
-
-def knowledge_path(name: str) -> Path:
-    """``name`` in the knowledge folder in force (``$HYPOLOOP_KNOWLEDGE``), else the repository's file."""
-    folder = os.environ.get(ENV_VAR)
-    if folder:
-        own = Path(folder).expanduser() / name
-        if own.is_file():
-            return own
-    return REPOSITORY_DIR / name
 
 
 def check_files() -> None:
@@ -117,10 +97,17 @@ class _Alias(_Entry):
     source: str = _Text
 
 
+class _Line(_Entry):
+    pattern: str = _Text
+    ignore_case: bool = False
+    source: str = _Text
+
+
 class _ConfigFactsFile(_Entry):
     keys: list[str] = Field(default_factory=list)
     source: str = _Text
     alias: list[_Alias] = Field(default_factory=list)
+    line: list[_Line] = Field(default_factory=list)
 
 
 _File = TypeVar("_File", bound=BaseModel)
@@ -128,18 +115,12 @@ _File = TypeVar("_File", bound=BaseModel)
 
 def _read(path: Path, model: type[_File]) -> _File:
     """``path`` parsed as TOML into ``model``; KnowledgeError (one line: file, field, what was expected)."""
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise KnowledgeError(f"{path}: cannot read knowledge file: {exc.strerror or type(exc).__name__}") from exc
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise KnowledgeError(f"{path}: not a TOML file: {' '.join(str(exc).split())}") from exc
+    raw = read_toml(path, KnowledgeError)
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
-        raise KnowledgeError(f"{path}: {where or 'file'}: {err['msg']}") from None
+        where, msg = field_error(exc)
+        raise KnowledgeError(f"{path}: {where or 'file'}: {msg}") from None
 
 
 def _compile(path: Path, where: str, pattern: str, flags: int = 0) -> re.Pattern[str]:
@@ -147,14 +128,6 @@ def _compile(path: Path, where: str, pattern: str, flags: int = 0) -> re.Pattern
         return re.compile(pattern, flags)
     except re.error as exc:
         raise KnowledgeError(f"{path}: {where}: not a regular expression ({exc})") from None
-
-
-def _stamp(path: Path) -> tuple[str, int, int]:
-    try:
-        st = path.stat()
-    except OSError:
-        return str(path), -1, -1  # missing: reading it raises the one-line error
-    return str(path), st.st_size, st.st_mtime_ns
 
 
 # --- hardware.toml -------------------------------------------------------------------------------------
@@ -175,12 +148,10 @@ class Hardware:
 
 def hardware() -> Hardware:
     """``hardware.toml`` of the knowledge folder in force; raises KnowledgeError naming file and field."""
-    return _hardware(*_stamp(knowledge_path("hardware.toml")))
+    return _HARDWARE()
 
 
-@functools.lru_cache(maxsize=8)
-def _hardware(path_text: str, _size: int, _mtime: int) -> Hardware:
-    path = Path(path_text)
+def _hardware(path: Path) -> Hardware:
     data = _read(path, _HardwareFile)
     gpus = tuple(
         (g.name, _compile(path, f"gpu[{i}].pattern", g.pattern, re.IGNORECASE), g.arch)
@@ -216,12 +187,10 @@ class ModelFamilies:
 
 def model_families() -> ModelFamilies:
     """``model_families.toml`` of the knowledge folder in force; raises KnowledgeError naming file and field."""
-    return _model_families(*_stamp(knowledge_path("model_families.toml")))
+    return _MODEL_FAMILIES()
 
 
-@functools.lru_cache(maxsize=8)
-def _model_families(path_text: str, _size: int, _mtime: int) -> ModelFamilies:
-    path = Path(path_text)
+def _model_families(path: Path) -> ModelFamilies:
     data = _read(path, _ModelFamiliesFile)
     families = tuple(
         (_compile(path, f"family[{i}].pattern", f.pattern), frozenset(f.features))
@@ -246,27 +215,38 @@ def _model_families(path_text: str, _size: int, _mtime: int) -> ModelFamilies:
 class ConfigFacts:
     """``config_facts.toml`` ready to match: ``aliases`` spelling -> fact; ``kv_re`` finds ``key = value``
     / ``"key": "value"`` (groups ``key``, ``value``); ``prose_re`` ``key was set to value``. The regular
-    expressions are None when the file names no fact."""
+    expressions are None when the file names no fact. ``lines``: the ``[[line]]`` sentences (the
+    engine's log wording, how notes say it), each named group a fact."""
 
     keys: tuple[str, ...]
     aliases: dict[str, str]
     kv_re: re.Pattern[str] | None
     prose_re: re.Pattern[str] | None
+    lines: tuple[re.Pattern[str], ...] = ()
 
 
 def config_facts() -> ConfigFacts:
     """``config_facts.toml`` of the knowledge folder in force; raises KnowledgeError naming file and field."""
-    return _config_facts(*_stamp(knowledge_path("config_facts.toml")))
+    return _CONFIG_FACTS()
 
 
-@functools.lru_cache(maxsize=8)
-def _config_facts(path_text: str, _size: int, _mtime: int) -> ConfigFacts:
-    path = Path(path_text)
+def _config_facts(path: Path) -> ConfigFacts:
     data = _read(path, _ConfigFactsFile)
     aliases = {a.name: a.fact for a in data.alias}
+    lines = tuple(
+        _compile(path, f"line[{i}].pattern", ln.pattern, re.IGNORECASE if ln.ignore_case else 0)
+        for i, ln in enumerate(data.line)
+    )
+    for i, rx in enumerate(lines):
+        unknown = [g for g in rx.groupindex if g not in data.keys]
+        if unknown or not rx.groupindex:
+            raise KnowledgeError(
+                f"{path}: line[{i}].pattern: expected named groups that are facts of keys, "
+                f"got {', '.join(unknown) or 'none'}"
+            )
     spellings = [*data.keys, *aliases]
     if not spellings:
-        return ConfigFacts((), {}, None, None)
+        return ConfigFacts((), {}, None, None, lines)
     alt = "|".join(re.escape(k) for k in spellings)
     kv_re = re.compile(
         r"[\"']?\b(?P<key>" + alt + r")\b[\"']?\s*(?:=|:)\s*[\"']?(?P<value>[A-Za-z0-9_.\-]+)"
@@ -275,6 +255,9 @@ def _config_facts(path_text: str, _size: int, _mtime: int) -> ConfigFacts:
         r"\b(?P<key>" + alt + r")`?\s+(?:resolved|was set|is set|defaulted|fell back|was|is|=)\s+to\s+"
         r"`?(?P<value>[A-Za-z0-9_.\-]+)"
     )
-    return ConfigFacts(tuple(data.keys), aliases, kv_re, prose_re)
+    return ConfigFacts(tuple(data.keys), aliases, kv_re, prose_re, lines)
 
 
+_HARDWARE = KnowledgeFile("hardware.toml", _hardware)
+_MODEL_FAMILIES = KnowledgeFile("model_families.toml", _model_families)
+_CONFIG_FACTS = KnowledgeFile("config_facts.toml", _config_facts)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from tools.engines import deployment_flags
 from tools.flags import FlagCatalog, FlagError, FlagValue
-from tools.knowledge.commands import NON_CONFIG_FLAGS
 from tools.knowledge.features import infer_features
 from tools.knowledge.hardware import gpu_arch, gpu_names
 from tools.knowledge.models import Finding, FlagDifference
@@ -88,11 +88,13 @@ def flag_diff(
         except FlagError:
             return name
 
+    kept_out = deployment_flags()  # what the server loads and where it listens: not configuration
+
     def normalised(flags: Mapping[str, FlagValue]) -> dict[str, str | bool]:
         out: dict[str, str | bool] = {}
         for key, value in flags.items():
             name = canon(key)
-            if name in NON_CONFIG_FLAGS or value is False or value is None:
+            if name in kept_out or value is False or value is None:
                 continue
             out[name] = value if value is True else str(value)
         return out

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import functools
 import re
-import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from tools.knowledge_files import KnowledgeFile, load_model
 
 __all__ = ["FILE", "Implementations", "ImplementationsError", "implementations", "load_implementations"]
 
@@ -89,27 +90,13 @@ class Implementations(_Strict):
 
 def load_implementations(path: Path) -> Implementations:
     """Read and check ``path``. Raises ImplementationsError (one line naming the file and the field)."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ImplementationsError(f"{path}: {exc}") from None
-    try:
-        return Implementations.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise ImplementationsError(f"{path}: field '{field}': {err['msg']}") from None
+    return load_model(path, Implementations, ImplementationsError)
 
 
-@functools.cache
-def _of(path: Path, mtime: float) -> Implementations:
-    return load_implementations(path)
+_FILE: KnowledgeFile[Implementations] = KnowledgeFile(FILE, load_implementations)
 
 
 def implementations() -> Implementations:
-    """``implementations.toml`` of the knowledge folder in force (else the repository's). Raises
-    ImplementationsError."""
-    from agent.domain.knowledge_dir import knowledge_file
-
-    path = knowledge_file(FILE)
-    return _of(path, path.stat().st_mtime)
+    """``implementations.toml`` of the knowledge folder in force (else the repository's), read once per
+    file version. Raises ImplementationsError."""
+    return _FILE()

@@ -9,28 +9,22 @@ at the memory left outside the static pool, and so on. The classes are computed 
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
-from agent.domain.knowledge_dir import knowledge_file
 from agent.planning.catalog import CatalogEntry, load_catalog
 from agent.planning.generators import Candidate, GeneratorInput
 from agent.planning.generators.catalog import entries_to_candidates
+from tools.knowledge_files import KnowledgeFile
 
 __all__ = ["SymptomClassGenerator", "symptom_rules"]
 
 
-@functools.cache
-def _rules_of(path: Path, mtime: float) -> list[CatalogEntry]:
-    return load_catalog(path)
+#: ``symptoms.toml`` of the knowledge folder in force (the catalog's format); none at all: no rules.
+_RULES: KnowledgeFile[list[CatalogEntry]] = KnowledgeFile("symptoms.toml", load_catalog, absent=list)
 
 
 def symptom_rules() -> list[CatalogEntry]:
-    """The symptom-class rules of the knowledge folder in force (``[]`` when there is no file)."""
-    path = knowledge_file("symptoms.toml")
-    if not path.is_file():
-        return []
-    return _rules_of(path, path.stat().st_mtime)
+    """The symptom-class rules of the knowledge folder in force (``[]`` when there is no file), read once
+    per file version. Raises CatalogError (one line naming the file, the entry and the field)."""
+    return _RULES()
 
 
 class SymptomClassGenerator:

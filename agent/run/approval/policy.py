@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agent.domain.models import (
     Change,
     Experiment,
 )
+from tools.knowledge_files import check_keys
 
 ApprovalMode = Literal["each", "risky", "auto"]
 
@@ -27,6 +28,8 @@ class RiskRulesError(ValueError):
 
 class RiskRule(BaseModel):
     """One ``[[risky]]`` entry of ``knowledge/risky.toml`` (field meanings at the top of that file)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     id: str
     why: str
@@ -82,6 +85,7 @@ def load_risk_rules(path: Path | None = None) -> list[RiskRule]:
         data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise RiskRulesError(f"{path}: {exc}") from None
+    check_keys(path, data, ["risky"], RiskRulesError)
     rules = []
     for i, raw in enumerate(data.get("risky", [])):
         try:

@@ -30,6 +30,7 @@ from agent.record.transcript import Transcript
 from agent.record.wire import to_payload
 from agent.run.runtime import Runtime
 from agent.run.state import RunState, case_of, seed_state
+from tools.engines import model_flags
 from tools.fingerprint import HostFingerprint, fingerprint
 from tools.flags import FlagError
 from tools.host import Host, HostError, expand_argv
@@ -146,7 +147,7 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
 def _read_model_and_cpus(host: Host, case: Case, fp: HostFingerprint) -> None:
     """The served model's config.json (where ``--model-path`` points, read through the host) and the
     host's CPU count, into the fingerprint; what cannot be read stays unknown (never an error)."""
-    path = next((str(v) for k, v in case.baseline.flags.items() if k in ("--model-path", "--model") and v),
+    path = next((str(v) for k, v in case.baseline.flags.items() if k in model_flags() and v),
                 case.model.path)
     config, where = read_model_config(host, path, {**case.host.env, **case.baseline.env})
     fp.checkpoint_source = where
