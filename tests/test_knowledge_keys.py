@@ -36,6 +36,8 @@ JUNK_IN_ENTRY = [
     ("hardware.toml", "[[gpu]]\n", "[[gpu]]\nbogus_key = 1\n", "bogus_key"),
     ("model_families.toml", "[[word]]\n", "[[word]]\nbogus_key = 1\n", "bogus_key"),
     ("config_facts.toml", "[[alias]]\n", "[[alias]]\nbogus_key = 1\n", "bogus_key"),
+    ("packages.toml", "[generic_runtimes]\n", "[generic_runtimes]\nbogus_key = 1\n", "generic_runtimes.bogus_key"),
+    ("probe_set.toml", "[[item]]\n", "[[item]]\nbogus_key = 1\n", "bogus_key"),
 ]
 
 
