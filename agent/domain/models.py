@@ -11,7 +11,7 @@ import json
 import shlex
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tools.flags import value_words
 from tools.knowledge import Finding
@@ -295,18 +295,31 @@ class Intervention(BaseModel):
 
 
 class Hypothesis(BaseModel):
-    """A candidate cause, with its belief and the evidence behind it.
+    """A candidate cause, with its belief and the evidence behind it: what a candidate generator proposes
+    (``agent/planning/generators``) and what the ledger keeps, one model for both.
 
     ``prior``/``posterior`` are probabilities in [0, 1] normalised over open hypotheses plus an
-    "unlisted cause" remainder. A refuted hypothesis stays refuted (docs/ARCHITECTURE.md, "Planners").
+    "unlisted cause" remainder (0 until the ledger admits it). A refuted hypothesis stays refuted
+    (docs/ARCHITECTURE.md, "Planners"). ``id`` is stable across steps for the same claim (the ledger keys
+    on it); ``component`` is the part of the stack (``attention.backend``, ``memory.static_fraction``).
+    ``source`` defaults to ``evidence`` for a hypothesis a generator other than the catalog proposed.
+
+    The last four fields are the proposing generator's and are never written (``exclude``: transcripts
+    and checkpoints hold the ledger's fields only): ``weight``, the unnormalised prior the generator
+    gives it (the ledger keeps the running weights itself); ``triggers``, the symptom classes or
+    signatures that made it apply; ``support``, set when it corroborates rather than proposes (if
+    another hypothesis of the same step already makes the same change, that one's weight is multiplied
+    by ``1 + support`` and this one is not added: a known-good deployment backing a catalog cause);
+    ``symptom_only``, a catalog prior that fired on the kind of failure alone
+    (``agent.planning.catalog.Condition.symptom_only``).
     """
 
     id: str
     statement: str
     component: str
     rationale: str = ""
-    prior: float
-    posterior: float
+    prior: float = 0.0
+    posterior: float = 0.0
     status: Literal["open", "supported", "refuted", "confirmed"] = "open"
     source: Literal["signature", "finding", "catalog", "model", "evidence"] = "catalog"
     evidence: list[Evidence] = Field(default_factory=list)
@@ -317,6 +330,16 @@ class Hypothesis(BaseModel):
     #: package it implicates (``flashinfer``, ``deep_gemm``, ...), if any.
     generator: str | None = None
     package: str | None = None
+    weight: float = Field(default=1.0, gt=0, exclude=True)
+    triggers: list[str] = Field(default_factory=list, exclude=True)
+    support: float | None = Field(default=None, exclude=True)
+    symptom_only: bool = Field(default=False, exclude=True)
+
+    @model_validator(mode="after")
+    def _source_of_generator(self) -> Hypothesis:
+        if "source" not in self.model_fields_set and self.generator not in (None, "catalog"):
+            self.source = "evidence"
+        return self
 
 
 class Rejection(BaseModel):

@@ -2,7 +2,7 @@
 "Planners").
 
 A generator reads the evidence of a failing run, the host's facts and the host's own flag catalog (from
-``launch_server --help``) and returns hypotheses (``Candidate``), each with the one-variable
+``launch_server --help``) and returns hypotheses (``Hypothesis``), each with the one-variable
 interventions that test it and what each predicts (``decisive``: the change must fix the failure if the
 hypothesis holds; otherwise it may). The rule planner ranks everything all generators produce by
 expected information per host-second; the knowledge catalog is one generator among several.
@@ -20,7 +20,8 @@ The models here are the contract:
   the parsed tracebacks, warnings, and the symptom classes it falls into (``SymptomClass``).
 - ``GeneratorInput``: everything a generator may read. It never holds a host or the lab: a generator is
   a pure function of the run's history, so a replay of a transcript gives the same candidates.
-- ``Candidate``: one hypothesis with its interventions; ``to_hypothesis`` turns it into a ledger entry.
+- A generator's answer is ``agent.domain.models.Hypothesis``, the ledger's own model (``Candidate`` is
+  its old name here), with the generator's weight and triggers in fields that are never written.
 """
 
 from __future__ import annotations
@@ -32,10 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.domain.case import Case
 from agent.domain.models import (
     Baseline,
-    Evidence,
     Experiment,
     Hypothesis,
-    Intervention,
     LogLine,
     Outcome,
     RelevantFinding,
@@ -52,6 +51,7 @@ __all__ = [
     "FailureEvidence",
     "Frame",
     "GeneratorInput",
+    "Hypothesis",
     "LogLine",
     "SymptomClass",
     "Traceback",
@@ -136,55 +136,10 @@ class GeneratorInput(BaseModel):
         return self.fingerprint.compute_capability if self.fingerprint else None
 
 
-class Candidate(BaseModel):
-    """A hypothesis a generator proposes, with the interventions that test it.
-
-    ``id`` is stable across steps for the same claim (the ledger keys on it); ``weight`` is the
-    unnormalised prior (the planner normalises over all open hypotheses); ``component`` is the part of
-    the stack (``attention.backend``, ``memory.static_fraction``), ``package`` the third-party package
-    implicated, if any (``flashinfer``); ``generator`` the name of the generator that made it.
-    ``triggers``: the symptom classes or signatures that made it apply (shown as evidence).
-    """
-
-    id: str
-    statement: str
-    component: str
-    package: str | None = None
-    weight: float = Field(gt=0)
-    rationale: str = ""
-    generator: str
-    evidence: list[Evidence] = Field(default_factory=list)
-    interventions: list[Intervention] = Field(default_factory=list)
-    cause_signatures: list[str] = Field(default_factory=list)
-    stage: str | None = None
-    triggers: list[str] = Field(default_factory=list)
-    #: When set, this candidate corroborates rather than proposes: if another candidate of the same step
-    #: already has an intervention making the same change, that one's weight is multiplied by
-    #: ``1 + support`` and this one is not added (a known-good deployment backing a catalog cause).
-    support: float | None = None
-    #: A catalog prior that fired on the kind of failure alone (symptom classes, nothing of this
-    #: deployment: ``agent.planning.catalog.Condition.symptom_only``).
-    symptom_only: bool = False
-    #: The ledger's ``source`` (signature, catalog, finding, evidence); default from the generator.
-    source: Literal["signature", "finding", "catalog", "model", "evidence"] | None = None
-
-    def to_hypothesis(self) -> Hypothesis:
-        """The ledger entry (prior and posterior are set by the planner's normalisation)."""
-        return Hypothesis(
-            id=self.id,
-            statement=self.statement,
-            component=self.component,
-            package=self.package,
-            generator=self.generator,
-            rationale=self.rationale,
-            prior=0.0,
-            posterior=0.0,
-            source=self.source or ("catalog" if self.generator == "catalog" else "evidence"),
-            evidence=list(self.evidence),
-            interventions=list(self.interventions),
-            cause_signatures=list(self.cause_signatures),
-            stage=self.stage,
-        )
+#: The name generators' hypotheses had while they were a model of their own: a generator proposes
+#: ``Hypothesis`` objects, the ledger's own model (``agent.domain.models.Hypothesis``), whose
+#: generator-only fields (``weight``, ``triggers``, ``support``, ``symptom_only``) are never written.
+Candidate = Hypothesis
 
 
 @runtime_checkable
@@ -194,6 +149,6 @@ class CandidateGenerator(Protocol):
 
     name: str
 
-    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+    def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """Hypotheses for ``inp.evidence``, each with its interventions."""
         ...
