@@ -9,16 +9,19 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agent.domain import failure
 from tools.flags import value_words
 from tools.knowledge import Finding
 from tools.logwatch import LogLine
 from tools.probes import Probe, ProbeResult
 from tools.signatures import SignatureMatch
 from tools.source_guards import SourceReading
+from tools.tracebacks import Traceback
 
 FlagValue = str | bool | None
 
@@ -255,6 +258,44 @@ class Outcome(BaseModel):
     def signature_ids(self) -> set[str]:
         """Ids of every matched signature."""
         return {m.signature_id for m in self.matches}
+
+    # What the failure shows, read from the fields above (``agent.domain.failure``): the generators, the
+    # ledger and the conclusion read a failing launch through these. Computed once per object; an
+    # outcome is not changed after analyze built it (analyze adds only facts and the source reading).
+
+    @cached_property
+    def log(self) -> list[LogLine]:
+        """The kept log lines (``log_excerpt``; in a transcript older than the excerpt, each signature's
+        first line)."""
+        return failure.kept_lines(self.log_excerpt, self.matches)
+
+    @cached_property
+    def tracebacks(self) -> list[Traceback]:
+        """The Python tracebacks in the kept lines, in log order, frames innermost first."""
+        return failure.parse_tracebacks(self.log)
+
+    @cached_property
+    def warnings(self) -> list[LogLine]:
+        """The warning lines among the kept lines."""
+        return failure.warning_lines(self.log)
+
+    @cached_property
+    def server_args(self) -> dict[str, str]:
+        """Every scalar effective setting the engine printed (SGLang's ``server_args=...`` line, argparse
+        dests), as text."""
+        return failure.server_args_of(self.log)
+
+    @cached_property
+    def concurrency(self) -> int:
+        """The largest burst of concurrent requests this launch sent, or the smallest that failed (1
+        without a burst)."""
+        return failure.burst_concurrency(self.probes)
+
+    @cached_property
+    def symptoms(self) -> list[str]:
+        """The symptom classes the outcome falls into (``agent.domain.failure.SymptomClass``), most
+        specific first."""
+        return failure.symptom_classes(self, self.tracebacks, "\n".join(ll.text for ll in self.log))
 
 
 class Evidence(BaseModel):

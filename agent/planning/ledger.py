@@ -17,7 +17,6 @@ from agent.domain.models import Baseline, Evidence, Experiment, Hypothesis, Outc
 from agent.planning.catalog import CatalogEntry
 from agent.planning.generators import CandidateGenerator, GeneratorInput
 from agent.planning.generators.common import raise_site, specificity, stems
-from agent.planning.generators.evidence import failure_evidence
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.view import PlannerView, model_features
 from agent.planning.weights import weights as tunables
@@ -50,7 +49,6 @@ class LedgerBook(FlagMatcher):
         return GeneratorInput(
             case=view.case,
             baseline=config,
-            evidence=failure_evidence(outcome),
             reference=outcome,
             fingerprint=view.fingerprint,
             flags=self.flags,

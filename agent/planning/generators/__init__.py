@@ -15,9 +15,10 @@ The models here are the contract:
 - ``LogLine``, ``Frame``, ``Traceback``: what the log showed (the log-line model is
   ``agent.domain.models.LogLine``, the traceback model ``tools.tracebacks``: frames innermost first,
   each with the top-level package and dotted module read from its path).
-- ``FailureEvidence``: one failing launch, digested: stage, signatures, effective-config facts (the
-  server-args line and ``/get_server_info``), probe results, the log excerpt kept around fatal lines,
-  the parsed tracebacks, warnings, and the symptom classes it falls into (``SymptomClass``).
+- The failing launch is its ``Outcome``: stage, signatures, effective-config facts (the server-args line
+  and ``/get_server_info``), probe results, the log excerpt kept around fatal lines, and its readings
+  (``agent.domain.failure``): the parsed tracebacks, warnings, and the symptom classes it falls into
+  (``SymptomClass``). ``FailureEvidence`` is the outcome's old name here.
 - ``GeneratorInput``: everything a generator may read. It never holds a host or the lab: a generator is
   a pure function of the run's history, so a replay of a transcript gives the same candidates.
 - A generator's answer is ``agent.domain.models.Hypothesis``, the ledger's own model (``Candidate`` is
@@ -26,11 +27,12 @@ The models here are the contract:
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.domain.case import Case
+from agent.domain.failure import SYMPTOM_CLASSES, SymptomClass
 from agent.domain.models import (
     Baseline,
     Experiment,
@@ -57,69 +59,27 @@ __all__ = [
     "Traceback",
 ]
 
-#: Classes of symptoms a hypothesis can trigger on instead of one exact log line.
-SymptomClass = Literal[
-    "nan_inf",  # NaN/Inf probabilities or logits
-    "garbage_output",  # degenerate, empty or wrong text without a NaN line
-    "crash_at_decode",  # ready, then the first generation killed the server
-    "hang",  # the log stopped (no error), or a request never returned
-    "oom_weights",  # out of memory while loading the weights
-    "oom_kv_pool",  # no room for the KV cache under the static fraction
-    "oom_capture",  # out of memory while capturing CUDA graphs
-    "oom_runtime",  # out of memory while serving
-    "unsupported_arch",  # kernels not built for this GPU generation
-    "import_error",  # a library failed to import or load (ImportError, undefined symbol, ...)
-    "illegal_memory_access",  # a kernel read or wrote outside its buffers
-    "device_assert",  # a kernel assertion (device-side assert)
-    "startup_error",  # any other exception before the server was ready
-    "load_only",  # single requests pass, concurrent ones fail
-    "no_repro",  # the reported failure did not show
-]
-SYMPTOM_CLASSES: tuple[str, ...] = SymptomClass.__args__  # type: ignore[attr-defined]
-
-
-class FailureEvidence(BaseModel):
-    """One failing launch, digested for the generators.
-
-    ``facts``: effective-config facts (signature captures, ``/get_server_info``); ``log``: the log
-    lines kept (fatal and error lines with the lines around them, warnings, the tail); ``tracebacks``
-    and ``warnings`` parsed from them; ``symptoms``: the classes the failure falls into.
-    ``concurrency``: the largest burst of concurrent requests this launch sent (1 without a burst).
-    """
-
-    experiment_id: str
-    stage: str
-    signatures: list[str] = Field(default_factory=list)
-    failure_signatures: list[str] = Field(default_factory=list)
-    facts: dict[str, str] = Field(default_factory=dict)
-    log: list[LogLine] = Field(default_factory=list)
-    tracebacks: list[Traceback] = Field(default_factory=list)
-    warnings: list[LogLine] = Field(default_factory=list)
-    symptoms: list[str] = Field(default_factory=list)
-    probe_texts: list[str] = Field(default_factory=list)
-    concurrency: int = 1
-    #: Every scalar effective setting SGLang printed in its ``server_args=...`` line (argparse dests).
-    server_args: dict[str, str] = Field(default_factory=dict)
-
-    def text(self) -> str:
-        """The kept log lines as one text (for generators that search the wording of errors)."""
-        return "\n".join(line.text for line in self.log)
+#: The name of a failing launch's evidence while it was a model of its own: the generators read the
+#: outcome itself (``agent.domain.models.Outcome``), whose readings (``symptoms``, ``tracebacks``,
+#: ``warnings``, ``server_args``, ``concurrency``, ``log``) are computed by ``agent.domain.failure``.
+FailureEvidence = Outcome
 
 
 class GeneratorInput(BaseModel):
-    """What a generator may read: the failing evidence, the run's history, the host's facts and flags.
+    """What a generator may read: the failing launch, the run's history, the host's facts and flags.
 
-    ``baseline``: the configuration that failed (``evidence``); ``outcomes``/``experiments``: the run so
-    far (e.g. the bursts already sent); ``catalog``: the knowledge catalog's entries (possibly empty);
-    ``features``: model features (moe, dsa, nvfp4, ...); ``host_files``: text of files read from the host
-    as cheap evidence (e.g. installed source at the innermost traceback frames), path -> text.
+    ``reference``: the failing launch's outcome (``evidence`` is the same object, read through its
+    readings: ``symptoms``, ``tracebacks``, ``warnings``, ``server_args``, ...); ``baseline``: the
+    configuration that failed; ``outcomes``/``experiments``: the run so far (e.g. the bursts already
+    sent); ``catalog``: the knowledge catalog's entries (possibly empty); ``features``: model features
+    (moe, dsa, nvfp4, ...); ``host_files``: text of files read from the host as cheap evidence (e.g.
+    installed source at the innermost traceback frames), path -> text.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     case: Case
     baseline: Baseline
-    evidence: FailureEvidence
     reference: Outcome
     fingerprint: HostFingerprint | None = None
     flags: FlagCatalog | None = None
@@ -129,6 +89,11 @@ class GeneratorInput(BaseModel):
     experiments: list[Experiment] = Field(default_factory=list)
     outcomes: list[Outcome] = Field(default_factory=list)
     host_files: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def evidence(self) -> Outcome:
+        """The failing launch's outcome (``reference``), as the generators read it."""
+        return self.reference
 
     @property
     def compute_capability(self) -> str | None:
