@@ -289,3 +289,122 @@ def test_the_level_count_follows_the_longest_chain(tmp_path: Path) -> None:
     (pkg / "b.py").write_text("def f():\n    import agent.c\n")
     (pkg / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import agent.a\n")
     assert _longest_chain(_agent_import_graph(tmp_path)) == ["agent.a", "agent.b", "agent.c"]
+
+
+# ----- one experiment's data (issue 19: at most five shapes from proposal to conclusion) ---------------
+
+MAX_SHAPES = 5
+
+
+def _documented_shapes() -> list[tuple[str, str]]:
+    """(model, module path) of each numbered item of the map's "One experiment's data" section, in order."""
+    text = _doc()
+    start = text.index("### One experiment's data")
+    end = text.index("\n#", start + 1)
+    return re.findall(r"^\d+\. `(\w+)` \(`([\w/]+\.py)`\)", text[start:end], re.M)
+
+
+def _handoffs() -> list[tuple[str, object, object]]:
+    """(where, type received, type handed on) for each place the code passes one experiment's data on,
+    read from the annotations (None: that side is not one of the experiment's shapes)."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    from agent.domain.evidence import RawEvidence
+    from agent.planning.generators import GeneratorInput
+    from agent.planning.generators.registry import REGISTRY
+    from agent.run.nodes.analyze import classify_outcome
+    from agent.run.nodes.execute import run_experiment
+    from tools.server import ServerSession
+
+    hints = typing.get_type_hints
+    out: list[tuple[str, object, object]] = [
+        ("execute.run_experiment", hints(run_experiment)["exp"], hints(run_experiment)["return"]),
+        ("ServerSession.result", None, hints(ServerSession.result)["return"]),
+        ("RawEvidence.from_launch", hints(RawEvidence.from_launch.__func__)["final"],
+         hints(RawEvidence.from_launch.__func__)["return"]),
+        ("analyze.classify_outcome", hints(classify_outcome)["evidence"], hints(classify_outcome)["return"]),
+    ]
+    # What a generator reads of the failing launch: every single-model field of its input but the run's
+    # context (the case, the baseline, the host) is one of the shapes (a copy of the outcome is not).
+    context = {"Case", "Baseline", "HostFingerprint", "FlagCatalog"}
+    for field, t in hints(GeneratorInput).items():
+        if typing.get_origin(t) in (typing.Union, types.UnionType):  # X | None -> X
+            t = next(a for a in typing.get_args(t) if a is not type(None))
+        if isinstance(t, type) and issubclass(t, BaseModel) and t.__name__ not in context:
+            out.append((f"GeneratorInput.{field}", t, None))
+    for gen in REGISTRY:
+        returned = hints(gen.generate)["return"]
+        assert typing.get_origin(returned) is list, f"{gen.__name__}.generate returns {returned}, not a list"
+        out.append((f"{gen.__name__}.generate", None, typing.get_args(returned)[0]))
+    return out
+
+
+def _listed_models() -> dict[str, type]:
+    """The models the section lists, imported from the modules it names (asserts each is there)."""
+    from pydantic import BaseModel
+
+    models: dict[str, type] = {}
+    for name, path in _documented_shapes():
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        cls = getattr(module, name, None)
+        assert isinstance(cls, type) and issubclass(cls, BaseModel), f"{path} has no model {name}"
+        assert cls.__module__ == module.__name__, f"{name} is defined in {cls.__module__}, not {path}"
+        models[name] = cls
+    return models
+
+
+def _shape_problems(handoffs: list[tuple[str, object, object]], models: dict[str, type]) -> list[str]:
+    """What does not match: a handoff passing a type the list lacks, a listed model no handoff passes."""
+    allowed = set(models.values()) | {None}
+    problems = [
+        f"{where} passes {getattr(t, '__name__', t)}, not one of the listed shapes"
+        for where, received, handed in handoffs
+        for t in (received, handed)
+        if t not in allowed
+    ]
+    used = {t for _, received, handed in handoffs for t in (received, handed)}
+    problems += [f"no handoff passes {name}" for name, cls in models.items() if cls not in used]
+    return problems
+
+
+def test_one_experiments_data_crosses_at_most_five_shapes() -> None:
+    """The shapes the map lists are the models the code hands one experiment's data through, no more:
+    a generator that returns a model of its own again (``Candidate``), or a generator input holding a
+    copy of the outcome (``FailureEvidence``), fails here."""
+    models = _listed_models()
+    assert 3 <= len(models) <= MAX_SHAPES, list(models)
+    assert not _shape_problems(_handoffs(), models)
+
+
+def test_the_removed_shapes_are_names_of_the_kept_models() -> None:
+    """``Candidate`` and ``FailureEvidence`` stay importable for old callers, as the models that replaced
+    them, and no module defines a class of either name again."""
+    from agent.domain.models import Hypothesis, Outcome
+    from agent.planning import generators
+
+    assert generators.Candidate is Hypothesis
+    assert generators.FailureEvidence is Outcome
+    redefined = [
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for path in _sources()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name in ("Candidate", "FailureEvidence")
+    ]
+    assert not redefined, f"a removed shape is defined again: {redefined}"
+
+
+def test_the_shape_check_sees_a_model_of_a_generators_own() -> None:
+    """A generator returning a model of its own, and a listed model nothing passes, are both reported."""
+    from pydantic import BaseModel
+
+    class Proposal(BaseModel):  # what a Candidate model of its own would be
+        id: str
+
+    models = _listed_models()
+    problems = _shape_problems([*_handoffs(), ("Own.generate", None, Proposal)], models)
+    assert problems == ["Own.generate passes Proposal, not one of the listed shapes"]
+    problems = _shape_problems(_handoffs(), {**models, "Proposal": Proposal})
+    assert problems == ["no handoff passes Proposal"]

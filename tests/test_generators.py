@@ -21,7 +21,6 @@ from agent.planning.generators.catalog import CatalogGenerator
 from agent.planning.generators.component import ImplicatedComponentGenerator
 from agent.planning.generators.evidence import (
     excerpt_of_text,
-    failure_evidence,
     parse_server_args,
     parse_tracebacks,
 )
@@ -117,7 +116,6 @@ def _input(text: str, case: Case, **kw: object) -> GeneratorInput:
     return GeneratorInput(
         case=case,
         baseline=case.baseline,
-        evidence=failure_evidence(out),
         reference=out,
         fingerprint=H100,
         flags=FLAGS,
@@ -157,19 +155,17 @@ def test_server_args_line_gives_every_effective_setting() -> None:
 
 
 def test_symptom_classes_of_typical_failures() -> None:
-    assert "oom_capture" in failure_evidence(_outcome(CAPTURE_OOM)).symptoms
-    assert "oom_kv_pool" in failure_evidence(_outcome(KV_ROOM)).symptoms
-    assert "import_error" in failure_evidence(_outcome(IMPORT_ERROR)).symptoms
+    assert "oom_capture" in _outcome(CAPTURE_OOM).symptoms
+    assert "oom_kv_pool" in _outcome(KV_ROOM).symptoms
+    assert "import_error" in _outcome(IMPORT_ERROR).symptoms
     garbage = _outcome("[t] The server is fired up and ready to roll!\n", status="ready", probes=[
         ProbeResult(probe_id="chat", ok=False, status="degenerate", text="!!!!!!!!", latency_s=0.1)])
-    ev = failure_evidence(garbage)
-    assert "garbage_output" in ev.symptoms and "nan_inf" not in ev.symptoms
+    assert "garbage_output" in garbage.symptoms and "nan_inf" not in garbage.symptoms
     burst = _outcome("[t] The server is fired up and ready to roll!\n", status="ready", probes=[
         ProbeResult(probe_id="chat", ok=True, status="ok", latency_s=0.1),
         ProbeResult(probe_id="load:chat:x8", ok=True, status="ok", latency_s=0.1),
         ProbeResult(probe_id="load:chat:x32", ok=False, status="connection_error", latency_s=0.1)])
-    ev = failure_evidence(burst)
-    assert "load_only" in ev.symptoms and ev.concurrency == 32
+    assert "load_only" in burst.symptoms and burst.concurrency == 32
 
 
 def test_log_excerpt_keeps_the_traceback_and_solutions_but_not_every_progress_line() -> None:

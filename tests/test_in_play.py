@@ -173,7 +173,6 @@ def test_an_unreadable_model_config_skips_nothing_on_a_guess(tmp_path: Path) -> 
 
 def test_a_sentence_full_stop_is_not_part_of_a_value_the_error_names() -> None:
     from agent.planning.generators import GeneratorInput
-    from agent.planning.generators.evidence import failure_evidence
     from agent.planning.generators.remedies import remedies_in
 
     log = ("ValueError: User-specified context_length (4096) is greater than the derived context_length (512). "
@@ -181,7 +180,7 @@ def test_a_sentence_full_stop_is_not_part_of_a_value_the_error_names() -> None:
     raw = RawEvidence.from_log("e", log, _sglang_signatures(), "x.log").model_copy(update={"status": "crashed"})
     out = classify_outcome(raw)
     case = Case.model_validate({"name": "c", "model": {"path": "m"}})
-    inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
+    inp = GeneratorInput(case=case, baseline=case.baseline, reference=out,
                          fingerprint=CPU_HOST, flags=FLAGS)
     values = {iv.names[0]: iv.values for _, iv, *_ in remedies_in(inp) if iv.kind == "env"}
     assert values["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == ["1"]
@@ -259,10 +258,9 @@ MI300X = HostFingerprint(gpu_vendor="amd", gpu_name="AMD Instinct MI300X", gpu_c
 
 
 def test_a_rocm_hardware_exception_is_localised_first_and_a_working_localiser_is_a_workaround() -> None:
-    from agent.planning.generators.evidence import failure_evidence
 
     planner, view, prop = _run(MI300X, {"--model-path": "/m/x", "--tp-size": "8"}, HSA)
-    assert "illegal_memory_access" in failure_evidence(view.outcomes[0]).symptoms
+    assert "illegal_memory_access" in view.outcomes[0].symptoms
     exp = prop.experiment
     assert exp is not None and exp.change is not None
     # a localiser that takes a whole subsystem out, not a guess among MoE or attention kernels
@@ -277,7 +275,6 @@ def test_a_rocm_hardware_exception_is_localised_first_and_a_working_localiser_is
 def test_notes_that_name_a_file_for_a_feature_that_is_on_fill_its_unset_path_setting() -> None:
     from agent.domain.models import RelevantFinding
     from agent.planning.generators import GeneratorInput
-    from agent.planning.generators.evidence import failure_evidence
     from agent.planning.generators.findings import KnownGoodDiffGenerator
     from tools.knowledge import Finding
 
@@ -293,7 +290,7 @@ def test_notes_that_name_a_file_for_a_feature_that_is_on_fill_its_unset_path_set
 
     def paths(flags: dict[str, str]) -> set[str]:
         case = Case.model_validate({"name": "c", "model": {"path": "m"}, "baseline": {"flags": flags}})
-        inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
+        inp = GeneratorInput(case=case, baseline=case.baseline, reference=out,
                              fingerprint=GPU_HOST, flags=FLAGS, findings=[RelevantFinding(finding=notes, relevance=0.3)])
         return {c.id for c in KnownGoodDiffGenerator().generate(inp)}
 
@@ -350,14 +347,13 @@ def test_a_fault_in_a_subsystems_own_code_points_at_the_implementation_it_ran_am
     # (knowledge/subsystems.toml `modules`), so its flags lead, the copy-kernel backend it ran first.
     from agent.planning.generators import GeneratorInput
     from agent.planning.generators.component import ImplicatedComponentGenerator
-    from agent.planning.generators.evidence import failure_evidence
 
     flags = parse_help((DATA / "help_sglang_0.5.9_full.txt").read_text(), source="fixture", version="0.5.9")
     raw = RawEvidence.from_log("e", HICACHE_FAULT, load_signatures(), "x.log").model_copy(update={"status": "crashed"})
     out = classify_outcome(raw)
     case = Case.model_validate({"name": "c", "model": {"path": "m"}, "baseline": {
         "flags": {"--enable-hierarchical-cache": True, "--hicache-ratio": 2}}})
-    inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
+    inp = GeneratorInput(case=case, baseline=case.baseline, reference=out,
                          fingerprint=GPU_HOST, flags=flags)
     cands = sorted(ImplicatedComponentGenerator().generate(inp), key=lambda c: -c.weight)
     assert cands and cands[0].id == "component:--hicache-io-backend", [(c.id, round(c.weight, 3)) for c in cands[:5]]

@@ -31,7 +31,6 @@ from clirun import HYPOLOOP
 
 from agent.domain.models import Baseline, LogLine, Outcome
 from agent.planning.generators import GeneratorInput
-from agent.planning.generators.evidence import failure_evidence
 from agent.planning.generators.installed_source import InstalledSourceGenerator
 from lab.world import SITE_DIR, WORLDS_DIR
 from tools.flags import FlagCatalog, parse_help
@@ -350,7 +349,7 @@ def test_the_generator_proposes_one_variable_changes_with_the_guard_as_evidence(
         source_reading=read_guards(LocalHost().read_text, text, _catalog("0.5.9")),
     )
     inp = GeneratorInput(
-        case=case, baseline=Baseline(flags={"--mem-fraction-static": "0.85"}), evidence=failure_evidence(outcome),
+        case=case, baseline=Baseline(flags={"--mem-fraction-static": "0.85"}),
         reference=outcome, flags=_catalog("0.5.9"),
     )  # fmt: skip
     cands = {c.id: c for c in InstalledSourceGenerator().generate(inp)}

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from agent.domain.models import LogLine
-from agent.planning.generators import FailureEvidence
+from agent.domain.models import LogLine, Outcome
 from agent.planning.generators.evidence import parse_tracebacks as evidence_tracebacks
 from tools.tracebacks import Traceback, parse_tracebacks
 
@@ -38,5 +37,5 @@ def test_the_planner_reads_the_same_model_from_kept_log_lines() -> None:
     (tb,) = evidence_tracebacks(lines)
     assert isinstance(tb, Traceback)
     assert tb.frames == parse_tracebacks(LOG)[0].frames
-    ev = FailureEvidence(experiment_id="e", stage="load_failed", tracebacks=[tb])
+    ev = Outcome(experiment_id="e", stage="load_failed", log_excerpt=lines)  # what the generators read
     assert ev.tracebacks[0].innermost is not None and ev.tracebacks[0].innermost.package == "flashinfer"

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agent.domain.excerpt import excerpt_of_text
 from agent.domain.models import LogLine, Timings
 from tools.probes import ProbeResult
 from tools.server import LaunchResult
@@ -88,15 +89,13 @@ class RawEvidence(BaseModel):
     log_path: str | None = None
     timings: Timings = Field(default_factory=Timings)
     error: str | None = None
-    #: The log lines kept as evidence (``agent.planning.generators.evidence.LogExcerpt``: tracebacks, error lines
+    #: The log lines kept as evidence (``agent.domain.excerpt.LogExcerpt``: tracebacks, error lines
     #: and their surroundings, warnings, the server_args line, the tail).
     log_excerpt: list[LogLine] = Field(default_factory=list)
 
     @classmethod
     def from_log(cls, experiment_id: str, text: str, signatures: Iterable[Signature], log_path: str) -> RawEvidence:
         """A log read from a file (no launch): its signature matches and facts."""
-        from agent.planning.generators.evidence import excerpt_of_text
-
         matches, facts = scan_text(text, signatures)
         return cls(
             experiment_id=experiment_id,

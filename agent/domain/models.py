@@ -9,16 +9,19 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agent.domain import failure
 from tools.flags import value_words
 from tools.knowledge import Finding
 from tools.logwatch import LogLine
 from tools.probes import Probe, ProbeResult
 from tools.signatures import SignatureMatch
 from tools.source_guards import SourceReading
+from tools.tracebacks import Traceback
 
 FlagValue = str | bool | None
 
@@ -256,6 +259,44 @@ class Outcome(BaseModel):
         """Ids of every matched signature."""
         return {m.signature_id for m in self.matches}
 
+    # What the failure shows, read from the fields above (``agent.domain.failure``): the generators, the
+    # ledger and the conclusion read a failing launch through these. Computed once per object; an
+    # outcome is not changed after analyze built it (analyze adds only facts and the source reading).
+
+    @cached_property
+    def log(self) -> list[LogLine]:
+        """The kept log lines (``log_excerpt``; in a transcript older than the excerpt, each signature's
+        first line)."""
+        return failure.kept_lines(self.log_excerpt, self.matches)
+
+    @cached_property
+    def tracebacks(self) -> list[Traceback]:
+        """The Python tracebacks in the kept lines, in log order, frames innermost first."""
+        return failure.parse_tracebacks(self.log)
+
+    @cached_property
+    def warnings(self) -> list[LogLine]:
+        """The warning lines among the kept lines."""
+        return failure.warning_lines(self.log)
+
+    @cached_property
+    def server_args(self) -> dict[str, str]:
+        """Every scalar effective setting the engine printed (SGLang's ``server_args=...`` line, argparse
+        dests), as text."""
+        return failure.server_args_of(self.log)
+
+    @cached_property
+    def concurrency(self) -> int:
+        """The largest burst of concurrent requests this launch sent, or the smallest that failed (1
+        without a burst)."""
+        return failure.burst_concurrency(self.probes)
+
+    @cached_property
+    def symptoms(self) -> list[str]:
+        """The symptom classes the outcome falls into (``agent.domain.failure.SymptomClass``), most
+        specific first."""
+        return failure.symptom_classes(self, self.tracebacks, "\n".join(ll.text for ll in self.log))
+
 
 class Evidence(BaseModel):
     """One reference that moved a hypothesis: a signature with lines, a finding, a fact or an experiment."""
@@ -295,18 +336,31 @@ class Intervention(BaseModel):
 
 
 class Hypothesis(BaseModel):
-    """A candidate cause, with its belief and the evidence behind it.
+    """A candidate cause, with its belief and the evidence behind it: what a candidate generator proposes
+    (``agent/planning/generators``) and what the ledger keeps, one model for both.
 
     ``prior``/``posterior`` are probabilities in [0, 1] normalised over open hypotheses plus an
-    "unlisted cause" remainder. A refuted hypothesis stays refuted (docs/ARCHITECTURE.md, "Planners").
+    "unlisted cause" remainder (0 until the ledger admits it). A refuted hypothesis stays refuted
+    (docs/ARCHITECTURE.md, "Planners"). ``id`` is stable across steps for the same claim (the ledger keys
+    on it); ``component`` is the part of the stack (``attention.backend``, ``memory.static_fraction``).
+    ``source`` defaults to ``evidence`` for a hypothesis a generator other than the catalog proposed.
+
+    The last four fields are the proposing generator's and are never written (``exclude``: transcripts
+    and checkpoints hold the ledger's fields only): ``weight``, the unnormalised prior the generator
+    gives it (the ledger keeps the running weights itself); ``triggers``, the symptom classes or
+    signatures that made it apply; ``support``, set when it corroborates rather than proposes (if
+    another hypothesis of the same step already makes the same change, that one's weight is multiplied
+    by ``1 + support`` and this one is not added: a known-good deployment backing a catalog cause);
+    ``symptom_only``, a catalog prior that fired on the kind of failure alone
+    (``agent.planning.catalog.Condition.symptom_only``).
     """
 
     id: str
     statement: str
     component: str
     rationale: str = ""
-    prior: float
-    posterior: float
+    prior: float = 0.0
+    posterior: float = 0.0
     status: Literal["open", "supported", "refuted", "confirmed"] = "open"
     source: Literal["signature", "finding", "catalog", "model", "evidence"] = "catalog"
     evidence: list[Evidence] = Field(default_factory=list)
@@ -317,6 +371,16 @@ class Hypothesis(BaseModel):
     #: package it implicates (``flashinfer``, ``deep_gemm``, ...), if any.
     generator: str | None = None
     package: str | None = None
+    weight: float = Field(default=1.0, gt=0, exclude=True)
+    triggers: list[str] = Field(default_factory=list, exclude=True)
+    support: float | None = Field(default=None, exclude=True)
+    symptom_only: bool = Field(default=False, exclude=True)
+
+    @model_validator(mode="after")
+    def _source_of_generator(self) -> Hypothesis:
+        if "source" not in self.model_fields_set and self.generator not in (None, "catalog"):
+            self.source = "evidence"
+        return self
 
 
 class Rejection(BaseModel):

@@ -15,9 +15,8 @@ from typing import Literal
 from agent.domain.case import Case
 from agent.domain.models import Baseline, Evidence, Experiment, Hypothesis, Outcome
 from agent.planning.catalog import CatalogEntry
-from agent.planning.generators import Candidate, CandidateGenerator, GeneratorInput
+from agent.planning.generators import CandidateGenerator, GeneratorInput
 from agent.planning.generators.common import raise_site, specificity, stems
-from agent.planning.generators.evidence import failure_evidence
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.view import PlannerView, model_features
 from agent.planning.weights import weights as tunables
@@ -50,7 +49,6 @@ class LedgerBook(FlagMatcher):
         return GeneratorInput(
             case=view.case,
             baseline=config,
-            evidence=failure_evidence(outcome),
             reference=outcome,
             fingerprint=view.fingerprint,
             flags=self.flags,
@@ -76,13 +74,13 @@ class LedgerBook(FlagMatcher):
         evidence proposes again gets at least the weight this evidence gives it (it was weighed against
         the old blocker before).
 
-        A candidate that only corroborates (``Candidate.support``: a known-good deployment's difference)
+        A candidate that only corroborates (``Hypothesis.support``: a known-good deployment's difference)
         multiplies the weight of the new candidates that already make the same change, and is added on
         its own only when none does.
         """
         inp = self.generator_input(view, outcome, config or view.case.baseline)
-        new: dict[str, Candidate] = {}
-        supporting: list[Candidate] = []
+        new: dict[str, Hypothesis] = {}
+        supporting: list[Hypothesis] = []
         for gen in self.generators:
             for cand in gen.generate(inp):
                 if cand.id in ledger:
@@ -111,14 +109,14 @@ class LedgerBook(FlagMatcher):
                 new[cand.id] = cand
         self._weigh_by_raise_site(list(new.values()), inp)
         for cand in new.values():
-            ledger[cand.id] = cand.to_hypothesis()
+            ledger[cand.id] = _entry(cand)
             weights[cand.id] = cand.weight
         return list(new)
 
-    def _weigh_by_raise_site(self, cands: list[Candidate], inp: GeneratorInput) -> None:
+    def _weigh_by_raise_site(self, cands: list[Hypothesis], inp: GeneratorInput) -> None:
         """Weaken the catalog's general suspects that the traceback does not point at.
 
-        A catalog or symptom-class entry that fired on the kind of failure alone (``Candidate.symptom_only``:
+        A catalog or symptom-class entry that fired on the kind of failure alone (``Hypothesis.symptom_only``:
         no signature, setting, model feature or host fact of this deployment backs it), about a component
         the innermost SGLang frame of the failure does not name, is multiplied by
         ``ledger.elsewhere_factor``: an engineer reads the frame where the error surfaced before the
@@ -224,6 +222,18 @@ class LedgerBook(FlagMatcher):
             h.posterior = 0.0 if h.status == "refuted" else round(weights[h.id] / total, 4)
             if h.id in new:
                 h.prior = h.posterior
+
+
+def _entry(cand: Hypothesis) -> Hypothesis:
+    """A generator's hypothesis as a ledger entry: lists of its own (the ledger appends to its evidence),
+    belief left for ``_normalise``."""
+    return cand.model_copy(update={
+        "prior": 0.0,
+        "posterior": 0.0,
+        "evidence": list(cand.evidence),
+        "interventions": list(cand.interventions),
+        "cause_signatures": list(cand.cause_signatures),
+    })
 
 
 EvidenceEffect = Literal["supports", "weakens", "refutes", "confirms", "neutral"]

@@ -2,7 +2,7 @@
 "Planners").
 
 A generator reads the evidence of a failing run, the host's facts and the host's own flag catalog (from
-``launch_server --help``) and returns hypotheses (``Candidate``), each with the one-variable
+``launch_server --help``) and returns hypotheses (``Hypothesis``), each with the one-variable
 interventions that test it and what each predicts (``decisive``: the change must fix the failure if the
 hypothesis holds; otherwise it may). The rule planner ranks everything all generators produce by
 expected information per host-second; the knowledge catalog is one generator among several.
@@ -15,27 +15,28 @@ The models here are the contract:
 - ``LogLine``, ``Frame``, ``Traceback``: what the log showed (the log-line model is
   ``agent.domain.models.LogLine``, the traceback model ``tools.tracebacks``: frames innermost first,
   each with the top-level package and dotted module read from its path).
-- ``FailureEvidence``: one failing launch, digested: stage, signatures, effective-config facts (the
-  server-args line and ``/get_server_info``), probe results, the log excerpt kept around fatal lines,
-  the parsed tracebacks, warnings, and the symptom classes it falls into (``SymptomClass``).
+- The failing launch is its ``Outcome``: stage, signatures, effective-config facts (the server-args line
+  and ``/get_server_info``), probe results, the log excerpt kept around fatal lines, and its readings
+  (``agent.domain.failure``): the parsed tracebacks, warnings, and the symptom classes it falls into
+  (``SymptomClass``). ``FailureEvidence`` is the outcome's old name here.
 - ``GeneratorInput``: everything a generator may read. It never holds a host or the lab: a generator is
   a pure function of the run's history, so a replay of a transcript gives the same candidates.
-- ``Candidate``: one hypothesis with its interventions; ``to_hypothesis`` turns it into a ledger entry.
+- A generator's answer is ``agent.domain.models.Hypothesis``, the ledger's own model (``Candidate`` is
+  its old name here), with the generator's weight and triggers in fields that are never written.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.domain.case import Case
+from agent.domain.failure import SYMPTOM_CLASSES, SymptomClass
 from agent.domain.models import (
     Baseline,
-    Evidence,
     Experiment,
     Hypothesis,
-    Intervention,
     LogLine,
     Outcome,
     RelevantFinding,
@@ -52,74 +53,33 @@ __all__ = [
     "FailureEvidence",
     "Frame",
     "GeneratorInput",
+    "Hypothesis",
     "LogLine",
     "SymptomClass",
     "Traceback",
 ]
 
-#: Classes of symptoms a hypothesis can trigger on instead of one exact log line.
-SymptomClass = Literal[
-    "nan_inf",  # NaN/Inf probabilities or logits
-    "garbage_output",  # degenerate, empty or wrong text without a NaN line
-    "crash_at_decode",  # ready, then the first generation killed the server
-    "hang",  # the log stopped (no error), or a request never returned
-    "oom_weights",  # out of memory while loading the weights
-    "oom_kv_pool",  # no room for the KV cache under the static fraction
-    "oom_capture",  # out of memory while capturing CUDA graphs
-    "oom_runtime",  # out of memory while serving
-    "unsupported_arch",  # kernels not built for this GPU generation
-    "import_error",  # a library failed to import or load (ImportError, undefined symbol, ...)
-    "illegal_memory_access",  # a kernel read or wrote outside its buffers
-    "device_assert",  # a kernel assertion (device-side assert)
-    "startup_error",  # any other exception before the server was ready
-    "load_only",  # single requests pass, concurrent ones fail
-    "no_repro",  # the reported failure did not show
-]
-SYMPTOM_CLASSES: tuple[str, ...] = SymptomClass.__args__  # type: ignore[attr-defined]
-
-
-class FailureEvidence(BaseModel):
-    """One failing launch, digested for the generators.
-
-    ``facts``: effective-config facts (signature captures, ``/get_server_info``); ``log``: the log
-    lines kept (fatal and error lines with the lines around them, warnings, the tail); ``tracebacks``
-    and ``warnings`` parsed from them; ``symptoms``: the classes the failure falls into.
-    ``concurrency``: the largest burst of concurrent requests this launch sent (1 without a burst).
-    """
-
-    experiment_id: str
-    stage: str
-    signatures: list[str] = Field(default_factory=list)
-    failure_signatures: list[str] = Field(default_factory=list)
-    facts: dict[str, str] = Field(default_factory=dict)
-    log: list[LogLine] = Field(default_factory=list)
-    tracebacks: list[Traceback] = Field(default_factory=list)
-    warnings: list[LogLine] = Field(default_factory=list)
-    symptoms: list[str] = Field(default_factory=list)
-    probe_texts: list[str] = Field(default_factory=list)
-    concurrency: int = 1
-    #: Every scalar effective setting SGLang printed in its ``server_args=...`` line (argparse dests).
-    server_args: dict[str, str] = Field(default_factory=dict)
-
-    def text(self) -> str:
-        """The kept log lines as one text (for generators that search the wording of errors)."""
-        return "\n".join(line.text for line in self.log)
+#: The name of a failing launch's evidence while it was a model of its own: the generators read the
+#: outcome itself (``agent.domain.models.Outcome``), whose readings (``symptoms``, ``tracebacks``,
+#: ``warnings``, ``server_args``, ``concurrency``, ``log``) are computed by ``agent.domain.failure``.
+FailureEvidence = Outcome
 
 
 class GeneratorInput(BaseModel):
-    """What a generator may read: the failing evidence, the run's history, the host's facts and flags.
+    """What a generator may read: the failing launch, the run's history, the host's facts and flags.
 
-    ``baseline``: the configuration that failed (``evidence``); ``outcomes``/``experiments``: the run so
-    far (e.g. the bursts already sent); ``catalog``: the knowledge catalog's entries (possibly empty);
-    ``features``: model features (moe, dsa, nvfp4, ...); ``host_files``: text of files read from the host
-    as cheap evidence (e.g. installed source at the innermost traceback frames), path -> text.
+    ``reference``: the failing launch's outcome (``evidence`` is the same object, read through its
+    readings: ``symptoms``, ``tracebacks``, ``warnings``, ``server_args``, ...); ``baseline``: the
+    configuration that failed; ``outcomes``/``experiments``: the run so far (e.g. the bursts already
+    sent); ``catalog``: the knowledge catalog's entries (possibly empty); ``features``: model features
+    (moe, dsa, nvfp4, ...); ``host_files``: text of files read from the host as cheap evidence (e.g.
+    installed source at the innermost traceback frames), path -> text.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     case: Case
     baseline: Baseline
-    evidence: FailureEvidence
     reference: Outcome
     fingerprint: HostFingerprint | None = None
     flags: FlagCatalog | None = None
@@ -131,60 +91,20 @@ class GeneratorInput(BaseModel):
     host_files: dict[str, str] = Field(default_factory=dict)
 
     @property
+    def evidence(self) -> Outcome:
+        """The failing launch's outcome (``reference``), as the generators read it."""
+        return self.reference
+
+    @property
     def compute_capability(self) -> str | None:
         """The host GPU's compute capability ("12.0"), if known."""
         return self.fingerprint.compute_capability if self.fingerprint else None
 
 
-class Candidate(BaseModel):
-    """A hypothesis a generator proposes, with the interventions that test it.
-
-    ``id`` is stable across steps for the same claim (the ledger keys on it); ``weight`` is the
-    unnormalised prior (the planner normalises over all open hypotheses); ``component`` is the part of
-    the stack (``attention.backend``, ``memory.static_fraction``), ``package`` the third-party package
-    implicated, if any (``flashinfer``); ``generator`` the name of the generator that made it.
-    ``triggers``: the symptom classes or signatures that made it apply (shown as evidence).
-    """
-
-    id: str
-    statement: str
-    component: str
-    package: str | None = None
-    weight: float = Field(gt=0)
-    rationale: str = ""
-    generator: str
-    evidence: list[Evidence] = Field(default_factory=list)
-    interventions: list[Intervention] = Field(default_factory=list)
-    cause_signatures: list[str] = Field(default_factory=list)
-    stage: str | None = None
-    triggers: list[str] = Field(default_factory=list)
-    #: When set, this candidate corroborates rather than proposes: if another candidate of the same step
-    #: already has an intervention making the same change, that one's weight is multiplied by
-    #: ``1 + support`` and this one is not added (a known-good deployment backing a catalog cause).
-    support: float | None = None
-    #: A catalog prior that fired on the kind of failure alone (symptom classes, nothing of this
-    #: deployment: ``agent.planning.catalog.Condition.symptom_only``).
-    symptom_only: bool = False
-    #: The ledger's ``source`` (signature, catalog, finding, evidence); default from the generator.
-    source: Literal["signature", "finding", "catalog", "model", "evidence"] | None = None
-
-    def to_hypothesis(self) -> Hypothesis:
-        """The ledger entry (prior and posterior are set by the planner's normalisation)."""
-        return Hypothesis(
-            id=self.id,
-            statement=self.statement,
-            component=self.component,
-            package=self.package,
-            generator=self.generator,
-            rationale=self.rationale,
-            prior=0.0,
-            posterior=0.0,
-            source=self.source or ("catalog" if self.generator == "catalog" else "evidence"),
-            evidence=list(self.evidence),
-            interventions=list(self.interventions),
-            cause_signatures=list(self.cause_signatures),
-            stage=self.stage,
-        )
+#: The name generators' hypotheses had while they were a model of their own: a generator proposes
+#: ``Hypothesis`` objects, the ledger's own model (``agent.domain.models.Hypothesis``), whose
+#: generator-only fields (``weight``, ``triggers``, ``support``, ``symptom_only``) are never written.
+Candidate = Hypothesis
 
 
 @runtime_checkable
@@ -194,6 +114,6 @@ class CandidateGenerator(Protocol):
 
     name: str
 
-    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+    def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """Hypotheses for ``inp.evidence``, each with its interventions."""
         ...

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from agent.domain.models import Evidence, Outcome
+from agent.domain.models import Evidence, Hypothesis, Outcome
 from agent.planning.catalog import CatalogEntry, EvidenceContext
-from agent.planning.generators import Candidate, GeneratorInput
+from agent.planning.generators import GeneratorInput
 
 __all__ = ["CatalogGenerator", "condition_evidence", "entries_to_candidates", "evidence_context"]
 
@@ -54,11 +54,11 @@ def condition_evidence(
 
 def entries_to_candidates(
     entries: list[CatalogEntry], inp: GeneratorInput, generator: str, *, id_prefix: str = ""
-) -> list[Candidate]:
+) -> list[Hypothesis]:
     """The entries that ``inp`` triggers, as candidates (weight = prior x boosts)."""
     ctx = evidence_context(inp)
     ref = inp.reference
-    out: list[Candidate] = []
+    out: list[Hypothesis] = []
     for entry in entries:
         fired = entry.triggered(ctx)
         if fired is None:
@@ -76,7 +76,7 @@ def entries_to_candidates(
             for b in boosts
         ]
         out.append(
-            Candidate(
+            Hypothesis(
                 id=f"{id_prefix}{entry.id}",
                 statement=statement,
                 component=component,
@@ -101,6 +101,6 @@ class CatalogGenerator:
 
     name = "catalog"
 
-    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+    def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """Triggered catalog entries, ids as in the catalog."""
         return entries_to_candidates(inp.catalog, inp, self.name)

@@ -21,8 +21,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agent.domain.models import Evidence, Intervention
-from agent.planning.generators import Candidate, GeneratorInput
+from agent.domain.models import Evidence, Hypothesis, Intervention
+from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import (
     Implicated,
     alternative_choices,
@@ -130,7 +130,7 @@ class ImplicatedComponentGenerator:
 
     name = "component"
 
-    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+    def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """One candidate per implicated selecting flag, one per implicated switch."""
         if inp.evidence.stage == "ok" or inp.flags is None:
             return []
@@ -147,7 +147,7 @@ class ImplicatedComponentGenerator:
         out += self._switches(inp, rd.imp)
         return out
 
-    def _choice(self, inp: GeneratorInput, spec: FlagSpec, rd: _Reading) -> Candidate | None:
+    def _choice(self, inp: GeneratorInput, spec: FlagSpec, rd: _Reading) -> Hypothesis | None:
         """The candidate of one selecting flag with every legal alternative, weighed by how the failure
         implicates it; None when it is not implicated or has no alternative."""
         assert inp.flags is not None
@@ -185,7 +185,7 @@ class ImplicatedComponentGenerator:
             )
             for c in alts
         ]
-        return Candidate(
+        return Hypothesis(
             id=f"component:{spec.name}",
             statement=_statement(spec, current, "; ".join(how)),
             component=spec.name.lstrip("-").removesuffix("-backend").replace("-", "_"),
@@ -212,7 +212,7 @@ class ImplicatedComponentGenerator:
             words |= stems(name.lstrip("-").removeprefix("enable-"))
         return words
 
-    def _switches(self, inp: GeneratorInput, imp: Implicated) -> list[Candidate]:
+    def _switches(self, inp: GeneratorInput, imp: Implicated) -> list[Hypothesis]:
         """``--disable-X`` switches (and ``--enable-X`` ones the baseline sets) whose X the frames name."""
         if inp.flags is None or not imp.words:
             return []
@@ -237,7 +237,7 @@ class ImplicatedComponentGenerator:
             weight = BASE_WEIGHT * strength
             what = name.split("-", 1)[1].replace("-", " ")
             out.append(
-                Candidate(
+                Hypothesis(
                     id=f"component:{spec.name}",
                     statement=f"The {what} feature breaks in the failing component "
                     f"({', '.join(sorted(shared))}); {'turning it off' if on else 'leaving it off'} avoids the failure",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from agent.domain.models import Change, Evidence, FlagValue, Intervention, value_key
-from agent.planning.generators import Candidate, GeneratorInput
+from agent.domain.models import Change, Evidence, FlagValue, Hypothesis, Intervention, value_key
+from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, fact_flag, specificity, stems, words_with_stems
 from agent.planning.in_play import InPlay
 from agent.planning.served import served_settings
@@ -35,10 +35,10 @@ class KnownGoodDiffGenerator:
 
     name = "known_good_diff"
 
-    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+    def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """Differences in flags, env and effective-config facts, each with its finding as evidence."""
         ledger = tunables().ledger
-        out: dict[str, Candidate] = {}
+        out: dict[str, Hypothesis] = {}
         for rf in inp.findings:
             f = rf.finding
             if f.outcome != "works" or rf.relevance < ledger.finding_min_relevance:
@@ -77,7 +77,7 @@ class KnownGoodDiffGenerator:
                         known.evidence.append(Evidence(kind="finding", detail=detail))
                     continue
                 name = iv.fact or iv.names[0]
-                out[cid] = Candidate(
+                out[cid] = Hypothesis(
                     id=cid,
                     statement=f"The failing configuration differs from a known-good one in {name}; "
                     f"setting it to {iv.values[0]} avoids the failure",
@@ -101,7 +101,7 @@ _PATH = re.compile(r"`(?P<p>(?:/|~/)[^`\s]+)`")
 NAMED_PATH_WEIGHT = 0.12
 
 
-def _named_paths(inp: GeneratorInput) -> list[Candidate]:
+def _named_paths(inp: GeneratorInput) -> list[Hypothesis]:
     """A file the case's notes name for a feature the run turns on, for a path setting of that feature
     the baseline leaves unset: "trained an EAGLE3 draft head ... the checkpoint is in
     `/models/x-eagle3`" and an unset ``--speculative-draft-model-path`` while speculative decoding is on.
@@ -117,7 +117,7 @@ def _named_paths(inp: GeneratorInput) -> list[Candidate]:
         and served_settings().role("flag", spec.name, inp.flags) is None
         and play.subsystems_of("flag", spec.name)  # a path of a feature, not of the deployment
     ]
-    out: list[Candidate] = []
+    out: list[Hypothesis] = []
     for rf in inp.findings:
         for sentence in re.split(r"(?<=\.)\s+|\n", rf.finding.text):
             for m in _PATH.finditer(sentence):
@@ -132,7 +132,7 @@ def _named_paths(inp: GeneratorInput) -> list[Candidate]:
                         continue
                     # the feature the flag configures must be on: a subsystem with a setting condition
                     cid = f"finding:{spec.name}={path}"
-                    out.append(Candidate(
+                    out.append(Hypothesis(
                         id=cid,
                         statement=f"{spec.name} is unset, so the feature it configures falls back to a default "
                         f"that does not fit; the notes name {path} for it",

@@ -17,8 +17,8 @@ hypothesis with every place as evidence.
 
 from __future__ import annotations
 
-from agent.domain.models import Evidence, FlagValue, Intervention
-from agent.planning.generators import Candidate, GeneratorInput
+from agent.domain.models import Evidence, FlagValue, Hypothesis, Intervention
+from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import alternative_choices, canon, effective_value
 from tools.source_guards import SourceLead
 
@@ -126,12 +126,12 @@ class InstalledSourceGenerator:
 
     name = "source"
 
-    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+    def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """One candidate per variable guarding a failing line, with the changes that flip it."""
         reading = inp.reference.source_reading
         if reading is None or inp.evidence.stage == "ok":
             return []
-        by_var: dict[str, Candidate] = {}
+        by_var: dict[str, Hypothesis] = {}
         for lead in reading.leads:
             ivs = lead_interventions(lead, inp)
             if not ivs:
@@ -151,7 +151,7 @@ class InstalledSourceGenerator:
                         cand.interventions.append(iv)
                 continue
             what = "environment variable" if lead.kind == "env" else "server argument"
-            by_var[key] = Candidate(
+            by_var[key] = Hypothesis(
                 id=key,
                 statement=(
                     f"The failing line runs only on the branch {lead.condition} selects "

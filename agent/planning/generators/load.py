@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from agent.domain.models import Evidence, Intervention
-from agent.planning.generators import Candidate, GeneratorInput
+from agent.domain.models import Evidence, Hypothesis, Intervention
+from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, explicit
 from agent.planning.generators.implementations import implementations
 
@@ -40,7 +40,7 @@ class LoadGenerator:
 
     name = "load"
 
-    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+    def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """Nothing unless the evidence says the failure needs a burst."""
         ev = inp.evidence
         if "load_only" not in ev.symptoms:
@@ -52,13 +52,13 @@ class LoadGenerator:
         if ok > 1:
             detail += f" and one of {ok} passed"
         evidence = [Evidence(kind="fact", detail=detail, experiment_id=ev.experiment_id)]
-        out: list[Candidate] = []
+        out: list[Hypothesis] = []
         for name in implementations().load.batch_caps:  # knowledge/implementations.toml
             spec = canon(inp.flags, name)
             if spec is None or not spec.takes_value:
                 continue
             out.append(
-                Candidate(
+                Hypothesis(
                     id=f"load:{spec.name}",
                     statement=f"The failure needs a batch of about {failing} requests; capping the batch at "
                     f"{cap} with {spec.name} avoids it",
@@ -81,7 +81,7 @@ class LoadGenerator:
                     continue
                 what = spec.name.removeprefix("--disable-").replace("-", " ")
                 out.append(
-                    Candidate(
+                    Hypothesis(
                         id=f"load:{spec.name}",
                         statement=f"The {what} feature mishandles batches of several requests",
                         component=f"scheduler.{spec.name.removeprefix('--disable-').replace('-', '_')}",

@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 import re
 
-from agent.domain.models import Evidence, FlagValue, Intervention, LogLine
+from agent.domain.models import Evidence, FlagValue, Hypothesis, Intervention, LogLine
 from agent.planning.catalog import load_roles
-from agent.planning.generators import Candidate, GeneratorInput
+from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, documented_choices, effective_value, fact_flag, norm
 from agent.planning.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.planning.values import fit_cpu_list, rule_for
@@ -490,14 +490,14 @@ class RemediesGenerator:
 
     name = "remedies"
 
-    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+    def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """Candidates ``remedy:...``; the same remedy named twice counts once, at its strongest."""
         weight = {"error": WEIGHT_ERROR, "solution": WEIGHT_SOLUTION, "warning": WEIGHT_WARNING,
                   "missing": WEIGHT_MISSING}
-        best: dict[str, Candidate] = {}
+        best: dict[str, Hypothesis] = {}
         for cid, iv, kind, ll, what in remedies_in(inp):
             override = iv.kind == "env" and iv.workaround
-            cand = Candidate(
+            cand = Hypothesis(
                 id=cid,
                 statement=f"The log names the remedy: {what}",
                 component=iv.fact or (iv.names[0].lstrip("-").replace("-", "_") if iv.kind == "flag" else

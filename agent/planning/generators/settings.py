@@ -14,8 +14,8 @@ A setting whose words the failing frames or error share (``http_proxy`` and a fa
 
 from __future__ import annotations
 
-from agent.domain.models import Evidence, Intervention
-from agent.planning.generators import Candidate, GeneratorInput
+from agent.domain.models import Evidence, Hypothesis, Intervention
+from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, implicated, specificity, stems
 from agent.planning.served import description_keeps, served_settings
 
@@ -34,7 +34,7 @@ class SettingsVsDefaultsGenerator:
 
     name = "settings"
 
-    def generate(self, inp: GeneratorInput) -> list[Candidate]:
+    def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """Reversions of the failing baseline's own flags and environment variables."""
         if inp.evidence.stage == "ok":
             return []
@@ -47,7 +47,7 @@ class SettingsVsDefaultsGenerator:
             strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
             return max(1.0, IMPLICATED_FACTOR * strength)
 
-        out: list[Candidate] = []
+        out: list[Hypothesis] = []
         served = served_settings()
         keeps = set()
         for k in description_keeps(inp.case):
@@ -77,12 +77,12 @@ class SettingsVsDefaultsGenerator:
         return out
 
     def _candidate(self, inp: GeneratorInput, kind: str, name: str, value: object, weight: float,
-                   deployment: bool = False) -> Candidate:
+                   deployment: bool = False) -> Hypothesis:
         """``deployment``: the setting defines what is served (knowledge/served.toml) or the user needs
         it (the case's intent): reverting it changes the deployment, so it is tried last, as a
         workaround, and is never the fix."""
         shown = "(on)" if value is True else value
-        return Candidate(
+        return Hypothesis(
             id=f"revert:{name}",
             statement=f"The baseline's own setting {name} {shown} causes the failure; without it SGLang's "
             "default applies and the failure goes away",

@@ -39,8 +39,8 @@ from typing import Any
 from agent.domain.accuracy import probe_set_jobs
 from agent.domain.case import Case, server_api_key
 from agent.domain.evidence import RawEvidence, WatchedLaunch
+from agent.domain.excerpt import LogExcerpt
 from agent.domain.models import Experiment
-from agent.planning.generators.evidence import LogExcerpt
 from agent.record.wire import to_payload
 from agent.run.crashsafe import infra_failure, probe_through_drops, server_info_through_drops
 from agent.run.progress import LoadProgress
