@@ -12,7 +12,6 @@ import pytest
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
 from agent.planning.generators import GeneratorInput
-from agent.planning.generators.evidence import failure_evidence
 from agent.planning.generators.remedies import remedies_in
 from agent.planning.observations import classify_observation
 from agent.run.nodes.analyze import classify_outcome
@@ -79,7 +78,7 @@ def test_a_warning_that_quotes_an_error_names_no_log_level_as_the_remedy() -> No
     flags = parse_help((DATA / "help_vllm_0.32.0_all.txt").read_text(encoding="utf-8"), source="vllm 0.32.0")
     case = Case.model_validate({"name": "c", "launcher": {"engine": "vllm"}, "model": {"path": "/m/tiny"},
                                 "baseline": {"flags": {"--kv-cache-memory-bytes": "4096"}, "env": {}}})
-    inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
+    inp = GeneratorInput(case=case, baseline=case.baseline, reference=out,
                          fingerprint=HostFingerprint(gpu_count=0, cpu_count=2), flags=flags, outcomes=[out])
     names = {iv.names[0] for _cid, iv, *_ in remedies_in(inp)}
     assert not names & {"--log-level", "--uvicorn-log-level"}, names
@@ -94,7 +93,7 @@ def test_a_vllm_failure_is_localised_in_vllms_own_frames_and_implicates_no_vllm_
     out = _outcome("kv-too-small")
     case = Case.model_validate({"name": "c", "launcher": {"engine": "vllm"}, "model": {"path": "/m/tiny"},
                                 "baseline": {"flags": {"--kv-cache-memory-bytes": "4096"}, "env": {}}})
-    inp = GeneratorInput(case=case, baseline=case.baseline, evidence=failure_evidence(out), reference=out,
+    inp = GeneratorInput(case=case, baseline=case.baseline, reference=out,
                          outcomes=[out])
     site = raise_site(inp)
     assert site is not None and site.where.startswith("vllm.")
