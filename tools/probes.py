@@ -35,7 +35,9 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from tools.load_shapes import LoadShape
 
 ProbeStatus = Literal[
     "ok", "http_error", "connection_error", "timeout", "empty", "degenerate", "wrong_answer"
@@ -59,6 +61,17 @@ class Probe(BaseModel):
     answer: str | None = Field(default=None, min_length=1)
     concurrency: int = Field(default=1, ge=1, le=256)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)  # 0: greedy (argmax); > 0: sampled
+    #: The traffic this probe sends (long prompts and outputs, a shared prefix, request features, time
+    #: under traffic: tools/load_shapes.py); None: plain requests.
+    shape: LoadShape | None = None
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # an unshaped probe dumps as before shapes existed (experiment ids and transcripts unchanged)
+        data: dict[str, Any] = handler(self)
+        if data.get("shape") is None:
+            data.pop("shape", None)
+        return data
 
 
 class ProbeResult(BaseModel):
@@ -410,10 +423,15 @@ def run_probe(
     turned off through `chat_template_kwargs`. Generate: POST /generate {"text", "sampling_params":
     {"max_new_tokens", "temperature"}} (SGLang's native API), read "text" and an abort in
     meta_info.finish_reason; with `generate_api` "completions" (the engine has no /generate: vLLM,
-    `knowledge/engines.toml`) POST /v1/completions instead.
+    `knowledge/engines.toml`) POST /v1/completions instead. A probe with a `shape` sends the traffic it
+    describes (tools/load_probe.py).
     """
     start = time.monotonic()
     base = base_url.rstrip("/")
+    if probe.shape is not None and probe.shape.shaped():
+        from tools.load_probe import run_shaped  # load-shaped traffic (a case's [reproduce])
+
+        return run_shaped(base, probe, model=model, timeout_s=timeout_s, api_key=api_key, generate_api=generate_api)
     if probe.concurrency > 1:
         return _run_concurrent(base, probe, model, timeout_s, start, api_key, generate_api)
     if probe.kind == "chat":

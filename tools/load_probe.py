@@ -1,0 +1,129 @@
+"""Sending a load-shaped probe (``Probe.shape``, built from a case's ``[reproduce]``): the priming request
+of a shared prefix, then ``concurrency`` workers, each sending its next request as soon as its last one
+answered until the shape's duration has passed (one request each without a duration). The first
+failure stops every worker; the worst result stands for the probe (tools/load_shapes.py says what each
+shape sends)."""
+
+from __future__ import annotations
+
+import time
+from typing import Literal
+
+import httpx
+
+from tools.load_shapes import (
+    JUDGED_WORDS,
+    LoadShape,
+    Traffic,
+    lengths,
+    pool_map,
+    reply_text,
+    request_for,
+    shaped_prompt,
+    shared_prefix,
+)
+from tools.probes import _SEVERITY, Probe, ProbeResult, _auth, _judge, _one_line, _result
+
+
+def run_shaped(
+    base: str,
+    probe: Probe,
+    *,
+    model: str,
+    timeout_s: float,
+    api_key: str | None,
+    generate_api: Literal["native", "completions"],
+) -> ProbeResult:
+    """Send ``probe`` as its ``shape`` says and classify the worst answer (never raises for server-side
+    problems). ``timeout_s`` bounds each request in seconds; the whole probe also runs for the shape's
+    ``duration_s``. The error text says how many requests went out and for how long."""
+    assert probe.shape is not None
+    shape = probe.shape
+    start = time.monotonic()
+    api: Literal["chat", "native", "completions"] = (
+        "chat" if probe.kind == "chat" or {"tools", "image"} & set(shape.features) else generate_api
+    )
+    if api == "completions" and "image" in shape.features:
+        api = "chat"
+    traffic = Traffic(shape.duration_s)
+    shared = shared_prefix(shape)
+    with httpx.Client(timeout=timeout_s, trust_env=False, headers=_auth(api_key)) as client:
+        send = _Sender(base, probe, shape, client, traffic, api, model, shared)
+        if shared is not None:  # the prefix is computed (and cached) before the others reuse it
+            first = send.one(lengths(shape, probe.max_tokens, 1)[0])
+            if not first.ok:
+                return _summary(probe, [first], traffic, start)
+        results = pool_map(send.worker, lengths(shape, probe.max_tokens, probe.concurrency))
+    return _summary(probe, [r for rs in results for r in rs], traffic, start)
+
+
+class _Sender:
+    """One shaped probe's requests over one HTTP client."""
+
+    def __init__(
+        self,
+        base: str,
+        probe: Probe,
+        shape: LoadShape,
+        client: httpx.Client,
+        traffic: Traffic,
+        api: Literal["chat", "native", "completions"],
+        model: str,
+        shared: str | None,
+    ) -> None:
+        self.base, self.probe, self.shape, self.client = base, probe, shape, client
+        self.traffic, self.api, self.model, self.shared = traffic, api, model, shared
+
+    def worker(self, max_tokens: int) -> list[ProbeResult]:
+        """Requests of one worker: one, then more while the shape's duration lasts; stops at a failure."""
+        out = [self.one(max_tokens)]
+        while out[-1].ok and self.traffic.more():
+            out.append(self.one(max_tokens))
+        if not out[-1].ok:
+            self.traffic.stop.set()
+        return out
+
+    def one(self, max_tokens: int) -> ProbeResult:
+        probe = self.probe
+        start = time.monotonic()
+        prompt = shaped_prompt(self.shape, probe.prompt, self.shared)
+        path, body = request_for(self.shape, prompt, max_tokens, probe.temperature, api=self.api, model=self.model)
+        with self.traffic.lock:
+            self.traffic.sent += 1
+        try:
+            resp = self.client.post(self.base + path, json=body)
+        except httpx.TimeoutException as exc:
+            return _result(probe, "timeout", start, error=_one_line(f"no answer within the timeout: {exc!r}"))
+        except httpx.TransportError as exc:
+            return _result(probe, "connection_error", start, error=_one_line(f"{type(exc).__name__}: {exc}"))
+        self.traffic.seen(resp)
+        if resp.status_code >= 400:
+            return _result(probe, "http_error", start, http_status=resp.status_code,
+                           error=_one_line(resp.text or resp.reason_phrase))
+        try:
+            text, finish = reply_text(self.api, resp.json())
+        except ValueError:
+            return _result(probe, "http_error", start, http_status=resp.status_code, error="response is not JSON")
+        if self.shape.output_tokens and text:  # judge the head: a model made to run past its end may loop
+            text = " ".join(text.split()[:JUDGED_WORDS])
+        judged = _judge(probe, text, None, start, resp.status_code, finish)
+        if judged is None:
+            return _result(probe, "ok", start, http_status=resp.status_code, text=text,
+                           error="reasoning only within max_tokens")
+        return judged
+
+
+def _summary(probe: Probe, results: list[ProbeResult], traffic: Traffic, start: float) -> ProbeResult:
+    """The worst result, its error saying what load was sent: ``3 of 48 requests failed (prompts of 9000
+    tokens, 612 s of traffic): ...``."""
+    assert probe.shape is not None
+    worst = min(results, key=lambda r: _SEVERITY.index(r.status))
+    failed = sum(not r.ok for r in results)
+    load = probe.shape.describe()
+    sent = f"{traffic.sent} request{'s' if traffic.sent != 1 else ''}"
+    if probe.shape.duration_s:
+        sent += f" over {traffic.elapsed():.0f} s"
+    error = f"{failed} of {sent} failed ({load})" + (f": {worst.error}" if worst.error else "") if failed else (
+        worst.error
+    )
+    return worst.model_copy(update={"latency_s": time.monotonic() - start, "error": error})
