@@ -65,6 +65,17 @@ class Probe(BaseModel):
     #: under traffic: tools/load_shapes.py); None: plain requests.
     shape: LoadShape | None = None
 
+    def load_text(self) -> str:
+        """The load this probe sends, in words: ``a burst of 16 concurrent requests``, ``4 concurrent
+        requests with a shared prefix of 2000 tokens``, ``1 request with prompts of 20000 tokens``."""
+        shaped = self.shape is not None and self.shape.shaped()
+        if not shaped:
+            return f"a burst of {self.concurrency} concurrent requests"
+        assert self.shape is not None
+        unit = "stream" if self.shape.duration_s else "request"
+        many = f"{self.concurrency} concurrent {unit}s" if self.concurrency > 1 else f"1 {unit}"
+        return f"{many} with {self.shape.describe()}"
+
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         # an unshaped probe dumps as before shapes existed (experiment ids and transcripts unchanged)
