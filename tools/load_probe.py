@@ -7,7 +7,7 @@ shape sends)."""
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 
@@ -22,7 +22,27 @@ from tools.load_shapes import (
     shaped_prompt,
     shared_prefix,
 )
-from tools.probes import _SEVERITY, Probe, ProbeResult, _auth, _judge, _one_line, _result
+
+#: A probe and its result (tools.probes.Probe / ProbeResult). This module cannot import tools.probes,
+#: which sends shaped probes through it, so the probe module's judging comes in as `Judging`.
+Probe = Any
+ProbeResult = Any
+
+
+class Judging(Protocol):
+    """What tools.probes lends this module: its result maker, its reply judge, the order of statuses from
+    most to least telling, its one-line error shortener and its auth header."""
+
+    severity: tuple[str, ...]
+
+    def result(self, probe: Probe, status: str, start: float, **kw: Any) -> ProbeResult: ...
+
+    def judge(self, probe: Probe, text: str | None, reasoning: str | None, start: float, status: int | None,
+              finish: str | None) -> ProbeResult | None: ...
+
+    def one_line(self, text: str, limit: int = 300) -> str: ...
+
+    def auth(self, api_key: str | None) -> dict[str, str]: ...
 
 
 def run_shaped(
@@ -33,10 +53,12 @@ def run_shaped(
     timeout_s: float,
     api_key: str | None,
     generate_api: Literal["native", "completions"],
+    judging: Judging,
 ) -> ProbeResult:
     """Send ``probe`` as its ``shape`` says and classify the worst answer (never raises for server-side
     problems). ``timeout_s`` bounds each request in seconds; the whole probe also runs for the shape's
-    ``duration_s``. The error text says how many requests went out and for how long."""
+    ``duration_s``. The error text says how many requests went out and for how long. ``judging``: the
+    probe module's result maker and judge (tools/probes.py `JUDGING`)."""
     assert probe.shape is not None
     shape = probe.shape
     start = time.monotonic()
@@ -47,14 +69,14 @@ def run_shaped(
         api = "chat"
     traffic = Traffic(shape.duration_s)
     shared = shared_prefix(shape)
-    with httpx.Client(timeout=timeout_s, trust_env=False, headers=_auth(api_key)) as client:
-        send = _Sender(base, probe, shape, client, traffic, api, model, shared)
+    with httpx.Client(timeout=timeout_s, trust_env=False, headers=judging.auth(api_key)) as client:
+        send = _Sender(base, probe, client, traffic, api, model, shared, judging)
         if shared is not None:  # the prefix is computed (and cached) before the others reuse it
             first = send.one(lengths(shape, probe.max_tokens, 1)[0])
             if not first.ok:
-                return _summary(probe, [first], traffic, start)
+                return _summary(probe, [first], traffic, start, judging)
         results = pool_map(send.worker, lengths(shape, probe.max_tokens, probe.concurrency))
-    return _summary(probe, [r for rs in results for r in rs], traffic, start)
+    return _summary(probe, [r for rs in results for r in rs], traffic, start, judging)
 
 
 class _Sender:
@@ -64,14 +86,15 @@ class _Sender:
         self,
         base: str,
         probe: Probe,
-        shape: LoadShape,
         client: httpx.Client,
         traffic: Traffic,
         api: Literal["chat", "native", "completions"],
         model: str,
         shared: str | None,
+        judging: Judging,
     ) -> None:
-        self.base, self.probe, self.shape, self.client = base, probe, shape, client
+        self.base, self.probe, self.client, self.judging = base, probe, client, judging
+        self.shape: LoadShape = probe.shape
         self.traffic, self.api, self.model, self.shared = traffic, api, model, shared
 
     def worker(self, max_tokens: int) -> list[ProbeResult]:
@@ -84,7 +107,7 @@ class _Sender:
         return out
 
     def one(self, max_tokens: int) -> ProbeResult:
-        probe = self.probe
+        probe, j = self.probe, self.judging
         start = time.monotonic()
         prompt = shaped_prompt(self.shape, probe.prompt, self.shared)
         path, body = request_for(self.shape, prompt, max_tokens, probe.temperature, api=self.api, model=self.model)
@@ -93,31 +116,31 @@ class _Sender:
         try:
             resp = self.client.post(self.base + path, json=body)
         except httpx.TimeoutException as exc:
-            return _result(probe, "timeout", start, error=_one_line(f"no answer within the timeout: {exc!r}"))
+            return j.result(probe, "timeout", start, error=j.one_line(f"no answer within the timeout: {exc!r}"))
         except httpx.TransportError as exc:
-            return _result(probe, "connection_error", start, error=_one_line(f"{type(exc).__name__}: {exc}"))
+            return j.result(probe, "connection_error", start, error=j.one_line(f"{type(exc).__name__}: {exc}"))
         self.traffic.seen(resp)
         if resp.status_code >= 400:
-            return _result(probe, "http_error", start, http_status=resp.status_code,
-                           error=_one_line(resp.text or resp.reason_phrase))
+            return j.result(probe, "http_error", start, http_status=resp.status_code,
+                           error=j.one_line(resp.text or resp.reason_phrase))
         try:
             text, finish = reply_text(self.api, resp.json())
         except ValueError:
-            return _result(probe, "http_error", start, http_status=resp.status_code, error="response is not JSON")
+            return j.result(probe, "http_error", start, http_status=resp.status_code, error="response is not JSON")
         if self.shape.output_tokens and text:  # judge the head: a model made to run past its end may loop
             text = " ".join(text.split()[:JUDGED_WORDS])
-        judged = _judge(probe, text, None, start, resp.status_code, finish)
+        judged = j.judge(probe, text, None, start, resp.status_code, finish)
         if judged is None:
-            return _result(probe, "ok", start, http_status=resp.status_code, text=text,
+            return j.result(probe, "ok", start, http_status=resp.status_code, text=text,
                            error="reasoning only within max_tokens")
         return judged
 
 
-def _summary(probe: Probe, results: list[ProbeResult], traffic: Traffic, start: float) -> ProbeResult:
+def _summary(probe: Probe, results: list[ProbeResult], traffic: Traffic, start: float, judging: Judging) -> ProbeResult:
     """The worst result, its error saying what load was sent: ``3 of 48 requests failed (prompts of 9000
     tokens, 612 s of traffic): ...``."""
     assert probe.shape is not None
-    worst = min(results, key=lambda r: _SEVERITY.index(r.status))
+    worst = min(results, key=lambda r: judging.severity.index(r.status))
     failed = sum(not r.ok for r in results)
     load = probe.shape.describe()
     sent = f"{traffic.sent} request{'s' if traffic.sent != 1 else ''}"

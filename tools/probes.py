@@ -37,6 +37,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
+from tools.load_probe import run_shaped
 from tools.load_shapes import LoadShape
 
 ProbeStatus = Literal[
@@ -439,10 +440,10 @@ def run_probe(
     """
     start = time.monotonic()
     base = base_url.rstrip("/")
-    if probe.shape is not None and probe.shape.shaped():
-        from tools.load_probe import run_shaped  # load-shaped traffic (a case's [reproduce])
-
-        return run_shaped(base, probe, model=model, timeout_s=timeout_s, api_key=api_key, generate_api=generate_api)
+    if probe.shape is not None and probe.shape.shaped():  # load-shaped traffic (a case's [reproduce])
+        return run_shaped(
+            base, probe, model=model, timeout_s=timeout_s, api_key=api_key, generate_api=generate_api, judging=JUDGING
+        )
     if probe.concurrency > 1:
         return _run_concurrent(base, probe, model, timeout_s, start, api_key, generate_api)
     if probe.kind == "chat":
@@ -523,3 +524,25 @@ def get_server_info(
             if isinstance(body, dict):
                 return body
     return None
+
+
+class _Judging:
+    """This module's judging, lent to tools/load_probe.py (which cannot import this module)."""
+
+    severity: tuple[str, ...] = _SEVERITY
+
+    def result(self, probe: Probe, status: str, start: float, **kw: Any) -> ProbeResult:
+        return _result(probe, status, start, **kw)  # type: ignore[arg-type]
+
+    def judge(self, probe: Probe, text: str | None, reasoning: str | None, start: float, status: int | None,
+              finish: str | None) -> ProbeResult | None:
+        return _judge(probe, text, reasoning, start, status, finish)
+
+    def one_line(self, text: str, limit: int = 300) -> str:
+        return _one_line(text, limit)
+
+    def auth(self, api_key: str | None) -> dict[str, str]:
+        return _auth(api_key)
+
+
+JUDGING = _Judging()
