@@ -83,6 +83,7 @@ def _case(tmp_path: Path, reproduce: str) -> Path:
         ('duration_s = "long"', "field 'reproduce.duration_s': expected a number, got 'long'"),
         ("output_tokens_min = 500", "output_tokens_min needs output_tokens at least as large"),
         ("prompt_tokens = 100\nshared_prefix_tokens = 200", "shared_prefix_tokens is part of the prompt: at most prompt_tokens"),
+        ('features = ["json_schema", "regex"]', "features: json_schema and regex are two grammars"),
         ("prompt_tokns = 100", "unknown key 'prompt_tokns' in [reproduce]; did you mean 'prompt_tokens'?"),
     ],
 )

@@ -71,6 +71,7 @@ def run_shaped(
     shared = shared_prefix(shape)
     with httpx.Client(timeout=timeout_s, trust_env=False, headers=judging.auth(api_key)) as client:
         send = _Sender(base, probe, client, traffic, api, model, shared, judging)
+        send.vllm_style = generate_api == "completions"
         if shared is not None:  # the prefix is computed (and cached) before the others reuse it
             first = send.one(lengths(shape, probe.max_tokens, 1)[0])
             if not first.ok:
@@ -95,6 +96,7 @@ class _Sender:
     ) -> None:
         self.base, self.probe, self.client, self.judging = base, probe, client, judging
         self.shape: LoadShape = probe.shape
+        self.vllm_style = False  # set by run_shaped: the engine has no /generate (vLLM)
         self.traffic, self.api, self.model, self.shared = traffic, api, model, shared
 
     def worker(self, max_tokens: int) -> list[ProbeResult]:
@@ -110,7 +112,8 @@ class _Sender:
         probe, j = self.probe, self.judging
         start = time.monotonic()
         prompt = shaped_prompt(self.shape, probe.prompt, self.shared)
-        path, body = request_for(self.shape, prompt, max_tokens, probe.temperature, api=self.api, model=self.model)
+        path, body = request_for(self.shape, prompt, max_tokens, probe.temperature, api=self.api, model=self.model,
+                                 structured_outputs=self.vllm_style)
         with self.traffic.lock:
             self.traffic.sent += 1
         try:

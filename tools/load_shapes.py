@@ -98,6 +98,9 @@ class LoadShape(BaseModel):
             and self.shared_prefix_tokens > self.prompt_tokens
         ):
             raise ValueError("shared_prefix_tokens is part of the prompt: at most prompt_tokens")
+        if {"json_schema", "regex"} <= set(self.features):
+            # SGLang 0.5.23 sampling_params.py: "Only one of json_schema, regex, ebnf, or structural_tag can be set."
+            raise ValueError("features: json_schema and regex are two grammars; a request takes one of them")
         return self
 
     def shaped(self) -> bool:
@@ -189,11 +192,17 @@ def request_for(
     *,
     api: Literal["chat", "native", "completions"],
     model: str,
+    structured_outputs: bool = False,
 ) -> tuple[str, dict[str, Any]]:
-    """(path, JSON body) of one shaped request in the engine's own API."""
+    """(path, JSON body) of one shaped request in the engine's own API. ``structured_outputs``: a regex
+    goes in vLLM's ``structured_outputs`` (an engine without /generate: vLLM 0.32.0
+    entrypoints/openai/chat_completion/protocol.py) instead of SGLang's ``regex`` field."""
     feats: set[str] = set(shape.features)
     if api == "chat":
-        return "/v1/chat/completions", _chat_body(shape, prompt, max_tokens, temperature, model)
+        chat = _chat_body(shape, prompt, max_tokens, temperature, model)
+        if structured_outputs and chat.pop("regex", None):
+            chat["structured_outputs"] = {"regex": ANSWER_REGEX}
+        return "/v1/chat/completions", chat
     if api == "native":
         params: dict[str, Any] = {"max_new_tokens": max_tokens, "temperature": temperature}
         if shape.output_tokens:
