@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from typing import Any
 
 from lab import responder
@@ -71,7 +70,7 @@ class Generation(Engine):
         (`lab.load.BATCH_WINDOW_S`), so requests sent together share it, as SGLang's scheduler batches them.
         """
         batch = self.batch.join(rid, completion / self.world.timing.decode_tokens_per_s, req.features)
-        time.sleep(max(0.0, batch.closes_at - time.monotonic()))  # the batch gathers its requests
+        self.batch.gathered(batch)  # the batch gathers its requests
         now = self.log.sim_elapsed()
         view = self.batch.view(batch, rid)
         with self.load_lock:

@@ -110,6 +110,7 @@ class Batch:
     time (time.monotonic) after which later arrivals start a new batch."""
 
     closes_at: float
+    last_call: float  # the latest it may close: a burst spread by a busy machine still forms one batch
     members: dict[int, _Member] = field(default_factory=dict)
 
 
@@ -127,7 +128,8 @@ class BatchView:
 
 class BatchRegistry:
     """Forms batches the way the scheduler gathers requests: the first request opens a batch for
-    `window_s` wall seconds, requests arriving meanwhile join it, later ones open the next."""
+    `window_s` wall seconds, each request arriving meanwhile joins it and keeps it open `window_s` more
+    (at most 4 × `window_s` in all), later ones open the next."""
 
     def __init__(self, window_s: float) -> None:
         self._window_s = window_s
@@ -138,10 +140,19 @@ class BatchRegistry:
         """Request `rid`, with `decode_s` simulated seconds of decoding, joins the open batch."""
         with self._lock:
             now = time.monotonic()
-            if self._open is None or now >= self._open.closes_at:
-                self._open = Batch(closes_at=now + self._window_s)
-            self._open.members[rid] = _Member(decode_s, features)
-            return self._open
+            batch = self._open
+            if batch is None or now >= batch.closes_at:
+                batch = self._open = Batch(closes_at=now + self._window_s, last_call=now + 4 * self._window_s)
+            else:  # another arrival keeps the batch open a little longer
+                batch.closes_at = min(max(batch.closes_at, now + self._window_s), batch.last_call)
+            batch.members[rid] = _Member(decode_s, features)
+            return batch
+
+    @staticmethod
+    def gathered(batch: Batch) -> None:
+        """Wait until `batch` has closed (its closing time moves while requests keep arriving)."""
+        while (left := batch.closes_at - time.monotonic()) > 0:
+            time.sleep(left)
 
     def view(self, batch: Batch, rid: int) -> BatchView:
         """The batch of request `rid` once it has closed."""
