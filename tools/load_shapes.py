@@ -14,7 +14,7 @@ ahead; never a fixed sleep).
 
 Filler text is plain English words with a full stop every few words: a BPE tokenizer (and the lab's
 word/punctuation count) makes about one token of each, so ``prompt_tokens`` is close to what the server
-counts (it reports the real count; the probe's error text quotes it).
+counts (its own count is in the reply's usage / meta_info; the probe does not check it).
 
 APIs: SGLang's native ``/generate`` (``sampling_params.json_schema`` / ``regex`` / ``ignore_eos``,
 ``return_logprob``, ``image_data``: 0.5.23 managers/io_struct.py, sampling/sampling_params.py), the
