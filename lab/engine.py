@@ -19,10 +19,11 @@ from http.server import ThreadingHTTPServer
 from typing import Any, NoReturn
 
 from lab.chance import is_live, launch_seed
+from lab.load import BATCH_WINDOW_S, BatchRegistry, PrefixCache, TrafficClock
 from lab.memory import MemoryPlan, default_cuda_graph_max_bs, plan_memory
 from lab.rules import Resolution, matching_faults, parse_command_line, render, resolve
 from lab.sim_log import SimLog
-from lab.world_types import DEATH_SIGNALS, Fault, World
+from lab.world_types import BATCH_KEYS, DEATH_SIGNALS, REQUEST_DEFAULTS, Fault, World
 
 #: Where the imitated traceback frames say SGLang and its dependencies are installed.
 SITE = "/usr/local/lib/python3.12/dist-packages"
@@ -71,18 +72,22 @@ class Engine:
         self.context_len = int(self.args.get("context_length") or world.model.context_length)
         self.max_running_requests = 0
         self.decode_lock = threading.Lock()
-        self.seen_prompts: set[str] = set()
+        self.prefix_cache = PrefixCache()  # the radix cache (off with --disable-radix-cache)
+        self.traffic = TrafficClock()
         self.graph_on = not bool(self.args.get("disable_cuda_graph"))
         self.last_gen_throughput = 0.0
         self.ctx.extra["context_len"] = self.context_len
-        self.ctx.extra["running_requests"] = 0
+        self.ctx.extra.update(REQUEST_DEFAULTS)
         # Flaky faults: drawn once per launch (lab/chance.py); a fault that is not live never fires.
         self.seed = launch_seed(env)
         self.requests_seen = 0  # decode requests taken, the warm-up's included (per-request draws)
         self.ready_at: float | None = None  # simulated seconds at the ready line (per-minute faults)
         self.dormant = {f.id for f in world.faults if not is_live(f, self.seed)}
-        self.load_sensitive = any(f.uses("running_requests") for f in world.faults)
+        self.load_sensitive = any(f.uses(key) for f in world.faults for key in BATCH_KEYS)
+        # requests gathered in one batching window see each other (lab/load.py BATCH_WINDOW_S)
+        self.batch = BatchRegistry(BATCH_WINDOW_S if self.load_sensitive else 0.0)
         self.in_flight = 0
+        self.rids = 0  # decode requests numbered for the batch registry
         self.load_lock = threading.Lock()
         self.release = world.version.release
         self.memory: MemoryPlan = plan_memory(

@@ -6,19 +6,16 @@ Standard library only (the lab is also installed on remote hosts).
 
 from __future__ import annotations
 
+import json
 import threading
-import time
 from typing import Any
 
 from lab import responder
 from lab.chance import answers_right, hits_request, onset_s, wrong_offset
 from lab.engine import Engine, exit_process
+from lab.load import BatchView, Request
 from lab.rules import matching_faults
 from lab.world_types import Fault
-
-#: Wall seconds a decode request waits for others to join its batch, in worlds whose faults depend on
-#: `running_requests` (the simulated scheduler batches requests that arrive together).
-BATCH_WINDOW_S = 0.15
 
 
 class Generation(Engine):
@@ -34,51 +31,66 @@ class Generation(Engine):
             source="scheduler",
         )
 
-    def generate(
-        self, prompt: str, max_new_tokens: int, temperature: float = 1.0, *, think: bool = False
-    ) -> dict[str, Any]:
+    def generate(self, req: Request) -> dict[str, Any]:
         """Simulate one generation request. May crash the process or hang, per the world's faults.
 
-        `temperature` 0 decodes greedily (argmax: NaN logits give degenerate text, never the sampler's
+        `req.temperature` 0 decodes greedily (argmax: NaN logits give degenerate text, never the sampler's
         `probability tensor contains ...` assert), > 0 samples (torch.multinomial / the sampling kernels,
         where that assert fires): SGLang 0.5.9 and 0.5.23 layers/sampler.py `Sampler.forward`
-        (`if sampling_info.is_all_greedy: torch.argmax(logits, -1)`). Faults see it as `sampled`.
-        `think`: a reasoning model's chat reply starts with its thinking.
+        (`if sampling_info.is_all_greedy: torch.argmax(logits, -1)`). Faults see it as `sampled`, and the
+        request's load shape as `req.*`, `batch.*` and `traffic_s` (lab/load.py).
         Returns {"text", "finish_reason", "prompt_tokens", "completion_tokens", "cached_tokens", "latency"}.
         """
         if self.state == "scheduler_dead":
             threading.Event().wait()
-        prompt_tokens = responder.count_tokens(prompt) + 1
-        cached = 0
-        if not self.args.get("disable_radix_cache") and prompt in self.seen_prompts:
-            cached = max(prompt_tokens - 1, 0)
-        self.seen_prompts.add(prompt)
+        prompt_tokens = req.prompt_tokens or responder.count_tokens(req.text) + 1
+        cached = 0 if self.args.get("disable_radix_cache") else min(self.prefix_cache.match(req.text), prompt_tokens - 1)
+        page = max(1, int(self.args.get("page_size") or 1))
+        cached -= cached % page  # the radix tree matches whole pages (--page-size)
         self._log_prefill(prompt_tokens, cached)
-        max_new_tokens = max(1, int(max_new_tokens))
         with self.load_lock:
             self.in_flight += 1
+        serving = self.state == "ready"
+        if serving:
+            self.traffic.begin(self.log.sim_elapsed())
         try:
-            return self._generate(prompt, max_new_tokens, prompt_tokens, cached, temperature > 0, think)
+            return self._generate(req, prompt_tokens, cached)
         finally:
             with self.load_lock:
                 self.in_flight -= 1
+            if serving:
+                self.traffic.end(self.log.sim_elapsed())
 
-    def _decode_faults(self, sampled: bool) -> tuple[list[Fault], int]:
-        """First-decode faults that hold for the batch this request joins, and the batch size.
+    def _decode_faults(
+        self, req: Request, prompt_tokens: int, cached: int, completion: int, rid: int
+    ) -> tuple[list[Fault], BatchView]:
+        """First-decode faults that hold for the request and the batch it joins, and that batch.
 
-        In worlds with load-dependent faults the request first waits `BATCH_WINDOW_S` so requests
-        sent together share a batch, the way SGLang's scheduler batches them.
+        In worlds whose faults read the batch the request first waits for its batch to gather
+        (`lab.load.BATCH_WINDOW_S`), so requests sent together share it, as SGLang's scheduler batches them.
         """
-        if self.load_sensitive:
-            time.sleep(BATCH_WINDOW_S)
+        batch = self.batch.join(rid, completion / self.world.timing.decode_tokens_per_s, req.features)
+        self.batch.gathered(batch)  # the batch gathers its requests
+        now = self.log.sim_elapsed()
+        view = self.batch.view(batch, rid)
         with self.load_lock:
-            running = max(1, self.in_flight)
+            view.running = max(view.running, self.in_flight)
             request = self.requests_seen
             self.requests_seen += 1
-            serving_s = self.log.sim_elapsed() - self.ready_at if self.ready_at is not None else -1.0
-            self.ctx.extra["running_requests"] = running
-            self.ctx.extra["sampled"] = sampled
-            self.ctx.extra["serving_s"] = max(serving_s, 0.0)
+            serving_s = now - self.ready_at if self.ready_at is not None else -1.0
+            self.ctx.extra.update({
+                "running_requests": view.running,
+                "sampled": req.temperature > 0,
+                "serving_s": max(serving_s, 0.0),
+                "traffic_s": self.traffic.seconds(now) if self.ready_at is not None else 0.0,
+                "req.prompt_tokens": prompt_tokens,
+                "req.max_new_tokens": req.max_new_tokens,
+                "req.output_tokens": completion,
+                "req.cached_tokens": cached,
+                "req.features": sorted(req.features),
+                "batch.shrink": view.shrink,
+                "batch.features": sorted(view.features),
+            })
             faults = [
                 f
                 for f in matching_faults(self.world, self.ctx, at="first_decode")
@@ -86,17 +98,34 @@ class Generation(Engine):
                 and hits_request(f, self.seed, request)
                 and (f.per_minute <= 0 or serving_s >= onset_s(f, self.seed))
             ]
-        return faults, running
+        return faults, view
 
-    def _generate(
-        self, prompt: str, max_new_tokens: int, prompt_tokens: int, cached: int, sampled: bool, think: bool
-    ) -> dict[str, Any]:
+    def _healthy_text(self, req: Request, max_new_tokens: int, faults: list[Fault] | None = None) -> tuple[str, bool]:
+        """The reply and whether it was cut at `max_new_tokens`: the answer (`_graded_reply`: graded
+        questions at the accuracy the batch's `faults` leave; as a JSON object for a json_schema request),
+        then, with `ignore_eos`, more text up to exactly `max_new_tokens` tokens."""
+        answer = self._graded_reply(req.prompt, faults or [])
+        if req.json_key is not None:
+            answer = json.dumps({req.json_key: answer})
+        full = (responder.THINKING if req.think else "") + answer
+        if req.ignore_eos:
+            full = responder.continued(full, max_new_tokens)
+        return responder.truncate(full, max_new_tokens)
+
+    def _generate(self, req: Request, prompt_tokens: int, cached: int) -> dict[str, Any]:
+        max_new_tokens = max(1, int(req.max_new_tokens))
+        text, truncated = self._healthy_text(req, max_new_tokens)
+        completion = max(1, responder.count_tokens(text))
         degenerate: Fault | None = None
         running = 1
         faults: list[Fault] = []
         if max_new_tokens > 1:
-            faults, running = self._decode_faults(sampled)
-            degenerate = self._serving_faults(faults)
+            with self.load_lock:
+                self.rids += 1
+                rid = self.rids
+            faults, view = self._decode_faults(req, prompt_tokens, cached, completion, rid)
+            running = view.running
+            degenerate = self._serving_faults(faults, view)
         if degenerate is not None:
             text = (
                 responder.garbage(degenerate.text, max_new_tokens)
@@ -104,10 +133,10 @@ class Generation(Engine):
                 else responder.degenerate(degenerate.output, max_new_tokens)
             )
             truncated = True
-        else:
-            full = (responder.THINKING if think else "") + self._graded_reply(prompt, faults)
-            text, truncated = responder.truncate(full, max_new_tokens)
-        completion = max(1, responder.count_tokens(text)) if degenerate is None else max_new_tokens
+            completion = max_new_tokens
+        elif any(f.effect == "degrade_accuracy" for f in faults):
+            text, truncated = self._healthy_text(req, max_new_tokens, faults)
+            completion = max(1, responder.count_tokens(text))
         timing = self.world.timing
         latency = (
             prompt_tokens - cached
@@ -141,10 +170,13 @@ class Generation(Engine):
             return responder.answer(prompt)
         return responder.wrong_answer(prompt, wrong_offset(self.seed, prompt)) or responder.answer(prompt)
 
-    def _serving_faults(self, faults: list[Fault]) -> Fault | None:
+    def _serving_faults(self, faults: list[Fault], view: BatchView) -> Fault | None:
         """Apply the first-decode faults of a request's batch: warnings print once; a hang, a dead
         scheduler, a signal death or a crash never return; the first wrong_output fault is returned
-        (the reply is degenerate), None when the reply is sound."""
+        (the reply is degenerate), None when the reply is sound. A fault on `batch.shrink` acts when the
+        batch first shrinks (the shorter requests have their replies by then)."""
+        if any(f.effect != "warning" and f.uses("batch.shrink") for f in faults):
+            self.log.sleep(view.shrink_in_s + 2.0 / self.world.timing.decode_tokens_per_s)
         for fault in faults:
             if fault.effect == "warning" and fault.id not in self.fired:
                 self.fired.add(fault.id)

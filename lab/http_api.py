@@ -6,6 +6,7 @@ Standard library only (the lab is also installed on remote hosts).
 
 from __future__ import annotations
 
+import email.utils
 import json
 import socket
 import time
@@ -16,6 +17,7 @@ from typing import Any
 
 from lab import responder
 from lab.generation import Generation
+from lab.load import Request
 
 
 class LabHTTPServer(ThreadingHTTPServer):
@@ -55,6 +57,12 @@ class LabHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler API
         return
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """The `Date` header on the simulated clock (the log's timestamps): a client that times its traffic
+        by the server's clock sees simulated seconds, as it would see real ones on a real host."""
+        log = self.server.lab.log
+        return email.utils.formatdate(log.start_wall + log.sim_elapsed(), usegmt=True)
 
     @property
     def lab(self) -> Generation:
@@ -159,7 +167,7 @@ class LabHandler(BaseHTTPRequestHandler):
         elif lab.state != "ready":
             self._empty(503)
         else:
-            lab.generate("", 1)
+            lab.generate(Request("", 1))
             self._empty(200)
 
     def _warn_deprecated(self, path: str, current: str) -> None:
@@ -192,7 +200,7 @@ class LabHandler(BaseHTTPRequestHandler):
         )
 
     def _flush_cache(self) -> None:
-        self.lab.seen_prompts.clear()
+        self.lab.prefix_cache.clear()
         self.lab.log.line("Cache flushed successfully!", source="scheduler")
         self._send(
             200,
@@ -225,7 +233,20 @@ class LabHandler(BaseHTTPRequestHandler):
         )
         max_tokens = self._max_tokens(body, 128)
         think = self._thinks(body)
-        result = self.lab.generate(last_user, max_tokens, _temperature(body.get("temperature")), think=think)
+        overhead = 4 * len(messages) + 2
+        prompt_tokens = sum(responder.count_tokens(p) for p in prompt_parts) + overhead
+        request = Request(
+            last_user,
+            max_tokens,
+            _temperature(body.get("temperature")),
+            think=think,
+            context="\n".join(prompt_parts),
+            features=openai_features(body),
+            ignore_eos=bool(body.get("ignore_eos")),
+            json_key=_json_key(body.get("response_format")),
+            prompt_tokens=prompt_tokens,
+        )
+        result = self.lab.generate(request)
         answer: str | None = result["text"]
         reasoning: str | None = None
         if think and self.lab.args.get("reasoning_parser"):
@@ -234,8 +255,6 @@ class LabHandler(BaseHTTPRequestHandler):
             head, sep, tail = str(answer).partition("</think>")
             reasoning = head.replace("<think>", "").strip()
             answer = tail.lstrip("\n") if sep else None
-        overhead = 4 * len(messages) + 2
-        prompt_tokens = sum(responder.count_tokens(p) for p in prompt_parts) + overhead
         model = body.get("model") or self.lab.args.get("served_model_name")
         rid = uuid.uuid4().hex
         created = int(time.time())
@@ -306,7 +325,15 @@ class LabHandler(BaseHTTPRequestHandler):
         prompt = body.get("prompt", "")
         if isinstance(prompt, list):
             prompt = prompt[0] if prompt else ""
-        result = self.lab.generate(str(prompt), self._max_tokens(body, 16), _temperature(body.get("temperature")))
+        request = Request(
+            str(prompt),
+            self._max_tokens(body, 16),
+            _temperature(body.get("temperature")),
+            features=openai_features(body),
+            ignore_eos=bool(body.get("ignore_eos")),
+            json_key=_json_key(body.get("response_format")),
+        )
+        result = self.lab.generate(request)
         self._send(
             200,
             {
@@ -340,8 +367,18 @@ class LabHandler(BaseHTTPRequestHandler):
         max_new = int(params.get("max_new_tokens", 128))
         prompts = text if isinstance(text, list) else [text]
         outputs = []
+        features = native_features(body)
+        json_key = _schema_key(params.get("json_schema")) if params.get("json_schema") else None
         for prompt in prompts:
-            result = self.lab.generate(str(prompt), max_new, _temperature(params.get("temperature")))
+            request = Request(
+                str(prompt),
+                max_new,
+                _temperature(params.get("temperature")),
+                features=features,
+                ignore_eos=bool(params.get("ignore_eos")),
+                json_key=json_key,
+            )
+            result = self.lab.generate(request)
             finish: dict[str, Any] = (
                 {"type": "length", "length": result["completion_tokens"]}
                 if result["finish_reason"] == "length"
@@ -362,6 +399,68 @@ class LabHandler(BaseHTTPRequestHandler):
                 }
             )
         self._send(200, outputs if isinstance(text, list) else outputs[0])
+
+
+def openai_features(body: dict[str, Any]) -> frozenset[str]:
+    """The load features (lab/load.py `FEATURES`) of an OpenAI-compatible chat or completion request."""
+    found = set()
+    if body.get("tools"):
+        found.add("tools")
+    if isinstance(body.get("response_format"), dict) and body["response_format"].get("type") in (
+        "json_schema",
+        "json_object",
+    ):
+        found.add("json_schema")
+    if body.get("regex"):
+        found.add("regex")
+    if body.get("logprobs") or body.get("top_logprobs"):
+        found.add("logprobs")
+    for msg in body.get("messages") or []:
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(p, dict) and p.get("type") in ("image_url", "image") for p in content
+        ):
+            found.add("image")
+    return frozenset(found)
+
+
+def native_features(body: dict[str, Any]) -> frozenset[str]:
+    """The load features of a native /generate request (io_struct.py `GenerateReqInput`: `image_data`,
+    `return_logprob`; sampling_params.py: `json_schema`, `regex`)."""
+    params = body.get("sampling_params") or {}
+    found = set()
+    if params.get("json_schema"):
+        found.add("json_schema")
+    if params.get("regex"):
+        found.add("regex")
+    if body.get("image_data"):
+        found.add("image")
+    if body.get("return_logprob"):
+        found.add("logprobs")
+    return frozenset(found)
+
+
+def _json_key(response_format: Any) -> str | None:
+    """The key of a JSON reply to a `response_format` request (json_object: "answer"), else None."""
+    if not isinstance(response_format, dict):
+        return None
+    if response_format.get("type") == "json_object":
+        return "answer"
+    if response_format.get("type") == "json_schema":
+        spec = response_format.get("json_schema") or {}
+        return _schema_key(spec.get("schema") if isinstance(spec, dict) else None)
+    return None
+
+
+def _schema_key(schema: Any) -> str:
+    """The first property of a JSON schema (given as an object or a JSON string), else "answer"."""
+    if isinstance(schema, str):
+        try:
+            schema = json.loads(schema)
+        except ValueError:
+            return "answer"
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    return next(iter(props), "answer") if isinstance(props, dict) and props else "answer"
 
 
 def _message_text(msg: Any) -> str:

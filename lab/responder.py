@@ -92,6 +92,30 @@ def truncate(text: str, max_tokens: int) -> tuple[str, bool]:
     return text[: pieces[max_tokens - 1].end()], True
 
 
+def continued(text: str, max_tokens: int) -> str:
+    """`text` followed by more plain sentences up to about `max_tokens` tokens: what a healthy model
+    writes when told to ignore its end-of-sequence token (SGLang's `ignore_eos`)."""
+    out = [text]
+    n = count_tokens(text)
+    i = 0
+    while n < max_tokens:
+        sentence = " " + _MORE[i % len(_MORE)]
+        out.append(sentence)
+        n += count_tokens(sentence)
+        i += 1
+    return "".join(out)
+
+
+#: Sentences a healthy model "keeps writing" past its answer (varied, so no repetition check trips).
+_MORE = (
+    "Paris has been the seat of the French government for most of the country's history.",
+    "The city lies on the Seine river in the north of France.",
+    "Its museums, cafes and old streets draw visitors from around the world every year.",
+    "Many people also know it for its food, its fashion houses and its long history of art.",
+    "A short train ride connects it with London, Brussels and several other large cities.",
+)
+
+
 def degenerate(pattern: str, max_tokens: int) -> str:
     """Degenerate output of a broken model: `pattern` repeated once per token."""
     pattern = pattern or "!"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab import expr
 from lab.release import Release
 
 EFFECTS = (
@@ -109,7 +110,8 @@ MEM_KEYS = ("total_gb", "avail_gb", "weights_gb", "kv_gb", "graph_gb", "max_tota
 # Bare names that templates and conditions may use besides flag dests. `running_requests` is the number
 # of requests decoded together in the batch being evaluated (first_decode faults only); `sampled` is true
 # when that request samples (temperature > 0) and false for greedy decoding (temperature 0, argmax), as
-# the server's own warm-up request does (first_decode faults only).
+# the server's own warm-up request does (first_decode faults only). The `req.*` and `batch.*` keys and
+# `traffic_s` are the request's load shape (lab/load.py, lab/README.md "Load").
 EXTRA_KEYS = (
     "version",
     "site",
@@ -121,7 +123,30 @@ EXTRA_KEYS = (
     "running_requests",
     "sampled",
     "serving_s",
+    "traffic_s",
+    "req.prompt_tokens",
+    "req.max_new_tokens",
+    "req.output_tokens",
+    "req.cached_tokens",
+    "req.features",
+    "batch.shrink",
+    "batch.features",
 )
+#: Keys describing the batch a request decodes in: a world whose faults read one lets requests that
+#: arrive together share a batch (lab/load.py, `BATCH_WINDOW_S`).
+BATCH_KEYS = ("running_requests", "batch.shrink", "batch.features")
+#: The load keys' values outside a request (start-up faults see no request).
+REQUEST_DEFAULTS: dict[str, object] = {
+    "running_requests": 0,
+    "traffic_s": 0.0,
+    "req.prompt_tokens": 0,
+    "req.max_new_tokens": 0,
+    "req.output_tokens": 0,
+    "req.cached_tokens": 0,
+    "req.features": [],
+    "batch.shrink": 0,
+    "batch.features": [],
+}
 # isolated: one change (or a chain of changes, one per blocker) fixes it; not_isolated: no change
 # within reach fixes it (a broken package); not_reproduced: the reported failure does not happen here.
 TRUTH_EXPECT = ("isolated", "not_isolated", "not_reproduced")
@@ -241,7 +266,12 @@ class Fault:
     def uses(self, key: str) -> bool:
         """True if the fault's conditions read `key` (e.g. `running_requests`)."""
         conds = [self.when] + ([self.unless] if self.unless is not None else [])
-        return any(c.key == key for cond in conds for alt in cond.alternatives for c in alt)
+        return any(
+            c.key == key or (c.op == "expr" and key in expr.keys(c.operand))
+            for cond in conds
+            for alt in cond.alternatives
+            for c in alt
+        )
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,10 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+from tools.load_probe import run_shaped
+from tools.load_shapes import LoadShape
 
 ProbeStatus = Literal[
     "ok", "http_error", "connection_error", "timeout", "empty", "degenerate", "wrong_answer"
@@ -59,6 +62,28 @@ class Probe(BaseModel):
     answer: str | None = Field(default=None, min_length=1)
     concurrency: int = Field(default=1, ge=1, le=256)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)  # 0: greedy (argmax); > 0: sampled
+    #: The traffic this probe sends (long prompts and outputs, a shared prefix, request features, time
+    #: under traffic: tools/load_shapes.py); None: plain requests.
+    shape: LoadShape | None = None
+
+    def load_text(self) -> str:
+        """The load this probe sends, in words: ``a burst of 16 concurrent requests``, ``4 concurrent
+        requests with a shared prefix of 2000 tokens``, ``1 request with prompts of 20000 tokens``."""
+        shaped = self.shape is not None and self.shape.shaped()
+        if not shaped:
+            return f"a burst of {self.concurrency} concurrent requests"
+        assert self.shape is not None
+        unit = "stream" if self.shape.duration_s else "request"
+        many = f"{self.concurrency} concurrent {unit}s" if self.concurrency > 1 else f"1 {unit}"
+        return f"{many} with {self.shape.describe()}"
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # an unshaped probe dumps as before shapes existed (experiment ids and transcripts unchanged)
+        data: dict[str, Any] = handler(self)
+        if data.get("shape") is None:
+            data.pop("shape", None)
+        return data
 
 
 class ProbeResult(BaseModel):
@@ -410,10 +435,15 @@ def run_probe(
     turned off through `chat_template_kwargs`. Generate: POST /generate {"text", "sampling_params":
     {"max_new_tokens", "temperature"}} (SGLang's native API), read "text" and an abort in
     meta_info.finish_reason; with `generate_api` "completions" (the engine has no /generate: vLLM,
-    `knowledge/engines.toml`) POST /v1/completions instead.
+    `knowledge/engines.toml`) POST /v1/completions instead. A probe with a `shape` sends the traffic it
+    describes (tools/load_probe.py).
     """
     start = time.monotonic()
     base = base_url.rstrip("/")
+    if probe.shape is not None and probe.shape.shaped():  # load-shaped traffic (a case's [reproduce])
+        return run_shaped(
+            base, probe, model=model, timeout_s=timeout_s, api_key=api_key, generate_api=generate_api, judging=JUDGING
+        )
     if probe.concurrency > 1:
         return _run_concurrent(base, probe, model, timeout_s, start, api_key, generate_api)
     if probe.kind == "chat":
@@ -494,3 +524,25 @@ def get_server_info(
             if isinstance(body, dict):
                 return body
     return None
+
+
+class _Judging:
+    """This module's judging, lent to tools/load_probe.py (which cannot import this module)."""
+
+    severity: tuple[str, ...] = _SEVERITY
+
+    def result(self, probe: Probe, status: str, start: float, **kw: Any) -> ProbeResult:
+        return _result(probe, status, start, **kw)  # type: ignore[arg-type]
+
+    def judge(self, probe: Probe, text: str | None, reasoning: str | None, start: float, status: int | None,
+              finish: str | None) -> ProbeResult | None:
+        return _judge(probe, text, reasoning, start, status, finish)
+
+    def one_line(self, text: str, limit: int = 300) -> str:
+        return _one_line(text, limit)
+
+    def auth(self, api_key: str | None) -> dict[str, str]:
+        return _auth(api_key)
+
+
+JUDGING = _Judging()

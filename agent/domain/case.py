@@ -21,6 +21,7 @@ from agent.domain.models import Baseline, FlagValue
 from tools.engines import Engine, get_engine
 from tools.engines import detect as detect_engine
 from tools.host import HostError
+from tools.load_shapes import LoadShape
 from tools.probes import DEFAULT_PROBES, Probe
 from tools.slurm import SlurmOptions, is_slurm_target, parse_slurm_target
 from tools.ssh import parse_target
@@ -137,18 +138,30 @@ class BudgetSpec(_Strict):
     stall_timeout_s: float | None = Field(default=None, gt=0)
 
 
-class ReproduceSpec(_Strict):
+class ReproduceSpec(LoadShape):
     """How the reported failure is reproduced: ``concurrency`` = how many requests at once show it (1: one
     at a time; above 1 the baseline's first launch sends that burst besides the single probes, for
     failures that appear only under concurrent load); ``intermittent`` = it does not show on every
     launch (a fix then needs two passing confirmations); ``accuracy`` = the share of hypoloop's probe set
     (``knowledge/probe_set.toml``) the deployment known to be good answers right: each ready launch then
     answers the set, and an accuracy below it with 95% confidence is wrong output
-    (``agent.domain.accuracy``); below 1, since with 1 a single wrong answer would be a drop."""
+    (``agent.domain.accuracy``); below 1, since with 1 a single wrong answer would be a drop. The rest
+    says what the reporter's traffic looked like (``tools.load_shapes.LoadShape``): ``prompt_tokens``,
+    ``output_tokens`` (with ``output_tokens_min``: lengths spread over the concurrent requests),
+    ``shared_prefix_tokens``, ``features`` (``tools``, ``json_schema``, ``regex``, ``image``,
+    ``logprobs``) and ``duration_s`` of traffic; every launch (reproduction, test, confirmation) then
+    sends that load."""
+
+    model_config = ConfigDict(extra="forbid")
 
     concurrency: int = Field(default=1, ge=1, le=256)
     intermittent: bool = False
     accuracy: float | None = Field(default=None, gt=0.0, lt=1.0)
+
+    def load(self) -> LoadShape | None:
+        """The traffic shape the case reports, or None when it reports none beyond concurrency."""
+        shape = LoadShape.model_validate(self.model_dump(exclude={"concurrency", "intermittent", "accuracy"}))
+        return shape if shape.shaped() else None
 
 
 class IntentSpec(_Strict):

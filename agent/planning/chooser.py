@@ -77,8 +77,7 @@ class Chooser(FlagMatcher):
                 probes=probes,
                 cost_estimate_s=cost,
                 rationale="reproduce the failure on the baseline to collect its log evidence"
-                + (f" (with a burst of {probes[0].concurrency} concurrent requests, as the case says)"
-                   if probes else ""),
+                + (f" (with {probes[0].load_text()}, as the case says)" if probes else ""),
             )
         )
 

@@ -140,9 +140,9 @@ def progress_ids(outcome: Outcome) -> set[str]:
 
 def load_level(case: Case) -> int | None:
     """How many concurrent requests reproduce the failure, from the case (``[reproduce] concurrency``);
-    None when the case does not say."""
+    None when the case says neither that nor a traffic shape."""
     n = case.reproduce.concurrency
-    return n if n is not None and n > 1 else None
+    return n if n > 1 or case.reproduce.load() is not None else None
 
 
 def speaks_of_flakiness(case: Case) -> bool:
@@ -151,9 +151,10 @@ def speaks_of_flakiness(case: Case) -> bool:
 
 
 def load_probe_for(case: Case, level: int) -> Probe:
-    """The case's first probe, sent ``level`` times at once."""
+    """The case's first probe, sent ``level`` times at once, shaped like the case's traffic."""
     base = case.probes[0]
-    return base.model_copy(update={"id": f"{LOAD_PROBE_PREFIX}{base.id}:x{level}", "concurrency": level})
+    update = {"id": f"{LOAD_PROBE_PREFIX}{base.id}:x{level}", "concurrency": level, "shape": case.reproduce.load()}
+    return base.model_copy(update=update)
 
 
 def import_time_failure(outcome: Outcome) -> str | None:
