@@ -204,3 +204,20 @@ def test_dropping_a_quantization_the_checkpoint_does_not_declare_changes_the_dep
         assert c.status == status, (change.describe(), ckpt, c.reason)
         if status == "not_isolated":
             assert "changes the deployment" in c.reason and "--quantization" in c.reason
+
+
+def test_dropping_a_format_the_engine_reads_only_from_a_checkpoint_made_in_it_keeps_the_deployment() -> None:
+    # AWQ's parameters come from the checkpoint's own files (vLLM 0.32.0 weight_utils.get_quant_config:
+    # "Cannot find the config file for awq"): with a checkpoint that declares no quantization, the
+    # baseline never served AWQ, so removing the flag serves what the weights are and is the root fix.
+    # fp8, which the engine makes online from bf16 weights, stays a change of what is served.
+    ckpt = {"architecture": "M", "keys": "architectures model_type"}
+    for method, status in (("awq", "isolated"), ("fp8", "not_isolated")):
+        qbase = Baseline(flags={"--quantization": method})
+        drop = Change(kind="flag", name="--quantization", before=method, after=None)
+        b, t = _exp("baseline", qbase), _exp("test", qbase, drop)
+        state = _state([(b, False), (t, True), (_exp("confirm", t.config()), True)])
+        state["case"]["baseline"] = qbase.model_dump(mode="json")
+        state["fingerprint"] = {"checkpoint": ckpt}
+        c = build_conclusion(state)  # type: ignore[arg-type]
+        assert c.status == status, (method, c.reason)

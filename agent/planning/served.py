@@ -29,9 +29,12 @@ class Served:
 
     def __init__(self, served_flags: frozenset[str], place_flags: frozenset[str],
                  served_env: frozenset[str], place_env: frozenset[str],
-                 from_checkpoint: dict[str, str] | None = None) -> None:
+                 from_checkpoint: dict[str, str] | None = None,
+                 checkpoint_only: dict[str, frozenset[str]] | None = None) -> None:
         #: flag (any spelling) -> the config.json digest key that declares its value ("" : none)
         self.from_checkpoint = from_checkpoint or {}
+        #: flag (any spelling) -> values only a checkpoint made in that format can serve (lower case)
+        self.checkpoint_only = checkpoint_only or {}
         self.served_flags = served_flags
         self.place_flags = place_flags
         self.served_env = served_env
@@ -55,7 +58,10 @@ class Served:
         except one SGLang can take from the checkpoint (``from_checkpoint``) removed or set while the
         checkpoint's config.json digest (``checkpoint``) is unknown, or removed or set to what that
         digest declares. A known checkpoint that declares no value (no ``quantization_config``) means
-        removing or changing the baseline's value changes the format served."""
+        removing or changing the baseline's value changes the format served, unless that value is one
+        only a checkpoint made in it can serve (``checkpoint_only``: AWQ, GPTQ, ...): the engine cannot
+        make it from these weights, so the baseline never served it and removing it serves what these
+        weights are."""
         canon = _canon(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True
@@ -71,6 +77,8 @@ class Served:
             # serves something else: removing ``--quantization fp8`` from a bf16 checkpoint serves bf16.
             if not key or not checkpoint or before is None or _numeric(before):
                 return False
+            if declared is None and self._checkpoint_only(flags, canon, before):
+                return False
             return declared is None or not _same_format(declared, before)
         if not key:
             return True  # a new value the checkpoint cannot vouch for
@@ -83,6 +91,10 @@ class Served:
             return float(str(after)) > float(declared)  # a shorter window than the model's keeps the model
         except ValueError:
             return str(after).strip().lower() != declared.strip().lower()
+
+    def _checkpoint_only(self, flags: FlagCatalog | None, canon: str, value: object) -> bool:
+        values = next((v for n, v in self.checkpoint_only.items() if _canon(flags, n) == canon), frozenset())
+        return str(value).strip().lower() in values
 
     def role(self, kind: str, name: str, flags: FlagCatalog | None = None) -> str | None:
         """``served``, ``place`` or None for a setting (a flag spelled any way the host accepts)."""
@@ -123,20 +135,23 @@ def _load(path: Path) -> Served:
     check_keys(path, data, ["setting"], KnowledgeFileError)
     sets: dict[tuple[str, str], set[str]] = {}
     from_ckpt: dict[str, str] = {}
+    only: dict[str, frozenset[str]] = {}
     for i, s in enumerate(data.get("setting", [])):
-        check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "source"], KnowledgeFileError,
-                   f"setting #{i + 1}")
+        check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "checkpoint_only", "source"],
+                   KnowledgeFileError, f"setting #{i + 1}")
         kind, role = str(s.get("kind", "flag")), str(s.get("role", ""))
         if kind not in ("flag", "env") or role not in ("served", "place") or not s.get("name"):
             raise ValueError(f"{path}: setting #{i + 1}: expected name, kind flag|env and role served|place")
         sets.setdefault((kind, role), set()).update([str(s["name"]), *map(str, s.get("aliases", []))])
-        if "from_checkpoint" in s:
-            for n in [str(s["name"]), *map(str, s.get("aliases", []))]:
+        for n in [str(s["name"]), *map(str, s.get("aliases", []))]:
+            if "from_checkpoint" in s:
                 from_ckpt[n] = str(s["from_checkpoint"])
+            if s.get("checkpoint_only"):
+                only[n] = frozenset(str(v).lower() for v in s["checkpoint_only"])
     return Served(
         frozenset(sets.get(("flag", "served"), set())), frozenset(sets.get(("flag", "place"), set())),
         frozenset(sets.get(("env", "served"), set())), frozenset(sets.get(("env", "place"), set())),
-        from_ckpt,
+        from_ckpt, only,
     )
 
 
