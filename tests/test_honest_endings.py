@@ -221,3 +221,19 @@ def test_dropping_a_format_the_engine_reads_only_from_a_checkpoint_made_in_it_ke
         state["fingerprint"] = {"checkpoint": ckpt}
         c = build_conclusion(state)  # type: ignore[arg-type]
         assert c.status == status, (method, c.reason)
+
+
+def test_a_tensor_parallel_size_that_cannot_split_the_heads_was_never_served() -> None:
+    # vLLM 0.32.0: "Total number of attention heads (2) must be divisible by tensor parallel size (3)."
+    # Removing --tensor-parallel-size 3 from a 2-head model is the root fix; going from 2 to 1 ranks on a
+    # model whose heads 2 ranks split is a change of the parallel layout (a workaround at most).
+    ckpt = {"architecture": "M", "num_attention_heads": "2", "keys": "architectures num_attention_heads"}
+    for before, status in (("3", "isolated"), ("2", "not_isolated")):
+        base = Baseline(flags={"--tp-size": before})
+        drop = Change(kind="flag", name="--tp-size", before=before, after=None)
+        b, t = _exp("baseline", base), _exp("test", base, drop)
+        state = _state([(b, False), (t, True), (_exp("confirm", t.config()), True)])
+        state["case"]["baseline"] = base.model_dump(mode="json")
+        state["fingerprint"] = {"checkpoint": ckpt}
+        c = build_conclusion(state)  # type: ignore[arg-type]
+        assert c.status == status, (before, c.reason)

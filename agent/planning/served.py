@@ -30,11 +30,14 @@ class Served:
     def __init__(self, served_flags: frozenset[str], place_flags: frozenset[str],
                  served_env: frozenset[str], place_env: frozenset[str],
                  from_checkpoint: dict[str, str] | None = None,
-                 checkpoint_only: dict[str, frozenset[str]] | None = None) -> None:
+                 checkpoint_only: dict[str, frozenset[str]] | None = None,
+                 divides: dict[str, str] | None = None) -> None:
         #: flag (any spelling) -> the config.json digest key that declares its value ("" : none)
         self.from_checkpoint = from_checkpoint or {}
         #: flag (any spelling) -> values only a checkpoint made in that format can serve (lower case)
         self.checkpoint_only = checkpoint_only or {}
+        #: flag (any spelling) -> the config.json digest key its value must divide (the attention heads)
+        self.divides = divides or {}
         self.served_flags = served_flags
         self.place_flags = place_flags
         self.served_env = served_env
@@ -61,11 +64,15 @@ class Served:
         removing or changing the baseline's value changes the format served, unless that value is one
         only a checkpoint made in it can serve (``checkpoint_only``: AWQ, GPTQ, ...): the engine cannot
         make it from these weights, so the baseline never served it and removing it serves what these
-        weights are."""
+        weights are. Likewise a value that cannot split the model (``divides``: a tensor-parallel size that
+        does not divide the checkpoint's attention heads) was never served: removing it, or a value that
+        divides them, keeps what is served."""
         canon = _canon(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True
         if self.role(kind, name, flags) != "served":
+            return False
+        if self._unservable_split(flags, canon, before, after, checkpoint):
             return False
         key = next((k for n, k in self.from_checkpoint.items() if n == name or _canon(flags, n) == canon), None)
         if key is None:
@@ -92,6 +99,17 @@ class Served:
         except ValueError:
             return str(after).strip().lower() != declared.strip().lower()
 
+    def _unservable_split(self, flags: FlagCatalog | None, canon: str, before: object, after: object,
+                          checkpoint: dict[str, str] | None) -> bool:
+        """``before`` does not divide the checkpoint's count it must divide, and ``after`` (None: the
+        engine's default, one) does."""
+        key = next((k for n, k in self.divides.items() if _canon(flags, n) == canon), None)
+        total = _whole((checkpoint or {}).get(key)) if key else None
+        was, now = _whole(before), (1 if after is None else _whole(after))
+        if not (total and was and now):
+            return False
+        return total % was != 0 and total % now == 0
+
     def _checkpoint_only(self, flags: FlagCatalog | None, canon: str, value: object) -> bool:
         values = next((v for n, v in self.checkpoint_only.items() if _canon(flags, n) == canon), frozenset())
         return str(value).strip().lower() in values
@@ -111,6 +129,15 @@ def _same_format(a: str, b: object) -> bool:
     """Whether two spellings name one format (``modelopt`` in config.json, ``modelopt_fp4`` as a flag)."""
     x, y = a.strip().lower(), str(b).strip().lower()
     return x == y or x.startswith(y) or y.startswith(x)
+
+
+def _whole(value: object) -> int | None:
+    """A positive whole number written as ``value``, or None."""
+    try:
+        n = int(str(value).strip())
+    except ValueError:
+        return None
+    return n if n > 0 else None
 
 
 def _numeric(value: object) -> bool:
@@ -136,8 +163,10 @@ def _load(path: Path) -> Served:
     sets: dict[tuple[str, str], set[str]] = {}
     from_ckpt: dict[str, str] = {}
     only: dict[str, frozenset[str]] = {}
+    divides: dict[str, str] = {}
     for i, s in enumerate(data.get("setting", [])):
-        check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "checkpoint_only", "source"],
+        check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "checkpoint_only", "divides",
+                             "source"],
                    KnowledgeFileError, f"setting #{i + 1}")
         kind, role = str(s.get("kind", "flag")), str(s.get("role", ""))
         if kind not in ("flag", "env") or role not in ("served", "place") or not s.get("name"):
@@ -148,10 +177,12 @@ def _load(path: Path) -> Served:
                 from_ckpt[n] = str(s["from_checkpoint"])
             if s.get("checkpoint_only"):
                 only[n] = frozenset(str(v).lower() for v in s["checkpoint_only"])
+            if s.get("divides"):
+                divides[n] = str(s["divides"])
     return Served(
         frozenset(sets.get(("flag", "served"), set())), frozenset(sets.get(("flag", "place"), set())),
         frozenset(sets.get(("env", "served"), set())), frozenset(sets.get(("env", "place"), set())),
-        from_ckpt, only,
+        from_ckpt, only, divides,
     )
 
 

@@ -59,9 +59,10 @@ class SettingsVsDefaultsGenerator:
             role = served.role("flag", canonical, inp.flags)
             if role == "place":
                 continue  # where it runs and what it loads: never reverted
-            if role == "served" and served.changes_deployment("flag", canonical, None, inp.flags):
-                continue  # the parallel layout: reverting it takes other devices, not a cause to test
             checkpoint = inp.fingerprint.checkpoint if inp.fingerprint else {}
+            if role == "served" and served.changes_deployment("flag", canonical, None, inp.flags,
+                                                              checkpoint=checkpoint, before=value):
+                continue  # the parallel layout: reverting it takes other devices, not a cause to test
             deployment = served.changes_deployment("flag", canonical, None, inp.flags, keeps, checkpoint,
                                                    value)
             if spec is not None and spec.default is not None and str(spec.default) == str(value):
