@@ -46,7 +46,7 @@ from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
 from agent.domain.models import Experiment, Outcome, Rejection
 from agent.planning.guard import GuardError, check_experiment
-from agent.planning.planner import HistoryState, PlannerView, Proposal
+from agent.planning.view import HistoryState, PlannerView, Proposal
 from agent.record.wire import to_payload
 from agent.run.crashsafe import infra_failure
 from agent.run.nodes.analyze import classify_outcome

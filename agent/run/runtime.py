@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.domain.case import Case
 from agent.domain.knowledge_dir import knowledge_file
@@ -20,7 +20,6 @@ from agent.planning.llm_planner import make_planner
 from agent.planning.planner import Planner
 from agent.record.recorded import RecordedRun, follow
 from agent.record.transcript import Transcript
-from agent.run.progress import ProgressBoard
 from tools.connect import connect_host
 from tools.fingerprint import engine_version
 from tools.flags import FlagCatalog, load_flag_catalog
@@ -28,6 +27,9 @@ from tools.host import FindsOrphans, Host, HostError, expand_argv
 from tools.server import ServerSession
 from tools.signatures import Signature, for_engine, load_signatures
 from tools.ssh import SSHOptions
+
+if TYPE_CHECKING:
+    from agent.run.progress import ProgressBoard
 
 
 @dataclass

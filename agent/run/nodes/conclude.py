@@ -26,10 +26,11 @@ from agent.domain.models import (
     Rejection,
     value_key,
 )
-from agent.planning.llm_planner import usage_summary
-from agent.planning.planner import COST_ORDER, import_time_failure
+from agent.planning.llm_spec import usage_summary
+from agent.planning.observations import import_time_failure
 from agent.planning.served import description_keeps, served_settings
 from agent.planning.values import ValueEvidence, derive
+from agent.planning.view import COST_ORDER
 from agent.record.recorded import RecordedRun
 from agent.record.wire import to_payload
 from agent.review.findings import FindingsWriteError, entry_for
@@ -350,7 +351,7 @@ def _confirmation(
     passing = [e for e, o in reruns if o.stage == "ok"]
     case = Case.model_validate(state["case"])
     flaky = _seen_flaky(experiments, outcomes)
-    from agent.planning.planner import confirmations_required, speaks_of_flakiness
+    from agent.planning.observations import confirmations_required, speaks_of_flakiness
 
     needed = 1
     if case.reproduce.intermittent or speaks_of_flakiness(case) or flaky:
