@@ -30,6 +30,7 @@ from agent.cli.drive import (
     sigterm_as_interrupt,
 )
 from agent.domain.case import Case
+from agent.planning.llm_planner import make_planner
 from agent.record.redact import run_redactor
 from agent.record.transcript import Transcript, TranscriptError, damaged_lines
 from agent.review.render import EventRenderer
@@ -174,7 +175,7 @@ def _resume_locked(home: Path, run_id: str, options: ResumeOptions) -> None:
 def _session(home: Path, info: RunInfo, run_id: str, options: ResumeOptions) -> RunSession:
     """The resumed run's session: its transcript continued, its events shown on the console (stderr with
     ``--json``)."""
-    from agent.planning.llm_planner import llm_notices
+    from agent.planning.llm_spec import llm_notices
     from agent.run.runtime import Runtime
 
     tr, tpath = _continue_transcript(info, run_id)
@@ -183,7 +184,7 @@ def _session(home: Path, info: RunInfo, run_id: str, options: ResumeOptions) -> 
         EventRenderer(console, verbose=options.verbose, launch_progress=True, command_for=command_for)
     )
     tr.listeners.append(llm_notices(console))
-    rt = Runtime(tr, home, progress=ProgressBoard(console))
+    rt = Runtime(tr, home, make_planner, progress=ProgressBoard(console))
     return RunSession(rt, tr, tpath, run_id, console, options.json_out)
 
 

@@ -4,7 +4,8 @@ protocol the graph knows planners by."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -15,6 +16,10 @@ from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog
 from tools.knowledge import infer_features
 from tools.probes import Probe
+
+if TYPE_CHECKING:
+    from agent.planning.catalog import CatalogEntry
+    from agent.record.transcript import Transcript
 
 # The tunable weights and thresholds (likelihoods, score factors, relevance and probability cut-offs,
 # the assumed cost of an unmeasured launch) live in knowledge/planner.toml: ``tunables()``.
@@ -134,6 +139,20 @@ class Planner(Protocol):
     def checkpoint(self) -> dict[str, Any] | None:
         """What to keep in the run's checkpoint after a step (``PlannerSpec`` as JSON), or None."""
         ...
+
+
+class PlannerFactory(Protocol):
+    """Builds the planner a run's checkpointed spec names (``agent.planning.llm_planner.make_planner``): the
+    CLI hands it to the run's ``Runtime``, so the run's modules know planners only by this protocol."""
+
+    def __call__(
+        self,
+        spec: Mapping[str, Any] | None,
+        catalog: list[CatalogEntry],
+        flags: FlagCatalog | None,
+        *,
+        transcript: Transcript | None = None,
+    ) -> Planner: ...
 
 
 def default_launch_cost_s() -> float:
