@@ -14,11 +14,14 @@ intake (read-only queries) and execute (launches), never before the ``interrupt(
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from langgraph.graph import END, START, StateGraph
 
+from agent.record.transcript import Transcript, TranscriptEvent
 from agent.run.nodes.analyze import analyze
 from agent.run.nodes.conclude import conclude
 from agent.run.nodes.hypothesize import hypothesize
@@ -62,6 +65,29 @@ def build_graph(runtime: RuntimeSource, checkpointer: Any = None) -> Any:
     g.add_edge("execute", "analyze")
     g.add_edge("conclude", END)
     return g.compile(checkpointer=checkpointer)
+
+
+def read_graph(home: Path, saver: Any) -> Any:
+    """The run graph compiled over the checkpoint store ``saver`` with a runtime that can only read (for
+    ``get_state``: ``agent.record.runs.list_runs``/``load_run``); ``home`` is the state folder."""
+    return build_graph(Runtime(_ReadOnlyTranscript(), home), saver)
+
+
+class _ReadOnlyTranscript(Transcript):
+    """Stands in for a transcript when a graph is built only to read checkpoints (never emits)."""
+
+    def __init__(self) -> None:
+        self.path = Path(os.devnull)
+        self.run_id = ""
+        self.step = 0
+        self.seq = 0
+        self.listeners = []
+
+    def emit(self, type: str, data: dict[str, Any] | None = None, *, node: str = "") -> TranscriptEvent:
+        raise RuntimeError("a read-only runtime does not write transcripts")
+
+    def close(self) -> None:
+        return None
 
 
 def _unless_error(next_node: str) -> Callable[[RunState], str]:
