@@ -36,17 +36,18 @@ Beyond one change at a time:
 
 from __future__ import annotations
 
-from agent.domain.models import RelevantFinding
+from agent.domain.models import Baseline, Change, Hypothesis, Outcome, RelevantFinding
 from agent.planning.catalog import CatalogEntry
 from agent.planning.chooser import Chooser
-from agent.planning.generators import CandidateGenerator
+from agent.planning.confirm import FixKeeper
+from agent.planning.generators import CandidateGenerator, GeneratorInput
 from agent.planning.generators.registry import default_generators
-from agent.planning.history import HistoryReader
+from agent.planning.history import HistoryReader, class_gone
+from agent.planning.ledger import LedgerBook
 from agent.planning.observations import (
     BURST_LEVELS,
     FALSE_CONFIRMATION,
     LOAD_PROBE_PREFIX,
-    class_gone,
     classify_observation,
     confirmations_required,
     error_templates,
@@ -100,10 +101,14 @@ __all__ = [
 ]
 
 
-class RulePlanner(HistoryReader, Chooser):
+class RulePlanner:
     """The default planner: catalog + findings + Bayes-style updates + probability-per-cost choice.
 
-    ``catalog``: hypothesis catalog entries; ``flags``: the host's flag catalog (legal names and values).
+    ``catalog``: hypothesis catalog entries; ``flags``: the host's flag catalog (legal names and values);
+    ``generators``: the candidate generators (default ``agent.planning.generators.registry``; the
+    catalog is one of them). Composed of its parts, each given what it works with: the ledger
+    (``LedgerBook``), the fixes and confirmations (``FixKeeper``), the history reader
+    (``HistoryReader``) and the chooser of the next experiment (``Chooser``).
     """
 
     name = "rules"
@@ -114,13 +119,28 @@ class RulePlanner(HistoryReader, Chooser):
         flags: FlagCatalog | None,
         generators: list[CandidateGenerator] | None = None,
     ) -> None:
-        super().__init__(flags)
+        self.flags = flags
         self.catalog = catalog
-        #: The candidate generators (``agent.planning.generators.registry``); the catalog is one of them.
         self.generators = generators if generators is not None else default_generators()
-        #: The case of the history being read (its intent decides which changes alter the deployment).
-        self._case = None
-        self._checkpoint = {}
+        self.book = LedgerBook(flags, catalog, self.generators)
+        self.reader = HistoryReader(self.book, FixKeeper(self.book))
+        self.chooser = Chooser(flags, self.name)
+
+    def history(self, view: PlannerView) -> HistoryState:
+        """Rebuild the ledger and the current baseline from the run's history (``agent.planning.history``)."""
+        return self.reader.history(view)
+
+    def propose(self, view: PlannerView, state: HistoryState) -> Proposal:
+        """The next experiment, or the reason to conclude (``agent.planning.chooser``)."""
+        return self.chooser.propose(view, state)
+
+    def prediction(self, h: Hypothesis, change: Change | None, facts: dict[str, str] | None = None) -> str:
+        """What ``h`` predicts for a change: fixed, may_fix or persists (``agent.planning.matching``)."""
+        return self.book.prediction(h, change, facts)
+
+    def generator_input(self, view: PlannerView, outcome: Outcome, config: Baseline) -> GeneratorInput:
+        """What the generators see of one failing launch (``LedgerBook.generator_input``)."""
+        return self.book.generator_input(view, outcome, config)
 
     def checkpoint(self) -> None:
         """Nothing to keep: the rule planner decides from the run's state alone."""

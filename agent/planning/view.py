@@ -1,10 +1,12 @@
 """What a planner sees and says: the run's history (``PlannerView``), the ledger and baseline derived
-from it (``HistoryState``, with the fixes found so far), the answer (``Proposal``) and the ``Planner``
-protocol the graph knows planners by."""
+from it (``HistoryState``, with the fixes found so far; ``HistoryPass``, what one pass over it carries),
+the answer (``Proposal``), the ``Planner`` protocol the graph knows planners by and the ``PlannerFactory``
+the CLI gives the run."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
@@ -107,6 +109,19 @@ class HistoryState(BaseModel):
         if self.load_probe is not None:
             return [self.load_probe]
         return [self.case_load] if self.case_load is not None else []
+
+
+@dataclass
+class HistoryPass:
+    """One pass over a run's history (``agent.planning.history``): what the rule planner's parts read and
+    update for every launch of it. ``ledger``: hypothesis id -> hypothesis; ``weights``: hypothesis id ->
+    unnormalised weight; ``refs``: configuration key (``config_key``) -> its failing outcome."""
+
+    view: PlannerView
+    state: HistoryState
+    ledger: dict[str, Hypothesis] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+    refs: dict[str, Outcome] = field(default_factory=dict)
 
 
 class Proposal(BaseModel):
