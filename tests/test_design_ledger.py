@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from agent.domain.case import load_case
-from agent.planning.llm_planner import make_planner
-from agent.planning.planner import HistoryState, PlannerView, RulePlanner
+from agent.planning.planner import HistoryState, PlannerView, RulePlanner, make_planner
 from agent.record.transcript import Transcript
 from agent.run.nodes.design import design
 from agent.run.nodes.hypothesize import hypothesize

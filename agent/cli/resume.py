@@ -30,7 +30,7 @@ from agent.cli.drive import (
     sigterm_as_interrupt,
 )
 from agent.domain.case import Case
-from agent.planning.llm_planner import make_planner
+from agent.planning.planner import make_planner
 from agent.record.redact import run_redactor
 from agent.record.transcript import Transcript, TranscriptError, damaged_lines
 from agent.review.render import EventRenderer

@@ -42,7 +42,7 @@ from agent.cli.drive import (
 )
 from agent.domain.case import Case, outside_warnings
 from agent.domain.knowledge_dir import chosen_dir
-from agent.planning.llm_planner import make_planner
+from agent.planning.planner import make_planner
 from agent.record.redact import run_redactor
 from agent.record.transcript import Transcript
 from agent.review.render import EventRenderer

@@ -36,6 +36,9 @@ Beyond one change at a time:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from agent.domain.models import Baseline, Change, Hypothesis, Outcome, RelevantFinding
 from agent.planning.catalog import CatalogEntry
 from agent.planning.chooser import Chooser
@@ -44,6 +47,9 @@ from agent.planning.generators import CandidateGenerator, GeneratorInput
 from agent.planning.generators.registry import default_generators
 from agent.planning.history import HistoryReader, class_gone
 from agent.planning.ledger import LedgerBook
+from agent.planning.llm_client import ChatClient
+from agent.planning.llm_planner import LLMPlanner
+from agent.planning.llm_spec import PlannerSpec
 from agent.planning.observations import (
     BURST_LEVELS,
     FALSE_CONFIRMATION,
@@ -70,6 +76,7 @@ from agent.planning.view import (
     default_launch_cost_s,
     model_features,
 )
+from agent.record.transcript import Transcript
 from tools.flags import FlagCatalog
 
 __all__ = [
@@ -95,6 +102,7 @@ __all__ = [
     "import_time_failure",
     "load_level",
     "load_probe_for",
+    "make_planner",
     "model_features",
     "progress_ids",
     "speaks_of_flakiness",
@@ -145,3 +153,27 @@ class RulePlanner:
     def checkpoint(self) -> None:
         """Nothing to keep: the rule planner decides from the run's state alone."""
         return None
+
+
+# ---------------------------------------------------------------------------------------------- wiring
+
+
+def make_planner(
+    spec: Mapping[str, Any] | None,
+    catalog: list[CatalogEntry],
+    flags: FlagCatalog | None,
+    *,
+    transcript: Transcript | None = None,
+    client: ChatClient | None = None,
+) -> Planner:
+    """The planner a run's checkpointed ``spec`` names (``None``: the rule planner); the one factory
+    (``agent.planning.view.PlannerFactory``: the CLI gives it to the run's runtime). ``transcript``: where
+    the LLM planner writes its exchanges; ``client``: its chat client (e.g. recorded answers).
+
+    Raises ValueError for a spec of kind ``llm`` without its options."""
+    s = PlannerSpec.model_validate(spec or {})
+    if s.kind == "rules":
+        return RulePlanner(catalog, flags)
+    if s.llm is None:
+        raise ValueError("planner kind 'llm' needs its options (model, base_url, ...)")
+    return LLMPlanner(catalog, flags, s.llm, rules=RulePlanner, memory=s.memory, transcript=transcript, client=client)

@@ -21,6 +21,7 @@ from tools.probes import Probe
 
 if TYPE_CHECKING:
     from agent.planning.catalog import CatalogEntry
+    from agent.planning.llm_client import ChatClient
     from agent.record.transcript import Transcript
 
 # The tunable weights and thresholds (likelihoods, score factors, relevance and probability cut-offs,
@@ -135,7 +136,7 @@ class Proposal(BaseModel):
 class Planner(Protocol):
     """Decides: ledger from history, next experiment from ledger (docs/ARCHITECTURE.md, "Planners").
 
-    The graph knows planners only through this protocol; ``agent.planning.llm_planner.make_planner`` builds the
+    The graph knows planners only through this protocol; ``agent.planning.planner.make_planner`` builds the
     one a run's ``PlannerSpec`` names.
     """
 
@@ -157,7 +158,7 @@ class Planner(Protocol):
 
 
 class PlannerFactory(Protocol):
-    """Builds the planner a run's checkpointed spec names (``agent.planning.llm_planner.make_planner``): the
+    """Builds the planner a run's checkpointed spec names (``agent.planning.planner.make_planner``): the
     CLI hands it to the run's ``Runtime``, so the run's modules know planners only by this protocol."""
 
     def __call__(
@@ -167,6 +168,7 @@ class PlannerFactory(Protocol):
         flags: FlagCatalog | None,
         *,
         transcript: Transcript | None = None,
+        client: ChatClient | None = None,
     ) -> Planner: ...
 
 

@@ -37,7 +37,7 @@ class Runtime:
 
     ``state_dir`` holds the flag-catalog cache. Hosts are connected lazily and closed by ``close()``.
     ``make_planner`` builds the planner a run's state names (the CLI gives
-    ``agent.planning.llm_planner.make_planner``); a runtime without one only reads a run's state.
+    ``agent.planning.planner.make_planner``); a runtime without one only reads a run's state.
     """
 
     transcript: Transcript

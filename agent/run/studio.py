@@ -20,7 +20,7 @@ from typing import Any
 
 from langgraph.config import get_config
 
-from agent.planning.llm_planner import make_planner
+from agent.planning.planner import make_planner
 from agent.record.runs import home_dir
 from agent.record.transcript import Transcript
 from agent.run.graph import build_graph
