@@ -20,7 +20,7 @@ from agent.planning.planner import make_planner
 from agent.record.recorded import RecordedRun
 from agent.record.transcript import Transcript, read_transcript
 from agent.review.redecide import recorded_case, redecide_planner, view_at
-from agent.run.nodes.analyze import classify_outcome
+from agent.run.graph import NODE_STEPS
 from agent.run.parallel import fixing_hypotheses, propose_batch, run_batch
 from agent.run.runtime import Runtime
 
@@ -100,7 +100,7 @@ def test_two_experiments_run_as_two_jobs_at_once_and_a_settling_outcome_cancels_
         return False
 
     try:
-        result = run_batch(rt, case, "run-par", exps, classify=classify_outcome, on_outcome=on_outcome)
+        result = run_batch(rt, case, "run-par", exps, steps=NODE_STEPS, on_outcome=on_outcome)
     finally:
         rt.close()
         tr.close()
@@ -124,7 +124,7 @@ def test_two_experiments_run_as_two_jobs_at_once_and_a_settling_outcome_cancels_
                                  change=slow)]
     t0 = time.monotonic()
     try:
-        result = run_batch(rt, case, "run-par2", exps2, classify=classify_outcome,
+        result = run_batch(rt, case, "run-par2", exps2, steps=NODE_STEPS,
                            on_outcome=lambda exp, o, _raw: o.stage == "ok")
     finally:
         rt.close()
