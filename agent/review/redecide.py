@@ -318,7 +318,7 @@ def _compare_proposal(
 
 
 def _compare_conclusion(run: RecordedRun, planner: Planner, case: Case) -> Decision:
-    from agent.run.nodes.conclude import build_conclusion
+    from agent.planning.conclusion import conclusion_of
 
     last = max((e.outcome_seq or 0 for e in run.runs), default=0)
     view = view_at(run, last + 1, case)
@@ -337,7 +337,7 @@ def _compare_conclusion(run: RecordedRun, planner: Planner, case: Case) -> Decis
         "host_seconds": view.host_seconds,
         "conclude_reason": none.data.get("reason") if none else None,
     }
-    c = build_conclusion(state)  # type: ignore[arg-type]
+    c = conclusion_of(state)  # type: ignore[arg-type]
     rec = run.conclusion or {}
 
     def key(status: Any, root: Any, fix: Any) -> str:
