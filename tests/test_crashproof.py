@@ -335,7 +335,8 @@ def test_secrets_never_reach_any_artefact_or_output(tmp_path: Path) -> None:
 def test_a_run_whose_checkpoint_lost_its_next_step_is_not_finished_and_resume_ends_it(tmp_path: Path) -> None:
     """What LangGraph's "async" durability left after a kill: the checkpoint says nothing comes next,
     yet the run has no conclusion. It is listed as interrupted, and resume ends it honestly (error)."""
-    from agent.record.runs import open_checkpointer, read_graph
+    from agent.record.runs import open_checkpointer
+    from agent.run.graph import read_graph
 
     paused = run_cli(tmp_path, "run", WORLD, "--json", HYPOLOOP_LAB_TIME_SCALE=SCALE)
     assert paused.returncode == 3, paused.stderr[-2000:]  # waits for the baseline's approval

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agent.domain.case import load_case
-from agent.planning.planner import HistoryState, PlannerView, RulePlanner
+from agent.planning.planner import HistoryState, PlannerView, RulePlanner, make_planner
 from agent.record.transcript import Transcript
 from agent.run.nodes.design import design
 from agent.run.nodes.hypothesize import hypothesize
@@ -31,7 +31,7 @@ def _step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **extra: Any) -> tupl
     case = load_case("lab:triton-ptxas-sm120")
     state: RunState = initial_state("run-ledger", case.model_dump(mode="json"), approval="auto")  # type: ignore[assignment]
     tr = Transcript(tmp_path / "tr.jsonl", "run-ledger")
-    rt = Runtime(transcript=tr, state_dir=tmp_path / "state")
+    rt = Runtime(transcript=tr, state_dir=tmp_path / "state", make_planner=make_planner)
     try:
         state.update(hypothesize(state, rt))  # type: ignore[typeddict-item]
         after_hypothesize = len(reads)

@@ -30,12 +30,11 @@ from agent.planning.llm_planner import (
     DecisionError,
     LLMPlanner,
     LLMPlannerConfig,
-    make_planner,
     parse_decision,
     planner_spec_from_options,
     usage_summary,
 )
-from agent.planning.planner import PlannerView, RelevantFinding, RulePlanner, model_features
+from agent.planning.planner import PlannerView, RelevantFinding, RulePlanner, make_planner, model_features
 from agent.record.redact import Redactor, is_secret_name
 from agent.record.transcript import Transcript, read_transcript
 from agent.run.nodes.analyze import classify_outcome
@@ -207,7 +206,7 @@ def _planner(server: Any, tmp_path: Path, **cfg: Any) -> tuple[LLMPlanner, Trans
     _, flags = _history()
     tr = Transcript(tmp_path / "t.jsonl", "test-run")
     config = LLMPlannerConfig(model="scripted", base_url=server.base_url, **cfg)
-    return LLMPlanner(load_catalog(), flags, config, transcript=tr), tr
+    return LLMPlanner(load_catalog(), flags, config, rules=RulePlanner, transcript=tr), tr
 
 
 def _events(path: Path, prefix: str = "llm.") -> list[dict[str, Any]]:
@@ -472,7 +471,7 @@ def test_recorded_answers_redecide_the_same_way_offline(server: Any, tmp_path: P
     tr.close()
     server.stop()  # no network from here on
     events = list(read_transcript(tr.path))
-    replay = LLMPlanner.from_recorded(events, catalog=load_catalog(), flags=flags)
+    replay = LLMPlanner.from_recorded(events, catalog=load_catalog(), flags=flags, rules=RulePlanner)
     again = replay.propose(view, replay.history(view))
     assert again.experiment is not None and first.experiment is not None
     assert again.experiment.id == first.experiment.id

@@ -16,10 +16,11 @@ from conftest import engine_processes
 
 from agent.domain.case import load_case
 from agent.domain.models import Baseline, Change, Experiment, Outcome
+from agent.planning.planner import make_planner
 from agent.record.recorded import RecordedRun
 from agent.record.transcript import Transcript, read_transcript
-from agent.review.replay import recorded_case, redecide_planner, view_at
-from agent.run.nodes.analyze import classify_outcome
+from agent.review.redecide import recorded_case, redecide_planner, view_at
+from agent.run.graph import NODE_STEPS
 from agent.run.parallel import fixing_hypotheses, propose_batch, run_batch
 from agent.run.runtime import Runtime
 
@@ -31,7 +32,7 @@ CASE = "lab:glm5-nvfp4-sm120"
 def _after_baseline() -> tuple[Any, Any, Any]:
     """The rule planner, its view and history at the recorded run's first test proposal."""
     run = RecordedRun.load(REFERENCE)
-    planner, flags, warnings = redecide_planner("rules", run)
+    planner, flags, warnings = redecide_planner("rules", run, make_planner)
     case = recorded_case(run, flags, warnings)
     point = next(dp for dp in run.design_points if dp.kind == "proposed" and dp.data.get("purpose") == "test")
     view = view_at(run, point.seq, case)
@@ -59,7 +60,7 @@ def test_a_batch_tests_different_hypotheses_each_with_one_change_against_the_sam
 
 def test_a_baseline_or_confirmation_is_never_batched() -> None:
     run = RecordedRun.load(REFERENCE)
-    planner, flags, warnings = redecide_planner("rules", run)
+    planner, flags, warnings = redecide_planner("rules", run, make_planner)
     case = recorded_case(run, flags, warnings)
     first_point = run.design_points[0]
     view = view_at(run, first_point.seq, case)
@@ -99,7 +100,7 @@ def test_two_experiments_run_as_two_jobs_at_once_and_a_settling_outcome_cancels_
         return False
 
     try:
-        result = run_batch(rt, case, "run-par", exps, classify=classify_outcome, on_outcome=on_outcome)
+        result = run_batch(rt, case, "run-par", exps, steps=NODE_STEPS, on_outcome=on_outcome)
     finally:
         rt.close()
         tr.close()
@@ -123,7 +124,7 @@ def test_two_experiments_run_as_two_jobs_at_once_and_a_settling_outcome_cancels_
                                  change=slow)]
     t0 = time.monotonic()
     try:
-        result = run_batch(rt, case, "run-par2", exps2, classify=classify_outcome,
+        result = run_batch(rt, case, "run-par2", exps2, steps=NODE_STEPS,
                            on_outcome=lambda exp, o, _raw: o.stage == "ok")
     finally:
         rt.close()

@@ -19,11 +19,12 @@ from clirun import HYPOLOOP, run_cli
 from rich.console import Console
 
 from agent.domain.models import Change, Experiment, Stage
-from agent.planning.planner import PlannerView, Proposal, RulePlanner
+from agent.planning.planner import PlannerView, Proposal, RulePlanner, make_planner
 from agent.record.events import STAGES
 from agent.record.recorded import RecordedRun
 from agent.record.transcript import TranscriptError, read_transcript
-from agent.review.replay import follow_events, redecide, redecide_planner, replay
+from agent.review.redecide import redecide, redecide_planner
+from agent.review.replay import follow_events, replay
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "transcripts" / "reference"
@@ -261,7 +262,7 @@ def test_reference_transcript_redecides_identically(tmp_path: Path, path: Path) 
 def test_redecide_replays_a_rejection() -> None:
     run = RecordedRun.load(REJECTED)
     assert run.rejections and run.rejections[0]["change"]["name"] == "--kv-cache-dtype"
-    planner, flags, warnings = redecide_planner("rules", run)
+    planner, flags, warnings = redecide_planner("rules", run, make_planner)
     result = redecide(run, planner, flags, warnings=warnings)
     assert result.matched
     # After the rejection the planner moves on to the next idea, as recorded.
@@ -290,7 +291,7 @@ class _PrefersAttentionBackend(RulePlanner):
 
 def test_a_diverging_planner_stops_at_the_first_divergence() -> None:
     run = RecordedRun.load(GLM5)
-    rules, flags, _ = redecide_planner("rules", run)
+    rules, flags, _ = redecide_planner("rules", run, make_planner)
     result = redecide(run, _PrefersAttentionBackend(rules.catalog, flags), flags)
     assert not result.matched
     last = result.decisions[-1]

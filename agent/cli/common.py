@@ -16,7 +16,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -26,6 +26,9 @@ from rich.markup import escape
 from agent.domain.case import Case, CaseError, HostSpec, load_case
 from agent.record.redact import redact_data, run_redactor
 from tools.sanitize import SafeConsole, without_credentials
+
+if TYPE_CHECKING:
+    from agent.record.runs import RunInfo
 
 app = typer.Typer(
     add_completion=False,
@@ -131,6 +134,25 @@ KnowledgeOpt = Annotated[
         "lacks is the repository's); default $HYPOLOOP_KNOWLEDGE, else knowledge/",
     ),
 ]
+
+
+def redacted_info(info: RunInfo) -> RunInfo:
+    """A run as ``runs``/``show`` print it: pending request and result redacted (values kept for use)."""
+    safe = redacted(info.model_dump(mode="json", exclude={"values"}), info.values)
+    return info.model_validate({**safe, "values": info.values})
+
+
+STATUS_STYLE = {
+    "running": "cyan",
+    "waiting_for_approval": "bold yellow",
+    "finished": "green",
+    "interrupted": "red",
+}
+
+
+def said(status: str) -> str:
+    """A status as a person reads it (``waiting_for_approval`` → "waiting for approval")."""
+    return status.replace("_", " ")
 
 
 def using_knowledge(folder: Path | str | None) -> contextlib.AbstractContextManager[Path | None]:

@@ -287,7 +287,7 @@ def check_knowledge() -> None:
 
 def report_result(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool, console: Console) -> None:
     """Print how the run ended (a JSON line with ``--json``); exit 1 if it ended in error."""
-    from agent.planning.llm_planner import describe_usage
+    from agent.planning.llm_spec import describe_usage
     conclusion = result.get("conclusion") or {}
     status = conclusion.get("status", "error")
     llm_usage = conclusion.get("llm_usage")

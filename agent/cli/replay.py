@@ -96,9 +96,10 @@ def _redecide_knowledge(recorded: object, option: Path | None) -> tuple[Path | s
 def _redecide(
     transcript: Path, planner_name: str, console: Console, *, verbose: bool, knowledge: Path | None = None
 ) -> None:
+    from agent.planning.planner import make_planner
     from agent.record.recorded import RecordedRun
-    from agent.review.replay import RedecideError, redecide_planner, redecide_table
-    from agent.review.replay import redecide as redecide_run
+    from agent.review.redecide import RedecideError, redecide_planner, redecide_table
+    from agent.review.redecide import redecide as redecide_run
 
     try:
         recorded = RecordedRun.load(transcript)
@@ -108,7 +109,7 @@ def _redecide(
     try:
         with using_knowledge(folder):
             check_knowledge()
-            planner, flags, warnings = redecide_planner(planner_name, recorded)
+            planner, flags, warnings = redecide_planner(planner_name, recorded, make_planner)
             result = redecide_run(recorded, planner, flags, warnings=[*([note] if note else []), *warnings])
     except (TranscriptError, RedecideError) as exc:
         fail(str(exc))

@@ -30,6 +30,7 @@ from agent.cli.drive import (
     sigterm_as_interrupt,
 )
 from agent.domain.case import Case
+from agent.planning.planner import make_planner
 from agent.record.redact import run_redactor
 from agent.record.transcript import Transcript, TranscriptError, damaged_lines
 from agent.review.render import EventRenderer
@@ -93,20 +94,21 @@ def resume(
     The run keeps the knowledge folder it started with unless --knowledge names another."""
     JsonResult.pending, JsonResult.run_id = json_out, run_id
     from agent.record.runs import RunError, RunInUse, RunLock, load_run
+    from agent.run.graph import read_graph
     mode = approval_mode(approve, auto)
     edits = list(set_ or [])
     options = ResumeOptions(_checked_decision(decision, reason, edits), reason, edits, experiment, mode, json_out,
                             verbose)
     home = state_dir()
     try:
-        load_run(home, run_id)
+        load_run(home, run_id, read_graph)
         lock = RunLock(home, run_id).acquire()
     except RunInUse as exc:
         fail(str(exc), code=4)
     except RunError as exc:
         fail(str(exc))
     try:
-        recorded = (load_run(home, run_id).values or {}).get("knowledge_dir")
+        recorded = (load_run(home, run_id, read_graph).values or {}).get("knowledge_dir")
         folder = knowledge or (recorded if recorded and Path(recorded).is_dir() else None)
         with using_knowledge(folder):
             _resume_locked(home, run_id, options)
@@ -146,8 +148,9 @@ def _resume_locked(home: Path, run_id: str, options: ResumeOptions) -> None:
     """Continue run ``run_id`` (its lock held) from its checkpoint in ``home``: report a finished one,
     refuse a decision that does not fit, else drive it on with the answer given."""
     from agent.record.runs import load_run
+    from agent.run.graph import read_graph
 
-    info = load_run(home, run_id)  # read again under the lock: another process may have moved it on
+    info = load_run(home, run_id, read_graph)  # read again under the lock: another process may have moved it on
     request = ApprovalRequest.model_validate(info.pending) if info.pending else None
     waiting = f"{request.experiment.id} ({describe_experiment(request.experiment)})" if request else None
     if info.status == "finished":
@@ -174,7 +177,7 @@ def _resume_locked(home: Path, run_id: str, options: ResumeOptions) -> None:
 def _session(home: Path, info: RunInfo, run_id: str, options: ResumeOptions) -> RunSession:
     """The resumed run's session: its transcript continued, its events shown on the console (stderr with
     ``--json``)."""
-    from agent.planning.llm_planner import llm_notices
+    from agent.planning.llm_spec import llm_notices
     from agent.run.runtime import Runtime
 
     tr, tpath = _continue_transcript(info, run_id)
@@ -183,7 +186,7 @@ def _session(home: Path, info: RunInfo, run_id: str, options: ResumeOptions) -> 
         EventRenderer(console, verbose=options.verbose, launch_progress=True, command_for=command_for)
     )
     tr.listeners.append(llm_notices(console))
-    rt = Runtime(tr, home, progress=ProgressBoard(console))
+    rt = Runtime(tr, home, make_planner, progress=ProgressBoard(console))
     return RunSession(rt, tr, tpath, run_id, console, options.json_out)
 
 

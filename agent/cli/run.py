@@ -42,6 +42,7 @@ from agent.cli.drive import (
 )
 from agent.domain.case import Case, outside_warnings
 from agent.domain.knowledge_dir import chosen_dir
+from agent.planning.planner import make_planner
 from agent.record.redact import run_redactor
 from agent.record.transcript import Transcript
 from agent.review.render import EventRenderer
@@ -176,7 +177,7 @@ class RunOptions:
 
 def _planner_spec(options: PlannerOptions) -> Any:
     """The planner spec the run records (bad LLM options: one line, exit 2)."""
-    from agent.planning.llm_planner import planner_spec_from_options
+    from agent.planning.llm_spec import planner_spec_from_options
 
     try:
         return planner_spec_from_options(
@@ -245,7 +246,7 @@ def run_case(options: RunOptions) -> None:
 def _session(options: RunOptions, tr: Transcript, tpath: Path, sdir: Path) -> RunSession:
     """The new run's session: its events shown on the console (stderr with ``--json``), host notices,
     and a runtime that stops orphaned servers with ``--auto`` or after a yes at the terminal."""
-    from agent.planning.llm_planner import llm_notices
+    from agent.planning.llm_spec import llm_notices
     from agent.run.runtime import Runtime
 
     console = SafeConsole(stderr=options.json_out)
@@ -255,7 +256,7 @@ def _session(options: RunOptions, tr: Transcript, tpath: Path, sdir: Path) -> Ru
     )
     tr.listeners.append(host_notices(err_console))
     tr.listeners.append(llm_notices(console))
-    rt = Runtime(tr, sdir, progress=ProgressBoard(console))
+    rt = Runtime(tr, sdir, make_planner, progress=ProgressBoard(console))
     # Servers that crashed runs left on the host: stopped with --auto, else after a yes at the terminal.
     rt.stop_orphans = options.auto
     rt.confirm_orphans = confirm_orphans if sys.stdin.isatty() else None

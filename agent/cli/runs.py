@@ -10,9 +10,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent.cli.common import (
+    STATUS_STYLE,
     fail,
     piped_console,
     redacted,
+    redacted_info,
+    said,
     state_dir,
 )
 from agent.review.wording import count
@@ -23,25 +26,6 @@ from agent.run.approval import (
 
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
     from agent.record.runs import RunInfo
-
-
-def redacted_info(info: RunInfo) -> RunInfo:
-    """A run as ``runs``/``show`` print it: pending request and result redacted (values kept for use)."""
-    safe = redacted(info.model_dump(mode="json", exclude={"values"}), info.values)
-    return info.model_validate({**safe, "values": info.values})
-
-
-STATUS_STYLE = {
-    "running": "cyan",
-    "waiting_for_approval": "bold yellow",
-    "finished": "green",
-    "interrupted": "red",
-}
-
-
-def said(status: str) -> str:
-    """A status as a person reads it (``waiting_for_approval`` → "waiting for approval")."""
-    return status.replace("_", " ")
 
 
 def _run_detail(info: RunInfo) -> str:
@@ -65,9 +49,10 @@ def runs(
 ) -> None:
     """List the runs in $HYPOLOOP_HOME: running, waiting for approval, interrupted or finished."""
     from agent.record.runs import RunError, list_runs
+    from agent.run.graph import read_graph
     home = state_dir()
     try:
-        infos = list_runs(home)
+        infos = list_runs(home, read_graph)
     except RunError as exc:
         fail(str(exc))
     if json_out:

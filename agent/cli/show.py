@@ -10,12 +10,14 @@ import typer
 from rich.markup import escape
 
 from agent.cli.common import (
+    STATUS_STYLE,
     err_console,
     fail,
     redacted,
+    redacted_info,
+    said,
     state_dir,
 )
-from agent.cli.runs import STATUS_STYLE, redacted_info, said
 from agent.record.transcript import TranscriptError, read_transcript
 from agent.review.render import EventRenderer, print_hanging
 from agent.review.wording import count
@@ -33,8 +35,9 @@ def show(
 ) -> None:
     """A run's story so far (from its transcript) and the approval it waits for, if any."""
     from agent.record.runs import RunError, load_run
+    from agent.run.graph import read_graph
     try:
-        info = load_run(state_dir(), run_id)
+        info = load_run(state_dir(), run_id, read_graph)
     except RunError as exc:
         fail(str(exc))
     if json_out:

@@ -23,13 +23,18 @@ from agent.planning.values import ValueEvidence
 from agent.planning.view import COST_ORDER, HistoryState, PlannerView, Proposal, default_launch_cost_s
 from agent.planning.weights import weights as tunables
 from agent.review.wording import count
+from tools.flags import FlagCatalog
 from tools.probes import Probe
 
 
 class Chooser(FlagMatcher):
-    """Proposes the next experiment from a ``HistoryState``; ``name`` is recorded as its proposer."""
+    """Proposes the next experiment from a ``HistoryState`` (one part of the rule planner,
+    ``agent.planning.planner.RulePlanner``) on a host whose flag catalog is ``flags``; ``name`` is
+    recorded as its proposer."""
 
-    name: str
+    def __init__(self, flags: FlagCatalog | None, name: str) -> None:
+        super().__init__(flags)
+        self.name = name
 
     def propose(self, view: PlannerView, state: HistoryState) -> Proposal:
         """The next experiment, or the reason to conclude. Never repeats an experiment or a rejection."""

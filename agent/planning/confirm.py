@@ -5,42 +5,41 @@ hypotheses that predicted it are refuted or reopened."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agent.domain.models import Change, Evidence, Experiment, Hypothesis, Outcome
-from agent.planning.ledger import LedgerBook
 from agent.planning.observations import config_key
 from agent.planning.served import description_keeps, served_settings
-from agent.planning.view import COST_ORDER, Fix, HistoryState, PlannerView
+from agent.planning.view import COST_ORDER, Fix, HistoryPass, HistoryState
 from agent.planning.weights import weights as tunables
 
+if TYPE_CHECKING:  # the ledger is given, not built here
+    from agent.planning.ledger import LedgerBook
 
-class FixKeeper(LedgerBook):
-    """Keeps the fixes of a run's history and reads its confirmation runs."""
 
-    def _confirm_run(
-        self,
-        view: PlannerView,
-        st: HistoryState,
-        exp: Experiment,
-        out: Outcome,
-        ledger: dict[str, Hypothesis],
-        weights: dict[str, float],
-    ) -> None:
+class FixKeeper:
+    """Keeps the fixes of a run's history and reads its confirmation runs (one part of the rule planner,
+    ``agent.planning.planner.RulePlanner``); ``book`` is the ledger part it weighs hypotheses with."""
+
+    def __init__(self, book: LedgerBook) -> None:
+        self.book = book
+
+    def confirm_run(self, hp: HistoryPass, exp: Experiment, out: Outcome) -> None:
         """A re-run of the best fix: one more confirmation, or the fix did not hold (flaky)."""
+        st, ledger, weights = hp.state, hp.ledger, hp.weights
         best = st.best_fix
         if best is None:
             return
         facts = st.failing_reference.facts if st.failing_reference else {}
-        backing = [h for h in ledger.values() if self.prediction(h, best.change, facts) != "persists"]
+        backing = [h for h in ledger.values() if self.book.prediction(h, best.change, facts) != "persists"]
         if out.stage == "ok":
             self._confirmed(st, exp, best, backing)
-            self._refute_by_cause_signature(ledger, out)
-            self._normalise(ledger, weights, set())
+            self.book.refute_by_cause_signature(ledger, out)
+            self.book.normalise(ledger, weights, set())
             return
         self._did_not_hold(st, exp, out, backing, weights)
-        self._create(view, out, ledger, weights, exp.baseline)
-        self._normalise(ledger, weights, set())
+        self.book.create(hp.view, out, ledger, weights, exp.baseline)
+        self.book.normalise(ledger, weights, set())
 
     @staticmethod
     def _confirmed(st: HistoryState, exp: Experiment, best: Fix, backing: list[Hypothesis]) -> None:
@@ -77,7 +76,7 @@ class FixKeeper(LedgerBook):
         for h in backing:
             if h.status in ("refuted", "confirmed"):
                 continue
-            decisive = self.prediction(h, best.change, facts) == "fixed"
+            decisive = self.book.prediction(h, best.change, facts) == "fixed"
             h.status = "refuted" if decisive else "open"
             lw = tunables().ledger
             weights[h.id] *= lw.failed_confirmation_decisive if decisive else lw.failed_confirmation_may_fix
@@ -97,19 +96,13 @@ class FixKeeper(LedgerBook):
         elif st.failing_baseline is not None:
             st.baseline, st.reference = st.failing_baseline, st.failing_reference
 
-    def _adopt_fix(
-        self,
-        st: HistoryState,
-        exp: Experiment,
-        change: Change,
-        ref: Outcome,
-        out: Outcome,
-        ledger: dict[str, Hypothesis],
-    ) -> None:
-        """Record a fix of ``exp.baseline``; the best fix so far becomes the baseline."""
+    def adopt_fix(self, hp: HistoryPass, exp: Experiment, change: Change, ref: Outcome, out: Outcome) -> None:
+        """Record a fix of ``exp.baseline`` (``change`` made it serve: ``out`` against the failing ``ref``);
+        the best fix so far becomes the baseline."""
+        st = hp.state
         if st.failing_baseline is None or config_key(st.failing_baseline) != config_key(exp.baseline):
             st.failing_baseline, st.failing_reference, st.fixes = exp.baseline, ref, []
-        workaround, cost = self._fix_kind(change, ledger, ref.facts)
+        workaround, cost = self._fix_kind(hp, change, ref.facts)
         before = st.best_fix
         st.fixes.append(
             Fix(experiment_id=exp.id, change=change, config=exp.config(), workaround=workaround, cost=cost)
@@ -117,26 +110,28 @@ class FixKeeper(LedgerBook):
         best = st.best_fix
         assert best is not None
         if before is None or best.experiment_id != before.experiment_id:
-            st.adoptions.append(self._adoption(exp, ref, out))
+            st.adoptions.append(self.adoption(exp, ref, out))
             st.baseline, st.reference = best.config, out
             st.confirmations = 0
 
     def _fix_kind(
-        self, change: Change, ledger: dict[str, Hypothesis], facts: dict[str, str]
+        self, hp: HistoryPass, change: Change, facts: dict[str, str]
     ) -> tuple[bool, Literal["none", "low", "medium", "high"]]:
         """Whether a change is a workaround and its performance cost, from the interventions it matches."""
-        if served_settings().changes_deployment(change.kind, change.name, change.after, self.flags,
-                                                description_keeps(self._case) if self._case else set(),
-                                                self._checkpoint, change.before):
+        view = hp.view
+        checkpoint = view.fingerprint.checkpoint if view.fingerprint else {}
+        if served_settings().changes_deployment(change.kind, change.name, change.after, self.book.flags,
+                                                description_keeps(view.case), checkpoint, change.before):
             return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)
-        ivs = [iv for h in ledger.values() for iv in h.interventions if self._matches(change, iv, facts)]
+        ivs = [iv for h in hp.ledger.values() for iv in h.interventions if self.book.matches(change, iv, facts)]
         if not ivs:
             return False, "low"
         worst = max(ivs, key=lambda iv: COST_ORDER[iv.cost])
         return any(iv.workaround for iv in ivs), worst.cost
 
     @staticmethod
-    def _adoption(exp: Experiment, ref: Outcome, out: Outcome) -> dict[str, Any]:
+    def adoption(exp: Experiment, ref: Outcome, out: Outcome) -> dict[str, Any]:
+        """The ``HistoryState.adoptions`` record of ``exp`` moving the baseline from ``ref``'s stage to ``out``'s."""
         return {
             "experiment_id": exp.id,
             "change": exp.change.model_dump() if exp.change else None,

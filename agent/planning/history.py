@@ -9,33 +9,41 @@ of blockers is solved one link per launch); confirmation runs are read by ``agen
 
 from __future__ import annotations
 
-from agent.domain.models import Experiment, Hypothesis, Outcome
-from agent.planning.confirm import FixKeeper
+from typing import TYPE_CHECKING
+
+from agent.domain.models import Experiment, Outcome
+from agent.planning.generators.evidence import failure_evidence
 from agent.planning.observations import (
     BURST_LEVELS,
-    class_gone,
     classify_observation,
     config_key,
     confirmations_required,
+    error_templates,
     failed_only_under_load,
     failing_load_probe,
     load_level,
     load_probe_for,
     speaks_of_flakiness,
 )
-from agent.planning.view import HistoryState, PlannerView
+from agent.planning.view import HistoryPass, HistoryState, PlannerView
 from agent.planning.weights import weights as tunables
 
+if TYPE_CHECKING:  # the parts are given, not built here
+    from agent.planning.confirm import FixKeeper
+    from agent.planning.ledger import LedgerBook
 
-class HistoryReader(FixKeeper):
-    """Reads a run's history into a ``HistoryState``."""
+
+class HistoryReader:
+    """Reads a run's history into a ``HistoryState`` (one part of the rule planner,
+    ``agent.planning.planner.RulePlanner``): ``book`` weighs the hypotheses, ``fixes`` keeps the fixes
+    and reads the confirmation runs."""
+
+    def __init__(self, book: LedgerBook, fixes: FixKeeper) -> None:
+        self.book = book
+        self.fixes = fixes
 
     def history(self, view: PlannerView) -> HistoryState:
         """Rebuild the ledger and the current baseline from the run's history (see module docstring)."""
-        self._case = view.case
-        self._checkpoint = view.fingerprint.checkpoint if view.fingerprint else {}
-        ledger: dict[str, Hypothesis] = {}
-        weights: dict[str, float] = {}
         st = HistoryState(
             hypotheses=[],
             baseline=view.case.baseline,
@@ -45,34 +53,26 @@ class HistoryReader(FixKeeper):
             ),
             case_load=load_probe_for(view.case, level) if (level := load_level(view.case)) else None,
         )
-        refs: dict[str, Outcome] = {}  # configuration -> its failing outcome
+        hp = HistoryPass(view, st)
         for exp in view.experiments:
             out = view.outcome_of(exp.id)
             if out is None or exp.status != "done":
                 continue
             if exp.purpose == "baseline":
-                self._baseline_run(view, st, exp, out, ledger, weights, refs)
+                self._baseline_run(hp, exp, out)
                 continue
             if st.reference is None:
                 continue
             if exp.purpose == "confirm":
-                self._confirm_run(view, st, exp, out, ledger, weights)
+                self.fixes.confirm_run(hp, exp, out)
                 continue
-            self._test_run(view, st, exp, out, ledger, weights, refs)
-        st.hypotheses = list(ledger.values())
+            self._test_run(hp, exp, out)
+        st.hypotheses = list(hp.ledger.values())
         return st
 
-    def _baseline_run(
-        self,
-        view: PlannerView,
-        st: HistoryState,
-        exp: Experiment,
-        out: Outcome,
-        ledger: dict[str, Hypothesis],
-        weights: dict[str, float],
-        refs: dict[str, Outcome],
-    ) -> None:
+    def _baseline_run(self, hp: HistoryPass, exp: Experiment, out: Outcome) -> None:
         """A launch of the unchanged baseline: the reference run, or a repeat after a passing one."""
+        st = hp.state
         st.baseline_runs += 1
         st.load_tried = st.load_tried or any(p.concurrency >= BURST_LEVELS[-1] for p in exp.probes)
         if st.reference is not None and st.reference.stage != "ok":
@@ -84,62 +84,66 @@ class HistoryReader(FixKeeper):
                 st.load_probe = failing_load_probe(exp, out)
             elif passed_before:
                 st.flaky = True
-            refs[config_key(exp.baseline)] = out
-            self._create(view, out, ledger, weights, exp.baseline)
-        self._normalise(ledger, weights, set(ledger))
+            hp.refs[config_key(exp.baseline)] = out
+            self.book.create(hp.view, out, hp.ledger, hp.weights, exp.baseline)
+        self.book.normalise(hp.ledger, hp.weights, set(hp.ledger))
 
-    def _test_run(
-        self,
-        view: PlannerView,
-        st: HistoryState,
-        exp: Experiment,
-        out: Outcome,
-        ledger: dict[str, Hypothesis],
-        weights: dict[str, float],
-        refs: dict[str, Outcome],
-    ) -> None:
+    def _test_run(self, hp: HistoryPass, exp: Experiment, out: Outcome) -> None:
         """A test of one change against a configuration seen failing: weigh the hypotheses by what it
         showed; a fix is recorded, a step past the blocker is adopted into the baseline."""
-        ref = refs.get(config_key(exp.baseline))
+        st, ledger, weights = hp.state, hp.ledger, hp.weights
+        ref = hp.refs.get(config_key(exp.baseline))
         if ref is None:  # a test of a configuration this history never saw fail
             return
         obs = classify_observation(out, ref)
-        self._update(ledger, weights, exp, out, obs, ref.facts)
+        self.book.update(ledger, weights, exp, out, obs, ref.facts)
         if out.stage == "ok":
-            self._refute_by_cause_signature(ledger, out)
+            self.book.refute_by_cause_signature(ledger, out)
         if obs == "fixed" and exp.change is not None:
-            self._adopt_fix(st, exp, exp.change, ref, out, ledger)
+            self.fixes.adopt_fix(hp, exp, exp.change, ref, out)
         elif obs == "advanced" or (obs == "changed" and class_gone(ref, out)):
-            self._past_blocker(st, exp, ref, out, ledger, weights)
-            refs[config_key(st.baseline)] = out
+            self._past_blocker(hp, exp, ref, out)
+            hp.refs[config_key(st.baseline)] = out
         blocker = obs == "advanced" or (obs == "changed" and class_gone(ref, out))
         # Against the current baseline: a failed test that was not adopted leaves the baseline as it
         # was, so its own change is not "the baseline's setting" to revert or to diff (after an
         # adoption the current baseline is this test's configuration).
-        created = self._create(view, out, ledger, weights, st.baseline, refresh=blocker) if out.stage != "ok" else []
-        self._normalise(ledger, weights, set(created))
+        created = (
+            self.book.create(hp.view, out, ledger, weights, st.baseline, refresh=blocker) if out.stage != "ok" else []
+        )
+        self.book.normalise(ledger, weights, set(created))
 
-    def _past_blocker(
-        self,
-        st: HistoryState,
-        exp: Experiment,
-        ref: Outcome,
-        out: Outcome,
-        ledger: dict[str, Hypothesis],
-        weights: dict[str, float],
-    ) -> None:
+    def _past_blocker(self, hp: HistoryPass, exp: Experiment, ref: Outcome, out: Outcome) -> None:
         """Past a blocker: a later stage, further progress lines at the same stage, or another error once
         the failure's class is gone (a chain of blockers is solved one link per launch). An error of the
         same class in other words is not progress (issue 20, point 4): adopting it would lose the
         evidence of the first. The test's configuration becomes the baseline; the hypotheses that
         explained the blocker lose weight."""
-        st.adoptions.append(self._adoption(exp, ref, out))
+        st = hp.state
+        st.adoptions.append(self.fixes.adoption(exp, ref, out))
         st.baseline, st.reference = exp.config(), out
-        for h in ledger.values():  # they explained the blocker that is gone
+        for h in hp.ledger.values():  # they explained the blocker that is gone
             if h.status != "open":
                 continue
-            own = exp.change is not None and self.prediction(h, exp.change, ref.facts) != "persists"
+            own = exp.change is not None and self.book.prediction(h, exp.change, ref.facts) != "persists"
             # Its own variable is set now: its other values would only undo the step past it.
-            weights[h.id] *= tunables().ledger.passed_blocker_own if own else tunables().ledger.passed_blocker
+            hp.weights[h.id] *= tunables().ledger.passed_blocker_own if own else tunables().ledger.passed_blocker
         st.fixes, st.failing_baseline, st.failing_reference = [], None, None
         st.confirmations = 0
+
+
+#: Symptom classes that only say where a failure happened, not what kind it is.
+_GENERIC_CLASSES = frozenset({"startup_error", "crash_at_decode"})
+
+
+def class_gone(reference: Outcome, outcome: Outcome) -> bool:
+    """Whether the failure class of ``reference`` (its specific symptom classes: out of memory at load,
+    NaN, illegal memory access, an import error, ...) is absent from ``outcome``. Two generic start-up
+    errors with different exceptions count as different classes."""
+    ref = set(failure_evidence(reference).symptoms) - _GENERIC_CLASSES
+    out = set(failure_evidence(outcome).symptoms) - _GENERIC_CLASSES
+    if ref & out:
+        return False
+    # the same error with other values (a quoted name, a figure) is the same failure in other words
+    return not (error_templates(reference) & error_templates(outcome))
+

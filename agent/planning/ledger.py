@@ -1,10 +1,10 @@
 """The hypothesis ledger: what the evidence of one launch does to it.
 
-The candidate generators propose hypotheses for a failing launch (``_create``, weighed down when the
+The candidate generators propose hypotheses for a failing launch (``create``, weighed down when the
 traceback points elsewhere); an observation multiplies each hypothesis's weight by the likelihood of
-what it predicted (``_update``, ``likelihood`` in knowledge/planner.toml); a cause signature seen in a
+what it predicted (``update``, ``likelihood`` in knowledge/planner.toml); a cause signature seen in a
 run that served refutes its hypothesis; the weights are normalised into posteriors with an "unlisted
-cause" remainder (``_normalise``). The ledger is a pair of dicts (id -> hypothesis, id -> weight) that
+cause" remainder (``normalise``). The ledger is a pair of dicts (id -> hypothesis, id -> weight) that
 ``agent.planning.history`` rebuilds from the run's history on every step.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from agent.domain.case import Case
 from agent.domain.models import Baseline, Evidence, Experiment, Hypothesis, Outcome
 from agent.planning.catalog import CatalogEntry
 from agent.planning.generators import CandidateGenerator, GeneratorInput
@@ -20,6 +19,7 @@ from agent.planning.generators.common import raise_site, specificity, stems
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.view import PlannerView, model_features
 from agent.planning.weights import weights as tunables
+from tools.flags import FlagCatalog
 
 #: A word the failing frame shares with a hypothesis's component ties them only when it is this specific
 #: (``agent.planning.generators.common.specificity``: ``cache`` is in too many flag names to tie anything).
@@ -27,17 +27,20 @@ _RELATED_SPECIFICITY = 0.25
 
 
 class LedgerBook(FlagMatcher):
-    """Adds hypotheses to a ledger and weighs them by the evidence of launches.
+    """Adds hypotheses to a ledger and weighs them by the evidence of launches (one part of the rule
+    planner, ``agent.planning.planner.RulePlanner``; the ledger's dicts are passed in).
 
-    ``catalog``: hypothesis catalog entries; ``generators``: the candidate generators
-    (``agent.planning.generators.registry``); the catalog is one of them. ``_case``/``_checkpoint``:
-    the case and host checkpoint of the history being read (set by ``history``).
+    ``flags``: the host's flag catalog (None: names and values unchecked); ``catalog``: hypothesis
+    catalog entries; ``generators``: the candidate generators (``agent.planning.generators.registry``);
+    the catalog is one of them.
     """
 
-    catalog: list[CatalogEntry]
-    generators: list[CandidateGenerator]
-    _case: Case | None
-    _checkpoint: dict[str, str]
+    def __init__(
+        self, flags: FlagCatalog | None, catalog: list[CatalogEntry], generators: list[CandidateGenerator]
+    ) -> None:
+        super().__init__(flags)
+        self.catalog = catalog
+        self.generators = generators
 
     def generator_input(
         self, view: PlannerView, outcome: Outcome, config: Baseline
@@ -59,7 +62,7 @@ class LedgerBook(FlagMatcher):
             outcomes=outcomes,
         )
 
-    def _create(
+    def create(
         self,
         view: PlannerView,
         outcome: Outcome,
@@ -100,7 +103,7 @@ class LedgerBook(FlagMatcher):
             iv0 = cand.interventions[0]
             covering = [
                 c for c in new.values()
-                if c.support is None and any(self._covers(iv0, iv, facts) for iv in c.interventions)
+                if c.support is None and any(self.covers(iv0, iv, facts) for iv in c.interventions)
             ]
             for c in covering:
                 c.weight *= 1.0 + (cand.support or 0.0)
@@ -145,7 +148,7 @@ class LedgerBook(FlagMatcher):
                 )
             )
 
-    def _update(
+    def update(
         self,
         ledger: dict[str, Hypothesis],
         weights: dict[str, float],
@@ -154,6 +157,9 @@ class LedgerBook(FlagMatcher):
         obs: str,
         facts: dict[str, str] | None = None,
     ) -> None:
+        """Weigh the open hypotheses by the observation ``obs`` (``classify_observation``) of ``exp``: each
+        weight is multiplied by the likelihood of what it predicted (``likelihood`` in
+        knowledge/planner.toml), a falsified decisive prediction refutes; ``facts``: the reference's."""
         if obs == "infra":
             return
         for h in ledger.values():
@@ -193,7 +199,8 @@ class LedgerBook(FlagMatcher):
                 return f"{iv.fact} {before[iv.fact]} → {after[iv.fact]}"
         return None
 
-    def _refute_by_cause_signature(self, ledger: dict[str, Hypothesis], out: Outcome) -> None:
+    def refute_by_cause_signature(self, ledger: dict[str, Hypothesis], out: Outcome) -> None:
+        """Refute the hypotheses whose cause signature appears in ``out``, a run that served."""
         seen = out.signature_ids()
         for h in ledger.values():
             if h.status in ("refuted", "confirmed"):
@@ -215,7 +222,9 @@ class LedgerBook(FlagMatcher):
             )
 
     @staticmethod
-    def _normalise(ledger: dict[str, Hypothesis], weights: dict[str, float], new: set[str]) -> None:
+    def normalise(ledger: dict[str, Hypothesis], weights: dict[str, float], new: set[str]) -> None:
+        """Posteriors from the weights, with the "unlisted cause" remainder; ``new`` hypotheses get theirs
+        as prior too."""
         live = [h for h in ledger.values() if h.status != "refuted"]
         total = sum(weights[h.id] for h in live) + tunables().ledger.unlisted_weight
         for h in ledger.values():

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from agent.domain.models import Experiment, FlagValue, Outcome, command_text
 from agent.planning.llm_answer import DECISION_OUTLINE
-from agent.planning.planner import HistoryState, PlannerView, Proposal
+from agent.planning.view import HistoryState, PlannerView, Proposal
 from tools.fingerprint import engine_label
 from tools.flags import FlagCatalog, FlagError, FlagSpec
 from tools.signatures import SignatureMatch

@@ -63,12 +63,11 @@ from agent.planning.llm_spec import (
     planner_spec_from_options,
     usage_summary,
 )
-from agent.planning.planner import (
+from agent.planning.view import (
     HistoryState,
     Planner,
     PlannerView,
     Proposal,
-    RulePlanner,
     default_launch_cost_s,
 )
 from agent.record.redact import Redactor, run_redactor
@@ -89,11 +88,13 @@ __all__ = [
     "describe_usage",
     "extract_json",
     "llm_notices",
-    "make_planner",
     "parse_decision",
     "planner_spec_from_options",
     "usage_summary",
 ]
+
+#: Builds the rule planner over a hypothesis catalog and the host's flag catalog (``RulePlanner``).
+RulesFactory = Callable[[list[CatalogEntry], FlagCatalog | None], Planner]
 
 #: Hypotheses the model may keep in the ledger at once (``agent.planning.llm_accept``: per answer).
 _MAX_MODEL_HYPOTHESES = 12
@@ -109,7 +110,9 @@ class LLMPlanner:
 
     ``catalog``: hypothesis catalog entries; ``flags``: the host's flag catalog; ``memory``: state from
     earlier steps (``PlannerSpec.memory``); ``transcript``: where exchanges are written (``None``: not
-    written); ``client``: a ChatClient (default: ``OpenAIChatClient`` for ``config``).
+    written); ``client``: a ChatClient (default: ``OpenAIChatClient`` for ``config``); ``rules``: builds
+    the rule planner over a catalog and flag catalog (``agent.planning.planner.RulePlanner``), whose
+    bookkeeping keeps the ledger and takes the procedural steps.
     """
 
     name = "llm"
@@ -120,18 +123,20 @@ class LLMPlanner:
         flags: FlagCatalog | None,
         config: LLMPlannerConfig,
         *,
+        rules: RulesFactory,
         memory: LLMMemory | None = None,
         transcript: Transcript | None = None,
         client: ChatClient | None = None,
     ) -> None:
         self.config = config
+        self._rules = rules
         self.flags = flags
         self.memory = memory.model_copy(deep=True) if memory is not None else LLMMemory()
         self.memory.usage.budget = config.token_budget
         self.transcript = transcript
         self._catalog = list(catalog)
         self._client = client
-        self.rules = RulePlanner([*self._catalog, *self.memory.hypotheses], flags)
+        self.rules = rules([*self._catalog, *self.memory.hypotheses], flags)
 
     # ----- construction ------------------------------------------------------------------------------
 
@@ -142,6 +147,7 @@ class LLMPlanner:
         *,
         catalog: list[CatalogEntry],
         flags: FlagCatalog | None,
+        rules: RulesFactory,
         config: LLMPlannerConfig | None = None,
         transcript: Transcript | None = None,
     ) -> LLMPlanner:
@@ -155,7 +161,7 @@ class LLMPlanner:
             if first is None or "config" not in first:
                 raise ValueError("the transcript holds no llm.request event with the planner's config")
             config = LLMPlannerConfig.model_validate(first["config"])
-        return cls(catalog, flags, config, transcript=transcript, client=RecordedChatClient.from_events(evs))
+        return cls(catalog, flags, config, rules=rules, transcript=transcript, client=RecordedChatClient.from_events(evs))
 
     def spec(self) -> dict[str, Any]:
         """The JSON-plain ``PlannerSpec`` to checkpoint after a step (options and memory)."""
@@ -488,7 +494,7 @@ class LLMPlanner:
         room = _MAX_MODEL_HYPOTHESES - len(self.memory.hypotheses)
         self.memory.hypotheses += new_entries[: max(room, 0)]
         self.memory.notes.update(notes)
-        self.rules = RulePlanner([*self._catalog, *self.memory.hypotheses], self.flags)
+        self.rules = self._rules([*self._catalog, *self.memory.hypotheses], self.flags)
         data = {
             "action": "experiment",
             "experiment_id": exp.id,
@@ -521,42 +527,3 @@ class LLMPlanner:
     def _emit(self, type_: str, data: dict[str, Any]) -> None:
         if self.transcript is not None:
             self.transcript.emit(type_, data, node="design")
-
-
-# ---------------------------------------------------------------------------------------------- wiring
-
-
-def make_planner(
-    spec: Mapping[str, Any] | None,
-    catalog: list[CatalogEntry],
-    flags: FlagCatalog | None,
-    *,
-    transcript: Transcript | None = None,
-    client: ChatClient | None = None,
-) -> Planner:
-    """The planner a run's checkpointed ``spec`` names (``None``: the rule planner); the one factory.
-
-    Raises ValueError for a spec of kind ``llm`` without its options."""
-    s = PlannerSpec.model_validate(spec or {})
-    return _BUILDERS[s.kind](s, catalog, flags, transcript, client)
-
-
-def _build_rules(
-    s: PlannerSpec, catalog: list[CatalogEntry], flags: FlagCatalog | None, *_: Any
-) -> RulePlanner:
-    return RulePlanner(catalog, flags)
-
-
-def _build_llm(
-    s: PlannerSpec,
-    catalog: list[CatalogEntry],
-    flags: FlagCatalog | None,
-    transcript: Transcript | None,
-    client: ChatClient | None,
-) -> LLMPlanner:
-    if s.llm is None:
-        raise ValueError("planner kind 'llm' needs its options (model, base_url, ...)")
-    return LLMPlanner(catalog, flags, s.llm, memory=s.memory, transcript=transcript, client=client)
-
-
-_BUILDERS: dict[str, Callable[..., Planner]] = {"rules": _build_rules, "llm": _build_llm}

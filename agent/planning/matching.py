@@ -54,7 +54,7 @@ class FlagMatcher:
                 memo[key] = None
         return memo[key]
 
-    def _matches(self, change: Change, iv: Intervention, facts: dict[str, str] | None = None) -> bool:
+    def matches(self, change: Change, iv: Intervention, facts: dict[str, str] | None = None) -> bool:
         """Whether ``change`` is the intervention ``iv``: same variable and one of its values, or for a
         derived value, a move in the rule's direction (``facts`` give the effective value when the
         change's ``before`` is unset)."""
@@ -118,11 +118,11 @@ class FlagMatcher:
         """What ``h`` predicts for a change: fixed, may_fix or persists."""
         if change is not None:
             for iv in h.interventions:
-                if self._matches(change, iv, facts):
+                if self.matches(change, iv, facts):
                     return "fixed" if iv.decisive else "may_fix"
         return "persists"
 
-    def _covers(self, diff: Intervention, iv: Intervention, facts: dict[str, str]) -> bool:
+    def covers(self, diff: Intervention, iv: Intervention, facts: dict[str, str]) -> bool:
         """Whether intervention ``iv`` makes the change ``diff`` names (same fact and value, or the same
         variable with that value / in the rule's direction)."""
         value = diff.values[0] if diff.values else True
@@ -131,7 +131,7 @@ class FlagMatcher:
         if diff.fact:
             return False
         name = self._canon(diff.kind, diff.names[0]) or diff.names[0]
-        return self._matches(Change(kind=diff.kind, name=name, after=value), iv, facts)
+        return self.matches(Change(kind=diff.kind, name=name, after=value), iv, facts)
 
 
 #: Flag-catalog lookups of the planner, per catalog object (held here, so its id is not reused while

@@ -9,8 +9,8 @@ import re
 
 from agent.domain.case import Case
 from agent.domain.models import STAGE_ORDER, Baseline, Experiment, Outcome
-from agent.planning.generators.evidence import failure_evidence, parse_tracebacks
 from tools.probes import Probe
+from tools.tracebacks import Traceback, parse_numbered_lines
 
 #: Probe ids of the concurrency probes this planner adds start with this prefix.
 LOAD_PROBE_PREFIX = "load:"
@@ -83,28 +83,12 @@ def classify_observation(outcome: Outcome, reference: Outcome) -> str:
     return "changed"
 
 
-#: Symptom classes that only say where a failure happened, not what kind it is.
-_GENERIC_CLASSES = frozenset({"startup_error", "crash_at_decode"})
-
-
-def class_gone(reference: Outcome, outcome: Outcome) -> bool:
-    """Whether the failure class of ``reference`` (its specific symptom classes: out of memory at load,
-    NaN, illegal memory access, an import error, ...) is absent from ``outcome``. Two generic start-up
-    errors with different exceptions count as different classes."""
-    ref = set(failure_evidence(reference).symptoms) - _GENERIC_CLASSES
-    out = set(failure_evidence(outcome).symptoms) - _GENERIC_CLASSES
-    if ref & out:
-        return False
-    # the same error with other values (a quoted name, a figure) is the same failure in other words
-    return not (error_templates(reference) & error_templates(outcome))
-
-
 def error_templates(outcome: Outcome) -> set[str]:
     """The exception lines of an outcome with the values blanked: quoted and parenthesised text and
     numbers (``ValueError: ... (fp8) does not match ... (awq).`` -> ``ValueError: ... (#) does not match
     ... (#).``)."""
     out = set()
-    for tb in parse_tracebacks(outcome.log_excerpt):
+    for tb in _tracebacks(outcome):
         if not tb.exception_line:
             continue
         t = re.sub(r"\([^()]*\)|'[^']*'|\"[^\"]*\"|`[^`]*`", "#", tb.exception_line)
@@ -117,7 +101,7 @@ def exception_keys(outcome: Outcome) -> set[str]:
     so the same error with other figures is the same error."""
     return {
         re.sub(r"\d+(?:\.\d+)?", "#", tb.exception_line)[:160]
-        for tb in parse_tracebacks(outcome.log_excerpt)
+        for tb in _tracebacks(outcome)
         if tb.exception_line
     }
 
@@ -168,7 +152,7 @@ def import_time_failure(outcome: Outcome) -> str | None:
     reading = outcome.source_reading
     if reading is not None and reading.leads:
         return None
-    for tb in parse_tracebacks(outcome.log_excerpt):
+    for tb in _tracebacks(outcome):
         if (tb.exception or "").rsplit(".", 1)[-1] not in ("ImportError", "ModuleNotFoundError"):
             continue
         if not any(f.function == "<module>" for f in tb.frames):
@@ -197,3 +181,9 @@ def failed_only_under_load(outcome: Outcome) -> bool:
 def config_key(baseline: Baseline) -> str:
     """A key of a configuration (flags and env): the same for two launches of one configuration."""
     return Experiment.make_id(baseline, None, "config")
+
+
+def _tracebacks(outcome: Outcome) -> list[Traceback]:
+    """The Python tracebacks in an outcome's kept log lines, in log order, every rank's (as
+    ``agent.planning.generators.evidence.parse_tracebacks`` reads them; parsing: ``tools.tracebacks``)."""
+    return parse_numbered_lines(((ll.line, ll.text) for ll in outcome.log_excerpt), unique=False)

@@ -36,17 +36,24 @@ Beyond one change at a time:
 
 from __future__ import annotations
 
-from agent.domain.models import RelevantFinding
+from collections.abc import Mapping
+from typing import Any
+
+from agent.domain.models import Baseline, Change, Hypothesis, Outcome, RelevantFinding
 from agent.planning.catalog import CatalogEntry
 from agent.planning.chooser import Chooser
-from agent.planning.generators import CandidateGenerator
+from agent.planning.confirm import FixKeeper
+from agent.planning.generators import CandidateGenerator, GeneratorInput
 from agent.planning.generators.registry import default_generators
-from agent.planning.history import HistoryReader
+from agent.planning.history import HistoryReader, class_gone
+from agent.planning.ledger import LedgerBook
+from agent.planning.llm_client import ChatClient
+from agent.planning.llm_planner import LLMPlanner
+from agent.planning.llm_spec import PlannerSpec
 from agent.planning.observations import (
     BURST_LEVELS,
     FALSE_CONFIRMATION,
     LOAD_PROBE_PREFIX,
-    class_gone,
     classify_observation,
     confirmations_required,
     error_templates,
@@ -69,6 +76,7 @@ from agent.planning.view import (
     default_launch_cost_s,
     model_features,
 )
+from agent.record.transcript import Transcript
 from tools.flags import FlagCatalog
 
 __all__ = [
@@ -94,16 +102,21 @@ __all__ = [
     "import_time_failure",
     "load_level",
     "load_probe_for",
+    "make_planner",
     "model_features",
     "progress_ids",
     "speaks_of_flakiness",
 ]
 
 
-class RulePlanner(HistoryReader, Chooser):
+class RulePlanner:
     """The default planner: catalog + findings + Bayes-style updates + probability-per-cost choice.
 
-    ``catalog``: hypothesis catalog entries; ``flags``: the host's flag catalog (legal names and values).
+    ``catalog``: hypothesis catalog entries; ``flags``: the host's flag catalog (legal names and values);
+    ``generators``: the candidate generators (default ``agent.planning.generators.registry``; the
+    catalog is one of them). Composed of its parts, each given what it works with: the ledger
+    (``LedgerBook``), the fixes and confirmations (``FixKeeper``), the history reader
+    (``HistoryReader``) and the chooser of the next experiment (``Chooser``).
     """
 
     name = "rules"
@@ -114,14 +127,53 @@ class RulePlanner(HistoryReader, Chooser):
         flags: FlagCatalog | None,
         generators: list[CandidateGenerator] | None = None,
     ) -> None:
-        super().__init__(flags)
+        self.flags = flags
         self.catalog = catalog
-        #: The candidate generators (``agent.planning.generators.registry``); the catalog is one of them.
         self.generators = generators if generators is not None else default_generators()
-        #: The case of the history being read (its intent decides which changes alter the deployment).
-        self._case = None
-        self._checkpoint = {}
+        self.book = LedgerBook(flags, catalog, self.generators)
+        self.reader = HistoryReader(self.book, FixKeeper(self.book))
+        self.chooser = Chooser(flags, self.name)
+
+    def history(self, view: PlannerView) -> HistoryState:
+        """Rebuild the ledger and the current baseline from the run's history (``agent.planning.history``)."""
+        return self.reader.history(view)
+
+    def propose(self, view: PlannerView, state: HistoryState) -> Proposal:
+        """The next experiment, or the reason to conclude (``agent.planning.chooser``)."""
+        return self.chooser.propose(view, state)
+
+    def prediction(self, h: Hypothesis, change: Change | None, facts: dict[str, str] | None = None) -> str:
+        """What ``h`` predicts for a change: fixed, may_fix or persists (``agent.planning.matching``)."""
+        return self.book.prediction(h, change, facts)
+
+    def generator_input(self, view: PlannerView, outcome: Outcome, config: Baseline) -> GeneratorInput:
+        """What the generators see of one failing launch (``LedgerBook.generator_input``)."""
+        return self.book.generator_input(view, outcome, config)
 
     def checkpoint(self) -> None:
         """Nothing to keep: the rule planner decides from the run's state alone."""
         return None
+
+
+# ---------------------------------------------------------------------------------------------- wiring
+
+
+def make_planner(
+    spec: Mapping[str, Any] | None,
+    catalog: list[CatalogEntry],
+    flags: FlagCatalog | None,
+    *,
+    transcript: Transcript | None = None,
+    client: ChatClient | None = None,
+) -> Planner:
+    """The planner a run's checkpointed ``spec`` names (``None``: the rule planner); the one factory
+    (``agent.planning.view.PlannerFactory``: the CLI gives it to the run's runtime). ``transcript``: where
+    the LLM planner writes its exchanges; ``client``: its chat client (e.g. recorded answers).
+
+    Raises ValueError for a spec of kind ``llm`` without its options."""
+    s = PlannerSpec.model_validate(spec or {})
+    if s.kind == "rules":
+        return RulePlanner(catalog, flags)
+    if s.llm is None:
+        raise ValueError("planner kind 'llm' needs its options (model, base_url, ...)")
+    return LLMPlanner(catalog, flags, s.llm, rules=RulePlanner, memory=s.memory, transcript=transcript, client=client)

@@ -1,10 +1,13 @@
 """What a planner sees and says: the run's history (``PlannerView``), the ledger and baseline derived
-from it (``HistoryState``, with the fixes found so far), the answer (``Proposal``) and the ``Planner``
-protocol the graph knows planners by."""
+from it (``HistoryState``, with the fixes found so far; ``HistoryPass``, what one pass over it carries),
+the answer (``Proposal``), the ``Planner`` protocol the graph knows planners by and the ``PlannerFactory``
+the CLI gives the run."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -15,6 +18,11 @@ from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog
 from tools.knowledge import infer_features
 from tools.probes import Probe
+
+if TYPE_CHECKING:
+    from agent.planning.catalog import CatalogEntry
+    from agent.planning.llm_client import ChatClient
+    from agent.record.transcript import Transcript
 
 # The tunable weights and thresholds (likelihoods, score factors, relevance and probability cut-offs,
 # the assumed cost of an unmeasured launch) live in knowledge/planner.toml: ``tunables()``.
@@ -104,6 +112,19 @@ class HistoryState(BaseModel):
         return [self.case_load] if self.case_load is not None else []
 
 
+@dataclass
+class HistoryPass:
+    """One pass over a run's history (``agent.planning.history``): what the rule planner's parts read and
+    update for every launch of it. ``ledger``: hypothesis id -> hypothesis; ``weights``: hypothesis id ->
+    unnormalised weight; ``refs``: configuration key (``config_key``) -> its failing outcome."""
+
+    view: PlannerView
+    state: HistoryState
+    ledger: dict[str, Hypothesis] = field(default_factory=dict)
+    weights: dict[str, float] = field(default_factory=dict)
+    refs: dict[str, Outcome] = field(default_factory=dict)
+
+
 class Proposal(BaseModel):
     """A planner's answer: one experiment, or a reason to conclude."""
 
@@ -115,7 +136,7 @@ class Proposal(BaseModel):
 class Planner(Protocol):
     """Decides: ledger from history, next experiment from ledger (docs/ARCHITECTURE.md, "Planners").
 
-    The graph knows planners only through this protocol; ``agent.planning.llm_planner.make_planner`` builds the
+    The graph knows planners only through this protocol; ``agent.planning.planner.make_planner`` builds the
     one a run's ``PlannerSpec`` names.
     """
 
@@ -134,6 +155,21 @@ class Planner(Protocol):
     def checkpoint(self) -> dict[str, Any] | None:
         """What to keep in the run's checkpoint after a step (``PlannerSpec`` as JSON), or None."""
         ...
+
+
+class PlannerFactory(Protocol):
+    """Builds the planner a run's checkpointed spec names (``agent.planning.planner.make_planner``): the
+    CLI hands it to the run's ``Runtime``, so the run's modules know planners only by this protocol."""
+
+    def __call__(
+        self,
+        spec: Mapping[str, Any] | None,
+        catalog: list[CatalogEntry],
+        flags: FlagCatalog | None,
+        *,
+        transcript: Transcript | None = None,
+        client: ChatClient | None = None,
+    ) -> Planner: ...
 
 
 def default_launch_cost_s() -> float:

@@ -18,16 +18,14 @@ import fcntl
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from langgraph.checkpoint.sqlite import SqliteSaver
 from pydantic import BaseModel
 
-from agent.record.transcript import Transcript, TranscriptError, TranscriptEvent, read_transcript, skip_bad
-from agent.run.graph import build_graph
-from agent.run.runtime import Runtime
+from agent.record.transcript import TranscriptError, read_transcript, skip_bad
 
 RunStatus = Literal["running", "waiting_for_approval", "finished", "interrupted"]
 #: The one spelling of a waiting run in every ``--json`` output (``run``, ``resume``, ``runs``, ``show``);
@@ -207,23 +205,6 @@ def lock_holder(home: Path, run_id: str) -> int | None:
 # ---------------------------------------------------------------------------------------- reading runs
 
 
-class _ReadOnlyTranscript(Transcript):
-    """Stands in for a transcript when a graph is built only to read checkpoints (never emits)."""
-
-    def __init__(self) -> None:
-        self.path = Path(os.devnull)
-        self.run_id = ""
-        self.step = 0
-        self.seq = 0
-        self.listeners = []
-
-    def emit(self, type: str, data: dict[str, Any] | None = None, *, node: str = "") -> TranscriptEvent:
-        raise RuntimeError("a read-only runtime does not write transcripts")
-
-    def close(self) -> None:
-        return None
-
-
 class RunInfo(BaseModel):
     """A run as ``hypoloop runs``/``show`` report it.
 
@@ -248,11 +229,6 @@ class RunInfo(BaseModel):
     #: Servers this run launched that still run on this machine although no process drives the run.
     leftovers: list[dict[str, Any]] = []
     values: dict[str, Any] = {}
-
-
-def read_graph(home: Path, saver: SqliteSaver) -> Any:
-    """The run graph compiled over ``saver`` with a runtime that can only read (for ``get_state``)."""
-    return build_graph(Runtime(_ReadOnlyTranscript(), home), saver)
 
 
 def run_ids(saver: SqliteSaver) -> list[str]:
@@ -350,8 +326,13 @@ def _launches_in(transcript: Path) -> int:
         return 0
 
 
-def list_runs(home: Path) -> list[RunInfo]:
-    """Every run in ``home``'s checkpoint store, oldest first. Raises StoreError for a damaged store."""
+#: Compiles the run graph over a checkpoint store to read its state (``agent.run.graph.read_graph``).
+GraphReader = Callable[[Path, SqliteSaver], Any]
+
+
+def list_runs(home: Path, read_graph: GraphReader) -> list[RunInfo]:
+    """Every run in ``home``'s checkpoint store, oldest first, read through the graph ``read_graph``
+    compiles. Raises StoreError for a damaged store."""
     if not (home / "checkpoints.sqlite").exists():
         return []
     try:
@@ -365,8 +346,8 @@ def list_runs(home: Path) -> list[RunInfo]:
     return [i for i in infos if i is not None]
 
 
-def load_run(home: Path, run_id: str) -> RunInfo:
-    """One run; raises RunError when the store has no run with that id, StoreError when it is damaged."""
+def load_run(home: Path, run_id: str, read_graph: GraphReader) -> RunInfo:
+    """One run, read through the graph ``read_graph`` compiles; raises RunError when the store has no run with that id, StoreError when it is damaged."""
     if (home / "checkpoints.sqlite").exists():
         try:
             with open_checkpointer(home) as saver:

@@ -3,8 +3,8 @@ answering from the run's recorded model responses), each decision (hypothesis ve
 the conclusion) compared with the recorded one, stopping at the first divergence: later observations were
 made under the recorded decision and no longer apply.
 
-The planner machinery is imported when a planner is asked for, so that ``agent.review.replay`` (which
-re-exports these names) still starts at once.
+The planner is given (built by the ``make_planner`` the CLI passes in); the planner machinery this module
+uses itself is imported when it is asked for.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from agent.review.wording import count
 
 if TYPE_CHECKING:
     from agent.domain.case import Case
-    from agent.planning.planner import Planner, PlannerView
+    from agent.planning.view import Planner, PlannerFactory, PlannerView
     from agent.record.recorded import DesignPoint, RecordedRun
     from tools.flags import FlagCatalog
 
@@ -63,16 +63,19 @@ class RedecideResult:
 PLANNERS = ("rules", "llm")
 
 
-def redecide_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog | None, list[str]]:
-    """The planner to re-decide with, the host's flag catalog as recorded, and warnings.
+def redecide_planner(
+    name: str, run: RecordedRun, make_planner: PlannerFactory
+) -> tuple[Planner, FlagCatalog | None, list[str]]:
+    """The planner to re-decide with, built by ``make_planner`` (``agent.planning.planner.make_planner``),
+    the host's flag catalog as recorded, and warnings.
 
     ``rules``: the current rule planner with the current hypothesis catalog (knowledge/hypotheses.toml).
     ``llm``: the LLM planner answering from the transcript's recorded model responses, in order
-    (``LLMPlanner.from_recorded``; no network); once they are used up it falls back to the rules.
-    Raises RedecideError.
+    (``RecordedChatClient``; no network) with the options of its first ``llm.request``; once they are
+    used up it falls back to the rules. Raises RedecideError.
     """
     from agent.planning.catalog import CatalogError, load_catalog
-    from agent.planning.llm_planner import make_planner
+    from agent.planning.llm_client import RecordedChatClient
     from agent.record.wire import field_of
     from tools.flags import FlagCatalog
 
@@ -91,23 +94,18 @@ def redecide_planner(name: str, run: RecordedRun) -> tuple[Planner, FlagCatalog 
         except CatalogError as exc:
             raise RedecideError(str(exc)) from None
     if name == "llm":
-        try:
-            from agent.planning.llm_planner import LLMPlanner
-        except ImportError:
-            LLMPlanner = None  # type: ignore[assignment,misc]  # noqa: N806
-        if LLMPlanner is None or not hasattr(LLMPlanner, "from_recorded"):
-            raise RedecideError(
-                "--planner llm is not available: agent.planning.llm_planner offers no planner that replays recorded "
-                "responses, and a live model would not re-decide the same way twice"
-            )
         events = [ev.model_dump() for ev in read_transcript(run.path)]
-        if not any(e["type"] == "llm.request" for e in events):
+        first = next((e["data"] for e in events if e["type"] == "llm.request"), None)
+        if first is None:
             raise RedecideError(
                 f"--planner llm: {run.path} holds no llm.request events (the run was decided by "
                 "another planner), so there are no model answers to replay; use --planner rules"
             )
+        if "config" not in first:
+            raise RedecideError("--planner llm: the transcript holds no llm.request event with the planner's config")
+        spec = {"kind": "llm", "llm": first["config"]}
         try:
-            llm = LLMPlanner.from_recorded(events, catalog=load_catalog(), flags=flags)
+            llm = make_planner(spec, load_catalog(), flags, client=RecordedChatClient.from_events(events))
         except (ValueError, CatalogError) as exc:
             raise RedecideError(f"--planner llm: {exc}") from None
         return llm, flags, warnings
@@ -158,8 +156,8 @@ def recorded_case(run: RecordedRun, flags: FlagCatalog | None, warnings: list[st
 def view_at(run: RecordedRun, seq: int, case: Case, warnings: list[str] | None = None) -> PlannerView:
     """The PlannerView the design step had just before event ``seq``: case, host, findings, the
     experiments whose outcome was known, their outcomes, the rejections, launches and host-seconds."""
-    from agent.domain.models import Change, Experiment, Outcome, Rejection
-    from agent.planning.planner import PlannerView, RelevantFinding
+    from agent.domain.models import Change, Experiment, Outcome, Rejection, RelevantFinding
+    from agent.planning.view import PlannerView
     from agent.record.wire import field_of, from_payload
     from tools.fingerprint import HostFingerprint
     from tools.knowledge import Finding
@@ -320,7 +318,7 @@ def _compare_proposal(
 
 
 def _compare_conclusion(run: RecordedRun, planner: Planner, case: Case) -> Decision:
-    from agent.run.nodes.conclude import build_conclusion
+    from agent.planning.conclusion import conclusion_of
 
     last = max((e.outcome_seq or 0 for e in run.runs), default=0)
     view = view_at(run, last + 1, case)
@@ -339,7 +337,7 @@ def _compare_conclusion(run: RecordedRun, planner: Planner, case: Case) -> Decis
         "host_seconds": view.host_seconds,
         "conclude_reason": none.data.get("reason") if none else None,
     }
-    c = build_conclusion(state)  # type: ignore[arg-type]
+    c = conclusion_of(state)  # type: ignore[arg-type]
     rec = run.conclusion or {}
 
     def key(status: Any, root: Any, fix: Any) -> str:

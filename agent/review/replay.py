@@ -6,7 +6,7 @@
   the design step weighed (``considered``). ``from_step`` jumps, ``speed`` paces the replay by the
   recorded timestamps, ``follow`` tails a transcript still being written (memory stays flat: one
   line is held at a time, plus the ledger).
-- ``redecide`` (``agent.review.redecide``, re-exported here): feeds the recorded history to a planner and compares its decisions (hypothesis
+- ``redecide`` (``agent.review.redecide``, its own module): feeds the recorded history to a planner and compares its decisions (hypothesis
   verdicts, the next experiment, the conclusion) with the recorded ones, stopping at the first
   divergence: later observations were made under the recorded decision and no longer apply.
 
@@ -28,37 +28,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent.record.transcript import TranscriptError, TranscriptEvent, parse_event, read_transcript
-from agent.review.redecide import (
-    PLANNERS,
-    Decision,
-    RedecideError,
-    RedecideResult,
-    recorded_case,
-    redecide,
-    redecide_planner,
-    redecide_table,
-    view_at,
-)
 from agent.review.render import EventRenderer, change_text, shown_line
 from agent.review.wording import count
 from tools.sanitize import SafeConsole
 
 __all__ = [
     "MAX_GAP_S",
-    "PLANNERS",
-    "Decision",
-    "RedecideError",
-    "RedecideResult",
     "ReplayRenderer",
     "ReplaySummary",
     "follow_events",
     "main",
-    "recorded_case",
-    "redecide",
-    "redecide_planner",
-    "redecide_table",
     "replay",
-    "view_at",
 ]
 
 #: Longest pause between two events with ``--speed`` (seconds, after scaling): a run that waited

@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
 
@@ -46,20 +46,21 @@ from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
 from agent.domain.models import Experiment, Outcome, Rejection
 from agent.planning.guard import GuardError, check_experiment
-from agent.planning.planner import HistoryState, PlannerView, Proposal
+from agent.planning.view import HistoryState, PlannerView, Proposal
 from agent.record.wire import to_payload
 from agent.run.crashsafe import infra_failure
-from agent.run.nodes.analyze import classify_outcome
-from agent.run.nodes.approve import Route, approve
-from agent.run.nodes.design import design
-from agent.run.nodes.execute import JobEnded, execute, run_experiment
 from agent.run.recovery import prior_launch, recover, save_result
 from agent.run.runtime import Runtime
 from agent.run.state import RunState, case_of, planner_view
 from tools.host import HostError, ProcessHandle
 
+if TYPE_CHECKING:  # the nodes are given by the graph (``Steps``), not imported here
+    from agent.run.nodes.approve import Route
+    from agent.run.nodes.execute import JobEnded
+
 __all__ = [
     "BatchResult",
+    "Steps",
     "approve_in_batch",
     "design_or_batch",
     "execute_or_batch",
@@ -67,6 +68,21 @@ __all__ = [
     "propose_batch",
     "run_batch",
 ]
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The plain nodes and launch functions the batch steps hand over to, given by the graph
+    (``agent.run.graph.NODE_STEPS``: ``agent.run.nodes``), so this module sits beside the nodes instead
+    of above them. ``run_experiment``/``job_ended``: ``agent.run.nodes.execute.run_experiment`` and
+    ``JobEnded``; ``classify``: ``agent.run.nodes.analyze.classify_outcome``."""
+
+    design: Callable[[RunState, Runtime], Any]
+    approve: Callable[[RunState, Runtime], Command[Route]]
+    execute: Callable[[RunState, Runtime], RunState]
+    run_experiment: Callable[..., RawEvidence]
+    classify: Callable[[RawEvidence], Outcome]
+    job_ended: type[JobEnded]
 
 
 def fixing_hypotheses(exp: Experiment) -> set[str]:
@@ -138,14 +154,15 @@ def run_batch(
     run_id: str,
     batch: Sequence[Experiment],
     *,
-    classify: Callable[[RawEvidence], Outcome],
+    steps: Steps,
     on_outcome: Callable[[Experiment, Outcome, RawEvidence], bool] | None = None,
     launch: dict[str, dict[str, Any]] | None = None,
 ) -> BatchResult:
     """Run `batch` at once; each experiment as `agent.run.nodes.execute.run_experiment` runs one.
 
     `launch[exp.id]` are extra `run_experiment` arguments (``adopt``/``record``/``launch_no`` of a
-    server an earlier process launched). `classify(raw)` turns the evidence into an `Outcome`;
+    server an earlier process launched). `steps` gives `run_experiment`, `JobEnded` and `classify(raw)`,
+    which turns the evidence into an `Outcome`;
     `on_outcome(exp, outcome, raw)` is called (on the
     calling thread, in arrival order) for each finished experiment and returns True when the outcome
     settles the question, which stops every experiment still running (its server or job stopped and
@@ -156,7 +173,7 @@ def run_batch(
     settled = threading.Event()
 
     def one(exp: Experiment) -> RawEvidence:
-        return run_experiment(rt, case, run_id, exp, **(launch or {}).get(exp.id, {}))
+        return steps.run_experiment(rt, case, run_id, exp, **(launch or {}).get(exp.id, {}))
 
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(batch)), thread_name_prefix="exp")
     try:
@@ -166,7 +183,7 @@ def run_batch(
             result.finished_at[exp.id] = time.monotonic()
             try:
                 raw = fut.result()
-            except JobEnded as exc:
+            except steps.job_ended as exc:
                 result.ended[exp.id] = exc
                 continue
             except HostError as exc:
@@ -176,7 +193,7 @@ def run_batch(
                 result.cancelled.append(raw)
                 continue
             result.raws.append(raw)
-            if on_outcome is not None and on_outcome(exp, classify(raw), raw):
+            if on_outcome is not None and on_outcome(exp, steps.classify(raw), raw):
                 settled.set()
                 for other, e in futures.items():
                     if not other.done():
@@ -196,11 +213,11 @@ def batch_size(state: RunState) -> int:
     return max(1, int(state.get("parallel") or 1))
 
 
-def design_or_batch(state: RunState, rt: Runtime) -> dict[str, Any]:
+def design_or_batch(state: RunState, rt: Runtime, steps: Steps) -> dict[str, Any]:
     """The design step: with ``--parallel N`` > 1 and room for it, a batch of test experiments (each
     passing the guard), the first one pending approval; otherwise the plain design node."""
     if batch_size(state) <= 1 or state.get("status") == "error":
-        return design(state, rt)
+        return steps.design(state, rt)
     tr = rt.transcript
     view = planner_view(state)
     pl = rt.planner(state)
@@ -214,7 +231,7 @@ def design_or_batch(state: RunState, rt: Runtime) -> dict[str, Any]:
             continue
         checked.append(exp)
     if len(checked) <= 1:
-        return design(state, rt)  # a baseline, a confirmation, or a single test: one experiment as usual
+        return steps.design(state, rt)  # a baseline, a confirmation, or a single test: one experiment as usual
     memo = pl.checkpoint()
     tr.step = view.launches + 1
     ids = [e.id for e in checked]
@@ -238,11 +255,11 @@ def design_or_batch(state: RunState, rt: Runtime) -> dict[str, Any]:
     }
 
 
-def approve_in_batch(state: RunState, rt: Runtime) -> Command[Route]:
+def approve_in_batch(state: RunState, rt: Runtime, steps: Steps) -> Command[Route]:
     """The approve step: the plain approve node for the pending experiment; inside a batch, its answer
     moves on to the next member (approved or edited ones are kept, a rejected one dropped) and, once
     every member is answered, sends the approved ones to execute together (none: back to design)."""
-    cmd = approve(state, rt)
+    cmd = steps.approve(state, rt)
     if state.get("batch") is None:
         return cmd
     update = dict(cmd.update or {})
@@ -273,13 +290,13 @@ def approve_in_batch(state: RunState, rt: Runtime) -> Command[Route]:
     return Command(goto="design", update={**update, "pending": None, "batch": None, "approved": []})
 
 
-def execute_or_batch(state: RunState, rt: Runtime) -> RunState:
+def execute_or_batch(state: RunState, rt: Runtime, steps: Steps) -> RunState:
     """The execute step: the plain execute node, or the approved batch run at once (see the module
     docstring). Returns the state update: every member in ``experiments`` (done, or skipped when
     cancelled or lost to a host error), the outcomes that arrived, launches and host-seconds of all."""
     approved = [Experiment.model_validate(e) for e in state.get("approved") or []]
     if not approved:
-        return execute(state, rt)
+        return steps.execute(state, rt)
     tr = rt.transcript
     case = case_of(state)
     run_id = state["run_id"]
@@ -293,7 +310,7 @@ def execute_or_batch(state: RunState, rt: Runtime) -> RunState:
     view = planner_view(state)
     pl = rt.planner(state)
     for exp_id, ev in tally.evidence_of.items():  # recovered results count as arrived
-        tally.outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify_outcome(ev)))
+        tally.outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), steps.classify(ev)))
 
     def on_outcome(exp: Experiment, outcome: Outcome, raw: RawEvidence) -> bool:
         save_result(rt.state_dir, run_id, raw)
@@ -302,8 +319,8 @@ def execute_or_batch(state: RunState, rt: Runtime) -> RunState:
         return _settled(rt, pl, view, approved, tally.outcomes)
 
     todo = [e for e in approved if e.id not in tally.evidence_of]
-    result = run_batch(rt, case, run_id, todo, classify=classify_outcome, on_outcome=on_outcome, launch=launch)
-    _record_losses(rt, case, approved, result, tally)
+    result = run_batch(rt, case, run_id, todo, steps=steps, on_outcome=on_outcome, launch=launch)
+    _record_losses(rt, case, approved, result, tally, steps.classify)
     return _batch_update(
         state, approved, tally.evidence_of, tally.outcomes, tally.earlier, tally.earlier_host_s, tally.update
     )
@@ -343,7 +360,14 @@ def _recover_batch(
     return launch
 
 
-def _record_losses(rt: Runtime, case: Case, approved: list[Experiment], result: BatchResult, tally: _Tally) -> None:
+def _record_losses(
+    rt: Runtime,
+    case: Case,
+    approved: list[Experiment],
+    result: BatchResult,
+    tally: _Tally,
+    classify: Callable[[RawEvidence], Outcome],
+) -> None:
     """Record the members the batch lost: cancelled (an earlier outcome settled the question), ended by
     the scheduler (this one's infrastructure outcome), or under a host failure (which ends the run)."""
     tr = rt.transcript
@@ -368,14 +392,14 @@ def _record_losses(rt: Runtime, case: Case, approved: list[Experiment], result: 
              "experiment_id": exp_id},
             node="execute",
         )
-        tally.outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify_outcome(ended.evidence)))
+        tally.outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify(ended.evidence)))
     for exp_id, err in result.errors.items():  # the host failed under this one: an infrastructure error
         tr.emit("error", {"message": str(err), "experiment_id": exp_id}, node="execute")
         lost = prior_launch(tr.path, exp_id)
         tally.earlier += lost.attempts
         tally.earlier_host_s += lost.wall_s / rt.host(case).time_scale
         infra = RawEvidence.infra_error(exp_id, str(err))
-        tally.outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify_outcome(infra)))
+        tally.outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify(infra)))
         # Any host failure ends the run, as for one experiment (agent.run.crashsafe.infra_failure): an
         # infra_error outcome must never be followed by more experiments.
         tally.update = tally.update or infra_failure(rt, exp_id, err)

@@ -11,16 +11,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.domain.case import Case
 from agent.domain.knowledge_dir import knowledge_file
 from agent.planning.catalog import CatalogEntry, load_catalog
-from agent.planning.llm_planner import make_planner
-from agent.planning.planner import Planner
 from agent.record.recorded import RecordedRun, follow
 from agent.record.transcript import Transcript
-from agent.run.progress import ProgressBoard
 from tools.connect import connect_host
 from tools.fingerprint import engine_version
 from tools.flags import FlagCatalog, load_flag_catalog
@@ -29,16 +26,23 @@ from tools.server import ServerSession
 from tools.signatures import Signature, for_engine, load_signatures
 from tools.ssh import SSHOptions
 
+if TYPE_CHECKING:
+    from agent.planning.view import Planner, PlannerFactory
+    from agent.run.progress import ProgressBoard
+
 
 @dataclass
 class Runtime:
     """The non-JSON parts of a run, rebuilt by each process: host connection, catalogs, transcript.
 
     ``state_dir`` holds the flag-catalog cache. Hosts are connected lazily and closed by ``close()``.
+    ``make_planner`` builds the planner a run's state names (the CLI gives
+    ``agent.planning.planner.make_planner``); a runtime without one only reads a run's state.
     """
 
     transcript: Transcript
     state_dir: Path
+    make_planner: PlannerFactory | None = None
     _host: Host | None = None
     _flags: FlagCatalog | None = None
     _signatures: list[Signature] | None = None
@@ -145,10 +149,13 @@ class Runtime:
 
     def planner(self, state: Mapping[str, Any]) -> Planner:
         """The planner the run's state names (``state["planner"]``: rules when absent), over the host's
-        flag catalog. Raises HostError/FlagError when the catalog cannot be read."""
+        flag catalog. Raises HostError/FlagError when the catalog cannot be read, RuntimeError when this
+        runtime was given no planner factory (``make_planner``)."""
+        if self.make_planner is None:
+            raise RuntimeError("this runtime has no planner factory: it can only read a run's state")
         case = Case.model_validate(state["case"])
         version = engine_version(state.get("fingerprint"))
-        return make_planner(state.get("planner"), self.catalog, self.flags(case, version), transcript=self.transcript)
+        return self.make_planner(state.get("planner"), self.catalog, self.flags(case, version), transcript=self.transcript)
 
     def close(self) -> None:
         """Stop anything still running and close the host connection.

@@ -10,8 +10,8 @@ import time
 from typing import Any, Literal, TypedDict, cast
 
 from agent.domain.case import Case, load_case
-from agent.domain.models import Experiment, Hypothesis, Outcome, Rejection
-from agent.planning.planner import HistoryState, PlannerView, RelevantFinding
+from agent.domain.models import Experiment, Hypothesis, Outcome, Rejection, RelevantFinding
+from agent.planning.view import HistoryState, PlannerView
 from tools.fingerprint import HostFingerprint, engine_version
 
 #: How a run stands or ended (``agent.domain.models.Conclusion.status``).

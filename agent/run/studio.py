@@ -20,6 +20,7 @@ from typing import Any
 
 from langgraph.config import get_config
 
+from agent.planning.planner import make_planner
 from agent.record.runs import home_dir
 from agent.record.transcript import Transcript
 from agent.run.graph import build_graph
@@ -44,7 +45,7 @@ class ThreadRuntimes:
         with self._lock:
             rt = self._runtimes.get(thread)
             if rt is None:
-                rt = Runtime(Transcript(self.directory / f"{thread}.jsonl", thread), self.home)
+                rt = Runtime(Transcript(self.directory / f"{thread}.jsonl", thread), self.home, make_planner)
                 self._runtimes[thread] = rt
             return rt
 

@@ -17,7 +17,7 @@ from agent.domain.models import (
     value_key,
 )
 from agent.planning.guard import GuardError, check_experiment
-from agent.planning.planner import PlannerView
+from agent.planning.view import PlannerView
 from tools.flags import FlagCatalog, FlagError
 
 #: An environment-variable assignment in an edit: upper-case names only, so that ``kv-cache-dtype=bf16``

@@ -18,7 +18,7 @@ from agent.domain.models import (
     Rejection,
     value_key,
 )
-from agent.planning.planner import PlannerView
+from agent.planning.view import PlannerView
 from agent.run.approval.policy import ApprovalMode
 from tools.flags import FlagCatalog, FlagError
 

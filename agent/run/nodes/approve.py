@@ -18,17 +18,14 @@ from typing import Any, Literal
 from langgraph.types import Command, interrupt
 
 from agent.domain.models import Experiment, Rejection
-from agent.run.approval import (
+from agent.run.approval.edit import EditError, apply_edit
+from agent.run.approval.policy import load_risk_rules, must_ask, risky_reasons
+from agent.run.approval.request import (
     ApprovalAnswer,
-    EditError,
     LeadBlocked,
     RequestContext,
-    apply_edit,
     build_request,
     lead_blocked,
-    load_risk_rules,
-    must_ask,
-    risky_reasons,
 )
 from agent.run.recovery import emit_once
 from agent.run.runtime import Runtime

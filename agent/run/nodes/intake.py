@@ -22,9 +22,9 @@ from langgraph.config import get_config
 from agent.domain.case import Case, outside_warnings
 from agent.domain.evidence import RawEvidence
 from agent.domain.knowledge_dir import chosen_dir
-from agent.domain.models import Baseline, Experiment
+from agent.domain.models import Baseline, Experiment, RelevantFinding
 from agent.planning.catalog import role_spellings
-from agent.planning.planner import RelevantFinding, model_features
+from agent.planning.view import model_features
 from agent.record.redact import run_redactor
 from agent.record.transcript import Transcript
 from agent.record.wire import to_payload

@@ -1,0 +1,563 @@
+"""A run's conclusion, decided from its state: root cause and minimal fix when a confirmed fix exists
+(isolated, or only a workaround when the fix changes what is served or is a workaround), else what was
+ruled out and what is left (not isolated, stopped, error), with the alternatives and their cost.
+
+The conclude node (``agent.run.nodes.conclude``) writes it and adds the FINDINGS.md entry; re-deciding a
+recorded run (``agent.review.redecide``) compares it with the recorded one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agent.domain.case import Case
+from agent.domain.models import (
+    Baseline,
+    Change,
+    Conclusion,
+    Experiment,
+    Hypothesis,
+    Intervention,
+    Outcome,
+    Rejection,
+    value_key,
+)
+from agent.planning.generators.blame import blamed
+from agent.planning.llm_spec import usage_summary
+from agent.planning.observations import import_time_failure
+from agent.planning.served import description_keeps, served_settings
+from agent.planning.values import ValueEvidence, derive
+from agent.planning.view import COST_ORDER
+
+if TYPE_CHECKING:
+    from agent.run.state import RunState
+
+
+def conclusion_of(state: RunState) -> Conclusion:
+    """The run's ending from its state: root cause and fix when a confirmed fix exists, else what was
+    ruled out (an isolated one gets its FINDINGS.md entry from the conclude node,
+    ``agent.run.nodes.conclude.build_conclusion``)."""
+    hyps = [Hypothesis.model_validate(h) for h in state.get("hypotheses", [])]
+    experiments = {e["id"]: Experiment.model_validate(e) for e in state.get("experiments", [])}
+    outcomes = {o["experiment_id"]: Outcome.model_validate(o) for o in state.get("outcomes", [])}
+    rejections = [Rejection.model_validate(r) for r in state.get("rejections", [])]
+    base = _base_conclusion(state, hyps, rejections)
+    if state.get("status") == "error":
+        return base.model_copy(update={"status": "error", "reason": state.get("error") or "error"})
+    passed = [e for e in experiments.values() if outcomes.get(e.id) and outcomes[e.id].stage == "ok"]
+    fix_exp = next((e for e in reversed(passed) if e.purpose == "test" and e.change), None)
+    confirm, refuted_by = _confirmation(state, fix_exp, experiments, outcomes)
+    reason = _fix_reason(state.get("conclude_reason") or "", fix_exp, confirm, refuted_by)
+    untested = [
+        {"id": h.id, "statement": h.statement, "posterior": h.posterior,
+         "why": _why_open(h, rejections, confirm, fix_exp.change if confirm and fix_exp else None)}
+        for h in sorted(hyps, key=lambda h: -h.posterior)
+        if h.status == "open"
+    ]
+    if state.get("status") == "stopped":
+        return base.model_copy(update={"status": "stopped", "reason": reason, "untested": untested})
+    if not (confirm and fix_exp and fix_exp.change):
+        base, untested = _ruled_out_by_import(base, untested, hyps, experiments, outcomes)
+        return blamed(_not_isolated(base, reason, untested, experiments, outcomes), state)
+    deployment = _changes_deployment(fix_exp, Case.model_validate(state["case"]),
+                                     (state.get("fingerprint") or {}).get("checkpoint") or {})
+    if deployment:
+        return _workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
+                                changes_deployment=deployment)
+    if _is_workaround(fix_exp.change, hyps):
+        return _workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes)
+    return _isolated(state, base, reason, untested, _Tested(hyps, experiments, outcomes), fix_exp, confirm)
+
+
+@dataclass(frozen=True)
+class _Tested:
+    """What the run tested: the ledger, and the experiments and outcomes by experiment id."""
+
+    hyps: list[Hypothesis]
+    experiments: dict[str, Experiment]
+    outcomes: dict[str, Outcome]
+
+
+def joined(reason: str, extra: str) -> str:
+    """``reason`` with ``extra`` appended after a semicolon (just ``extra`` when reason is empty)."""
+    return f"{reason}; {extra}" if reason else extra
+
+
+def _base_conclusion(state: RunState, hyps: list[Hypothesis], rejections: list[Rejection]) -> Conclusion:
+    """The not-isolated conclusion every ending starts from: what was refuted, rejected, edited and spent."""
+    return Conclusion(
+        status="not_isolated",
+        refuted=[
+            {
+                "id": h.id,
+                "statement": h.statement,
+                "component": h.component,
+                "evidence": [e.model_dump(mode="json") for e in h.evidence if e.effect == "refutes"],
+            }
+            for h in hyps
+            if h.status == "refuted"
+        ],
+        launches=state.get("launches", 0),
+        host_seconds=round(state.get("host_seconds", 0.0), 1),
+        rejected=[
+            {
+                "experiment_id": r.experiment_id,
+                "change": r.change.describe() if r.change else None,
+                "reason": r.reason,
+            }
+            for r in rejections
+        ],
+        edited=list(state.get("edits", [])),
+        llm_usage=usage_summary(state.get("planner")),
+    )
+
+
+def _fix_reason(
+    reason: str, fix_exp: Experiment | None, confirm: Experiment | None, refuted_by: str | None
+) -> str:
+    """The conclude reason extended with why a served fix is not the fix (re-run failed) or unconfirmed."""
+    if refuted_by is not None and fix_exp is not None and fix_exp.change is not None:
+        reason = joined(
+            reason,
+            f"{fix_exp.change.describe()} served in {fix_exp.id} but its re-run {refuted_by} did not hold, so "
+            "it is not the fix",
+        )
+    if fix_exp and fix_exp.change and not confirm and refuted_by is None:  # not (fully) confirmed
+        reason = joined(
+            reason, f"{fix_exp.change.describe()} served correctly in {fix_exp.id} but was not confirmed by a re-run"
+        )
+    return reason
+
+
+def _not_isolated(
+    base: Conclusion,
+    reason: str,
+    untested: list[dict[str, Any]],
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> Conclusion:
+    """The ending without a confirmed fix, naming a missing import no flag avoids when that is the failure."""
+    implicated = implicated_of(experiments, outcomes)
+    if implicated and implicated.get("missing"):
+        reason = joined(
+            reason,
+            f"the failure is a failed import of {implicated['missing']} (package {implicated['package']}) "
+            "that no flag or environment variable in the installed source avoids",
+        )
+    return base.model_copy(update={"reason": reason or "no fix found", "untested": untested, "implicated": implicated})
+
+
+def _ruled_out_by_import(
+    base: Conclusion,
+    untested: list[dict[str, Any]],
+    hyps: list[Hypothesis],
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> tuple[Conclusion, list[dict[str, Any]]]:
+    """When the last failure is an import that fails before SGLang reads its arguments
+    (``agent.planning.planner.import_time_failure``), the open hypotheses that only a launch flag would test are
+    ruled out by that, not left "not tested": no flag reaches the failing code. Those with an
+    environment-variable test stay open (a variable can change what is imported)."""
+    failing = [outcomes[e.id] for e in experiments.values()
+               if e.id in outcomes and outcomes[e.id].stage not in ("ok", "infra_error")]
+    importing = import_time_failure(failing[-1]) if failing else None
+    if importing is None:
+        return base, untested
+    by_id = {h.id: h for h in hyps}
+    flag_only = {
+        u["id"] for u in untested
+        if (h := by_id.get(u["id"])) is not None and h.interventions and all(iv.kind == "flag" for iv in h.interventions)
+    }
+    if not flag_only:
+        return base, untested
+    detail = (
+        f"the failure happens while Python imports {importing}, before SGLang reads any launch flag "
+        f"({failing[-1].experiment_id}): no flag reaches the failing code"
+    )
+    ruled = [
+        {
+            "id": h.id,
+            "statement": h.statement,
+            "component": h.component,
+            "evidence": [{"kind": "fact", "detail": detail, "experiment_id": failing[-1].experiment_id,
+                          "lines": [], "effect": "refutes"}],
+        }
+        for h in sorted((by_id[i] for i in flag_only), key=lambda h: (-h.posterior, h.id))
+    ]
+    rest = [u for u in untested if u["id"] not in flag_only]
+    return base.model_copy(update={"refuted": [*base.refuted, *ruled]}), rest
+
+
+def _workaround_only(
+    base: Conclusion,
+    reason: str,
+    untested: list[dict[str, Any]],
+    fix_exp: Experiment,
+    confirm: Experiment,
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+    changes_deployment: str | None = None,
+) -> Conclusion:
+    """The ending when only a workaround held: it avoids the broken part without naming the cause, so the
+    root cause is not isolated (the workaround is reported as an alternative that fixed it).
+    ``changes_deployment``: the setting it changed defines what is served or the user needs it
+    (knowledge/served.toml, the case's intent), so it is a workaround that changes the deployment."""
+    assert fix_exp.change is not None
+    what = (f"only a change of what is served avoided the failure ({changes_deployment} changed: a workaround "
+            "that changes the deployment; " if changes_deployment else "only a workaround avoided the failure (")
+    return base.model_copy(
+        update={
+            "reason": f"{what}{fix_exp.change.describe()}, confirmed by "
+            f"{confirm.id}); the root cause is not isolated" + (f"; {reason}" if reason else ""),
+            "untested": untested,
+            "implicated": implicated_of(experiments, outcomes),
+            "alternatives": [
+                {"change": fix_exp.change.describe(), "kind": fix_exp.change.kind, "name": fix_exp.change.name,
+                 "workaround": True, "cost": "medium", "note": "", "decisive": True,
+                 "experiment_id": fix_exp.id, "result": "fixed"}
+            ],
+        }
+    )
+
+
+def _isolated(
+    state: RunState,
+    base: Conclusion,
+    reason: str,
+    untested: list[dict[str, Any]],
+    tested: _Tested,
+    fix_exp: Experiment,
+    confirm: Experiment,
+) -> Conclusion:
+    """The isolated ending: the confirmed cause (or the fix itself), the fix with its original value, and
+    the alternatives."""
+    assert fix_exp.change is not None
+    hyps, experiments, outcomes = tested.hyps, tested.experiments, tested.outcomes
+    cause = max((h for h in hyps if h.status == "confirmed"), key=lambda h: h.posterior, default=None)
+    original = Case.model_validate(state["case"]).baseline
+    fix = fix_exp.change.model_copy(update={"before": original.value(fix_exp.change.kind, fix_exp.change.name)})
+    return base.model_copy(
+        update={
+            "status": "isolated",
+            "root_cause": {
+                "component": cause.component if cause else "unknown",
+                "statement": cause.statement if cause else f"the failure goes away with {fix.describe()}",
+                "hypothesis_id": cause.id if cause else None,
+            },
+            "fix": fix,
+            "blockers": _blockers(original, fix_exp),
+            "fix_experiment_id": fix_exp.id,
+            "confirmation_experiment_id": confirm.id,
+            "reason": reason,
+            "untested": untested,
+            "alternatives": _alternatives(cause, fix_exp, hyps, experiments, outcomes, state.get("fingerprint")),
+        }
+    )
+
+
+def _blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
+    """The changes the fix was tested on top of: where the fixing experiment's baseline differs from the
+    case's, the planner adopted a change that moved the failure past a blocker. Each is needed with the
+    fix (a chain); one dict per variable: kind, name, before (the case's), after (None: removed)."""
+    out: list[dict[str, Any]] = []
+    for kind, mine, theirs in (("flag", original.flags, fix_exp.baseline.flags),
+                               ("env", original.env, fix_exp.baseline.env)):
+        for name in sorted(set(mine) | set(theirs)):
+            if fix_exp.change and fix_exp.change.kind == kind and fix_exp.change.name == name:
+                continue
+            before, after = mine.get(name), theirs.get(name)
+            if value_key(before) != value_key(after):
+                change = Change(kind=kind, name=name, before=before, after=after)  # type: ignore[arg-type]
+                out.append({**change.model_dump(mode="json"), "change": change.describe()})
+    return out
+
+
+def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str]) -> str | None:
+    """The setting the fix (or a blocker adopted on the way to it) changed that defines what is served
+    (knowledge/served.toml) or that the user needs (the case's intent), as ``NAME before → after``; else
+    None."""
+    served, keeps = served_settings(), description_keeps(case)
+    original = case.baseline
+    changes = [fix_exp.change] if fix_exp.change else []
+    changes += [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in _blockers(original, fix_exp)]
+    for ch in changes:
+        if ch is None:
+            continue
+        if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint,
+                                     before=ch.before):
+            return ch.name
+    return None
+
+
+def _is_workaround(change: Change, hyps: list[Hypothesis]) -> bool:
+    """Whether the ledger calls this change a workaround (an intervention making it says so), as the
+    planner ranks fixes (``RulePlanner._fix_kind``)."""
+    key = value_key(change.after)
+    for h in hyps:
+        for iv in h.interventions:
+            if iv.kind != change.kind or change.name not in iv.names or not iv.workaround:
+                continue
+            if iv.derive or any(value_key(v) == key for v in iv.values):
+                return True
+    return False
+
+
+def _confirmation(
+    state: RunState,
+    fix_exp: Experiment | None,
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> tuple[Experiment | None, str | None]:
+    """(the confirmation that completes the fix, the re-run that refuted it).
+
+    A fix is confirmed by passing re-runs of its configuration: two when the case says the failure is
+    intermittent or the run has seen the same configuration both pass and fail, else one. A re-run that
+    failed refutes it: a fix a later confirmation refuted is never reported as isolated (issue 10).
+    """
+    if fix_exp is None:
+        return None, None
+    config = fix_exp.config()
+    reruns = [(e, outcomes[e.id]) for e in experiments.values()
+              if e.purpose == "confirm" and e.baseline == config and e.id in outcomes]
+    failed = next((e.id for e, o in reruns if o.stage not in ("ok", "infra_error")), None)
+    if failed is not None:
+        return None, failed
+    passing = [e for e, o in reruns if o.stage == "ok"]
+    case = Case.model_validate(state["case"])
+    flaky = _seen_flaky(experiments, outcomes)
+    from agent.planning.observations import confirmations_required, speaks_of_flakiness
+
+    needed = 1
+    if case.reproduce.intermittent or speaks_of_flakiness(case) or flaky:
+        needed = confirmations_required([e for e in experiments.values() if e.id in outcomes], outcomes)
+    return (passing[-1] if len(passing) >= needed else None), None
+
+
+def _seen_flaky(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> bool:
+    """Whether one configuration both served and failed in this run (same flags and env, same probes)."""
+    seen: dict[str, set[bool]] = {}
+    for e in experiments.values():
+        o = outcomes.get(e.id)
+        if o is None or o.stage == "infra_error":
+            continue
+        key = Experiment.make_id(e.config(), None, "config", probes=e.probes)
+        seen.setdefault(key, set()).add(o.stage == "ok")
+    return any(len(v) > 1 for v in seen.values())
+
+
+def implicated_of(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> dict[str, Any] | None:
+    """What a run that found no fix blames: the component (the innermost SGLang module of the last
+    failure's traceback) and the third-party package in its frames, with the exception line as
+    evidence; None when nothing failed (a failure that did not reproduce blames nothing)."""
+    from agent.planning.generators.evidence import failure_evidence
+
+    failing = [outcomes[e.id] for e in experiments.values()
+               if e.id in outcomes and outcomes[e.id].stage not in ("ok", "infra_error")]
+    if not failing:
+        return None
+    ev = failure_evidence(failing[-1])
+    frames = [f for tb in reversed(ev.tracebacks) for f in tb.frames]
+    sglang = next((f for f in frames if f.package == "sglang" and f.module), None)
+    package = next((f.package for f in frames if f.package and f.package not in _NOT_BLAMED), None)
+    package = package or next((f.package for f in frames if f.package == "torch"), None)
+    exc = next((tb.exception_line for tb in reversed(ev.tracebacks) if tb.exception_line), "")
+    component = sglang.module.removeprefix("sglang.srt.").removeprefix("sglang.") if sglang and sglang.module else None
+    if component is None and not package:
+        sig = failing[-1].failure_signatures()
+        component = sig[0] if sig else failing[-1].stage
+    missing = failing[-1].source_reading.missing if failing[-1].source_reading is not None else None
+    if missing is not None:
+        # A failed import names what is missing: that package is what no flag or variable avoided.
+        package, exc = missing.package, missing.text
+    return {
+        "component": component,
+        "package": package,
+        "missing": missing.module if missing is not None else None,
+        "evidence": exc or failing[-1].summary,  # the whole line: evidence is never cut where shown
+        "experiment_id": failing[-1].experiment_id,
+        "symptoms": ev.symptoms,
+    }
+
+
+#: Packages a failure is not blamed on by name: SGLang itself (its module is the component), PyTorch
+#: (blamed only when nothing else is in the frames) and the standard library's machinery.
+_NOT_BLAMED = frozenset({"sglang", "torch", "runpy", "importlib", "asyncio", "concurrent", "threading",
+                         "multiprocessing", "typing", "contextlib", "functools"})
+
+
+def _why_open(
+    h: Hypothesis, rejections: list[Rejection], confirm: Experiment | None, fix: Change | None = None
+) -> str:
+    """Why a hypothesis is still open at the end: its test was rejected, confounded, inconclusive, or
+    never run (deprioritised by a confirmed fix, or not reached); or the confirmed fix changed its own
+    variable another way (``fix``), which neither confirms nor refutes it."""
+    if fix is not None and any(iv.kind == fix.kind and fix.name in iv.names for iv in h.interventions):
+        return (f"the fix ({fix.describe()}) changed this hypothesis's own variable another way than it "
+                "proposed, so it is neither confirmed nor ruled out")
+    for r in rejections:
+        if r.change is not None and any(
+            r.change.kind == iv.kind and r.change.name in iv.names for iv in h.interventions
+        ):
+            return f"its test ({r.change.describe()}) was rejected: {r.reason}"
+    tried = [e for e in h.evidence if e.kind == "experiment" and e.experiment_id]
+    if tried and tried[-1].detail.startswith("confounded: "):
+        return f"not separated from the fix ({tried[-1].experiment_id}): {tried[-1].detail[12:]}"
+    if tried and tried[-1].effect == "weakens":
+        return f"deprioritised: {tried[-1].detail} ({tried[-1].experiment_id})"
+    if tried:
+        return f"tested without a verdict ({tried[-1].experiment_id}: {tried[-1].detail})"
+    return "deprioritised: a confirmed fix explains the failure" if confirm else "not tested"
+
+
+def _alternatives(
+    cause: Hypothesis | None,
+    fix_exp: Experiment,
+    hyps: list[Hypothesis],
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+    fingerprint: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Other changes that avoid the failure, for the conclusion (see ``Conclusion.alternatives``).
+
+    From the root cause's catalog interventions other than the fix (with what this run saw of them; an
+    untested one's value derived from the failing run's evidence, as the planner would choose it) and
+    from other tested changes that also fixed the failure. ``decisive`` False marks a change the catalog
+    says may help, not must. Sorted root fix first, then by performance cost.
+    """
+    assert fix_exp.change is not None
+    seen: set[tuple[str, str]] = {(fix_exp.change.kind, fix_exp.change.name)}
+    out = _catalog_alternatives(cause, fix_exp, experiments, outcomes, fingerprint, seen)
+    out += _tested_alternatives(cause, fix_exp, hyps, experiments, outcomes, seen)
+    out.sort(key=lambda a: (a["workaround"], COST_ORDER.get(a["cost"], 1)))
+    return out
+
+
+def _catalog_alternatives(
+    cause: Hypothesis | None,
+    fix_exp: Experiment,
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+    fingerprint: dict[str, Any] | None,
+    seen: set[tuple[str, str]],
+) -> list[dict[str, Any]]:
+    """The root cause's other interventions, each with what this run saw of it (adds to ``seen``)."""
+    # The failing run of the fix's baseline: the evidence a derived value is computed from.
+    failing = next(
+        (
+            outcomes[e.id]
+            for e in experiments.values()
+            if e.baseline == fix_exp.baseline and e.id in outcomes and outcomes[e.id].stage != "ok"
+        ),
+        None,
+    )
+    mib = (fingerprint or {}).get("memory_total_mib")
+    evidence = ValueEvidence(
+        facts=dict(failing.facts) if failing else {},
+        total_gib=float(mib) / 1024 if mib else None,
+        flags=dict(fix_exp.baseline.flags),
+    )
+    roles = (fingerprint or {}).get("flag_roles") or {}
+
+    def spelled(iv: Intervention) -> str:
+        """The host's spelling of the intervention's flag (its role's, when it names a role)."""
+        return str(roles.get(iv.role) or iv.names[0]) if iv.role else iv.names[0]
+
+    out: list[dict[str, Any]] = []
+    for iv in cause.interventions if cause else []:
+        if any((iv.kind, n) in seen for n in iv.names):
+            continue
+        seen.update((iv.kind, n) for n in iv.names)
+        hit = _tried_from_fix_baseline(iv.kind, iv.names, fix_exp, experiments, outcomes)
+        if hit:
+            e, o = hit
+            assert e.change is not None
+            change, result, eid = e.change.describe(), ("fixed" if o.stage == "ok" else "did not fix"), e.id
+        else:
+            before = fix_exp.baseline.value(iv.kind, spelled(iv))
+            after = iv.values[0] if iv.values else True
+            if iv.derive:
+                derived, _ = derive(iv.derive, evidence)
+                after = derived if derived is not None else after
+            change = Change(kind=iv.kind, name=spelled(iv), before=before, after=after).describe()
+            result, eid = "not tested", None
+        if result == "did not fix":
+            continue  # a change that left the failure in place is no alternative
+        name = e.change.name if hit and e.change else spelled(iv)  # the host's spelling
+        out.append(_alternative(change, iv.kind, name, iv, decisive=iv.decisive, eid=eid, result=result))
+    return out
+
+
+def _tested_alternatives(
+    cause: Hypothesis | None,
+    fix_exp: Experiment,
+    hyps: list[Hypothesis],
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+    seen: set[tuple[str, str]],
+) -> list[dict[str, Any]]:
+    """Other tests from the fix's baseline that also fixed the failure (adds to ``seen``)."""
+    out: list[dict[str, Any]] = []
+    for e in experiments.values():
+        ran = outcomes.get(e.id)
+        if e.purpose != "test" or not e.change or e.id == fix_exp.id or not ran or ran.stage != "ok":
+            continue
+        if e.baseline != fix_exp.baseline:  # fixed a different configuration: not a like-for-like alternative
+            continue
+        if (e.change.kind, e.change.name) in seen:
+            continue
+        seen.add((e.change.kind, e.change.name))
+        known = _intervention_of(e.change.kind, e.change.name, cause, hyps)
+        # decisive: it did fix it here
+        out.append(_alternative(e.change.describe(), e.change.kind, e.change.name, known, decisive=True, eid=e.id))
+    return out
+
+
+def _alternative(
+    change: str,
+    kind: str,
+    name: str,
+    iv: Intervention | None,
+    *,
+    decisive: bool,
+    eid: str | None,
+    result: str = "fixed",
+) -> dict[str, Any]:
+    """One entry of ``Conclusion.alternatives`` (a change without a catalog intervention: low cost)."""
+    return {
+        "change": change,
+        "kind": kind,
+        "name": name,
+        "workaround": bool(iv and iv.workaround),
+        "cost": iv.cost if iv else "low",
+        "note": iv.note if iv else "",
+        "decisive": decisive,
+        "experiment_id": eid,
+        "result": result,
+    }
+
+
+def _intervention_of(kind: str, name: str, cause: Hypothesis | None, hyps: list[Hypothesis]) -> Intervention | None:
+    """The catalog intervention that changes this variable (the root cause's first)."""
+    for h in ([cause] if cause else []) + hyps:
+        for iv in h.interventions:
+            if iv.kind == kind and name in iv.names:
+                return iv
+    return None
+
+
+def _tried_from_fix_baseline(
+    kind: str,
+    names: list[str],
+    fix_exp: Experiment,
+    experiments: dict[str, Experiment],
+    outcomes: dict[str, Outcome],
+) -> tuple[Experiment, Outcome] | None:
+    """The last test of this variable from the same baseline as the fix (comparable), with its outcome."""
+    found = None
+    for e in experiments.values():
+        o = outcomes.get(e.id)
+        if e.purpose == "test" and e.change and e.change.kind == kind and e.change.name in names and o:
+            if e.baseline == fix_exp.baseline:
+                found = (e, o)
+    return found
