@@ -32,12 +32,8 @@ from agent.planning.catalog import CatalogError
 from agent.record.transcript import Transcript
 from agent.review.render import print_hanging
 from agent.review.wording import count
-from agent.run.approval import (
-    ApprovalRequest,
-    approval_panel,
-    ask,
-    describe_experiment,
-)
+from agent.run.approval.request import ApprovalRequest
+from agent.run.approval.screen import approval_panel, ask, describe_experiment
 from tools.knowledge import KnowledgeError, check_knowledge_files
 from tools.probe_set import load_probe_set
 from tools.signatures import load_signatures
@@ -257,11 +253,11 @@ def check_knowledge() -> None:
     launched; a file that cannot be used is one line and exit 2 (the errors, all ValueErrors, name the file
     and the entry)."""
     from agent.planning.catalog import load_catalog
-    from agent.planning.generators.changed import packages_knowledge
     from agent.planning.generators.implementations import implementations
     from agent.planning.generators.symptoms import symptom_rules
     from agent.planning.guard import value_limits
     from agent.planning.in_play import load_subsystems
+    from agent.planning.package_changes import packages_knowledge
     from agent.planning.served import served_settings
     from agent.planning.weights import weights
     from agent.run.approval.policy import load_risk_rules

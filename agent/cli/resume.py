@@ -34,13 +34,10 @@ from agent.planning.planner import make_planner
 from agent.record.redact import run_redactor
 from agent.record.transcript import Transcript, TranscriptError, damaged_lines
 from agent.review.render import EventRenderer
-from agent.run.approval import (
-    ApprovalAnswer,
-    ApprovalMode,
-    ApprovalRequest,
-    EditError,
-    describe_experiment,
-)
+from agent.run.approval.edit import EditError
+from agent.run.approval.policy import ApprovalMode
+from agent.run.approval.request import ApprovalAnswer, ApprovalRequest
+from agent.run.approval.screen import describe_experiment
 from agent.run.progress import ProgressBoard
 from tools.sanitize import SafeConsole
 

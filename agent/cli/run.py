@@ -46,9 +46,7 @@ from agent.planning.planner import make_planner
 from agent.record.redact import run_redactor
 from agent.record.transcript import Transcript
 from agent.review.render import EventRenderer
-from agent.run.approval import (
-    ApprovalMode,
-)
+from agent.run.approval.policy import ApprovalMode
 from agent.run.progress import ProgressBoard
 from tools.sanitize import SafeConsole
 

@@ -19,10 +19,8 @@ from agent.cli.common import (
     state_dir,
 )
 from agent.review.wording import count
-from agent.run.approval import (
-    ApprovalRequest,
-    describe_experiment,
-)
+from agent.run.approval.request import ApprovalRequest
+from agent.run.approval.screen import describe_experiment
 
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
     from agent.record.runs import RunInfo

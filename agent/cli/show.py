@@ -21,10 +21,8 @@ from agent.cli.common import (
 from agent.record.transcript import TranscriptError, read_transcript
 from agent.review.render import EventRenderer, print_hanging
 from agent.review.wording import count
-from agent.run.approval import (
-    ApprovalRequest,
-    approval_panel,
-)
+from agent.run.approval.request import ApprovalRequest
+from agent.run.approval.screen import approval_panel
 from tools.sanitize import SafeConsole
 
 

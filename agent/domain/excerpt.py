@@ -20,8 +20,9 @@ from collections import deque
 
 from tools.engines import settings_marker_in
 from tools.logwatch import LogLine
+from tools.tracebacks import TRACEBACK_START
 
-__all__ = ["TRACEBACK_START", "LogExcerpt", "excerpt_of_text"]
+__all__ = ["LogExcerpt", "excerpt_of_text"]
 
 #: Lines of the log's end that are always kept.
 TAIL_LINES = 80
@@ -33,7 +34,6 @@ AFTER_LINES = 16
 MAX_KEPT = 600
 
 #: The first line of a Python traceback (CPython's format).
-TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+)(?:, in (?P<func>\S+))?')
 _EXC_LINE = re.compile(
     r"^(?:\[[^\]]*\]\s*)?(?P<exc>(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)\b.*|"

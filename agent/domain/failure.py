@@ -14,12 +14,11 @@ import re
 from collections.abc import Iterable
 from typing import Literal, Protocol
 
-from agent.domain.excerpt import TRACEBACK_START
 from tools.engines import is_settings_dump, settings_marker_in
 from tools.logwatch import LogLine
 from tools.probes import ProbeResult
 from tools.signatures import SignatureMatch
-from tools.tracebacks import Traceback, parse_numbered_lines
+from tools.tracebacks import TRACEBACK_START, Traceback, parse_numbered_lines
 
 __all__ = [
     "SYMPTOM_CLASSES",

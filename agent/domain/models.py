@@ -14,7 +14,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent.domain import failure
+from agent.domain.failure import (
+    burst_concurrency,
+    kept_lines,
+    parse_tracebacks,
+    server_args_of,
+    symptom_classes,
+    warning_lines,
+)
 from tools.flags import value_words
 from tools.knowledge import Finding
 from tools.logwatch import LogLine
@@ -267,35 +274,35 @@ class Outcome(BaseModel):
     def log(self) -> list[LogLine]:
         """The kept log lines (``log_excerpt``; in a transcript older than the excerpt, each signature's
         first line)."""
-        return failure.kept_lines(self.log_excerpt, self.matches)
+        return kept_lines(self.log_excerpt, self.matches)
 
     @cached_property
     def tracebacks(self) -> list[Traceback]:
         """The Python tracebacks in the kept lines, in log order, frames innermost first."""
-        return failure.parse_tracebacks(self.log)
+        return parse_tracebacks(self.log)
 
     @cached_property
     def warnings(self) -> list[LogLine]:
         """The warning lines among the kept lines."""
-        return failure.warning_lines(self.log)
+        return warning_lines(self.log)
 
     @cached_property
     def server_args(self) -> dict[str, str]:
         """Every scalar effective setting the engine printed (SGLang's ``server_args=...`` line, argparse
         dests), as text."""
-        return failure.server_args_of(self.log)
+        return server_args_of(self.log)
 
     @cached_property
     def concurrency(self) -> int:
         """The largest burst of concurrent requests this launch sent, or the smallest that failed (1
         without a burst)."""
-        return failure.burst_concurrency(self.probes)
+        return burst_concurrency(self.probes)
 
     @cached_property
     def symptoms(self) -> list[str]:
         """The symptom classes the outcome falls into (``agent.domain.failure.SymptomClass``), most
         specific first."""
-        return failure.symptom_classes(self, self.tracebacks, "\n".join(ll.text for ll in self.log))
+        return symptom_classes(self, self.tracebacks, "\n".join(ll.text for ll in self.log))
 
 
 class Evidence(BaseModel):

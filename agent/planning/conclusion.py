@@ -23,7 +23,7 @@ from agent.domain.models import (
     Rejection,
     value_key,
 )
-from agent.planning.generators.blame import blamed
+from agent.planning.blame import blamed
 from agent.planning.llm_spec import usage_summary
 from agent.planning.observations import import_time_failure
 from agent.planning.served import description_keeps, served_settings

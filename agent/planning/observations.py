@@ -111,7 +111,7 @@ def root_exception_key(outcome: Outcome) -> str | None:
     None. The first error logged is the root cause; what follows re-raises it in other words (vLLM's API
     server: "RuntimeError: Engine core initialization failed. See root cause above.", vllm/v1/engine/
     utils.py 0.32.0; SGLang's launcher after a scheduler's exception)."""
-    for tb in parse_tracebacks(outcome.log_excerpt):
+    for tb in _tracebacks(outcome):
         if tb.exception_line:
             return re.sub(r"\d+(?:\.\d+)?", "#", tb.exception_line)[:160]
     return None

@@ -25,7 +25,7 @@ from agent.domain.case import LauncherSpec
 from agent.domain.models import command_text
 from agent.record.recorded import RecordedRun
 from agent.record.redact import REDACTED, run_redactor
-from agent.review.render import alternative_text
+from agent.review.text import alternative_text
 from agent.review.wording import count
 from tools.fingerprint import engine_label
 from tools.knowledge import Finding, gpu_names, infer_features, parse_findings

@@ -18,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent.record.transcript import read_transcript
-from agent.review.render import change_text
+from agent.review.text import change_text
 from agent.review.wording import count
 
 if TYPE_CHECKING:

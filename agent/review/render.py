@@ -10,54 +10,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
-from rich.text import Text
 
 from agent.domain.models import command_text
 from agent.record.recorded import RecordedRun
 from agent.record.transcript import TranscriptEvent
+from agent.review.text import alternative_text, change_text, print_hanging, shown_line, summary_line
 from agent.review.wording import count
 from tools.fingerprint import engine_label
 from tools.sanitize import visible, visible_data
 
 _STATUS_STYLE = {"refuted": "red", "supported": "green", "confirmed": "bold green", "open": "yellow"}
-
-
-def shown_line(text: str) -> str:
-    """A log line as a terminal showed it: a progress bar that redraws itself with carriage returns
-    (tqdm) shows its latest state, the last non-empty segment; nothing else is changed or cut."""
-    if "\r" not in text:
-        return text
-    parts = [p for p in text.split("\r") if p.strip()]
-    return parts[-1] if parts else ""
-
-
-def change_text(change: dict[str, Any] | None) -> str:
-    """A transcript change payload as the replay and the report show it: ``NAME: before → after``."""
-    if not change:
-        return "no change"
-
-    def show(v: Any) -> str:
-        return "(unset)" if v is None else ("(on)" if v is True else str(v))
-
-    return f"{change['name']}: {show(change.get('before'))} → {show(change.get('after'))}"
-
-
-def print_hanging(console: Console, text: str, *, hang: int = 2, highlight: bool = False) -> None:
-    """Print one line of rich markup whose leading spaces are its indentation; when it is wider than the
-    terminal, its continuation lines start ``hang`` columns further in (not at column 0), so a story of
-    indented lines keeps its shape on a narrow terminal. Nothing is cut: a word longer than a line is
-    folded. A line that fits, or a terminal too narrow to indent (< 20 columns left), prints as is."""
-    body = text.lstrip(" ")
-    indent = len(text) - len(body)
-    line = Text.from_markup(body)
-    width = console.width - indent - hang
-    if width < 20 or line.cell_len <= console.width - indent:
-        console.print(text, highlight=highlight)
-        return
-    line.overflow = "fold"
-    for i, part in enumerate(line.wrap(console, width)):
-        part.rstrip()
-        console.print(Text(" " * (indent if i == 0 else indent + hang)) + part, highlight=highlight)
 
 
 class EventRenderer:
@@ -333,40 +295,6 @@ class EventRenderer:
             return self.command_for(self.run)
         except (KeyError, ValueError):  # FindingsWriteError is a ValueError: no working configuration
             return ""
-
-
-def summary_line(status: str, elapsed: float, stage_seconds: dict[str, float], where: str | None) -> str:
-    """The one-line summary of a launch (rich markup): ``✓ ready after 1:32 — init 0:03 · weights 0:41``
-    or ``✗ crashed during KV pool after 0:12 — ...``; the same line live and in ``replay``."""
-    spans = " · ".join(f"{stage} {clock(sec)}" for stage, sec in stage_seconds.items())
-    if status == "ready":
-        head = f"[green]✓ ready[/] after {clock(elapsed)}"
-    else:
-        head = f"[red]✗ {escape(status)}[/] during {escape(where or '?')} after {clock(elapsed)}"
-    return f"  {head} [dim]— {escape(spans)}[/]" if spans else f"  {head}"
-
-
-def clock(seconds: float) -> str:
-    """A duration in seconds as a person reads it: `4.2 s` under a minute, else `m:ss` or `h:mm:ss`."""
-    if seconds < 59.95:
-        return f"{max(seconds, 0.0):.1f} s"
-    s = int(round(seconds))
-    h, rest = divmod(s, 3600)
-    return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
-
-
-def alternative_text(a: dict[str, Any]) -> str:
-    """One line for an entry of ``Conclusion.alternatives``: the change, whether it is a workaround, its
-    performance cost, and what this run saw of it."""
-    kind = "workaround" if a.get("workaround") else "root fix"
-    if a.get("result") == "fixed":
-        seen = f"also fixed it in {a['experiment_id']}"
-    elif a.get("decisive", True):
-        seen = "not tested in this run"
-    else:
-        seen = "may help, not certain; not tested in this run"
-    note = f": {a['note']}" if a.get("note") else ""
-    return f"{a['change']} ({kind}, performance cost {a.get('cost')}{note}; {seen})"
 
 
 def change_as_command(change: dict[str, Any]) -> str:

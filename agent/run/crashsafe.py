@@ -10,15 +10,17 @@ failures are not evidence, and a run whose checkpoint lost its next step is ende
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.domain.case import Case
 from agent.record.transcript import Transcript
 from agent.review.wording import count
 from agent.run.recovery import find_launch, open_launches, stop_leftover
-from agent.run.state import RunState
 from tools.host import HostError, HostUnreachable
 from tools.probes import get_server_info, run_probe
+
+if TYPE_CHECKING:
+    from agent.run.state import RunState
 
 #: Probe statuses a dropped connection can cause (the request never reached the server, or its answer
 #: never came back); any other status is the server's own answer.

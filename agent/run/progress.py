@@ -36,7 +36,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from agent.review.render import clock, print_hanging, shown_line, summary_line
+from agent.review.text import clock, print_hanging, shown_line, summary_line
 from tools.sanitize import visible
 from tools.signatures import Signature
 

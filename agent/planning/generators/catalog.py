@@ -7,11 +7,13 @@ never an answer key: the other generators propose causes it does not describe.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from agent.domain.models import Evidence, Hypothesis, Outcome
 from agent.planning.catalog import CatalogEntry, EvidenceContext
-from agent.planning.generators import GeneratorInput
+
+if TYPE_CHECKING:
+    from agent.planning.generators import GeneratorInput
 
 __all__ = ["CatalogGenerator", "condition_evidence", "entries_to_candidates", "evidence_context"]
 

@@ -7,13 +7,16 @@ import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from agent.domain.models import FlagValue
-from agent.planning.generators import GeneratorInput
 from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import subsystems_of_frame
 from tools.engines import get_engine
 from tools.flags import FlagCatalog, FlagError, FlagSpec
+
+if TYPE_CHECKING:
+    from agent.planning.generators import GeneratorInput
 
 __all__ = [
     "GENERIC_WORDS",

@@ -9,10 +9,14 @@ at the memory left outside the static pool, and so on. The classes are computed 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from agent.planning.catalog import CatalogEntry, load_catalog
-from agent.planning.generators import Candidate, GeneratorInput
 from agent.planning.generators.catalog import entries_to_candidates
 from tools.knowledge_files import KnowledgeFile
+
+if TYPE_CHECKING:
+    from agent.planning.generators import Candidate, GeneratorInput
 
 __all__ = ["SymptomClassGenerator", "symptom_rules"]
 

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from agent.record.recorded import ExperimentRun, HypothesisRecord, RecordedRun
-from agent.review.render import change_text, shown_line
 from agent.review.report.model import (
     _CONTEXT,
     _MAX_EXCERPT_LINES,
@@ -17,6 +16,7 @@ from agent.review.report.model import (
     Excerpt,
     ExperimentRow,
 )
+from agent.review.text import change_text, shown_line
 
 
 def _exp_label(r: ExperimentRun) -> str:

@@ -2,7 +2,7 @@
 
 An engineer whose flags and variables all failed asks what changed: the packages the user says were
 upgraded, and those whose installed version differs from a known-good note's
-(``agent.planning.generators.changed.package_changes``), named first, with the old and new version and
+(``agent.planning.package_changes.package_changes``), named first, with the old and new version and
 where the claim comes from; then the packages the failing frames run in. A generic runtime (torch,
 triton, the CUDA wheels: ``knowledge/packages.toml``) is named only with evidence against it: it
 changed, or no other package is in the frames. A change of the engine itself (a new SGLang release or
@@ -17,7 +17,7 @@ from typing import Any
 
 from agent.domain.case import Case
 from agent.domain.models import Conclusion, Outcome, RelevantFinding
-from agent.planning.generators.changed import (
+from agent.planning.package_changes import (
     PackageChange,
     frame_packages,
     is_generic_runtime,
@@ -74,13 +74,10 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
 
 def _frames(state: Any, experiment_id: str | None) -> list[str]:
     """The packages the failing launch's frames run in, innermost first (the last traceback first)."""
-    from agent.planning.generators.evidence import failure_evidence
-
     raw = next((o for o in state.get("outcomes") or [] if o.get("experiment_id") == experiment_id), None)
     if raw is None:
         return []
-    ev = failure_evidence(Outcome.model_validate(raw))
-    return frame_packages(reversed(ev.tracebacks))
+    return frame_packages(reversed(Outcome.model_validate(raw).tracebacks))
 
 
 def _words(changes: list[PackageChange], others: list[str], where: dict[str, bool], pin: str | None) -> str:

@@ -1,0 +1,224 @@
+"""What changed on the host: packages whose installed version differs from what the user says it was, or
+from what a known-good note recorded; each is a hypothesis no launch setting tests.
+
+Two sources, both matched against the host's installed packages (``HostFingerprint.installed``, read by
+the host's own Python; a name is never guessed from a list in code):
+
+- the case's description: a sentence that says something changed (``knowledge/packages.toml``
+  ``[change_words]``: "after upgrading", "since", "pip install -U", ...) and names an installed
+  distribution (``flashinfer-python``, ``sgl_kernel``, or an import name such as ``flashinfer`` that
+  installed distributions are named after); its earlier version is the one the sentence gives with
+  "from X" / "X -> Y", else unknown;
+- a relevant known-good FINDINGS.md note (``outcome`` works, relevance at least ``finding_min_relevance``)
+  with a ``packages:`` line: each recorded version that differs from the installed one.
+
+The candidate's weight is ``[weights] changed`` of ``knowledge/packages.toml``, times ``in_frames_factor``
+when the failing traceback runs in that package. It carries no intervention (hypoloop changes launch
+settings, never installs packages), so it orders the ending, not the experiments: a run where no setting
+fixes the failure names it first (``agent.planning.blame``). The generator is
+``agent.planning.generators.changed``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent.planning.weights import weights as tunables
+from tools.installed import dist_key, distributions_of
+from tools.tracebacks import Traceback
+
+if TYPE_CHECKING:
+    from agent.domain.case import Case
+    from agent.domain.models import RelevantFinding
+
+__all__ = [
+    "PackageChange",
+    "PackagesError",
+    "frame_packages",
+    "is_generic_runtime",
+    "is_in",
+    "package_changes",
+    "packages_knowledge",
+]
+
+FILE = "packages.toml"
+
+
+class PackagesError(ValueError):
+    """``packages.toml`` cannot be used (one line naming the file and the field)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Generic(_Strict):
+    names: tuple[str, ...]
+    reason: str
+    source: str
+
+
+class _Words(_Strict):
+    words: tuple[str, ...]
+    source: str
+
+
+class _Weights(_Strict):
+    changed: float = Field(gt=0)
+    in_frames_factor: float = Field(ge=1)
+    source: str
+
+
+class PackagesKnowledge(_Strict):
+    """``knowledge/packages.toml``: the generic runtimes, the words that say something changed, weights."""
+
+    generic_runtimes: _Generic
+    change_words: _Words
+    weights: _Weights
+
+
+@functools.cache
+def _of(path: Path, mtime: float) -> PackagesKnowledge:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise PackagesError(f"{path}: {exc}") from None
+    try:
+        return PackagesKnowledge.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise PackagesError(f"{path}: field '{'.'.join(str(p) for p in err['loc'])}': {err['msg']}") from None
+
+
+def packages_knowledge() -> PackagesKnowledge:
+    """``packages.toml`` of the knowledge folder in force (else the repository's), read once per file
+    version. Raises PackagesError (one line naming the file and the field)."""
+    from agent.domain.knowledge_dir import knowledge_file
+
+    path = knowledge_file(FILE)
+    return _of(path, path.stat().st_mtime)
+
+
+def is_generic_runtime(name: str) -> bool:
+    """Whether a distribution (or import name) is a generic runtime (``[generic_runtimes]``: the tensor
+    library, the kernel compiler, the CUDA runtime wheels), blamed only with evidence against it."""
+    key = dist_key(name)
+    for pat in packages_knowledge().generic_runtimes.names:
+        p = dist_key(pat.rstrip("*"))
+        if key == p or (pat.endswith("*") and key.startswith(p)):
+            return True
+    return False
+
+
+class PackageChange(BaseModel):
+    """One installed package that changed: ``before`` the version it had (None: unknown), ``after`` the
+    installed one (None: no longer installed), ``source`` where the claim comes from, in words."""
+
+    name: str
+    before: str | None = None
+    after: str | None = None
+    source: str
+
+    def describe(self) -> str:
+        """``torch 2.9.1 -> 2.10.0`` (``?`` for an unknown version, ``not installed`` for none)."""
+        return f"{self.name} {self.before or '?'} -> {self.after or 'not installed'}"
+
+
+_VER = r"v?(\d+(?:\.[0-9A-Za-z]+)+(?:[.+\-][0-9A-Za-z]+)*)"
+#: "from [up to three words] X [words] to [up to three words] Y": "from the lmsysorg/sglang v0.5.9 ROCm image
+#: to the newer v0.5.10 image"
+_FROM_TO = re.compile(rf"\bfrom\s+(?:\S+\s+){{0,3}}?{_VER}\b.*?\bto\s+(?:\S+\s+){{0,3}}?{_VER}", re.I)
+_ARROW = re.compile(rf"{_VER}\s*(?:->|→|=>)\s*{_VER}")
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9._\-]*[A-Za-z0-9]")
+
+
+def _sentences(text: str) -> list[str]:
+    """Sentences of a description: split at a full stop followed by a space, a newline or a semicolon."""
+    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+|;\s*", text) if s.strip()]
+
+
+def _from_text(description: str, installed: Mapping[str, str]) -> list[PackageChange]:
+    """Changes the case's description tells (see the module docstring)."""
+    words = packages_knowledge().change_words.words
+    out: list[PackageChange] = []
+    for sentence in _sentences(description):
+        low = sentence.lower()
+        if not any(w in low for w in words):
+            continue
+        names: list[str] = []
+        for tok in _TOKEN.findall(sentence):
+            for dist in distributions_of(tok, installed):
+                if dist not in names:
+                    names.append(dist)
+        span = _FROM_TO.search(sentence) or _ARROW.search(sentence)
+        for dist in names:
+            # "from X to Y" gives the earlier version only when one package is named in the sentence
+            before = span.group(1) if span and len(names) == 1 else None
+            if before is not None and before == installed[dist]:
+                continue  # the sentence's "before" is what is installed: nothing changed
+            quoted = sentence if len(sentence) <= 200 else sentence[:197] + "..."
+            out.append(PackageChange(name=dist, before=before, after=installed[dist],
+                                     source=f"the case's description: \"{quoted}\""))
+    return out
+
+
+def _from_findings(findings: Iterable[RelevantFinding], installed: Mapping[str, str]) -> list[PackageChange]:
+    """Recorded versions of relevant known-good notes that differ from the installed ones."""
+    least = tunables().ledger.finding_min_relevance
+    out: list[PackageChange] = []
+    for rf in findings:
+        f = rf.finding
+        if f.outcome != "works" or rf.relevance < least or not f.packages or not installed:
+            continue
+        where = Path(f.source).name if f.source else "notes"
+        for name, version in sorted(f.packages.items()):
+            now = installed.get(dist_key(name))
+            if now != version:
+                out.append(PackageChange(name=dist_key(name), before=version, after=now,
+                                         source=f"the known-good note '{f.title}' ({where}) records {name}=={version}"))
+    return out
+
+
+def package_changes(case: Case, installed: Mapping[str, str], findings: Iterable[RelevantFinding]) -> list[PackageChange]:
+    """What changed on the host, the case's own words first, then known-good notes; one entry per
+    package (a note fills in an earlier version the words left unknown). ``[]`` when the host's
+    installed packages are unknown (nothing is matched against a guess)."""
+    if not installed:
+        return []
+    merged: dict[str, PackageChange] = {}
+    for ch in [*_from_text(case.description or "", installed), *_from_findings(findings, installed)]:
+        known = merged.get(ch.name)
+        if known is None:
+            merged[ch.name] = ch
+        elif known.before is None and ch.before is not None:
+            merged[ch.name] = known.model_copy(update={"before": ch.before, "source": f"{known.source}; {ch.source}"})
+    return list(merged.values())
+
+
+def frame_packages(tracebacks: Iterable[Traceback]) -> list[str]:
+    """The top-level packages the failing frames run in (import names, ``sgl_kernel``, ``flashinfer``),
+    innermost first; the engine, the standard library and frames outside packages left out."""
+    import sys
+
+    out: list[str] = []
+    for tb in tracebacks:
+        for fr in tb.frames:
+            pkg = fr.package
+            if pkg and pkg not in sys.stdlib_module_names and pkg != "sglang" and pkg not in out:
+                out.append(pkg)
+    return out
+
+
+def is_in(dist: str, packages: Iterable[str], installed: Mapping[str, str]) -> bool:
+    """Whether a distribution is one of ``packages`` (import names such as ``frame_packages`` gives): the
+    same name as pip compares them, or a distribution named after one of them
+    (``flashinfer-python`` for ``flashinfer``, ``tools.installed.distributions_of``)."""
+    key = dist_key(dist)
+    return any(dist_key(p) == key or key in distributions_of(p, installed) for p in packages)
