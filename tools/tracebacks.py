@@ -24,6 +24,8 @@ from pydantic import BaseModel, Field
 
 from tools.log_records import read_record
 
+#: The header CPython writes before a traceback (what a log reader looks for to find one).
+TRACEBACK_START = re.compile(r"Traceback \(most recent call last\)")
 _HEADER = re.compile(r"Traceback \(most recent call last\):")
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<func>\S.*?)\s*$')
 _MARKERS = re.compile(r"^[\s~^\-]+$")
