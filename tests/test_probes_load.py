@@ -104,3 +104,14 @@ def test_the_case_load_is_the_first_probe_shaped_as_reported(tmp_path: Path) -> 
     assert probe.load_text() == "4 concurrent requests with prompts of 9000 tokens, tools"
     plain = load_case(str(_case(tmp_path, "intermittent = true")))
     assert load_level(plain) is None
+
+
+@pytest.mark.parametrize("kind", ["generate", "chat"])
+def test_a_reply_cut_by_the_shapes_short_output_is_not_graded_against_the_answer(server: Server, kind: str) -> None:
+    """`output_tokens = 5` stops the healthy answer ("The capital of France is Paris.") before its last
+    word: the reply is sound, only short, so the probe passes (it was wrong_answer, failing a healthy
+    server and every fix tested under that load); garbage would still fail it."""
+    r = run_probe(server.url, _probe(kind, output_tokens=5), model="org/m", timeout_s=30)
+    assert r.ok, (r.status, r.error, r.text)
+    r = run_probe(server.url, _probe(kind, output_tokens=5, features=["json_schema"]), model="org/m", timeout_s=30)
+    assert not r.ok and "HIT-schema" in (r.text or "") + (r.error or "")  # a fault's garbage still fails

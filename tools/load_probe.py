@@ -132,7 +132,11 @@ class _Sender:
             return j.result(probe, "http_error", start, http_status=resp.status_code, error="response is not JSON")
         if self.shape.output_tokens and text:  # judge the head: a model made to run past its end may loop
             text = " ".join(text.split()[:JUDGED_WORDS])
-        judged = j.judge(probe, text, None, start, resp.status_code, finish)
+        judged_probe = probe
+        if finish == "length" and max_tokens < probe.max_tokens:
+            # cut by the shape's shorter output before the answer could come: only garbage counts
+            judged_probe = probe.model_copy(update={"expect": None, "answer": None})
+        judged = j.judge(judged_probe, text, None, start, resp.status_code, finish)
         if judged is None:
             return j.result(probe, "ok", start, http_status=resp.status_code, text=text,
                            error="reasoning only within max_tokens")
