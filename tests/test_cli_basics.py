@@ -82,3 +82,15 @@ def test_malformed_options_are_one_line_errors(tmp_path: Path) -> None:
         lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and word in lines[0] and "Traceback" not in done.stderr
     assert os.environ.get("HYPOLOOP_HOME") != str(tmp_path)  # the runs above used their own home
+
+
+def test_auto_with_another_approval_mode_is_refused_before_a_run_exists(tmp_path: Path) -> None:
+    """`--auto` is `--approve auto`: given with `--approve each` it used to win silently and launch
+    without asking (found by a newcomer run); a contradiction is one line, exit 2, and no run."""
+    for args in (("run", "lab:glm5-nvfp4-sm120", "--approve", "each", "--auto"),
+                 ("resume", "no-such-run", "--approve", "risky", "--auto")):
+        done = run_cli(tmp_path, *args)
+        lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        assert done.returncode == 2 and len(lines) == 1 and "contradict" in lines[0], (args, done.stderr)
+    listed = run_cli(tmp_path, "runs", "--json")
+    assert json.loads(listed.stdout or "[]") == []

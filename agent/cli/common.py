@@ -265,7 +265,10 @@ def read_case(ref: str, host: str | None) -> Case:
 
 
 def approval_mode(approve: str | None, auto: bool) -> str | None:
-    """The approval mode the command line asks for (``--auto`` is ``--approve auto``), or None."""
+    """The approval mode the command line asks for (``--auto`` is ``--approve auto``), or None. ``--auto``
+    with another ``--approve`` mode is a contradiction: one line, exit 2 (never the less careful one)."""
+    if auto and approve not in (None, "auto"):
+        fail(f"--auto and --approve {approve} contradict each other (--auto is --approve auto): give one")
     return "auto" if auto else approve
 
 
