@@ -31,6 +31,8 @@ def _case(tmp_path: Path, text: str) -> Path:
         (GOOD + '[budget]\nready_timeout_s = "soon"\n', "field 'budget.ready_timeout_s': expected a number, got 'soon'"),
         ('approval = "sometimes"\n' + GOOD, "field 'approval': expected one of 'each', 'risky' or 'auto', got 'sometimes'"),
         ('name = "x"\n[model]\nfeatures = []\n', "required key 'path' is missing in [model]"),
+        # a number past 64 bits reached the checkpoint store and ended the run as an internal error
+        (GOOD + "[budget]\nexperiments = 99999999999999999999\n", "field 'budget.experiments'"),
     ],
 )
 def test_case_error_names_key_and_suggests(tmp_path: Path, text: str, expected: str) -> None:

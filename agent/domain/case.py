@@ -130,9 +130,10 @@ class ModelSpec(_Strict):
 
 
 class BudgetSpec(_Strict):
-    """Limits of a run: experiments (launches, confirmation included) and modelled host-seconds."""
+    """Limits of a run: experiments (launches, confirmation included; at most 10,000, a bound a run never
+    nears and the checkpoint store can hold) and modelled host-seconds."""
 
-    experiments: int = Field(default=8, ge=1)
+    experiments: int = Field(default=8, ge=1, le=10_000)
     host_seconds: float = Field(default=4 * 3600, gt=0)
     ready_timeout_s: float = Field(default=3600, gt=0)
     stall_timeout_s: float | None = Field(default=None, gt=0)
