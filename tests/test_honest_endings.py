@@ -8,7 +8,7 @@ from typing import Any
 
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
-from agent.domain.models import Baseline, Change, Experiment, Outcome
+from agent.domain.models import Baseline, Change, Conclusion, Experiment, Outcome
 from agent.run.nodes.analyze import classify_outcome
 from agent.run.nodes.conclude import build_conclusion
 from tools.probes import ProbeResult
@@ -213,14 +213,20 @@ def test_dropping_a_format_the_engine_reads_only_from_a_checkpoint_made_in_it_ke
     # fp8, which the engine makes online from bf16 weights, stays a change of what is served.
     ckpt = {"architecture": "M", "keys": "architectures model_type"}
     for method, status in (("awq", "isolated"), ("fp8", "not_isolated")):
-        qbase = Baseline(flags={"--quantization": method})
-        drop = Change(kind="flag", name="--quantization", before=method, after=None)
-        b, t = _exp("baseline", qbase), _exp("test", qbase, drop)
-        state = _state([(b, False), (t, True), (_exp("confirm", t.config()), True)])
-        state["case"]["baseline"] = qbase.model_dump(mode="json")
-        state["fingerprint"] = {"checkpoint": ckpt}
-        c = build_conclusion(state)  # type: ignore[arg-type]
+        c = _ending_of_dropping("--quantization", method, ckpt)
         assert c.status == status, (method, c.reason)
+
+
+def _ending_of_dropping(flag: str, value: str, checkpoint: dict[str, str]) -> Conclusion:
+    """The ending of a run whose baseline sets ``flag value`` and fails, and whose test removing it
+    passes and is confirmed, on a host whose checkpoint digest is ``checkpoint``."""
+    base = Baseline(flags={flag: value})
+    drop = Change(kind="flag", name=flag, before=value, after=None)
+    b, t = _exp("baseline", base), _exp("test", base, drop)
+    state = _state([(b, False), (t, True), (_exp("confirm", t.config()), True)])
+    state["case"]["baseline"] = base.model_dump(mode="json")
+    state["fingerprint"] = {"checkpoint": checkpoint}
+    return build_conclusion(state)  # type: ignore[arg-type]
 
 
 def test_a_tensor_parallel_size_that_cannot_split_the_heads_was_never_served() -> None:
@@ -229,11 +235,5 @@ def test_a_tensor_parallel_size_that_cannot_split_the_heads_was_never_served() -
     # model whose heads 2 ranks split is a change of the parallel layout (a workaround at most).
     ckpt = {"architecture": "M", "num_attention_heads": "2", "keys": "architectures num_attention_heads"}
     for before, status in (("3", "isolated"), ("2", "not_isolated")):
-        base = Baseline(flags={"--tp-size": before})
-        drop = Change(kind="flag", name="--tp-size", before=before, after=None)
-        b, t = _exp("baseline", base), _exp("test", base, drop)
-        state = _state([(b, False), (t, True), (_exp("confirm", t.config()), True)])
-        state["case"]["baseline"] = base.model_dump(mode="json")
-        state["fingerprint"] = {"checkpoint": ckpt}
-        c = build_conclusion(state)  # type: ignore[arg-type]
+        c = _ending_of_dropping("--tp-size", before, ckpt)
         assert c.status == status, (before, c.reason)

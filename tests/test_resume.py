@@ -163,21 +163,25 @@ def test_scripted_session_reaches_a_conclusion_with_a_rejection_and_an_edit(tmp_
 # ------------------------------------------------------------------------------------------ kill -9
 
 
-def _wait_for(path: Path, type_: str, timeout: float = 60) -> dict[str, Any]:
+def _wait_for(path: Path, type_: str, timeout: float = 60, *, nth: int = 1) -> dict[str, Any]:
+    """The ``nth`` event of ``type_`` in the transcript at ``path``, once it is there."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if path.exists():
-            for e in _events(path):
-                if e["type"] == type_:
-                    return e
+            found = [e for e in _events(path) if e["type"] == type_]
+            if len(found) >= nth:
+                return found[nth - 1]
         time.sleep(0.05)
-    raise AssertionError(f"no {type_} in {path}")
+    raise AssertionError(f"no {type_} #{nth} in {path}")
 
 
-def _resume_and_kill(tmp_path: Path, run_id: str, transcript: Path, scale: str) -> dict[str, Any]:
-    """`resume --decision approve` in the background; kill -9 it while its server loads."""
+def _resume_and_kill(
+    tmp_path: Path, run_id: str, transcript: Path, scale: str, *, decision: bool = True, nth: int = 1
+) -> dict[str, Any]:
+    """`resume` (with `--decision approve` unless ``decision`` is False: nothing waits for one) in the
+    background; kill -9 it while the ``nth`` server of the run loads."""
     proc = subprocess.Popen(
-        [*HYPOLOOP, "resume", run_id, "--decision", "approve"],
+        [*HYPOLOOP, "resume", run_id, *(["--decision", "approve"] if decision else [])],
         cwd=tmp_path,
         env=_env(tmp_path, scale),
         stdin=subprocess.DEVNULL,
@@ -185,7 +189,7 @@ def _resume_and_kill(tmp_path: Path, run_id: str, transcript: Path, scale: str) 
         stderr=subprocess.DEVNULL,
     )
     try:
-        launched = _wait_for(transcript, "server.launched")
+        launched = _wait_for(transcript, "server.launched", nth=nth)
         # Kill it once the server has written its first log lines (not after a fixed pause: on a loaded
         # machine 0.3 s was sometimes before the first line, and the lost launch's log was empty).
         log, deadline = Path(launched["data"]["log"]), time.monotonic() + 30
@@ -429,7 +433,7 @@ def test_a_relaunch_adopted_after_a_second_kill_counts_both_launches(tmp_path: P
     launched = _resume_and_kill(tmp_path, run_id, transcript, scale="0.012")
     os.killpg(launched["pgid"], signal.SIGKILL)
     try:
-        again = _resume_and_kill_relaunch(tmp_path, run_id, transcript)
+        again = _resume_and_kill(tmp_path, run_id, transcript, "0.012", decision=False, nth=2)
         assert _lab_servers(run_id) == [again["pid"]]
         r = _hl(tmp_path, "resume", run_id, "--json", scale="0.012")
         assert r.returncode == 3, r.stderr[-3000:]
@@ -442,30 +446,3 @@ def test_a_relaunch_adopted_after_a_second_kill_counts_both_launches(tmp_path: P
     assert [e["data"]["pid"] for e in events if e["type"] == "server.adopted"] == [again["pid"]]
     assert _last_json(r)["launches"] == 2
 
-
-def _resume_and_kill_relaunch(tmp_path: Path, run_id: str, transcript: Path) -> dict[str, Any]:
-    """`resume` that relaunches the lost experiment; kill -9 it while the second server loads."""
-    proc = subprocess.Popen(
-        [*HYPOLOOP, "resume", run_id],
-        cwd=tmp_path, env=_env(tmp_path, "0.012"),
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        second: dict[str, Any] | None = None
-        while second is None and time.monotonic() < deadline:
-            launched = [e["data"] for e in _events(transcript) if e["type"] == "server.launched"]
-            second = launched[1] if len(launched) > 1 else None
-            time.sleep(0.05)
-        assert second is not None, "no relaunch"
-        log = Path(second["log"])
-        while not (log.exists() and log.stat().st_size > 0) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not any(e["type"] == "server.ready" for e in _events(transcript)), "kill it while loading"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return second
