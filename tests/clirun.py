@@ -34,6 +34,21 @@ def run_cli(tmp_path: Path, *args: str, timeout: float = 180, **env: str) -> sub
     )
 
 
+def run_auto(tmp_path: Path, case: Path, *, timeout: float = 300, **env: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``hypoloop run CASE --auto --json`` in ``tmp_path`` with none of the developer's own ``HYPOLOOP_*``
+    settings (``env`` sets the lab's, e.g. its clock, seed and state folder); its result line and its
+    transcript's events. A non-zero exit fails the test with the end of stderr."""
+    run_env = {k: v for k, v in cli_env(tmp_path).items() if not k.startswith("HYPOLOOP_")}
+    run_env.update(HYPOLOOP_HOME=str(tmp_path / "home"), **env)
+    r = subprocess.run(
+        [*HYPOLOOP, "run", str(case), "--auto", "--json", "--transcript-dir", str(tmp_path / "tr")],
+        cwd=tmp_path, env=run_env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    return result, transcript_events(Path(result["transcript"]))
+
+
 def live_processes(marker: str, *, only: str | None = None) -> dict[int, str]:
     """``{pid: command line}`` of live (not zombie or dead) processes, other than this one and pytest,
     whose command line or stdout file mentions ``marker`` (a run id); ``only``: text the command line

@@ -6,7 +6,6 @@ without the drop (fp8-kv-accuracy-control) it blames nothing (the world's truth:
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -15,13 +14,14 @@ import sys
 import time
 from pathlib import Path
 
+from clirun import HYPOLOOP, run_auto
+
 from tools.probe_set import load_probe_set, run_probe_set
 from tools.probes import Probe, ProbeResult, run_probe
 
 REPO = Path(__file__).resolve().parents[1]
 WORLDS = Path(__file__).parent / "data" / "worlds"
 MODEL = "org/Reasoning-MoE-FP8"
-HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
 #: The lab's clock: slow enough that the probe set's HTTP round trips do not eat the host-second budget.
 TIME_SCALE = "0.01"
 
@@ -79,17 +79,8 @@ def _run(tmp_path: Path, world: str, seed: str = "g") -> tuple[dict, list[dict]]
         '[budget]\nexperiments = 8\n'
         f"[reproduce]\naccuracy = {expected}\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOLOOP_")}
-    env.update(HYPOLOOP_HOME=str(tmp_path / "home"), HYPOLOOP_LAB_TIME_SCALE=TIME_SCALE, HYPOLOOP_LAB_SEED=seed,
-               HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
-    r = subprocess.run(
-        [*HYPOLOOP, "run", str(case), "--auto", "--json", "--transcript-dir", str(tmp_path / "tr")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    result = json.loads(r.stdout.strip().splitlines()[-1])
-    events = [json.loads(line) for line in Path(result["transcript"]).read_text().splitlines()]
-    return result, events
+    return run_auto(tmp_path, case, HYPOLOOP_LAB_TIME_SCALE=TIME_SCALE, HYPOLOOP_LAB_SEED=seed,
+                    HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
 
 
 def _set_result(outcome: dict) -> dict:

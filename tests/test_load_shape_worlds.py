@@ -5,17 +5,13 @@ not_reproduced (a bare short probe never shows it)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
+from clirun import run_auto
 
 TEST_WORLDS = Path(__file__).parent / "data" / "worlds"
-HYPOLOOP = [sys.executable, "-c", "from agent.cli import main; main()"]
 
 #: world -> (baseline flags, [reproduce] as the reporter's traffic looked)
 WORLDS = {
@@ -49,21 +45,8 @@ def _case(tmp_path: Path, world: str, reproduce: str | None) -> Path:
 
 
 def _run(tmp_path: Path, case: Path) -> tuple[dict, list[dict]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOLOOP_")}
-    env.update(
-        HYPOLOOP_HOME=str(tmp_path / "home"),
-        HYPOLOOP_LAB_TIME_SCALE="0.001",
-        HYPOLOOP_LAB_SEED="t",
-        HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"),
-    )
-    r = subprocess.run(
-        [*HYPOLOOP, "run", str(case), "--auto", "--json", "--transcript-dir", str(tmp_path / "tr")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    result = json.loads(r.stdout.strip().splitlines()[-1])
-    events = [json.loads(line) for line in Path(result["transcript"]).read_text().splitlines()]
-    return result, events
+    return run_auto(tmp_path, case, HYPOLOOP_LAB_TIME_SCALE="0.001", HYPOLOOP_LAB_SEED="t",
+                    HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
 
 
 def _truth(world: str) -> list[dict]:
