@@ -151,6 +151,21 @@ def test_server_args_line_gives_effective_values(sigs: list[Signature]) -> None:
     assert facts == {"nsa_prefill_backend": "tilelang", "nsa_decode_backend": "tilelang"}
 
 
+def test_a_long_fact_line_is_kept_around_its_match_and_an_error_line_whole(sigs: list[Signature]) -> None:
+    # Real server-args lines run to ~10,000 characters and a dozen fact signatures match each; every match
+    # once kept the whole line in each outcome and checkpoint.
+    filler = ", ".join(f"option_{i}=None" for i in range(600))
+    line = f"server_args=ServerArgs(model_path='m', {filler}, attention_backend='flashinfer', {filler})"
+    matches, facts = scan_text(line, sigs)
+    assert facts["attention_backend"] == "flashinfer"  # read from the whole line
+    kept = next(m for m in matches if m.facts.get("attention_backend"))
+    assert "attention_backend='flashinfer'" in kept.first_line and kept.first_line.startswith("…")
+    assert len(kept.first_line) < 1000 < len(line)
+    error = "RuntimeError: " + "x" * 3000 + " CUDA error: an illegal memory access was encountered"
+    hits, _ = scan_text(error, sigs)
+    assert any(m.kind in ("fatal", "error") and m.first_line == error for m in hits)
+
+
 @pytest.mark.parametrize(
     "line, dtype, prefill, decode",
     [

@@ -222,6 +222,20 @@ def load_signatures(path: Path | None = None) -> list[Signature]:
     return sigs
 
 
+#: Characters of a non-error line kept around its match in `SignatureMatch.first_line`: the printed server
+#: arguments are one line of about 10,000 characters that a dozen fact signatures match, and each match
+#: kept the whole of it in every outcome, ledger reference and checkpoint (about 3 MB of checkpoints per
+#: launch). The facts are read from the whole line before it is cut; the log keeps the line.
+LINE_CONTEXT_CHARS = 240
+
+
+def _around(text: str, start: int, end: int) -> str:
+    """`text` cut to `LINE_CONTEXT_CHARS` either side of `[start, end)` (the match's last group: the fact a
+    long pattern reads sits there, not at the pattern's start), with "…" where cut."""
+    lo, hi = max(0, start - LINE_CONTEXT_CHARS), min(len(text), end + LINE_CONTEXT_CHARS)
+    return ("…" if lo else "") + text[lo:hi] + ("…" if hi < len(text) else "")
+
+
 class SignatureMatcher:
     """Feeds log lines through all signatures; keeps aggregated matches and the facts read so far."""
 
@@ -249,7 +263,7 @@ class SignatureMatcher:
                 components=list(sig.components),
                 meaning=sig.meaning,
                 line_numbers=[lineno],
-                first_line=text,
+                first_line=text if sig.kind in ("fatal", "error") else _around(text, *m.span(m.lastindex or 0)),
                 facts=facts,
             )
             hits.append(hit)
