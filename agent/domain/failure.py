@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterable
 from typing import Literal, Protocol
 
-from agent.domain.accuracy import PROBE_ID as GRADED_PROBE_ID
 from tools.engines import is_settings_dump, settings_marker_in
 from tools.logwatch import LogLine
+from tools.probe_set import SET_PROBE_ID as GRADED_PROBE_ID
 from tools.probes import ProbeResult
 from tools.signatures import SignatureMatch
 from tools.tracebacks import TRACEBACK_START, Traceback, parse_numbered_lines

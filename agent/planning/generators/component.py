@@ -147,6 +147,15 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
     return factor, how
 
 
+def _without_named(spec: FlagSpec, cur: str, alts: list[str], error_text: str) -> tuple[str | None, list[str]]:
+    """The choice the error names when it may be the one in force (``cur``, normalised: unknown or that
+    choice), and the alternatives without it (the implementation the error blames is no alternative)."""
+    named = named_choice(spec, error_text)
+    if named is None or cur not in ("", "none", "auto", norm(named)):
+        return None, alts
+    return named, [c for c in alts if c != named]
+
+
 class ImplicatedComponentGenerator:
     """Flags that select the implicated component, with every legal alternative (see module docstring)."""
 
@@ -194,13 +203,9 @@ class ImplicatedComponentGenerator:
         if specificity(inp.flags, stems(spec.name) & rd.feature_words - {"backend", "dtype"}) >= 0.5:
             factor *= FEATURE_FACTOR
             how.append("it configures a feature the baseline turns on")
-        named = named_choice(spec, imp.error_text)
-        if named is not None and cur in ("", "none", "auto", norm(named)):
-            alts = [c for c in alts if c != named]  # the implementation the error blames is no alternative
-            if not alts:
-                return None
-        else:
-            named = None
+        named, alts = _without_named(spec, cur, alts, imp.error_text)
+        if not alts:
+            return None
         alts = mentioned_first(alts, imp.error_text)
         # Switching away from the package the failure happened in (or the one the error names) avoids it
         # without repairing it.
