@@ -161,3 +161,59 @@ def test_an_error_without_frames_still_names_the_package_the_case_says_was_upgra
     assert result["status"] == "not_isolated" and imp["package"] == "flashinfer-python"
     assert (imp["changed"][0]["before"], imp["changed"][0]["after"]) == ("0.6.3", "0.6.4")
     assert imp["pin"] == "flashinfer-python==0.6.3"
+
+
+def _flashinfer_world_with_torch_case(tmp_path: Path) -> Path:
+    """upgraded-flashinfer's host (the error names FlashInfer and flashinfer-python, no frames) under the
+    case text of torch-upgrade-kernel-abi, which blames torch."""
+    work = tmp_path / "source" / "told-torch"
+    work.mkdir(parents=True)
+    shutil.copy(WORLDS / "upgraded-flashinfer" / "world.toml", work / "world.toml")
+    shutil.copy(UPGRADED / "case.toml", work / "case.toml")
+    return work
+
+
+def test_the_package_the_error_names_outweighs_the_description_and_the_run_goes_on(tmp_path: Path) -> None:
+    """The user says torch was upgraded (2.9.0 -> 2.9.1, the installed one), the error says FlashInfer's
+    version does not match: the ending names flashinfer-python before torch, and the run does not stop at
+    the baseline while a cheap in-play change (another attention implementation than the FlashInfer the
+    error names) is untested: it finds that workaround and calls it one."""
+    result, events = _run(tmp_path, _flashinfer_world_with_torch_case(tmp_path), **{
+        "from 2.9.1 to 2.10.0": "from 2.9.0 to 2.9.1"})
+    assert result["status"] == "not_isolated"
+    imp = result["implicated"]
+    assert imp["package"] == "flashinfer-python"
+    assert imp["packages"].index("flashinfer-python") < imp["packages"].index("torch")
+    assert "pin torch" not in result["reason"]
+    launched = [e["data"]["change"] for e in events
+                if e["type"] == "experiment.proposed" and e["data"]["purpose"] == "test"]
+    assert any(c and c["name"] == "--attention-backend" and c["after"] != "flashinfer" for c in launched)
+    assert not any(c and ("speculative" in c["name"] or "moe" in c["name"]) for c in launched)
+    alt = next(e["data"] for e in events if e["type"] == "conclusion")["alternatives"][0]
+    assert alt["name"] == "--attention-backend" and alt["workaround"] is True
+
+
+def test_a_generic_runtime_the_case_names_but_that_did_not_change_is_not_blamed(tmp_path: Path) -> None:
+    """The same host, the case's own text: "upgraded torch from 2.9.1 to 2.10.0", but 2.9.1 is what is
+    installed, so torch did not change; the error names flashinfer-python, and torch is not named."""
+    result, _ = _run(tmp_path, _flashinfer_world_with_torch_case(tmp_path))
+    imp = result["implicated"]
+    assert imp["package"] == "flashinfer-python" and "torch" not in imp["packages"]
+    assert imp["changed"] == []
+
+
+def test_a_change_word_inside_another_word_says_nothing_changed() -> None:
+    """"removed" is not "moved", "unchanged" not "changed", "afternoon" not "after": the words that say
+    something changed match at the start of a word only."""
+    from agent.domain.case import Case
+    from agent.planning.package_changes import package_changes
+
+    installed = {"torch": "2.10.0", "flashinfer-python": "0.6.4"}
+
+    def changed(text: str) -> list[str]:
+        case = Case.model_validate({"name": "c", "description": text, "model": {"path": "org/M"}})
+        return [ch.name for ch in package_changes(case, installed, [])]
+
+    assert changed("I removed a flag, torch is unchanged this afternoon.") == []
+    assert changed("It broke after I upgraded torch.") == ["torch"]
+    assert changed("We moved to flashinfer-python 0.6.4.") == ["flashinfer-python"]

@@ -189,6 +189,37 @@ def test_catalog_generator_triggers_on_a_symptom_class_not_only_a_line() -> None
     assert "lowprec-kv-cache-attention-numerics" in _ids(cands)
 
 
+def test_a_graded_accuracy_drop_is_its_own_class_and_no_hypothesis_says_nan() -> None:
+    """Every answer read fine one by one, only the graded probe set's count fell below the expected
+    accuracy: that is an accuracy drop, and the low-precision KV-cache causes apply to it worded as
+    fewer right answers, not as NaN/Inf or meaningless text."""
+    out = _outcome("[t] The server is fired up and ready to roll!\n", status="ready", probes=[
+        ProbeResult(probe_id="chat", ok=True, status="ok", text="Paris", latency_s=0.1),
+        ProbeResult(probe_id="probe-set", ok=False, status="wrong_answer", latency_s=1.0,
+                    text="probe set: accuracy 30/40 = 0.750; expected 0.950: below it with 95% confidence")],
+        facts={"kv_cache_dtype": "fp8_e4m3"})
+    assert "accuracy_drop" in out.symptoms
+    assert not {"garbage_output", "nan_inf"} & set(out.symptoms)
+    inp = _input("", _case({"--kv-cache-dtype": "fp8_e4m3"}), outcome=out, catalog=load_catalog())
+    cands = CatalogGenerator().generate(inp) + SymptomClassGenerator().generate(inp)
+    ids = _ids(cands)
+    assert {"lowprec-kv-cache-attention-numerics", "symptom:lowprec-kv-cache"} <= ids
+    for c in cands:
+        assert "nan" not in c.statement.lower() and "meaningless" not in c.statement, c.statement
+    kv = next(c for c in cands if c.id == "lowprec-kv-cache-attention-numerics")
+    assert "fewer are right" in kv.statement and "fp8_e4m3" in kv.statement
+
+
+def test_nan_is_read_as_a_whole_token_not_inside_a_word() -> None:
+    """An exception whose words only contain the letters (``maintenance``, ``info``) is no NaN/Inf."""
+    plain = _outcome("[t] Traceback (most recent call last):\n  File \"/x/sglang/srt/a.py\", line 1, in f\n"
+                     "RuntimeError: scheduler maintenance failed; see info above\n")
+    assert "nan_inf" not in plain.symptoms
+    nan = _outcome("[t] Traceback (most recent call last):\n  File \"/x/sglang/srt/a.py\", line 1, in f\n"
+                   "RuntimeError: found NaNs in logits\n")
+    assert "nan_inf" in nan.symptoms
+
+
 def test_symptom_generator_points_a_silent_multi_gpu_start_at_the_peer_path() -> None:
     out = _outcome("[t TP0] Init torch distributed ends. mem usage=0.5 GB\n", status="stalled",
                    facts={"tp_size": "2", "stall_stage": "load", "stalled_after": "init_torch_distributed_end"})

@@ -95,6 +95,9 @@ def test_an_accuracy_drop_is_detected_isolated_and_confirmed(tmp_path: Path) -> 
     outcomes = [e["data"] for e in events if e["type"] == "outcome"]
     first = outcomes[0]
     assert first["stage"] == "wrong_output"
+    # fewer right answers is not NaN/Inf or meaningless text: no hypothesis says it is
+    said = [e["data"]["statement"] for e in events if e["type"] == "hypothesis.added"]
+    assert said and not [s for s in said if "NaN" in s or "meaningless" in s], said
     # every answer looked fine one by one: only the count says it
     assert all(p["ok"] for p in first["probes"] if p["probe_id"] != "probe-set")
     evidence = _set_result(first)["error"]

@@ -24,6 +24,8 @@ from tools.probes import Probe, ProbeResult, split_thinking
 
 #: The probe set's file in the knowledge folder.
 FILE_NAME = "probe_set.toml"
+#: The id of the probe result that stands for the whole probe set (``agent.domain.accuracy.set_result``).
+SET_PROBE_ID = "probe-set"
 #: Probe statuses that mean the server did not answer at all: the set is not scored then.
 NO_ANSWER = frozenset({"connection_error", "timeout", "http_error"})
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*")

@@ -25,13 +25,13 @@ from statistics import NormalDist
 
 from pydantic import BaseModel
 
-from tools.probe_set import SetRun, load_probe_set, run_probe_set
+from tools.probe_set import SET_PROBE_ID, SetRun, load_probe_set, run_probe_set
 from tools.probes import Probe, ProbeResult
 
 #: The confidence with which an accuracy is called below the expected one (and of the stated interval).
 CONFIDENCE = 0.95
 #: The id of the probe result that stands for the whole probe set.
-PROBE_ID = "probe-set"
+PROBE_ID = SET_PROBE_ID
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:

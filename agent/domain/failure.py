@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 
 from tools.engines import is_settings_dump, settings_marker_in
 from tools.logwatch import LogLine
+from tools.probe_set import SET_PROBE_ID as GRADED_PROBE_ID
 from tools.probes import ProbeResult
 from tools.signatures import SignatureMatch
 from tools.tracebacks import TRACEBACK_START, Traceback, parse_numbered_lines
@@ -37,6 +38,7 @@ __all__ = [
 SymptomClass = Literal[
     "nan_inf",  # NaN/Inf probabilities or logits
     "garbage_output",  # degenerate, empty or wrong text without a NaN line
+    "accuracy_drop",  # every answer reads fine, but fewer are right than expected (a graded probe set)
     "crash_at_decode",  # ready, then the first generation killed the server
     "hang",  # the log stopped (no error), or a request never returned
     "oom_weights",  # out of memory while loading the weights
@@ -118,7 +120,9 @@ def parse_tracebacks(lines: list[LogLine]) -> list[Traceback]:
     return parse_numbered_lines(((ll.line, ll.text) for ll in lines), unique=False)
 
 
-_NAN = re.compile(r"\bnan\b|\binf\b|NaN", re.IGNORECASE)
+#: NaN or Inf as a whole token (``_`` and ``-`` separate tokens, as in ``probability_tensor_nan``): not the
+#: letters inside "maintenance", "finance" or "info".
+_NAN = re.compile(r"(?<![A-Za-z0-9])(?:nan|inf)s?(?![A-Za-z0-9])", re.IGNORECASE)
 _OOM = re.compile(r"out of memory|OutOfMemoryError|Not enough memory|no GPU memory for the KV cache|"
                   r"leave no GPU memory|CUDA_ERROR_OUT_OF_MEMORY", re.IGNORECASE)
 _ARCH = re.compile(r"[Uu]nsupported (?:GPU |CUDA )?arch|no kernel image is available|"
@@ -140,7 +144,7 @@ def symptom_classes(outcome: Launched, tracebacks: list[Traceback], text: str) -
     if {"probability_tensor_nan", "nan_in_logits"} & sigs or _NAN.search(exc_text):
         out.append("nan_inf")
     if {"degenerate_output", "wrong_answer"} & sigs and "nan_inf" not in out:
-        out.append("garbage_output")
+        out.append("accuracy_drop" if _graded_only(outcome.probes) else "garbage_output")
     if {"illegal_memory_access", "rocm_gpu_fault"} & sigs or "illegal memory access" in err_text:
         out.append("illegal_memory_access")
     if "device_side_assert" in sigs:
@@ -169,9 +173,17 @@ def symptom_classes(outcome: Launched, tracebacks: list[Traceback], text: str) -
         out.append("crash_at_decode")
     if outcome.stage in ("launch_failed", "load_failed") and not out:
         out.append("startup_error")
-    if outcome.stage == "wrong_output" and not {"nan_inf", "garbage_output"} & set(out):
-        out.append("garbage_output")
+    if outcome.stage == "wrong_output" and not {"nan_inf", "garbage_output", "accuracy_drop"} & set(out):
+        out.append("accuracy_drop" if _graded_only(outcome.probes) else "garbage_output")
     return out
+
+
+def _graded_only(probes: list[ProbeResult]) -> bool:
+    """Whether the only wrong output is the graded probe set's count (``agent.domain.accuracy``): every
+    single answer read fine, fewer were right than the case expects. That is an accuracy drop, not the
+    garbage or NaN text a broken kernel gives."""
+    wrong = [p for p in probes if p.status in ("empty", "degenerate", "wrong_answer")]
+    return bool(wrong) and all(p.probe_id == GRADED_PROBE_ID and p.status == "wrong_answer" for p in wrong)
 
 
 def parse_server_args(text: str) -> dict[str, str]:

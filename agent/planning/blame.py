@@ -5,7 +5,10 @@ upgraded, and those whose installed version differs from a known-good note's
 (``agent.planning.package_changes.package_changes``), named first, with the old and new version and
 where the claim comes from; then the packages the failing frames run in. A generic runtime (torch,
 triton, the CUDA wheels: ``knowledge/packages.toml``) is named only with evidence against it: it
-changed, or no other package is in the frames. A change of the engine itself (a new SGLang release or
+changed, or no other package is in the frames. A package the error message itself names ("FlashInfer
+version mismatch: the installed flashinfer-python ...") is named before a change the case's description
+tells that neither the frames nor the error involve: the error's own words outweigh the user's guess.
+A change of the engine itself (a new SGLang release or
 image) comes after the frames' packages: it changed everything, so the frames say where. When the earlier version of a changed package is known,
 pinning it back is the suggested fix, outside the flag and environment experiments (hypoloop does not
 install packages).
@@ -19,6 +22,7 @@ from agent.domain.case import Case
 from agent.domain.models import Conclusion, Outcome, RelevantFinding
 from agent.planning.package_changes import (
     PackageChange,
+    error_packages,
     frame_packages,
     is_generic_runtime,
     is_in,
@@ -30,32 +34,36 @@ __all__ = ["blamed"]
 
 
 def blamed(c: Conclusion, state: Any) -> Conclusion:
-    """``c`` with what changed named first when it is a not_isolated ending with no fix and no
+    """``c`` with what changed named first when it is a not_isolated ending with no fix, or only a
     workaround (``c.implicated`` is set: a failure was seen). ``state`` is the run's state (``RunState``:
     ``case``, ``fingerprint``, ``findings``, ``outcomes``). Adds to ``implicated``: ``changed`` (each
     ``{package, before, after, source, in_frames}``), ``packages`` (changed first, then the frames'),
     ``package`` (the first of them) and ``pin`` (``NAME==OLD`` when the earlier version is known); and
     says it in ``reason``. Any other conclusion is returned as it is."""
     imp = c.implicated
-    if c.status != "not_isolated" or c.alternatives or not imp:
+    if c.status != "not_isolated" or not imp or any(not a.get("workaround") for a in c.alternatives):
         return c
     installed = dict((state.get("fingerprint") or {}).get("installed") or {})
     case = Case.model_validate(state["case"])
     findings = [RelevantFinding.model_validate(f) for f in state.get("findings") or []]
     changes = package_changes(case, installed, findings)
-    frames = _frames(state, imp.get("experiment_id"))
+    frames, said = _frames(state, imp.get("experiment_id"), installed)
     if imp.get("missing") and imp.get("package"):  # a failed import names what is missing
         frames = [str(imp["package"]), *(p for p in frames if p != imp["package"])]
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
     # frames' packages: it changed everything, so the frames say where
     engine = dist_key(str((state.get("fingerprint") or {}).get("engine") or "sglang"))
-    where = {ch.name: is_in(ch.name, frames, installed) for ch in changes}
+    said = [p for p in said if p != engine and not is_in(p, frames, installed)]
+    where = {ch.name: is_in(ch.name, frames + said, installed) for ch in changes}
     ordered = sorted(changes, key=lambda ch: (ch.name == engine, not where[ch.name]))
-    named = [ch.name for ch in ordered if ch.name != engine]
-    rest = [p for p in frames if not any(is_in(n, [p], installed) for n in named)]
+    involved = [ch.name for ch in ordered if ch.name != engine and where[ch.name]]
+    aside = [ch.name for ch in ordered if ch.name != engine and not where[ch.name]]
+    named = involved + aside
+    told = [p for p in said if not is_generic_runtime(p) and not any(is_in(n, [p], installed) for n in named)]
+    rest = [p for p in frames + said if p not in told and not any(is_in(n, [p], installed) for n in named)]
     plain = [p for p in rest if not is_generic_runtime(p)]
     generic = [p for p in rest if is_generic_runtime(p)]
-    packages = named + plain + [ch.name for ch in ordered if ch.name == engine]
+    packages = involved + told + aside + plain + [ch.name for ch in ordered if ch.name == engine]
     packages += generic if not packages else []
     if not packages:
         return c
@@ -65,29 +73,38 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
         "changed": [{"package": ch.name, "before": ch.before, "after": ch.after, "source": ch.source,
                      "in_frames": where[ch.name]} for ch in ordered],
     }
-    pin = next((f"{ch.name}=={ch.before}" for ch in ordered if ch.before), None)
+    # pinning back a change the error does not involve, while it names another package, is no fix
+    pinnable = [ch for ch in ordered if where[ch.name] or not told]
+    pin = next((f"{ch.name}=={ch.before}" for ch in pinnable if ch.before), None)
     if pin:
         update["pin"] = pin
     return c.model_copy(update={"implicated": {**imp, **update},
-                                "reason": _joined(c.reason, _words(ordered, plain + generic, where, pin))})
+                                "reason": _joined(c.reason, _words(ordered, told, plain + generic, where, pin))})
 
 
-def _frames(state: Any, experiment_id: str | None) -> list[str]:
-    """The packages the failing launch's frames run in, innermost first (the last traceback first)."""
+def _frames(state: Any, experiment_id: str | None, installed: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The packages the failing launch's frames run in, innermost first (the last traceback first), and
+    the installed distributions its exception lines name (``error_packages``)."""
     raw = next((o for o in state.get("outcomes") or [] if o.get("experiment_id") == experiment_id), None)
     if raw is None:
-        return []
-    return frame_packages(reversed(Outcome.model_validate(raw).tracebacks))
+        return [], []
+    tracebacks = Outcome.model_validate(raw).tracebacks
+    said = error_packages((tb.exception_line for tb in reversed(tracebacks) if tb.exception_line), installed)
+    return frame_packages(reversed(tracebacks)), said
 
 
-def _words(changes: list[PackageChange], others: list[str], where: dict[str, bool], pin: str | None) -> str:
-    """The ending's sentence about packages: what changed (with its source), then the frames' packages."""
+def _words(changes: list[PackageChange], said: list[str], others: list[str], where: dict[str, bool],
+           pin: str | None) -> str:
+    """The ending's sentence about packages: what changed (with its source), the packages the error names,
+    then the frames' packages."""
     parts: list[str] = []
     if changes:
         told = "; ".join(f"{ch.describe()} ({ch.source}"
-                         + (", and the failing traceback runs in it)" if where[ch.name] else ")")
+                         + (", and the failing traceback or its error involves it)" if where[ch.name] else ")")
                          for ch in changes)
-        parts.append(f"no launch setting fixed it, and packages changed on the host: {told}")
+        parts.append(f"no launch setting repaired it, and packages changed on the host: {told}")
+    if said:
+        parts.append(f"the error names {', '.join(said)}")
     if others:
         parts.append(f"the failing traceback runs in {', '.join(others)}")
     if pin:

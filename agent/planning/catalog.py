@@ -138,6 +138,7 @@ class CatalogEntry(BaseModel):
     id: str
     statement: str
     statement_by_feature: dict[str, str] = Field(default_factory=dict)
+    statement_by_symptom: dict[str, str] = Field(default_factory=dict)
     component: str
     component_by_feature: dict[str, str] = Field(default_factory=dict)
     rationale: str
@@ -172,10 +173,16 @@ class CatalogEntry(BaseModel):
         return w, applied
 
     def render(self, ctx: EvidenceContext) -> tuple[str, str]:
-        """The statement and component for ``ctx``: feature-specific variants, ``{fact}`` placeholders filled."""
+        """The statement and component for ``ctx``: feature-specific variants, a symptom-specific statement
+        over them, ``{fact}`` placeholders filled."""
         statement, component = self.statement, self.component
         for feature, text in self.statement_by_feature.items():
             if feature in ctx.features:
+                statement = text
+                break
+        # what was seen decides the wording over the model's features: an accuracy drop is not "NaN at decode"
+        for symptom, text in self.statement_by_symptom.items():
+            if symptom in ctx.symptoms:
                 statement = text
                 break
         for feature, comp in self.component_by_feature.items():

@@ -63,10 +63,10 @@ def conclusion_of(state: RunState) -> Conclusion:
     deployment = _changes_deployment(fix_exp, Case.model_validate(state["case"]),
                                      (state.get("fingerprint") or {}).get("checkpoint") or {})
     if deployment:
-        return _workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
-                                changes_deployment=deployment)
+        return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
+                                       changes_deployment=deployment), state)
     if _is_workaround(fix_exp.change, hyps):
-        return _workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes)
+        return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes), state)
     return _isolated(state, base, reason, untested, _Tested(hyps, experiments, outcomes), fix_exp, confirm)
 
 

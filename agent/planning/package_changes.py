@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PackageChange",
     "PackagesError",
+    "error_packages",
     "frame_packages",
     "is_generic_runtime",
     "is_in",
@@ -139,18 +140,25 @@ _ARROW = re.compile(rf"{_VER}\s*(?:->|→|=>)\s*{_VER}")
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z0-9._\-]*[A-Za-z0-9]")
 
 
+#: The endings a change word may take ("upgrad" -> "upgrade", "upgraded", "upgrading"; "bump" -> "bumped"): a
+#: change word is a whole word with one of these, never the inside of another ("removed" is not "moved",
+#: "unchanged" not "changed", "afternoon" not "after").
+_INFLECTION = "(?:e|ed|es|ing|s|d)?"
+
+
 def _sentences(text: str) -> list[str]:
     """Sentences of a description: split at a full stop followed by a space, a newline or a semicolon."""
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+|;\s*", text) if s.strip()]
 
 
 def _from_text(description: str, installed: Mapping[str, str]) -> list[PackageChange]:
-    """Changes the case's description tells (see the module docstring)."""
+    """Changes the case's description tells (see the module docstring): a change word matches as a whole word
+    (``_INFLECTION``)."""
     words = packages_knowledge().change_words.words
     out: list[PackageChange] = []
     for sentence in _sentences(description):
         low = sentence.lower()
-        if not any(w in low for w in words):
+        if not any(re.search(rf"(?<![a-z]){re.escape(w)}{_INFLECTION}(?![a-z])", low) for w in words):
             continue
         names: list[str] = []
         for tok in _TOKEN.findall(sentence):
@@ -213,6 +221,36 @@ def frame_packages(tracebacks: Iterable[Traceback]) -> list[str]:
             pkg = fr.package
             if pkg and pkg not in sys.stdlib_module_names and pkg != "sglang" and pkg not in out:
                 out.append(pkg)
+    return out
+
+
+#: A word of an error message that refers to a package: a distribution-like name (``flashinfer-python``,
+#: ``sgl_kernel``), a product spelling (``FlashInfer``, ``DeepGEMM``), or any word followed by a version or the
+#: word "version" ("triton 3.5", "torch version"). A plain lower-case word ("requests", "outlines") is
+#: English more often than a package.
+_PKG_WORD = re.compile(r"(?<![\w.\-/])([A-Za-z][A-Za-z0-9]*(?:[_\-][A-Za-z0-9]+)*)(?![\w.\-/])(\s+v?\d+\.\d|\s+version)?")
+
+
+def error_packages(texts: Iterable[str], installed: Mapping[str, str]) -> list[str]:
+    """The installed distributions the error messages ``texts`` name, in the order named: a distribution's
+    own name (``flashinfer-python``, ``sgl-kernel``) first; a name they are called after (``FlashInfer`` ->
+    ``flashinfer-python``, ``flashinfer-cubin``) only when the text names none of them by its own name.
+    A word counts when it looks like a package (``_PKG_WORD``); dotted names (``torch.cuda.OutOfMemoryError``,
+    a module path) are where the error was raised, not what it blames. ``[]`` without installed packages."""
+    if not installed:
+        return []
+    words = [m.group(1) for text in texts for m in _PKG_WORD.finditer(text)
+             if re.search(r"[_\-]|.[A-Z]", m.group(1)) or m.group(2)]
+    exact: list[str] = []
+    for w in words:
+        if dist_key(w) in installed and dist_key(w) not in exact:
+            exact.append(dist_key(w))
+    out = list(exact)
+    for w in words:
+        dists = distributions_of(w, installed)
+        if any(d in exact for d in dists):
+            continue
+        out += [d for d in dists if d not in out]
     return out
 
 

@@ -52,10 +52,24 @@ SUSPECT_FACTOR = 0.4  # only suspected: a kernel failed and this backend ran (no
 #: Shared words tying a flag to the failure must be at least this specific (``common.specificity``).
 MIN_SPECIFICITY = 0.25
 #: Symptoms of a kernel misbehaving, where every backend the run used is a suspect.
-_KERNEL_SYMPTOMS = frozenset({"nan_inf", "garbage_output", "illegal_memory_access", "device_assert",
+_KERNEL_SYMPTOMS = frozenset({"nan_inf", "garbage_output", "accuracy_drop", "illegal_memory_access", "device_assert",
                               "unsupported_arch", "crash_at_decode"})
 #: Facts whose keys name an implementation choice (SGLang ServerArgs dests of backend / dtype flags).
 _CHOICE_FACT_SUFFIXES = ("_backend", "kv_cache_dtype")
+#: Values that name no implementation (a flag left to SGLang, or a switch), never "named by the error".
+_NO_IMPLEMENTATION = frozenset({"auto", "none", "null", "default", "true", "false", "off", "on", "all"})
+
+
+def named_choice(spec: FlagSpec, error_text: str) -> str | None:
+    """The one choice of ``spec`` the error text names as a whole word, case-insensitive ("FlashInfer
+    version mismatch" names ``flashinfer``; ``flashinfer-python`` is another word), or None. An error that
+    names two or more of the choices lists alternatives (``remedies`` reads those), so it names none here."""
+    named = [
+        c for c in spec.choices or []
+        if len(c) >= 3 and c.lower() not in _NO_IMPLEMENTATION
+        and re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", error_text, re.IGNORECASE)
+    ]
+    return named[0] if len(named) == 1 else None
 
 
 def _statement(spec: FlagSpec, current: object, how: str) -> str:
@@ -98,6 +112,14 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
     if cur and cur in imp.packages:
         factor = max(factor, PACKAGE_FACTOR)
         how.append(f"its value {current} is the package the failing frames run in")
+    named = named_choice(spec, imp.error_text)
+    if named is not None and norm(named) == cur:
+        factor = max(factor, PACKAGE_FACTOR)
+        how.append(f"the error names its value {current}")
+    elif named is not None and cur in ("", "none", "auto"):
+        # left to SGLang, the implementation the error names may be the one it chose
+        factor = max(factor, 1.0)
+        how.append(f"the error names {named}, one of its choices, and SGLang chose its value at startup")
     shared = stems(spec.name) & imp.words - {"backend", "dtype"}
     strength = imp.strength(inp.flags, shared)
     if strength >= MIN_SPECIFICITY:
@@ -123,6 +145,15 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
         factor = SUSPECT_FACTOR
         how.append("a kernel failed and this backend is one the failing run used")
     return factor, how
+
+
+def _without_named(spec: FlagSpec, cur: str, alts: list[str], error_text: str) -> tuple[str | None, list[str]]:
+    """The choice the error names when it may be the one in force (``cur``, normalised: unknown or that
+    choice), and the alternatives without it (the implementation the error blames is no alternative)."""
+    named = named_choice(spec, error_text)
+    if named is None or cur not in ("", "none", "auto", norm(named)):
+        return None, alts
+    return named, [c for c in alts if c != named]
 
 
 class ImplicatedComponentGenerator:
@@ -172,16 +203,20 @@ class ImplicatedComponentGenerator:
         if specificity(inp.flags, stems(spec.name) & rd.feature_words - {"backend", "dtype"}) >= 0.5:
             factor *= FEATURE_FACTOR
             how.append("it configures a feature the baseline turns on")
+        named, alts = _without_named(spec, cur, alts, imp.error_text)
+        if not alts:
+            return None
         alts = mentioned_first(alts, imp.error_text)
-        # Switching away from the package the failure happened in avoids it without repairing it.
-        avoids = bool(cur and cur in imp.packages)
+        # Switching away from the package the failure happened in (or the one the error names) avoids it
+        # without repairing it.
+        avoids = bool(cur and cur in imp.packages) or named is not None
         # With a single alternative, "this implementation is broken" predicts that it fixes.
         ivs = [
             Intervention(
                 names=[spec.name], values=[c], decisive=len(alts) == 1, fact=fact_key or dest,
                 cost="medium" if avoids else "low", workaround=avoids,
                 note=f"an alternative implementation of {spec.name}"
-                + (f" that does not use {current}" if avoids else ""),
+                + (f" that does not use {named or current}" if avoids else ""),
             )
             for c in alts
         ]
@@ -189,7 +224,7 @@ class ImplicatedComponentGenerator:
             id=f"component:{spec.name}",
             statement=_statement(spec, current, "; ".join(how)),
             component=spec.name.lstrip("-").removesuffix("-backend").replace("-", "_"),
-            package=imp.packages.get(cur) if cur in imp.packages else None,
+            package=imp.packages.get(cur) if cur in imp.packages else named,
             weight=BASE_WEIGHT * factor,
             rationale="a component implicated by the failure is chosen by this flag; another "
             "implementation of it uses different kernels",
