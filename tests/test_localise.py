@@ -156,6 +156,11 @@ def test_no_localiser_when_the_report_is_already_true_or_the_setting_is_for_anot
         (H200, {}, SURFACED.replace(SUFFIX, "")),  # PyTorch does not say the stack may be wrong
         (H200, {"CUDA_LAUNCH_BLOCKING": "1"}, SURFACED),  # already synchronous: the stack in hand is true
         (MI300X, {}, SURFACED),  # a CUDA setting on a ROCm host
+        # NaN reached the sampler's assert through values: a synchronous stack names the same call
+        (H200, {}, SURFACED.replace(ERROR, "RuntimeError: CUDA error: device-side assert triggered\n").replace(
+            "    seq_lens_cpu = self.seq_lens.cpu()\n",
+            "    seq_lens_cpu = self.seq_lens.cpu()\n[2026-12-02 10:01:00] probability tensor contains either "
+            "`inf`, `nan` or element < 0\n")),
     ]:
         planner, view = _view(fp, env)
         _launch(planner, view, log)

@@ -37,6 +37,7 @@ class Localiser(BaseModel):
     kind: Literal["localiser"]
     statement: str
     symptoms: list[str] = Field(min_length=1)
+    unless_symptoms: list[str] = Field(default_factory=list)
     signature: str
     platforms: list[str] = Field(default_factory=list)
     env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -76,8 +77,11 @@ def applies(loc: Localiser, failing: Outcome, baseline: Baseline, fingerprint: H
     """Whether ``loc`` is worth a launch for the failing run ``failing`` of ``baseline``: the failure shows
     one of its symptom classes and its signature (the report says it may be wrong), the host's platform is
     one it works on (an unknown platform counts), and its setting is not already in force (then the stack
-    in hand is already the true one)."""
-    if not set(loc.symptoms) & set(failing.symptoms) or loc.signature not in failing.signature_ids():
+    in hand is already the true one); not when it also shows one of the ``unless_symptoms``."""
+    shown = set(failing.symptoms)
+    if not set(loc.symptoms) & shown or set(loc.unless_symptoms) & shown:
+        return False
+    if loc.signature not in failing.signature_ids():
         return False
     if str(baseline.env.get(loc.env, "")) == loc.value:
         return False
