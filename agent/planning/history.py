@@ -119,11 +119,14 @@ class HistoryReader:
 
     def _localised(self, hp: HistoryPass, exp: Experiment, ref: Outcome, out: Outcome) -> None:
         """A localising launch that did not serve (issue 20, point 3): its report is the true one, so the
-        candidates are read again from its frames (those it proposes again get at least the weight it
-        gives them) and the ledger records where the kernel failed (``LedgerBook.weigh_by_localiser``). It
-        is never adopted into the baseline, whatever it changed: it only changes how the failure is
-        reported, and the next experiment is tested against the configuration the user runs."""
-        created = self.book.create(hp.view, out, hp.ledger, hp.weights, hp.state.baseline, refresh=True)
+        ledger records where the kernel failed (``LedgerBook.weigh_by_localiser``) and the candidates are
+        read again from its frames; when those frames are not the ones the error surfaced in, a candidate
+        they propose again gets at least the weight they give it (it was weighed against a frame that was
+        not where the kernel failed). It is never adopted into the baseline, whatever it changed: it only
+        changes how the failure is reported, and the next experiment is tested against the configuration
+        the user runs."""
+        created = self.book.create(hp.view, out, hp.ledger, hp.weights, hp.state.baseline,
+                                   refresh=self.book.frame_moved(hp.view, exp, ref, out))
         hp.state.localised = self.book.weigh_by_localiser(hp.view, hp.ledger, hp.weights, exp, ref, out)
         self.book.normalise(hp.ledger, hp.weights, set(created))
 

@@ -15,7 +15,7 @@ from typing import Literal
 from agent.domain.models import Baseline, Evidence, Experiment, Hypothesis, Outcome
 from agent.planning.catalog import CatalogEntry
 from agent.planning.generators import CandidateGenerator, GeneratorInput
-from agent.planning.generators.common import raise_site, specificity, stems
+from agent.planning.generators.common import RaiseSite, raise_site, specificity, stems
 from agent.planning.in_play import Subsystem, subsystems_of_frame
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.view import PlannerView, model_features
@@ -169,8 +169,7 @@ class LedgerBook(FlagMatcher):
         true one: the localiser's hypothesis is refuted and nothing else moves. Returns the ids of the
         subsystems the true frame is code of when it moved, else ``[]``.
         """
-        real = raise_site(self.generator_input(view, true, exp.baseline))
-        seen = raise_site(self.generator_input(view, surfaced, exp.baseline))
+        real, seen = self._sites(view, exp, surfaced, true)
         change = exp.change.describe() if exp.change else "the localiser"
         moved = real is not None and (seen is None or seen.where != real.where)
         subs = subsystems_of_frame(real.where) if real is not None else []
@@ -196,6 +195,19 @@ class LedgerBook(FlagMatcher):
                 kind="experiment", experiment_id=exp.id, effect="weakens",
                 detail=f"{detail}; this hypothesis changes nothing there (x{factor:g})"))
         return [s.id for s in subs] if moved else []
+
+    def _sites(
+        self, view: PlannerView, exp: Experiment, surfaced: Outcome, true: Outcome
+    ) -> tuple[RaiseSite | None, RaiseSite | None]:
+        """(where the localising launch's failure was raised, where the failure had surfaced)."""
+        return (raise_site(self.generator_input(view, true, exp.baseline)),
+                raise_site(self.generator_input(view, surfaced, exp.baseline)))
+
+    def frame_moved(self, view: PlannerView, exp: Experiment, surfaced: Outcome, true: Outcome) -> bool:
+        """Whether the localising launch ``exp`` raised its failure (``true``) in another engine frame than
+        the one it had surfaced in (``surfaced``)."""
+        real, seen = self._sites(view, exp, surfaced, true)
+        return real is not None and (seen is None or seen.where != real.where)
 
     def _points_at(self, h: Hypothesis, words: set[str], subs: list[Subsystem]) -> bool:
         """Whether one of ``h``'s changes configures one of the subsystems ``subs`` (their ``flags`` or
