@@ -151,7 +151,9 @@ ANSWER_FILES = ("hypotheses.toml", "symptoms.toml")
 def empty_catalog_knowledge(root: Path) -> Path:
     """A knowledge folder like the repository's (signatures, limits, risky changes, subsystems, what a
     deployment is) in which every file that maps a symptom to a remedy (``ANSWER_FILES``: the hypothesis
-    catalog and the symptom-class rules) is empty: what the agent knows without priors. Returns it."""
+    catalog and the symptom-class rules) is empty: what the agent knows without priors. The localising
+    experiments (``localisers.toml``) are kept: a localiser never fixes anything, it only makes a
+    failure's report true, as the failing log itself says to do. Returns it."""
     folder = root / "knowledge-empty-catalog"
     folder.mkdir(parents=True, exist_ok=True)
     for src in knowledge_dir().glob("*.toml"):

@@ -248,7 +248,7 @@ def command_for(run: Any) -> str:
 
 def check_knowledge() -> None:
     """Load every file of the knowledge folder in force (engines, signatures, hypothesis catalog and flag
-    roles, symptom rules, planner weights, implementations, packages, limits, risk rules, what a deployment
+    roles, symptom rules, localising experiments, planner weights, implementations, packages, limits, risk rules, what a deployment
     is, subsystems, hardware, model families, config facts, the probe set) once, before anything is
     launched; a file that cannot be used is one line and exit 2 (the errors, all ValueErrors, name the file
     and the entry)."""
@@ -257,6 +257,7 @@ def check_knowledge() -> None:
     from agent.planning.generators.symptoms import symptom_rules
     from agent.planning.guard import value_limits
     from agent.planning.in_play import load_subsystems
+    from agent.planning.localise import load_localisers
     from agent.planning.package_changes import packages_knowledge
     from agent.planning.served import served_settings
     from agent.planning.weights import weights
@@ -268,6 +269,7 @@ def check_knowledge() -> None:
         load_signatures(knowledge_file("signatures.toml"))
         load_catalog()
         symptom_rules()
+        load_localisers()
         weights()
         implementations()
         packages_knowledge()

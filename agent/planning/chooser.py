@@ -16,7 +16,8 @@ from typing import Any
 
 from agent.domain.models import Baseline, Change, Experiment, Intervention, Outcome, Prediction
 from agent.planning.generators.evidence import failure_evidence
-from agent.planning.in_play import InPlay
+from agent.planning.in_play import InPlay, load_subsystems
+from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, import_time_failure, load_level, load_probe_for
 from agent.planning.values import ValueEvidence
@@ -333,11 +334,15 @@ class Chooser(FlagMatcher):
                     "failure may need several changes at once, or a cause outside the catalog"
                 )
             return Proposal(conclude_reason=reason, considered=considered)
+        candidates = _narrowed(candidates, state.localised, considered)
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
             scored.append((score, -order, change, p_fix, how))
             considered.append({"change": change.describe(), "p_fix": round(p_fix, 3), "score": score})
+        first = next((t for t in scored if localiser_of(t[2]) is not None), None)
+        if first is not None:
+            return self._test(state, baseline, first, cost, ref.facts, _localise_first(first[2]), considered)
         scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
         why = f"the best probability per host-second among {count(len(scored), 'candidate change')}"
         return self._test(state, baseline, scored[0], cost, ref.facts, why, considered)
@@ -373,6 +378,33 @@ class Chooser(FlagMatcher):
             f"{'workaround' if best.workaround else 'costly change'}: a root-cause fix is tested first"
         )
         return self._test(state, base, scored[0], cost, ref.facts, why, considered)
+
+def _narrowed(
+    candidates: dict[str, tuple[Change, Intervention, str]], localised: list[str], considered: list[dict[str, Any]]
+) -> dict[str, tuple[Change, Intervention, str]]:
+    """The candidates that configure a subsystem a localising launch's true frames name (``localised``,
+    knowledge/subsystems.toml ``flags``/``env``), while any is left; else all of them (issue 20, point 3:
+    narrow inside the implicated subsystem)."""
+    subs = [s for s in load_subsystems().subsystems if s.id in localised]
+    inside = {
+        k: c for k, c in candidates.items()
+        if any((p := (s.flags if c[0].kind == "flag" else s.env)) is not None and p.search(c[0].name) for s in subs)
+    }
+    if not inside:
+        return candidates
+    considered.append({"narrowed": f"to the {', '.join(localised)} subsystem the localising launch's frames "
+                       f"name: {len(inside)} of {len(candidates)} candidate changes"})
+    return inside
+
+
+def _localise_first(change: Change) -> str:
+    """Why a localiser is launched before any guess (issue 20, point 3)."""
+    return (
+        f"localise first: the log says its stack may be wrong, so the frame the error surfaced in is not "
+        f"evidence; {change.describe()} fixes nothing but makes the report true, and the next change is "
+        "narrowed to the subsystem its frames name"
+    )
+
 
 def _over_budget(view: PlannerView, cost: float, slots: int) -> str | None:
     """Why ``slots`` more launches of ~``cost`` host-seconds do not fit the case's budget, or None."""

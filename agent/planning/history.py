@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from agent.domain.models import Experiment, Outcome
 from agent.planning.generators.evidence import failure_evidence
+from agent.planning.localise import localiser_of
 from agent.planning.observations import (
     BURST_LEVELS,
     classify_observation,
@@ -97,6 +98,9 @@ class HistoryReader:
             return
         obs = classify_observation(out, ref)
         self.book.update(ledger, weights, exp, out, obs, ref.facts)
+        if localiser_of(exp.change) is not None and obs not in ("fixed", "infra"):
+            self._localised(hp, exp, ref, out)
+            return
         if out.stage == "ok":
             self.book.refute_by_cause_signature(ledger, out)
         if obs == "fixed" and exp.change is not None:
@@ -112,6 +116,19 @@ class HistoryReader:
             self.book.create(hp.view, out, ledger, weights, st.baseline, refresh=blocker) if out.stage != "ok" else []
         )
         self.book.normalise(ledger, weights, set(created))
+
+    def _localised(self, hp: HistoryPass, exp: Experiment, ref: Outcome, out: Outcome) -> None:
+        """A localising launch that did not serve (issue 20, point 3): its report is the true one, so the
+        ledger records where the kernel failed (``LedgerBook.weigh_by_localiser``) and the candidates are
+        read again from its frames; when those frames are not the ones the error surfaced in, a candidate
+        they propose again gets at least the weight they give it (it was weighed against a frame that was
+        not where the kernel failed). It is never adopted into the baseline, whatever it changed: it only
+        changes how the failure is reported, and the next experiment is tested against the configuration
+        the user runs."""
+        created = self.book.create(hp.view, out, hp.ledger, hp.weights, hp.state.baseline,
+                                   refresh=self.book.frame_moved(hp.view, exp, ref, out))
+        hp.state.localised = self.book.weigh_by_localiser(hp.view, hp.ledger, hp.weights, exp, ref, out)
+        self.book.normalise(hp.ledger, hp.weights, set(created))
 
     def _past_blocker(self, hp: HistoryPass, exp: Experiment, ref: Outcome, out: Outcome) -> None:
         """Past a blocker: a later stage, further progress lines at the same stage, or another error once
@@ -129,7 +146,7 @@ class HistoryReader:
             # Its own variable is set now: its other values would only undo the step past it.
             hp.weights[h.id] *= tunables().ledger.passed_blocker_own if own else tunables().ledger.passed_blocker
         st.fixes, st.failing_baseline, st.failing_reference = [], None, None
-        st.confirmations = 0
+        st.confirmations, st.localised = 0, []
 
 
 #: Symptom classes that only say where a failure happened, not what kind it is.

@@ -15,7 +15,8 @@ from typing import Literal
 from agent.domain.models import Baseline, Evidence, Experiment, Hypothesis, Outcome
 from agent.planning.catalog import CatalogEntry
 from agent.planning.generators import CandidateGenerator, GeneratorInput
-from agent.planning.generators.common import raise_site, specificity, stems
+from agent.planning.generators.common import RaiseSite, raise_site, specificity, stems
+from agent.planning.in_play import Subsystem, subsystems_of_frame
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.view import PlannerView, model_features
 from agent.planning.weights import weights as tunables
@@ -147,6 +148,77 @@ class LedgerBook(FlagMatcher):
                     effect="weakens",
                 )
             )
+
+    def weigh_by_localiser(
+        self,
+        view: PlannerView,
+        ledger: dict[str, Hypothesis],
+        weights: dict[str, float],
+        exp: Experiment,
+        surfaced: Outcome,
+        true: Outcome,
+    ) -> list[str]:
+        """A localising launch (``exp``, ``agent.planning.localise``) made the failure's report true: read
+        its innermost engine frame (``true``) against the one the error surfaced in (``surfaced``).
+
+        When the two differ, the localiser's own hypothesis is supported and the ledger narrows to the
+        subsystem the true frame is code of (``modules`` in knowledge/subsystems.toml): every open
+        hypothesis none of whose changes configures that subsystem, and whose component the frame does not
+        name, is multiplied by ``ledger.elsewhere_factor``, as a general suspect is against the frame an
+        error surfaced in (``_weigh_by_raise_site``). When they are the same, the printed frame was the
+        true one: the localiser's hypothesis is refuted and nothing else moves. Returns the ids of the
+        subsystems the true frame is code of when it moved, else ``[]``.
+        """
+        real, seen = self._sites(view, exp, surfaced, true)
+        change = exp.change.describe() if exp.change else "the localiser"
+        moved = real is not None and (seen is None or seen.where != real.where)
+        subs = subsystems_of_frame(real.where) if real is not None else []
+        if real is None:
+            detail = f"the report of {change} names no frame of the engine's own code: nothing is localised"
+        else:
+            where = real.where + (f" (the {', '.join(s.id for s in subs)} subsystem)" if subs else "")
+            detail = f"with {change} the failure is raised in {where}" + (
+                f", not in {seen.where} where it surfaced" if moved and seen is not None else
+                ", where it surfaced: the printed frame was the true one")
+        factor = tunables().ledger.elsewhere_factor
+        for h in ledger.values():
+            if h.generator == "localiser" and exp.change is not None and any(
+                    self.matches(exp.change, iv, surfaced.facts) for iv in h.interventions):
+                h.status = "supported" if moved else ("refuted" if real is not None else h.status)
+                h.evidence.append(Evidence(kind="experiment", experiment_id=exp.id, detail=detail,
+                                           effect="supports" if moved else "neutral" if real is None else "refutes"))
+                continue
+            if not moved or real is None or h.status != "open" or self._points_at(h, real.words, subs):
+                continue
+            weights[h.id] *= factor
+            h.evidence.append(Evidence(
+                kind="experiment", experiment_id=exp.id, effect="weakens",
+                detail=f"{detail}; this hypothesis changes nothing there (x{factor:g})"))
+        return [s.id for s in subs] if moved else []
+
+    def _sites(
+        self, view: PlannerView, exp: Experiment, surfaced: Outcome, true: Outcome
+    ) -> tuple[RaiseSite | None, RaiseSite | None]:
+        """(where the localising launch's failure was raised, where the failure had surfaced)."""
+        return (raise_site(self.generator_input(view, true, exp.baseline)),
+                raise_site(self.generator_input(view, surfaced, exp.baseline)))
+
+    def frame_moved(self, view: PlannerView, exp: Experiment, surfaced: Outcome, true: Outcome) -> bool:
+        """Whether the localising launch ``exp`` raised its failure (``true``) in another engine frame than
+        the one it had surfaced in (``surfaced``)."""
+        real, seen = self._sites(view, exp, surfaced, true)
+        return real is not None and (seen is None or seen.where != real.where)
+
+    def _points_at(self, h: Hypothesis, words: set[str], subs: list[Subsystem]) -> bool:
+        """Whether one of ``h``'s changes configures one of the subsystems ``subs`` (their ``flags`` or
+        ``env`` patterns), or the frame's ``words`` name its component."""
+        for iv in h.interventions:
+            for name in iv.names:
+                pattern = (lambda s: s.flags) if iv.kind == "flag" else (lambda s: s.env)
+                if any((p := pattern(s)) is not None and p.search(name) for s in subs):
+                    return True
+        shared = stems(h.component) & words
+        return bool(shared) and (self.flags is None or specificity(self.flags, shared) >= _RELATED_SPECIFICITY)
 
     def update(
         self,

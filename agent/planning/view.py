@@ -69,6 +69,7 @@ class HistoryState(BaseModel):
     ``failing_reference``); the best of them is the current baseline. ``flaky``: the same configuration
     gave different outcomes. ``load_probe``: the failure shows only under concurrent requests, so every
     experiment adds this probe. ``baseline_runs``: launches of the unchanged baseline so far.
+    ``localised``: see the field.
     """
 
     hypotheses: list[Hypothesis]
@@ -86,6 +87,9 @@ class HistoryState(BaseModel):
     load_probe: Probe | None = None
     load_tried: bool = False
     baseline_runs: int = 0
+    #: Subsystems (knowledge/subsystems.toml ids) a localising launch's true frames name for the current
+    #: failure (``agent.planning.localise``): the next changes are narrowed to them while any is left.
+    localised: list[str] = Field(default_factory=list)
 
     @property
     def best_fix(self) -> Fix | None:

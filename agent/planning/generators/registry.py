@@ -12,6 +12,7 @@ from agent.planning.generators.component import ImplicatedComponentGenerator
 from agent.planning.generators.findings import KnownGoodDiffGenerator
 from agent.planning.generators.installed_source import InstalledSourceGenerator
 from agent.planning.generators.load import LoadGenerator
+from agent.planning.generators.localisers import LocaliserGenerator
 from agent.planning.generators.remedies import RemediesGenerator
 from agent.planning.generators.settings import SettingsVsDefaultsGenerator
 from agent.planning.generators.symptoms import SymptomClassGenerator
@@ -24,6 +25,7 @@ REGISTRY: list[type[CandidateGenerator]] = [
     CatalogGenerator,
     RemediesGenerator,
     SymptomClassGenerator,
+    LocaliserGenerator,
     ImplicatedComponentGenerator,
     InstalledSourceGenerator,
     LoadGenerator,
