@@ -132,8 +132,17 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
         fp.flag_roles = role_spellings(flags)
         step = "baseline.flags"
         baseline = Baseline(env=dict(case.baseline.env))
+        spelled: dict[str, str] = {}
         for name, value in case.baseline.flags.items():
-            canon, norm = flags.validate(name, value)
+            # a TOML list is checked as a list: the catalog takes one only where the flag takes several values
+            given = str(value).split() if name in case.list_flags and isinstance(value, str) else value
+            canon, norm = flags.validate(name, given)
+            if canon in spelled:
+                raise FlagError(
+                    f"{spelled[canon]} and {name} are two spellings of one flag ({canon}, by the host's "
+                    "--help); give it once", flag=canon,
+                )
+            spelled[canon] = name
             baseline.flags[canon] = norm
     except JobPending as exc:  # the cluster's queue is full: nothing is wrong with the case
         raise _InputError(f"the Slurm cluster could not start hypoloop's query of the host in time: {exc}") from None
