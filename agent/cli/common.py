@@ -155,12 +155,19 @@ def said(status: str) -> str:
     return status.replace("_", " ")
 
 
-def using_knowledge(folder: Path | str | None) -> contextlib.AbstractContextManager[Path | None]:
-    """Within the block, the knowledge folder is ``folder`` (a bad folder: one line, exit 2)."""
-    from agent.domain.knowledge_dir import KnowledgeDirError, check_dir, use_knowledge
+def using_knowledge(
+    folder: Path | str | None, *, given: bool = True
+) -> contextlib.AbstractContextManager[Path | None]:
+    """Within the block, the knowledge folder is ``folder`` (a bad folder: one line, exit 2). ``given``:
+    the user named it (``--knowledge``), so a file in it hypoloop would not read is refused the same way
+    (a folder a run recorded is used as it is)."""
+    from agent.domain.knowledge_dir import KnowledgeDirError, check_dir, check_known_files, use_knowledge
 
     try:
-        return use_knowledge(check_dir(folder) if folder is not None else None)
+        checked = check_dir(folder) if folder is not None else None
+        if checked is not None and given:
+            check_known_files(checked)
+        return use_knowledge(checked)
     except KnowledgeDirError as exc:
         fail(str(exc))
 

@@ -107,7 +107,7 @@ def resume(
     try:
         recorded = (load_run(home, run_id, read_graph).values or {}).get("knowledge_dir")
         folder = knowledge or (recorded if recorded and Path(recorded).is_dir() else None)
-        with using_knowledge(folder):
+        with using_knowledge(folder, given=knowledge is not None):
             _resume_locked(home, run_id, options)
     finally:
         lock.release()
