@@ -94,3 +94,21 @@ def test_auto_with_another_approval_mode_is_refused_before_a_run_exists(tmp_path
         assert done.returncode == 2 and len(lines) == 1 and "contradict" in lines[0], (args, done.stderr)
     listed = run_cli(tmp_path, "runs", "--json")
     assert json.loads(listed.stdout or "[]") == []
+
+
+def test_an_option_given_twice_is_refused_in_one_line_and_a_repeatable_one_is_not(tmp_path: Path) -> None:
+    """click keeps the last of two values without a word (`--parallel 2 --parallel 3` ran 3 at once);
+    an option meant to repeat (`resume --set`) still repeats."""
+    twice = run_cli(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--parallel", "2", "--parallel=3")
+    assert twice.returncode == 2
+    assert twice.stderr.strip().splitlines() == [
+        "error: --parallel '2' and --parallel '3': one option given twice (the last would win silently); give it once"
+    ]
+    flag = run_cli(tmp_path, "runs", "--json", "--json")
+    assert flag.returncode == 2 and "--json and --json: one option given twice" in flag.stderr
+    listed = run_cli(tmp_path, "runs", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []  # nothing ran
+    repeat = run_cli(tmp_path, "resume", "no-such-run", "--decision", "edit", "--set", "A=1", "--set", "B=2")
+    assert "given twice" not in repeat.stderr and "no-such-run" in repeat.stderr
+    after = run_cli(tmp_path, "analyze", "--json", "--", "--json")  # after `--` a word is an argument, never an option
+    assert "given twice" not in after.stderr

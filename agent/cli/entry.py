@@ -65,6 +65,40 @@ def tidy_help(command: Any) -> None:
             param.metavar = "N" if ann is int else "X" if ann is float else "TEXT"
 
 
+def repeated_option(command: Any, args: list[str]) -> str | None:
+    """One line naming an option ``args`` give twice to the command they run, or None. click would keep
+    the last value without a word (``--budget 3 --budget 5`` ran with 5), so a repeat is refused, as an
+    unknown option is; an option meant to repeat (``--set``, ``multiple``) may. Reads ``args`` the way
+    click does: subcommand names, ``--name value`` and ``--name=value``, nothing after ``--``."""
+    seen: dict[str, tuple[str, str]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        sub = getattr(command, "commands", {}).get(arg) if not arg.startswith("-") else None
+        if sub is not None:
+            command, seen = sub, {}
+            i += 1
+            continue
+        name, eq, inline = arg.partition("=")
+        param = next((p for p in getattr(command, "params", []) if getattr(p, "param_type_name", "") == "option"
+                      and name in (*p.opts, *p.secondary_opts)), None) if arg.startswith("-") else None
+        if param is None:
+            i += 1
+            continue
+        takes_value = not param.is_flag and not param.count
+        value = inline if eq else (args[i + 1] if takes_value and i + 1 < len(args) else "")
+        if not param.multiple and not param.count:
+            if param.name in seen:
+                first, before = seen[param.name]
+                said = f"{first} {before!r} and {name} {value!r}" if takes_value else f"{first} and {name}"
+                return f"{said}: one option given twice (the last would win silently); give it once"
+            seen[param.name] = (name, value)
+        i += 2 if takes_value and not eq else 1
+    return None
+
+
 def main() -> None:
     """Console-script entry point. Usage mistakes (an unknown option, a value that is not one of the
     choices) are one line on stderr naming the option and what it takes, exit code 2; so is a bad
@@ -81,6 +115,9 @@ def main() -> None:
         sys.exit(2)
     command = typer.main.get_command(app)
     tidy_help(command)
+    if (twice := repeated_option(command, sys.argv[1:])) is not None:
+        err_console.print(f"[bold red]error:[/] {escape(twice)}", highlight=False, soft_wrap=True)
+        raise SystemExit(2)
     try:
         code = command.main(standalone_mode=False, prog_name="hypoloop")
     except _click_errors.NoArgsIsHelpError as exc:
