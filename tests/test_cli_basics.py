@@ -112,3 +112,40 @@ def test_an_option_given_twice_is_refused_in_one_line_and_a_repeatable_one_is_no
     assert "given twice" not in repeat.stderr and "no-such-run" in repeat.stderr
     after = run_cli(tmp_path, "analyze", "--json", "--", "--json")  # after `--` a word is an argument, never an option
     assert "given twice" not in after.stderr
+
+
+def _reader_gone(tmp_path: Path, *args: str, timeout: float = 600) -> tuple[int, str]:
+    """``hypoloop ARGS | head -0``: its output's reader is gone before it writes a line (so every write
+    meets a closed pipe, whatever the timing). Returns the exit code and stderr."""
+    import subprocess
+
+    proc = subprocess.Popen(
+        [*HYPOLOOP, *args], cwd=tmp_path, env=cli_env(tmp_path), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=timeout)
+    return proc.returncode, err
+
+
+def test_output_into_a_reader_that_went_away_ends_quietly(tmp_path: Path) -> None:
+    """`hypoloop runs | head -1` exited 1 with a BrokenPipeError traceback."""
+    transcript = ROOT / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
+    for args in (("runs",), ("replay", str(transcript)), ("--help",)):
+        code, err = _reader_gone(tmp_path, *args)
+        assert code == 0 and "Traceback" not in err and "BrokenPipe" not in err, (args, err)
+
+
+def test_a_run_whose_reader_went_away_still_ends_and_stops_its_servers(tmp_path: Path) -> None:
+    """A run's output going nowhere never cuts it short before it stops the servers it launched."""
+    from clirun import live_processes
+
+    code, err = _reader_gone(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--transcript-dir", "tr")
+    assert code == 0 and "Traceback" not in err, err[-2000:]
+    (transcript,) = (tmp_path / "tr").glob("*.jsonl")
+    events = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "isolated"
+    launched = sum(e["type"] == "server.launched" for e in events)
+    assert launched and sum(e["type"] == "server.stopped" for e in events) == launched
+    assert not live_processes(transcript.stem, only="lab.launch_server")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -26,6 +27,44 @@ def _private_files() -> None:
     user = os.umask(0o077)
     if tools.host.SERVER_UMASK < 0:
         tools.host.SERVER_UMASK = user
+
+
+class QuietPipe:
+    """``sys.stdout`` or ``sys.stderr`` that goes quiet once its reader has gone (``hypoloop runs | head
+    -1``): the rest of the output is dropped instead of a BrokenPipeError traceback and exit 1. The
+    command itself goes on, so a ``hypoloop run`` whose reader went away still stops every server it
+    launched before it exits; SIGPIPE stays ignored (Python's default) for that reason. Everything else
+    is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._reader_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        self.gone = True
+        # what is still buffered goes to /dev/null, so the interpreter's last flush at exit cannot fail
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 try:  # typer >= 0.20 carries its own copy of click
@@ -107,6 +146,10 @@ def main() -> None:
     from agent.planning.weights import PlannerWeightsError, weights
 
     _private_files()
+    if not isinstance(sys.stdout, QuietPipe):
+        sys.stdout = QuietPipe(sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, QuietPipe):
+        sys.stderr = QuietPipe(sys.stderr)  # type: ignore[assignment]
     try:
         weights()  # the planner's tunables: a bad file is one line, not a traceback
         knowledge_dir()  # a $HYPOLOOP_KNOWLEDGE that is no folder: one line
