@@ -149,3 +149,29 @@ def test_a_run_whose_reader_went_away_still_ends_and_stops_its_servers(tmp_path:
     launched = sum(e["type"] == "server.launched" for e in events)
     assert launched and sum(e["type"] == "server.stopped" for e in events) == launched
     assert not live_processes(transcript.stem, only="lab.launch_server")
+
+
+def test_the_printed_resume_command_works_pasted_into_another_terminal(tmp_path: Path) -> None:
+    """A run started with HYPOLOOP_HOME (and the lab's clock) set printed a bare `hypoloop resume RUN`,
+    which in a fresh terminal looked in ~/.hypoloop and found no such run."""
+    import re
+    import shlex
+    import subprocess
+
+    waiting = run_cli(tmp_path, "run", "lab:nccl-p2p-hang")  # no terminal: waits for the first approval
+    assert waiting.returncode == 3, waiting.stderr[-2000:]
+    said = " ".join(waiting.stdout.split())
+    m = re.search(r"Answer with: (.*?hypoloop resume \S+)", said)
+    assert m is not None, said[-2000:]
+    words = shlex.split(m[1])
+    assert f"HYPOLOOP_HOME={tmp_path / 'home'}" in words and "HYPOLOOP_LAB_TIME_SCALE=0.004" in words
+    pasted = " ".join(shlex.join(HYPOLOOP) if w == "hypoloop" else shlex.quote(w) for w in words)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    fresh = {k: v for k, v in os.environ.items() if not k.startswith("HYPOLOOP_")}  # another terminal
+    fresh["HOME"] = str(elsewhere)  # whose ~/.hypoloop holds no runs
+    done = subprocess.run(["bash", "-c", f"{pasted} --decision stop"], cwd=elsewhere, env=fresh,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    listed = run_cli(tmp_path, "runs", "--json")
+    assert [r["status"] for r in json.loads(listed.stdout)] == ["finished"]

@@ -12,12 +12,13 @@ import typer
 from rich.markup import escape
 
 from agent.cli.common import (
-    DecisionOption,
-    JsonResult,
-    KnowledgeOpt,
     approval_mode,
+    DecisionOption,
     err_console,
     fail,
+    JsonResult,
+    KnowledgeOpt,
+    resume_command,
     state_dir,
     using_knowledge,
 )
@@ -234,7 +235,7 @@ def _refuse_wrong_decision(
     if request is None and decision:
         fail(
             f"run {run_id} is not waiting for an approval (it stopped in the middle of a step); "
-            f"continue it with: hypoloop resume {run_id}"
+            f"continue it with: {resume_command(run_id)}"
         )
 
 
