@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from agent.cli.common import (
+    JsonResult,
     err_console,
     fail,
-    JsonResult,
     redacted,
     resume_command,
 )

@@ -12,12 +12,12 @@ import typer
 from rich.markup import escape
 
 from agent.cli.common import (
-    approval_mode,
     DecisionOption,
-    err_console,
-    fail,
     JsonResult,
     KnowledgeOpt,
+    approval_mode,
+    err_console,
+    fail,
     resume_command,
     state_dir,
     using_knowledge,
