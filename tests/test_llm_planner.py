@@ -799,3 +799,25 @@ def test_a_proposal_that_leaves_the_baseline_as_it_is_is_refused_and_never_launc
     assert reasons and "changes nothing: the baseline already has it" in reasons[0], reasons
     assert not any("0.850" in " ".join(argv) for argv in _launched_changes(events))
     assert result["status"] == "isolated" and result["root_cause"]["fix"]["after"] == "bf16"
+
+
+def test_the_approval_screen_always_lists_the_leading_hypothesis(server: Any, tmp_path: Path) -> None:
+    """An experiment that tests three or more hypotheses other than the leading one filled the screen's
+    three rows with them, and the leader (what a person weighs the experiment against) was not shown."""
+    # turning CUDA graphs off tests every graph-replay hypothesis, and not the leading one (the KV cache)
+    server.push(decide(flag("--disable-cuda-graph", True), tests=("cuda-graph-replay-numerics",)))
+    case = _planted_case(tmp_path)
+    r = _hypoloop(
+        tmp_path, "run", str(case), "--transcript-dir", "tr", "--planner", "llm", "--model", "scripted",
+        "--base-url", server.base_url, OPENAI_API_KEY=API_KEY,
+    )  # fmt: skip
+    assert r.returncode == 3, r.stderr[-3000:]  # no terminal: the test of the model's change waits
+    (waiting,) = json.loads(_hypoloop(tmp_path, "runs", "--json").stdout)
+    pending = waiting["pending"]
+    lead = max(pending["hypotheses"], key=lambda h: h["posterior"])
+    tested = [h for h in pending["hypotheses"] if h["predicts"] != "persists"]
+    assert lead["predicts"] == "persists" and len(tested) >= 3  # the case the screen got wrong
+    panel = r.stdout[r.stdout.index("approve experiment"):]
+    table = panel[: panel.index("more: press h")]
+    assert lead["id"] in table, table
+    assert sum(h["id"] in table for h in tested) == 2  # three rows: the leader and two it tests
