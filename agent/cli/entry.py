@@ -106,7 +106,7 @@ def tidy_help(command: Any) -> None:
 
 def repeated_option(command: Any, args: list[str]) -> str | None:
     """One line naming an option ``args`` give twice to the command they run, or None. click would keep
-    the last value without a word (``--budget 3 --budget 5`` ran with 5), so a repeat is refused, as an
+    the last value without a word (``--parallel 2 --parallel 3`` ran 3 at once), so a repeat is refused, as an
     unknown option is; an option meant to repeat (``--set``, ``multiple``) may. Reads ``args`` the way
     click does: subcommand names, ``--name value`` and ``--name=value``, nothing after ``--``."""
     seen: dict[str, tuple[str, str]] = {}
