@@ -53,3 +53,21 @@ def test_a_value_with_prose_punctuation_never_reaches_an_experiment(raw: str) ->
     with pytest.raises(GuardError, match="prose punctuation.*'0-31'"):
         check_experiment(exp, view=view, flags=None)
     assert clean_value(raw) == "0-31" and clean_value("0.9") == "0.9"
+
+
+def test_analyze_text_keeps_every_bracket_of_the_log_and_of_the_changes(tmp_path: Path) -> None:
+    """The alternatives lost the ')' of "(on)" (the prose clean-up of a value ran over the whole line),
+    and a log line's brackets must not be taken for markup."""
+    log = tmp_path / "crash.log"
+    odd = "RuntimeError: foo(bar[1]) failed (x[2]) [warn] (y) [/] [bold]"
+    log.write_text(
+        "[2026-01-02 03:04:05 TP0] Capture cuda graph failed: CUDA out of memory. Tried to allocate 1.50 GiB "
+        "(GPU 0; 79.10 GiB total) [rank0]\n"
+        "Possible solutions:\n1. set --cuda-graph-max-bs to a smaller value (e.g., 16)\n" + odd + "\n"
+    )
+    done = run_cli(tmp_path, "analyze", str(log), COLUMNS="400")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert odd in out and "(GPU 0; 79.10 GiB total) [rank0]" in out
+    switched = [ln for ln in out.splitlines() if "→ (on" in ln]
+    assert switched and all(ln.rstrip().endswith("→ (on)") for ln in switched), switched

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,64 @@ def test_an_empty_launcher_is_one_line(tmp_path: Path, command: str) -> None:
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "error: --launcher '  ': expected the launcher command, e.g. python -m sglang.launch_server"
     ]
+
+
+def _lab_case(tmp_path: Path, flags: str, extra: str = "") -> Path:
+    """The coder-lite lab world's case (its simulated host answers `--help` like SGLang) with ``flags``
+    as its baseline flags and ``extra`` appended."""
+    import shutil
+
+    folder = tmp_path / "world"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "lab" / "worlds" / "coder-lite-h100x2", folder)
+    case = folder / "case.toml"
+    text = case.read_text()
+    start = text.index("flags = ")
+    case.write_text(text[:start] + f"flags = {flags}" + text[text.index("\n", start):] + extra)
+    return case
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # the host's --help lists --tp-size and --tp as aliases of --tensor-parallel-size
+        ('{ "--tp-size" = 2, "--tensor-parallel-size" = 2 }',
+         "baseline.flags: --tp-size and --tensor-parallel-size are two spellings of one flag"),
+        ('{ "--tp" = 2, "--tp-size" = 2 }', "baseline.flags: --tp and --tp-size are two spellings of one flag"),
+        ('{ "tp-size" = 2, "--tp-size" = 2 }', "baseline.flags: tp-size and --tp-size are one flag"),
+    ],
+)
+def test_a_flag_given_twice_in_two_spellings_is_one_line(tmp_path: Path, flags: str, expected: str) -> None:
+    case = _lab_case(tmp_path, flags)
+    r = run_cli(tmp_path, "run", str(case), "--auto")
+    assert r.returncode == 2, r.stdout[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0] and str(case) in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "extra", "expected"),
+    [
+        ('{ "--tp-size" = 2 }', "\n[reproduce]\nconcurrency = true\n",
+         "field 'reproduce.concurrency': expected a whole number, got true"),
+        ('{ "--tp-size" = 2 }', "\n[reproduce]\naccuracy = false\n",
+         "field 'reproduce.accuracy': expected a number, got false"),
+        # one value in a list is still a list: --tp-size takes one value
+        ('{ "--tp-size" = [2] }', "", "baseline.flags: --tensor-parallel-size: takes one value (an integer), got a list"),
+        ('{ "--tp-size" = { n = 2 } }', "", "flag --tp-size: expected a string, number, true"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_one_line(tmp_path: Path, flags: str, extra: str, expected: str) -> None:
+    case = _lab_case(tmp_path, flags, extra)
+    r = run_cli(tmp_path, "run", str(case), "--auto")
+    assert r.returncode == 2, r.stdout[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], r.stderr
+
+
+def test_a_list_is_accepted_for_a_flag_that_takes_several_values(tmp_path: Path) -> None:
+    case = _lab_case(tmp_path, '{ "--tp-size" = 2, "--trust-remote-code" = true, "--cuda-graph-bs" = [1, 2, 4] }')
+    r = run_cli(tmp_path, "run", str(case), "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    events = [json.loads(line) for line in Path(json.loads(r.stdout.strip().splitlines()[-1])["transcript"]).open()]
+    first = next(e for e in events if e["type"] == "experiment.proposed")
+    assert first["data"]["baseline"]["flags"]["--cuda-graph-bs"] == "1 2 4"

@@ -94,3 +94,84 @@ def test_auto_with_another_approval_mode_is_refused_before_a_run_exists(tmp_path
         assert done.returncode == 2 and len(lines) == 1 and "contradict" in lines[0], (args, done.stderr)
     listed = run_cli(tmp_path, "runs", "--json")
     assert json.loads(listed.stdout or "[]") == []
+
+
+def test_an_option_given_twice_is_refused_in_one_line_and_a_repeatable_one_is_not(tmp_path: Path) -> None:
+    """click keeps the last of two values without a word (`--parallel 2 --parallel 3` ran 3 at once);
+    an option meant to repeat (`resume --set`) still repeats."""
+    twice = run_cli(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--parallel", "2", "--parallel=3")
+    assert twice.returncode == 2
+    assert twice.stderr.strip().splitlines() == [
+        "error: --parallel '2' and --parallel '3': one option given twice (the last would win silently); give it once"
+    ]
+    flag = run_cli(tmp_path, "runs", "--json", "--json")
+    assert flag.returncode == 2 and "--json and --json: one option given twice" in flag.stderr
+    listed = run_cli(tmp_path, "runs", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout) == []  # nothing ran
+    repeat = run_cli(tmp_path, "resume", "no-such-run", "--decision", "edit", "--set", "A=1", "--set", "B=2")
+    assert "given twice" not in repeat.stderr and "no-such-run" in repeat.stderr
+    after = run_cli(tmp_path, "analyze", "--json", "--", "--json")  # after `--` a word is an argument, never an option
+    assert "given twice" not in after.stderr
+
+
+def _reader_gone(tmp_path: Path, *args: str, timeout: float = 600) -> tuple[int, str]:
+    """``hypoloop ARGS | head -0``: its output's reader is gone before it writes a line (so every write
+    meets a closed pipe, whatever the timing). Returns the exit code and stderr."""
+    import subprocess
+
+    proc = subprocess.Popen(
+        [*HYPOLOOP, *args], cwd=tmp_path, env=cli_env(tmp_path), stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=timeout)
+    return proc.returncode, err
+
+
+def test_output_into_a_reader_that_went_away_ends_quietly(tmp_path: Path) -> None:
+    """`hypoloop runs | head -1` exited 1 with a BrokenPipeError traceback."""
+    transcript = ROOT / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
+    for args in (("runs",), ("replay", str(transcript)), ("--help",)):
+        code, err = _reader_gone(tmp_path, *args)
+        assert code == 0 and "Traceback" not in err and "BrokenPipe" not in err, (args, err)
+
+
+def test_a_run_whose_reader_went_away_still_ends_and_stops_its_servers(tmp_path: Path) -> None:
+    """A run's output going nowhere never cuts it short before it stops the servers it launched."""
+    from clirun import live_processes
+
+    code, err = _reader_gone(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--transcript-dir", "tr")
+    assert code == 0 and "Traceback" not in err, err[-2000:]
+    (transcript,) = (tmp_path / "tr").glob("*.jsonl")
+    events = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "isolated"
+    launched = sum(e["type"] == "server.launched" for e in events)
+    assert launched and sum(e["type"] == "server.stopped" for e in events) == launched
+    assert not live_processes(transcript.stem, only="lab.launch_server")
+
+
+def test_the_printed_resume_command_works_pasted_into_another_terminal(tmp_path: Path) -> None:
+    """A run started with HYPOLOOP_HOME (and the lab's clock) set printed a bare `hypoloop resume RUN`,
+    which in a fresh terminal looked in ~/.hypoloop and found no such run."""
+    import re
+    import shlex
+    import subprocess
+
+    waiting = run_cli(tmp_path, "run", "lab:nccl-p2p-hang")  # no terminal: waits for the first approval
+    assert waiting.returncode == 3, waiting.stderr[-2000:]
+    said = " ".join(waiting.stdout.split())
+    m = re.search(r"Answer with: (.*?hypoloop resume \S+)", said)
+    assert m is not None, said[-2000:]
+    words = shlex.split(m[1])
+    assert f"HYPOLOOP_HOME={tmp_path / 'home'}" in words and "HYPOLOOP_LAB_TIME_SCALE=0.004" in words
+    pasted = " ".join(shlex.join(HYPOLOOP) if w == "hypoloop" else shlex.quote(w) for w in words)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    fresh = {k: v for k, v in os.environ.items() if not k.startswith("HYPOLOOP_")}  # another terminal
+    fresh["HOME"] = str(elsewhere)  # whose ~/.hypoloop holds no runs
+    done = subprocess.run(["bash", "-c", f"{pasted} --decision stop"], cwd=elsewhere, env=fresh,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    listed = run_cli(tmp_path, "runs", "--json")
+    assert [r["status"] for r in json.loads(listed.stdout)] == ["finished"]

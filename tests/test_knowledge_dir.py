@@ -8,6 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from clirun import run_cli
 
 from agent.domain.knowledge_dir import ENV_VAR, default_dir, knowledge_file, use_knowledge
@@ -134,3 +135,24 @@ def test_an_unusable_catalog_is_refused_before_a_run_exists(tmp_path: Path) -> N
     assert "hypotheses.toml" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     listed = _hypoloop(tmp_path, "runs", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
+
+
+@pytest.mark.parametrize("command", ["run", "analyze"])
+def test_a_file_the_knowledge_folder_should_not_hold_is_refused_with_the_names_it_may(
+    tmp_path: Path, command: str
+) -> None:
+    """A misspelt file (``hypothesis.toml`` for ``hypotheses.toml``) was ignored without a word: the run
+    used the repository's catalog while its author believed theirs was read."""
+    folder = tmp_path / "knowledge"
+    folder.mkdir()
+    (folder / "hypothesis.toml").write_text("")
+    (folder / ".gitignore").write_text("*.swp\n")  # hidden files are not knowledge and not refused
+    log = tmp_path / "crash.log"
+    log.write_text("RuntimeError: boom\n")
+    target = "lab:nccl-p2p-hang" if command == "run" else str(log)
+    r = _hypoloop(tmp_path, command, target, "--knowledge", str(folder))
+    assert r.returncode == 2, r.stdout[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"{folder.resolve() / 'hypothesis.toml'}: not a knowledge file" in lines[0]
+    assert "hypotheses.toml" in lines[0] and "signatures.toml" in lines[0]

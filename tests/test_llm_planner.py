@@ -776,3 +776,48 @@ def test_the_answer_schema_and_the_prompt_come_from_the_decision_model() -> None
     assert decision.experiment is not None
     assert [c.model_dump() for c in decision.experiment.changes] == [change]
     assert decision.new_hypotheses[0].test is not None and decision.new_hypotheses[0].test.name == "--kv-cache-dtype"
+
+
+def test_a_proposal_that_leaves_the_baseline_as_it_is_is_refused_and_never_launched(
+    server: Any, tmp_path: Path
+) -> None:
+    """The model proposes the baseline's own value in another spelling (0.850 for 0.85): the launch would
+    be the baseline's and test nothing. The guard every proposal passes refuses it; the next answer runs."""
+    case = _planted_case(tmp_path)
+    text = case.read_text()
+    case.write_text(text.replace('"--quantization" = "modelopt_fp4" }',
+                                 '"--quantization" = "modelopt_fp4", "--mem-fraction-static" = "0.85" }'))
+    server.push(decide(flag("--mem-fraction-static", "0.850"), tests=("fp8-gemm-scale-format",)), KV_BF16)
+    r = _hypoloop(
+        tmp_path, "run", str(case), "--auto", "--json", "--transcript-dir", "tr", "--planner", "llm",
+        "--model", "scripted", "--base-url", server.base_url, OPENAI_API_KEY=API_KEY,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    events = [e.model_dump() for e in read_transcript(tmp_path / result["transcript"])]
+    reasons = [e["data"]["reason"] for e in events if e["type"] == "llm.invalid"]
+    assert reasons and "changes nothing: the baseline already has it" in reasons[0], reasons
+    assert not any("0.850" in " ".join(argv) for argv in _launched_changes(events))
+    assert result["status"] == "isolated" and result["root_cause"]["fix"]["after"] == "bf16"
+
+
+def test_the_approval_screen_always_lists_the_leading_hypothesis(server: Any, tmp_path: Path) -> None:
+    """An experiment that tests three or more hypotheses other than the leading one filled the screen's
+    three rows with them, and the leader (what a person weighs the experiment against) was not shown."""
+    # turning CUDA graphs off tests every graph-replay hypothesis, and not the leading one (the KV cache)
+    server.push(decide(flag("--disable-cuda-graph", True), tests=("cuda-graph-replay-numerics",)))
+    case = _planted_case(tmp_path)
+    r = _hypoloop(
+        tmp_path, "run", str(case), "--transcript-dir", "tr", "--planner", "llm", "--model", "scripted",
+        "--base-url", server.base_url, OPENAI_API_KEY=API_KEY,
+    )  # fmt: skip
+    assert r.returncode == 3, r.stderr[-3000:]  # no terminal: the test of the model's change waits
+    (waiting,) = json.loads(_hypoloop(tmp_path, "runs", "--json").stdout)
+    pending = waiting["pending"]
+    lead = max(pending["hypotheses"], key=lambda h: h["posterior"])
+    tested = [h for h in pending["hypotheses"] if h["predicts"] != "persists"]
+    assert lead["predicts"] == "persists" and len(tested) >= 3  # the case the screen got wrong
+    panel = r.stdout[r.stdout.index("approve experiment"):]
+    table = panel[: panel.index("more: press h")]
+    assert lead["id"] in table, table
+    assert sum(h["id"] in table for h in tested) == 2  # three rows: the leader and two it tests

@@ -321,7 +321,6 @@ def _print_log_advice(
     """Print the first experiment (or why none: when a failed import stops the server before any flag is
     read, that only a package change can help, naming the package), the planner's alternatives and
     SGLang's own suggestions."""
-    from agent.planning.values import clean_value
     from tools.tracebacks import missing_import
 
     console.print()
@@ -355,13 +354,24 @@ def _print_log_advice(
     if others:
         console.print("\n[bold]alternatives[/] (the planner's other candidates, P(fix))")
         for alt in others:
-            shown = str(clean_value(str(alt["change"])))  # a value copied from prose loses the sentence's full stop
+            shown = _clean_after(str(alt["change"]))
             print_hanging(console, f"  {alt['p_fix']:.2f}  {escape(_with_log_before(shown, outcome.facts))}")
     if suggestions:
         lines = f"{suggestions[0][0]}-{suggestions[-1][0]}" if len(suggestions) > 1 else str(suggestions[0][0])
         console.print(f"\n[bold]SGLang's own suggestions[/] (log line{'s' if len(suggestions) > 1 else ''} {lines})")
         for n, text in suggestions:
             print_hanging(console, f"  L{n:<5} {escape(text)}")
+
+
+def _clean_after(described: str) -> str:
+    """``name: before → after`` (``Change.describe``) with a value copied from prose losing the sentence's
+    full stop; ``(on)`` and ``(unset)`` are hypoloop's words, whose closing bracket stays."""
+    from agent.planning.values import clean_value
+
+    head, arrow, after = described.rpartition(" → ")
+    if not arrow or after in ("(on)", "(unset)"):
+        return described
+    return f"{head}{arrow}{clean_value(after)}"
 
 
 def _with_log_before(described: str, facts: dict[str, str]) -> str:

@@ -150,17 +150,50 @@ STATUS_STYLE = {
 }
 
 
+#: ``HYPOLOOP_*`` variables that are no user's setting: hypoloop sets them on the servers it launches
+#: (``tools.leftovers``), and the tests' fault injection must never follow a pasted command.
+_NOT_SETTINGS = ("HYPOLOOP_LAUNCH_LOG", "HYPOLOOP_ORCHESTRATOR", "HYPOLOOP_FAULT_")
+_SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+
+
+def resume_command(run_id: str) -> str:
+    """``hypoloop resume RUN_ID`` to paste into another terminal: preceded by this process's own
+    ``HYPOLOOP_*`` settings (``HYPOLOOP_HOME`` says where the run is at all; the lab's clock and world,
+    the knowledge folder), shell-quoted, a relative path made absolute; none when none is set. A
+    variable whose name says it holds a secret is left out (it is never printed)."""
+    import shlex
+
+    words = []
+    for name in sorted(os.environ):
+        value = os.environ[name]
+        if not name.startswith("HYPOLOOP_") or name.startswith(_NOT_SETTINGS):
+            continue
+        if any(w in name for w in _SECRET_WORDS):
+            continue
+        if value and not os.path.isabs(value) and (value.startswith("~") or Path(value).exists()):
+            value = str(Path(value).expanduser().resolve())
+        words.append(f"{name}={shlex.quote(value)}")
+    return " ".join([*words, "hypoloop", "resume", run_id])
+
+
 def said(status: str) -> str:
     """A status as a person reads it (``waiting_for_approval`` → "waiting for approval")."""
     return status.replace("_", " ")
 
 
-def using_knowledge(folder: Path | str | None) -> contextlib.AbstractContextManager[Path | None]:
-    """Within the block, the knowledge folder is ``folder`` (a bad folder: one line, exit 2)."""
-    from agent.domain.knowledge_dir import KnowledgeDirError, check_dir, use_knowledge
+def using_knowledge(
+    folder: Path | str | None, *, given: bool = True
+) -> contextlib.AbstractContextManager[Path | None]:
+    """Within the block, the knowledge folder is ``folder`` (a bad folder: one line, exit 2). ``given``:
+    the user named it (``--knowledge``), so a file in it hypoloop would not read is refused the same way
+    (a folder a run recorded is used as it is)."""
+    from agent.domain.knowledge_dir import KnowledgeDirError, check_dir, check_known_files, use_knowledge
 
     try:
-        return use_knowledge(check_dir(folder) if folder is not None else None)
+        checked = check_dir(folder) if folder is not None else None
+        if checked is not None and given:
+            check_known_files(checked)
+        return use_knowledge(checked)
     except KnowledgeDirError as exc:
         fail(str(exc))
 

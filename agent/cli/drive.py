@@ -25,6 +25,7 @@ from agent.cli.common import (
     err_console,
     fail,
     redacted,
+    resume_command,
 )
 from agent.domain.case import CaseError
 from agent.domain.knowledge_dir import knowledge_file
@@ -118,7 +119,7 @@ def _pause(
     print_hanging(
         console,
         f"run [bold]{request.run_id}[/] waits for approval of {exp.id} ({escape(describe_experiment(exp))}); "
-        f"{why}. Answer with: hypoloop resume {request.run_id} --decision approve|edit|reject|stop "
+        f"{why}. Answer with: {escape(resume_command(request.run_id))} --decision approve|edit|reject|stop "
         "[--reason TEXT] [--set NAME=VALUE]",
     )
     if json_out:
@@ -228,7 +229,7 @@ def _out_of_space(rt: Runtime, tr: Transcript, run_id: str, what: str) -> NoRetu
     message = (
         f"the disk is full: {what}; every server this run launched is stopped and its state is kept up to "
         f"its last completed step: free some space in {rt.state_dir} and beside the transcript, then "
-        f"continue with: hypoloop resume {run_id}"
+        f"continue with: {resume_command(run_id)}"
     )
     with contextlib.suppress(OSError):
         rt.close()
@@ -397,7 +398,8 @@ def pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool,
     console.print(approval_panel(request))
     console.print(
         f"run {request.run_id} still waits for approval; no terminal is attached. Answer with: "
-        f"hypoloop resume {request.run_id} --decision approve|edit|reject|stop [--reason TEXT] [--set NAME=VALUE]"
+        f"{escape(resume_command(request.run_id))} --decision approve|edit|reject|stop [--reason TEXT] "
+        "[--set NAME=VALUE]"
     )
     if json_out:
         print(_waiting_json(request, tpath))

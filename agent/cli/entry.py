@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -26,6 +27,44 @@ def _private_files() -> None:
     user = os.umask(0o077)
     if tools.host.SERVER_UMASK < 0:
         tools.host.SERVER_UMASK = user
+
+
+class QuietPipe:
+    """``sys.stdout`` or ``sys.stderr`` that goes quiet once its reader has gone (``hypoloop runs | head
+    -1``): the rest of the output is dropped instead of a BrokenPipeError traceback and exit 1. The
+    command itself goes on, so a ``hypoloop run`` whose reader went away still stops every server it
+    launched before it exits; SIGPIPE stays ignored (Python's default) for that reason. Everything else
+    is the wrapped stream's."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._reader_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        self.gone = True
+        # what is still buffered goes to /dev/null, so the interpreter's last flush at exit cannot fail
+        with contextlib.suppress(OSError, ValueError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 try:  # typer >= 0.20 carries its own copy of click
@@ -65,6 +104,40 @@ def tidy_help(command: Any) -> None:
             param.metavar = "N" if ann is int else "X" if ann is float else "TEXT"
 
 
+def repeated_option(command: Any, args: list[str]) -> str | None:
+    """One line naming an option ``args`` give twice to the command they run, or None. click would keep
+    the last value without a word (``--parallel 2 --parallel 3`` ran 3 at once), so a repeat is refused, as an
+    unknown option is; an option meant to repeat (``--set``, ``multiple``) may. Reads ``args`` the way
+    click does: subcommand names, ``--name value`` and ``--name=value``, nothing after ``--``."""
+    seen: dict[str, tuple[str, str]] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            break
+        sub = getattr(command, "commands", {}).get(arg) if not arg.startswith("-") else None
+        if sub is not None:
+            command, seen = sub, {}
+            i += 1
+            continue
+        name, eq, inline = arg.partition("=")
+        param = next((p for p in getattr(command, "params", []) if getattr(p, "param_type_name", "") == "option"
+                      and name in (*p.opts, *p.secondary_opts)), None) if arg.startswith("-") else None
+        if param is None:
+            i += 1
+            continue
+        takes_value = not param.is_flag and not param.count
+        value = inline if eq else (args[i + 1] if takes_value and i + 1 < len(args) else "")
+        if not param.multiple and not param.count:
+            if param.name in seen:
+                first, before = seen[param.name]
+                said = f"{first} {before!r} and {name} {value!r}" if takes_value else f"{first} and {name}"
+                return f"{said}: one option given twice (the last would win silently); give it once"
+            seen[param.name] = (name, value)
+        i += 2 if takes_value and not eq else 1
+    return None
+
+
 def main() -> None:
     """Console-script entry point. Usage mistakes (an unknown option, a value that is not one of the
     choices) are one line on stderr naming the option and what it takes, exit code 2; so is a bad
@@ -73,6 +146,10 @@ def main() -> None:
     from agent.planning.weights import PlannerWeightsError, weights
 
     _private_files()
+    if not isinstance(sys.stdout, QuietPipe):
+        sys.stdout = QuietPipe(sys.stdout)  # type: ignore[assignment]
+    if not isinstance(sys.stderr, QuietPipe):
+        sys.stderr = QuietPipe(sys.stderr)  # type: ignore[assignment]
     try:
         weights()  # the planner's tunables: a bad file is one line, not a traceback
         knowledge_dir()  # a $HYPOLOOP_KNOWLEDGE that is no folder: one line
@@ -81,6 +158,9 @@ def main() -> None:
         sys.exit(2)
     command = typer.main.get_command(app)
     tidy_help(command)
+    if (twice := repeated_option(command, sys.argv[1:])) is not None:
+        err_console.print(f"[bold red]error:[/] {escape(twice)}", highlight=False, soft_wrap=True)
+        raise SystemExit(2)
     try:
         code = command.main(standalone_mode=False, prog_name="hypoloop")
     except _click_errors.NoArgsIsHelpError as exc:

@@ -107,7 +107,7 @@ def _redecide(
         fail(str(exc))
     folder, note = _redecide_knowledge(recorded.started.get("knowledge_dir"), knowledge)
     try:
-        with using_knowledge(folder):
+        with using_knowledge(folder, given=knowledge is not None):
             check_knowledge()
             planner, flags, warnings = redecide_planner(planner_name, recorded, make_planner)
             result = redecide_run(recorded, planner, flags, warnings=[*([note] if note else []), *warnings])

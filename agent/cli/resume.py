@@ -18,6 +18,7 @@ from agent.cli.common import (
     approval_mode,
     err_console,
     fail,
+    resume_command,
     state_dir,
     using_knowledge,
 )
@@ -107,7 +108,7 @@ def resume(
     try:
         recorded = (load_run(home, run_id, read_graph).values or {}).get("knowledge_dir")
         folder = knowledge or (recorded if recorded and Path(recorded).is_dir() else None)
-        with using_knowledge(folder):
+        with using_knowledge(folder, given=knowledge is not None):
             _resume_locked(home, run_id, options)
     finally:
         lock.release()
@@ -234,7 +235,7 @@ def _refuse_wrong_decision(
     if request is None and decision:
         fail(
             f"run {run_id} is not waiting for an approval (it stopped in the middle of a step); "
-            f"continue it with: hypoloop resume {run_id}"
+            f"continue it with: {resume_command(run_id)}"
         )
 
 

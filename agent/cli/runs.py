@@ -15,6 +15,7 @@ from agent.cli.common import (
     piped_console,
     redacted,
     redacted_info,
+    resume_command,
     said,
     state_dir,
 )
@@ -38,7 +39,7 @@ def _run_detail(info: RunInfo) -> str:
     if info.status == "running":
         return f"pid {info.holder}" if info.holder and info.holder > 0 else ""
     if info.status == "interrupted":
-        return f"hypoloop resume {info.run_id}{left}"
+        return f"{resume_command(info.run_id)}{left}"
     return (info.result or "") + left
 
 

@@ -15,6 +15,7 @@ from agent.cli.common import (
     fail,
     redacted,
     redacted_info,
+    resume_command,
     said,
     state_dir,
 )
@@ -69,9 +70,9 @@ def show(
         console.print(approval_panel(ApprovalRequest.model_validate(info.pending), full=verbose))
         print_hanging(
             console,
-            f"answer with: hypoloop resume {info.run_id} [--decision approve|edit|reject|stop] "
+            f"answer with: {escape(resume_command(info.run_id))} [--decision approve|edit|reject|stop] "
             "[--reason TEXT] [--set NAME=VALUE]",
         )
     elif info.status == "interrupted":
-        console.print(f"nothing is driving it: continue with hypoloop resume {info.run_id}")
+        console.print(f"nothing is driving it: continue with {escape(resume_command(info.run_id))}")
 

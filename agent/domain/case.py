@@ -15,7 +15,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from agent.domain.models import Baseline, FlagValue
 from tools.engines import Engine, get_engine
@@ -27,10 +36,29 @@ from tools.slurm import SlurmOptions, is_slurm_target, parse_slurm_target
 from tools.ssh import parse_target
 
 
+def _no_bool_for_number(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
+    """``value`` unchanged, unless it is ``true``/``false`` for a number field: pydantic would take it as
+    1/0 (``concurrency = true`` ran with one request), so it is the error a wrong type is."""
+    field = model.model_fields.get(info.field_name or "")
+    if not isinstance(value, bool) or field is None:
+        return value
+    kinds = {field.annotation, *typing.get_args(field.annotation)}
+    if bool in kinds or str in kinds or not kinds & {int, float}:
+        return value
+    kind = "int_type" if int in kinds else "float_type"
+    raise PydanticCustomError(kind, "expected a number, got {value}", {"value": value})
+
+
 class _Strict(BaseModel):
-    """Case-file sections refuse unknown keys, so a typo (``knowlege``, ``[budjet]``) is an error."""
+    """Case-file sections refuse unknown keys, so a typo (``knowlege``, ``[budjet]``) is an error, and
+    ``true``/``false`` where a number belongs."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        return _no_bool_for_number(cls, value, info)
 
 
 class CaseError(ValueError):
@@ -159,6 +187,11 @@ class ReproduceSpec(LoadShape):
     intermittent: bool = False
     accuracy: float | None = Field(default=None, gt=0.0, lt=1.0)
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any, info: ValidationInfo) -> Any:
+        return _no_bool_for_number(cls, value, info)
+
     def load(self) -> LoadShape | None:
         """The traffic shape the case reports, or None when it reports none beyond concurrency."""
         shape = LoadShape.model_validate(self.model_dump(exclude={"concurrency", "intermittent", "accuracy"}))
@@ -195,6 +228,10 @@ class Case(_Strict):
     intent: IntentSpec = Field(default_factory=IntentSpec)
     approval: Literal["each", "risky", "auto"] = "each"
     source_path: str | None = None
+    #: The baseline flags the case file wrote as a TOML list (``"--cuda-graph-bs" = [1, 2, 4]``), set by
+    #: ``load_case`` like ``source_path``: the host's catalog takes a list only for a flag that takes
+    #: several values (``agent.run.nodes.intake``).
+    list_flags: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _case_dir(self) -> Case:
@@ -218,8 +255,12 @@ class Case(_Strict):
     def _baseline(cls, v: Any) -> Any:
         if isinstance(v, dict) and isinstance(v.get("flags"), dict):
             flags: dict[str, FlagValue] = {}
+            written: dict[str, str] = {}
             for name, value in v["flags"].items():
                 key = name if name.startswith("-") else f"--{name}"
+                if key in written:  # "tp-size" and "--tp-size": one flag twice, one value would be lost
+                    raise ValueError(f"baseline.flags: {written[key]} and {name} are one flag ({key}); give it once")
+                written[key] = name
                 if isinstance(value, bool):
                     flags[key] = True if value else None
                 elif isinstance(value, int | float | str):
@@ -310,6 +351,7 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
     except OSError as exc:
         raise CaseError(f"{path}: cannot read: {exc.strerror}") from None
     data["source_path"] = str(path)
+    data["list_flags"] = _list_flags(data.get("baseline"))
     if host_target is not None:
         if isinstance(data.get("host"), dict):
             data["host"]["target"] = host_target
@@ -334,6 +376,14 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
                 "as an absolute path (or ~/...) to use a file from elsewhere"
             )
     return case
+
+
+def _list_flags(baseline: Any) -> list[str]:
+    """The flags a case file's ``[baseline]`` table gives as TOML lists, spelled as ``Case`` keys them."""
+    flags = baseline.get("flags") if isinstance(baseline, dict) else None
+    if not isinstance(flags, dict):
+        return []
+    return [n if n.startswith("-") else f"--{n}" for n, v in flags.items() if isinstance(v, list)]
 
 
 def explicit_path(raw: str) -> bool:
@@ -424,7 +474,7 @@ def case_error_text(exc: ValidationError) -> str:
     kind = err["type"]
     if kind == "extra_forbidden" and loc:
         model = _section_model(loc)
-        known = sorted(k for k in (model.model_fields if model else {}) if k != "source_path")
+        known = sorted(k for k in (model.model_fields if model else {}) if k not in ("source_path", "list_flags"))
         hint = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
         suggestion = f"; did you mean '{hint[0]}'?" if hint else ""
         listed = f" (known keys: {', '.join(known)})" if known else ""
@@ -434,7 +484,9 @@ def case_error_text(exc: ValidationError) -> str:
     if not loc:  # a check across fields names them itself
         return err["msg"].removeprefix("Value error, ") + more
     got = err.get("input")
-    shown = f", got {got!r}" if isinstance(got, str | int | float | bool) else (
+    shown = f", got {str(got).lower()}" if isinstance(got, bool) else f", got {got!r}" if isinstance(
+        got, str | int | float
+    ) else (
         f", got a {'table' if isinstance(got, dict) else 'list' if isinstance(got, list) else type(got).__name__}"
     )
     if kind in _EXPECTED:

@@ -65,6 +65,25 @@ def check_dir(path: str | Path, *, where: str = "--knowledge") -> Path:
     return p.resolve()
 
 
+def unknown_files(folder: Path) -> list[str]:
+    """The names of the files in ``folder`` that no part of hypoloop reads (not in ``KNOWLEDGE_FILES``),
+    sorted; hidden files (``.gitignore``, an editor's swap file) and subfolders are not counted."""
+    return sorted(p.name for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")
+                  and p.name not in KNOWLEDGE_FILES)
+
+
+def check_known_files(folder: Path, *, where: str = "--knowledge") -> None:
+    """KnowledgeDirError naming the first file of ``folder`` hypoloop would not read (a misspelt
+    ``hypothesis.toml`` would otherwise be ignored without a word) and the names it reads."""
+    unknown = unknown_files(folder)
+    if unknown:
+        raise KnowledgeDirError(
+            f"{where}: {folder / unknown[0]}: not a knowledge file"
+            f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; a knowledge folder holds "
+            f"only {', '.join(KNOWLEDGE_FILES)}"
+        )
+
+
 def knowledge_dir() -> Path:
     """The knowledge folder in force: ``$HYPOLOOP_KNOWLEDGE`` when set, else the repository's."""
     env = os.environ.get(ENV_VAR)

@@ -16,6 +16,7 @@ from typing import Any
 
 from agent.domain.models import Baseline, Change, Experiment, Intervention, Outcome, Prediction
 from agent.planning.generators.evidence import failure_evidence
+from agent.planning.guard import changes_nothing
 from agent.planning.in_play import InPlay, load_subsystems
 from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
@@ -208,6 +209,9 @@ class Chooser(FlagMatcher):
                 change, how = self.realize(iv, baseline, evidence)
                 if change is None:
                     considered.append({"hypothesis": h.id, "skipped": how})
+                    continue
+                if changes_nothing(baseline, change):  # a launch identical to the baseline tests nothing
+                    considered.append({"hypothesis": h.id, "skipped": f"{change.describe()} changes nothing"})
                     continue
                 if (off := self._inert(change, baseline, ref, server_args)) is not None:
                     considered.append({"hypothesis": h.id, "skipped": off})

@@ -2,7 +2,8 @@
 
 Exactly one change for a test (none for a baseline or confirmation run); a flag the host's catalog
 knows with a legal value; an env variable with a plain name and a value free of shell metacharacters;
-not an experiment already run; not a rejected one; within budget.
+not a change that leaves the baseline as it is (a launch identical to the baseline); not an experiment
+already run; not a rejected one; within budget.
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ def _same_baseline(a: Baseline, b: Baseline) -> bool:
     return keyed(a) == keyed(b)
 
 
+def changes_nothing(baseline: Baseline, change: Change) -> bool:
+    """Whether ``change`` leaves ``baseline`` as it is: it sets the value the baseline has (in any
+    spelling), or removes a flag or variable the baseline does not set. Its launch would be the baseline's."""
+    return _same_baseline(baseline, baseline.apply(change))
+
+
 def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog | None) -> None:
     """Raise GuardError unless ``exp`` may run now. Canonicalises nothing; the change must already be
     in canonical form (the caller normalises edits through ``FlagCatalog.validate``)."""
@@ -85,6 +92,11 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
         raise GuardError(f"a {exp.purpose} run changes nothing; got {exp.change.describe()}")
     if exp.change is not None:
         _check_change(exp, exp.change, flags)
+        if changes_nothing(exp.baseline, exp.change):
+            raise GuardError(
+                f"{exp.change.describe()} changes nothing: the baseline already has it, so the launch would be "
+                "the baseline's"
+            )
     _check_history(exp, view)
     if view.launches + 1 > view.case.budget.experiments:
         raise GuardError(f"experiment budget spent ({view.launches} of {view.case.budget.experiments})")

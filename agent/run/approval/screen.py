@@ -126,12 +126,15 @@ def _facts_grid(req: ApprovalRequest, *, full: bool) -> Table:
 
 
 def _screen_hypotheses(req: ApprovalRequest) -> list[HypothesisLine]:
-    """The hypotheses the compact screen lists: those the experiment tests, then the likeliest, up to
-    ``SHOWN_HYPOTHESES`` (more only when it tests more), in falling probability."""
-    tested = [h for h in req.hypotheses if h.predicts != "persists"]
-    room = max(SHOWN_HYPOTHESES - len(tested), 0)
-    others = [h for h in req.hypotheses if h.predicts == "persists"][:room]
-    return sorted([*tested[:SHOWN_HYPOTHESES], *others], key=lambda h: -h.posterior) if tested or others else []
+    """The hypotheses the compact screen lists, ``SHOWN_HYPOTHESES`` of them in falling probability: the
+    likeliest always (whether or not the experiment tests it: a person weighs the experiment against it),
+    then those the experiment tests, then the next likeliest."""
+    lead = max(req.hypotheses, key=lambda h: h.posterior) if req.hypotheses else None
+    rest = [h for h in req.hypotheses if h is not lead]
+    tested = [h for h in rest if h.predicts != "persists"]
+    others = [h for h in rest if h.predicts == "persists"]
+    picked = ([lead] if lead is not None else []) + [*tested, *others]
+    return sorted(picked[:SHOWN_HYPOTHESES], key=lambda h: -h.posterior)
 
 
 def _lead_blocked_text(lb: LeadBlocked) -> Group:

@@ -32,7 +32,7 @@ from agent.run.runtime import Runtime
 from agent.run.state import RunState, case_of, seed_state
 from tools.engines import model_flags
 from tools.fingerprint import HostFingerprint, fingerprint
-from tools.flags import FlagError
+from tools.flags import FlagCatalog, FlagError
 from tools.host import Host, HostError, expand_argv
 from tools.knowledge import KnowledgeError, read_findings, relevance
 from tools.model_config import checkpoint_facts, read_model_config
@@ -131,10 +131,7 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
         # the host's spelling of each flag role (knowledge/flag_roles.toml), from its --help
         fp.flag_roles = role_spellings(flags)
         step = "baseline.flags"
-        baseline = Baseline(env=dict(case.baseline.env))
-        for name, value in case.baseline.flags.items():
-            canon, norm = flags.validate(name, value)
-            baseline.flags[canon] = norm
+        baseline = _checked_baseline(case, flags)
     except JobPending as exc:  # the cluster's queue is full: nothing is wrong with the case
         raise _InputError(f"the Slurm cluster could not start hypoloop's query of the host in time: {exc}") from None
     except (HostError, FlagError) as exc:
@@ -142,6 +139,28 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
             raise _InputError(f"--host: {exc}") from None  # the user's option replaced host.target
         raise _InputError(f"{where}: {step}: {exc}") from None
     return fp, baseline
+
+
+def _checked_baseline(case: Case, flags: FlagCatalog) -> Baseline:
+    """The case's baseline with each flag canonical and its value normalised by the host's catalog.
+
+    Raises FlagError (one line) for a flag the host refuses, a list where the flag takes one value, or
+    one flag given in two spellings (``--tp-size`` and ``--tensor-parallel-size``: aliases by its --help).
+    """
+    baseline = Baseline(env=dict(case.baseline.env))
+    spelled: dict[str, str] = {}
+    for name, value in case.baseline.flags.items():
+        # a TOML list is checked as a list: the catalog takes one only where the flag takes several values
+        given = str(value).split() if name in case.list_flags and isinstance(value, str) else value
+        canon, norm = flags.validate(name, given)
+        if canon in spelled:
+            raise FlagError(
+                f"{spelled[canon]} and {name} are two spellings of one flag ({canon}, by the host's "
+                "--help); give it once", flag=canon,
+            )
+        spelled[canon] = name
+        baseline.flags[canon] = norm
+    return baseline
 
 
 def _read_model_and_cpus(host: Host, case: Case, fp: HostFingerprint) -> None:
