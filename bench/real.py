@@ -317,6 +317,7 @@ def _random_on_case(
         flags = load_flag_catalog(
             launcher.host, expand_argv(case.case.launcher.argv, launcher.host),
             cache_dir=workdir / "flag-cache", version=None,
+            help_args=case.case.launcher.engine_impl().data.help_args,  # vLLM: --help=all
         )
         findings = [
             f for p in case.case.knowledge for f in read_findings(case.case.resolve_path(p))
