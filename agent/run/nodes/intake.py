@@ -7,7 +7,8 @@ Side effects:
   (a case that cannot be used as written);
 - host: connects (``Runtime.host``), which lists servers that earlier runs left there and, when allowed,
   stops them (``host.orphans*`` events); runs the GPU query, the version command and ``launch_server
-  --help`` (read-only; nothing is launched);
+  --help``, and, when the case names a ``--port``, asks whether something already listens there
+  (read-only; nothing is launched);
 - files: reads the case's knowledge files and observed log; the flag catalog is cached under
   ``$HYPOLOOP_HOME/flag-cache``.
 
