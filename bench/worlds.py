@@ -212,7 +212,10 @@ def score_run(
         truth = getattr(world.world, "truth", None)
         package = world.package or (truth.names if truth else None)
         ok = status == "not_isolated" and (package is None or package.lower() in named.lower())
-        why = "names " + package if ok and package else (f"ended {status}" if status != "not_isolated" else "package not named")
+        if ok:
+            why = f"names {package}" if package else "nothing to name"
+        else:
+            why = f"ended {status}" if status != "not_isolated" else f"{package} not named"
         return Score(ok, isolated, why)
     if world.chain:
         links = chain_satisfied(world, final) if isolated and final is not None else [False] * len(world.chain)
