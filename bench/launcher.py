@@ -58,8 +58,10 @@ class Launcher:
         host, case = self.host, self.case
         self.count += 1
         port = host.free_port()
+        engine = case.launcher.engine_impl()  # vLLM: the model positional, no /generate
         argv = render_command(
-            expand_argv(case.launcher.argv, host), case.model.path, flags, host="127.0.0.1", port=port
+            expand_argv(case.launcher.argv, host), case.model.path, flags, host="127.0.0.1", port=port,
+            engine=engine,
         )
         matcher = SignatureMatcher(self.signatures)
         stall = StallWatch(
@@ -88,7 +90,8 @@ class Launcher:
             if res.status == "ready" and res.base_url:
                 results = []
                 for probe in probes_for(case):
-                    pr = run_probe(res.base_url, probe, model=case.model.path)
+                    pr = run_probe(res.base_url, probe, model=case.model.path,
+                                   generate_api=engine.data.generate_api)
                     results.append(pr)
                     if pr.status in ("connection_error", "timeout"):
                         break

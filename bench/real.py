@@ -3,7 +3,10 @@
 A case lives in ``bench/real/<engine>-<name>/``: ``case.toml`` is an ordinary hypoloop case in which
 ``{engines}`` stands for the real-engine bed (``.ci/real-engines``: its environment and its tiny model,
 ``{engines}/tiny-llama``); ``truth.toml`` beside it holds a ``[truth]`` table in the lab worlds' format
-(lab/README.md) and is read only to score a run, never by the agent. ``materialize`` writes the case
+(lab/README.md) and is read only to score a run, never by the agent; an optional ``before.toml`` says what
+already runs on the host when the user launches (``[[hold]]`` tables: a ``port`` and the ``argv`` of the
+process that listens there, ``{python}`` for this Python), which `holding` starts before each run of the
+case and stops after (a port already taken is a failure users meet). ``materialize`` writes the case
 with ``{engines}`` filled in (what a user of that bed would have written), next to nothing else, so
 the agent cannot see the truth.
 
@@ -13,10 +16,14 @@ in one line why it cannot be used.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import subprocess
+import sys
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +61,75 @@ def bed_missing(root: Path | None = None) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Hold:
+    """A process that already listens on ``port`` (TCP, 127.0.0.1) when a case runs; ``argv`` starts it."""
+
+    port: int
+    argv: tuple[str, ...]
+
+
+def load_holds(folder: Path) -> tuple[Hold, ...]:
+    """The ``[[hold]]`` tables of ``folder/before.toml`` (none when the file is absent). Raises ValueError
+    (one line naming the file and field) for a bad one."""
+    path = folder / "before.toml"
+    if not path.is_file():
+        return ()
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+    holds = data.get("hold", [])
+    if not isinstance(holds, list):
+        raise ValueError(f"{path}: hold: expected an array of tables [[hold]]")
+    out = []
+    for i, h in enumerate(holds):
+        port, argv = (h.get("port"), h.get("argv")) if isinstance(h, dict) else (None, None)
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise ValueError(f"{path}: hold[{i}].port: expected a TCP port number (1-65535)")
+        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+            raise ValueError(f"{path}: hold[{i}].argv: expected a non-empty list of strings")
+        out.append(Hold(port, tuple(argv)))
+    return tuple(out)
+
+
+def _listening(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@contextlib.contextmanager
+def holding(holds: tuple[Hold, ...], timeout_s: float = 60.0) -> Iterator[None]:
+    """Start each of ``holds`` (``{python}``: this interpreter) and wait, up to ``timeout_s`` seconds each,
+    until its port listens; stop them all on exit (SIGTERM, then SIGKILL after 10 s). Raises ValueError
+    when a port is taken before its holder starts, or the holder exits or does not listen in time."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for h in holds:
+            if _listening(h.port):
+                raise ValueError(f"port {h.port} is already in use before the case's holder starts; free it")
+            argv = [a.replace("{python}", sys.executable) for a in h.argv]
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, start_new_session=True)
+            procs.append(proc)
+            deadline = time.monotonic() + timeout_s
+            while not _listening(h.port):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise ValueError(f"the holder of port {h.port} ({' '.join(argv)}) did not listen")
+                time.sleep(0.1)  # polling the port, not waiting a fixed time
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 @dataclass
 class _TruthOnly:
     truth: Truth
@@ -72,6 +148,8 @@ class RealCase:
     case: Case
     world: _TruthOnly
     flaky: bool = False
+    #: What before.toml says already listens on the host when the case runs (`holding`).
+    holds: tuple[Hold, ...] = ()
 
     @property
     def truth(self) -> Truth:
@@ -157,6 +235,7 @@ def discover(
                 case_path=path,
                 case=case,
                 world=_TruthOnly(load_truth(folder / "truth.toml")),
+                holds=load_holds(folder),
             )
         )
     return out
@@ -202,11 +281,13 @@ def run_real(
             row: dict[str, Any] = {"case": case.name, "engine": case.engine, "expect": case.expect, "methods": {}}
             if "agent" in methods:
                 say(f"{case.name}: agent")
-                r = run_agent(case, transcripts=workdir / "transcripts", seed=f"real:{case.name}")  # type: ignore[arg-type]
+                with holding(case.holds):
+                    r = run_agent(case, transcripts=workdir / "transcripts", seed=f"real:{case.name}")  # type: ignore[arg-type]
                 row["methods"]["agent"] = r.as_json()
                 say(f"{case.name}: agent: {r.status}, {r.found}, {r.launches:g} launches, {r.wall_s:.0f} s")
             if "random" in methods:
-                r = _random_on_case(case, (catalog, sigs), workdir, seeds, say)
+                with holding(case.holds):
+                    r = _random_on_case(case, (catalog, sigs), workdir, seeds, say)
                 row["methods"]["random"] = r.as_json()
                 say(f"{case.name}: random: {r.status}, {r.launches:g} launches")
             out.append(row)
@@ -236,6 +317,7 @@ def _random_on_case(
         flags = load_flag_catalog(
             launcher.host, expand_argv(case.case.launcher.argv, launcher.host),
             cache_dir=workdir / "flag-cache", version=None,
+            help_args=case.case.launcher.engine_impl().data.help_args,  # vLLM: --help=all
         )
         findings = [
             f for p in case.case.knowledge for f in read_findings(case.case.resolve_path(p))

@@ -201,7 +201,7 @@ def score_run(
     conclusion where a not_isolated ending names the implicated package.
 
     isolated worlds: the fix is a root fix of the truth, or, for a chain, the final configuration
-    passes every link; not_isolated worlds: the run ends not_isolated and names the package; the
+    passes every link; not_isolated worlds: the run ends not_isolated and names the package (or the truth's ``names``); the
     no-fault control: nothing is blamed (no fix, not isolated).
     """
     isolated = status == "isolated"
@@ -209,9 +209,13 @@ def score_run(
         ok = not isolated and fix is None and status != "error"
         return Score(ok, isolated, "nothing blamed" if ok else f"ended {status} with a fix")
     if world.expect == "not_isolated":
-        package = world.package
+        truth = getattr(world.world, "truth", None)
+        package = world.package or (truth.names if truth else None)
         ok = status == "not_isolated" and (package is None or package.lower() in named.lower())
-        why = "names " + package if ok and package else (f"ended {status}" if status != "not_isolated" else "package not named")
+        if ok:
+            why = f"names {package}" if package else "nothing to name"
+        else:
+            why = f"ended {status}" if status != "not_isolated" else f"{package} not named"
         return Score(ok, isolated, why)
     if world.chain:
         links = chain_satisfied(world, final) if isolated and final is not None else [False] * len(world.chain)

@@ -251,6 +251,9 @@ def parse_truth(ctx: FileContext, raw: Any) -> Truth | None:
     package = data.get("package")
     if package is not None and (not isinstance(package, str) or not package):
         raise ctx.fail("truth.package", "expected the name of the implicated package")
+    names = data.get("names")
+    if names is not None and (not isinstance(names, str) or not names):
+        raise ctx.fail("truth.names", "expected the text a not_isolated ending must name")
     if expect == "not_isolated" and "chain" in data:
         raise ctx.fail("truth.chain", "a not_isolated world has no chain of fixes")
     return Truth(
@@ -260,6 +263,7 @@ def parse_truth(ctx: FileContext, raw: Any) -> Truth | None:
         expect=expect,
         chain=tuple(chain),
         package=package,
+        names=names,
     )
 
 

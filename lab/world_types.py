@@ -365,7 +365,9 @@ class Truth:
     `{kind, name, value, root, cost, note}`: `root` false marks a workaround that avoids the broken
     component, `cost` its performance cost (none, low, medium, high); `value = false` means the flag
     or variable removed. `chain`: blockers one behind the other, each link a tuple of alternative
-    fixes; every link is needed, in order, and each one alone moves the failure to the next link."""
+    fixes; every link is needed, in order, and each one alone moves the failure to the next link.
+    `names`: text a `not_isolated` ending must name when the cause is not a package (a port taken on
+    the host: "port 8000")."""
 
     root_cause: str
     component: str
@@ -373,6 +375,7 @@ class Truth:
     expect: str = "isolated"
     chain: tuple[tuple[dict[str, Any], ...], ...] = ()
     package: str | None = None
+    names: str | None = None
 
 
 @dataclass(frozen=True)

@@ -294,3 +294,33 @@ def test_the_bench_never_writes_into_the_users_hugging_face_cache(tmp_path: Path
     assert json.loads(r.stdout)["worlds"]["triton-ptxas-sm120"]["agent"]["launches"] >= 1
     assert not (home / ".cache" / "huggingface").exists()
     assert list((tmp_path / "keep" / "hf" / "hub").glob("models--*/snapshots/*/config.json"))
+
+
+def test_a_real_case_holder_listens_on_its_port_during_the_run_and_is_gone_after(tmp_path: Path) -> None:
+    import socket
+
+    from bench.real import Hold, discover, holding
+    from bench.worlds import score_run
+
+    with socket.socket() as s:  # a port the OS says is free
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    hold = Hold(port, ("{python}", "-m", "http.server", str(port), "--bind", "127.0.0.1"))
+
+    def listens() -> bool:
+        with socket.socket() as c:
+            return c.connect_ex(("127.0.0.1", port)) == 0
+
+    with holding((hold,)):
+        assert listens()
+        with pytest.raises(ValueError, match=f"port {port} is already in use"), holding((hold,)):
+            pass
+    assert not listens()
+    # the port cases say what holds the port, and their ending must name it
+    taken = [c for c in discover(out_dir=tmp_path, root=tmp_path / "bed") if c.holds]
+    assert {c.engine for c in taken} >= {"sglang", "vllm"}
+    for c in taken:
+        assert not (c.case_path.parent / "before.toml").exists()  # the agent never sees it
+        port_named = f"port {c.holds[0].port}"
+        assert score_run(c, "not_isolated", None, None, f"the case's --{port_named} was already taken").correct  # type: ignore[arg-type]
+        assert not score_run(c, "not_isolated", None, None, "nothing left to try").correct  # type: ignore[arg-type]

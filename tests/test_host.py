@@ -252,3 +252,19 @@ def test_parse_gpu_csv_tolerates_header_units_and_na() -> None:
     assert rows == [("NVIDIA H100", None, 81559, "550.1")]
     with pytest.raises(HostError):
         parse_gpu_csv("garbage line\n")
+
+
+def test_port_holder_tells_a_listening_port_from_a_free_one(host: LocalHost) -> None:
+    import socket
+
+    from tools.fingerprint import port_holder
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        held = port_holder(host, port, "0.0.0.0")
+        assert held is not None and held[0]
+        if held[1] is not None:  # ss named it: this very process
+            assert f"pid {os.getpid()}" in held[1]
+    assert port_holder(host, port) == (False, None)

@@ -514,6 +514,19 @@ def test_passing_baseline_escalates_bursts_then_repeats_then_is_not_reproduced()
     assert p.experiment is None and "could not be reproduced" in (p.conclude_reason or "")
 
 
+def test_a_case_port_taken_on_the_host_ends_the_run_after_the_baseline_serves_naming_the_port() -> None:
+    # hypoloop launches on a port of its own, so the user's taken --port never shows in its launches:
+    # once the baseline serves there, the conflict found at intake is the answer, not more repeats.
+    h = _history(FP.model_copy(update={"taken_port": 8000, "taken_by": "python3 (pid 42)"}),
+                 description="it stops with Address already in use", baseline={"flags": {"--port": "8000"}})
+    exp = h.propose()
+    assert exp is not None and exp.purpose == "baseline"
+    h.record(exp, _outcome(exp.id, "ok", []))
+    p = h.planner.propose(h.view, h.planner.history(h.view))
+    assert p.experiment is None
+    assert "--port 8000 was already taken" in (p.conclude_reason or "") and "python3 (pid 42)" in (p.conclude_reason or "")
+
+
 def test_further_progress_at_the_same_stage_is_advanced() -> None:
     ref = _outcome("a", "load_failed", ["load_weight_begin", "not_enough_memory_kv"])
     further = _outcome(

@@ -22,7 +22,7 @@ from conftest import EnginesBed, engine_processes
 
 from agent.record.transcript import read_transcript
 from bench.methods import read_ending
-from bench.real import REAL_DIR, discover
+from bench.real import REAL_DIR, discover, holding
 from bench.worlds import score_run
 
 pytestmark = pytest.mark.real_engine
@@ -58,10 +58,11 @@ def test_hypoloop_reaches_the_right_ending_on_a_real_engine(name: str, engines: 
     t0 = time.monotonic()
     env = cli_env(tmp_path)
     env.pop("HYPOLOOP_LAB_TIME_SCALE", None)  # real engines run on real time, as a user's do
-    proc = subprocess.run(
-        [*HYPOLOOP, "run", str(case.case_path), "--auto", "--json"], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL,
-    )
+    with holding(case.holds):  # what already listens on the host (before.toml), e.g. the case's port
+        proc = subprocess.run(
+            [*HYPOLOOP, "run", str(case.case_path), "--auto", "--json"], cwd=tmp_path, env=env,
+            capture_output=True, text=True, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL,
+        )
     wall = time.monotonic() - t0
     # Everything the run started inherited its HYPOLOOP_HOME: nothing of it may still run.
     left = engine_processes(str(tmp_path / "home"))

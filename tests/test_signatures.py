@@ -236,6 +236,13 @@ def test_auto_resolution_wording_variants(
         ),
         ("Traceback (most recent call last):", "python_traceback", "error"),
         ("Initialization failed. warmup error: Traceback (most recent call last):", "warmup_failed", "fatal"),
+        ("OSError: [Errno 98] Address already in use", "port_in_use", "fatal"),  # vLLM 0.32.0
+        (
+            "[2026-12-02 13:24:36] ERROR:    [Errno 98] error while attempting to bind on address "
+            "('127.0.0.1', 30000): address already in use",  # SGLang 0.5.23 (uvicorn)
+            "port_in_use",
+            "fatal",
+        ),
         (
             "RuntimeError: The size of tensor a (3072) must match the size of tensor b (6144) at non-singleton dimension 0",
             "shape_mismatch",

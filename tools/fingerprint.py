@@ -60,6 +60,12 @@ class HostFingerprint(BaseModel):
     #: The host's installed packages as ``{distribution: version}`` (PEP 503 names), read by its own
     #: Python through check_env (``tools.installed``); empty when check_env did not run.
     installed: dict[str, str] = Field(default_factory=dict)
+    #: The case's own ``--port`` when, before any launch, something on the host already listened there
+    #: (`port_holder`); None when the case names no port, the port was free or the host could not tell.
+    #: hypoloop launches on a port of its own, so such a conflict never shows in its launches.
+    taken_port: int | None = None
+    #: What listens on ``taken_port`` (``ss -ltnp``: a process name and pid), when the host says.
+    taken_by: str | None = None
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -338,3 +344,36 @@ def package_versions(fp: HostFingerprint) -> dict[str, str]:
         if _PACKAGE_RE.match(k) and _VERSION_RE.match(v) and k not in _RUNTIME_KEYS and k != "Python"
     }  # fmt: skip
 
+
+
+#: Run by the host's Python: exit 0 when something accepts TCP connections on (argv[1], argv[2]), 1 when
+#: the connection is refused or times out (2 s).
+_LISTENS = (
+    "import socket,sys\n"
+    "s=socket.socket(socket.AF_INET6 if ':' in sys.argv[1] else socket.AF_INET)\n"
+    "s.settimeout(2)\n"
+    "sys.exit(0 if s.connect_ex((sys.argv[1],int(sys.argv[2])))==0 else 1)"
+)
+_SS_USER = re.compile(r'users:\(\("([^"]+)",pid=(\d+)')
+
+
+def port_holder(host: Host, port: int, address: str | None = None) -> tuple[bool, str | None] | None:
+    """Whether something on `host` already accepts TCP connections on `port` (at `address`; default, and
+    for the wildcard addresses, the loopback), and what it is when ``ss -ltnp`` names it (``"python3
+    (pid 123)"``). Asked through the host's own Python (``{python}``) and ``ss``; None when the host
+    could not tell (no Python there, the command failed). Never raises."""
+    to = "127.0.0.1" if not address or address in ("0.0.0.0", "::", "[::]") else address.strip("[]")
+    try:
+        res = host.run(expand_argv(["{python}", "-c", _LISTENS, to, str(port)], host), timeout=15.0)
+    except HostError:
+        return None
+    if res.returncode not in (0, 1):
+        return None
+    if res.returncode == 1:
+        return False, None
+    try:
+        ss = host.run(["ss", "-Htlnp", f"sport = :{port}"], timeout=10.0)
+    except HostError:
+        return True, None
+    m = _SS_USER.search(ss.stdout) if ss.returncode == 0 else None
+    return True, (f"{m.group(1)} (pid {m.group(2)})" if m else None)

@@ -194,6 +194,10 @@ _NO_LIBRARY = re.compile(
     r"|[Cc]ould not load (?:library |dynamic library )?(?P<lib2>\S+)"
     r"|(?P<ext>/[\w./+-]+\.so): undefined symbol"
 )
+#: SGLang's notice for an optional module it skips ("Ignore import error when loading
+#: sglang.srt.models.falcon_mamba: cannot import name ..."; 0.5.23 srt/models/registry.py,
+#: srt/managers/multimodal_processor.py): printed on every start, so never the failing import.
+_IGNORED_IMPORT = "Ignore import error when loading"
 _SITE = re.compile(r"/(?:site|dist)-packages/(?P<pkg>[A-Za-z_]\w*)")
 
 
@@ -204,13 +208,16 @@ def missing_import(text: str, tracebacks: list[Traceback] | None = None) -> Miss
     ``OSError``), then at any log line with "No module named", "cannot import name", "cannot open
     shared object file", "could not load ... library" or "undefined symbol". An extension module with an
     undefined symbol is named by the package it lives in (``.../site-packages/sgl_kernel/common_ops.so``
-    is ``sgl_kernel``). Wording from CPython's import system and the dynamic loader's ``dlerror``.
+    is ``sgl_kernel``). Wording from CPython's import system and the dynamic loader's ``dlerror``. A
+    line where the engine says it ignored the import error (``_IGNORED_IMPORT``) is not one.
     """
     candidates: list[tuple[str, int]] = []
     for tb in tracebacks if tracebacks is not None else parse_tracebacks(text):
         if tb.exception and tb.exception.split(".")[-1] in ("ModuleNotFoundError", "ImportError", "OSError"):
             candidates.append((f"{tb.exception}: {tb.message}", tb.log_line))
     for lineno, line in enumerate(re.split(r"\r\n|\r|\n", text), 1):
+        if _IGNORED_IMPORT in line:  # the engine caught it and went on: not the failure
+            continue
         if "module named" in line or "cannot import name" in line or ".so" in line or "load" in line:
             candidates.append((line.strip(), lineno))
     for line, lineno in candidates:

@@ -135,6 +135,8 @@ class Chooser(FlagMatcher):
         could not be reproduced."""
         case = view.case
         runs = state.baseline_runs
+        if why_port := _port_taken(view):
+            return Proposal(conclude_reason=why_port)
         plain_runs = 3 if state.intermittent else 2
         probes: list[Probe] = []
         if not state.load_tried:
@@ -421,3 +423,20 @@ def _over_budget(view: PlannerView, cost: float, slots: int) -> str | None:
             f"next launch ~{cost:.0f} s)"
         )
     return None
+
+
+def _port_taken(view: PlannerView) -> str | None:
+    """Why the run ends when the baseline served on hypoloop's own port while the case's ``--port`` was
+    already taken on the host (``HostFingerprint.taken_port``): that conflict is where the reported
+    failure is, and no setting of the model fixes it (where a server listens is never an experiment,
+    knowledge/served.toml); None otherwise."""
+    fp = view.fingerprint
+    if fp is None or fp.taken_port is None:
+        return None
+    who = f" by {fp.taken_by}" if fp.taken_by else ""
+    return (
+        f"the baseline served correctly on a port of hypoloop's own, but the case's --port {fp.taken_port} "
+        f"was already taken on the host{who} before any launch: a server started there cannot listen "
+        "(it fails to bind, or its requests reach the other process). That conflict is not a setting of "
+        f"the model: stop what holds port {fp.taken_port}, or serve on a free port"
+    )

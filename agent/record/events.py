@@ -106,6 +106,8 @@ class HostFingerprintData(Payload):
     checkpoint_source: str | None = None  # where it was read, or why not
     cpu_count: int | None = None  # logical CPUs of the host
     installed: dict[str, str] = Field(default_factory=dict)  # installed packages {distribution: version}
+    taken_port: int | None = None  # the case's own --port, already listened on before any launch
+    taken_by: str | None = None  # what listens there (ss -ltnp), when the host said
 
 
 class ToolCall(Payload):

@@ -7,7 +7,8 @@ Side effects:
   (a case that cannot be used as written);
 - host: connects (``Runtime.host``), which lists servers that earlier runs left there and, when allowed,
   stops them (``host.orphans*`` events); runs the GPU query, the version command and ``launch_server
-  --help`` (read-only; nothing is launched);
+  --help``, and, when the case names a ``--port``, asks whether something already listens there
+  (read-only; nothing is launched);
 - files: reads the case's knowledge files and observed log; the flag catalog is cached under
   ``$HYPOLOOP_HOME/flag-cache``.
 
@@ -31,7 +32,7 @@ from agent.record.wire import to_payload
 from agent.run.runtime import Runtime
 from agent.run.state import RunState, case_of, seed_state
 from tools.engines import model_flags
-from tools.fingerprint import HostFingerprint, fingerprint
+from tools.fingerprint import HostFingerprint, fingerprint, port_holder
 from tools.flags import FlagCatalog, FlagError
 from tools.host import Host, HostError, expand_argv
 from tools.knowledge import KnowledgeError, read_findings, relevance
@@ -114,6 +115,7 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
             engine=case.launcher.engine_impl(),
         )
         _read_model_and_cpus(host, case, fp)
+        _check_case_port(host, case, fp)
         tr.emit("host.fingerprint", to_payload("host.fingerprint", fp), node="intake")
         step = "launcher.argv (its --help gives the flag catalog)"
         flags = rt.flags(case, fp.engine_version)
@@ -178,6 +180,24 @@ def _read_model_and_cpus(host: Host, case: Case, fp: HostFingerprint) -> None:
             fp.cpu_count = int(res.stdout.strip())
     except HostError:
         pass
+
+
+def _check_case_port(host: Host, case: Case, fp: HostFingerprint) -> None:
+    """When the case's baseline names a ``--port``, whether something on the host already listens there
+    (``fp.taken_port``, ``fp.taken_by``). hypoloop launches on a port of its own (the session owns
+    ``--host``/``--port``), so a conflict there never shows in its launches; it is found here instead."""
+    eng = case.launcher.engine_impl()
+    raw = case.baseline.flags.get(eng.data.port_flag)
+    try:
+        port = int(str(raw))
+    except ValueError:
+        return
+    if not 0 < port < 65536:
+        return
+    address = case.baseline.flags.get(eng.data.host_flag)
+    held = port_holder(host, port, str(address) if address not in (None, True, False) else None)
+    if held is not None and held[0]:
+        fp.taken_port, fp.taken_by = port, held[1]
 
 
 def _read_knowledge(tr: Transcript, case: Case, fp: HostFingerprint) -> list[RelevantFinding]:
