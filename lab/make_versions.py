@@ -57,6 +57,12 @@ def source_dir(release: str) -> Path:
     wheel (a zip). Raises RuntimeError when pip fails (no network, unknown release)."""
     target = cache_dir() / f"sglang-{release}-src"
     if (target / "sglang" / "srt" / "server_args.py").is_file():
+        # A source folder installed by other means (.ci/run's `pip install --no-deps --target`) lacks the
+        # packages the parser needs: added once, beside it.
+        for dep in _REAL_DEPS:
+            if not (target / dep).is_dir():
+                with tempfile.TemporaryDirectory() as tmp:
+                    _unpack_dep(dep, target, tmp)
         return target
     with tempfile.TemporaryDirectory() as tmp:
         done = subprocess.run(
