@@ -1,0 +1,130 @@
+"""The lab checked against the real thing (issue 22, item 5): each real SGLang case of bench/real has a lab
+twin in lab/worlds-twins (the same case file with the lab's launcher, on the real-engine bed written as a
+lab world whose failure texts were copied from the real engine), and hypoloop must end the twin as a good
+run ends the real case, scored with the real case's own truth.toml by the scorer of ``python -m bench
+--real`` (``bench.worlds.score_run``). tests/test_twins_real.py runs both and compares the endings.
+
+vLLM cases have no twin: the lab speaks SGLang only.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clirun import run_auto
+
+from agent.domain.models import Baseline, Change
+from bench.methods import read_ending
+from bench.real import REAL_DIR, TWINS_DIR, RealCase, discover, twins
+from bench.worlds import score_run
+from lab.rules import plan_launch
+from lab.world import load_world
+
+TWINS = [t.name for t in twins()]
+#: Fast enough for the suite, slow enough for the lab's start-up stages to be seen one by one.
+TIME_SCALE = "0.002"
+
+
+def test_every_real_sglang_case_has_a_lab_twin() -> None:
+    real = sorted(p.parent.name for p in REAL_DIR.glob("sglang-*/case.toml"))
+    assert real and TWINS == real
+
+
+def _comparable(case: Any) -> dict[str, Any]:
+    """A case as data, without what a twin must change: the launcher, the model's path (a hub id in the
+    lab, the bed's folder for real), the lab's world variable and the file's own path."""
+    data = case.model_dump()
+    data.pop("launcher")
+    data.pop("source_path")
+    data["model"].pop("path")
+    data["host"]["env"].pop("HYPOLOOP_LAB_WORLD", None)
+    return data
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_a_twin_is_its_real_case_but_for_the_launcher(name: str, tmp_path: Path) -> None:
+    (real,) = discover(names=[name], out_dir=tmp_path, root=tmp_path / "bed")
+    (twin,) = twins([name])
+    assert twin.case.launcher.argv[1:] == ["-m", "lab.launch_server"]
+    assert _comparable(twin.case) == _comparable(real.case)
+
+
+def _argv(twin: RealCase, base: Baseline) -> list[str]:
+    argv = ["--model-path", twin.case.model.path]
+    for flag, value in base.flags.items():
+        argv += [flag] if value in (None, True) else [flag, *str(value).split()]
+    return argv
+
+
+def _fatal(twin: RealCase, changes: list[dict[str, Any]]) -> str | None:
+    """The id of the fault that stops the twin's baseline with the truth's ``changes`` applied, or None."""
+    base = twin.case.baseline
+    for fix in changes:
+        after = None if fix["value"] is False else str(fix["value"])
+        base = base.apply(Change(kind=fix["kind"], name=fix["name"], before=base.value(fix["kind"], fix["name"]), after=after))
+    world = load_world(str(TWINS_DIR / "world.toml"))
+    fault = plan_launch(world, _argv(twin, base), {k: str(v) for k, v in base.env.items()}).fatal
+    return fault.id if fault else None
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_the_twin_fails_as_the_real_case_and_its_truth_undoes_it(name: str) -> None:
+    """Cheap (no launch): the twin's baseline meets a fatal fault unless the real case is the control,
+    every fix the truth lists clears it, and a chain's first link alone moves the failure on."""
+    (twin,) = twins([name])
+    first = _fatal(twin, [])
+    if twin.expect == "not_reproduced":
+        assert first is None
+        return
+    assert first is not None
+    if twin.chain:
+        assert _fatal(twin, [twin.chain[0][0]]) not in (None, first)
+        for picks in itertools.product(*twin.chain):
+            assert _fatal(twin, list(picks)) is None, picks
+    for fix in twin.truth.fixes:
+        assert _fatal(twin, [fix]) is None, fix
+
+
+def twin_ending(twin: RealCase, tmp_path: Path) -> dict[str, Any]:
+    """Run ``hypoloop run TWIN --auto --json`` on the lab (the real CLI and planner, lab launches) and
+    return its result with ``score`` (bench.worlds.Score against the real case's truth) and ``ending``
+    (`ending_of`)."""
+    result, _ = run_auto(tmp_path, twin.case_path, timeout=900, HYPOLOOP_LAB_TIME_SCALE=TIME_SCALE,
+                         HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
+    return scored(twin, result)
+
+
+def scored(case: RealCase, result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` (a run's JSON line) with ``score`` and ``ending`` added, scored against ``case``'s truth."""
+    ending = read_ending(case, Path(result["transcript"]), result)  # type: ignore[arg-type]
+    fix = (result.get("root_cause") or {}).get("fix")
+    result["score"] = score_run(
+        case,  # type: ignore[arg-type]
+        result["status"],
+        (fix["kind"], fix["name"], fix["after"]) if fix else None,
+        ending["final"],
+        ending["named"],
+    )
+    result["ending"] = ending_of(result)
+    return result
+
+
+def ending_of(result: dict[str, Any]) -> tuple[str, str | None]:
+    """What must be the same for a real run and its twin: the status, and the fix named (``kind name``)
+    or None when none is."""
+    fix = (result.get("root_cause") or {}).get("fix")
+    return result["status"], (f"{fix['kind']} {fix['name']}" if fix else None)
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_hypoloop_ends_the_twin_as_the_real_case_should_end(name: str, tmp_path: Path) -> None:
+    (twin,) = twins([name])
+    result = twin_ending(twin, tmp_path)
+    want = "not_isolated" if twin.expect == "not_reproduced" else twin.expect
+    assert result["status"] == want, f"{name}: ended {result['status']} ({result['reason']}), the real case should end {want}"
+    assert result["score"].correct, f"{name}: {result['score'].why}"
+    assert 1 <= result["launches"] <= twin.max_launches, f"{name}: {result['launches']} launches"
