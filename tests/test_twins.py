@@ -93,6 +93,7 @@ def twin_ending(twin: RealCase, tmp_path: Path) -> dict[str, Any]:
     """Run ``hypoloop run TWIN --auto --json`` on the lab (the real CLI and planner, lab launches) and
     return its result with ``score`` (bench.worlds.Score against the real case's truth) and ``ending``
     (`ending_of`)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     result, _ = run_auto(tmp_path, twin.case_path, timeout=900, HYPOLOOP_LAB_TIME_SCALE=TIME_SCALE,
                          HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
     return scored(twin, result)
