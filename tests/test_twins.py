@@ -10,6 +10,7 @@ vLLM cases have no twin: the lab speaks SGLang only.
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,20 @@ def test_hypoloop_ends_the_twin_as_the_real_case_should_end(name: str, tmp_path:
     assert result["status"] == want, f"{name}: ended {result['status']} ({result['reason']}), the real case should end {want}"
     assert result["score"].correct, f"{name}: {result['score'].why}"
     assert 1 <= result["launches"] <= twin.max_launches, f"{name}: {result['launches']} launches"
+
+
+def test_the_twins_tracebacks_quote_the_real_bed_source() -> None:
+    """Each frame of the twin world's tracebacks names a file of the real bed and quotes its line, as the
+    real engine's traceback does (hypoloop reads those files), so a bed of another release shows here."""
+    site = BED_SGLANG.parent
+    if not (site / "sglang").is_dir():
+        pytest.skip(f"the real bed's site-packages is not at {site}; build it with .ci/real-engines")
+    text = (TWINS_DIR / "world.toml").read_text()
+    frame = re.compile(r'File "\{env\.HOME\}/\.cache/hypoloop/engines-v1/lib/python3\.11/site-packages/([^"]+)", '
+                       r"line (\d+), in \S+\n {4}(.+)")
+    checked = 0
+    for rel, line, quoted in frame.findall(text):
+        lines = (site / rel).read_text().splitlines()
+        assert lines[int(line) - 1].strip() == quoted.strip().replace("{{", "{").replace("}}", "}"), f"{rel}:{line}"
+        checked += 1
+    assert checked >= 40
