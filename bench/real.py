@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from bench.method_result import MethodResult
 
 REAL_DIR = Path(__file__).resolve().parent / "real"
+#: The lab twins of the real cases: ``<name>/case.toml`` is the real case ``<name>`` run by the lab's
+#: launcher on the bed written as a lab world (``world.toml`` there; lab/README.md, "Twins of the real cases").
+TWINS_DIR = Path(__file__).resolve().parent.parent / "lab" / "worlds-twins"
 #: In a real case file, the folder of the real-engine bed.
 ENGINES = "{engines}"
 BED_FILES = (
@@ -238,6 +241,25 @@ def discover(
                 holds=load_holds(folder),
             )
         )
+    return out
+
+
+def twins(names: list[str] | None = None) -> list[RealCase]:
+    """The lab twins under `TWINS_DIR` (sorted; the given real-case names, default all), each with its
+    real case's truth (``bench/real/<name>/truth.toml``), so a twin's run is scored as the real run is.
+    Raises ValueError for a name without a twin, a twin without a real case, or a bad file."""
+    known = sorted(p.parent.name for p in TWINS_DIR.glob("*/case.toml"))
+    for name in names or []:
+        if name not in known:
+            raise ValueError(f"no lab twin of real case {name!r} (twins: {', '.join(known) or 'none'})")
+    out = []
+    for name in names or known:
+        truth = REAL_DIR / name / "truth.toml"
+        if not truth.is_file():
+            raise ValueError(f"{TWINS_DIR / name}: a twin of no real case ({truth} missing)")
+        path = TWINS_DIR / name / "case.toml"
+        case = load_case(str(path))
+        out.append(RealCase(name, "lab", TWINS_DIR / name, path, case, _TruthOnly(load_truth(truth))))
     return out
 
 

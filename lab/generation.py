@@ -166,8 +166,9 @@ class Generation(Engine):
                     self.fired.add(fault.id)
                     self._emit_fault_lines(fault)
         model = str(self.world.model.path)
+        known = self.world.model.fields.get("answers") or []
         if responder.arithmetic(prompt) is None or answers_right(self.seed, prompt, model, healthy, max(rate, 0.0)):
-            return responder.answer(prompt)
+            return responder.answer(prompt, known)
         return responder.wrong_answer(prompt, wrong_offset(self.seed, prompt)) or responder.answer(prompt)
 
     def _serving_faults(self, faults: list[Fault], view: BatchView) -> Fault | None:

@@ -31,8 +31,13 @@ def count_tokens(text: str) -> int:
     return max(n, 1) if text else 0
 
 
-def answer(prompt: str) -> str:
-    """The full (untruncated) answer to a prompt."""
+def answer(prompt: str, known: list[dict[str, str]] | None = None) -> str:
+    """The full (untruncated) answer to a prompt. `known`: the world model's own replies
+    (`[[model.answers]]`, `{prompt, answer}`): a prompt listed there (spaces at the ends ignored) gets
+    its answer, as a small model trained on a few sentences answers exactly those."""
+    for item in known or []:
+        if item["prompt"].strip() == prompt.strip():
+            return item["answer"]
     low = prompt.lower()
     if "capital" in low and "france" in low:
         if low.rstrip().endswith(" is") or low.rstrip().endswith("is:"):

@@ -172,6 +172,7 @@ def parse_model(ctx: FileContext, raw: Any) -> Model:
     accuracy = data.get("accuracy", 1.0)  # the healthy model's share of graded questions answered right
     if isinstance(accuracy, bool) or not isinstance(accuracy, int | float) or not 0.0 <= accuracy <= 1.0:
         raise ctx.fail("model.accuracy", "expected a number between 0 and 1 (the healthy model's share of right answers)")
+    _check_answers(ctx, data.get("answers", []))
     return Model(
         path=data["path"],
         aliases=tuple(data.get("aliases", [])),
@@ -183,6 +184,15 @@ def parse_model(ctx: FileContext, raw: Any) -> Model:
         features=tuple(str(f) for f in features),
         fields=dict(data),
     )
+
+
+def _check_answers(ctx: FileContext, answers: Any) -> None:
+    """`[[model.answers]]`: the healthy model's own replies, each `{ prompt, answer }` (strings). Raises WorldError."""
+    if not isinstance(answers, list):
+        raise ctx.fail("model.answers", "expected a list of { prompt, answer } tables")
+    for i, item in enumerate(answers):
+        if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or not isinstance(item.get("answer"), str):
+            raise ctx.fail(f"model.answers[{i}]", "expected a table with string fields prompt and answer")
 
 
 def parse_dataclass(ctx: FileContext, raw: Any, cls: type, where: str) -> Any:

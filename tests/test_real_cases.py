@@ -10,19 +10,16 @@ Marked ``real_engine``: skipped with the reason where the bed is not built, an e
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from clirun import HYPOLOOP, cli_env
-from conftest import EnginesBed, engine_processes
+from conftest import EnginesBed
+from realrun import real_run
 
 from agent.record.transcript import read_transcript
 from bench.methods import read_ending
-from bench.real import REAL_DIR, discover, holding
+from bench.real import REAL_DIR
 from bench.worlds import score_run
 
 pytestmark = pytest.mark.real_engine
@@ -32,8 +29,6 @@ pytestmark = pytest.mark.real_engine
 _ALL = sorted(p.parent.name for p in REAL_DIR.glob("*/case.toml") if (p.parent / "truth.toml").is_file())
 _PICKED = [n.strip() for n in os.environ.get("HYPOLOOP_REAL_CASES", "").split(",") if n.strip()]
 CASES = [n for n in _ALL if n in _PICKED] if _PICKED else _ALL
-#: A real run's wall-clock limit: launches take 25-40 s on an idle 2-core host, minutes on a busy one.
-RUN_TIMEOUT_S = 2400
 
 
 def _story(transcript: Path) -> str:
@@ -54,22 +49,11 @@ def _story(transcript: Path) -> str:
 
 @pytest.mark.parametrize("name", CASES)
 def test_hypoloop_reaches_the_right_ending_on_a_real_engine(name: str, engines: EnginesBed, tmp_path: Path) -> None:
-    case = discover(names=[name], out_dir=tmp_path / "cases", root=engines.root)[0]
-    t0 = time.monotonic()
-    env = cli_env(tmp_path)
-    env.pop("HYPOLOOP_LAB_TIME_SCALE", None)  # real engines run on real time, as a user's do
-    with holding(case.holds):  # what already listens on the host (before.toml), e.g. the case's port
-        proc = subprocess.run(
-            [*HYPOLOOP, "run", str(case.case_path), "--auto", "--json"], cwd=tmp_path, env=env,
-            capture_output=True, text=True, timeout=RUN_TIMEOUT_S, stdin=subprocess.DEVNULL,
-        )
-    wall = time.monotonic() - t0
-    # Everything the run started inherited its HYPOLOOP_HOME: nothing of it may still run.
-    left = engine_processes(str(tmp_path / "home"))
-    assert left == [], f"engine processes left running after the run: {left}"
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    assert lines, f"no JSON result (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    result = json.loads(lines[-1])
+    run = real_run(name, engines.root, tmp_path)
+    case = run.case
+    assert run.left == [], f"engine processes left running after the run: {run.left}"
+    assert run.result is not None, f"no JSON result (exit {run.returncode}): {run.stderr[-2000:]}"
+    result = run.result
     transcript = Path(result["transcript"])
     ending = read_ending(case, transcript, result)  # type: ignore[arg-type]
     fix = (result.get("root_cause") or {}).get("fix")
@@ -80,7 +64,7 @@ def test_hypoloop_reaches_the_right_ending_on_a_real_engine(name: str, engines: 
         ending["final"],
         ending["named"],
     )
-    print(f"real case {name}: {result['status']} ({score.why}) in {result['launches']} launches, {wall:.0f} s wall")
+    print(f"real case {name}: {result['status']} ({score.why}) in {result['launches']} launches, {run.wall_s:.0f} s wall")
     story = _story(transcript)
     # hypoloop ends a run whose failure never showed as not_isolated, with nothing blamed (its reason
     # says it could not be reproduced); the score checks that nothing was blamed.
