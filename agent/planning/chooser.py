@@ -15,7 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.domain.models import Baseline, Change, Experiment, Intervention, Outcome, Prediction
+from agent.planning.generators.common import stems
 from agent.planning.generators.evidence import failure_evidence
+from agent.planning.generators.settings import implicated_setting
 from agent.planning.in_play import InPlay
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, import_time_failure, load_level, load_probe_for
@@ -347,7 +349,9 @@ class Chooser(FlagMatcher):
     ) -> Proposal | None:
         """After a workaround (or a costly change) fixed the failure: the best untested root-cause change
         from the same failing baseline, if one is likely enough and the budget leaves room for it and a
-        confirmation."""
+        confirmation. The user's own settings the failure implicates (``intent_reverts``) are tried
+        however unlikely the ledger now makes them, up to ``INTENT_LAUNCHES`` launches: the workaround
+        silences a check, the user's deliberate setting in that subsystem may be what it caught."""
         best = state.best_fix
         base, ref = state.failing_baseline, state.failing_reference
         if best is None or base is None or ref is None or not (best.workaround or best.cost == "high"):
@@ -357,12 +361,15 @@ class Chooser(FlagMatcher):
             return None
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, base, ref, done, rejected_ids, considered)
+        intent = intent_reverts(view, state)
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
             if iv.workaround or COST_ORDER[iv.cost] >= COST_ORDER[best.cost]:
                 continue
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
-            if p_fix < tunables().choice.min_alternative_p:
+            if change.key() in intent:
+                score += 1.0  # ahead of the ledger's own choices, whose scores are per host-second
+            elif p_fix < tunables().choice.min_alternative_p:
                 continue
             scored.append((score, -order, change, p_fix, how))
         if not scored:
@@ -372,7 +379,46 @@ class Chooser(FlagMatcher):
             f"{best.change.describe()} fixed the failure but is a "
             f"{'workaround' if best.workaround else 'costly change'}: a root-cause fix is tested first"
         )
+        if scored[0][2].key() in intent:
+            why += " (the user's own setting the failure implicates, reverted before the workaround is reported)"
         return self._test(state, base, scored[0], cost, ref.facts, why, considered)
+
+
+#: Launches spent, after a workaround served, on reverting the user's own implicated settings.
+INTENT_LAUNCHES = 2
+
+
+def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
+    """Keys of the changes that revert a setting of the failing baseline the failure implicates
+    (``agent.planning.generators.settings.implicated_setting``, or a setting sharing a word with the
+    workaround that served: ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` and ``--context-length``),
+    while fewer than ``INTENT_LAUNCHES`` such reverts were launched after the best fix; else empty."""
+    best, base = state.best_fix, state.failing_baseline
+    if best is None or base is None:
+        return set()
+    after_fix = False
+    spent = 0
+    for e in view.experiments:
+        if e.id == best.experiment_id:
+            after_fix = True
+        elif after_fix and e.purpose == "test" and e.change is not None and e.change.after is None \
+                and e.baseline == base:
+            spent += 1
+    if spent >= INTENT_LAUNCHES:
+        return set()
+    workaround_words = stems(best.change.name.lstrip("-"))
+    out: set[str] = set()
+    for h in state.hypotheses:
+        if h.status not in ("open", "supported") or not h.id.startswith("revert:"):
+            continue
+        for iv in h.interventions:
+            if iv.workaround:
+                continue
+            for name in iv.names:
+                if implicated_setting(h) or stems(name.lstrip("-")) & workaround_words:
+                    out.add(Change(kind=iv.kind, name=name, before=base.value(iv.kind, name), after=None).key())
+    return out
+
 
 def _over_budget(view: PlannerView, cost: float, slots: int) -> str | None:
     """Why ``slots`` more launches of ~``cost`` host-seconds do not fit the case's budget, or None."""
