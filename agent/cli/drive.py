@@ -312,6 +312,12 @@ def report_result(result: dict[str, Any], run_id: str, tpath: Path, *, json_out:
                     for a in conclusion.get("alternatives", [])
                 ],
             },
+            # changes that served but avoid the cause (a check silenced, a part off, what is served
+            # changed), apart from the root fix above, whatever the ending
+            "workarounds": [
+                {k: a.get(k) for k in ("kind", "name", "change", "cost", "experiment_id")}
+                for a in conclusion.get("alternatives", []) if a.get("workaround") and a.get("result") == "fixed"
+            ],
             "launches": conclusion.get("launches", 0),
             "host_seconds": conclusion.get("host_seconds", 0.0),
             "transcript": str(tpath),

@@ -222,7 +222,11 @@ class Chooser(FlagMatcher):
                 if exp_id in rejected_ids or change.key() in rejected_keys:
                     considered.append({"hypothesis": h.id, "skipped": f"{change.describe()} was rejected"})
                     continue
-                out.setdefault(change.key(), (change, iv, how))
+                prev = out.setdefault(change.key(), (change, iv, how))
+                if iv.workaround and not prev[1].workaround:
+                    # a change any hypothesis calls a workaround is one (as ``FixKeeper._fix_kind`` and the
+                    # conclusion read it): it is ranked as one, whichever hypothesis proposed it first
+                    out[change.key()] = (prev[0], prev[1].model_copy(update={"workaround": True}), prev[2])
         return out
 
     def _inert(
