@@ -248,7 +248,11 @@ def _isolated(
     fix = fix_exp.change.model_copy(update={"before": original.value(fix_exp.change.kind, fix_exp.change.name)})
     fingerprint = state.get("fingerprint")
     alternatives = _alternatives(cause, fix_exp, hyps, experiments, outcomes, fingerprint)
-    mark_deployment_changes(alternatives, experiments, case, (fingerprint or {}).get("checkpoint") or {})
+    served, keeps = served_settings(), description_keeps(case)
+    checkpoint = (fingerprint or {}).get("checkpoint") or {}
+    mark_deployment_changes(alternatives, experiments, lambda ch: served.changes_deployment(
+        ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint, before=ch.before))
+    alternatives.sort(key=lambda a: (a["workaround"], COST_ORDER.get(a["cost"], 1)))
     return base.model_copy(
         update={
             "status": "isolated",

@@ -5,12 +5,10 @@ intent) is reported as a workaround, never as the fix or as another root fix
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from agent.domain.case import Case
 from agent.domain.models import Change, Experiment
-from agent.planning.served import description_keeps, served_settings
-from agent.planning.view import COST_ORDER
 
 __all__ = ["mark_deployment_changes", "root_and_workarounds"]
 
@@ -27,16 +25,14 @@ def root_and_workarounds(fix: Change, alternatives: list[dict[str, Any]]) -> str
 
 
 def mark_deployment_changes(
-    alternatives: list[dict[str, Any]], experiments: dict[str, Experiment], case: Case, checkpoint: dict[str, str]
+    alternatives: list[dict[str, Any]], experiments: dict[str, Experiment], changes_deployment: Callable[[Change], bool]
 ) -> None:
-    """A tested alternative that changed what is served (knowledge/served.toml, the case's intent) is a
-    workaround whatever generator proposed it: it is never reported as another root fix."""
-    served, keeps = served_settings(), description_keeps(case)
+    """A tested alternative that changed what is served (``changes_deployment``: knowledge/served.toml, the
+    case's intent) is a workaround whatever generator proposed it: it is never reported as another root
+    fix (the caller sorts them again)."""
     for a in alternatives:
         e = experiments.get(a.get("experiment_id") or "")
         ch = e.change if e is not None else None
-        if ch is not None and served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps,
-                                                        checkpoint=checkpoint, before=ch.before):
+        if ch is not None and changes_deployment(ch):
             a["workaround"], a["cost"] = True, "high"
             a["note"] = a.get("note") or "changes what is served (the deployment the user asked for)"
-    alternatives.sort(key=lambda a: (a["workaround"], COST_ORDER.get(a["cost"], 1)))
