@@ -147,8 +147,9 @@ class SettingsVsDefaultsGenerator:
 
 class _Implication:
     """How strongly the failing launch implicates each of the baseline's settings: called with a
-    setting's name, value and base weight, it returns (weight, why) — ``why`` empty when the failure
-    points at the setting by no more than words many flags share."""
+    setting's name (the host's canonical spelling of a flag), value and base weight, it returns
+    (weight, why) — ``why`` empty when the failure points at the setting by no more than words many
+    flags share."""
 
     def __init__(self, inp: GeneratorInput) -> None:
         self.inp = inp
@@ -156,7 +157,8 @@ class _Implication:
         site = raise_site(inp)
         self.site_words = site.words if site else set()
         self.site = site.where if site else ""
-        self.names = [*inp.baseline.flags, *inp.baseline.env]
+        specs = {n: canon(inp.flags, n) for n in inp.baseline.flags}
+        self.names = [s.name if s else n for n, s in specs.items()] + list(inp.baseline.env)
 
     def __call__(self, name: str, value: object, base: float) -> tuple[float, str]:
         inp, imp = self.inp, self.imp
