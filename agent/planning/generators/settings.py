@@ -50,14 +50,15 @@ _UNQUOTABLE = frozenset({"true", "false", "none", "null", "auto", "default"})
 
 def value_quoted(value: object, text: str) -> bool:
     """Whether ``text`` (the failing error) quotes ``value`` as a whole token: ``4096`` in
-    ``context_length (4096)``, not in ``40960``; booleans, values of fewer than three characters and
+    ``context_length (4096)``, not in ``40960``; ``flashinfer`` in ``flashinfer_python`` (a package
+    named after the value; ``_`` separates words in Python names); booleans, values of fewer than three characters and
     words such as ``auto`` never count (they identify nothing)."""
     if isinstance(value, bool) or value is None:
         return False
     v = str(value).strip()
     if len(v.lstrip("-")) < _MIN_QUOTED_LEN or v.lower() in _UNQUOTABLE:
         return False
-    return re.search(rf"(?<![\w.-]){re.escape(v)}(?![\w-]|\.\d)", text, re.I) is not None
+    return re.search(rf"(?<![A-Za-z0-9.-]){re.escape(v)}(?![A-Za-z0-9-]|\.\d)", text, re.I) is not None
 
 
 def implicated_setting(h: Hypothesis) -> bool:
