@@ -395,8 +395,8 @@ INTENT_LAUNCHES = 2
 def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
     """Keys of the changes that revert a setting of the failing baseline the failure implicates
     (``agent.planning.generators.settings.implicated_setting``, or a setting sharing a word with the
-    workaround that served: ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` and ``--context-length``),
-    while fewer than ``INTENT_LAUNCHES`` such reverts were launched after the best fix; else empty."""
+    workaround that served: ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN`` and ``--context-length``) as
+    the case itself sets it (not one this run adopted past a blocker), while fewer than ``INTENT_LAUNCHES`` such reverts were launched after the best fix; else empty."""
     best, base = state.best_fix, state.failing_baseline
     if best is None or base is None:
         return set()
@@ -419,6 +419,9 @@ def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
             if iv.workaround:
                 continue
             for name in iv.names:
+                if same_value(view.case.baseline.value(iv.kind, name), None) or not same_value(
+                        view.case.baseline.value(iv.kind, name), base.value(iv.kind, name)):
+                    continue  # not the user's own setting: this run set it (a blocker's change)
                 if implicated_setting(h) or stems(name.lstrip("-")) & workaround_words:
                     out.add(Change(kind=iv.kind, name=name, before=base.value(iv.kind, name), after=None).key())
     return out

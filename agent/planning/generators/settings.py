@@ -150,7 +150,8 @@ class _Implication:
     """How strongly the failing launch implicates each of the baseline's settings: called with a
     setting's name (the host's canonical spelling of a flag), value and base weight, it returns
     (weight, why) — ``why`` empty when the failure points at the setting by no more than words many
-    flags share."""
+    flags share, or when the setting is not the user's (the case does not set it so: this run adopted
+    it past a blocker)."""
 
     def __init__(self, inp: GeneratorInput) -> None:
         self.inp = inp
@@ -160,13 +161,18 @@ class _Implication:
         self.site = site.where if site else ""
         specs = {n: canon(inp.flags, n) for n in inp.baseline.flags}
         self.names = [s.name if s else n for n, s in specs.items()] + list(inp.baseline.env)
+        # the user's own: what the case itself sets, not a blocker's change this run adopted
+        own = inp.case.baseline
+        self.users = {(s.name if (s := canon(inp.flags, n)) else n, str(v)) for n, v in own.flags.items()}
+        self.users |= {(n, str(v)) for n, v in own.env.items()}
 
     def __call__(self, name: str, value: object, base: float) -> tuple[float, str]:
         inp, imp = self.inp, self.imp
-        if value_quoted(value, imp.error_text):
+        if (name, str(value)) not in self.users:
+            pass  # set by this run (an adopted blocker): judged by shared words alone, below
+        elif value_quoted(value, imp.error_text):
             return max(base, WEIGHT_VALUE_QUOTED), f"the failing error quotes its value {value}"
-        own = _only_in(name, self.site_words, self.names)
-        if own:
+        elif own := _only_in(name, self.site_words, self.names):
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, whose code names "
                                               f"{', '.join(sorted(own))} as only this setting does")
         shared = stems(name.lstrip("-")) & imp.words
