@@ -26,7 +26,7 @@ WORLDS = {
 #: Worlds whose root fix today's rule planner does not reach (it tries the load hypotheses of
 #: knowledge/hypotheses.toml: overlap scheduler, CUDA-graph padding, radix cache, batch caps); the failure
 #: is still reproduced as reported on the first launch. Left for the planner's owners.
-PLANNER_GAPS = {"long-prompt-unchunked", "long-output-graph-replay"}
+PLANNER_GAPS = {"long-output-graph-replay"}
 
 
 def _case(tmp_path: Path, world: str, reproduce: str | None) -> Path:

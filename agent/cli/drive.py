@@ -284,6 +284,26 @@ def check_knowledge() -> None:
         fail(str(exc))
 
 
+def _root_json(conclusion: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``root_cause`` of the ``--json`` result line: component, statement, fix, blockers and
+    alternatives of an isolated ending; None for any other."""
+    root, fix = conclusion.get("root_cause"), conclusion.get("fix")
+    if not root:
+        return None
+    return {
+        "component": root["component"],
+        "statement": root["statement"],
+        "fix": {k: fix[k] for k in ("kind", "name", "before", "after")} if fix else None,
+        # a chain: the changes adopted before the fix; the working configuration needs them all
+        "blockers": [{k: b.get(k) for k in ("kind", "name", "before", "after")} for b in conclusion.get("blockers", [])],
+        # other changes that avoid it: root fixes first, then cheapest in performance
+        "alternatives": [
+            {k: a.get(k) for k in ("kind", "name", "change", "workaround", "cost", "decisive", "result")}
+            for a in conclusion.get("alternatives", [])
+        ],
+    }
+
+
 def report_result(result: dict[str, Any], run_id: str, tpath: Path, *, json_out: bool, console: Console) -> None:
     """Print how the run ended (a JSON line with ``--json``); exit 1 if it ended in error."""
     from agent.planning.llm_spec import describe_usage
@@ -294,27 +314,16 @@ def report_result(result: dict[str, Any], run_id: str, tpath: Path, *, json_out:
         console.print(escape(describe_usage(llm_usage)), highlight=False)
     if json_out:
         JsonResult.pending = False  # this is the line; an error exit after it adds none
-        root = conclusion.get("root_cause")
-        fix = conclusion.get("fix")
         out = {
             "run_id": run_id,
             "status": status,
-            "root_cause": None
-            if not root
-            else {
-                "component": root["component"],
-                "statement": root["statement"],
-                "fix": {k: fix[k] for k in ("kind", "name", "before", "after")} if fix else None,
-                # a chain: the changes adopted before the fix; the working configuration needs them all
-                "blockers": [
-                    {k: b.get(k) for k in ("kind", "name", "before", "after")} for b in conclusion.get("blockers", [])
-                ],
-                # other changes that avoid it: root fixes first, then cheapest in performance
-                "alternatives": [
-                    {k: a.get(k) for k in ("kind", "name", "change", "workaround", "cost", "decisive", "result")}
-                    for a in conclusion.get("alternatives", [])
-                ],
-            },
+            "root_cause": _root_json(conclusion),
+            # changes that served but avoid the cause (a check silenced, a part off, what is served
+            # changed), apart from the root fix above, whatever the ending
+            "workarounds": [
+                {k: a.get(k) for k in ("kind", "name", "change", "cost", "experiment_id")}
+                for a in conclusion.get("alternatives", []) if a.get("workaround") and a.get("result") == "fixed"
+            ],
             "launches": conclusion.get("launches", 0),
             "host_seconds": conclusion.get("host_seconds", 0.0),
             "transcript": str(tpath),

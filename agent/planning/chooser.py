@@ -15,7 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.domain.models import Baseline, Change, Experiment, Intervention, Outcome, Prediction
+from agent.planning.generators.common import stems
 from agent.planning.generators.evidence import failure_evidence
+from agent.planning.generators.settings import implicated_setting
 from agent.planning.guard import changes_nothing
 from agent.planning.in_play import InPlay, load_subsystems
 from agent.planning.localise import localiser_of
@@ -227,7 +229,11 @@ class Chooser(FlagMatcher):
                 if exp_id in rejected_ids or change.key() in rejected_keys:
                     considered.append({"hypothesis": h.id, "skipped": f"{change.describe()} was rejected"})
                     continue
-                out.setdefault(change.key(), (change, iv, how))
+                prev = out.setdefault(change.key(), (change, iv, how))
+                if iv.workaround and not prev[1].workaround:
+                    # a change any hypothesis calls a workaround is one (as ``FixKeeper._fix_kind`` and the
+                    # conclusion read it): it is ranked as one, whichever hypothesis proposed it first
+                    out[change.key()] = (prev[0], prev[1].model_copy(update={"workaround": True}), prev[2])
         return out
 
     def _inert(
@@ -358,7 +364,9 @@ class Chooser(FlagMatcher):
     ) -> Proposal | None:
         """After a workaround (or a costly change) fixed the failure: the best untested root-cause change
         from the same failing baseline, if one is likely enough and the budget leaves room for it and a
-        confirmation."""
+        confirmation. The user's own settings the failure implicates (``intent_reverts``) are tried
+        however unlikely the ledger now makes them, up to ``INTENT_LAUNCHES`` launches: the workaround
+        silences a check, the user's deliberate setting in that subsystem may be what it caught."""
         best = state.best_fix
         base, ref = state.failing_baseline, state.failing_reference
         if best is None or base is None or ref is None or not (best.workaround or best.cost == "high"):
@@ -368,12 +376,15 @@ class Chooser(FlagMatcher):
             return None
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, base, ref, done, rejected_ids, considered)
+        intent = intent_reverts(view, state)
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
             if iv.workaround or COST_ORDER[iv.cost] >= COST_ORDER[best.cost]:
                 continue
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
-            if p_fix < tunables().choice.min_alternative_p:
+            if change.key() in intent:
+                score += 1.0  # ahead of the ledger's own choices, whose scores are per host-second
+            elif p_fix < tunables().choice.min_alternative_p:
                 continue
             scored.append((score, -order, change, p_fix, how))
         if not scored:
@@ -383,6 +394,8 @@ class Chooser(FlagMatcher):
             f"{best.change.describe()} fixed the failure but is a "
             f"{'workaround' if best.workaround else 'costly change'}: a root-cause fix is tested first"
         )
+        if scored[0][2].key() in intent:
+            why += " (the user's own setting the failure implicates, reverted before the workaround is reported)"
         return self._test(state, base, scored[0], cost, ref.facts, why, considered)
 
 def _narrowed(
@@ -410,6 +423,46 @@ def _localise_first(change: Change) -> str:
         f"evidence; {change.describe()} fixes nothing but makes the report true, and the next change is "
         "narrowed to the subsystem its frames name"
     )
+
+
+#: Launches spent, after a workaround served, on reverting the user's own implicated settings.
+INTENT_LAUNCHES = 2
+
+
+def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
+    """Keys of the changes that revert a setting of the failing baseline the failure implicates
+    (``agent.planning.generators.settings.implicated_setting``, or a setting sharing a word with the
+    workaround that served: a variable that allows a longer X beside the user's ``--X``) as the case
+    itself sets it (not one this run adopted past a blocker), while fewer than ``INTENT_LAUNCHES`` such
+    reverts were launched after the best fix; else empty."""
+    best, base = state.best_fix, state.failing_baseline
+    if best is None or base is None:
+        return set()
+    after_fix = False
+    spent = 0
+    for e in view.experiments:
+        if e.id == best.experiment_id:
+            after_fix = True
+        elif after_fix and e.purpose == "test" and e.change is not None and e.change.after is None \
+                and e.baseline == base:
+            spent += 1
+    if spent >= INTENT_LAUNCHES:
+        return set()
+    workaround_words = stems(best.change.name.lstrip("-"))
+    out: set[str] = set()
+    for h in state.hypotheses:
+        if h.status not in ("open", "supported") or not h.id.startswith("revert:"):
+            continue
+        for iv in h.interventions:
+            if iv.workaround:
+                continue
+            for name in iv.names:
+                if same_value(view.case.baseline.value(iv.kind, name), None) or not same_value(
+                        view.case.baseline.value(iv.kind, name), base.value(iv.kind, name)):
+                    continue  # not the user's own setting: this run set it (a blocker's change)
+                if implicated_setting(h) or stems(name.lstrip("-")) & workaround_words:
+                    out.add(Change(kind=iv.kind, name=name, before=base.value(iv.kind, name), after=None).key())
+    return out
 
 
 def _over_budget(view: PlannerView, cost: float, slots: int) -> str | None:

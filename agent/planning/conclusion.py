@@ -29,6 +29,7 @@ from agent.planning.observations import import_time_failure
 from agent.planning.served import description_keeps, served_settings
 from agent.planning.values import ValueEvidence, derive
 from agent.planning.view import COST_ORDER
+from agent.planning.workarounds import mark_deployment_changes, root_and_workarounds
 
 if TYPE_CHECKING:
     from agent.run.state import RunState
@@ -81,6 +82,8 @@ class _Tested:
 
 def joined(reason: str, extra: str) -> str:
     """``reason`` with ``extra`` appended after a semicolon (just ``extra`` when reason is empty)."""
+    if not extra:
+        return reason
     return f"{reason}; {extra}" if reason else extra
 
 
@@ -206,10 +209,15 @@ def _workaround_only(
     assert fix_exp.change is not None
     what = (f"only a change of what is served avoided the failure ({changes_deployment} changed: a workaround "
             "that changes the deployment; " if changes_deployment else "only a workaround avoided the failure (")
+    reverted = [f"{e.change.describe()} in {e.id}" for e in experiments.values()
+                if e.purpose == "test" and e.change is not None and e.change.after is None
+                and e.baseline == fix_exp.baseline and e.id in outcomes and outcomes[e.id].stage != "ok"]
+    tried = f" (reverting the user's own settings did not serve: {', '.join(reverted)})" if reverted else ""
     return base.model_copy(
         update={
             "reason": f"{what}{fix_exp.change.describe()}, confirmed by "
-            f"{confirm.id}); the root cause is not isolated" + (f"; {reason}" if reason else ""),
+            f"{confirm.id}); the root cause is not isolated, no root fix found{tried}"
+            + (f"; {reason}" if reason else ""),
             "untested": untested,
             "implicated": implicated_of(experiments, outcomes),
             "alternatives": [
@@ -235,8 +243,16 @@ def _isolated(
     assert fix_exp.change is not None
     hyps, experiments, outcomes = tested.hyps, tested.experiments, tested.outcomes
     cause = max((h for h in hyps if h.status == "confirmed"), key=lambda h: h.posterior, default=None)
-    original = Case.model_validate(state["case"]).baseline
+    case = Case.model_validate(state["case"])
+    original = case.baseline
     fix = fix_exp.change.model_copy(update={"before": original.value(fix_exp.change.kind, fix_exp.change.name)})
+    fingerprint = state.get("fingerprint")
+    alternatives = _alternatives(cause, fix_exp, hyps, experiments, outcomes, fingerprint)
+    served, keeps = served_settings(), description_keeps(case)
+    checkpoint = (fingerprint or {}).get("checkpoint") or {}
+    mark_deployment_changes(alternatives, experiments, lambda ch: served.changes_deployment(
+        ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint, before=ch.before))
+    alternatives.sort(key=lambda a: (a["workaround"], COST_ORDER.get(a["cost"], 1)))
     return base.model_copy(
         update={
             "status": "isolated",
@@ -249,9 +265,9 @@ def _isolated(
             "blockers": _blockers(original, fix_exp),
             "fix_experiment_id": fix_exp.id,
             "confirmation_experiment_id": confirm.id,
-            "reason": reason,
+            "reason": joined(reason, root_and_workarounds(fix, alternatives)),
             "untested": untested,
-            "alternatives": _alternatives(cause, fix_exp, hyps, experiments, outcomes, state.get("fingerprint")),
+            "alternatives": alternatives,
         }
     )
 

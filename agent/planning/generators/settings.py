@@ -9,17 +9,28 @@ where the server runs and what it loads (knowledge/served.toml, role "place") ar
 checkpoint (quantization, context length) is an ordinary candidate, unless the case's intent keeps it
 (then it is reverted only as a workaround that changes the deployment).
 A setting whose words the failing frames or error share (``http_proxy`` and a failing
-``http_server`` frame) is a likelier suspect.
+``http_server`` frame) is a likelier suspect; so is one whose words the code where the failure surfaced
+shares and no other of the baseline's settings carries (``--chunked-prefill-size`` and a failing
+``prefill_wrapper.forward`` line: among the user's own few settings the word picks out one, however many
+of the engine's flags carry it). One whose own value the failing error quotes (``context_length (4096)``
+for ``--context-length 4096``, ``flashinfer`` for ``--attention-backend flashinfer``) is the first
+suspect: the engine names the user's value as what it refused. Both are marked ``IMPLICATED`` (the
+user's deliberate setting in the implicated subsystem): after a workaround served, the chooser still
+tries reverting them (``agent.planning.chooser``), so a root fix is looked for before the workaround is
+reported (issue 20, point 5).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.generators import GeneratorInput
-from agent.planning.generators.common import canon, implicated, specificity, stems
+from agent.planning.generators.common import canon, implicated, raise_site, specificity, stems
 from agent.planning.served import description_keeps, served_settings
 
-__all__ = ["SettingsVsDefaultsGenerator"]
+__all__ = ["IMPLICATED", "SettingsVsDefaultsGenerator", "implicated_setting", "value_quoted"]
 
 #: Weight of "this explicit setting causes the failure"; a setting that selects an implementation (a
 #: flag with choices) is a likelier suspect than a tuning knob.
@@ -27,6 +38,42 @@ WEIGHT = 0.02
 CHOICE_FACTOR = 2.0
 #: Multiplier for a setting the failing frames or error name (by a specific shared word).
 IMPLICATED_FACTOR = 5.0
+#: Weight of a setting whose own value the failing error quotes: as strong as a remedy the error itself
+#: names (``agent.planning.generators.remedies.WEIGHT_ERROR``).
+WEIGHT_VALUE_QUOTED = 0.3
+#: How the evidence of an implicated setting begins (read back by ``implicated_setting``).
+IMPLICATED = "the failure implicates the user's own setting"
+#: Values too short or too common to identify a setting when an error quotes them (``-1``, ``on``).
+_MIN_QUOTED_LEN = 3
+_UNQUOTABLE = frozenset({"true", "false", "none", "null", "auto", "default"})
+
+
+def value_quoted(value: object, text: str) -> bool:
+    """Whether ``text`` (the failing error) quotes ``value`` as a whole token: ``4096`` in
+    ``context_length (4096)``, not in ``40960``; ``flashinfer`` in ``flashinfer_python`` (a package
+    named after the value; ``_`` separates words in Python names); booleans, values of fewer than three characters and
+    words such as ``auto`` never count (they identify nothing)."""
+    if isinstance(value, bool) or value is None:
+        return False
+    v = str(value).strip()
+    if len(v.lstrip("-")) < _MIN_QUOTED_LEN or v.lower() in _UNQUOTABLE:
+        return False
+    return re.search(rf"(?<![A-Za-z0-9.-]){re.escape(v)}(?![A-Za-z0-9-]|\.\d)", text, re.I) is not None
+
+
+def implicated_setting(h: Hypothesis) -> bool:
+    """Whether ``h`` reverts a setting of the user's that the failure implicates (its error quotes the
+    value, or the code where it surfaced shares a word only that setting carries)."""
+    return h.id.startswith("revert:") and any(e.detail.startswith(IMPLICATED) for e in h.evidence)
+
+
+def _only_in(name: str, words: set[str], others: Iterable[str]) -> set[str]:
+    """The words of ``words`` that setting ``name`` carries and none of ``others`` does."""
+    theirs: set[str] = set()
+    for o in others:
+        if o != name:
+            theirs |= stems(o.lstrip("-"))
+    return (stems(name.lstrip("-")) & words) - theirs
 
 
 class SettingsVsDefaultsGenerator:
@@ -38,15 +85,7 @@ class SettingsVsDefaultsGenerator:
         """Reversions of the failing baseline's own flags and environment variables."""
         if inp.evidence.stage == "ok":
             return []
-        imp = implicated(inp)
-
-        def named(name: str) -> float:
-            shared = stems(name.lstrip("-")) & imp.words
-            if not shared:
-                return 1.0
-            strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
-            return max(1.0, IMPLICATED_FACTOR * strength)
-
+        weigh = _Implication(inp)
         out: list[Hypothesis] = []
         served = served_settings()
         keeps = set()
@@ -68,21 +107,28 @@ class SettingsVsDefaultsGenerator:
             if spec is not None and spec.default is not None and str(spec.default) == str(value):
                 continue  # set to the default: reverting changes nothing
             choice = bool(spec and spec.choices)
-            weight = WEIGHT * (CHOICE_FACTOR if choice else 1.0) * named(canonical)
-            out.append(self._candidate(inp, "flag", canonical, value, weight, deployment))
+            weight, why = weigh(canonical, value, WEIGHT * (CHOICE_FACTOR if choice else 1.0))
+            out.append(self._candidate(inp, "flag", canonical, value, weight, deployment, why))
         for name, value in inp.baseline.env.items():
             if served.role("env", name) == "place":
                 continue
             deployment = served.changes_deployment("env", name, None, inp.flags, keeps)
-            out.append(self._candidate(inp, "env", name, value, WEIGHT * named(name), deployment))
+            weight, why = weigh(name, value, WEIGHT)
+            out.append(self._candidate(inp, "env", name, value, weight, deployment, why))
         return out
 
     def _candidate(self, inp: GeneratorInput, kind: str, name: str, value: object, weight: float,
-                   deployment: bool = False) -> Hypothesis:
+                   deployment: bool = False, why: str = "") -> Hypothesis:
         """``deployment``: the setting defines what is served (knowledge/served.toml) or the user needs
         it (the case's intent): reverting it changes the deployment, so it is tried last, as a
-        workaround, and is never the fix."""
+        workaround, and is never the fix. ``why``: how the failure implicates it (an ``IMPLICATED``
+        evidence), or empty."""
         shown = "(on)" if value is True else value
+        evidence = [Evidence(kind="fact", detail=f"the baseline sets {name}={shown} explicitly",
+                             experiment_id=inp.evidence.experiment_id)]
+        if why and not deployment:
+            evidence.append(Evidence(kind="fact", detail=f"{IMPLICATED}: {why}",
+                                     experiment_id=inp.evidence.experiment_id))
         return Hypothesis(
             id=f"revert:{name}",
             statement=f"The baseline's own setting {name} {shown} causes the failure; without it SGLang's "
@@ -91,11 +137,46 @@ class SettingsVsDefaultsGenerator:
             weight=weight,
             rationale="an explicit setting away from the default is a change someone made; each is reverted alone",
             generator=self.name,
-            evidence=[Evidence(kind="fact", detail=f"the baseline sets {name}={shown} explicitly",
-                               experiment_id=inp.evidence.experiment_id)],
+            evidence=evidence,
             interventions=[Intervention(
                 kind=kind, names=[name], values=[None], decisive=True,  # type: ignore[arg-type]
                 cost="high" if deployment else "none", workaround=deployment,
                 note="changes what is served (the deployment the user asked for)" if deployment else "",
             )],
         )
+
+
+class _Implication:
+    """How strongly the failing launch implicates each of the baseline's settings: called with a
+    setting's name (the host's canonical spelling of a flag), value and base weight, it returns
+    (weight, why) — ``why`` empty when the failure points at the setting by no more than words many
+    flags share, or when the setting is not the user's (the case does not set it so: this run adopted
+    it past a blocker)."""
+
+    def __init__(self, inp: GeneratorInput) -> None:
+        self.inp = inp
+        self.imp = implicated(inp)
+        site = raise_site(inp)
+        self.site_words = site.words if site else set()
+        self.site = site.where if site else ""
+        specs = {n: canon(inp.flags, n) for n in inp.baseline.flags}
+        self.names = [s.name if s else n for n, s in specs.items()] + list(inp.baseline.env)
+        # the user's own: what the case itself sets, not a blocker's change this run adopted
+        own = inp.case.baseline
+        self.users = {(s.name if (s := canon(inp.flags, n)) else n, str(v)) for n, v in own.flags.items()}
+        self.users |= {(n, str(v)) for n, v in own.env.items()}
+
+    def __call__(self, name: str, value: object, base: float) -> tuple[float, str]:
+        inp, imp = self.inp, self.imp
+        if (name, str(value)) not in self.users:
+            pass  # set by this run (an adopted blocker): judged by shared words alone, below
+        elif value_quoted(value, imp.error_text):
+            return max(base, WEIGHT_VALUE_QUOTED), f"the failing error quotes its value {value}"
+        elif own := _only_in(name, self.site_words, self.names):
+            return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, whose code names "
+                                              f"{', '.join(sorted(own))} as only this setting does")
+        shared = stems(name.lstrip("-")) & imp.words
+        if not shared:
+            return base, ""
+        strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
+        return base * max(1.0, IMPLICATED_FACTOR * strength), ""

@@ -43,6 +43,9 @@ class Envs:
     SGLANG_VLM_MAX_IMAGES_PER_VIT = EnvInt(4)
     SGLANG_VIT_CUDA_GRAPH_MAX_PATCHES = EnvInt(16384)
 
+    # Model config
+    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN = EnvBool(False)
+
     # Logging
     SGLANG_LOG_GC = EnvBool(False)
 

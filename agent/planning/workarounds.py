@@ -1,0 +1,38 @@
+"""The root fix apart from the workarounds in a run's ending (issue 20, point 5): a change that served by
+silencing a check, turning a part off or changing what is served (knowledge/served.toml, the case's
+intent) is reported as a workaround, never as the fix or as another root fix
+(``agent.planning.conclusion``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agent.domain.models import Change, Experiment
+
+__all__ = ["mark_deployment_changes", "root_and_workarounds"]
+
+
+def root_and_workarounds(fix: Change, alternatives: list[dict[str, Any]]) -> str:
+    """The root fix named apart from the workarounds that also served in this run (a check silenced, a
+    part turned off, what is served changed): ``root fix X; workaround Y also served, not the fix``."""
+    served = [a for a in alternatives if a.get("workaround") and a.get("result") == "fixed"]
+    if not served:
+        return ""
+    names = "; ".join(f"{a['change']} (in {a['experiment_id']})" for a in served)
+    return (f"root fix: {fix.describe()}; apart from it, {'workarounds' if len(served) > 1 else 'a workaround'} "
+            f"also served, not the fix (it avoids the cause instead of repairing it): {names}")
+
+
+def mark_deployment_changes(
+    alternatives: list[dict[str, Any]], experiments: dict[str, Experiment], changes_deployment: Callable[[Change], bool]
+) -> None:
+    """A tested alternative that changed what is served (``changes_deployment``: knowledge/served.toml, the
+    case's intent) is a workaround whatever generator proposed it: it is never reported as another root
+    fix (the caller sorts them again)."""
+    for a in alternatives:
+        e = experiments.get(a.get("experiment_id") or "")
+        ch = e.change if e is not None else None
+        if ch is not None and changes_deployment(ch):
+            a["workaround"], a["cost"] = True, "high"
+            a["note"] = a.get("note") or "changes what is served (the deployment the user asked for)"

@@ -1,0 +1,74 @@
+"""Root fix before workaround, and the user's intent kept (issue 20, point 5), end to end through the CLI
+and the lab: a --context-length past the model's window stops the launch with an error that names a
+variable silencing the check (SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1, a workaround). hypoloop must
+find the root fix (removing the user's own setting) within a budget of four launches, report the
+workaround apart from it when it served too, and never call a change of a setting the user keeps the fix.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+from clirun import run_auto
+
+TEST_WORLDS = Path(__file__).parent / "data" / "worlds"
+GUARD = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+#: baseline, the workaround, the revert of the user's setting, the confirmation
+BUDGET = 4
+
+
+def _run(tmp_path: Path, world: str, extra: str = "") -> tuple[dict, list[dict]]:
+    case = tmp_path / f"{world}.toml"
+    case.write_text(
+        f'name = "{world}"\ndescription = "the server stops at start-up"\n'
+        f'[host]\nenv = {{ HYPOLOOP_LAB_WORLD = "{TEST_WORLDS / world / "world.toml"}" }}\n'
+        '[launcher]\nargv = ["{python}", "-m", "lab.launch_server"]\n'
+        'version_argv = ["{python}", "-m", "lab.launch_server", "--version"]\n'
+        'gpu_query_argv = ["{python}", "-m", "lab.nvidia_smi"]\n'
+        '[model]\npath = "Qwen/Qwen3-8B"\n[baseline]\nflags = { "--context-length" = 131072 }\n'
+        f"[budget]\nexperiments = {BUDGET}\nhost_seconds = 1000000\n{extra}"
+    )
+    return run_auto(tmp_path, case, HYPOLOOP_LAB_TIME_SCALE="0.001", HYPOLOOP_LAB_SEED="t",
+                    HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
+
+
+def _root_fixes(world: str) -> set[str]:
+    truth = tomllib.loads((TEST_WORLDS / world / "world.toml").read_text())["truth"]
+    return {f["name"] for f in truth["fixes"] if f.get("root", True)}
+
+
+def _tested(events: list[dict]) -> list[dict]:
+    return [e["data"]["change"] for e in events if e["type"] == "experiment.proposed" and e["data"]["change"]]
+
+
+@pytest.mark.parametrize("world", ["context-past-window", "context-past-window-unquoted"])
+def test_the_users_setting_is_reverted_and_is_the_root_fix(tmp_path: Path, world: str) -> None:
+    result, events = _run(tmp_path, world)
+    assert result["status"] == "isolated", result["reason"]
+    fix = result["root_cause"]["fix"]
+    assert fix["name"] in _root_fixes(world) and fix["name"] != GUARD, fix
+    assert result["launches"] <= BUDGET
+    conclusion = next(e["data"] for e in events if e["type"] == "conclusion")
+    if any(c["name"] == GUARD for c in _tested(events)):  # the workaround served first: reported apart
+        assert [w["name"] for w in result["workarounds"]] == [GUARD], result["workarounds"]
+        assert f"root fix: {fix['name']}" in conclusion["reason"] and GUARD in conclusion["reason"]
+        alt = next(a for a in result["root_cause"]["alternatives"] if a["name"] == GUARD)
+        assert alt["workaround"] is True and alt["result"] == "fixed"
+
+
+def test_an_error_quoting_the_users_value_has_it_reverted_before_the_workaround(tmp_path: Path) -> None:
+    result, events = _run(tmp_path, "context-past-window")
+    tests = _tested(events)
+    assert tests[0]["name"] == "--context-length" and tests[0]["after"] is None, tests
+    assert result["workarounds"] == []
+
+
+def test_a_setting_the_user_keeps_is_never_the_fix(tmp_path: Path) -> None:
+    result, events = _run(tmp_path, "context-past-window-unquoted", '[intent]\nkeep = ["--context-length"]\n')
+    assert result["status"] == "not_isolated", result
+    assert result["root_cause"] is None
+    assert [w["name"] for w in result["workarounds"]] == [GUARD], result
+    conclusion = next(e["data"] for e in events if e["type"] == "conclusion")
+    assert "only a workaround" in conclusion["reason"] and "no root fix found" in conclusion["reason"]
