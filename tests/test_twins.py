@@ -135,8 +135,6 @@ def ending_of(result: dict[str, Any]) -> tuple[str, str | None]:
 #: ending on the real engine, 2026-12-02): the planner's to fix, not the lab's. Strict: when the planner
 #: gets one right, its test fails here until the entry is removed (and tests/test_real_cases.py can run it).
 REAL_ALSO_WRONG = {
-    "sglang-context-length": "the real run ends not_isolated too: SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 "
-    "(a workaround the source names) is tried first, serves, and the run stops there",
     "sglang-tp2": "the real run ends not_isolated too: SGLANG_CPU_OMP_THREADS_BIND, then "
     "SGLANG_ENABLE_WEIGHT_LOADER_V2, and the four-launch budget is spent before --tp-size is tried",
 }
