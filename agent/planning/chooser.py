@@ -398,6 +398,7 @@ class Chooser(FlagMatcher):
             why += " (the user's own setting the failure implicates, reverted before the workaround is reported)"
         return self._test(state, base, scored[0], cost, ref.facts, why, considered)
 
+
 def _narrowed(
     candidates: dict[str, tuple[Change, Intervention, str]], localised: list[str], considered: list[dict[str, Any]]
 ) -> dict[str, tuple[Change, Intervention, str]]:
