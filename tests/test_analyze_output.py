@@ -71,3 +71,16 @@ def test_analyze_text_keeps_every_bracket_of_the_log_and_of_the_changes(tmp_path
     assert odd in out and "(GPU 0; 79.10 GiB total) [rank0]" in out
     switched = [ln for ln in out.splitlines() if "→ (on" in ln]
     assert switched and all(ln.rstrip().endswith("→ (on)") for ln in switched), switched
+
+
+def test_analyze_never_prints_a_secret_of_the_log(tmp_path: Path) -> None:
+    # An api key in the server arguments SGLang prints at start-up (server_args.py prints every field):
+    # neither the text (with --all, which shows the fact lines) nor the JSON may carry it.
+    key = "sk-proj-Zx81hQ2mW0aLt5Rq9NvB"
+    log = tmp_path / "server.log"
+    log.write_text(IMPORT_FAILURE.replace("device='cpu'", f"device='cpu', api_key='{key}'"))
+    for args in (["--all"], ["--json"]):
+        done = run_cli(tmp_path, "analyze", str(log), *args, COLUMNS="100")
+        assert done.returncode == 0, done.stderr
+        assert key not in done.stdout + done.stderr
+        assert "api_key" in done.stdout  # the line is shown, its value redacted

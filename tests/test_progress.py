@@ -160,3 +160,24 @@ def test_a_launch_that_crashes_while_loading_ends_in_one_line_naming_the_stage(t
     assert len(crashed) == 1 and crashed[0][0] == "crashed"  # the baseline, cut off mid-capture
     assert 0 < int(crashed[0][1]) < int(crashed[0][2])
     assert done.stdout.count("✗") == 1 and "(exit code" in done.stdout
+
+
+def test_the_live_display_shows_the_latest_log_line_redacted() -> None:
+    """A terminal's live display shows the latest log line: a secret in it (an api key the server prints
+    in its arguments) is redacted with the run's redaction, as the transcript and plain output are."""
+    from io import StringIO
+
+    from agent.record.redact import run_redactor
+
+    key = "sk-proj-Zx81hQ2mW0aLt5Rq9NvB"
+    out = StringIO()
+    console = Console(file=out, force_terminal=True, width=100)
+    reader = StageReader(load_signatures())
+    progress = LoadProgress(console, "exp-1", reader, LoadHistory(), live=True, redact=run_redactor())
+    with progress:
+        progress.observe(WatchEvent(kind="line", line=LogLine(line=1, text=(
+            f"[2026-02-16 10:00:01] server_args=ServerArgs(model_path='m', api_key='{key}', tp_size=8)")),
+            at_monotonic=0.0))
+        assert progress.last_line is not None and key not in progress.last_line[1]
+        progress.finish("ready")
+    assert key not in out.getvalue()

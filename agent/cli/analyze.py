@@ -25,6 +25,7 @@ from agent.domain.models import Change, Experiment
 from agent.planning.catalog import CatalogError
 from agent.planning.planner import PlannerView, RulePlanner, model_features
 from agent.planning.values import effective_before, suggestions_in_log
+from agent.record.redact import redact_data, run_redactor
 from agent.review.render import print_hanging, shown_line
 from agent.review.wording import count
 from tools.connect import connect_host
@@ -107,6 +108,9 @@ def analyze_log(options: AnalyzeOptions) -> None:
     if not text.strip():
         fail(f"{logfile}: the log is empty")
     c, sigs, catalog = _analyze_setup(logfile, case, text)
+    # What is shown and printed as JSON comes from the log: its secrets (an api_key in the printed server
+    # arguments, a token, the case's secret variables) are redacted first, as in a run.
+    text = redact_data(text, run_redactor(c))
     if not c.model.features:
         c.model.features = sorted(infer_features(text[:20000]))
     exp = Experiment(

@@ -184,7 +184,7 @@ def _session(home: Path, info: RunInfo, run_id: str, options: ResumeOptions) -> 
         EventRenderer(console, verbose=options.verbose, launch_progress=True, command_for=command_for)
     )
     tr.listeners.append(llm_notices(console))
-    rt = Runtime(tr, home, make_planner, progress=ProgressBoard(console))
+    rt = Runtime(tr, home, make_planner, progress=ProgressBoard(console, redact=tr.redact))
     return RunSession(rt, tr, tpath, run_id, console, options.json_out)
 
 

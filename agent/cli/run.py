@@ -254,7 +254,7 @@ def _session(options: RunOptions, tr: Transcript, tpath: Path, sdir: Path) -> Ru
     )
     tr.listeners.append(host_notices(err_console))
     tr.listeners.append(llm_notices(console))
-    rt = Runtime(tr, sdir, make_planner, progress=ProgressBoard(console))
+    rt = Runtime(tr, sdir, make_planner, progress=ProgressBoard(console, redact=tr.redact))
     # Servers that crashed runs left on the host: stopped with --auto, else after a yes at the terminal.
     rt.stop_orphans = options.auto
     rt.confirm_orphans = confirm_orphans if sys.stdin.isatty() else None

@@ -192,8 +192,10 @@ class LoadProgress:
         *,
         live: bool,
         now: Callable[[], float] = time.monotonic,
+        redact: Callable[[str], str] = lambda text: text,
     ) -> None:
         self.console = console
+        self.redact = redact
         self.name = name
         self.reader = reader
         self.history = history
@@ -222,7 +224,7 @@ class LoadProgress:
         if self.done or getattr(event, "kind", None) != "line" or event.line is None:
             return
         self.lines += 1
-        text = shown_line(event.line.text)
+        text = shown_line(self.redact(event.line.text))
         if text.strip():
             self.last_line = (event.line.line, text)
         failed = self.reader.failure(event.line.line, text)
@@ -358,14 +360,18 @@ class LoadProgress:
 class ProgressBoard:
     """Makes a `LoadProgress` for each launch of a run and keeps the run's `LoadHistory` between them.
 
-    `live`: None chooses a Live display when `console` is a terminal.
+    `live`: None chooses a Live display when `console` is a terminal. `redact`: the run's redaction of a
+    log line (its secrets), applied before a line is shown or read.
     """
 
-    def __init__(self, console: Console, *, live: bool | None = None) -> None:
+    def __init__(self, console: Console, *, live: bool | None = None,
+                 redact: Callable[[str], str] = lambda text: text) -> None:
         self.console = console
+        self.redact = redact
         self.live = console.is_terminal if live is None else live
         self.history = LoadHistory()
 
     def launch(self, name: str, signatures: Iterable[Signature]) -> LoadProgress:
         """The display for one launch called `name` (the experiment id)."""
-        return LoadProgress(self.console, name, StageReader(signatures), self.history, live=self.live)
+        return LoadProgress(self.console, name, StageReader(signatures), self.history, live=self.live,
+                            redact=self.redact)
