@@ -8,7 +8,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from clirun import run_auto
+from clirun import run_auto, run_cli
 
 from lab.world import WORLDS_DIR
 
@@ -34,6 +34,11 @@ def test_a_taken_case_port_ends_the_run_naming_it_after_one_launch(tmp_path: Pat
     assert fp["taken_port"] == port
     assert result["status"] == "not_isolated" and result["root_cause"] is None and result["launches"] == 1
     assert f"--port {port} was already taken" in result["reason"]
+    # Shown with the host, live and in replay, whatever the run goes on to find (the copy-paste command
+    # at the end keeps the case's --port)
+    shown = run_cli(tmp_path, "replay", result["transcript"], COLUMNS="200")
+    assert shown.returncode == 0, shown.stderr
+    assert f"warning: the case's --port {port} is already taken on the host" in shown.stdout
 
 
 def test_a_free_case_port_is_not_blamed(tmp_path: Path) -> None:
@@ -44,3 +49,22 @@ def test_a_free_case_port_is_not_blamed(tmp_path: Path) -> None:
                               HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
     assert next(e["data"] for e in events if e["type"] == "host.fingerprint")["taken_port"] is None
     assert "already taken" not in (result["reason"] or "") and result["launches"] > 1
+    assert "already taken" not in run_cli(tmp_path, "replay", result["transcript"], COLUMNS="200").stdout
+
+
+def test_a_cpu_host_is_shown_as_cpu_only_not_as_zero_gpus() -> None:
+    # A CPU-only host answers no GPU query: its line said "0 × None (compute capability None, None MiB),
+    # driver None" (found by a newcomer on the real-engine bed).
+    from io import StringIO
+
+    from rich.console import Console
+
+    from agent.record.transcript import TranscriptEvent
+    from agent.review.render import EventRenderer
+
+    out = StringIO()
+    render = EventRenderer(Console(file=out, width=200))
+    render(TranscriptEvent(seq=1, ts=0.0, run_id="r", type="host.fingerprint",
+                           data={"gpu_count": 0, "gpu_name": None, "cpu_count": 2, "sglang_version": "0.5.23"}))
+    line = out.getvalue()
+    assert "host: CPU only, 2 CPUs" in line and "None" not in line.split("CPUs")[0], line

@@ -89,11 +89,22 @@ class EventRenderer:
         )
 
     def _host_fingerprint(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
-        self._p(
-            f"  host: {d.get('gpu_count')} × {escape(str(d.get('gpu_name')))} (compute capability "
-            f"{d.get('compute_capability')}, {d.get('memory_total_mib')} MiB), driver {d.get('driver_version')}, "
-            + escape(engine_label(d))
-        )
+        if d.get("gpu_count") or d.get("gpu_name"):
+            devices = (
+                f"{d.get('gpu_count')} × {escape(str(d.get('gpu_name')))} (compute capability "
+                f"{d.get('compute_capability')}, {d.get('memory_total_mib')} MiB), driver {d.get('driver_version')}"
+            )
+        else:  # no GPU answered the query: say so, not "0 × None"
+            cpus = f", {d.get('cpu_count')} CPUs" if d.get("cpu_count") else ""
+            devices = f"CPU only{cpus}"
+        self._p(f"  host: {devices}, " + escape(engine_label(d)))
+        if d.get("taken_port") is not None:
+            who = f" by {escape(str(d.get('taken_by')))}" if d.get("taken_by") else ""
+            self._p(
+                f"  [yellow]warning:[/] the case's --port {d['taken_port']} is already taken on the host{who}: "
+                "hypoloop launches on ports of its own, so its launches do not meet that conflict, but a server "
+                "started with the case's own command cannot listen there"
+            )
 
     def _tool_result(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if d.get("tool") == "flag_catalog":
