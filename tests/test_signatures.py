@@ -238,6 +238,13 @@ def test_auto_resolution_wording_variants(
         ("Initialization failed. warmup error: Traceback (most recent call last):", "warmup_failed", "fatal"),
         ("OSError: [Errno 98] Address already in use", "port_in_use", "fatal"),  # vLLM 0.32.0
         (
+            # a model path that is no folder on the host, as SGLang 0.5.23 and vLLM 0.32.0 both end
+            "huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name' or "
+            "'namespace/repo_name': '/nonexistent/tiny-llama'. Use `repo_type` argument if needed.",
+            "model_path_not_found",
+            "fatal",
+        ),
+        (
             "[2026-12-02 13:24:36] ERROR:    [Errno 98] error while attempting to bind on address "
             "('127.0.0.1', 30000): address already in use",  # SGLang 0.5.23 (uvicorn)
             "port_in_use",
