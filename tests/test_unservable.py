@@ -39,3 +39,15 @@ def test_a_layout_the_model_can_take_or_an_unknown_model_is_not_reverted() -> No
     # reverting it takes other devices: a change of the deployment, not a cause to test
     assert _reverts({"num_attention_heads": "4", "keys": "num_attention_heads"}, 2) == []
     assert _reverts({}, 3) == []
+
+
+def test_a_revert_on_vllm_says_vllms_default_applies() -> None:
+    raw = RawEvidence.from_log("exp-1", ERROR, for_engine(load_signatures(), "vllm"), "x.log")
+    out = classify_outcome(raw.model_copy(update={"status": "crashed"}))
+    flags = parse_help((DATA / "help_vllm_0.32.0_all.txt").read_text(encoding="utf-8"), source="vllm 0.32.0")
+    case = Case.model_validate({"name": "c", "launcher": {"engine": "vllm"}, "model": {"path": "/m/tiny"},
+                                "baseline": {"flags": {"--max-model-len": 4096}, "env": {}}})
+    inp = GeneratorInput(case=case, baseline=case.baseline, reference=out, flags=flags, outcomes=[out],
+                         fingerprint=HostFingerprint(gpu_count=0, cpu_count=2))
+    (h,) = SettingsVsDefaultsGenerator().generate(inp)
+    assert "vLLM's default applies" in h.statement and "SGLang" not in h.statement

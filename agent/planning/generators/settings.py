@@ -30,6 +30,7 @@ from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, implicated, raise_site, specificity, stems
 from agent.planning.in_play import load_subsystems
 from agent.planning.served import description_keeps, served_settings
+from tools.engines import get_engine
 
 __all__ = ["IMPLICATED", "SettingsVsDefaultsGenerator", "implicated_setting", "value_quoted"]
 
@@ -132,8 +133,8 @@ class SettingsVsDefaultsGenerator:
                                      experiment_id=inp.evidence.experiment_id))
         return Hypothesis(
             id=f"revert:{name}",
-            statement=f"The baseline's own setting {name} {shown} causes the failure; without it SGLang's "
-            "default applies and the failure goes away",
+            statement=f"The baseline's own setting {name} {shown} causes the failure; without it "
+            f"{get_engine(inp.case.launcher.engine).display}'s default applies and the failure goes away",
             component=f"config.{name.lstrip('-').replace('-', '_')}",
             weight=weight,
             rationale="an explicit setting away from the default is a change someone made; each is reverted alone",
