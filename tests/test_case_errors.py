@@ -94,7 +94,16 @@ def _lab_case(tmp_path: Path, flags: str, extra: str = "") -> Path:
     ],
 )
 def test_a_flag_given_twice_in_two_spellings_is_one_line(tmp_path: Path, flags: str, expected: str) -> None:
-    case = _lab_case(tmp_path, flags)
+    _one_line_refusal(tmp_path, _lab_case(tmp_path, flags), expected)
+
+
+def test_a_kept_setting_the_host_has_no_option_for_is_one_line(tmp_path: Path) -> None:
+    # a misspelt flag in [intent] keep would keep nothing, silently (found by a newcomer)
+    case = _lab_case(tmp_path, '{ "--tp-size" = 2 }', '\n[intent]\nkeep = ["--context-lenght"]\n')
+    _one_line_refusal(tmp_path, case, "intent.keep: --context-lenght is not an option of the host's --help")
+
+
+def _one_line_refusal(tmp_path: Path, case: Path, expected: str) -> None:
     r = run_cli(tmp_path, "run", str(case), "--auto")
     assert r.returncode == 2, r.stdout[-2000:]
     lines = r.stderr.strip().splitlines()

@@ -134,6 +134,10 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
         fp.flag_roles = role_spellings(flags)
         step = "baseline.flags"
         baseline = _checked_baseline(case, flags)
+        step = "intent.keep"
+        for kept in case.intent.keep:  # a setting the user needs kept is one this host has
+            if kept.startswith("-") and flags.lookup(kept) is None:
+                raise FlagError(f"{kept} is not an option of the host's --help", flag=kept)
     except JobPending as exc:  # the cluster's queue is full: nothing is wrong with the case
         raise _InputError(f"the Slurm cluster could not start hypoloop's query of the host in time: {exc}") from None
     except (HostError, FlagError) as exc:
