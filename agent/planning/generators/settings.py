@@ -167,7 +167,7 @@ class _Implication:
         own = inp.case.baseline
         self.users = {(s.name if (s := canon(inp.flags, n)) else n, str(v)) for n, v in own.flags.items()}
         self.users |= {(n, str(v)) for n, v in own.env.items()}
-        # Words of the user's values that name code (``EAGLE`` -> eagle_worker): a knob whose name shares
+        # Words of the user's values that name code (a value ``ALGO`` whose code is ``algo_worker.py``): a knob whose name shares
         # such a word only tunes the code path another setting's value chose. A platform (``cpu``) is
         # where the code runs, not a path one setting chose (knowledge/subsystems.toml ``[[platform]]``).
         platforms = {str(p.get("device") or p.get("id", "")).lower() for p in load_subsystems().platforms}
