@@ -167,12 +167,15 @@ class _Implication:
         own = inp.case.baseline
         self.users = {(s.name if (s := canon(inp.flags, n)) else n, str(v)) for n, v in own.flags.items()}
         self.users |= {(n, str(v)) for n, v in own.env.items()}
-        # Words of the user's values that name code (a value ``ALGO`` whose code is ``algo_worker.py``): a knob whose name shares
-        # such a word only tunes the code path another setting's value chose. A platform (``cpu``) is
-        # where the code runs, not a path one setting chose (knowledge/subsystems.toml ``[[platform]]``).
+        # Words of the user's values that name code (a value ``ALGO`` whose code is ``algo_worker.py``),
+        # by the setting's canonical name: a knob whose name shares such a word only tunes the code path
+        # another setting's value chose. A platform (``cpu``) is where the code runs, not a path one
+        # setting chose (knowledge/subsystems.toml ``[[platform]]``).
         platforms = {str(p.get("device") or p.get("id", "")).lower() for p in load_subsystems().platforms}
+        values = [*((s.name if (s := specs[n]) else n, v) for n, v in inp.baseline.flags.items()),
+                  *inp.baseline.env.items()]
         self.value_words = {
-            n: w for n, v in [*inp.baseline.flags.items(), *inp.baseline.env.items()]
+            n: w for n, v in values
             if isinstance(v, str) and len(v) >= _MIN_QUOTED_LEN and v.lower() not in _UNQUOTABLE | platforms
             and (w := stems(v))
         }
@@ -183,7 +186,7 @@ class _Implication:
             pass  # set by this run (an adopted blocker): judged by shared words alone, below
         elif value_quoted(value, imp.error_text):
             return max(base, WEIGHT_VALUE_QUOTED), f"the failing error quotes its value {value}"
-        elif (named := self.value_words.get(self._raw(name), set())) and named <= self.site_words:
+        elif (named := self.value_words.get(name, set())) and named <= self.site_words:
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, the code its value "
                                               f"{value} selects")
         elif own := _only_in(name, self.site_words - self._chosen(name), self.names):
@@ -195,13 +198,6 @@ class _Implication:
         strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
         return base * max(1.0, IMPLICATED_FACTOR * strength), ""
 
-    def _raw(self, name: str) -> str:
-        """The baseline's own spelling of the setting whose canonical name is ``name``."""
-        return next((n for n in self.value_words if n == name or (
-            (spec := canon(self.inp.flags, n)) is not None and spec.name == name)), name)
-
     def _chosen(self, name: str) -> set[str]:
         """Words of the failing code that another setting's value names (the path it chose)."""
-        raw = self._raw(name)
-        return set().union(*(w for n, w in self.value_words.items() if n != raw and w <= self.site_words))
-
+        return set().union(*(w for n, w in self.value_words.items() if n != name and w <= self.site_words))
