@@ -458,8 +458,8 @@ def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
             if iv.workaround:
                 continue
             for name in iv.names:
-                if same_value(view.case.baseline.value(iv.kind, name), None) or not same_value(
-                        view.case.baseline.value(iv.kind, name), base.value(iv.kind, name)):
+                users = view.case.baseline.value(iv.kind, name)
+                if same_value(users, None) or not same_value(users, base.value(iv.kind, name)):
                     continue  # not the user's own setting: this run set it (a blocker's change)
                 if implicated_setting(h) or stems(name.lstrip("-")) & workaround_words:
                     out.add(Change(kind=iv.kind, name=name, before=base.value(iv.kind, name), after=None).key())
