@@ -9,7 +9,8 @@ the host's Hugging Face cache (``$HF_HOME/hub/models--ORG--NAME/snapshots/*/conf
 
 The digest (``checkpoint_facts``) is a flat ``str -> str`` map (``architecture``, ``quant_method``,
 ``torch_dtype``, ``max_position_embeddings``, ``num_attention_heads``, ``num_key_value_heads``,
-``rope_scaling``, ``model_type``) plus the raw key names
+``num_hidden_layers``, ``head_dim``, ``hidden_size`` (what one token's KV cache takes,
+``agent.planning.budgets``), ``rope_scaling``, ``model_type``) plus the raw key names
 found at the top level and in nested ``text_config``/``language_config`` (``keys``: space-separated),
 so that which keys make a model MoE, multimodal or linear-attention is data (``knowledge/subsystems.toml``,
 ``[[model_trait]]``), not code.
@@ -83,7 +84,7 @@ def checkpoint_facts(config: dict[str, Any]) -> dict[str, str]:
     if isinstance(archs, list) and archs:
         out["architecture"] = str(archs[0])
     for key in ("model_type", "torch_dtype", "dtype", "max_position_embeddings", "num_attention_heads",
-                "num_key_value_heads"):
+                "num_key_value_heads", "num_hidden_layers", "head_dim", "hidden_size"):
         v = first(key)
         if v is not None and not isinstance(v, dict | list):
             out["torch_dtype" if key == "dtype" else key] = str(v)

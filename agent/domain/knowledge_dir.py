@@ -42,6 +42,7 @@ KNOWLEDGE_FILES = (
     "engines.toml", "signatures.toml", "hypotheses.toml", "symptoms.toml", "flag_roles.toml", "limits.toml", "risky.toml",
     "planner.toml", "implementations.toml", "served.toml", "subsystems.toml", "hardware.toml",
     "model_families.toml", "config_facts.toml", "packages.toml", "probe_set.toml", "localisers.toml",
+    "budgets.toml",
 )
 
 

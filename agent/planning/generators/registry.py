@@ -6,6 +6,7 @@ Adding a way of finding causes is adding a module under ``agent/planning/generat
 from __future__ import annotations
 
 from agent.planning.generators import CandidateGenerator
+from agent.planning.generators.budgets import BudgetGenerator
 from agent.planning.generators.catalog import CatalogGenerator
 from agent.planning.generators.changed import ChangedPackageGenerator
 from agent.planning.generators.component import ImplicatedComponentGenerator
@@ -29,6 +30,7 @@ REGISTRY: list[type[CandidateGenerator]] = [
     ImplicatedComponentGenerator,
     InstalledSourceGenerator,
     LoadGenerator,
+    BudgetGenerator,
     SettingsVsDefaultsGenerator,
     KnownGoodDiffGenerator,
     ChangedPackageGenerator,

@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable
 
 from agent.domain.models import Evidence, Hypothesis, Intervention
+from agent.planning.budgets import bounded_on_purpose, budget_of
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, implicated, raise_site, specificity, stems
 from agent.planning.in_play import load_subsystems
@@ -106,25 +107,29 @@ class SettingsVsDefaultsGenerator:
                 continue  # the parallel layout: reverting it takes other devices, not a cause to test
             deployment = served.changes_deployment("flag", canonical, None, inp.flags, keeps, checkpoint,
                                                    value)
+            purpose = _on_purpose(inp, "flag", canonical)
             if spec is not None and spec.default is not None and str(spec.default) == str(value):
                 continue  # set to the default: reverting changes nothing
             choice = bool(spec and spec.choices)
             weight, why = weigh(canonical, value, WEIGHT * (CHOICE_FACTOR if choice else 1.0))
-            out.append(self._candidate(inp, "flag", canonical, value, weight, deployment, why))
+            out.append(self._candidate(inp, "flag", canonical, value, weight, deployment or bool(purpose), why,
+                                       purpose))
         for name, value in inp.baseline.env.items():
             if served.role("env", name) == "place":
                 continue
             deployment = served.changes_deployment("env", name, None, inp.flags, keeps)
+            purpose = _on_purpose(inp, "env", name)
             weight, why = weigh(name, value, WEIGHT)
-            out.append(self._candidate(inp, "env", name, value, weight, deployment, why))
+            out.append(self._candidate(inp, "env", name, value, weight, deployment or bool(purpose), why, purpose))
         return out
 
     def _candidate(self, inp: GeneratorInput, kind: str, name: str, value: object, weight: float,
-                   deployment: bool = False, why: str = "") -> Hypothesis:
+                   deployment: bool = False, why: str = "", purpose: str = "") -> Hypothesis:
         """``deployment``: the setting defines what is served (knowledge/served.toml) or the user needs
         it (the case's intent): reverting it changes the deployment, so it is tried last, as a
         workaround, and is never the fix. ``why``: how the failure implicates it (an ``IMPLICATED``
-        evidence), or empty."""
+        evidence), or empty. ``purpose``: the description's words saying the user set this budget on
+        purpose (knowledge/budgets.toml), or empty."""
         shown = "(on)" if value is True else value
         evidence = [Evidence(kind="fact", detail=f"the baseline sets {name}={shown} explicitly",
                              experiment_id=inp.evidence.experiment_id)]
@@ -143,9 +148,18 @@ class SettingsVsDefaultsGenerator:
             interventions=[Intervention(
                 kind=kind, names=[name], values=[None], decisive=True,  # type: ignore[arg-type]
                 cost="high" if deployment else "none", workaround=deployment,
-                note="changes what is served (the deployment the user asked for)" if deployment else "",
+                note=(f"removes the budget the user set on purpose ({purpose!r}): the engine then sizes it "
+                      "itself" if purpose else "changes what is served (the deployment the user asked for)")
+                if deployment else "",
             )],
         )
+
+
+def _on_purpose(inp: GeneratorInput, kind: str, name: str) -> str:
+    """The case description's words saying the user set the budget ``name`` on purpose ("to save memory",
+    knowledge/budgets.toml), or empty: removing such a budget goes against what the user asked for."""
+    budget = budget_of(kind, name)
+    return (bounded_on_purpose(inp.case, budget) or "") if budget is not None else ""
 
 
 class _Implication:
