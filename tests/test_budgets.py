@@ -19,7 +19,7 @@ import pytest
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
 from agent.domain.knowledge_dir import use_knowledge
-from agent.domain.models import Baseline, Change, Experiment
+from agent.domain.models import Baseline, Change
 from agent.planning.budgets import budget_bytes, budget_of, need_bytes, raised_value
 from agent.planning.catalog import load_catalog
 from agent.planning.planner import PlannerView, Proposal, RulePlanner

@@ -39,6 +39,8 @@ JUNK_IN_ENTRY = [
     ("packages.toml", "[generic_runtimes]\n", "[generic_runtimes]\nbogus_key = 1\n", "generic_runtimes.bogus_key"),
     ("probe_set.toml", "[[item]]\n", "[[item]]\nbogus_key = 1\n", "bogus_key"),
     ("localisers.toml", "[[localiser]]\n", "[[localiser]]\nbogus_key = 1\n", "bogus_key"),
+    ("budgets.toml", "[[budget]]\n", "[[budget]]\nbogus_key = 1\n", "bogus_key"),
+    ("served.toml", "[description]\nneed", "[description]\nbogus_key = 1\nneed", "description: unknown table or key 'bogus_key'"),
 ]
 
 

@@ -25,7 +25,7 @@ from agent.domain.models import Baseline
 from tools.knowledge_files import KnowledgeFile, load_model
 
 __all__ = ["Budget", "BudgetsError", "Resource", "bounded_on_purpose", "budget_of", "kv_bytes_per_token",
-           "load_budgets", "need_bytes", "raised_value"]
+           "load_budgets", "need_bytes", "raised_value", "removes_budget_on_purpose"]
 
 GIB = 2**30
 #: Binary suffixes the engine's integer parser reads (vLLM's ``human_readable_int``: K = 2**10 ...).
@@ -218,3 +218,13 @@ def _size(n: float) -> str:
         if n >= mult:
             return f"{n / mult:.3g} {suffix}iB"
     return f"{n:g} bytes"
+
+
+def removes_budget_on_purpose(case: Case, kind: str, name: str, after: object) -> str | None:
+    """The description's words, when removing the setting (``after`` None) takes away a budget the user
+    set on purpose (``bounded_on_purpose``): such a removal changes the deployment (the engine then sizes
+    the resource itself), so it is a workaround at best, never the fix. None otherwise."""
+    if after is not None:
+        return None
+    budget = budget_of(kind, name)
+    return bounded_on_purpose(case, budget) if budget is not None else None

@@ -24,6 +24,7 @@ from agent.domain.models import (
     value_key,
 )
 from agent.planning.blame import blamed
+from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.llm_spec import usage_summary
 from agent.planning.observations import import_time_failure
 from agent.planning.served import description_keeps, served_settings
@@ -251,7 +252,8 @@ def _isolated(
     served, keeps = served_settings(), description_keeps(case)
     checkpoint = (fingerprint or {}).get("checkpoint") or {}
     mark_deployment_changes(alternatives, experiments, lambda ch: served.changes_deployment(
-        ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint, before=ch.before))
+        ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint, before=ch.before)
+        or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after) is not None)
     alternatives.sort(key=lambda a: (a["workaround"], COST_ORDER.get(a["cost"], 1)))
     return base.model_copy(
         update={
@@ -301,7 +303,7 @@ def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, s
         if ch is None:
             continue
         if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint,
-                                     before=ch.before):
+                                     before=ch.before) or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after):
             return ch.name
     return None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent.domain.models import Change, Evidence, Experiment, Hypothesis, Outcome
+from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.observations import config_key
 from agent.planning.served import description_keeps, served_settings
 from agent.planning.view import COST_ORDER, Fix, HistoryPass, HistoryState
@@ -121,7 +122,8 @@ class FixKeeper:
         view = hp.view
         checkpoint = view.fingerprint.checkpoint if view.fingerprint else {}
         if served_settings().changes_deployment(change.kind, change.name, change.after, self.book.flags,
-                                                description_keeps(view.case), checkpoint, change.before):
+                                                description_keeps(view.case), checkpoint, change.before) \
+                or removes_budget_on_purpose(view.case, change.kind, change.name, change.after):
             return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)
         ivs = [iv for h in hp.ledger.values() for iv in h.interventions if self.book.matches(change, iv, facts)]
         if not ivs:

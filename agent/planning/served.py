@@ -18,9 +18,6 @@ from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys,
 
 __all__ = ["Served", "description_keeps", "served_settings"]
 
-#: Words of a sentence in which a user says a setting is needed, not incidental.
-_NEED = re.compile(r"\b(?:need|needs|needed|must|require[sd]?|keep|has to|have to|want|wants|cannot drop|"
-                   r"can't drop|depends? on)\b", re.I)
 
 
 class Served:
@@ -31,7 +28,9 @@ class Served:
                  served_env: frozenset[str], place_env: frozenset[str],
                  from_checkpoint: dict[str, str] | None = None,
                  checkpoint_only: dict[str, frozenset[str]] | None = None,
-                 divides: dict[str, str] | None = None) -> None:
+                 divides: dict[str, str] | None = None, need: re.Pattern[str] | None = None) -> None:
+        #: words of a sentence in which a user says a setting is needed, not incidental ([description] need)
+        self.need = need
         #: flag (any spelling) -> the config.json digest key that declares its value ("" : none)
         self.from_checkpoint = from_checkpoint or {}
         #: flag (any spelling) -> values only a checkpoint made in that format can serve (lower case)
@@ -159,7 +158,8 @@ def _canon(flags: FlagCatalog | None, name: str) -> str:
 
 def _load(path: Path) -> Served:
     data = read_toml(path, KnowledgeFileError)
-    check_keys(path, data, ["setting"], KnowledgeFileError)
+    check_keys(path, data, ["setting", "description"], KnowledgeFileError)
+    need = _need_words(path, data.get("description", {}))
     sets: dict[tuple[str, str], set[str]] = {}
     from_ckpt: dict[str, str] = {}
     only: dict[str, frozenset[str]] = {}
@@ -182,8 +182,23 @@ def _load(path: Path) -> Served:
     return Served(
         frozenset(sets.get(("flag", "served"), set())), frozenset(sets.get(("flag", "place"), set())),
         frozenset(sets.get(("env", "served"), set())), frozenset(sets.get(("env", "place"), set())),
-        from_ckpt, only, divides,
+        from_ckpt, only, divides, need,
     )
+
+
+def _need_words(path: Path, table: object) -> re.Pattern[str] | None:
+    """``[description] need`` (words, each a regular expression) as one case-insensitive pattern matched
+    as whole words, or None when the file names none. Raises ``KnowledgeFileError`` naming the field."""
+    check_keys(path, table, ["need", "source"], KnowledgeFileError, "description")
+    words = table.get("need", []) if isinstance(table, dict) else []
+    if not isinstance(words, list) or not all(isinstance(w, str) and w for w in words):
+        raise KnowledgeFileError(f"{path}: field 'description.need': expected a list of words")
+    if not words:
+        return None
+    try:
+        return re.compile(r"\b(?:" + "|".join(words) + r")\b", re.I)
+    except re.error as exc:
+        raise KnowledgeFileError(f"{path}: field 'description.need': not a regex: {exc}") from None
 
 
 def served_settings() -> Served:
@@ -199,10 +214,13 @@ _SERVED = KnowledgeFile("served.toml", _load, absent=lambda: Served(frozenset(),
 def description_keeps(case: Case) -> set[str]:
     """Settings the user says they need: the case's ``[intent] keep`` plus every ``--flag`` or
     ``ENV_NAME`` the description names in a sentence that says it is needed ("we need --context-length
-    65536")."""
+    65536"; the words that say so are knowledge/served.toml's ``[description] need``)."""
     keep = set(case.intent.keep)
+    need = served_settings().need
+    if need is None:
+        return keep
     for sentence in re.split(r"(?<=[.!?])\s+|\n", case.description or ""):
-        if not _NEED.search(sentence):
+        if not need.search(sentence):
             continue
         keep |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", sentence))
     return keep
