@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.domain.models import VALUE_ALIASES, Baseline, Change, FlagValue, Hypothesis, Intervention
-from agent.planning.values import ValueEvidence, derive, moves_in_direction
+from agent.planning.values import RULES, ValueEvidence, derive, moves_in_direction
 from tools.flags import FlagCatalog, FlagError
 
 
@@ -89,7 +89,7 @@ class FlagMatcher:
             return None, f"no flag among {iv.names} on this host"
         candidates: list[FlagValue] = list(iv.values)
         how = ""
-        if iv.derive:
+        if iv.derive and iv.derive in RULES:  # a direction-only rule leaves the literal values
             derived, how = derive(iv.derive, evidence or ValueEvidence(flags=baseline.flags))
             if derived is not None:
                 candidates = [derived]

@@ -28,6 +28,9 @@ DIRECTIONS: dict[str, str] = {
     "mem_fraction_for_kv_pool": "raise",
     "mem_fraction_for_graph_capture": "lower",
     "cuda_graph_max_bs_that_fits": "lower",
+    # direction only (no entry in RULES): the budget generator computes the value (what one request
+    # needs, agent/planning/budgets.py), and any larger budget is as much its fix
+    "raise_budget": "raise",
 }
 #: The flag each rule computes a value for.
 RULE_FLAGS: dict[str, str] = {
@@ -328,10 +331,22 @@ def rule_for(flag: str, direction: str) -> str | None:
     return next((r for r, f in RULE_FLAGS.items() if f == flag and DIRECTIONS.get(r) == direction), None)
 
 
+#: Binary suffixes of a size an engine's integer parser reads (vLLM's ``human_readable_int``: ``1G`` = 2**30).
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _quantity(value: object) -> float | None:
+    """A number, or a size with a binary suffix (``512K``), as a number; None otherwise."""
+    text = str(value).strip() if value is not None and not isinstance(value, bool) else ""
+    if text[-1:] in _BINARY and (n := _num(text[:-1])) is not None:
+        return n * _BINARY[text[-1]]
+    return _num(value)
+
+
 def moves_in_direction(rule: str, before: object, after: object) -> bool | None:
     """Whether ``before → after`` goes the rule's way (None when either side is not a number)."""
     direction = DIRECTIONS.get(rule)
-    b, a = _num(before), _num(after)
+    b, a = _quantity(before), _quantity(after)
     if direction is None or b is None or a is None:
         return None
     return a > b if direction == "raise" else a < b

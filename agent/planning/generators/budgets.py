@@ -75,7 +75,7 @@ class BudgetGenerator:
             evidence=[Evidence(kind="fact", detail=f"the failing log says the budget {name} is short{at}; "
                                f"one request needs {how}", experiment_id=inp.evidence.experiment_id)],
             interventions=[Intervention(
-                kind=budget.kind, names=[name], values=[raised], decisive=True, cost="none",
+                kind=budget.kind, names=[name], values=[raised], derive="raise_budget", decisive=True, cost="none",
                 note=f"the user's budget raised to what one request needs ({budget.source.split(' (')[0]})",
             )],
         )
