@@ -108,6 +108,8 @@ def test_with_the_catalog_the_removal_of_a_budget_set_on_purpose_is_a_workaround
     _, _, prop = _after_baseline(tmp_path, ON_PURPOSE)
     change = _raise_of(prop)
     assert change.name == "--kv-cache-memory-bytes" and change.after is not None  # a budget, not its removal
+    # whatever size is launched, a budget above the user's is the raise's own test (any larger one holds it)
+    assert prop.experiment is not None and "raise:--kv-cache-memory-bytes" in prop.experiment.rationale
     scores = {c["change"]: c["score"] for c in prop.considered if "change" in c}
     removal = next(s for c, s in scores.items() if c.startswith("--kv-cache-memory-bytes") and "(unset)" in c)
     assert removal < max(scores.values())
