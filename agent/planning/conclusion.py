@@ -472,6 +472,7 @@ def _catalog_alternatives(
         facts=dict(failing.facts) if failing else {},
         total_gib=float(mib) / 1024 if mib else None,
         flags=dict(fix_exp.baseline.flags),
+        cpu_count=(fingerprint or {}).get("cpu_count"),
     )
     roles = (fingerprint or {}).get("flag_roles") or {}
 
