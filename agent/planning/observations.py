@@ -192,12 +192,13 @@ def _tracebacks(outcome: Outcome) -> list[Traceback]:
 
 def timeout_control(fix: Experiment, experiments: list[Experiment], outcomes: dict[str, Outcome]) -> tuple[bool, str | None, bool]:
     """What the run showed of a fix of a request timeout (issue 20, point 6: a change that "fixes" a
-    timeout is confirmed against it): (whether the configuration ``fix`` changed ever failed only by a
-    request timing out, ``agent.domain.failure.timed_out_only``; the id of a later launch of that
+    timeout is confirmed against it): (whether the configuration ``fix`` changed was reached by a test
+    whose only failure was a request timing out, ``agent.domain.failure.timed_out_only``, as the rule
+    planner's ``HistoryState.weak`` says; the id of a later launch of that
     configuration unchanged, a control, that served; whether a control failed again). A timeout that
     went away without the change too was load on the host, not what the change fixed."""
     tried = [(e, outcomes[e.id]) for e in experiments if e.id in outcomes and outcomes[e.id].stage != "infra_error"]
-    weak = any(e.config() == fix.baseline and timed_out_only(o) for e, o in tried)
+    weak = any(e.purpose == "test" and e.config() == fix.baseline and timed_out_only(o) for e, o in tried)
     after = [(e, o) for e, o in tried[next((i for i, (e, _) in enumerate(tried) if e.id == fix.id), len(tried)):]
              if e.purpose == "baseline" and e.baseline == fix.baseline]
     served = next((e.id for e, o in after if o.stage == "ok"), None)
