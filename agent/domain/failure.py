@@ -31,6 +31,7 @@ __all__ = [
     "parse_tracebacks",
     "server_args_of",
     "symptom_classes",
+    "timed_out_only",
     "warning_lines",
 ]
 
@@ -169,13 +170,26 @@ def symptom_classes(outcome: Launched, tracebacks: list[Traceback], text: str) -
         out.append("load_only")
     if outcome.stage == "timeout" or any(p.status == "timeout" for p in outcome.probes):
         out.append("hang")
-    if outcome.stage == "request_failed":
+    if outcome.stage == "request_failed" and not timed_out_only(outcome):
         out.append("crash_at_decode")
     if outcome.stage in ("launch_failed", "load_failed") and not out:
         out.append("startup_error")
     if outcome.stage == "wrong_output" and not {"nan_inf", "garbage_output", "accuracy_drop"} & set(out):
         out.append("accuracy_drop" if _graded_only(outcome.probes) else "garbage_output")
     return out
+
+
+def timed_out_only(outcome: Launched) -> bool:
+    """Whether a ready server's only failure is that a request got no answer in time: some probe timed
+    out, every other failing probe did too, and the log shows no fatal or error line (the server did
+    not crash; it was slow or stuck). Slowness on a host shared with other work is weak evidence: the
+    same configuration may answer on the next launch."""
+    if outcome.stage != "request_failed":
+        return False
+    failing = [p for p in outcome.probes if not p.ok]
+    if not failing or any(p.status != "timeout" for p in failing):
+        return False
+    return not any(m.kind in ("fatal", "error") for m in outcome.matches)
 
 
 def _graded_only(probes: list[ProbeResult]) -> bool:

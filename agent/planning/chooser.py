@@ -52,15 +52,72 @@ class Chooser(FlagMatcher):
         if ref.stage == "ok":
             if not state.fixes:
                 return self._reproduce(view, state, cost, within_budget, rejected_ids)
+            if state.control_served:
+                return Proposal(conclude_reason="the request timeout went away without the change too "
+                                f"({state.control_served}): it was load on the host, not what the change fixed")
+            if state.confirmed_experiment_id and state.weak and not state.controlled:
+                return self._control(view, state, cost, done, rejected_ids)
             if state.confirmed_experiment_id:
                 return Proposal(conclude_reason="fix found and confirmed")
             alternative = self._alternative(view, state, cost, done, rejected_ids)
             if alternative is not None:
                 return alternative
             return self._confirmation(view, state, cost, rejected_ids)
+        if state.unreproduced:
+            return self._reproduce_timeout(view, state, cost, rejected_ids)
         if why := within_budget(2):
             return Proposal(conclude_reason=why + " (a test needs room for its confirmation run)")
         return self._best_test(view, state, cost, done, rejected_ids)
+
+    def _control(
+        self, view: PlannerView, state: HistoryState, cost: float, done: set[str], rejected_ids: set[str]
+    ) -> Proposal:
+        """The configuration the fix changed, launched again without it, after the fix was confirmed on a
+        request timeout (``HistoryState.weak``): the fix explains the timeout only if that still fails
+        (issue 20, point 6); if it serves, the timeout was the host's load."""
+        base, best = state.failing_baseline, state.best_fix
+        assert base is not None and best is not None
+        probes = state.extra_probes()
+        attempt = 1 + sum(1 for e in view.experiments if e.purpose == "baseline" and e.baseline == base)
+        exp_id = Experiment.make_id(base, None, "baseline", attempt=attempt, probes=probes)
+        if exp_id in rejected_ids or exp_id in done:
+            return Proposal(conclude_reason="the control run of the configuration that timed out was rejected")
+        if why := _over_budget(view, cost, 1):
+            return Proposal(conclude_reason=why + f" (no control run: {best.change.describe()} served, but the "
+                            "configuration without it was not launched again to show it still times out)")
+        return Proposal(experiment=Experiment(
+            id=exp_id, purpose="baseline", baseline=base, attempt=attempt, probes=probes, cost_estimate_s=cost,
+            rationale=f"control: {best.change.describe()} served and was confirmed, but the failure it answers is "
+            "a request timeout, which host load alone can cause or end; the configuration without it is launched "
+            "again, and the change is the fix only if that still times out"))
+
+    def _reproduce_timeout(
+        self, view: PlannerView, state: HistoryState, cost: float, rejected_ids: set[str]
+    ) -> Proposal:
+        """The baseline again, unchanged, after a change moved the failure to a request that got no
+        answer in time (``HistoryState.unreproduced``): the server came up and logged no error, so the
+        change is progress, but a timeout on a host shared with other work is weak evidence; a change
+        tested against it could seem to fix what was only load (issue 20, point 6)."""
+        probes = state.extra_probes()
+        exp_id = Experiment.make_id(state.baseline, None, "baseline", probes=probes)
+        if exp_id in rejected_ids:
+            return Proposal(conclude_reason="the re-run of the configuration that timed out was rejected")
+        if why := _over_budget(view, cost, 1):
+            return Proposal(conclude_reason=why + " (the request timeout was not reproduced)")
+        last = state.adoptions[-1]["change"] if state.adoptions else None
+        moved = f"{Change.model_validate(last).describe()} got the server ready; " if last else ""
+        return Proposal(
+            experiment=Experiment(
+                id=exp_id,
+                purpose="baseline",
+                baseline=state.baseline,
+                probes=probes,
+                cost_estimate_s=cost,
+                rationale=f"{moved}its only failure is a request that got no answer in time, with no error in "
+                "the log: on a shared host that may be load, so the same configuration is launched again "
+                "before any change is tested against the timeout",
+            )
+        )
 
     def _first_run(
         self, view: PlannerView, state: HistoryState, cost: float, done: set[str], rejected_ids: set[str]
@@ -178,7 +235,8 @@ class Chooser(FlagMatcher):
     def _evidence(self, view: PlannerView, ref: Outcome, baseline: Baseline) -> ValueEvidence:
         fp = view.fingerprint
         total = fp.memory_total_mib / 1024 if fp and fp.memory_total_mib else None
-        return ValueEvidence(facts=dict(ref.facts), total_gib=total, flags=dict(baseline.flags))
+        return ValueEvidence(facts=dict(ref.facts), total_gib=total, flags=dict(baseline.flags),
+                             cpu_count=fp.cpu_count if fp else None)
 
     def _candidates(
         self,

@@ -26,7 +26,7 @@ from agent.domain.models import (
 from agent.planning.blame import blamed
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.llm_spec import usage_summary
-from agent.planning.observations import import_time_failure
+from agent.planning.observations import import_time_failure, timeout_control
 from agent.planning.served import description_keeps, served_settings
 from agent.planning.values import ValueEvidence, derive
 from agent.planning.view import COST_ORDER
@@ -47,8 +47,7 @@ def conclusion_of(state: RunState) -> Conclusion:
     base = _base_conclusion(state, hyps, rejections)
     if state.get("status") == "error":
         return base.model_copy(update={"status": "error", "reason": state.get("error") or "error"})
-    passed = [e for e in experiments.values() if outcomes.get(e.id) and outcomes[e.id].stage == "ok"]
-    fix_exp = next((e for e in reversed(passed) if e.purpose == "test" and e.change), None)
+    fix_exp = _fix_experiment(experiments, outcomes)
     confirm, refuted_by = _confirmation(state, fix_exp, experiments, outcomes)
     reason = _fix_reason(state.get("conclude_reason") or "", fix_exp, confirm, refuted_by)
     untested = [
@@ -70,6 +69,14 @@ def conclusion_of(state: RunState) -> Conclusion:
     if _is_workaround(fix_exp.change, hyps):
         return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes), state)
     return _isolated(state, base, reason, untested, _Tested(hyps, experiments, outcomes), fix_exp, confirm)
+
+
+def _fix_experiment(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> Experiment | None:
+    """The last test whose configuration served: in the test itself, or in a later launch of it
+    unchanged (a request that timed out in the test answered on the re-run, ``HistoryReader._rerun``)."""
+    served = [e.config() for e in experiments.values() if outcomes.get(e.id) and outcomes[e.id].stage == "ok"]
+    tests = [e for e in experiments.values() if e.purpose == "test" and e.change and e.id in outcomes]
+    return next((e for e in reversed(tests) if any(e.config() == c for c in served)), None)
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,7 @@ def _fix_reason(
     if refuted_by is not None and fix_exp is not None and fix_exp.change is not None:
         reason = joined(
             reason,
-            f"{fix_exp.change.describe()} served in {fix_exp.id} but its re-run {refuted_by} did not hold, so "
+            f"{fix_exp.change.describe()} served in {fix_exp.id} but {refuted_by} did not hold, so "
             "it is not the fix",
         )
     if fix_exp and fix_exp.change and not confirm and refuted_by is None:  # not (fully) confirmed
@@ -340,16 +347,21 @@ def _confirmation(
               if e.purpose == "confirm" and e.baseline == config and e.id in outcomes]
     failed = next((e.id for e, o in reruns if o.stage not in ("ok", "infra_error")), None)
     if failed is not None:
-        return None, failed
+        return None, f"its re-run {failed}"
+    weak, served_without, control_failed = timeout_control(fix_exp, list(experiments.values()), outcomes)
+    if served_without is not None:
+        return None, f"the control {served_without} (the configuration without it served too)"
     passing = [e for e, o in reruns if o.stage == "ok"]
     case = Case.model_validate(state["case"])
     flaky = _seen_flaky(experiments, outcomes)
     from agent.planning.observations import confirmations_required, speaks_of_flakiness
 
     needed = 1
-    if case.reproduce.intermittent or speaks_of_flakiness(case) or flaky:
+    # a fix of a request timeout (weak evidence: host load) is confirmed as on a flaky failure, and
+    # against the timeout: its configuration without the change still fails
+    if case.reproduce.intermittent or speaks_of_flakiness(case) or flaky or weak:
         needed = confirmations_required([e for e in experiments.values() if e.id in outcomes], outcomes)
-    return (passing[-1] if len(passing) >= needed else None), None
+    return (passing[-1] if len(passing) >= needed and (control_failed or not weak) else None), None
 
 
 def _seen_flaky(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> bool:
@@ -474,6 +486,7 @@ def _catalog_alternatives(
         facts=dict(failing.facts) if failing else {},
         total_gib=float(mib) / 1024 if mib else None,
         flags=dict(fix_exp.baseline.flags),
+        cpu_count=(fingerprint or {}).get("cpu_count"),
     )
     roles = (fingerprint or {}).get("flag_roles") or {}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agent.domain.failure import timed_out_only
 from agent.domain.models import Experiment, Outcome
 from agent.planning.generators.evidence import failure_evidence
 from agent.planning.localise import localiser_of
@@ -57,7 +58,7 @@ class HistoryReader:
         hp = HistoryPass(view, st)
         for exp in view.experiments:
             out = view.outcome_of(exp.id)
-            if out is None or exp.status != "done":
+            if out is None or exp.status != "done" or exp.id in hp.consumed:
                 continue
             if exp.purpose == "baseline":
                 self._baseline_run(hp, exp, out)
@@ -74,6 +75,11 @@ class HistoryReader:
     def _baseline_run(self, hp: HistoryPass, exp: Experiment, out: Outcome) -> None:
         """A launch of the unchanged baseline: the reference run, or a repeat after a passing one."""
         st = hp.state
+        if st.weak and st.fixes and exp.baseline == st.failing_baseline and out.stage != "infra_error":
+            # a control after a fix of a request timeout: without the fix, does it still time out?
+            st.controlled = st.controlled or out.stage != "ok"
+            st.control_served = st.control_served or (exp.id if out.stage == "ok" else None)
+            return
         st.baseline_runs += 1
         st.load_tried = st.load_tried or any(p.concurrency >= BURST_LEVELS[-1] for p in exp.probes)
         if st.reference is not None and st.reference.stage != "ok":
@@ -97,6 +103,11 @@ class HistoryReader:
         if ref is None:  # a test of a configuration this history never saw fail
             return
         obs = classify_observation(out, ref)
+        weak = obs != "fixed" and timed_out_only(out)
+        if weak and (rerun := self._rerun(hp, exp)) is not None and rerun.stage == "ok":
+            # the timeout did not come back: this change is what made the failing configuration serve,
+            # on a configuration seen both timing out and serving (confirmed as a flaky one)
+            obs, out, st.flaky = "fixed", rerun, True
         self.book.update(ledger, weights, exp, out, obs, ref.facts)
         if localiser_of(exp.change) is not None and obs not in ("fixed", "infra"):
             self._localised(hp, exp, ref, out)
@@ -108,6 +119,8 @@ class HistoryReader:
         elif obs == "advanced" or (obs == "changed" and class_gone(ref, out)):
             self._past_blocker(hp, exp, ref, out)
             hp.refs[config_key(st.baseline)] = out
+            st.weak = weak
+            st.unreproduced = weak and self._rerun(hp, exp) is None
         blocker = obs == "advanced" or (obs == "changed" and class_gone(ref, out))
         # Against the current baseline: a failed test that was not adopted leaves the baseline as it
         # was, so its own change is not "the baseline's setting" to revert or to diff (after an
@@ -116,6 +129,22 @@ class HistoryReader:
             self.book.create(hp.view, out, ledger, weights, st.baseline, refresh=blocker) if out.stage != "ok" else []
         )
         self.book.normalise(ledger, weights, set(created))
+
+    @staticmethod
+    def _rerun(hp: HistoryPass, exp: Experiment) -> Outcome | None:
+        """The outcome of the later launch of ``exp``'s configuration as an unchanged baseline (the
+        re-run that reproduces a request timeout, ``Chooser``), or None; it is read here, with the test it
+        repeats, and skipped where the history reaches it."""
+        seen = False
+        for e in hp.view.experiments:
+            seen = seen or e.id == exp.id
+            if not seen or e.purpose != "baseline" or e.status != "done" or e.baseline != exp.config():
+                continue
+            out = hp.view.outcome_of(e.id)
+            if out is not None and out.stage != "infra_error":
+                hp.consumed.add(e.id)
+                return out
+        return None
 
     def _localised(self, hp: HistoryPass, exp: Experiment, ref: Outcome, out: Outcome) -> None:
         """A localising launch that did not serve (issue 20, point 3): its report is the true one, so the

@@ -8,6 +8,7 @@ import math
 import re
 
 from agent.domain.case import Case
+from agent.domain.failure import timed_out_only
 from agent.domain.models import STAGE_ORDER, Baseline, Experiment, Outcome
 from tools.probes import Probe
 from tools.tracebacks import Traceback, parse_numbered_lines
@@ -187,3 +188,18 @@ def _tracebacks(outcome: Outcome) -> list[Traceback]:
     """The Python tracebacks in an outcome's kept log lines, in log order, every rank's (as
     ``agent.planning.generators.evidence.parse_tracebacks`` reads them; parsing: ``tools.tracebacks``)."""
     return parse_numbered_lines(((ll.line, ll.text) for ll in outcome.log_excerpt), unique=False)
+
+
+def timeout_control(fix: Experiment, experiments: list[Experiment], outcomes: dict[str, Outcome]) -> tuple[bool, str | None, bool]:
+    """What the run showed of a fix of a request timeout (issue 20, point 6: a change that "fixes" a
+    timeout is confirmed against it): (whether the configuration ``fix`` changed was reached by a test
+    whose only failure was a request timing out, ``agent.domain.failure.timed_out_only``, as the rule
+    planner's ``HistoryState.weak`` says; the id of a later launch of that
+    configuration unchanged, a control, that served; whether a control failed again). A timeout that
+    went away without the change too was load on the host, not what the change fixed."""
+    tried = [(e, outcomes[e.id]) for e in experiments if e.id in outcomes and outcomes[e.id].stage != "infra_error"]
+    weak = any(e.purpose == "test" and e.config() == fix.baseline and timed_out_only(o) for e, o in tried)
+    after = [(e, o) for e, o in tried[next((i for i, (e, _) in enumerate(tried) if e.id == fix.id), len(tried)):]
+             if e.purpose == "baseline" and e.baseline == fix.baseline]
+    served = next((e.id for e, o in after if o.stage == "ok"), None)
+    return weak, served, any(o.stage != "ok" for _, o in after)

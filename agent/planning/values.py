@@ -55,6 +55,8 @@ class ValueEvidence:
     facts: Mapping[str, str] = field(default_factory=dict)
     total_gib: float | None = None
     flags: Mapping[str, FlagValue] = field(default_factory=dict)
+    #: The host's CPU count (``HostFingerprint.cpu_count``), None when unknown.
+    cpu_count: int | None = None
 
     def num(self, key: str) -> float | None:
         """A fact as a number (None if absent or not a number)."""
@@ -344,7 +346,10 @@ def _quantity(value: object) -> float | None:
 
 
 def moves_in_direction(rule: str, before: object, after: object) -> bool | None:
-    """Whether ``before → after`` goes the rule's way (None when either side is not a number)."""
+    """Whether ``before → after`` goes the rule's way (None when either side is not a number); for a
+    rule that gives a value of a shape rather than a direction (``SHAPES``), whether ``after`` has it."""
+    if (shape := SHAPES.get(rule)) is not None:
+        return shape(after)
     direction = DIRECTIONS.get(rule)
     b, a = _quantity(before), _quantity(after)
     if direction is None or b is None or a is None:
@@ -423,6 +428,39 @@ def split_cpus(cpu_count: int, ranks: int) -> str:
         raise ValueError(f"{cpu_count} CPUs cannot be split among {ranks} ranks")
     per = cpu_count // ranks
     return "|".join(f"{r * per}-{(r + 1) * per - 1}" if per > 1 else str(r * per) for r in range(ranks))
+
+
+#: The workers a rank count is read from: vLLM's CPU workers its binding error counts
+#: (``knowledge/signatures.toml`` vllm_cpu_numa_bind), else the tensor-parallel size the log shows.
+_RANK_FACTS = ("cpu_workers", "tp_size", "tensor_parallel_size")
+
+
+def cpu_list_per_rank(ev: ValueEvidence) -> tuple[str | None, str]:
+    """One CPU list per rank for a thread-binding variable, this host's CPUs split evenly
+    (``split_cpus``): each rank's OpenMP threads pinned to cores of their own. vLLM sets
+    ``OMP_NUM_THREADS`` to the length of each rank's list (vllm/utils/ompmultiprocessing.py
+    ``configure_omp_envs``, 0.32.0), where ``nobind`` skips that setup and leaves each rank's OpenMP
+    default of one thread per CPU, so the ranks oversubscribe the cores; SGLang's
+    ``SGLANG_CPU_OMP_THREADS_BIND`` takes the same form (sglang/srt/utils/numa_utils.py, 0.5.23)."""
+    ranks = next((n for key in _RANK_FACTS if (n := ev.num(key)) is not None and n >= 1), None)
+    if ranks is None:
+        return None, "the log shows no rank count"
+    if ev.cpu_count is None:
+        return None, "this host's CPU count is unknown"
+    try:
+        value = split_cpus(ev.cpu_count, int(ranks))
+    except ValueError as exc:
+        return None, str(exc)
+    return value, f"this host's {count(ev.cpu_count, 'CPU')} split among {int(ranks)} ranks, one list each"
+
+
+def _is_cpu_list(value: object) -> bool:
+    return isinstance(value, str) and (value.isdigit() or cpu_ids(value) is not None)
+
+
+RULES["cpu_list_per_rank"] = cpu_list_per_rank
+#: Rules whose value has a shape rather than a direction: a change matches when its value has it.
+SHAPES: dict[str, Callable[[object], bool]] = {"cpu_list_per_rank": _is_cpu_list}
 
 
 def fit_cpu_list(value: str, sentence: str, *, cpu_count: int | None, ranks: int | None) -> tuple[str | None, str]:

@@ -90,6 +90,16 @@ class HistoryState(BaseModel):
     #: Subsystems (knowledge/subsystems.toml ids) a localising launch's true frames name for the current
     #: failure (``agent.planning.localise``): the next changes are narrowed to them while any is left.
     localised: list[str] = Field(default_factory=list)
+    #: The baseline was adopted past a blocker on a launch whose only failure was a request timing out
+    #: (``agent.domain.failure.timed_out_only``), and that configuration has not been launched again:
+    #: the timeout is weak evidence (host load), so it is reproduced before anything is tested against it.
+    unreproduced: bool = False
+    #: The failure now being fixed is such a timeout: a fix of it is confirmed as on a flaky failure, and
+    #: against it: the configuration without the fix is launched again (a control) and must still fail.
+    weak: bool = False
+    #: A control launch failed again (``controlled``), or served (its id in ``control_served``).
+    controlled: bool = False
+    control_served: str | None = None
 
     @property
     def best_fix(self) -> Fix | None:
@@ -105,8 +115,9 @@ class HistoryState(BaseModel):
     def confirmations_needed(self) -> int:
         """Passing re-runs a fix needs: on a failure that is flaky (seen) or intermittent (said), as many
         as make a false confirmation at most 5% likely at the failure rate observed so far
-        (``confirmations_required``); else one."""
-        return self.flaky_confirmations if self.flaky or self.intermittent else 1
+        (``confirmations_required``), and so on a request timeout a change moved the failure to (``weak``);
+        else one."""
+        return self.flaky_confirmations if self.flaky or self.intermittent or self.weak else 1
 
     def extra_probes(self) -> list[Probe]:
         """Probes every experiment adds to the case's probes: the burst that failed, else the case's
@@ -127,6 +138,8 @@ class HistoryPass:
     ledger: dict[str, Hypothesis] = field(default_factory=dict)
     weights: dict[str, float] = field(default_factory=dict)
     refs: dict[str, Outcome] = field(default_factory=dict)
+    #: Experiments already read with an earlier one (a timeout's re-run, ``HistoryReader._rerun``).
+    consumed: set[str] = field(default_factory=set)
 
 
 class Proposal(BaseModel):
