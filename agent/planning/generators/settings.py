@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, implicated, raise_site, specificity, stems
-from agent.planning.in_play import load_subsystems
+from agent.planning.in_play import load_subsystems, subsystems_of_frame
 from agent.planning.served import description_keeps, served_settings
 from tools.engines import get_engine
 
@@ -43,6 +43,10 @@ IMPLICATED_FACTOR = 5.0
 #: Weight of a setting whose own value the failing error quotes: as strong as a remedy the error itself
 #: names (``agent.planning.generators.remedies.WEIGHT_ERROR``).
 WEIGHT_VALUE_QUOTED = 0.3
+#: Weight of reverting a setting that changes the deployment when the failure surfaced in the code of the
+#: subsystem it configures (knowledge/subsystems.toml ``modules``): the frame is read first, as strongly as
+#: an error quoting the user's value; as a change of what is served it still ranks as a costly workaround.
+WEIGHT_SURFACED_IN = WEIGHT_VALUE_QUOTED
 #: How the evidence of an implicated setting begins (read back by ``implicated_setting``).
 IMPLICATED = "the failure implicates the user's own setting"
 #: Values too short or too common to identify a setting when an error quotes them (``-1``, ``on``).
@@ -103,7 +107,11 @@ class SettingsVsDefaultsGenerator:
             checkpoint = inp.fingerprint.checkpoint if inp.fingerprint else {}
             if role == "served" and served.changes_deployment("flag", canonical, None, inp.flags,
                                                               checkpoint=checkpoint, before=value):
-                continue  # the parallel layout: reverting it takes other devices, not a cause to test
+                # the parallel layout: reverting it takes other devices, not a cause to test, unless the
+                # failure surfaced in the code that layout configures (then it is the workaround to try)
+                if (where := weigh.surfaced_in(canonical)) is not None:
+                    out.append(self._candidate(inp, "flag", canonical, value, WEIGHT_SURFACED_IN, True, where))
+                continue
             deployment = served.changes_deployment("flag", canonical, None, inp.flags, keeps, checkpoint,
                                                    value)
             if spec is not None and spec.default is not None and str(spec.default) == str(value):
@@ -128,8 +136,10 @@ class SettingsVsDefaultsGenerator:
         shown = "(on)" if value is True else value
         evidence = [Evidence(kind="fact", detail=f"the baseline sets {name}={shown} explicitly",
                              experiment_id=inp.evidence.experiment_id)]
-        if why and not deployment:
-            evidence.append(Evidence(kind="fact", detail=f"{IMPLICATED}: {why}",
+        if why:
+            # a deployment change is never the user's setting to revert before a workaround is reported
+            # (``implicated_setting``): its reason is told without the IMPLICATED mark
+            evidence.append(Evidence(kind="fact", detail=why if deployment else f"{IMPLICATED}: {why}",
                                      experiment_id=inp.evidence.experiment_id))
         return Hypothesis(
             id=f"revert:{name}",
@@ -197,6 +207,17 @@ class _Implication:
             return base, ""
         strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
         return base * max(1.0, IMPLICATED_FACTOR * strength), ""
+
+    def surfaced_in(self, name: str) -> str | None:
+        """Why the failure points at setting ``name`` by where it surfaced: the innermost engine frame is
+        code of a subsystem ``name`` configures (knowledge/subsystems.toml ``modules`` and ``flags``), as
+        ``the failure surfaced in M.F, code of the S subsystem NAME configures``; None otherwise."""
+        if not self.site:
+            return None
+        subs = [s.id for s in subsystems_of_frame(self.site) if s.flags is not None and s.flags.search(name)]
+        if not subs:
+            return None
+        return f"the failure surfaced in {self.site}, code of the {', '.join(subs)} subsystem {name} configures"
 
     def _chosen(self, name: str) -> set[str]:
         """Words of the failing code that another setting's value names (the path it chose)."""
