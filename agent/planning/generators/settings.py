@@ -5,11 +5,11 @@ Why?", 1999) with one-variable steps: if one explicit flag or environment variab
 removing it (so SGLang's default or auto-resolution applies) fixes it. Low weight: the generic fallback
 that keeps a run from ending "nothing left to try" while reversions remain in budget. Settings that say
 where the server runs and what it loads (knowledge/served.toml, role "place") are never reverted, nor a
-"served" one whose removal changes the deployment (the parallel layout), unless the failure surfaced in the
-code of a subsystem that setting configures (knowledge/subsystems.toml ``modules``: the weight loader's
-sharding code for ``--tp-size``): then it is tried, as a workaround that changes the deployment; one SGLang can read off the
-checkpoint (quantization, context length) is an ordinary candidate, unless the case's intent keeps it
-(then it is reverted only as a workaround that changes the deployment).
+"served" one whose removal changes the deployment (the parallel layout), unless the failure surfaced in
+the code of a subsystem that setting configures (knowledge/subsystems.toml ``modules``: the weight
+loader's sharding code for ``--tp-size``): then it is tried, as a workaround that changes the deployment.
+One SGLang can read off the checkpoint (quantization, context length) is an ordinary candidate, unless
+the case's intent keeps it (then it is reverted only as a workaround that changes the deployment).
 A setting whose words the failing frames or error share (``http_proxy`` and a failing
 ``http_server`` frame) is a likelier suspect; so is one whose words the code where the failure surfaced
 shares and no other of the baseline's settings carries (``--chunked-prefill-size`` and a failing
