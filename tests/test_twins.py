@@ -134,10 +134,7 @@ def ending_of(result: dict[str, Any]) -> tuple[str, str | None]:
 #: Twins that end wrong today because their real case does too, in the same way (the same experiments and
 #: ending on the real engine, 2026-12-02): the planner's to fix, not the lab's. Strict: when the planner
 #: gets one right, its test fails here until the entry is removed (and tests/test_real_cases.py can run it).
-REAL_ALSO_WRONG = {
-    "sglang-tp2": "the real run ends not_isolated too: SGLANG_CPU_OMP_THREADS_BIND, then "
-    "SGLANG_ENABLE_WEIGHT_LOADER_V2, and the four-launch budget is spent before --tp-size is tried",
-}
+REAL_ALSO_WRONG: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(

@@ -209,39 +209,72 @@ def missing_import(text: str, tracebacks: list[Traceback] | None = None) -> Miss
     shared object file", "could not load ... library" or "undefined symbol". An extension module with an
     undefined symbol is named by the package it lives in (``.../site-packages/sgl_kernel/common_ops.so``
     is ``sgl_kernel``). Wording from CPython's import system and the dynamic loader's ``dlerror``. A
-    line where the engine says it ignored the import error (``_IGNORED_IMPORT``) is not one.
+    line where the engine says it ignored the import error (``_IGNORED_IMPORT``) is not one, nor a line
+    outside the tracebacks, written before the last traceback, when that traceback is a fatal error of
+    another kind that never runs in what the line says is missing (``_unrelated``): a warning's import is
+    not the failure then.
     """
+    tbs = tracebacks if tracebacks is not None else parse_tracebacks(text)
     candidates: list[tuple[str, int]] = []
-    for tb in tracebacks if tracebacks is not None else parse_tracebacks(text):
-        if tb.exception and tb.exception.split(".")[-1] in ("ModuleNotFoundError", "ImportError", "OSError"):
+    for tb in tbs:
+        if tb.exception and tb.exception.split(".")[-1] in _IMPORT_ERRORS:
             candidates.append((f"{tb.exception}: {tb.message}", tb.log_line))
+    # no traceback is a failed import: its last one is the fatal error, and a loose line must touch it
+    fatal = tbs[-1] if tbs and not candidates and tbs[-1].exception else None
     for lineno, line in enumerate(re.split(r"\r\n|\r|\n", text), 1):
         if _IGNORED_IMPORT in line:  # the engine caught it and went on: not the failure
             continue
         if "module named" in line or "cannot import name" in line or ".so" in line or "load" in line:
             candidates.append((line.strip(), lineno))
     for line, lineno in candidates:
-        if m := _NO_MODULE.search(line):
-            mod = m.group("mod")
-            return MissingImport(
-                kind="module", module=mod, package=mod.split(".")[0], text=line[:300], log_line=lineno
-            )
-        if m := _NO_NAME.search(line):
-            mod = m.group("mod")
-            return MissingImport(
-                kind="name",
-                module=f"{mod}.{m.group('name')}",
-                package=mod.split(".")[0],
-                text=line[:300],
-                log_line=lineno,
-            )
-        if m := _NO_LIBRARY.search(line):
-            lib = (m.group("lib") or m.group("lib2") or m.group("ext") or "").strip("'\"`.,:;")
-            if not lib or ("load" in line and "lib" not in lib.lower() and ".so" not in lib):
-                continue
-            site = _SITE.search(lib)
-            package = site.group("pkg") if site else lib.rsplit("/", 1)[-1]
-            return MissingImport(
-                kind="library", module=lib, package=package, text=line[:300], log_line=lineno
-            )
+        found = _missing_in(line, lineno)
+        if found is not None and (fatal is None or lineno > fatal.log_line or not _unrelated(found, fatal)):
+            return found
+    return None
+
+
+#: Exceptions that are themselves a failed import (CPython's import system; the loader's OSError).
+_IMPORT_ERRORS = ("ModuleNotFoundError", "ImportError", "OSError")
+
+
+def _unrelated(missing: MissingImport, fatal: Traceback) -> bool:
+    """Whether the fatal traceback (an error that is not an import) never touches what ``missing`` names:
+    no frame runs in the missing module (or, for a missing name, the module it was imported from) nor in
+    a third-party package of that name, and its message does not name it."""
+    where = missing.module.rsplit(".", 1)[0] if missing.kind == "name" else missing.module
+    own = {f.package for f in fatal.frames if f.package}
+    for f in fatal.frames:
+        if f.module and (f.module == where or f.module.startswith(where + ".")):
+            return False
+    if missing.package not in own and missing.package.lower() in " ".join(
+            [*(f.module or "" for f in fatal.frames), fatal.message]).lower():
+        return False
+    return True
+
+
+def _missing_in(line: str, lineno: int) -> MissingImport | None:
+    """The failed import one log ``line`` names (see ``missing_import``), or None."""
+    if m := _NO_MODULE.search(line):
+        mod = m.group("mod")
+        return MissingImport(
+            kind="module", module=mod, package=mod.split(".")[0], text=line[:300], log_line=lineno
+        )
+    if m := _NO_NAME.search(line):
+        mod = m.group("mod")
+        return MissingImport(
+            kind="name",
+            module=f"{mod}.{m.group('name')}",
+            package=mod.split(".")[0],
+            text=line[:300],
+            log_line=lineno,
+        )
+    if m := _NO_LIBRARY.search(line):
+        lib = (m.group("lib") or m.group("lib2") or m.group("ext") or "").strip("'\"`.,:;")
+        if not lib or ("load" in line and "lib" not in lib.lower() and ".so" not in lib):
+            return None
+        site = _SITE.search(lib)
+        package = site.group("pkg") if site else lib.rsplit("/", 1)[-1]
+        return MissingImport(
+            kind="library", module=lib, package=package, text=line[:300], log_line=lineno
+        )
     return None

@@ -230,8 +230,9 @@ def _workaround_only(
             "implicated": implicated_of(experiments, outcomes),
             "alternatives": [
                 {"change": fix_exp.change.describe(), "kind": fix_exp.change.kind, "name": fix_exp.change.name,
-                 "workaround": True, "cost": "medium", "note": "", "decisive": True,
-                 "experiment_id": fix_exp.id, "result": "fixed"}
+                 "workaround": True, "cost": "high" if changes_deployment else "medium",
+                 "note": "changes what is served (the deployment the user asked for)" if changes_deployment else "",
+                 "decisive": True, "experiment_id": fix_exp.id, "result": "fixed"}
             ],
         }
     )

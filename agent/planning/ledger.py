@@ -25,6 +25,9 @@ from tools.flags import FlagCatalog
 #: A word the failing frame shares with a hypothesis's component ties them only when it is this specific
 #: (``agent.planning.generators.common.specificity``: ``cache`` is in too many flag names to tie anything).
 _RELATED_SPECIFICITY = 0.25
+#: Generators whose candidates the failure names itself (a remedy the error text states) or whose priors
+#: are weighed by the raise site already (``Hypothesis.symptom_only``): never weakened by where it surfaced.
+_DIRECT = frozenset({"remedies", "catalog", "symptom_class", "localiser"})
 
 
 class LedgerBook(FlagMatcher):
@@ -131,6 +134,7 @@ class LedgerBook(FlagMatcher):
         factor = tunables().ledger.elsewhere_factor
         if site is None or factor >= 1.0:
             return
+        self._weigh_by_site_subsystem(cands, inp, site, factor)
         for cand in cands:
             if not cand.symptom_only:
                 continue
@@ -148,6 +152,32 @@ class LedgerBook(FlagMatcher):
                     effect="weakens",
                 )
             )
+
+    def _weigh_by_site_subsystem(
+        self, cands: list[Hypothesis], inp: GeneratorInput, site: RaiseSite, factor: float
+    ) -> None:
+        """The error surfaced in the code of a subsystem (``modules`` in knowledge/subsystems.toml) and a
+        candidate changes a setting of it: the other candidates, which change nothing there and whose
+        component the frame does not name, are multiplied by ``factor`` (``ledger.elsewhere_factor``), as
+        a localising launch narrows the ledger to the subsystem its true frame is code of
+        (``weigh_by_localiser``). Left as they are: what the error text itself names (``_DIRECT``), the
+        catalog priors (weighed above by ``symptom_only``), and every candidate when the log says its
+        stack may be wrong (a localiser is proposed: the frame is then no evidence)."""
+        subs = subsystems_of_frame(site.where)
+        if not subs or any(c.generator == "localiser" for c in cands):
+            return
+        inside = [c for c in cands if self._points_at(c, set(), subs)]
+        if not inside:
+            return
+        names = ", ".join(s.id for s in subs)
+        for cand in cands:
+            if cand in inside or cand.generator in _DIRECT or self._points_at(cand, site.words, subs):
+                continue
+            cand.weight *= factor
+            cand.evidence.append(Evidence(
+                kind="fact", experiment_id=inp.evidence.experiment_id, lines=[site.line], effect="weakens",
+                detail=f"the error surfaced in {site.where}, code of the {names} subsystem, which this "
+                f"hypothesis changes nothing in (x{factor:g})"))
 
     def weigh_by_localiser(
         self,

@@ -5,9 +5,11 @@ Why?", 1999) with one-variable steps: if one explicit flag or environment variab
 removing it (so SGLang's default or auto-resolution applies) fixes it. Low weight: the generic fallback
 that keeps a run from ending "nothing left to try" while reversions remain in budget. Settings that say
 where the server runs and what it loads (knowledge/served.toml, role "place") are never reverted, nor a
-"served" one whose removal changes the deployment (the parallel layout); one SGLang can read off the
-checkpoint (quantization, context length) is an ordinary candidate, unless the case's intent keeps it
-(then it is reverted only as a workaround that changes the deployment).
+"served" one whose removal changes the deployment (the parallel layout), unless the failure surfaced in
+the code of a subsystem that setting configures (knowledge/subsystems.toml ``modules``: the weight
+loader's sharding code for ``--tp-size``): then it is tried, as a workaround that changes the deployment.
+One SGLang can read off the checkpoint (quantization, context length) is an ordinary candidate, unless
+the case's intent keeps it (then it is reverted only as a workaround that changes the deployment).
 A setting whose words the failing frames or error share (``http_proxy`` and a failing
 ``http_server`` frame) is a likelier suspect; so is one whose words the code where the failure surfaced
 shares and no other of the baseline's settings carries (``--chunked-prefill-size`` and a failing
@@ -29,7 +31,7 @@ from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.budgets import bounded_on_purpose, budget_of
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, implicated, raise_site, specificity, stems
-from agent.planning.in_play import load_subsystems
+from agent.planning.in_play import load_subsystems, subsystems_of_frame
 from agent.planning.served import description_keeps, served_settings
 from tools.engines import get_engine
 
@@ -44,6 +46,10 @@ IMPLICATED_FACTOR = 5.0
 #: Weight of a setting whose own value the failing error quotes: as strong as a remedy the error itself
 #: names (``agent.planning.generators.remedies.WEIGHT_ERROR``).
 WEIGHT_VALUE_QUOTED = 0.3
+#: Weight of reverting a setting that changes the deployment when the failure surfaced in the code of the
+#: subsystem it configures (knowledge/subsystems.toml ``modules``): the frame is read first, as strongly as
+#: an error quoting the user's value; as a change of what is served it still ranks as a costly workaround.
+WEIGHT_SURFACED_IN = WEIGHT_VALUE_QUOTED
 #: How the evidence of an implicated setting begins (read back by ``implicated_setting``).
 IMPLICATED = "the failure implicates the user's own setting"
 #: Values too short or too common to identify a setting when an error quotes them (``-1``, ``on``).
@@ -104,7 +110,11 @@ class SettingsVsDefaultsGenerator:
             checkpoint = inp.fingerprint.checkpoint if inp.fingerprint else {}
             if role == "served" and served.changes_deployment("flag", canonical, None, inp.flags,
                                                               checkpoint=checkpoint, before=value):
-                continue  # the parallel layout: reverting it takes other devices, not a cause to test
+                # the parallel layout: reverting it takes other devices, not a cause to test, unless the
+                # failure surfaced in the code that layout configures (then it is the workaround to try)
+                if (where := weigh.surfaced_in(canonical)) is not None:
+                    out.append(self._candidate(inp, "flag", canonical, value, WEIGHT_SURFACED_IN, True, where))
+                continue
             deployment = served.changes_deployment("flag", canonical, None, inp.flags, keeps, checkpoint,
                                                    value)
             purpose = _on_purpose(inp, "flag", canonical)
@@ -133,8 +143,10 @@ class SettingsVsDefaultsGenerator:
         shown = "(on)" if value is True else value
         evidence = [Evidence(kind="fact", detail=f"the baseline sets {name}={shown} explicitly",
                              experiment_id=inp.evidence.experiment_id)]
-        if why and not deployment:
-            evidence.append(Evidence(kind="fact", detail=f"{IMPLICATED}: {why}",
+        if why:
+            # a deployment change is never the user's setting to revert before a workaround is reported
+            # (``implicated_setting``): its reason is told without the IMPLICATED mark
+            evidence.append(Evidence(kind="fact", detail=why if deployment else f"{IMPLICATED}: {why}",
                                      experiment_id=inp.evidence.experiment_id))
         return Hypothesis(
             id=f"revert:{name}",
@@ -211,6 +223,17 @@ class _Implication:
             return base, ""
         strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
         return base * max(1.0, IMPLICATED_FACTOR * strength), ""
+
+    def surfaced_in(self, name: str) -> str | None:
+        """Why the failure points at setting ``name`` by where it surfaced: the innermost engine frame is
+        code of a subsystem ``name`` configures (knowledge/subsystems.toml ``modules`` and ``flags``), as
+        ``the failure surfaced in M.F, code of the S subsystem NAME configures``; None otherwise."""
+        if not self.site:
+            return None
+        subs = [s.id for s in subsystems_of_frame(self.site) if s.flags is not None and s.flags.search(name)]
+        if not subs:
+            return None
+        return f"the failure surfaced in {self.site}, code of the {', '.join(subs)} subsystem {name} configures"
 
     def _chosen(self, name: str) -> set[str]:
         """Words of the failing code that another setting's value names (the path it chose)."""
