@@ -263,7 +263,7 @@ def _analyze_json(
                 proposal.experiment.change.kind,
                 proposal.experiment.change.name,
                 proposal.experiment.change.before,
-                outcome.facts,
+                _log_values(outcome),
             ),
         }
         if proposal.experiment and proposal.experiment.change
@@ -332,7 +332,7 @@ def _print_log_advice(
     if proposal.experiment and first:
         print_hanging(
             console,
-            f"first experiment: [bold magenta]{escape(_advice_text(first, outcome.facts))}[/] — "
+            f"first experiment: [bold magenta]{escape(_advice_text(first, _log_values(outcome)))}[/] — "
             f"{escape(proposal.experiment.rationale)}",
         )
     else:
@@ -359,12 +359,18 @@ def _print_log_advice(
         console.print("\n[bold]alternatives[/] (the planner's other candidates, P(fix))")
         for alt in others:
             shown = _clean_after(str(alt["change"]))
-            print_hanging(console, f"  {alt['p_fix']:.2f}  {escape(_with_log_before(shown, outcome.facts))}")
+            print_hanging(console, f"  {alt['p_fix']:.2f}  {escape(_with_log_before(shown, _log_values(outcome)))}")
     if suggestions:
         lines = f"{suggestions[0][0]}-{suggestions[-1][0]}" if len(suggestions) > 1 else str(suggestions[0][0])
         console.print(f"\n[bold]SGLang's own suggestions[/] (log line{'s' if len(suggestions) > 1 else ''} {lines})")
         for n, text in suggestions:
             print_hanging(console, f"  L{n:<5} {escape(text)}")
+
+
+def _log_values(outcome: Outcome) -> dict[str, str]:
+    """What the log shows the server ran with: its printed settings (SGLang's server_args, vLLM's
+    non-default args; a printed ``None`` says nothing), overridden by the facts the signatures read."""
+    return {**{k: v for k, v in outcome.server_args.items() if v not in ("None", "")}, **outcome.facts}
 
 
 def _clean_after(described: str) -> str:
