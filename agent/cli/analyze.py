@@ -31,7 +31,7 @@ from agent.review.wording import count
 from tools.connect import connect_host
 from tools.engines import detect_log
 from tools.fingerprint import HostFingerprint, fingerprint
-from tools.flags import catalog_from_server_args
+from tools.flags import FlagCatalog, catalog_from_server_args
 from tools.host import HostError, expand_argv
 from tools.knowledge import infer_features
 from tools.sanitize import SafeConsole
@@ -130,9 +130,12 @@ def analyze_log(options: AnalyzeOptions) -> None:
     if not (fp.gpu_vendor or fp.gpu_name or fp.compute_capability):
         fp = _analyze_platform_from_log(text, fp, notes)
     findings = _analyze_findings(c, fp) if case else []
-    view = PlannerView(case=c, fingerprint=fp, findings=findings, experiments=[exp], outcomes=[outcome])
     # Without the host's --help, the log's own server-args line says which release's flag spellings apply.
-    planner = RulePlanner(catalog, catalog_from_server_args(text))
+    flags = (_case_host_flags(c, notes) if case else None) or catalog_from_server_args(text)
+    if case:  # as a run's analyze step: what the case host's installed source says at the traceback
+        _read_case_source(c, outcome, flags, notes)
+    view = PlannerView(case=c, fingerprint=fp, findings=findings, experiments=[exp], outcomes=[outcome])
+    planner = RulePlanner(catalog, flags)
     hist = planner.history(view)
     proposal = planner.propose(view, hist)
     ranked = sorted(hist.hypotheses, key=lambda h: -h.posterior)
@@ -192,6 +195,55 @@ def _analyze_host_fingerprint(c: Case, fp: HostFingerprint, notes: list[str]) ->
     except HostError as exc:
         notes.append(f"could not ask the case's host for its GPUs ({exc}); give --compute-capability")
     return fp
+
+
+def _case_host_flags(c: Case, notes: list[str]) -> FlagCatalog | None:
+    """The case host's flag catalog from its launcher's own help, as a run reads it (``--help``, no
+    launch; cached in $HYPOLOOP_HOME), or None with a note when the host cannot be asked."""
+    from agent.cli.common import state_dir
+    from agent.run.runtime import ssh_options
+    from tools.flags import FlagError, load_flag_catalog
+
+    try:
+        host = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
+        try:
+            return load_flag_catalog(host, expand_argv(c.launcher.argv, host), cache_dir=state_dir() / "flag-cache",
+                                     version=None, help_args=c.launcher.engine_impl().data.help_args)
+        finally:
+            host.close()
+    except (HostError, FlagError) as exc:
+        notes.append(f"could not read the case host's flags ({exc}); the log's own settings line stands in")
+        return None
+
+
+def _read_case_source(c: Case, outcome: Outcome, flags: FlagCatalog | None, notes: list[str]) -> None:
+    """Set ``outcome.source_reading`` (and the missing-import facts) from the installed source at the
+    log's traceback frames on the case's host, read-only, as a run's analyze step does
+    (``tools.source_guards``); a note when the host cannot be asked."""
+    from agent.run.runtime import ssh_options
+    from tools.source_guards import read_guards
+    from tools.tracebacks import missing_import
+
+    if outcome.stage in ("ok", "ready", "infra_error") or not outcome.log_excerpt:
+        return
+    text = "\n".join(line.text for line in outcome.log_excerpt)
+    if "Traceback (most recent call last)" not in text and missing_import(text, []) is None:
+        return
+    try:
+        host = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
+        try:
+            reading = read_guards(host.read_text, text, flags)
+        finally:
+            host.close()
+    except HostError as exc:
+        notes.append(f"could not read the installed source on the case's host ({exc})")
+        return
+    outcome.source_reading = reading
+    if reading.missing is not None:
+        outcome.facts.setdefault("missing_module", reading.missing.module)
+        outcome.facts.setdefault("missing_package", reading.missing.package)
+    notes.append(f"read the installed source at the traceback's frames on {c.host.target} "
+                 f"({count(reading.files_read, 'file')})")
 
 
 def _analyze_platform_from_log(text: str, fp: HostFingerprint, notes: list[str]) -> HostFingerprint:
