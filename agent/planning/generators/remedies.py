@@ -24,7 +24,14 @@ import re
 from agent.domain.models import Evidence, FlagValue, Hypothesis, Intervention, LogLine
 from agent.planning.catalog import load_roles
 from agent.planning.generators import GeneratorInput
-from agent.planning.generators.common import canon, documented_choices, effective_value, fact_flag, norm
+from agent.planning.generators.common import (
+    canon,
+    documented_choices,
+    effective_value,
+    fact_flag,
+    is_log_level_flag,
+    norm,
+)
 from agent.planning.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.planning.values import fit_cpu_list, rule_for
 from tools.flags import FlagSpec
@@ -265,7 +272,7 @@ def _alternatives(inp: GeneratorInput) -> list[Remedy]:
         text = ll.text
         words = {w.lower() for w in _WORD.findall(text)}
         for spec in inp.flags.flags.values():
-            if spec.deprecated or not spec.takes_value or spec.name in seen:
+            if spec.deprecated or not spec.takes_value or spec.name in seen or is_log_level_flag(spec):
                 continue
             choices = documented_choices(spec)
             if not choices and spec.name == DEVICE_FLAG:
