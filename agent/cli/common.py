@@ -76,6 +76,20 @@ class JsonResult:
     run_id: str | None = None
 
 
+class ReaderGone(KeyboardInterrupt):
+    """The reader of hypoloop's output went away while a run was driven (``hypoloop run CASE | head``, a
+    closed pipe): the run ends as after Ctrl-C (its servers stopped, ``run.ended`` says why, exit 130)
+    rather than running on with nobody reading (``agent.cli.entry.QuietPipe`` raises it)."""
+
+
+class OutputWatch:
+    """Whether a closed output now stops the command (``ReaderGone``): set while a run is driven."""
+
+    stop_run = False
+    #: the reader went away while a run was driven (the interrupt the main thread gets is this one)
+    reader_gone = False
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """End the command: ``message`` as one line on stderr (credentials masked), the pending ``--json``
     line if one was promised, exit ``code`` (2: bad input, see the module's exit codes)."""
