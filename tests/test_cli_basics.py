@@ -138,16 +138,18 @@ def test_output_into_a_reader_that_went_away_ends_quietly(tmp_path: Path) -> Non
 
 
 def test_a_run_whose_reader_went_away_still_ends_and_stops_its_servers(tmp_path: Path) -> None:
-    """A run's output going nowhere never cuts it short before it stops the servers it launched."""
+    """A run whose output goes nowhere stops as after Ctrl-C (tests/test_reader_gone.py: mid-launch),
+    never before it stops the servers it launched, and says why in its transcript."""
     from clirun import live_processes
 
     code, err = _reader_gone(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--transcript-dir", "tr")
-    assert code == 0 and "Traceback" not in err, err[-2000:]
+    assert code == 130 and "Traceback" not in err, err[-2000:]
     (transcript,) = (tmp_path / "tr").glob("*.jsonl")
     events = [json.loads(line) for line in transcript.read_text().splitlines()]
-    assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "isolated"
+    assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "interrupted"
+    assert "went away" in events[-1]["data"]["reason"]
     launched = sum(e["type"] == "server.launched" for e in events)
-    assert launched and sum(e["type"] == "server.stopped" for e in events) == launched
+    assert sum(e["type"] == "server.stopped" for e in events) == launched
     assert not live_processes(transcript.stem, only="lab.launch_server")
 
 
