@@ -10,6 +10,7 @@ import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
 from clirun import HYPOLOOP, cli_env, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -177,3 +178,16 @@ def test_the_printed_resume_command_works_pasted_into_another_terminal(tmp_path:
     assert done.returncode == 0, done.stderr[-2000:]
     listed = run_cli(tmp_path, "runs", "--json")
     assert [r["status"] for r in json.loads(listed.stdout)] == ["finished"]
+
+
+@pytest.mark.parametrize("args", [("runs",), ("run", "lab:glm5-nvfp4-sm120", "--auto"), ("show", "20260101-000000-abcdef")])
+def test_hypoloop_home_that_is_a_file_is_one_clear_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """HYPOLOOP_HOME set to a file said only "File exists"."""
+    home = tmp_path / "home-file"
+    home.write_text("not a folder")
+    for value, culprit in ((home, "it is a file"), (home / "sub", f"{home} is a file")):
+        r = run_cli(tmp_path, *args, HYPOLOOP_HOME=str(value))
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, r.stderr
+        assert lines[0].startswith(f"error: HYPOLOOP_HOME={value}: ") and culprit in lines[0], lines[0]
+        assert "set HYPOLOOP_HOME to a folder" in lines[0] and "File exists" not in lines[0]

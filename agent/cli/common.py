@@ -124,8 +124,19 @@ def state_dir() -> Path:
         with tempfile.TemporaryFile(dir=home, prefix=".write-test-"):
             pass
     except OSError as exc:
-        fail(f"HYPOLOOP_HOME={home}: cannot use it as hypoloop's state folder: {exc.strerror or exc}")
+        fail(f"HYPOLOOP_HOME={home}: cannot use it as hypoloop's state folder: {_why_not_a_folder(home, exc)}")
     return home
+
+
+def _why_not_a_folder(home: Path, exc: OSError) -> str:
+    """Why ``home`` cannot be a folder, in words: a file where the folder should be (mkdir's "File
+    exists"), a file among its parents, else the system's own reason."""
+    if home.exists() and not home.is_dir():
+        return "it is a file, not a folder; set HYPOLOOP_HOME to a folder (created if missing)"
+    parent = next((p for p in home.parents if p.exists() and not p.is_dir()), None)
+    if parent is not None:
+        return f"{parent} is a file, not a folder; set HYPOLOOP_HOME to a folder (created if missing)"
+    return str(exc.strerror or exc)
 
 
 def redacted(obj: Any, values: dict[str, Any] | None = None) -> Any:
