@@ -103,7 +103,6 @@ def analyze_log(options: AnalyzeOptions) -> None:
     from agent.run.nodes.analyze import classify_outcome
 
     logfile, json_out, case = options.logfile, options.json_out, options.case
-    compute_capability, gpu_name, cpu_only = options.compute_capability, options.gpu_name, options.cpu_only
     text = read_text(logfile, what="log")
     if not text.strip():
         fail(f"{logfile}: the log is empty")
@@ -121,14 +120,8 @@ def analyze_log(options: AnalyzeOptions) -> None:
     )
     evidence = RawEvidence.from_log(exp.id, text, sigs, str(logfile))
     outcome = classify_outcome(evidence)
-    fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability,
-                         gpu_vendor="none" if cpu_only else None, gpu_count=0 if cpu_only else None,
-                         cpu_count=options.cpus)
     notes: list[str] = []
-    if case and not (gpu_name or compute_capability or cpu_only):
-        fp = _analyze_host_fingerprint(c, fp, notes)
-    if not (fp.gpu_vendor or fp.gpu_name or fp.compute_capability):
-        fp = _analyze_platform_from_log(text, fp, notes)
+    fp = _analyze_host(options, c, text, notes)
     findings = _analyze_findings(c, fp) if case else []
     # Without the host's --help, the log's own server-args line says which release's flag spellings apply.
     flags = (_case_host_flags(c, notes) if case else None) or catalog_from_server_args(text)
@@ -160,6 +153,20 @@ def analyze_log(options: AnalyzeOptions) -> None:
         console.print("\n[bold]values checked against this host[/]")
         for why in unfit:
             print_hanging(console, f"  {escape(why)}")
+
+
+def _analyze_host(options: AnalyzeOptions, c: Case, text: str, notes: list[str]) -> HostFingerprint:
+    """What is known of the host: the command line's GPU or CPU-only options, else the case's host's
+    GPUs (asked, no launch), else the platform a line of the log shows; a note says where from."""
+    gpu_name, compute_capability, cpu_only = options.gpu_name, options.compute_capability, options.cpu_only
+    fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability,
+                         gpu_vendor="none" if cpu_only else None, gpu_count=0 if cpu_only else None,
+                         cpu_count=options.cpus)
+    if options.case and not (gpu_name or compute_capability or cpu_only):
+        fp = _analyze_host_fingerprint(c, fp, notes)
+    if not (fp.gpu_vendor or fp.gpu_name or fp.compute_capability):
+        fp = _analyze_platform_from_log(text, fp, notes)
+    return fp
 
 
 def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, list[Signature], list[CatalogEntry]]:

@@ -437,8 +437,7 @@ def _named_settings(inp: GeneratorInput) -> list[Remedy]:
                     [(v.start(), "lower") for v in _DOWN_VERB.finditer(clause)]
             if not verbs:
                 continue
-            direction = max(verbs)[1]
-            dest = m.group("name")
+            direction, dest = max(verbs)[1], m.group("name")
             spec = fact_flag(inp.flags, dest) if inp.flags is not None else \
                 FlagSpec(name="--" + dest.replace("_", "-"), takes_value=True)
             if spec is None or not spec.takes_value:
@@ -462,15 +461,9 @@ def _user_set_cause(inp: GeneratorInput) -> bool:
     """Whether the baseline sets a flag that a catalog cause of this failure (an entry whose cause
     signature the evidence shows) would remove: the user's explicit setting on the failing part."""
     seen = set(inp.evidence.signature_ids())
-    for entry in inp.catalog:
-        if not seen & set(entry.cause_signatures):
-            continue
-        for iv in entry.intervention:
-            if iv.kind != "flag" or not any(v is False or v is None for v in iv.values):
-                continue
-            if any(_explicitly_set(inp, name) for name in iv.names):
-                return True
-    return False
+    return any(any(_explicitly_set(inp, name) for name in iv.names)
+               for entry in inp.catalog if seen & set(entry.cause_signatures)
+               for iv in entry.intervention if iv.kind == "flag" and any(v is False or v is None for v in iv.values))
 
 
 def _explicitly_set(inp: GeneratorInput, name: str) -> bool:
