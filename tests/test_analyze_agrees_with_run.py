@@ -64,3 +64,12 @@ def test_analyze_with_the_case_agrees_with_the_run(tmp_path: Path) -> None:
     text = run_cli(tmp_path, "analyze", str(log), "--case", str(case)).stdout
     assert "read the installed source at the traceback's frames on local" in text
     assert "only a package change can help" not in text
+
+
+def test_without_a_case_analyze_says_the_source_was_not_read(tmp_path: Path) -> None:
+    """Without a host analyze cannot read the installed source: it says so and how to have it read,
+    rather than leave "install sgl_kernel" as if it were all a run would find."""
+    done = run_cli(tmp_path, "analyze", str(DATA / "logs_0.5.23" / "cpu_engine.log"))
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "the installed source at the traceback was not read (no host): --case CASE reads it" in text

@@ -125,8 +125,7 @@ def analyze_log(options: AnalyzeOptions) -> None:
     findings = _analyze_findings(c, fp) if case else []
     # Without the host's --help, the log's own server-args line says which release's flag spellings apply.
     flags = (_case_host_flags(c, notes) if case else None) or catalog_from_server_args(text)
-    if case:  # as a run's analyze step: what the case host's installed source says at the traceback
-        _read_case_source(c, outcome, flags, notes)
+    _read_case_source(c if case else None, outcome, flags, notes)  # as a run's analyze step does
     view = PlannerView(case=c, fingerprint=fp, findings=findings, experiments=[exp], outcomes=[outcome])
     planner = RulePlanner(catalog, flags)
     hist = planner.history(view)
@@ -223,10 +222,11 @@ def _case_host_flags(c: Case, notes: list[str]) -> FlagCatalog | None:
         return None
 
 
-def _read_case_source(c: Case, outcome: Outcome, flags: FlagCatalog | None, notes: list[str]) -> None:
+def _read_case_source(c: Case | None, outcome: Outcome, flags: FlagCatalog | None, notes: list[str]) -> None:
     """Set ``outcome.source_reading`` (and the missing-import facts) from the installed source at the
     log's traceback frames on the case's host, read-only, as a run's analyze step does
-    (``tools.source_guards``); a note when the host cannot be asked."""
+    (``tools.source_guards``); a note when the host cannot be asked, or (no case, ``c`` None) that the
+    source was not read."""
     from agent.run.runtime import ssh_options
     from tools.source_guards import read_guards
     from tools.tracebacks import missing_import
@@ -235,6 +235,10 @@ def _read_case_source(c: Case, outcome: Outcome, flags: FlagCatalog | None, note
         return
     text = "\n".join(line.text for line in outcome.log_excerpt)
     if "Traceback (most recent call last)" not in text and missing_import(text, []) is None:
+        return
+    if c is None:
+        notes.append("the installed source at the traceback was not read (no host): --case CASE reads it on "
+                     "the case's host, as a run does, and may find a setting that guards the failing line")
         return
     try:
         host = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
