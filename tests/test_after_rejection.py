@@ -57,7 +57,7 @@ def test_rejecting_the_leading_test_offers_another_way_at_the_terminal(tmp_path:
             r"as proposed: its test --kv-cache-dtype: \(unset\) → bf16 was rejected \(" + re.escape(REASON),
             screen,
         ), screen
-        offers = re.findall(r"(--kv-cache-dtype=\S+) another value", screen.split("to test it another way, [e]dit with one of:")[1])
+        offers = re.findall(r"--kv-cache-dtype=[\w.]+", screen.split("to test it another way, [e]dit with one of:")[1])
         assert offers, screen
         offered = offers[0]
         child.sendline("e")
@@ -95,3 +95,41 @@ def test_show_gives_the_same_note_to_a_run_waiting_without_a_terminal(tmp_path: 
     text = " ".join(run_cli(tmp_path, "show", run_id).stdout.replace("│", " ").split())
     assert re.search(r"lowprec-kv-cache-attention-numerics \(p=0\.\d\d\) can no longer be tested", text), text
     assert "--kv-cache-dtype=fp8_e5m2" in text
+
+
+def _panel_rows(child: pexpect.spawn) -> list[str]:
+    """The approval panel's rows as the terminal showed them before the next answer prompt."""
+    child.expect(PROMPT)
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", child.before)
+    top = text.rfind("╭")
+    return text[top:].split("╰")[0].splitlines() if top >= 0 else []
+
+
+def test_the_screen_after_a_rejection_fits_80_by_24(tmp_path: Path) -> None:
+    """After a rejection the screen adds the note on the leading hypothesis and its offered edits, and
+    still fits an 80 × 24 terminal with the prompt (it was 32 rows); ``h`` gives the why of each edit."""
+    env = cli_env(tmp_path, COLUMNS="80", LINES="24", TERM="xterm-256color")
+    child = pexpect.spawn(
+        HYPOLOOP[0], [*HYPOLOOP[1:], "run", WORLD], cwd=str(tmp_path), env=env, encoding="utf-8",
+        timeout=120, dimensions=(24, 80),
+    )  # fmt: skip
+    try:
+        first = _panel_rows(child)
+        child.sendline("a")
+        second = _panel_rows(child)
+        child.sendline("r")
+        child.expect("reason")
+        child.sendline(REASON)
+        after = _panel_rows(child)
+        child.sendline("h")
+        full = " ".join(re.sub(r"[│╭╮╰╯─]", " ", "\n".join(_panel_rows(child))).split())
+        child.sendline("s")
+        child.expect(pexpect.EOF, timeout=60)
+    finally:
+        child.close(force=True)
+    assert first and second
+    text = " ".join(re.sub(r"[│╭╮╰╯─]", " ", "\n".join(after)).split())
+    assert "can no longer be tested as proposed" in text and re.search(r"--kv-cache-dtype=\w+", text), text
+    assert len(after) + 1 <= 24, "\n".join(after)  # the panel and the prompt line
+    assert max(len(r) for r in after) <= 80
+    assert "another value than the failing run's" in full  # the why of each offered edit

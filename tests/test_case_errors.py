@@ -137,3 +137,30 @@ def test_a_list_is_accepted_for_a_flag_that_takes_several_values(tmp_path: Path)
     events = [json.loads(line) for line in Path(json.loads(r.stdout.strip().splitlines()[-1])["transcript"]).open()]
     first = next(e for e in events if e["type"] == "experiment.proposed")
     assert first["data"]["baseline"]["flags"]["--cuda-graph-bs"] == "1 2 4"
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ('{ "--tp-size" = 2, "--no-such-flag" = 1 }', "baseline.flags: --no-such-flag: unknown flag"),
+        ('{ "--tp-size" = 2, "--tensor-parallel-size" = 2 }', "two spellings of one flag"),
+    ],
+)
+def test_a_flag_check_error_leaves_no_run(tmp_path: Path, flags: str, expected: str) -> None:
+    """A case the host's --help refuses is bad input: one line, exit 2, and no run in `hypoloop runs`
+    (no checkpoint, lock, run folder or transcript); with --json the line of a run that never existed."""
+    case = _lab_case(tmp_path, flags)
+    _one_line_refusal(tmp_path, case, expected)
+    r = run_cli(tmp_path, "run", str(case), "--auto", "--json")
+    assert r.returncode == 2
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {
+        "run_id": None, "status": "error", "error": json.loads(r.stdout.strip().splitlines()[-1])["error"],
+        "exit_code": 2,
+    }
+    assert expected in json.loads(r.stdout.strip().splitlines()[-1])["error"]
+    runs = run_cli(tmp_path, "runs", "--json")
+    assert runs.returncode == 0, runs.stderr
+    assert json.loads(runs.stdout) == [], runs.stdout
+    assert not list(tmp_path.glob("transcripts/*.jsonl"))
+    home = tmp_path / "home"
+    assert not list((home / "locks").glob("*")) and not (home / "runs").exists()

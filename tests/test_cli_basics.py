@@ -10,6 +10,7 @@ import tomllib
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
 from clirun import HYPOLOOP, cli_env, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,16 +139,18 @@ def test_output_into_a_reader_that_went_away_ends_quietly(tmp_path: Path) -> Non
 
 
 def test_a_run_whose_reader_went_away_still_ends_and_stops_its_servers(tmp_path: Path) -> None:
-    """A run's output going nowhere never cuts it short before it stops the servers it launched."""
+    """A run whose output goes nowhere stops as after Ctrl-C (tests/test_reader_gone.py: mid-launch),
+    never before it stops the servers it launched, and says why in its transcript."""
     from clirun import live_processes
 
     code, err = _reader_gone(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--transcript-dir", "tr")
-    assert code == 0 and "Traceback" not in err, err[-2000:]
+    assert code == 130 and "Traceback" not in err, err[-2000:]
     (transcript,) = (tmp_path / "tr").glob("*.jsonl")
     events = [json.loads(line) for line in transcript.read_text().splitlines()]
-    assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "isolated"
+    assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "interrupted"
+    assert "went away" in events[-1]["data"]["reason"]
     launched = sum(e["type"] == "server.launched" for e in events)
-    assert launched and sum(e["type"] == "server.stopped" for e in events) == launched
+    assert sum(e["type"] == "server.stopped" for e in events) == launched
     assert not live_processes(transcript.stem, only="lab.launch_server")
 
 
@@ -175,3 +178,16 @@ def test_the_printed_resume_command_works_pasted_into_another_terminal(tmp_path:
     assert done.returncode == 0, done.stderr[-2000:]
     listed = run_cli(tmp_path, "runs", "--json")
     assert [r["status"] for r in json.loads(listed.stdout)] == ["finished"]
+
+
+@pytest.mark.parametrize("args", [("runs",), ("run", "lab:glm5-nvfp4-sm120", "--auto"), ("show", "20260101-000000-abcdef")])
+def test_hypoloop_home_that_is_a_file_is_one_clear_line(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """HYPOLOOP_HOME set to a file said only "File exists"."""
+    home = tmp_path / "home-file"
+    home.write_text("not a folder")
+    for value, culprit in ((home, "it is a file"), (home / "sub", f"{home} is a file")):
+        r = run_cli(tmp_path, *args, HYPOLOOP_HOME=str(value))
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, r.stderr
+        assert lines[0].startswith(f"error: HYPOLOOP_HOME={value}: ") and culprit in lines[0], lines[0]
+        assert "set HYPOLOOP_HOME to a folder" in lines[0] and "File exists" not in lines[0]

@@ -39,3 +39,18 @@ def test_doctor_on_a_host_without_sglang_says_what_is_missing_in_one_screen(tmp_
         assert any("CPU-only" in ln for ln in lines)
     got = json.loads(run_cli(tmp_path, "doctor", "--host", "local", "--json").stdout)
     assert set(got) >= {"gpu_vendor", "gpus", "driver_version", "runtime", "sglang_version", "packages", "check_env"}
+
+
+def test_doctor_without_sglang_says_so_in_one_line_not_its_snippet(tmp_path: Path) -> None:
+    """The note on the failed version command printed hypoloop's own multi-line Python snippet; it is one
+    line saying SGLang is not installed in that Python."""
+    import subprocess
+
+    if subprocess.run(["python", "-c", "import sglang"], capture_output=True).returncode == 0:
+        pytest.skip("this machine's python has SGLang")
+    got = json.loads(run_cli(tmp_path, "doctor", "--host", "local", "--json").stdout)
+    notes = [n for n in got["notes"] if n.startswith("no SGLang version")]
+    assert len(notes) == 1 and "\n" not in notes[0], got["notes"]
+    assert "SGLang is not installed in python" in notes[0]
+    screen = run_cli(tmp_path, "doctor", "--host", "local", COLUMNS="80").stdout
+    assert "importlib.metadata" not in screen and "for d in" not in screen and "sys.exit" not in screen

@@ -107,3 +107,37 @@ def test_hostile_log_and_findings_through_a_real_run_replay_show_and_reports(tmp
         assert "<script>" not in text, f"{path.name} keeps a raw <script> from a FINDINGS title"
         assert "PWNED" in text and "alert(1)" in text  # shown, escaped, not dropped
     assert json.loads(again.stdout.strip().splitlines()[-1])["status"] == "isolated"
+
+
+def test_a_wrapped_line_loses_no_character_and_shows_every_control(tmp_path: Path) -> None:
+    """A long error line with a bidi override and a BEL, wrapped at 80 columns: every word is printed,
+    the override as ``⟨U+202E⟩`` and the BEL as ``␇`` (rich drops a raw BEL from text; the override,
+    made visible after wrapping, widened the line past the terminal, which cropped it)."""
+    words = " ".join(f"word{i}" for i in range(40))
+    log = tmp_path / "wrap.log"
+    log.write_text('Traceback (most recent call last):\n  File "/x/sglang/srt/a.py", line 1, in f\n    g()\n'
+                   f"ValueError: bad value in {'x' * 40} \u202e here and a bell \x07 end. {words}\n", encoding="utf-8")
+    r = run_cli(tmp_path, "analyze", str(log), COLUMNS="80")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert max(len(line) for line in r.stdout.splitlines()) <= 80
+    flat = " ".join(r.stdout.split())
+    assert f"⟨U+202E⟩ here and a bell ␇ end. {words}" in flat, r.stdout
+
+
+def test_runs_shows_a_control_in_a_case_name(tmp_path: Path) -> None:
+    """``hypoloop runs`` lists a run whose case name carries a BEL with it shown as ``␇`` (it was dropped)."""
+    text = (WORLD / "case.toml").read_text(encoding="utf-8")
+    text = text.replace('name = "glm5-nvfp4-sm120"', 'name = "ring\\u0007bell"')
+    assert "ring\\u0007bell" in text
+    case = tmp_path / "case.toml"
+    case.write_text(text, encoding="utf-8")
+    for src in WORLD.iterdir():  # the knowledge files the case names
+        if src.name != "case.toml" and src.is_file():
+            (tmp_path / src.name).write_bytes(src.read_bytes())
+    waiting = run_cli(tmp_path, "run", str(case))  # no terminal: it waits for approval (exit 3)
+    assert waiting.returncode == 3, waiting.stderr[-2000:]
+    for columns in ("160", "60"):
+        r = run_cli(tmp_path, "runs", COLUMNS=columns)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "ring␇bell" in " ".join(r.stdout.split()) or "ring␇" in r.stdout, r.stdout
+        assert "\x07" not in r.stdout

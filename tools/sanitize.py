@@ -105,7 +105,13 @@ def without_credentials(text: str) -> str:
 class SafeConsole(Console):
     """A rich Console that shows control characters visibly (`visible`) in every text segment it renders,
     whatever printed them; rich's own control segments (cursor moves of a live display) pass as they
-    are."""
+    are. Text given as a string (``print``, table cells) is made visible before it is laid out: rich
+    drops BEL, backspace, VT, FF and CR from text itself, and a ``⟨U+202E⟩`` put in after wrapping
+    would widen a wrapped line past the terminal, which crops it."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        """rich's ``render_str`` of ``visible(text)``."""
+        return super().render_str(visible(text), **kwargs)
 
     def render(self, renderable: RenderableType, options: ConsoleOptions | None = None) -> Iterable[Segment]:
         for seg in super().render(renderable, options):

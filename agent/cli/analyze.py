@@ -31,7 +31,7 @@ from agent.review.wording import count
 from tools.connect import connect_host
 from tools.engines import detect_log
 from tools.fingerprint import HostFingerprint, fingerprint
-from tools.flags import catalog_from_server_args
+from tools.flags import FlagCatalog, catalog_from_server_args
 from tools.host import HostError, expand_argv
 from tools.knowledge import infer_features
 from tools.sanitize import SafeConsole
@@ -103,7 +103,6 @@ def analyze_log(options: AnalyzeOptions) -> None:
     from agent.run.nodes.analyze import classify_outcome
 
     logfile, json_out, case = options.logfile, options.json_out, options.case
-    compute_capability, gpu_name, cpu_only = options.compute_capability, options.gpu_name, options.cpu_only
     text = read_text(logfile, what="log")
     if not text.strip():
         fail(f"{logfile}: the log is empty")
@@ -121,18 +120,14 @@ def analyze_log(options: AnalyzeOptions) -> None:
     )
     evidence = RawEvidence.from_log(exp.id, text, sigs, str(logfile))
     outcome = classify_outcome(evidence)
-    fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability,
-                         gpu_vendor="none" if cpu_only else None, gpu_count=0 if cpu_only else None,
-                         cpu_count=options.cpus)
     notes: list[str] = []
-    if case and not (gpu_name or compute_capability or cpu_only):
-        fp = _analyze_host_fingerprint(c, fp, notes)
-    if not (fp.gpu_vendor or fp.gpu_name or fp.compute_capability):
-        fp = _analyze_platform_from_log(text, fp, notes)
+    fp = _analyze_host(options, c, text, notes)
     findings = _analyze_findings(c, fp) if case else []
-    view = PlannerView(case=c, fingerprint=fp, findings=findings, experiments=[exp], outcomes=[outcome])
     # Without the host's --help, the log's own server-args line says which release's flag spellings apply.
-    planner = RulePlanner(catalog, catalog_from_server_args(text))
+    flags = (_case_host_flags(c, notes) if case else None) or catalog_from_server_args(text)
+    _read_case_source(c if case else None, outcome, flags, notes)  # as a run's analyze step does
+    view = PlannerView(case=c, fingerprint=fp, findings=findings, experiments=[exp], outcomes=[outcome])
+    planner = RulePlanner(catalog, flags)
     hist = planner.history(view)
     proposal = planner.propose(view, hist)
     ranked = sorted(hist.hypotheses, key=lambda h: -h.posterior)
@@ -157,6 +152,20 @@ def analyze_log(options: AnalyzeOptions) -> None:
         console.print("\n[bold]values checked against this host[/]")
         for why in unfit:
             print_hanging(console, f"  {escape(why)}")
+
+
+def _analyze_host(options: AnalyzeOptions, c: Case, text: str, notes: list[str]) -> HostFingerprint:
+    """What is known of the host: the command line's GPU or CPU-only options, else the case's host's
+    GPUs (asked, no launch), else the platform a line of the log shows; a note says where from."""
+    gpu_name, compute_capability, cpu_only = options.gpu_name, options.compute_capability, options.cpu_only
+    fp = HostFingerprint(gpu_name=gpu_name, compute_capability=compute_capability,
+                         gpu_vendor="none" if cpu_only else None, gpu_count=0 if cpu_only else None,
+                         cpu_count=options.cpus)
+    if options.case and not (gpu_name or compute_capability or cpu_only):
+        fp = _analyze_host_fingerprint(c, fp, notes)
+    if not (fp.gpu_vendor or fp.gpu_name or fp.compute_capability):
+        fp = _analyze_platform_from_log(text, fp, notes)
+    return fp
 
 
 def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, list[Signature], list[CatalogEntry]]:
@@ -192,6 +201,60 @@ def _analyze_host_fingerprint(c: Case, fp: HostFingerprint, notes: list[str]) ->
     except HostError as exc:
         notes.append(f"could not ask the case's host for its GPUs ({exc}); give --compute-capability")
     return fp
+
+
+def _case_host_flags(c: Case, notes: list[str]) -> FlagCatalog | None:
+    """The case host's flag catalog from its launcher's own help, as a run reads it (``--help``, no
+    launch; cached in $HYPOLOOP_HOME), or None with a note when the host cannot be asked."""
+    from agent.cli.common import state_dir
+    from agent.run.runtime import ssh_options
+    from tools.flags import FlagError, load_flag_catalog
+
+    try:
+        host = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
+        try:
+            return load_flag_catalog(host, expand_argv(c.launcher.argv, host), cache_dir=state_dir() / "flag-cache",
+                                     version=None, help_args=c.launcher.engine_impl().data.help_args)
+        finally:
+            host.close()
+    except (HostError, FlagError) as exc:
+        notes.append(f"could not read the case host's flags ({exc}); the log's own settings line stands in")
+        return None
+
+
+def _read_case_source(c: Case | None, outcome: Outcome, flags: FlagCatalog | None, notes: list[str]) -> None:
+    """Set ``outcome.source_reading`` (and the missing-import facts) from the installed source at the
+    log's traceback frames on the case's host, read-only, as a run's analyze step does
+    (``tools.source_guards``); a note when the host cannot be asked, or (no case, ``c`` None) that the
+    source was not read."""
+    from agent.run.runtime import ssh_options
+    from tools.source_guards import read_guards
+    from tools.tracebacks import missing_import
+
+    if outcome.stage in ("ok", "ready", "infra_error") or not outcome.log_excerpt:
+        return
+    text = "\n".join(line.text for line in outcome.log_excerpt)
+    if "Traceback (most recent call last)" not in text and missing_import(text, []) is None:
+        return
+    if c is None:
+        notes.append("the installed source at the traceback was not read (no host): --case CASE reads it on "
+                     "the case's host, as a run does, and may find a setting that guards the failing line")
+        return
+    try:
+        host = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
+        try:
+            reading = read_guards(host.read_text, text, flags)
+        finally:
+            host.close()
+    except HostError as exc:
+        notes.append(f"could not read the installed source on the case's host ({exc})")
+        return
+    outcome.source_reading = reading
+    if reading.missing is not None:
+        outcome.facts.setdefault("missing_module", reading.missing.module)
+        outcome.facts.setdefault("missing_package", reading.missing.package)
+    notes.append(f"read the installed source at the traceback's frames on {c.host.target} "
+                 f"({count(reading.files_read, 'file')})")
 
 
 def _analyze_platform_from_log(text: str, fp: HostFingerprint, notes: list[str]) -> HostFingerprint:
@@ -263,7 +326,7 @@ def _analyze_json(
                 proposal.experiment.change.kind,
                 proposal.experiment.change.name,
                 proposal.experiment.change.before,
-                outcome.facts,
+                _log_values(outcome),
             ),
         }
         if proposal.experiment and proposal.experiment.change
@@ -332,7 +395,7 @@ def _print_log_advice(
     if proposal.experiment and first:
         print_hanging(
             console,
-            f"first experiment: [bold magenta]{escape(_advice_text(first, outcome.facts))}[/] — "
+            f"first experiment: [bold magenta]{escape(_advice_text(first, _log_values(outcome)))}[/] — "
             f"{escape(proposal.experiment.rationale)}",
         )
     else:
@@ -359,12 +422,18 @@ def _print_log_advice(
         console.print("\n[bold]alternatives[/] (the planner's other candidates, P(fix))")
         for alt in others:
             shown = _clean_after(str(alt["change"]))
-            print_hanging(console, f"  {alt['p_fix']:.2f}  {escape(_with_log_before(shown, outcome.facts))}")
+            print_hanging(console, f"  {alt['p_fix']:.2f}  {escape(_with_log_before(shown, _log_values(outcome)))}")
     if suggestions:
         lines = f"{suggestions[0][0]}-{suggestions[-1][0]}" if len(suggestions) > 1 else str(suggestions[0][0])
         console.print(f"\n[bold]SGLang's own suggestions[/] (log line{'s' if len(suggestions) > 1 else ''} {lines})")
         for n, text in suggestions:
             print_hanging(console, f"  L{n:<5} {escape(text)}")
+
+
+def _log_values(outcome: Outcome) -> dict[str, str]:
+    """What the log shows the server ran with: its printed settings (SGLang's server_args, vLLM's
+    non-default args; a printed ``None`` says nothing), overridden by the facts the signatures read."""
+    return {**{k: v for k, v in outcome.server_args.items() if v not in ("None", "")}, **outcome.facts}
 
 
 def _clean_after(described: str) -> str:

@@ -76,6 +76,20 @@ class JsonResult:
     run_id: str | None = None
 
 
+class ReaderGone(KeyboardInterrupt):
+    """The reader of hypoloop's output went away while a run was driven (``hypoloop run CASE | head``, a
+    closed pipe): the run ends as after Ctrl-C (its servers stopped, ``run.ended`` says why, exit 130)
+    rather than running on with nobody reading (``agent.cli.entry.QuietPipe`` raises it)."""
+
+
+class OutputWatch:
+    """Whether a closed output now stops the command (``ReaderGone``): set while a run is driven."""
+
+    stop_run = False
+    #: the reader went away while a run was driven (the interrupt the main thread gets is this one)
+    reader_gone = False
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
     """End the command: ``message`` as one line on stderr (credentials masked), the pending ``--json``
     line if one was promised, exit ``code`` (2: bad input, see the module's exit codes)."""
@@ -110,8 +124,19 @@ def state_dir() -> Path:
         with tempfile.TemporaryFile(dir=home, prefix=".write-test-"):
             pass
     except OSError as exc:
-        fail(f"HYPOLOOP_HOME={home}: cannot use it as hypoloop's state folder: {exc.strerror or exc}")
+        fail(f"HYPOLOOP_HOME={home}: cannot use it as hypoloop's state folder: {_why_not_a_folder(home, exc)}")
     return home
+
+
+def _why_not_a_folder(home: Path, exc: OSError) -> str:
+    """Why ``home`` cannot be a folder, in words: a file where the folder should be (mkdir's "File
+    exists"), a file among its parents, else the system's own reason."""
+    if home.exists() and not home.is_dir():
+        return "it is a file, not a folder; set HYPOLOOP_HOME to a folder (created if missing)"
+    parent = next((p for p in home.parents if p.exists() and not p.is_dir()), None)
+    if parent is not None:
+        return f"{parent} is a file, not a folder; set HYPOLOOP_HOME to a folder (created if missing)"
+    return str(exc.strerror or exc)
 
 
 def redacted(obj: Any, values: dict[str, Any] | None = None) -> Any:

@@ -81,16 +81,25 @@ def _host_fingerprint(h: Host, c: Case) -> HostFingerprint:
                     h, gpu_query_argv=["true"], version_argv=c.launcher.version_argv
                 ).sglang_version
             except HostError as exc:
-                code = re.search(r"exit code (\d+)", str(exc))
-                fp.notes.append(
-                    f"no SGLang version: {' '.join(c.launcher.version_argv)} failed"
-                    + (f" with exit code {code.group(1)}" if code else "") + " (is SGLang installed in that Python?)"
-                )
+                fp.notes.append(_no_version_note(c, str(exc)))
     except HostError as exc:
         fail(str(exc), code=1)
     finally:
         h.close()
     return fp
+
+
+def _no_version_note(c: Case, error: str) -> str:
+    """One line on a version command that failed: the program it ran (not the script it passed, which
+    is hypoloop's own snippet) and its exit code."""
+    display = c.launcher.engine_impl().display
+    code = re.search(r"exit code (\d+)", error)
+    program = c.launcher.version_argv[0] if c.launcher.version_argv else "the version command"
+    exited = f" (exit code {code.group(1)})" if code else ""
+    if re.search(r"is installed|No module named|PackageNotFoundError", error):
+        return (f"no {display} version: {display} is not installed in {program}{exited}; install it there, or "
+                "give --launcher the Python that has it")
+    return f"no {display} version: its version command ({program}) failed{exited}"
 
 
 def _doctor_json(c: Case, fp: HostFingerprint) -> dict[str, Any]:

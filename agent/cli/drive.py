@@ -22,6 +22,8 @@ from rich.markup import escape
 
 from agent.cli.common import (
     JsonResult,
+    OutputWatch,
+    ReaderGone,
     err_console,
     fail,
     redacted,
@@ -56,12 +58,14 @@ class RunSession:
     json_out: bool
 
 
-def _interrupted(session: RunSession) -> NoReturn:
-    """End a run cut short by Ctrl-C or SIGTERM: stop its servers (recorded), say so, exit 130."""
+def _interrupted(session: RunSession, reason: str = "interrupted (Ctrl-C or SIGTERM)") -> NoReturn:
+    """End a run cut short by Ctrl-C, SIGTERM or a reader that went away: stop its servers (recorded),
+    say so, exit 130."""
     rt, tr, tpath, run_id = session.rt, session.tr, session.tpath, session.run_id
+    OutputWatch.stop_run = False
     rt.close()
-    tr.emit("run.ended", {"status": "interrupted", "reason": "interrupted (Ctrl-C or SIGTERM)"})
-    err_console.print(f"interrupted; every server this run launched is stopped. transcript: {tpath}")
+    tr.emit("run.ended", {"status": "interrupted", "reason": reason})
+    err_console.print(f"{reason}; every server this run launched is stopped. transcript: {tpath}")
     if session.json_out:  # the promised last line; "stopped" because the user ended it
         print(json.dumps({"run_id": run_id, "status": "stopped", "reason": "interrupted", "root_cause": None,
                           "transcript": str(tpath)}))
@@ -183,9 +187,12 @@ def drive_guarded(
     knowledge (exit 2) or a bug (exit 1, traceback kept in the transcript), the run's servers are stopped
     and ``run.ended`` says why."""
     rt, tr = session.rt, session.tr
+    OutputWatch.stop_run = True  # a reader that goes away now ends the run (ReaderGone), as Ctrl-C does
     try:
         return _drive(graph, config, first, session, mode)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # ReaderGone, or the main thread's interrupt for it, or Ctrl-C
+        if isinstance(exc, ReaderGone) or OutputWatch.reader_gone:
+            _interrupted(session, "stopped: the reader of its output went away (broken pipe)")
         _interrupted(session)
     except (CatalogError, CaseError) as exc:
         rt.close()
@@ -203,6 +210,8 @@ def drive_guarded(
         tr.emit("error", {"message": f"internal error: {exc!r}", "traceback": traceback.format_exc()})
         tr.emit("run.ended", {"status": "error", "reason": f"internal error: {exc!r}"})
         fail(f"internal error: {exc!r} (traceback in {session.tpath})", code=1)
+    finally:
+        OutputWatch.stop_run = False
 
 
 def _no_space(exc: BaseException) -> str | None:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import inspect
 import os
 import sys
+import threading
 from typing import Any
 
 import typer
 from rich.markup import escape
 
 from agent.cli.common import (
+    OutputWatch,
+    ReaderGone,
     app,
     err_console,
 )
@@ -31,10 +35,11 @@ def _private_files() -> None:
 
 class QuietPipe:
     """``sys.stdout`` or ``sys.stderr`` that goes quiet once its reader has gone (``hypoloop runs | head
-    -1``): the rest of the output is dropped instead of a BrokenPipeError traceback and exit 1. The
-    command itself goes on, so a ``hypoloop run`` whose reader went away still stops every server it
-    launched before it exits; SIGPIPE stays ignored (Python's default) for that reason. Everything else
-    is the wrapped stream's."""
+    -1``): the rest of the output is dropped instead of a BrokenPipeError traceback and exit 1. While a
+    run is driven (``OutputWatch.stop_run``) the reader's going raises ``ReaderGone`` once, so the run
+    ends as after Ctrl-C: every server it launched stopped, the transcript ended with the reason, exit
+    130; SIGPIPE stays ignored (Python's default) so that this cleanup runs. Everything else is the
+    wrapped stream's."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -62,6 +67,13 @@ class QuietPipe:
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, self._stream.fileno())
             os.close(null)
+        if OutputWatch.stop_run:
+            OutputWatch.stop_run = False  # once: the cleanup's own output is then dropped quietly
+            OutputWatch.reader_gone = True
+            if threading.current_thread() is not threading.main_thread():
+                _thread.interrupt_main()  # a watcher thread printed: the run itself is in the main thread
+                return
+            raise ReaderGone
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

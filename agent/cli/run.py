@@ -231,14 +231,47 @@ def run_case(options: RunOptions) -> None:
         fail(f"{options.transcript_dir}: cannot write the transcript: {exc.strerror}")
     session = _session(options, tr, tpath, sdir)
     result: dict[str, Any] = {}
+    bad_input: str | None = None
     try:
         result = _start(session, saver, c, planner_spec, options)
+        bad_input = _bad_input(result, tpath)
+        if bad_input is not None:  # the case is unusable as written: no run is kept of it
+            saver.delete_thread(run_id)
     finally:
         session.rt.close()
         tr.close()
         store.__exit__(None, None, None)
         lock.release()
+    if bad_input is not None:
+        _forget(sdir, tpath, run_id)
+        JsonResult.run_id = None
+        fail(bad_input)
     report_result(result, run_id, tpath, json_out=options.json_out, console=session.console)
+
+
+def _bad_input(result: dict[str, Any], tpath: Path) -> str | None:
+    """The one-line error of a run that ended at intake on bad input (the case's host, launcher or
+    baseline unusable as written, e.g. a flag the host's --help does not have), before any launch and
+    without acting on the host; None for any other ending. A run that stopped servers an earlier run
+    left (``host.orphan_stopped`` in its transcript) changed the host, so it is kept as a record."""
+    conclusion = result.get("conclusion") or {}
+    if result.get("error_kind") != "input" or conclusion.get("status") != "error" or conclusion.get("launches"):
+        return None
+    try:
+        if '"type": "host.orphan_stopped"' in tpath.read_text(encoding="utf-8", errors="replace"):
+            return None
+    except OSError:
+        pass
+    return str(conclusion.get("reason") or result.get("error") or "the case cannot be used as written")
+
+
+def _forget(sdir: Path, tpath: Path, run_id: str) -> None:
+    """Remove what a run that never started left: its transcript, lock file and run folder."""
+    import shutil
+
+    tpath.unlink(missing_ok=True)
+    (sdir / "locks" / f"{run_id}.lock").unlink(missing_ok=True)
+    shutil.rmtree(sdir / "runs" / run_id, ignore_errors=True)
 
 
 def _session(options: RunOptions, tr: Transcript, tpath: Path, sdir: Path) -> RunSession:

@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from tools.sanitize import visible
+
 __all__ = ["alternative_text", "change_text", "clock", "print_hanging", "shown_line", "summary_line"]
 
 
@@ -37,6 +39,7 @@ def print_hanging(console: Console, text: str, *, hang: int = 2, highlight: bool
     terminal, its continuation lines start ``hang`` columns further in (not at column 0), so a story of
     indented lines keeps its shape on a narrow terminal. Nothing is cut: a word longer than a line is
     folded. A line that fits, or a terminal too narrow to indent (< 20 columns left), prints as is."""
+    text = visible(text)  # before the layout: a control shown as ⟨U+202E⟩ is wider than the control
     body = text.lstrip(" ")
     indent = len(text) - len(body)
     line = Text.from_markup(body)

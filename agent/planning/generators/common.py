@@ -14,6 +14,7 @@ from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import subsystems_of_frame
 from tools.engines import get_engine
 from tools.flags import FlagCatalog, FlagError, FlagSpec
+from tools.log_records import LEVELS
 
 if TYPE_CHECKING:
     from agent.planning.generators import GeneratorInput
@@ -176,10 +177,24 @@ def explicit(inp: GeneratorInput, spec: FlagSpec) -> bool:
 
 
 def selecting_flags(flags: FlagCatalog | None) -> Iterable[FlagSpec]:
-    """Flags that choose between implementations: a value flag with at least two choices."""
+    """Flags that choose between implementations: a value flag with at least two choices, other than
+    a log verbosity (``is_log_level_flag``)."""
     if flags is None:
         return []
-    return [s for s in flags.flags.values() if s.takes_value and s.choices and len(s.choices) >= 2 and not s.deprecated]
+    return [s for s in flags.flags.values() if s.takes_value and s.choices and len(s.choices) >= 2 and not s.deprecated
+            and not is_log_level_flag(s)]
+
+
+#: Logging levels: Python's (``tools.log_records.LEVELS`` and ``NOTSET``) and uvicorn's ``trace``.
+_LOG_LEVELS = frozenset({*(lv.lower() for lv in LEVELS), "notset", "trace"})
+
+
+def is_log_level_flag(spec: FlagSpec) -> bool:
+    """Whether a flag's choices are logging levels (vLLM's ``--log-level {CRITICAL,ERROR,...}``,
+    ``--uvicorn-log-level``, SGLang's ``--log-level``): it sets how much is logged, never which
+    implementation runs, and an ``ERROR`` record header or "validation error" names none of it."""
+    choices = [c.lower() for c in spec.choices or []]
+    return len(choices) >= 2 and sum(c in _LOG_LEVELS for c in choices) * 2 > len(choices)
 
 
 #: Weights of implicating words by where they were read (``Implicated.weight``).

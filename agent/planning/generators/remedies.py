@@ -24,9 +24,17 @@ import re
 from agent.domain.models import Evidence, FlagValue, Hypothesis, Intervention, LogLine
 from agent.planning.catalog import load_roles
 from agent.planning.generators import GeneratorInput
-from agent.planning.generators.common import canon, documented_choices, effective_value, fact_flag, norm
+from agent.planning.generators.common import (
+    canon,
+    documented_choices,
+    effective_value,
+    fact_flag,
+    is_log_level_flag,
+    norm,
+)
 from agent.planning.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.planning.values import fit_cpu_list, rule_for
+from tools.flags import FlagSpec
 from tools.log_records import read_record
 
 #: One remedy a launch's evidence names: (ledger id, intervention, kind of line, the line, description).
@@ -38,6 +46,10 @@ __all__ = ["RemediesGenerator", "left_out", "remedies_in"]
 WEIGHT_ERROR = 0.3
 WEIGHT_SOLUTION = 0.1
 WEIGHT_WARNING = 0.05
+#: A setting the fatal error itself says to move ("Try increasing `x` or decreasing `y`"): the engine's
+#: own instruction outweighs a catalog cause (priors up to 0.5), unless the user set a flag such a cause
+#: reverts (then that explicit setting is the likelier culprit and the instruction weighs as WEIGHT_ERROR).
+WEIGHT_NAMED = 0.6
 #: The user's own setting chose a package that is not installed: reverting it is the first thing to try.
 WEIGHT_MISSING = 0.5
 #: A named variable that overrides a safety check (``_OVERRIDE``) weighs this much of a plain remedy.
@@ -98,6 +110,7 @@ def remedies_in(inp: GeneratorInput) -> list[Remedy]:
             continue
         found += [r for m in _FLAG.finditer(text) if (r := _flag_remedy(inp, m, kind, ll)) is not None]
         found += [r for m in _ENV.finditer(text) if (r := _env_remedy(inp, m, kind, ll)) is not None]
+    found += _named_settings(inp)
     found += _alternatives(inp)
     found += _allowed_values(inp)
     found += _bounded_settings(inp)
@@ -259,7 +272,7 @@ def _alternatives(inp: GeneratorInput) -> list[Remedy]:
         text = ll.text
         words = {w.lower() for w in _WORD.findall(text)}
         for spec in inp.flags.flags.values():
-            if spec.deprecated or not spec.takes_value or spec.name in seen:
+            if spec.deprecated or not spec.takes_value or spec.name in seen or is_log_level_flag(spec):
                 continue
             choices = documented_choices(spec)
             if not choices and spec.name == DEVICE_FLAG:
@@ -400,6 +413,69 @@ def _bounded_settings(inp: GeneratorInput) -> list[Remedy]:
     return out
 
 
+#: A setting an error names by its argparse dest in backticks, after the way to move it: vLLM's "Try
+#: increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine"
+#: (vllm/v1/core/kv_cache_utils.py, 0.8.x to 0.32.0). The verb nearest before each name is its direction.
+_BACKTICKED = re.compile(r"`(?P<name>[a-z][a-z0-9]*(?:_[a-z0-9]+)+)`")
+_UP_VERB = re.compile(r"\b(?:increas|rais|enlarg)(?:e|es|ing)\b", re.I)
+_DOWN_VERB = re.compile(r"\b(?:decreas|lower|reduc|shrink)(?:e|es|ing|s)?\b", re.I)
+
+
+def _named_settings(inp: GeneratorInput) -> list[Remedy]:
+    """The settings an error names in backticks with the way to move each (``increasing `x```): one
+    remedy per setting, with a value one step that way from the value in force, or the figure the
+    evidence gives for it (a fact ``DEST_fits``, e.g. vLLM's "estimated maximum model length").
+    Without a flag catalog (a log read alone) the dest stands for its flag ``--dest-with-dashes``; with
+    one, a name the host does not know is no remedy."""
+    out: list[Remedy] = []
+    kind = "error" if _user_set_cause(inp) else "named"
+    for ll in _error_lines(inp):
+        text, start = ll.text, 0
+        for m in _BACKTICKED.finditer(text):
+            clause, start = text[start : m.start()], m.end()
+            verbs = [(v.start(), "raise") for v in _UP_VERB.finditer(clause)] + \
+                    [(v.start(), "lower") for v in _DOWN_VERB.finditer(clause)]
+            if not verbs:
+                continue
+            direction, dest = max(verbs)[1], m.group("name")
+            spec = fact_flag(inp.flags, dest) if inp.flags is not None else \
+                FlagSpec(name="--" + dest.replace("_", "-"), takes_value=True)
+            if spec is None or not spec.takes_value:
+                continue
+            fits = inp.evidence.facts.get(f"{dest}_fits")
+            current = effective_value(inp, spec)
+            values: list[FlagValue] = [str(fits)] if fits and direction == "lower" else \
+                _step(current, direction, "float" if "." in str(current) else "int")
+            derive = rule_for(spec.name, direction)
+            if not values and not derive:
+                continue
+            iv = Intervention(names=[spec.name], values=values, derive=derive, decisive=True,
+                              fact=dest if inp.flags is None or fact_flag(inp.flags, dest) is spec else None,
+                              cost="low", note=" ".join(text.split()))
+            out.append((f"remedy:{spec.name}:{direction}", iv, kind, ll,
+                        f"{direction} {spec.name} (the error names {dest})"))
+    return out
+
+
+def _user_set_cause(inp: GeneratorInput) -> bool:
+    """Whether the baseline sets a flag that a catalog cause of this failure (an entry whose cause
+    signature the evidence shows) would remove: the user's explicit setting on the failing part."""
+    seen = set(inp.evidence.signature_ids())
+    return any(any(_explicitly_set(inp, name) for name in iv.names)
+               for entry in inp.catalog if seen & set(entry.cause_signatures)
+               for iv in entry.intervention if iv.kind == "flag" and any(v is False or v is None for v in iv.values))
+
+
+def _explicitly_set(inp: GeneratorInput, name: str) -> bool:
+    """Whether the failing run set flag ``name``: in its baseline, or printed by the server among its
+    settings with a value other than the help's default (vLLM's ``non-default args`` list only those)."""
+    spec = canon(inp.flags, name)
+    if any(n in inp.baseline.flags for n in (spec.option_strings if spec else [name])):
+        return True
+    printed = inp.evidence.server_args.get(name.lstrip("-").replace("-", "_"))
+    return printed not in (None, "None", "") and (spec is None or printed != spec.default)
+
+
 #: Words that are choices of many flags and say nothing about one (``auto``, ``none``, ``default``).
 _PLAIN = frozenset({"auto", "none", "null", "default", "true", "false", "off", "on", "all"})
 _MISSING = re.compile(
@@ -493,7 +569,7 @@ class RemediesGenerator:
     def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """Candidates ``remedy:...``; the same remedy named twice counts once, at its strongest."""
         weight = {"error": WEIGHT_ERROR, "solution": WEIGHT_SOLUTION, "warning": WEIGHT_WARNING,
-                  "missing": WEIGHT_MISSING}
+                  "missing": WEIGHT_MISSING, "named": WEIGHT_NAMED}
         best: dict[str, Hypothesis] = {}
         for cid, iv, kind, ll, what in remedies_in(inp):
             override = iv.kind == "env" and iv.workaround
@@ -504,7 +580,7 @@ class RemediesGenerator:
                                       f"env.{iv.names[0]}"),
                 # a variable that silences the check is weighed below fixing what the check caught
                 weight=weight[kind] * (OVERRIDE_FACTOR if override else 1.0),
-                rationale=(f"the {'error' if kind == 'error' else kind} text names this change" if kind != "missing"
+                rationale=(f"the {'error' if kind in ('error', 'named') else kind} text names this change" if kind != "missing"
                            else "the error says a package is not installed that the user's own setting chose"),
                 generator=self.name,
                 evidence=[Evidence(kind="signature", detail=f"log line {ll.line}: {ll.text.strip()}",

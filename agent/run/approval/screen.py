@@ -42,7 +42,7 @@ def approval_panel(req: ApprovalRequest, *, full: bool = False) -> Panel:
     exp = req.experiment
     parts: list[Any] = [*_hypothesis_parts(req, full=full), _facts_grid(req, full=full)]
     if req.lead_blocked is not None:
-        parts.append(_lead_blocked_text(req.lead_blocked))
+        parts.append(_lead_blocked_text(req.lead_blocked, full=full))
     if req.error:
         parts.append(f"[bold red]previous answer refused:[/] {escape(req.error)}")
     more = "  [h] list all" if req.hypotheses and not full else ""
@@ -113,10 +113,13 @@ def _facts_grid(req: ApprovalRequest, *, full: bool) -> Table:
     if exp.rationale and full:
         grid.add_row("why", f"[dim]{escape(exp.rationale)}[/]")
     if req.tests:
+        # the compact screen states the likeliest tested hypothesis; the others by id (``full``: each stated)
+        stated = req.tests if full else sorted(req.tests, key=lambda h: -by_id[h].posterior)[:1]
         tested = "; ".join(
-            f"{escape(h)} (p={by_id[h].posterior:.2f}): {escape(by_id[h].statement)}" for h in req.tests
+            f"{escape(h)} (p={by_id[h].posterior:.2f}): {escape(by_id[h].statement)}" for h in stated
         )
-        grid.add_row("purpose", f"tests {tested}")
+        also = [f"{escape(h)} (p={by_id[h].posterior:.2f})" for h in req.tests if h not in stated]
+        grid.add_row("purpose", f"tests {tested}" + (f"; also {', '.join(also)}" if also else ""))
     elif exp.purpose == "baseline":
         grid.add_row("purpose", "reproduce the failure and collect the failing run's log evidence")
     elif exp.rationale:
@@ -137,9 +140,11 @@ def _screen_hypotheses(req: ApprovalRequest) -> list[HypothesisLine]:
     return sorted(picked[:SHOWN_HYPOTHESES], key=lambda h: -h.posterior)
 
 
-def _lead_blocked_text(lb: LeadBlocked) -> Group:
-    """The note on the leading hypothesis whose test was rejected (see ``lead_blocked``)."""
-    instead = f" This experiment tests {', '.join(lb.instead)} instead." if lb.instead else ""
+def _lead_blocked_text(lb: LeadBlocked, *, full: bool = False) -> Group:
+    """The note on the leading hypothesis whose test was rejected (see ``lead_blocked``): on the compact
+    screen the offered edits on one line (the screen keeps to 80 × 24); ``full`` says what tests
+    instead and why each edit."""
+    instead = f" This experiment tests {', '.join(lb.instead)} instead." if lb.instead and full else ""
     lines: list[Any] = [
         Text.from_markup(
             f"[bold yellow]⚠ the leading hypothesis {escape(lb.hypothesis_id)} (p={lb.posterior:.2f}) can no "
@@ -147,7 +152,10 @@ def _lead_blocked_text(lb: LeadBlocked) -> Group:
             f"({escape(lb.reason)}).{escape(instead)}"
         )
     ]
-    if lb.edits:
+    if lb.edits and not full:
+        offers = ", ".join(f"[bold magenta]{escape(o.set)}[/]" for o in lb.edits)
+        lines.append(Text.from_markup(f"  to test it another way, \\[e]dit with one of: {offers} (h: why each)"))
+    elif lb.edits:
         lines.append(Text("  to test it another way, [e]dit with one of:"))
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold magenta", overflow="fold")
