@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -66,6 +66,7 @@ class Budget(BaseModel):
     resource: str
     unit: Literal["bytes", "GiB"]
     short: list[str] = Field(min_length=1)
+    overrides: list[str] = Field(default_factory=list)
     source: str
 
 
@@ -110,6 +111,21 @@ def load_budgets() -> Budgets:
 def budget_of(kind: str, name: str) -> Budget | None:
     """The budget entry of a setting (``name`` in the spelling budgets.toml uses), or None."""
     return next((b for b in load_budgets().budget if b.kind == kind and b.name == name), None)
+
+
+def overridden(baseline: Baseline, canonical: Callable[[str], str]) -> set[str]:
+    """The flags whose value no longer sizes a resource because ``baseline`` sets a budget for it
+    (budgets.toml ``overrides``: an explicit ``--kv-cache-memory-bytes`` makes vLLM ignore
+    ``--gpu-memory-utilization``, its ``--help``, 0.32.0). ``canonical`` maps a flag as the baseline
+    spells it to the host's canonical name."""
+    out: set[str] = set()
+    for b in load_budgets().budget:
+        name = b.name
+        held = baseline.env.get(name) if b.kind == "env" else next(
+            (v for n, v in baseline.flags.items() if canonical(n) == name), None)
+        if held is not None and held is not False:
+            out.update(b.overrides)
+    return out
 
 
 def bounded_on_purpose(case: Case, budget: Budget) -> str | None:

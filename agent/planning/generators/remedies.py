@@ -22,6 +22,7 @@ import math
 import re
 
 from agent.domain.models import Evidence, FlagValue, Hypothesis, Intervention, LogLine
+from agent.planning.budgets import overridden
 from agent.planning.catalog import load_roles
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import (
@@ -429,6 +430,7 @@ def _named_settings(inp: GeneratorInput) -> list[Remedy]:
     one, a name the host does not know is no remedy."""
     out: list[Remedy] = []
     kind = "error" if _user_set_cause(inp) else "named"
+    moot = overridden(inp.baseline, lambda n: spec.name if (spec := canon(inp.flags, n)) else n)
     for ll in _error_lines(inp):
         text, start = ll.text, 0
         for m in _BACKTICKED.finditer(text):
@@ -440,8 +442,8 @@ def _named_settings(inp: GeneratorInput) -> list[Remedy]:
             direction, dest = max(verbs)[1], m.group("name")
             spec = fact_flag(inp.flags, dest) if inp.flags is not None else \
                 FlagSpec(name="--" + dest.replace("_", "-"), takes_value=True)
-            if spec is None or not spec.takes_value:
-                continue
+            if spec is None or not spec.takes_value or spec.name in moot:
+                continue  # unknown here, a switch, or a knob the user's own budget overrides
             fits = inp.evidence.facts.get(f"{dest}_fits")
             current = effective_value(inp, spec)
             values: list[FlagValue] = [str(fits)] if fits and direction == "lower" else \
