@@ -1,11 +1,12 @@
-"""A failure raised while only module-level code ran (the server's entry point still importing) is one no
-launch flag reaches: the run ends after the baseline, naming the package the failing code is in, whatever
-the exception (issue 20: only what is in play)."""
+"""Failures no launch setting reaches, so the run ends after the baseline naming a package (issue 20: only
+what is in play): an exception raised while only module-level code ran (the entry point still importing,
+whatever the exception), and a package's own error saying its installed version is out of date."""
 
 from __future__ import annotations
 
 from agent.domain.models import LogLine, Outcome
 from agent.planning.observations import import_time_failure
+from agent.planning.package_changes import outdated_package
 
 _SITE = "/opt/venv/lib/python3.10/site-packages"
 _HEAD = (
@@ -41,3 +42,30 @@ def test_the_same_error_after_a_function_of_the_server_ran_is_not_an_import_time
         "    load_kernels(server_args)\n"
     )
     assert import_time_failure(_outcome(_HEAD + called + _TAIL)) is None
+
+
+_CONFIG_READ = (
+    "Traceback (most recent call last):\n"
+    f'  File "{_SITE}/sglang/srt/server_args.py", line 1188, in _handle_model_specific_adjustments\n'
+    "    hf_config = self.get_model_config().hf_config\n"
+    f'  File "{_SITE}/transformers/models/auto/configuration_auto.py", line 1362, in from_pretrained\n'
+    "    raise ValueError(\n"
+    "ValueError: The checkpoint you are trying to load has model type `new_moe` but Transformers does not "
+    "recognize this architecture. This could be because of an issue with the checkpoint, or because your "
+    "version of Transformers is out of date.\n"
+)
+
+
+def test_a_package_that_says_its_own_version_is_out_of_date_is_the_remedy() -> None:
+    """The error is raised in transformers and says transformers is out of date: the package is named."""
+    assert outdated_package(_outcome(_CONFIG_READ).tracebacks) == "transformers"
+
+
+def test_advice_about_another_package_than_the_one_that_raised_is_not_taken() -> None:
+    """SGLang's own code saying some other package is old is not that package reporting on itself: a
+    setting may still route around the check, so nothing is concluded from the words alone."""
+    elsewhere = _CONFIG_READ.replace(
+        f'  File "{_SITE}/transformers/models/auto/configuration_auto.py", line 1362, in from_pretrained\n',
+        f'  File "{_SITE}/sglang/srt/configs/model_config.py", line 119, in __init__\n',
+    )
+    assert outdated_package(_outcome(elsewhere).tracebacks) is None

@@ -23,6 +23,7 @@ from agent.planning.in_play import InPlay, load_subsystems
 from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, import_time_failure, load_level, load_probe_for
+from agent.planning.package_changes import outdated_package
 from agent.planning.values import ValueEvidence
 from agent.planning.view import COST_ORDER, HistoryState, PlannerView, Proposal, default_launch_cost_s
 from agent.planning.weights import weights as tunables
@@ -328,15 +329,8 @@ class Chooser(FlagMatcher):
                             f"{m.meaning}{lines}; fix the case and run again")
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, baseline, ref, done, rejected_ids, considered)
-        importing = import_time_failure(ref)
-        if importing is not None and not any(h.generator == "remedies" for h in state.hypotheses):
-            # Python failed while importing a package, before SGLang read a single argument: no launch
-            # flag reaches that code, so launches spent on flags would repeat the same failure.
-            return Proposal(
-                conclude_reason=f"the failure happens while Python imports {importing}, before any launch "
-                "flag is read: the installed packages are broken or mismatched (no flag change can fix it)",
-                considered=considered,
-            )
+        if (why := _package_dead_end(ref, state)) is not None:
+            return Proposal(conclude_reason=why, considered=considered)
         if not candidates:
             reason = "no untested change is left that an open hypothesis predicts would fix the failure"
             refuted = [h.id for h in state.hypotheses if h.status == "refuted"]
@@ -397,6 +391,25 @@ class Chooser(FlagMatcher):
         if scored[0][2].key() in intent:
             why += " (the user's own setting the failure implicates, reverted before the workaround is reported)"
         return self._test(state, base, scored[0], cost, ref.facts, why, considered)
+
+
+def _package_dead_end(ref: Outcome, state: HistoryState) -> str | None:
+    """Why no launch setting can fix the failing run ``ref``, from its traceback alone, or None: Python
+    failed while importing a package, before SGLang read a single argument; or a package's own check says
+    its installed version is too old for this deployment (``outdated_package``). Launches spent on flags
+    would repeat the same failure. Not when the error itself names a setting (the ``remedies``
+    generator's hypotheses): that remedy is tested first."""
+    if any(h.generator == "remedies" for h in state.hypotheses):
+        return None
+    importing = import_time_failure(ref)
+    if importing is not None:
+        return (f"the failure happens while Python imports {importing}, before any launch flag is read: the "
+                "installed packages are broken or mismatched (no flag change can fix it)")
+    outdated = outdated_package(ref.tracebacks)
+    if outdated is not None:
+        return (f"{outdated} raised the error itself and says its installed version is out of date for this "
+                f"deployment: upgrade {outdated} (no launch flag changes an installed package)")
+    return None
 
 
 def _narrowed(
