@@ -340,7 +340,7 @@ class Chooser(FlagMatcher):
                     "failure may need several changes at once, or a cause outside the catalog"
                 )
             return Proposal(conclude_reason=reason, considered=considered)
-        candidates = _narrowed(candidates, state.localised, considered)
+        candidates = _narrowed(_localise_if_it_pays(candidates, state, considered), state.localised, considered)
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
@@ -428,6 +428,24 @@ def _narrowed(
     considered.append({"narrowed": f"to the {', '.join(localised)} subsystem the localising launch's frames "
                        f"name: {len(inside)} of {len(candidates)} candidate changes"})
     return inside
+
+
+def _localise_if_it_pays(
+    candidates: dict[str, tuple[Change, Intervention, str]], state: HistoryState, considered: list[dict[str, Any]]
+) -> dict[str, tuple[Change, Intervention, str]]:
+    """``candidates`` without the localising launches when the failure comes and goes (seen flaky, or the
+    case says so): such a launch pays only on a failure that reproduces every time. On an intermittent one
+    a localising launch that serves says nothing (the fault may just not have fired), one that fails shows
+    a failure already seen, and the best change needs its confirmation runs anyway (issue 20, point 3:
+    localise first only where it pays)."""
+    if not (state.flaky or state.intermittent):
+        return candidates
+    kept = {k: c for k, c in candidates.items() if localiser_of(c[0]) is None}
+    if len(kept) < len(candidates) and kept:
+        considered.append({"skipped": "a localising launch: the failure comes and goes, so a launch that "
+                           "serves would not say where it is"})
+        return kept
+    return candidates
 
 
 def _localise_first(change: Change) -> str:
