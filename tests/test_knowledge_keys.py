@@ -39,6 +39,7 @@ JUNK_IN_ENTRY = [
     ("packages.toml", "[generic_runtimes]\n", "[generic_runtimes]\nbogus_key = 1\n", "generic_runtimes.bogus_key"),
     ("probe_set.toml", "[[item]]\n", "[[item]]\nbogus_key = 1\n", "bogus_key"),
     ("localisers.toml", "[[localiser]]\n", "[[localiser]]\nbogus_key = 1\n", "bogus_key"),
+    ("switches.toml", "[[switch]]\n", "[[switch]]\nbogus_key = 1\n", "bogus_key"),
 ]
 
 

@@ -6,7 +6,7 @@ docs/ARCHITECTURE.md "Where each kind of change goes" lists them): the inference
 (``engines.toml``, read by ``tools/engines.py``), log signatures, the hypothesis catalog and the
 symptom-class rules, flag roles, value limits, risk rules, the rule planner's weights, implementation
 choices, what a deployment is (``served.toml``), which subsystems are in play, the localising experiments
-(``localisers.toml``), and the findings
+(``localisers.toml``), the implementation switches (``switches.toml``), and the findings
 reader's GPUs, model families and configuration facts.
 
 A file the folder lacks falls back to the repository's own file of that name, so a folder can replace
@@ -42,6 +42,7 @@ KNOWLEDGE_FILES = (
     "engines.toml", "signatures.toml", "hypotheses.toml", "symptoms.toml", "flag_roles.toml", "limits.toml", "risky.toml",
     "planner.toml", "implementations.toml", "served.toml", "subsystems.toml", "hardware.toml",
     "model_families.toml", "config_facts.toml", "packages.toml", "probe_set.toml", "localisers.toml",
+    "switches.toml",
 )
 
 
