@@ -363,19 +363,6 @@ def test_a_fault_in_a_subsystems_own_code_points_at_the_implementation_it_ran_am
     assert all(c.weight < min(hicache) for c in cands if c.id == "component:--kv-cache-dtype")
 
 
-def test_the_mxfp4_moe_precision_is_in_play_only_for_an_mxfp4_model(tmp_path: Path) -> None:
-    """An MoE checkpoint quantized to NVFP4 never runs the MXFP4 MoE method, so the precision of that
-    method is not a candidate there; on an MXFP4 checkpoint it is (config.json's quantization_config)."""
-    from agent.domain.models import Change
-    from agent.planning.in_play import InPlay
-
-    change = Change(kind="flag", name="--flashinfer-mxfp4-moe-precision", after="bf16")
-    nvfp4, _ = _fingerprint(tmp_path, {**MOE, "quantization_config": {"quant_method": "modelopt_fp4"}}, GPU_HOST, "nv")
-    mxfp4, _ = _fingerprint(tmp_path, {**MOE, "quantization_config": {"quant_method": "mxfp4"}}, GPU_HOST, "mx")
-    off = InPlay(nvfp4, Baseline(), {}, FLAGS).why_not(change)
-    assert off is not None and "MXFP4" in off
-    assert InPlay(mxfp4, Baseline(), {}, FLAGS).why_not(change) is None
-
 
 def test_the_file_the_notes_name_for_an_unset_path_is_tried_before_the_users_own_settings_are_reverted() -> None:
     """The unset path is the claimed cause, so the notes' file in it must fix the failure (a decisive
