@@ -350,6 +350,10 @@ class Chooser(FlagMatcher):
         if first is not None:
             return self._test(state, baseline, first, cost, ref.facts, _localise_first(first[2]), considered)
         scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        best_p = max(t[3] for t in scored)
+        if best_p < tunables().choice.min_test_p:
+            return Proposal(conclude_reason=f"no untested change is likely enough to be worth a launch (the best "
+                            f"has P(fix) = {best_p:.2f}, below {tunables().choice.min_test_p:g})", considered=considered)
         why = f"the best probability per host-second among {count(len(scored), 'candidate change')}"
         return self._test(state, baseline, scored[0], cost, ref.facts, why, considered)
 
