@@ -141,7 +141,8 @@ class Chooser(FlagMatcher):
         if why_port := _port_taken(view):
             return Proposal(conclude_reason=why_port)
         plain_runs = 3 if state.intermittent else 2
-        probes: list[Probe] = []
+        # every repeat runs the case's own load (issue 20, point 6): a load-only failure cannot show without it
+        probes: list[Probe] = state.extra_probes()
         if not state.load_tried:
             probes = [load_probe_for(case, n) for n in BURST_LEVELS]
             why = (
