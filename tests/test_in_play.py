@@ -361,3 +361,35 @@ def test_a_fault_in_a_subsystems_own_code_points_at_the_implementation_it_ran_am
     # a flag of another subsystem the frame's words happen to share ("cache") ranks below every hicache one
     hicache = [c.weight for c in cands if c.id.startswith("component:--hicache-")]
     assert all(c.weight < min(hicache) for c in cands if c.id == "component:--kv-cache-dtype")
+
+
+
+def test_the_file_the_notes_name_for_an_unset_path_is_tried_before_the_users_own_settings_are_reverted() -> None:
+    """The unset path is the claimed cause, so the notes' file in it must fix the failure (a decisive
+    test): it goes before reverting the user's deliberate speculative settings, which the same failure
+    only may implicate."""
+    from agent.domain.models import RelevantFinding
+    from tools.knowledge import Finding
+
+    notes = Finding(source="FINDINGS.md", title="Notes on this box", outcome="unknown",
+                    text="- trained an EAGLE3 draft head with SpecForge; the checkpoint is in `/models/m-eagle3`.\n"
+                         "- speculative settings we benchmarked offline: steps 3, topk 1, 4 draft tokens.")
+    log = ("Traceback (most recent call last):\n"
+           f'  File "{SITE}/sglang/srt/speculative/eagle_worker.py", line 120, in __init__\n'
+           "    self.draft_model_runner.model.set_embed(embed)\n"
+           "AttributeError: 'Qwen2ForCausalLM' object has no attribute 'set_embed'\n")
+    flags = {"--speculative-algorithm": "EAGLE3", "--speculative-num-steps": 3, "--speculative-eagle-topk": 1,
+             "--speculative-num-draft-tokens": 4}
+    case = Case.model_validate({"name": "c", "model": {"path": "m"}, "baseline": {"flags": flags}})
+    view = PlannerView(case=case, fingerprint=GPU_HOST, findings=[RelevantFinding(finding=notes, relevance=0.3)])
+    planner = RulePlanner(load_catalog(), FLAGS)
+    first = planner.propose(view, planner.history(view)).experiment
+    assert first is not None
+    first = first.model_copy(update={"status": "done"})
+    raw = RawEvidence.from_log(first.id, log, _sglang_signatures(), "x.log").model_copy(update={"status": "crashed"})
+    view.experiments.append(first)
+    view.outcomes.append(classify_outcome(raw))
+    view.launches = 1
+    nxt = planner.propose(view, planner.history(view)).experiment
+    assert nxt is not None and nxt.change is not None
+    assert (nxt.change.name, nxt.change.after) == ("--speculative-draft-model-path", "/models/m-eagle3")

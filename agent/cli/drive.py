@@ -271,6 +271,7 @@ def check_knowledge() -> None:
     from agent.planning.localise import load_localisers
     from agent.planning.package_changes import packages_knowledge
     from agent.planning.served import served_settings
+    from agent.planning.switches import load_switches
     from agent.planning.weights import weights
     from agent.run.approval.policy import load_risk_rules
     from tools.engines import engines_data
@@ -281,6 +282,7 @@ def check_knowledge() -> None:
         load_catalog()
         symptom_rules()
         load_localisers()
+        load_switches()
         weights()
         implementations()
         packages_knowledge()

@@ -23,6 +23,7 @@ from agent.planning.in_play import InPlay, load_subsystems
 from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, import_time_failure, load_level, load_probe_for
+from agent.planning.package_changes import outdated_package
 from agent.planning.values import ValueEvidence
 from agent.planning.view import COST_ORDER, HistoryState, PlannerView, Proposal, default_launch_cost_s
 from agent.planning.weights import weights as tunables
@@ -197,7 +198,8 @@ class Chooser(FlagMatcher):
         if why_port := _port_taken(view):
             return Proposal(conclude_reason=why_port)
         plain_runs = 3 if state.intermittent else 2
-        probes: list[Probe] = []
+        # every repeat runs the case's own load (issue 20, point 6): a load-only failure cannot show without it
+        probes: list[Probe] = state.extra_probes()
         if not state.load_tried:
             probes = [load_probe_for(case, n) for n in BURST_LEVELS]
             why = (
@@ -386,15 +388,8 @@ class Chooser(FlagMatcher):
                             f"{m.meaning}{lines}; fix the case and run again")
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, baseline, ref, done, rejected_ids, considered)
-        importing = import_time_failure(ref)
-        if importing is not None and not any(h.generator == "remedies" for h in state.hypotheses):
-            # Python failed while importing a package, before SGLang read a single argument: no launch
-            # flag reaches that code, so launches spent on flags would repeat the same failure.
-            return Proposal(
-                conclude_reason=f"the failure happens while Python imports {importing}, before any launch "
-                "flag is read: the installed packages are broken or mismatched (no flag change can fix it)",
-                considered=considered,
-            )
+        if (why := _package_dead_end(ref, state)) is not None:
+            return Proposal(conclude_reason=why, considered=considered)
         if not candidates:
             reason = "no untested change is left that an open hypothesis predicts would fix the failure"
             refuted = [h.id for h in state.hypotheses if h.status == "refuted"]
@@ -404,7 +399,7 @@ class Chooser(FlagMatcher):
                     "failure may need several changes at once, or a cause outside the catalog"
                 )
             return Proposal(conclude_reason=reason, considered=considered)
-        candidates = _narrowed(candidates, state.localised, considered)
+        candidates = _narrowed(_localise_if_it_pays(candidates, state, considered), state.localised, considered)
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
@@ -414,6 +409,10 @@ class Chooser(FlagMatcher):
         if first is not None:
             return self._test(state, baseline, first, cost, ref.facts, _localise_first(first[2]), considered)
         scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        best_p = max(t[3] for t in scored)
+        if best_p < tunables().choice.min_test_p:
+            return Proposal(conclude_reason=f"no untested change is likely enough to be worth a launch (the best "
+                            f"has P(fix) = {best_p:.2f}, below {tunables().choice.min_test_p:g})", considered=considered)
         why = f"the best probability per host-second among {count(len(scored), 'candidate change')}"
         return self._test(state, baseline, scored[0], cost, ref.facts, why, considered)
 
@@ -457,6 +456,25 @@ class Chooser(FlagMatcher):
         return self._test(state, base, scored[0], cost, ref.facts, why, considered)
 
 
+def _package_dead_end(ref: Outcome, state: HistoryState) -> str | None:
+    """Why no launch setting can fix the failing run ``ref``, from its traceback alone, or None: Python
+    failed while importing a package, before SGLang read a single argument; or a package's own check says
+    its installed version is too old for this deployment (``outdated_package``). Launches spent on flags
+    would repeat the same failure. Not when the error itself names a setting (the ``remedies``
+    generator's hypotheses): that remedy is tested first."""
+    if any(h.generator == "remedies" for h in state.hypotheses):
+        return None
+    importing = import_time_failure(ref)
+    if importing is not None:
+        return (f"the failure happens while Python imports {importing}, before any launch flag is read: the "
+                "installed packages are broken or mismatched (no flag change can fix it)")
+    outdated = outdated_package(ref.tracebacks)
+    if outdated is not None:
+        return (f"{outdated} raised the error itself and says its installed version is out of date for this "
+                f"deployment: upgrade {outdated} (no launch flag changes an installed package)")
+    return None
+
+
 def _narrowed(
     candidates: dict[str, tuple[Change, Intervention, str]], localised: list[str], considered: list[dict[str, Any]]
 ) -> dict[str, tuple[Change, Intervention, str]]:
@@ -473,6 +491,24 @@ def _narrowed(
     considered.append({"narrowed": f"to the {', '.join(localised)} subsystem the localising launch's frames "
                        f"name: {len(inside)} of {len(candidates)} candidate changes"})
     return inside
+
+
+def _localise_if_it_pays(
+    candidates: dict[str, tuple[Change, Intervention, str]], state: HistoryState, considered: list[dict[str, Any]]
+) -> dict[str, tuple[Change, Intervention, str]]:
+    """``candidates`` without the localising launches when the failure comes and goes (seen flaky, or the
+    case says so): such a launch pays only on a failure that reproduces every time. On an intermittent one
+    a localising launch that serves says nothing (the fault may just not have fired), one that fails shows
+    a failure already seen, and the best change needs its confirmation runs anyway (issue 20, point 3:
+    localise first only where it pays)."""
+    if not (state.flaky or state.intermittent):
+        return candidates
+    kept = {k: c for k, c in candidates.items() if localiser_of(c[0]) is None}
+    if len(kept) < len(candidates) and kept:
+        considered.append({"skipped": "a localising launch: the failure comes and goes, so a launch that "
+                           "serves would not say where it is"})
+        return kept
+    return candidates
 
 
 def _localise_first(change: Change) -> str:

@@ -64,6 +64,7 @@ class LedgerBook(FlagMatcher):
             features=model_features(view.case),
             experiments=view.experiments,
             outcomes=outcomes,
+            run_outcomes=list(view.outcomes),
         )
 
     def create(

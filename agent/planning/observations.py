@@ -144,7 +144,11 @@ def load_probe_for(case: Case, level: int) -> Probe:
 
 def import_time_failure(outcome: Outcome) -> str | None:
     """The package whose import failed, when the failing traceback is an import error raised while
-    modules were being imported (a ``<module>`` frame on the way), else None.
+    modules were being imported (a ``<module>`` frame on the way), or any exception raised while only
+    module-level code ran (every frame outside Python's frozen runner is a ``<module>`` frame: the entry
+    point was still importing, e.g. ``AttributeError: module 'aiter' has no attribute 'dtypes'`` at an
+    import of a mismatched package), else None. Either way no function of the server had run yet, so no
+    launch flag had been read.
 
     Not when the installed source shows a variable or argument guarding the path to that import
     (``Outcome.source_reading``): a lazy import behind ``if server_args.x == ...`` or ``if
@@ -154,15 +158,21 @@ def import_time_failure(outcome: Outcome) -> str | None:
     if reading is not None and reading.leads:
         return None
     for tb in _tracebacks(outcome):
-        if (tb.exception or "").rsplit(".", 1)[-1] not in ("ImportError", "ModuleNotFoundError"):
-            continue
-        if not any(f.function == "<module>" for f in tb.frames):
+        importing = (tb.exception or "").rsplit(".", 1)[-1] in ("ImportError", "ModuleNotFoundError")
+        if not (importing and any(f.function == "<module>" for f in tb.frames)) and not _module_level_only(tb):
             continue
         if reading is not None and reading.missing is not None:
             return reading.missing.package
         pkgs = [f.package for f in tb.frames if f.package and f.package != "sglang"]
         return pkgs[0] if pkgs else "a module"
     return None
+
+
+def _module_level_only(tb: Traceback) -> bool:
+    """Whether every frame of ``tb`` but Python's own runner (``<frozen runpy>``) is module-level code: the
+    exception was raised while the entry point's imports ran, before any of its functions was called."""
+    own = [f for f in tb.frames if not f.path.startswith("<frozen")]
+    return bool(own) and all(f.function == "<module>" for f in own)
 
 
 def failing_load_probe(exp: Experiment, outcome: Outcome) -> Probe | None:

@@ -45,6 +45,7 @@ __all__ = [
     "frame_packages",
     "is_generic_runtime",
     "is_in",
+    "outdated_package",
     "package_changes",
     "packages_knowledge",
 ]
@@ -77,12 +78,19 @@ class _Weights(_Strict):
     source: str
 
 
+class _Advice(_Strict):
+    patterns: tuple[str, ...] = Field(min_length=1)
+    source: str
+
+
 class PackagesKnowledge(_Strict):
-    """``knowledge/packages.toml``: the generic runtimes, the words that say something changed, weights."""
+    """``knowledge/packages.toml``: the generic runtimes, the words that say something changed, weights,
+    and the words of an error that says its own package is too old (``upgrade_advice``)."""
 
     generic_runtimes: _Generic
     change_words: _Words
     weights: _Weights
+    upgrade_advice: _Advice
 
 
 @functools.cache
@@ -252,6 +260,29 @@ def error_packages(texts: Iterable[str], installed: Mapping[str, str]) -> list[s
             continue
         out += [d for d in dists if d not in out]
     return out
+
+
+def outdated_package(tracebacks: Iterable[Traceback]) -> str | None:
+    """The package a failing traceback's own message says is too old (``[upgrade_advice]`` of
+    packages.toml: "your version of Transformers is out of date", "pip install --upgrade X"), when the
+    exception was raised in that package's code (its innermost frame runs in it): the package checked
+    itself against what the deployment needs, so its installed version is the remedy, not a launch
+    setting. The import name of that package, or None. Raises PackagesError for a pattern that is not a
+    regular expression with a ``package`` group."""
+    advice = packages_knowledge().upgrade_advice
+    for tb in tracebacks:
+        inner = tb.innermost
+        if inner is None or not inner.package:
+            continue
+        for pat in advice.patterns:
+            try:
+                m = re.search(pat, tb.message, re.IGNORECASE)
+                named = m.group("package") if m else None
+            except (re.error, IndexError) as exc:
+                raise PackagesError(f"{FILE}: field 'upgrade_advice.patterns': {pat!r}: {exc}") from None
+            if named and dist_key(named) == dist_key(inner.package):
+                return inner.package
+    return None
 
 
 def is_in(dist: str, packages: Iterable[str], installed: Mapping[str, str]) -> bool:

@@ -50,6 +50,7 @@ class ChoiceWeights(_Strict):
     performance_factor: dict[str, float]
     workaround_factor: float = Field(gt=0.0)
     min_alternative_p: float = _Probability
+    min_test_p: float = _Probability
     default_launch_cost_s: float = Field(gt=0.0)
 
 

@@ -89,6 +89,10 @@ class GeneratorInput(BaseModel):
     experiments: list[Experiment] = Field(default_factory=list)
     outcomes: list[Outcome] = Field(default_factory=list)
     host_files: dict[str, str] = Field(default_factory=dict)
+    #: Every outcome of the run, later ones included: what the tests made from this failing baseline
+    #: showed about it (a change that took a subsystem out and served), for generators that narrow a
+    #: workaround down to a root fix (``switches``).
+    run_outcomes: list[Outcome] = Field(default_factory=list)
 
     @property
     def evidence(self) -> Outcome:

@@ -142,7 +142,9 @@ def _named_paths(inp: GeneratorInput) -> list[Hypothesis]:
                         f"{', '.join(words_with_stems(sentence, shared)) or ', '.join(sorted(shared))}",
                         generator="known_good_diff",
                         evidence=[Evidence(kind="finding", detail=f"{rf.finding.source}: {sentence.strip()}")],
-                        interventions=[Intervention(names=[spec.name], values=[path], decisive=False, cost="none")],
+                        # decisive: the claim is that this unset setting is the cause, so the notes' file
+                        # in it must fix the failure (as a revert of the user's own setting must)
+                        interventions=[Intervention(names=[spec.name], values=[path], decisive=True, cost="none")],
                         source="finding",
                     ))
     return out

@@ -16,6 +16,7 @@ from agent.planning.generators.load import LoadGenerator
 from agent.planning.generators.localisers import LocaliserGenerator
 from agent.planning.generators.remedies import RemediesGenerator
 from agent.planning.generators.settings import SettingsVsDefaultsGenerator
+from agent.planning.generators.switches import SwitchGenerator
 from agent.planning.generators.symptoms import SymptomClassGenerator
 
 __all__ = ["REGISTRY", "default_generators"]
@@ -34,6 +35,7 @@ REGISTRY: list[type[CandidateGenerator]] = [
     SettingsVsDefaultsGenerator,
     KnownGoodDiffGenerator,
     ChangedPackageGenerator,
+    SwitchGenerator,
 ]
 
 

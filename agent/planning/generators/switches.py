@@ -1,0 +1,87 @@
+"""Switches: after a change that took a whole subsystem out served, the other implementation of that
+subsystem, chosen by an environment variable (``knowledge/switches.toml``, read by
+``agent.planning.switches``; issue 20, point 5: root fix before workaround).
+
+The hypothesis is "the implementation the switch selects by default on this platform is the one that
+fails": it predicts that both the other implementation and taking the subsystem out fix the failure, so
+the workaround that served supports it, and the chooser tests the narrower change before the workaround
+is reported (``Chooser._alternative``). Only on a platform the switch is read on, with the subsystem in
+play, and not when the switch already holds the other value.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agent.domain.models import Change, Evidence, Hypothesis, Intervention
+from agent.planning.in_play import InPlay, load_subsystems, platform_of
+from agent.planning.matching import same_value
+from agent.planning.switches import Switch, load_switches
+
+if TYPE_CHECKING:
+    from agent.planning.generators import GeneratorInput
+
+__all__ = ["SWITCH_PREFIX", "SwitchGenerator"]
+
+#: Ledger ids of switch hypotheses start with this.
+SWITCH_PREFIX = "switch:"
+#: Its weight: the component generator's ``BASE_WEIGHT``, for the same claim ("another implementation of
+#: the implicated component avoids it"); no new tunable.
+WEIGHT = 0.08
+
+
+def _served_without(sw: Switch, inp: GeneratorInput) -> tuple[str, str] | None:
+    """(flag, experiment id) of a test of this run that took ``sw``'s subsystem out and served, or None."""
+    ok = {o.experiment_id for o in inp.run_outcomes if o.stage == "ok"}
+    for e in inp.experiments:
+        ch = e.change
+        if e.id in ok and e.baseline == inp.baseline and ch is not None and ch.kind == "flag" and ch.name in sw.turned_off_by \
+                and ch.after not in (None, False):
+            return ch.name, e.id
+    return None
+
+
+class SwitchGenerator:
+    """One candidate per switch whose subsystem a served workaround took out (see module docstring)."""
+
+    name = "switches"
+
+    def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
+        """Candidates ``switch:ID``."""
+        switches = load_switches()
+        if not switches:
+            return []
+        device = inp.baseline.flags.get("--device")
+        platform = platform_of(inp.fingerprint, str(device) if device not in (None, True) else None, load_subsystems())
+        out = []
+        for sw in switches:
+            if platform not in sw.platforms or same_value(inp.baseline.env.get(sw.env), sw.other):
+                continue
+            served = _served_without(sw, inp)
+            if served is None:
+                continue
+            in_play = InPlay(inp.fingerprint, inp.baseline, inp.reference.server_args, inp.flags)
+            if in_play.why_not(Change(kind="env", name=sw.env, before=inp.baseline.env.get(sw.env),
+                                      after=sw.other)) is not None:
+                continue
+            flag, exp_id = served
+            out.append(Hypothesis(
+                id=f"{SWITCH_PREFIX}{sw.id}",
+                statement=f"{sw.implementation}, which {sw.env} selects by default ({sw.default}) on this "
+                f"platform, is the {sw.subsystem} implementation that fails; {sw.alternative} "
+                f"({sw.env}={sw.other}) avoids it",
+                component=sw.subsystem,
+                weight=WEIGHT,
+                rationale=f"{flag} took the whole subsystem out and the server served; {sw.env} chooses its "
+                f"implementation ({sw.source})",
+                generator=self.name,
+                evidence=[Evidence(kind="experiment", detail=f"{flag} took {sw.subsystem} out and the server "
+                                   "served", experiment_id=exp_id)],
+                interventions=[
+                    Intervention(kind="env", names=[sw.env], values=[sw.other], decisive=True, cost="none",
+                                 note=f"{sw.alternative} instead of {sw.implementation}"),
+                    Intervention(kind="flag", names=[flag], values=[True], decisive=True, cost="low",
+                                 workaround=True, note=f"no {sw.subsystem} implementation at all"),
+                ],
+            ))
+        return out

@@ -1,0 +1,61 @@
+"""Root fix before workaround (issue 20, point 5): once a change that took a whole subsystem out served,
+the other implementation of that subsystem, chosen by an environment variable (knowledge/switches.toml,
+from the code that reads it), is tested from the failing baseline before the workaround is reported; on a
+platform the variable is not read on, nothing is proposed.
+
+Real parts: SGLang 0.5.23's own ``--help`` (tests/data/help_sglang_0.5.23.txt), the repository's knowledge
+and the rule planner; the failing log is ROCm's HSA abort as every rank prints it.
+"""
+
+from __future__ import annotations
+
+from test_localise import FLAGS, H200, MI300X, SERVED, _launch
+
+from agent.domain.case import Case
+from agent.planning.catalog import load_catalog
+from agent.planning.planner import PlannerView, RulePlanner
+from agent.planning.switches import load_switches
+from tools.fingerprint import HostFingerprint
+
+ARGS = "[2026-12-02 10:00:00] server_args=ServerArgs(model_path='/m/q', tp_size=8)\n"
+HSA = (":0:rocdevice.cpp            :3020: 8243150981 us:  Callback: Queue 0x7f2a4c600000 Aborting with error : "
+       "HSA_STATUS_ERROR_EXCEPTION: An HSAIL operation resulted in a hardware exception. code: 0x1016\n"
+       "[2026-12-02 10:01:00] Received sigquit from a child process. It usually means the child failed.\n")
+
+
+def _eight(fp: HostFingerprint) -> tuple[RulePlanner, PlannerView]:
+    case = Case.model_validate({"name": "c", "model": {"path": "/m/q"},
+                                "baseline": {"flags": {"--tp-size": 8}, "env": {}}})
+    return RulePlanner(load_catalog(), FLAGS), PlannerView(case=case, fingerprint=fp.model_copy(update={"gpu_count": 8}))
+
+
+def _served_without_the_subsystem(fp: HostFingerprint) -> tuple[RulePlanner, PlannerView]:
+    planner, view = _eight(fp)
+    _launch(planner, view, ARGS + HSA)
+    off = _launch(planner, view, ARGS + SERVED, status="ready")
+    assert off.change is not None and off.change.name == "--disable-custom-all-reduce", off.change
+    return planner, view
+
+
+def test_after_the_subsystem_off_served_the_other_implementation_is_tested_from_the_failing_baseline() -> None:
+    planner, view = _served_without_the_subsystem(MI300X)
+    nxt = planner.propose(view, planner.history(view)).experiment
+    sw = next(s for s in load_switches() if "rocm" in s.platforms)
+    assert nxt is not None and nxt.change is not None
+    assert (nxt.change.kind, nxt.change.name, nxt.change.after) == ("env", sw.env, sw.other)
+    assert "--disable-custom-all-reduce" not in nxt.baseline.flags  # the workaround is not kept under it
+    assert "workaround" in nxt.rationale
+
+
+def test_a_switch_read_on_another_platform_is_not_proposed() -> None:
+    planner, view = _served_without_the_subsystem(H200)
+    state = planner.history(view)
+    rocm_only = {s.env for s in load_switches() if "cuda" not in s.platforms}
+    assert rocm_only and not any(iv.names[0] in rocm_only for h in state.hypotheses for iv in h.interventions)
+
+
+def test_a_switch_weighs_as_much_as_another_implementation_of_an_implicated_component() -> None:
+    from agent.planning.generators.component import BASE_WEIGHT
+    from agent.planning.generators.switches import WEIGHT
+
+    assert WEIGHT == BASE_WEIGHT
