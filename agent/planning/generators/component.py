@@ -221,8 +221,6 @@ class ImplicatedComponentGenerator:
             factor *= FEATURE_FACTOR
             how.append("it configures a feature the baseline turns on")
         named, alts = _without_named(spec, cur, alts, imp.error_text)
-        if not alts:
-            return None
         alts, served = _served_alternatives(inp, spec, current, mentioned_first(alts, imp.error_text))
         if not alts:
             return None
