@@ -278,11 +278,37 @@ class InPlay:
                 out.append(s)
         return out
 
+    def _own_device(self, change: Change) -> str | None:
+        """Why removing ``--device`` cannot matter, or None: the host's platform, read from the host
+        itself (the fingerprint's GPU query; CPU-only when no GPU tool answered), is the one the
+        baseline's device names. Without the flag the engine picks a device by itself, and a host has
+        no other platform to pick (SGLang 0.5.23 srt/utils/common.py get_device on a CPU-only host:
+        'No accelerator ... is available')."""
+        if change.kind != "flag" or self._canonical(change.name) != DEVICE_FLAG:
+            return None
+        host = platform_of(self.fp, None, self.k)
+        current = self.setting(DEVICE_FLAG)
+        own = next((str(p.get("device", "")) for p in self.k.platforms if p.get("id") == host), "")
+        if not host or not current or current.split(":")[0].strip().lower() != own.lower():
+            return None
+        return (f"{DEVICE_FLAG} {current} names this host's own platform ({host}, by its GPU query): without "
+                "it the engine picks a device by itself, and this host has no other")
+
+    def _canonical(self, name: str) -> str:
+        """The host's canonical spelling of flag ``name`` (itself when the catalog does not know it)."""
+        if self.flags is None:
+            return name
+        try:
+            return self.flags.resolve(name).name
+        except FlagError:
+            return name
+
     def why_not(self, change: Change) -> str | None:
         """Why ``change`` cannot matter here (its subsystem is not in play), or None. A removal of a
-        setting the user made is always allowed: it restores SGLang's own choice."""
+        setting the user made is always allowed: it restores SGLang's own choice, except removing the
+        device setting that names the host's own platform (``_own_device``)."""
         if change.after is None:
-            return None
+            return self._own_device(change)
         for s in self.subsystems_of(change.kind, change.name):
             results = [self._holds(c) for c in s.in_play_any]
             if not results or any(r is not False for r in results):

@@ -109,6 +109,17 @@ class Served:
             return False
         return total % was != 0 and total % now == 0
 
+    def unservable(self, flags: FlagCatalog | None, name: str, value: object,
+                   checkpoint: dict[str, str] | None) -> bool:
+        """Whether setting ``name`` to ``value`` cannot serve these weights: a ``checkpoint_only`` value
+        (AWQ, GPTQ, ...) while the checkpoint's config.json is known and declares no such format (the
+        engine reads that format's parameters from the checkpoint's own files and refuses the launch)."""
+        canon = _canon(flags, name)
+        key = next((k for n, k in self.from_checkpoint.items() if _canon(flags, n) == canon), None)
+        if not key or not checkpoint or checkpoint.get(key) is not None:
+            return False
+        return self._checkpoint_only(flags, canon, value)
+
     def _checkpoint_only(self, flags: FlagCatalog | None, canon: str, value: object) -> bool:
         values = next((v for n, v in self.checkpoint_only.items() if _canon(flags, n) == canon), frozenset())
         return str(value).strip().lower() in values

@@ -37,7 +37,7 @@ from agent.planning.generators.common import (
     stems,
     words_with_stems,
 )
-from agent.planning.served import served_settings
+from agent.planning.served import description_keeps, served_settings
 from tools.flags import FlagSpec
 
 __all__ = ["ImplicatedComponentGenerator"]
@@ -156,6 +156,23 @@ def _without_named(spec: FlagSpec, cur: str, alts: list[str], error_text: str) -
     return named, [c for c in alts if c != named]
 
 
+def _served_alternatives(inp: GeneratorInput, spec: FlagSpec, current: object,
+                         alts: list[str]) -> tuple[list[str], set[str]]:
+    """For a flag that defines what is served (knowledge/served.toml, ``--quantization``): the
+    alternatives without those these weights cannot serve (``ServedSettings.unservable``: an AWQ format
+    on a checkpoint made in none), and the set of those that change the deployment (a workaround, never
+    the fix: issue 20, point 5). Any other flag: ``alts`` as they are and an empty set."""
+    served = served_settings()
+    if served.role("flag", spec.name, inp.flags) != "served":
+        return alts, set()
+    checkpoint = inp.fingerprint.checkpoint if inp.fingerprint else {}
+    keeps = set(description_keeps(inp.case))
+    alts = [c for c in alts if not served.unservable(inp.flags, spec.name, c, checkpoint)]
+    changes = {c for c in alts if served.changes_deployment("flag", spec.name, c, inp.flags, keeps, checkpoint,
+                                                            current)}
+    return alts, changes
+
+
 class ImplicatedComponentGenerator:
     """Flags that select the implicated component, with every legal alternative (see module docstring)."""
 
@@ -204,9 +221,9 @@ class ImplicatedComponentGenerator:
             factor *= FEATURE_FACTOR
             how.append("it configures a feature the baseline turns on")
         named, alts = _without_named(spec, cur, alts, imp.error_text)
+        alts, served = _served_alternatives(inp, spec, current, mentioned_first(alts, imp.error_text))
         if not alts:
             return None
-        alts = mentioned_first(alts, imp.error_text)
         # Switching away from the package the failure happened in (or the one the error names) avoids it
         # without repairing it.
         avoids = bool(cur and cur in imp.packages) or named is not None
@@ -214,9 +231,10 @@ class ImplicatedComponentGenerator:
         ivs = [
             Intervention(
                 names=[spec.name], values=[c], decisive=len(alts) == 1, fact=fact_key or dest,
-                cost="medium" if avoids else "low", workaround=avoids,
+                cost="high" if c in served else "medium" if avoids else "low", workaround=avoids or c in served,
                 note=f"an alternative implementation of {spec.name}"
-                + (f" that does not use {named or current}" if avoids else ""),
+                + (f" that does not use {named or current}" if avoids else "")
+                + ("; changes what is served (the deployment the user asked for)" if c in served else ""),
             )
             for c in alts
         ]

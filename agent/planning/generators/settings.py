@@ -215,7 +215,7 @@ class _Implication:
         elif (named := self.value_words.get(name, set())) and named <= self.site_words:
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, the code its value "
                                               f"{value} selects")
-        elif own := _only_in(name, self.site_words - self._chosen(name), self.names):
+        elif (own := _only_in(name, self.site_words - self._chosen(name), self.names)) and not self._elsewhere(name):
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, whose code names "
                                               f"{', '.join(sorted(own))} as only this setting does")
         shared = stems(name.lstrip("-")) & imp.words
@@ -234,6 +234,13 @@ class _Implication:
         if not subs:
             return None
         return f"the failure surfaced in {self.site}, code of the {', '.join(subs)} subsystem {name} configures"
+
+    def _elsewhere(self, name: str) -> bool:
+        """Whether the failure surfaced in the code of a known subsystem (knowledge/subsystems.toml
+        ``modules``) that setting ``name`` does not configure: that code's words name its own things
+        (``token`` in fp8's ``per_token_group_quant``), not this setting."""
+        subs = subsystems_of_frame(self.site) if self.site else []
+        return bool(subs) and not any(p is not None and p.search(name) for s in subs for p in (s.flags, s.env))
 
     def _chosen(self, name: str) -> set[str]:
         """Words of the failing code that another setting's value names (the path it chose)."""
