@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tomllib
 from importlib.metadata import version
 from pathlib import Path
@@ -191,3 +192,28 @@ def test_hypoloop_home_that_is_a_file_is_one_clear_line(tmp_path: Path, args: tu
         assert r.returncode == 2 and len(lines) == 1, r.stderr
         assert lines[0].startswith(f"error: HYPOLOOP_HOME={value}: ") and culprit in lines[0], lines[0]
         assert "set HYPOLOOP_HOME to a folder" in lines[0] and "File exists" not in lines[0]
+
+
+def test_a_folder_hypoloop_home_points_at_keeps_its_mode_and_an_empty_value_is_not_the_current_folder(
+    tmp_path: Path,
+) -> None:
+    """HYPOLOOP_HOME at an existing shared folder (a sticky 1777 one, like /tmp) turned it 0700 even on
+    a read-only `runs`; HYPOLOOP_HOME= (empty) used and tightened the current folder (a newcomer found both)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    r = run_cli(tmp_path, "runs", HYPOLOOP_HOME=str(shared))
+    assert r.returncode == 0, r.stderr
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
+    fresh = tmp_path / "made-by-hypoloop"
+    assert run_cli(tmp_path, "runs", HYPOLOOP_HOME=str(fresh)).returncode == 0
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o700  # a folder it makes itself is private
+    work = tmp_path / "work"
+    work.mkdir()
+    work.chmod(0o755)
+    fake_home = tmp_path / "user"
+    fake_home.mkdir()
+    r = run_cli(work, "runs", HYPOLOOP_HOME="", HOME=str(fake_home))
+    assert r.returncode == 0, r.stderr
+    assert stat.S_IMODE(work.stat().st_mode) == 0o755 and list(work.iterdir()) == []
+    assert (fake_home / ".hypoloop").is_dir()

@@ -102,23 +102,28 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _owner_only(home: Path) -> None:
+def _owner_only(home: Path, created: bool) -> None:
     """Make the state folder (and the store, lock and run folders in it, made by an older hypoloop
-    with 0755/0644) private to its owner; a folder owned by someone else is left as it is."""
-    for path in (home, home / "checkpoints.sqlite", home / "locks", home / "runs"):
+    with 0755/0644) private to its owner. The folder itself only when hypoloop made it (now, or before:
+    it holds hypoloop's store): a folder the user pointed HYPOLOOP_HOME at (``/tmp``, a project folder)
+    keeps its mode. A path owned by someone else is left as it is."""
+    mine = created or (home / "checkpoints.sqlite").exists()
+    for path in ((home,) if mine else ()) + (home / "checkpoints.sqlite", home / "locks", home / "runs"):
         with contextlib.suppress(OSError):
             st = path.stat()
             if st.st_uid == os.getuid():
                 path.chmod(0o700 if path.is_dir() else 0o600)
 
 def state_dir() -> Path:
-    """Where checkpoints, locks, run logs and caches live: ``$HYPOLOOP_HOME`` or ``~/.hypoloop``.
+    """Where checkpoints, locks, run logs and caches live: ``$HYPOLOOP_HOME`` or ``~/.hypoloop`` (also
+    when the variable is set but empty: never the current folder).
 
     Created if missing; an unusable location is a one-line error (exit 2)."""
-    home = Path(os.environ.get("HYPOLOOP_HOME", "~/.hypoloop")).expanduser()
+    home = Path(os.environ.get("HYPOLOOP_HOME") or "~/.hypoloop").expanduser()
     try:
+        created = not home.exists()
         home.mkdir(parents=True, exist_ok=True)
-        _owner_only(home)
+        _owner_only(home, created)
         # A uniquely named probe, removed on close: concurrent hypoloop processes (two `resume`s
         # answering the same run) must not delete each other's probe.
         with tempfile.TemporaryFile(dir=home, prefix=".write-test-"):

@@ -41,8 +41,8 @@ class RunInUse(RunError):
 
 
 def home_dir() -> Path:
-    """``$HYPOLOOP_HOME`` or ``~/.hypoloop``."""
-    return Path(os.environ.get("HYPOLOOP_HOME", "~/.hypoloop")).expanduser()
+    """``$HYPOLOOP_HOME`` or ``~/.hypoloop`` (also when the variable is empty)."""
+    return Path(os.environ.get("HYPOLOOP_HOME") or "~/.hypoloop").expanduser()
 
 
 class StoreError(RunError):
