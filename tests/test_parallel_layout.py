@@ -9,77 +9,36 @@ heads and 1 KV head) launched as bench/real/sglang-tp2 does, 2026-12-02 (tests/d
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from agent.domain.case import Case
-from agent.domain.evidence import RawEvidence
-from agent.domain.models import Baseline, Change, Hypothesis, Outcome
+from cpubed import DATA, FLAGS, bed_case, bed_host, crashed, generator_input
+
+from agent.domain.models import Change, Hypothesis
 from agent.planning.catalog import load_catalog
-from agent.planning.generators import GeneratorInput
 from agent.planning.generators.registry import default_generators
 from agent.planning.generators.settings import SettingsVsDefaultsGenerator, implicated_setting
 from agent.planning.in_play import subsystems_of_frame
 from agent.planning.ledger import LedgerBook
 from agent.planning.planner import PlannerView, RulePlanner
-from agent.run.nodes.analyze import classify_outcome
-from agent.run.nodes.intake import _read_model_and_cpus
-from tools.fingerprint import HostFingerprint
-from tools.flags import FlagCatalog, parse_help
-from tools.host import LocalHost
-from tools.signatures import for_engine, load_signatures
 from tools.tracebacks import missing_import
 
-DATA = Path(__file__).parent / "data"
-FLAGS: FlagCatalog = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="fixture", version="0.5.23")
-SIGS = for_engine(load_signatures(), "sglang")
 #: launch 1 of bench/real/sglang-tp2: the thread-binding assertion (2 ranks, 1 NUMA node)
 NO_BIND = (DATA / "logs_0.5.23" / "tp2-no-bind.log").read_text()
 #: launch 2, with SGLANG_CPU_OMP_THREADS_BIND=0|1: rank 1 cannot take its half of the single KV head
 WEIGHT_LOADER = (DATA / "logs_0.5.23" / "tp2-weight-loader.log").read_text()
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "num_attention_heads": 2,
-    "num_key_value_heads": 1, "head_dim": 64, "num_hidden_layers": 2, "max_position_embeddings": 512,
-}
 FLAGS_TP2 = {"--device": "cpu", "--max-total-tokens": 2048, "--tp-size": 2}
 BIND = Change(kind="env", name="SGLANG_CPU_OMP_THREADS_BIND", before=None, after="0|1")
 
 
-def _host(tmp_path: Path) -> tuple[HostFingerprint, str]:
-    """A CPU host's fingerprint with the tiny model's config.json read from disk, as intake reads it."""
-    model = tmp_path / "tiny-llama"
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(TINY_LLAMA))
-    fp = HostFingerprint(gpu_vendor="none", gpu_count=0, sglang_version="0.5.23", cpu_count=2)
-    case = Case.model_validate({"name": "c", "model": {"path": str(model)},
-                                "baseline": {"flags": {"--model-path": str(model)}}})
-    _read_model_and_cpus(LocalHost(), case, fp)
-    return fp, str(model)
 
 
-def _case(model: str) -> Case:
-    case = Case.model_validate({"name": "tp2", "model": {"path": model},
-                                "baseline": {"flags": {"--model-path": model, **FLAGS_TP2}}})
-    case.baseline = Baseline(flags={FLAGS.resolve(k).name: v for k, v in case.baseline.flags.items()})
-    return case
-
-
-def _outcome(exp_id: str, log: str) -> Outcome:
-    raw = RawEvidence.from_log(exp_id, log, SIGS, "x.log").model_copy(update={"status": "crashed"})
-    return classify_outcome(raw)
-
-
-def _input(case: Case, baseline: Baseline, log: str, fp: HostFingerprint) -> GeneratorInput:
-    out = _outcome("exp-2", log)
-    return GeneratorInput(case=case, baseline=baseline, reference=out, fingerprint=fp, flags=FLAGS,
-                          catalog=[], outcomes=[out])
 
 
 def _two_launches(tmp_path: Path) -> tuple[RulePlanner, PlannerView]:
     """The run after its first two launches, as bench/real/sglang-tp2 went: the baseline, then the bind
     variable its error names (the failure moved on to the weights)."""
-    fp, model = _host(tmp_path)
-    case = _case(model)
+    fp, model = bed_host(tmp_path)
+    case = bed_case("tp2", model, FLAGS_TP2)
     planner = RulePlanner(load_catalog(), FLAGS)
     view = PlannerView(case=case, fingerprint=fp)
     for log, proposal in ((NO_BIND, "baseline"), (WEIGHT_LOADER, "test")):
@@ -88,13 +47,13 @@ def _two_launches(tmp_path: Path) -> tuple[RulePlanner, PlannerView]:
         if proposal == "test":
             assert exp.change is not None and exp.change.key() == BIND.key(), exp.change
         view.experiments.append(exp.model_copy(update={"status": "done"}))
-        view.outcomes.append(_outcome(exp.id, log))
+        view.outcomes.append(crashed(exp.id, log))
         view.launches += 1
     return planner, view
 
 
 def test_the_weight_loaders_sharding_code_is_the_tensor_parallel_subsystem() -> None:
-    out = _outcome("exp-2", WEIGHT_LOADER)
+    out = crashed("exp-2", WEIGHT_LOADER)
     frames = [f for tb in out.tracebacks for f in tb.frames if f.package == "sglang" and f.module]
     innermost = f"{frames[0].module}.{frames[0].function}"
     assert innermost == "sglang.srt.layers.linear.weight_loader"
@@ -106,10 +65,10 @@ def test_the_weight_loaders_sharding_code_is_the_tensor_parallel_subsystem() -> 
 def test_a_failure_in_the_sharding_code_proposes_one_rank_as_a_workaround_that_changes_the_deployment(
     tmp_path: Path,
 ) -> None:
-    fp, model = _host(tmp_path)
-    case = _case(model)
+    fp, model = bed_host(tmp_path)
+    case = bed_case("tp2", model, FLAGS_TP2)
     bound = case.baseline.apply(BIND)
-    cands = {c.id: c for c in SettingsVsDefaultsGenerator().generate(_input(case, bound, WEIGHT_LOADER, fp))}
+    cands = {c.id: c for c in SettingsVsDefaultsGenerator().generate(generator_input(case, bound, WEIGHT_LOADER, fp, "exp-2"))}
     layout = cands["revert:--tp-size"]
     (iv,) = layout.interventions
     assert iv.values == [None] and iv.workaround and iv.cost == "high"
@@ -122,21 +81,21 @@ def test_a_failure_in_the_sharding_code_proposes_one_rank_as_a_workaround_that_c
 def test_the_parallel_layout_is_not_reverted_when_the_failure_surfaced_elsewhere(tmp_path: Path) -> None:
     # launch 1 failed in the thread binding (srt/utils/numa_utils.py), not in the sharding code: the
     # layout is what is served, not a cause to test there (the error's own remedies name the binding)
-    fp, model = _host(tmp_path)
-    case = _case(model)
-    cands = SettingsVsDefaultsGenerator().generate(_input(case, case.baseline, NO_BIND, fp))
+    fp, model = bed_host(tmp_path)
+    case = bed_case("tp2", model, FLAGS_TP2)
+    cands = SettingsVsDefaultsGenerator().generate(generator_input(case, case.baseline, NO_BIND, fp, "exp-2"))
     assert "revert:--tp-size" not in {c.id for c in cands}
 
 
 def test_candidates_that_change_nothing_in_the_sharding_code_weigh_less(tmp_path: Path) -> None:
-    fp, model = _host(tmp_path)
-    case = _case(model)
+    fp, model = bed_host(tmp_path)
+    case = bed_case("tp2", model, FLAGS_TP2)
     bound = case.baseline.apply(BIND)
     book = LedgerBook(FLAGS, [], default_generators())
     view = PlannerView(case=case, fingerprint=fp)
     ledger: dict[str, Hypothesis] = {}
     weights: dict[str, float] = {}
-    book.create(view, _outcome("exp-2", WEIGHT_LOADER), ledger, weights, bound)
+    book.create(view, crashed("exp-2", WEIGHT_LOADER), ledger, weights, bound)
     weakened = {h.id for h in ledger.values()
                 if any(e.effect == "weakens" and "tensor_parallel subsystem" in e.detail for e in h.evidence)}
     assert "revert:--tp-size" in ledger and "revert:--tp-size" not in weakened

@@ -11,75 +11,31 @@ bench/real/sglang-fp8 does, 2026-12-02 (tests/data/README.md).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from cpubed import DATA, FLAGS, bed_case, bed_host, crashed, generator_input
 
-from agent.domain.case import Case
-from agent.domain.evidence import RawEvidence
-from agent.domain.models import Baseline, Change, Outcome
+from agent.domain.models import Change
 from agent.planning.catalog import load_catalog
-from agent.planning.generators import GeneratorInput
 from agent.planning.generators.component import ImplicatedComponentGenerator
 from agent.planning.generators.settings import SettingsVsDefaultsGenerator, implicated_setting
 from agent.planning.in_play import InPlay, subsystems_of_frame
 from agent.planning.planner import PlannerView, RulePlanner
-from agent.run.nodes.analyze import classify_outcome
-from agent.run.nodes.intake import _read_model_and_cpus
-from tools.fingerprint import HostFingerprint
-from tools.flags import FlagCatalog, parse_help
-from tools.host import LocalHost
-from tools.signatures import for_engine, load_signatures
 
-DATA = Path(__file__).parent / "data"
-FLAGS: FlagCatalog = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="fixture", version="0.5.23")
-SIGS = for_engine(load_signatures(), "sglang")
 #: launch 1 of bench/real/sglang-fp8: fp8's activation quantizer is a triton kernel, "0 active drivers"
 NO_DRIVER = (DATA / "logs_0.5.23" / "fp8-triton-no-driver.log").read_text()
 #: launch 2, with TRITON_DEFAULT_BACKEND=1: triton names the backends it has, none for the CPU
 UNKNOWN_BACKEND = (DATA / "logs_0.5.23" / "fp8-triton-unknown-backend.log").read_text()
-TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "num_attention_heads": 2,
-    "num_key_value_heads": 1, "head_dim": 64, "num_hidden_layers": 2, "max_position_embeddings": 512,
-}
 FLAGS_FP8 = {"--device": "cpu", "--max-total-tokens": 2048, "--quantization": "fp8"}
 
 
-def _host(tmp_path: Path, vendor: str = "none") -> tuple[HostFingerprint, str]:
-    """A host's fingerprint (CPU-only by default) with the tiny model's config.json (no quantization_config)
-    read from disk, as intake reads it."""
-    model = tmp_path / "tiny-llama"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text(json.dumps(TINY_LLAMA))
-    fp = HostFingerprint(gpu_vendor=vendor, gpu_count=0 if vendor == "none" else 1, sglang_version="0.5.23",
-                         cpu_count=2)
-    case = Case.model_validate({"name": "c", "model": {"path": str(model)},
-                                "baseline": {"flags": {"--model-path": str(model)}}})
-    _read_model_and_cpus(LocalHost(), case, fp)
-    return fp, str(model)
 
 
-def _case(model: str) -> Case:
-    case = Case.model_validate({"name": "fp8", "model": {"path": model},
-                                "baseline": {"flags": {"--model-path": model, **FLAGS_FP8}}})
-    case.baseline = Baseline(flags={FLAGS.resolve(k).name: v for k, v in case.baseline.flags.items()})
-    return case
-
-
-def _outcome(exp_id: str, log: str) -> Outcome:
-    raw = RawEvidence.from_log(exp_id, log, SIGS, "x.log").model_copy(update={"status": "crashed"})
-    return classify_outcome(raw)
-
-
-def _input(case: Case, baseline: Baseline, log: str, fp: HostFingerprint) -> GeneratorInput:
-    out = _outcome("exp-1", log)
-    return GeneratorInput(case=case, baseline=baseline, reference=out, fingerprint=fp, flags=FLAGS,
-                          catalog=[], outcomes=[out])
 
 
 def test_the_fp8_kernels_are_the_quantization_subsystem_and_the_unquantized_gemm_is_not() -> None:
-    out = _outcome("exp-1", NO_DRIVER)
+    out = crashed("exp-1", NO_DRIVER)
     frames = [f for tb in out.tracebacks for f in tb.frames if f.package == "sglang" and f.module]
     innermost = f"{frames[0].module}.{frames[0].function}"
     assert innermost == "sglang.kernels.ops.quantization.fp8_kernel._per_token_group_quant_8bit_raw"
@@ -94,13 +50,13 @@ def test_the_fp8_kernels_are_the_quantization_subsystem_and_the_unquantized_gemm
 @pytest.mark.parametrize("log", ["no-driver", "unknown-backend"])
 def test_a_failure_in_the_quantization_code_proposes_dropping_it_as_a_workaround(tmp_path: Path, log: str) -> None:
     # launch 1, and launch 2 on top of the triton variable the run adopted (the failure still surfaces there)
-    fp, model = _host(tmp_path)
-    case = _case(model)
+    fp, model = bed_host(tmp_path)
+    case = bed_case("fp8", model, FLAGS_FP8)
     text, baseline = NO_DRIVER, case.baseline
     if log == "unknown-backend":
         text = UNKNOWN_BACKEND
         baseline = baseline.apply(Change(kind="env", name="TRITON_DEFAULT_BACKEND", before=None, after="1"))
-    cands = {c.id: c for c in SettingsVsDefaultsGenerator().generate(_input(case, baseline, text, fp))}
+    cands = {c.id: c for c in SettingsVsDefaultsGenerator().generate(generator_input(case, baseline, text, fp, "exp-1"))}
     quant = cands["revert:--quantization"]
     (iv,) = quant.interventions
     assert iv.values == [None] and iv.workaround and iv.cost == "high"
@@ -112,9 +68,9 @@ def test_a_failure_in_the_quantization_code_proposes_dropping_it_as_a_workaround
 
 
 def test_other_quantizations_are_workarounds_and_checkpoint_only_formats_no_alternative(tmp_path: Path) -> None:
-    fp, model = _host(tmp_path)
-    case = _case(model)
-    cands = {c.id: c for c in ImplicatedComponentGenerator().generate(_input(case, case.baseline, NO_DRIVER, fp))}
+    fp, model = bed_host(tmp_path)
+    case = bed_case("fp8", model, FLAGS_FP8)
+    cands = {c.id: c for c in ImplicatedComponentGenerator().generate(generator_input(case, case.baseline, NO_DRIVER, fp, "exp-1"))}
     ivs = cands["component:--quantization"].interventions
     values = {str(iv.values[0]) for iv in ivs}
     assert values and not values & {"awq", "awq_marlin", "gptq", "gptq_marlin", "moe_wna16"}
@@ -122,13 +78,13 @@ def test_other_quantizations_are_workarounds_and_checkpoint_only_formats_no_alte
 
 
 def test_removing_the_device_that_names_the_hosts_own_platform_is_no_candidate(tmp_path: Path) -> None:
-    fp, model = _host(tmp_path)
-    case = _case(model)
+    fp, model = bed_host(tmp_path)
+    case = bed_case("fp8", model, FLAGS_FP8)
     drop = Change(kind="flag", name="--device", before="cpu", after=None)
     why = InPlay(fp, case.baseline, {}, FLAGS).why_not(drop)
     assert why is not None and "cpu" in why
     # on a GPU host --device cpu is not the host's platform: removing it is an ordinary reversion
-    gpu, _ = _host(tmp_path, vendor="nvidia")
+    gpu, _ = bed_host(tmp_path, vendor="nvidia")
     assert InPlay(gpu, case.baseline, {}, FLAGS).why_not(drop) is None
     # and removing another setting stays allowed
     other = Change(kind="flag", name="--max-total-tokens", before="2048", after=None)
@@ -139,14 +95,14 @@ def test_after_the_baseline_the_first_test_drops_the_quantization(tmp_path: Path
     # no installed source is read here (the run reads triton's to propose TRITON_DEFAULT_BACKEND): among
     # the candidates the failure's frames give, dropping the quantization the failure surfaced in is tested
     # first, as the workaround it is
-    fp, model = _host(tmp_path)
-    case = _case(model)
+    fp, model = bed_host(tmp_path)
+    case = bed_case("fp8", model, FLAGS_FP8)
     planner = RulePlanner(load_catalog(), FLAGS)
     view = PlannerView(case=case, fingerprint=fp)
     exp = planner.propose(view, planner.history(view)).experiment
     assert exp is not None and exp.purpose == "baseline"
     view.experiments.append(exp.model_copy(update={"status": "done"}))
-    view.outcomes.append(_outcome(exp.id, NO_DRIVER))
+    view.outcomes.append(crashed(exp.id, NO_DRIVER))
     view.launches += 1
     proposal = planner.propose(view, planner.history(view))
     exp = proposal.experiment
