@@ -194,6 +194,6 @@ def test_an_sshd_without_sftp_is_refused_before_any_launch(own_sshd: Any, tmp_pa
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["status"] == "error" and "no SFTP subsystem" in result["error"]
     assert "Channel closed" not in r.stderr.replace("(Channel closed.)", "")
-    transcript = next((tmp_path / "tr").glob("*.jsonl"))
-    types = [e["type"] for e in _events(transcript)]
-    assert "server.launched" not in types and "experiment.proposed" not in types
+    # refused at intake, before anything was launched: no run is kept (no transcript, no run id)
+    assert result["run_id"] is None
+    assert not list((tmp_path / "tr").glob("*.jsonl")) if (tmp_path / "tr").exists() else True

@@ -87,8 +87,10 @@ def test_a_run_leaves_no_secret_and_only_private_state(tmp_path: Path) -> None:
     (case_dir / "FINDINGS.md").write_text(notes, encoding="utf-8")
     (case_dir / "case.toml").write_text((WORLD / "case.toml").read_text(encoding="utf-8"), encoding="utf-8")
     home = tmp_path / "home"
-    home.mkdir(mode=0o755)  # as an older hypoloop left it
-    home.chmod(0o755)
+    home.mkdir(mode=0o755)  # as an older hypoloop left it: its folders 0755 (a folder the user made
+    home.chmod(0o755)       # and pointed HYPOLOOP_HOME at, without hypoloop's state in it, keeps its mode)
+    (home / "runs").mkdir(mode=0o755)
+    (home / "runs").chmod(0o755)
     r = run_cli(tmp_path, "run", str(case_dir / "case.toml"), "--auto", "--json", HYPOLOOP_LAB_TIME_SCALE="0.002")
     assert r.returncode == 0, r.stderr[-3000:]
     transcript = next((tmp_path / "transcripts").glob("*.jsonl"))

@@ -141,8 +141,8 @@ def analyze_log(options: AnalyzeOptions) -> None:
         return
     console = SafeConsole()
     print_hanging(console, f"[bold]{escape(str(logfile))}[/]: stage reached [bold]{outcome.stage}[/] — {verdict}")
-    for note in notes:
-        console.print(f"[dim]{escape(note)}[/]")
+    for note in notes:  # under the heading, its continuation lines under the note (a narrow terminal)
+        print_hanging(console, f"  [dim]{escape(note)}[/]")
     _print_log_findings(console, outcome, ranked, options.show_all)
     _print_log_advice(console, outcome, proposal, suggestions, text, ranked, catalog)
     from agent.planning.generators.remedies import left_out

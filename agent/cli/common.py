@@ -105,10 +105,11 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def _owner_only(home: Path, created: bool) -> None:
     """Make the state folder (and the store, lock and run folders in it, made by an older hypoloop
     with 0755/0644) private to its owner. The folder itself only when hypoloop made it (now, or before:
-    it holds hypoloop's store): a folder the user pointed HYPOLOOP_HOME at (``/tmp``, a project folder)
+    it holds hypoloop's store or run folders): a folder the user pointed HYPOLOOP_HOME at (``/tmp``, a project folder)
     keeps its mode. A path owned by someone else is left as it is."""
-    mine = created or (home / "checkpoints.sqlite").exists()
-    for path in ((home,) if mine else ()) + (home / "checkpoints.sqlite", home / "locks", home / "runs"):
+    state = (home / "checkpoints.sqlite", home / "locks", home / "runs")
+    mine = created or any(p.exists() for p in state)
+    for path in ((home,) if mine else ()) + state:
         with contextlib.suppress(OSError):
             st = path.stat()
             if st.st_uid == os.getuid():
