@@ -18,7 +18,7 @@ from agent.domain.models import Baseline, Change, Experiment, Intervention, Outc
 from agent.planning.generators.common import stems
 from agent.planning.generators.evidence import failure_evidence
 from agent.planning.generators.settings import implicated_setting
-from agent.planning.guard import changes_nothing
+from agent.planning.guard import changes_nothing, launched_before
 from agent.planning.in_play import InPlay, load_subsystems
 from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
@@ -285,6 +285,9 @@ class Chooser(FlagMatcher):
                     continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
                 if exp_id in done:
+                    continue
+                if (ran := launched_before(baseline, change, view.experiments, probes)) is not None:
+                    considered.append({"hypothesis": h.id, "skipped": f"{change.describe()} launches {ran.id}'s configuration again"})
                     continue
                 if exp_id in rejected_ids or change.key() in rejected_keys:
                     considered.append({"hypothesis": h.id, "skipped": f"{change.describe()} was rejected"})
