@@ -24,7 +24,7 @@ from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, import_time_failure, load_level, load_probe_for
 from agent.planning.package_changes import outdated_package
-from agent.planning.values import ValueEvidence
+from agent.planning.values import ValueEvidence, leaves_no_kv_cache
 from agent.planning.view import COST_ORDER, HistoryState, PlannerView, Proposal, default_launch_cost_s
 from agent.planning.weights import weights as tunables
 from agent.review.wording import count
@@ -280,7 +280,7 @@ class Chooser(FlagMatcher):
                 if (off := self._inert(change, baseline, ref, server_args)) is not None:
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
-                if (off := in_play().why_not(change)) is not None:
+                if (off := in_play().why_not(change) or leaves_no_kv_cache(change.name, change.after, evidence)):
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
