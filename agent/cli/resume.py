@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from agent.cli.drive import (
 )
 from agent.domain.case import Case
 from agent.planning.planner import make_planner
+from agent.record.recorded import RecordedRun
 from agent.record.redact import run_redactor
 from agent.record.transcript import Transcript, TranscriptError, damaged_lines
 from agent.review.render import EventRenderer
@@ -180,9 +182,11 @@ def _session(home: Path, info: RunInfo, run_id: str, options: ResumeOptions) -> 
 
     tr, tpath = _continue_transcript(info, run_id)
     console = SafeConsole(stderr=options.json_out)
-    tr.listeners.append(
-        EventRenderer(console, verbose=options.verbose, launch_progress=True, command_for=command_for)
-    )
+    renderer = EventRenderer(console, verbose=options.verbose, launch_progress=True, command_for=command_for)
+    # the working command at the end needs what the run did before this process: its case, launches
+    with contextlib.suppress(OSError, TranscriptError):
+        renderer.run = RecordedRun.load(tpath)
+    tr.listeners.append(renderer)
     tr.listeners.append(llm_notices(console))
     rt = Runtime(tr, home, make_planner, progress=ProgressBoard(console, redact=tr.redact))
     return RunSession(rt, tr, tpath, run_id, console, options.json_out)

@@ -18,13 +18,13 @@ from agent.domain.models import Baseline, Change, Experiment, Intervention, Outc
 from agent.planning.generators.common import stems
 from agent.planning.generators.evidence import failure_evidence
 from agent.planning.generators.settings import implicated_setting
-from agent.planning.guard import changes_nothing
+from agent.planning.guard import changes_nothing, launched_before
 from agent.planning.in_play import InPlay, load_subsystems
 from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, import_time_failure, load_level, load_probe_for
 from agent.planning.package_changes import outdated_package
-from agent.planning.values import ValueEvidence
+from agent.planning.values import ValueEvidence, leaves_no_kv_cache
 from agent.planning.view import COST_ORDER, HistoryState, PlannerView, Proposal, default_launch_cost_s
 from agent.planning.weights import weights as tunables
 from agent.review.wording import count
@@ -280,11 +280,14 @@ class Chooser(FlagMatcher):
                 if (off := self._inert(change, baseline, ref, server_args)) is not None:
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
-                if (off := in_play().why_not(change)) is not None:
+                if (off := in_play().why_not(change) or leaves_no_kv_cache(change.name, change.after, evidence)):
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
                 if exp_id in done:
+                    continue
+                if (ran := launched_before(baseline, change, view.experiments, probes)) is not None:
+                    considered.append({"hypothesis": h.id, "skipped": f"{change.describe()} launches {ran.id}'s configuration again"})
                     continue
                 if exp_id in rejected_ids or change.key() in rejected_keys:
                     considered.append({"hypothesis": h.id, "skipped": f"{change.describe()} was rejected"})

@@ -83,6 +83,18 @@ def changes_nothing(baseline: Baseline, change: Change) -> bool:
     return _same_baseline(baseline, baseline.apply(change))
 
 
+def launched_before(baseline: Baseline, change: Change, experiments: list[Experiment], probes: list[Any]) -> Experiment | None:
+    """The done experiment that already launched the configuration ``change`` makes of ``baseline``
+    (flags and env, in any spelling) with at least ``probes``, or None. A new test of it would repeat a
+    launch the run has seen (after an adoption or a user's edit, undoing one change can land on an
+    earlier configuration); a repeat for flakiness is a baseline or confirmation run, not a test."""
+    config = baseline.apply(change)
+    for e in experiments:
+        if e.status == "done" and _same_baseline(e.config(), config) and all(p in e.probes for p in probes):
+            return e
+    return None
+
+
 def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog | None) -> None:
     """Raise GuardError unless ``exp`` may run now. Canonicalises nothing; the change must already be
     in canonical form (the caller normalises edits through ``FlagCatalog.validate``)."""

@@ -220,6 +220,20 @@ def mem_fraction_for_kv_pool(ev: ValueEvidence) -> tuple[str | None, str]:
     )
 
 
+def leaves_no_kv_cache(name: str, value: object, ev: ValueEvidence) -> str | None:
+    """Why a static fraction ``value`` for ``name`` (``--mem-fraction-static``) cannot serve on this
+    evidence, or None: with the free memory after the weights (``weights_avail_mem_gb``, GB) and the
+    GPU's size (GiB), a fraction at or below ``1 - free / total`` leaves no KV cache, whichever rule or
+    finding proposed it (the failing run already bounds the pool from below)."""
+    f, free, total = _num(value), ev.num("weights_avail_mem_gb"), ev.total_gib
+    if name != "--mem-fraction-static" or f is None or free is None or not total:
+        return None
+    if free - total * (1 - f) > 0:
+        return None
+    return (f"a fraction of {f:g} would leave no KV cache: {free:.2f} GB free after the weights of "
+            f"{total:.2f} GB, the pool needs more than {1 - free / total:.3f}")
+
+
 def mem_fraction_for_graph_capture(ev: ValueEvidence) -> tuple[str | None, str]:
     """Lower the static fraction so the memory outside the pool holds the capture's projected need.
 

@@ -170,14 +170,13 @@ def working_command(run: RecordedRun, *, host_env: bool = False) -> str:
         " ".join([*launcher, *(shlex.quote(a) for a in engine.model_args(launcher, run.model_path()))]),
         *(_secret_ref(k, v) or command_text({k: v}) for k, v in flags.items()),
     ]
-    prefix = " ".join(_secret_ref(k, v) or command_text({}, {k: v}) for k, v in env.items())
+    words = [_secret_ref(k, v) or command_text({}, {k: v}) for k, v in env.items()]
     unset = _unset_env(run)
     if unset:  # the fix took these out of the environment: a shell that sets them must not pass them on
-        prefix = (prefix + " " if prefix else "") + "env " + " ".join(f"-u {shlex.quote(n)}" for n in unset)
-    if host_env and prefix:  # one assignment a line: the command stays narrow and pastes the same
-        cmd = [*prefix.split(" "), *cmd] if all("=" in w or w in ("env", "-u") for w in prefix.split(" ")) else cmd
-        return run_redactor()(" \\\n  ".join(cmd) if cmd[0] != " ".join(_launcher(run, case)) else prefix + " " + " \\\n  ".join(cmd))
-    return run_redactor()((prefix + " " if prefix else "") + " \\\n  ".join(cmd))
+        words.append("env " + " ".join(f"-u {shlex.quote(n)}" for n in unset))
+    if host_env and words:  # one assignment a line: the command stays narrow and pastes the same
+        return run_redactor()(" \\\n  ".join([*words, *cmd]))
+    return run_redactor()(" ".join([*words, ""]) + " \\\n  ".join(cmd))
 
 
 def _working_command(run: RecordedRun) -> list[str]:

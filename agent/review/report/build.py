@@ -298,15 +298,18 @@ def _ruled_out_by_conclusion(c: dict[str, Any]) -> dict[str, str]:
 
 
 def _leading_open(run: RecordedRun, c: dict[str, Any]) -> str | None:
-    """The open hypothesis with the highest probability, as one line (id, probability, component,
-    statement, and why it is still open), for a run that named no root cause; None when none is open.
-    One the conclusion ruled out is not open, whatever the ledger says."""
+    """The likeliest hypothesis not settled (supported by the evidence but not confirmed, or open), as
+    one line (id, probability, component, statement, and why it is still open), for a run that named no
+    root cause; None when none is left. One the conclusion ruled out is not left, whatever the ledger
+    says."""
     ruled_out = _ruled_out_by_conclusion(c)
-    open_ = [h for h in run.hypotheses.values() if h.status == "open" and h.id not in ruled_out]
-    if not open_:
+    live = [h for h in run.hypotheses.values() if h.status in ("open", "supported") and h.id not in ruled_out]
+    if not live:
         return None
-    h = max(open_, key=lambda x: x.posterior)
+    h = max(live, key=lambda x: x.posterior)
     why = next((str(u.get("why")) for u in c.get("untested", []) if u.get("id") == h.id and u.get("why")), "")
+    if not why and h.status == "supported":
+        why = "supported by the evidence, not confirmed"
     text = f"{h.id} (p={h.posterior:.2f}, {h.added.get('component', '?')}): {h.added.get('statement', '')}"
     return text + (f" — {why}" if why else "")
 

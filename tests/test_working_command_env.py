@@ -1,0 +1,93 @@
+"""The launch command that worked carries its environment: the variables the fix unset (``env -u NAME``),
+the ones the working configuration still sets, and the case's host env, in the printed answer, in
+``hypoloop report`` and at the end of a resumed run alike; pasted into a shell that still has the
+cluster's bad variable, it serves."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from clirun import run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+PROXY = "http://proxy.cluster.internal:3128"
+
+
+def _pasted_command(out: str) -> str:
+    """The lines printed between the copy-paste note and the evidence panel."""
+    lines = []
+    for line in out.split("(copy-paste):", 1)[1].splitlines()[1:]:
+        if line.startswith("╭"):
+            break
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _words(command: str) -> list[str]:
+    """The command's words as bash reads them (a backslash-newline joins lines)."""
+    return shlex.split(command.replace("\\\n", " "))
+
+
+def _env_part(command: str) -> list[str]:
+    """The words before the launcher: assignments and ``env -u NAME``."""
+    argv = _words(command)
+    return argv[: argv.index("python")]
+
+
+def _serves(command: str) -> list[str]:
+    """Paste ``command`` into bash whose environment has the cluster's proxies set; its output up to
+    the server's ready line (or a traceback, or its end)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOLOOP_LAB")}
+    env.update(PATH=f"{Path(sys.executable).parent}:{env['PATH']}", http_proxy=PROXY, https_proxy=PROXY)
+    proc = subprocess.Popen(
+        ["bash", "-c", command + f" --port {port}"], cwd=ROOT, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    seen: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "ready to roll" in line or "Traceback" in line:
+                break
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    return seen
+
+
+def test_the_command_unsets_what_the_fix_unset_and_keeps_what_still_is_set(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "run", "lab:qwen3-next-b200x4", "--auto", COLUMNS="80")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "root fix: unset http_proxy" in done.stdout, done.stdout[-3000:]
+    command = _pasted_command(done.stdout)
+    words = _env_part(command)
+    assert f"https_proxy={PROXY}" in words and words[-3:] == ["env", "-u", "http_proxy"], command
+    assert any(w.startswith("HYPOLOOP_LAB_WORLD=") for w in words), command  # the case's host env
+    seen = _serves(command)
+    assert any("ready to roll" in line for line in seen), "".join(seen[-30:])
+    transcript = next((tmp_path / "transcripts").glob("*.jsonl"))
+    report = run_cli(tmp_path, "report", str(transcript))
+    assert report.returncode == 0, report.stderr[-2000:]
+    block = report.stdout.split("Launch command that worked:", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    assert _words(block) == _words(command)
+
+
+def test_a_resumed_run_prints_the_same_command_with_the_host_env(tmp_path: Path) -> None:
+    waiting = run_cli(tmp_path, "run", "lab:qwen3-next-b200x4", COLUMNS="80")
+    assert waiting.returncode == 3, waiting.stderr[-2000:]
+    run_id = next((tmp_path / "transcripts").glob("*.jsonl")).stem
+    done = run_cli(tmp_path, "resume", run_id, "--decision", "approve", "--auto", COLUMNS="80")
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = _env_part(_pasted_command(done.stdout))
+    assert any(w.startswith("HYPOLOOP_LAB_WORLD=") for w in words), words
+    assert f"https_proxy={PROXY}" in words and words[-3:] == ["env", "-u", "http_proxy"], words
