@@ -338,7 +338,9 @@ def test_each_member_of_a_batch_is_approved_rejected_or_edited_on_its_own(tmp_pa
     assert r.returncode == 3, r.stderr[-3000:]
     first = _last_json(r)["pending"]
     shown = run_cli(tmp_path, "show", run_id)
-    assert "1/3" in shown.stdout and "2/3" in shown.stdout and "3/3" in shown.stdout and "(this one)" in shown.stdout
+    # a batch of up to 3: the candidates worth a launch (knowledge/planner.toml choice.min_test_p), at least 2
+    size = next(n for n in (3, 2) if f"1/{n}" in shown.stdout)
+    assert all(f"{i}/{size}" in shown.stdout for i in range(1, size + 1)) and "(this one)" in shown.stdout
     r = run_cli(tmp_path, "resume", run_id, "--decision", "reject", "--reason", "not this one", "--json")
     assert r.returncode == 3, r.stderr[-3000:]
     second = _last_json(r)["pending"]
@@ -350,7 +352,9 @@ def test_each_member_of_a_batch_is_approved_rejected_or_edited_on_its_own(tmp_pa
     ran = [e["data"]["experiment_id"] for e in events if e["type"] == "server.launched"][1:]
     assert sorted(ran) == sorted(proposed[1:])  # the rejected one never ran; the other two ran together
     decided = [e["data"] for e in events if e["type"] == "approval.decided"]
-    assert any(d["experiment_id"] == proposed[2] and d["by"] == "batch" for d in decided)
+    assert all(any(d["experiment_id"] == e for d in decided) for e in proposed[1:])  # each decided on its own
+    if size == 3:  # the member after the one in view is approved with the batch
+        assert any(d["experiment_id"] == proposed[2] and d["by"] == "batch" for d in decided)
     assert any(e["type"] == "rejection" or (e["type"] == "approval.decided" and e["data"]["decision"] == "reject")
                for e in events)
 

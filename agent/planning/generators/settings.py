@@ -237,9 +237,14 @@ class _Implication:
 
     def _elsewhere(self, name: str) -> bool:
         """Whether the failure surfaced in the code of a known subsystem (knowledge/subsystems.toml
-        ``modules``) that setting ``name`` does not configure: that code's words name its own things
-        (``token`` in fp8's ``per_token_group_quant``), not this setting."""
+        ``modules``) that a setting defining what is served configures (the checkpoint's number format,
+        the parallel layout: knowledge/served.toml) and that setting ``name`` does not: such code works
+        on the weights it was given, and its words name its own things (``token`` in fp8's
+        ``per_token_group_quant``), not this setting. Code that serves requests (attention, the scheduler)
+        is shaped by the batch settings, so its words still implicate them."""
         subs = subsystems_of_frame(self.site) if self.site else []
+        served = served_settings().served_flags
+        subs = [s for s in subs if s.flags is not None and any(s.flags.search(n) for n in served)]
         return bool(subs) and not any(p is not None and p.search(name) for s in subs for p in (s.flags, s.env))
 
     def _chosen(self, name: str) -> set[str]:
