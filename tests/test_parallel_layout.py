@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from cpubed import DATA, FLAGS, bed_case, bed_host, crashed, generator_input
 
 from agent.domain.models import Change, Hypothesis
@@ -21,6 +22,9 @@ from agent.planning.in_play import subsystems_of_frame
 from agent.planning.ledger import LedgerBook
 from agent.planning.planner import PlannerView, RulePlanner
 from tools.tracebacks import missing_import
+
+#: intake's host reading runs getconf on this host (a process): with the slow tests
+pytestmark = pytest.mark.slow
 
 #: launch 1 of bench/real/sglang-tp2: the thread-binding assertion (2 ranks, 1 NUMA node)
 NO_BIND = (DATA / "logs_0.5.23" / "tp2-no-bind.log").read_text()

@@ -23,6 +23,9 @@ from agent.planning.generators.settings import SettingsVsDefaultsGenerator, impl
 from agent.planning.in_play import InPlay, subsystems_of_frame
 from agent.planning.planner import PlannerView, RulePlanner
 
+#: intake's host reading runs getconf on this host (a process): with the slow tests
+pytestmark = pytest.mark.slow
+
 #: launch 1 of bench/real/sglang-fp8: fp8's activation quantizer is a triton kernel, "0 active drivers"
 NO_DRIVER = (DATA / "logs_0.5.23" / "fp8-triton-no-driver.log").read_text()
 #: launch 2, with TRITON_DEFAULT_BACKEND=1: triton names the backends it has, none for the CPU
