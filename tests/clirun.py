@@ -84,3 +84,32 @@ def transcript_events(path: Path) -> list[dict[str, Any]]:
         if isinstance(ev, dict) and "type" in ev:  # not a line a test damaged on purpose
             out.append(ev)
     return out
+
+
+def paste_until_ready(command: str, cwd: Path, **env: str) -> list[str]:
+    """Paste a launch command hypoloop printed into bash (``python`` on PATH is this interpreter, the
+    lab's own ``HYPOLOOP_LAB*`` settings dropped, ``env`` added) with a free ``--port``; the server's output
+    up to its ready line ("ready to roll"), a traceback, or its end. The server is killed afterwards."""
+    import signal
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    shell_env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOLOOP_LAB")}
+    shell_env.update(PATH=f"{Path(sys.executable).parent}:{shell_env['PATH']}", **env)
+    proc = subprocess.Popen(
+        ["bash", "-c", command + f" --port {port}"], cwd=cwd, env=shell_env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    seen: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if "ready to roll" in line or "Traceback" in line:
+                break
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    return seen

@@ -4,27 +4,16 @@ ledger after an experiment is what changed, not every hypothesis again."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
-from clirun import run_cli
+from clirun import paste_until_ready, run_cli
 
 from agent.record.recorded import RecordedRun
 from agent.review.report import render
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pasted_command(out: str) -> str:
@@ -50,23 +39,7 @@ def test_run_opens_its_conclusion_with_a_command_that_works(tmp_path: Path) -> N
     argv = shlex.split(command)
     assert f"{fix.group(1)}" in argv and argv[argv.index(fix.group(1)) + 1] == fix.group(2)
     # pasted into a shell (python on PATH is this interpreter), it starts a server that comes up ready
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOLOOP_LAB")}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
-    proc = subprocess.Popen(
-        ["bash", "-c", command + f" --port {port}"], cwd=ROOT, env=env, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    seen: list[str] = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            seen.append(line)
-            if "ready to roll" in line or "Traceback" in line:
-                break
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+    seen = paste_until_ready(command, ROOT)
     assert any("ready to roll" in line for line in seen), "".join(seen[-30:])
 
 

@@ -5,15 +5,10 @@ cluster's bad variable, it serves."""
 
 from __future__ import annotations
 
-import os
 import shlex
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
-from clirun import run_cli
+from clirun import paste_until_ready, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PROXY = "http://proxy.cluster.internal:3128"
@@ -43,26 +38,7 @@ def _env_part(command: str) -> list[str]:
 def _serves(command: str) -> list[str]:
     """Paste ``command`` into bash whose environment has the cluster's proxies set; its output up to
     the server's ready line (or a traceback, or its end)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOLOOP_LAB")}
-    env.update(PATH=f"{Path(sys.executable).parent}:{env['PATH']}", http_proxy=PROXY, https_proxy=PROXY)
-    proc = subprocess.Popen(
-        ["bash", "-c", command + f" --port {port}"], cwd=ROOT, env=env, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    seen: list[str] = []
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            seen.append(line)
-            if "ready to roll" in line or "Traceback" in line:
-                break
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-    return seen
+    return paste_until_ready(command, ROOT, http_proxy=PROXY, https_proxy=PROXY)
 
 
 def test_the_command_unsets_what_the_fix_unset_and_keeps_what_still_is_set(tmp_path: Path) -> None:
