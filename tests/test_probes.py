@@ -14,6 +14,7 @@ from tools.probes import (
     classify_text,
     degeneracy_reason,
     get_server_info,
+    request_timeout_s,
     run_probe,
 )
 from tools.server import ServerSession, SessionOptions, render_command
@@ -126,6 +127,29 @@ def test_hanging_request_is_a_timeout(serve: Callable[..., str], probe: Probe) -
     r = run_probe(url, probe, model="m", timeout_s=0.5)
     assert r.status == "timeout", r
     assert 0.4 < r.latency_s < 5
+
+
+def test_a_request_that_never_returns_waits_host_time_not_wall_time(serve: Callable[..., str], tmp_path: Path) -> None:
+    """A run's probe on a simulated host (HYPOLOOP_LAB_TIME_SCALE) waits the host's 60 s scaled, with a
+    floor of real wall time, so a hang costs about 5,000 modelled host-seconds at 0.001, not 60,000; on a
+    real host (scale 1) it still waits 60 s."""
+    from agent.record.transcript import Transcript
+    from agent.run.crashsafe import probe_through_drops
+
+    assert request_timeout_s(1.0) == 60.0
+    assert request_timeout_s(0.001) == 5.0
+    assert request_timeout_s(0.5) == 30.0
+    with pytest.raises(ValueError, match="time scale"):
+        request_timeout_s(0)
+
+    class ScaledHost:
+        time_scale = 0.001
+
+    url = serve("--on-request", "hang")
+    r = probe_through_drops(Transcript(tmp_path / "t.jsonl", "r1"), ScaledHost(), url, GENERATE, model="m",
+                            experiment_id="e1")
+    assert r.status == "timeout", r
+    assert 4.5 < r.latency_s < 15, r.latency_s
 
 
 def test_get_server_info(serve: Callable[..., str]) -> None:

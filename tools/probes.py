@@ -417,12 +417,30 @@ def _run_completion(
     return judged
 
 
+#: How long one request may take on the host before it counts as unanswered, in host seconds.
+REQUEST_TIMEOUT_HOST_S = 60.0
+#: The least wall time (seconds) a request is given on the orchestrator, whatever the host's time scale:
+#: a simulated host's answer still crosses real HTTP and a loaded machine.
+MIN_REQUEST_WALL_S = 5.0
+
+
+def request_timeout_s(time_scale: float = 1.0) -> float:
+    """The wall-clock timeout (seconds) of one probe request on a host whose durations are scaled by
+    ``time_scale`` (HYPOLOOP_LAB_TIME_SCALE; 1.0 on a real host): ``REQUEST_TIMEOUT_HOST_S`` of host
+    time, but never under ``MIN_REQUEST_WALL_S``. On a real host this is 60 s; on a lab host at 0.001 a
+    request that never returns costs 5 s of wall time (5,000 modelled host-seconds) instead of 60,000.
+    Raises ValueError for a time scale that is not positive."""
+    if not time_scale > 0:
+        raise ValueError(f"time scale must be positive, got {time_scale!r}")
+    return max(REQUEST_TIMEOUT_HOST_S * time_scale, MIN_REQUEST_WALL_S)
+
+
 def run_probe(
     base_url: str,
     probe: Probe,
     *,
     model: str,
-    timeout_s: float = 60,
+    timeout_s: float = REQUEST_TIMEOUT_HOST_S,
     api_key: str | None = None,
     generate_api: Literal["native", "completions"] = "native",
 ) -> ProbeResult:

@@ -17,7 +17,7 @@ from agent.record.transcript import Transcript
 from agent.review.wording import count
 from agent.run.recovery import find_launch, open_launches, stop_leftover
 from tools.host import HostError, HostUnreachable
-from tools.probes import get_server_info, run_probe
+from tools.probes import get_server_info, request_timeout_s, run_probe
 
 if TYPE_CHECKING:
     from agent.run.state import RunState
@@ -43,15 +43,17 @@ def probe_through_drops(
     """`tools.probes.run_probe`, except that a failure which coincides with a lost connection to the host
     is not the server's outcome: the connection is re-established and the probe sent again (each retry
     recorded as ``probe.retried``), up to ``PROBE_TRIES`` sends in all. A host without a connection (local)
-    probes once.
+    probes once. Each request waits ``tools.probes.request_timeout_s`` of the host's time scale.
 
     Raises HostUnreachable when the connection cannot be re-established or keeps dropping, HostError
     for a reconnect refused (changed host key, authentication), so the run ends in error instead of
     counting the failure as evidence.
     """
+    timeout = request_timeout_s(getattr(host, "time_scale", 1.0))
     for attempt in range(1, PROBE_TRIES + 1):
         epoch = getattr(host, "connection_epoch", None)
-        result = run_probe(base_url, probe, model=model, api_key=api_key, generate_api=generate_api)
+        result = run_probe(base_url, probe, model=model, api_key=api_key, generate_api=generate_api,
+                           timeout_s=timeout)
         if result.status not in _TRANSPORT_STATUSES or epoch is None:
             return result
         host.check_connection()
