@@ -90,7 +90,10 @@ def test_a_gpu_log_is_never_offered_a_cpu_backend_variable(tmp_path: Path) -> No
 def test_the_settings_the_error_names_lead(tmp_path: Path) -> None:
     doc = _analyze_json(tmp_path, _gpu_log(tmp_path, "models's"))
     changes = _changes(doc)
-    named = [i for i, c in enumerate(changes) if c.startswith(("--gpu-memory-utilization", "--max-model-len"))]
+    # the moves the error asks for lead; reverting the log's own settings (its non-default args, the
+    # baseline a run would start from) may follow
+    named = [i for i, c in enumerate(changes)
+             if c.startswith(("--gpu-memory-utilization", "--max-model-len")) and not c.endswith("(unset)")]
     others = [i for i, c in enumerate(changes) if i not in named]
     assert len(named) == 2 and (not others or max(named) < min(others)), changes
     # each moved the way the error says: memory up from the log's 0.85, the length down to vLLM's estimate
@@ -110,3 +113,24 @@ def test_an_explicit_budget_the_user_set_still_comes_first(tmp_path: Path) -> No
     doc = _analyze_json(tmp_path, log)
     assert doc["hypotheses"][0]["id"] == "vllm-kv-budget-below-one-request", doc["hypotheses"]
     assert doc["first_experiment"]["name"] == "--kv-cache-memory-bytes", _changes(doc)
+
+
+@pytest.mark.parametrize(("log", "first"), [
+    ("max-model-len.log", "--max-model-len"),
+    ("quant-awq.log", "--quantization"),
+])
+def test_without_its_case_the_logs_own_settings_are_the_baseline(tmp_path: Path, log: str, first: str) -> None:
+    """A vLLM log analysed alone: the settings its ``non-default args`` line shows are the user's (the
+    baseline a run would start from), so reverting the one the error is about is proposed, and no other
+    engine's flag is (its catalog is vLLM's own spelling)."""
+    doc = _analyze_json(tmp_path, REAL / log)
+    assert doc["first_experiment"] is not None, doc
+    assert doc["first_experiment"]["name"] == first, _changes(doc)
+    assert doc["first_experiment"]["after"] is None, doc["first_experiment"]
+
+
+def test_a_vllm_log_is_never_offered_an_sglang_only_flag(tmp_path: Path) -> None:
+    """The real log of a vLLM server that started and then timed out on a request: no SGLang CUDA-graph
+    flag (its catalog reads vLLM's non-default args, which has no such flag)."""
+    doc = _analyze_json(tmp_path, REAL / "tp2-nobind-compiled-served.log")
+    assert not [c for c in _changes(doc) if "cuda-graph" in c], _changes(doc)

@@ -21,7 +21,7 @@ from agent.cli.common import (
 from agent.cli.drive import check_knowledge
 from agent.domain.case import Case, CaseError, LauncherSpec, ModelSpec, load_case
 from agent.domain.knowledge_dir import knowledge_file
-from agent.domain.models import Change, Experiment
+from agent.domain.models import Baseline, Change, Experiment
 from agent.planning.catalog import CatalogError
 from agent.planning.planner import PlannerView, RulePlanner, model_features
 from agent.planning.values import effective_before, suggestions_in_log
@@ -31,7 +31,7 @@ from agent.review.wording import count
 from tools.connect import connect_host
 from tools.engines import detect_log
 from tools.fingerprint import HostFingerprint, fingerprint
-from tools.flags import FlagCatalog, catalog_from_server_args
+from tools.flags import FlagCatalog, catalog_from_server_args, non_default_flags
 from tools.host import HostError, expand_argv
 from tools.knowledge import infer_features
 from tools.sanitize import SafeConsole
@@ -172,7 +172,9 @@ def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, li
     """(the case, log signatures, hypothesis catalog) for ``analyze``; bad input ends the command in one line."""
     try:
         c = load_case(case) if case else Case(
-            name=logfile.name, model=_model_from_log(text), launcher=LauncherSpec.model_validate({"engine": detect_log(text)})
+            name=logfile.name, model=_model_from_log(text), launcher=LauncherSpec.model_validate({"engine": detect_log(text)}),
+            # Without the case, the settings the log says were set away from their defaults are its baseline.
+            baseline=Baseline(flags=non_default_flags(text) or {}),
         )
         # A log of unknown origin whose engine cannot be told is read with every signature.
         engine = c.launcher.engine if case or detect_log(text) else None

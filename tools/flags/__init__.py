@@ -23,7 +23,7 @@ from __future__ import annotations
 from tools.flags.catalog import FlagCatalog
 from tools.flags.help import parse_help
 from tools.flags.load import load_flag_catalog
-from tools.flags.server_args import catalog_from_server_args
+from tools.flags.server_args import catalog_from_server_args, non_default_flags
 from tools.flags.spec import (
     AmbiguousFlagError,
     CatalogLoadError,
@@ -47,6 +47,7 @@ __all__ = [
     "UnknownFlagError",
     "ValueType",
     "catalog_from_server_args",
+    "non_default_flags",
     "load_flag_catalog",
     "parse_help",
     "value_words",

@@ -7,7 +7,9 @@ import re
 from tools.flags.catalog import FlagCatalog
 from tools.flags.spec import FlagSpec, ValueType
 
-_SERVER_ARGS_RE = re.compile(r"server_args=(?:ServerArgs\((?P<repr>.*)\)|(?P<dict>\{.*\}))\s*$")
+_SERVER_ARGS_RE = re.compile(
+    r"(?:server_args=|non-default args: )(?:ServerArgs\((?P<repr>.*)\)|(?P<dict>\{.*\}))\s*$"
+)
 
 
 _REPR_FIELD_RE = re.compile(r"(?:^|, )([a-z_][a-z0-9_]*)=('(?:[^'\\]|\\.)*'|[^,()\[\]{}]*)")
@@ -19,7 +21,10 @@ def catalog_from_server_args(log_text: str) -> FlagCatalog | None:
     ``--x-y`` with the type of its printed value (a bool is a switch). It tells which release's spelling
     a log's host uses (``cuda_graph_max_bs_decode`` in 0.5.23, ``cuda_graph_max_bs`` in 0.5.9) but
     knows no choices or aliases. Reads SGLang 0.5.9's ``server_args=ServerArgs(a=1, ...)`` and 0.5.23's
-    ``server_args={'a': 1, ...}`` (entrypoints/engine.py). None when the log has no such line.
+    ``server_args={'a': 1, ...}`` (entrypoints/engine.py), and vLLM's ``non-default args: {'a': 1, ...}``
+    (vLLM 0.32.0 ``entrypoints/utils.py``, the arguments set away from their defaults: a smaller catalog,
+    but the engine's own spelling, so no other engine's flag is proposed on its log). None when the log has
+    no such line.
     """
     import ast
 
@@ -44,12 +49,46 @@ def catalog_from_server_args(log_text: str) -> FlagCatalog | None:
                 except (ValueError, SyntaxError):
                     values[key] = None
         flags: dict[str, FlagSpec] = {}
+        # vLLM's printed value is the parsed one: `--kv-cache-memory-bytes 1G` prints 1073741824, so a
+        # number there says nothing of what the command line accepts.
+        loose = line.find("non-default args: ") >= 0
         for key, value in values.items():
             name = "--" + key.replace("_", "-")
             vtype: ValueType = (
-                "bool" if isinstance(value, bool) else "int" if isinstance(value, int)
-                else "float" if isinstance(value, float) else "str"
+                "bool" if isinstance(value, bool) else "str" if loose
+                else "int" if isinstance(value, int) else "float" if isinstance(value, float) else "str"
             )
             flags[name] = FlagSpec(name=name, takes_value=vtype != "bool", value_type=vtype)
         return FlagCatalog(flags=flags, source="the log's server_args line") if flags else None
+    return None
+
+
+#: Keys of vLLM's non-default args that say where and what it serves, not how: never a setting to revert.
+_PLACEMENT_KEYS = frozenset({"model_tag", "model", "host", "port"})
+_NON_DEFAULT_RE = re.compile(r"non-default args: (\{.*\})\s*$")
+
+
+def non_default_flags(log_text: str) -> dict[str, bool | int | float | str] | None:
+    """The settings a vLLM log says were set away from their defaults (vLLM 0.32.0
+    ``entrypoints/serve/utils/api_utils.py`` prints ``non-default args: {...}`` at start-up), as command-line
+    flags (``{"--max-model-len": 4096, "--enforce-eager": True}``), the model, host and port left out; or
+    None when the log has no such line. For ``hypoloop analyze`` of a log without its case: these are the
+    user's own settings, the baseline a run would start from. List and dict values are left out (no
+    single command-line spelling)."""
+    import ast
+
+    for line in log_text.splitlines():
+        m = _NON_DEFAULT_RE.search(line)
+        if not m:
+            continue
+        try:
+            parsed = ast.literal_eval(m.group(1))
+        except (ValueError, SyntaxError):
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        return {
+            "--" + str(k).replace("_", "-"): v for k, v in parsed.items()
+            if str(k) not in _PLACEMENT_KEYS and isinstance(v, (bool, int, float, str)) and v is not False
+        }
     return None
