@@ -174,7 +174,7 @@ def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, li
         c = load_case(case) if case else Case(
             name=logfile.name, model=_model_from_log(text), launcher=LauncherSpec.model_validate({"engine": detect_log(text)}),
             # Without the case, the settings the log says were set away from their defaults are its baseline.
-            baseline=Baseline(flags=non_default_flags(text) or {}),
+            baseline=Baseline(flags=dict(non_default_flags(text) or {})),
         )
         # A log of unknown origin whose engine cannot be told is read with every signature.
         engine = c.launcher.engine if case or detect_log(text) else None

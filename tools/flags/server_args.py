@@ -68,10 +68,10 @@ _PLACEMENT_KEYS = frozenset({"model_tag", "model", "host", "port"})
 _NON_DEFAULT_RE = re.compile(r"non-default args: (\{.*\})\s*$")
 
 
-def non_default_flags(log_text: str) -> dict[str, bool | int | float | str] | None:
+def non_default_flags(log_text: str) -> dict[str, bool | str] | None:
     """The settings a vLLM log says were set away from their defaults (vLLM 0.32.0
     ``entrypoints/serve/utils/api_utils.py`` prints ``non-default args: {...}`` at start-up), as command-line
-    flags (``{"--max-model-len": 4096, "--enforce-eager": True}``), the model, host and port left out; or
+    flags as a case writes them (``{"--max-model-len": "4096", "--enforce-eager": True}``), the model, host and port left out; or
     None when the log has no such line. For ``hypoloop analyze`` of a log without its case: these are the
     user's own settings, the baseline a run would start from. List and dict values are left out (no
     single command-line spelling)."""
@@ -88,7 +88,7 @@ def non_default_flags(log_text: str) -> dict[str, bool | int | float | str] | No
         if not isinstance(parsed, dict):
             return None
         return {
-            "--" + str(k).replace("_", "-"): v for k, v in parsed.items()
+            "--" + str(k).replace("_", "-"): v if isinstance(v, bool) else str(v) for k, v in parsed.items()
             if str(k) not in _PLACEMENT_KEYS and isinstance(v, (bool, int, float, str)) and v is not False
         }
     return None
