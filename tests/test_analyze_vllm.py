@@ -134,3 +134,17 @@ def test_a_vllm_log_is_never_offered_an_sglang_only_flag(tmp_path: Path) -> None
     flag (its catalog reads vLLM's non-default args, which has no such flag)."""
     doc = _analyze_json(tmp_path, REAL / "tp2-nobind-compiled-served.log")
     assert not [c for c in _changes(doc) if "cuda-graph" in c], _changes(doc)
+
+
+@pytest.mark.parametrize("log", [REAL / "port-taken.log", REAL.parent / "logs_0.5.23" / "port-taken.log"],
+                         ids=["vllm", "sglang"])
+def test_a_port_taken_on_the_host_is_no_experiment(tmp_path: Path, log: Path) -> None:
+    """The real engines' logs when their --port was held by another process: a conflict on the host (a
+    ``host.*`` component of the fatal signature), so no setting of the model is proposed and the advice
+    says to free the port (without the guard, vLLM's own --enforce-eager was proposed for reverting)."""
+    doc = _analyze_json(tmp_path, log)
+    assert doc["first_experiment"] is None, _changes(doc)
+    done = run_cli(tmp_path, "analyze", str(log))
+    assert done.returncode == 0, done.stderr
+    said = " ".join(done.stdout.split())
+    assert "the failure is on the host" in said and "free one" in said, done.stdout

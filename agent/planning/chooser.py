@@ -382,13 +382,16 @@ class Chooser(FlagMatcher):
         assert ref is not None
         # Signatures whose component is the case itself (a wrong model path, say) name a fault no launch
         # flag can fix: spending GPU time on flag changes would only repeat the same failure.
-        case_faults = [m for m in ref.matches if m.kind in ("fatal", "error")
-                       and any(c.startswith("case.") for c in m.components)]
-        if case_faults:
-            m = case_faults[0]
-            lines = f" (log line {m.line_numbers[0]})" if m.line_numbers else ""
-            return Proposal(conclude_reason=f"the failure is in the case, not the server's configuration: "
-                            f"{m.meaning}{lines}; fix the case and run again")
+        # Likewise a component of the host itself (its port taken by another process): no setting of the
+        # model reaches it.
+        for where, place in (("case", "in the case"), ("host", "on the host")):
+            faults = [m for m in ref.matches if m.kind in ("fatal", "error")
+                      and any(c.startswith(where + ".") for c in m.components)]
+            if faults:
+                m = faults[0]
+                lines = f" (log line {m.line_numbers[0]})" if m.line_numbers else ""
+                return Proposal(conclude_reason=f"the failure is {place}, not the server's configuration: "
+                                f"{m.meaning.rstrip('.')}{lines}; fix the {where} and run again")
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, baseline, ref, done, rejected_ids, considered)
         if (why := _package_dead_end(ref, state)) is not None:
