@@ -42,7 +42,10 @@ def _argv(flags: dict[str, Any]) -> list[str]:
 
 #: A heavy load: load-only faults (``running_requests``) hold when their configuration does.
 LOAD = 64
-FATAL = ("launch_error", "load_error", "capture_error", "hang", "crash_at_first_decode", "wrong_output", "scheduler_dead")
+FATAL = (
+    "launch_error", "load_error", "capture_error", "hang", "crash_at_first_decode", "wrong_output", "scheduler_dead",
+    "signal_death", "degrade_accuracy",
+)
 
 
 def _fails(world: World, argv: list[str], env: dict[str, str]) -> bool:
