@@ -51,9 +51,12 @@ FATAL = (
 def _fails(world: World, argv: list[str], env: dict[str, str]) -> bool:
     """Whether a launch shows a failure: a fatal or wrong-output fault whose conditions hold on the
     effective configuration under a heavy load, whatever its chance (see the module docstring), that the
-    launch can reach (no capture fault without graphs, no warm-up fault without the warm-up), or a memory
-    failure."""
-    args, user = parse_command_line(world.version, argv)
+    launch can reach (no capture fault without graphs, no warm-up fault without the warm-up), a memory
+    failure, or a command line the release's parser refuses."""
+    try:
+        args, user = parse_command_line(world.version, argv)
+    except SystemExit:  # argparse refused the command line (exit 2): the launch fails at once
+        return True
     res, ctx = resolve(world, args, user, env)
     ctx.extra.update(running_requests=LOAD, sampled=True)
     effective = dict(res.args)
