@@ -4,7 +4,8 @@ reproduce; each truth fix applied alone to the baseline serves; a chain needs ev
 all of them. Pure checks (``plan_launch`` and the memory plan), so a world whose text promises a fix that
 its rules do not honour fails here before any planner is measured on it. Faults that fire only under load
 or on some launches are counted as present: ``plan_launch`` cannot see a batch size or a draw, so they are
-checked by their conditions on the configuration."""
+checked by their conditions on the configuration, with a large batch and the request lengths the case's
+``[reproduce]`` reports."""
 
 from __future__ import annotations
 
@@ -42,17 +43,33 @@ def _argv(flags: dict[str, Any]) -> list[str]:
 
 #: A heavy load: load-only faults (``running_requests``) hold when their configuration does.
 LOAD = 64
-FATAL = ("launch_error", "load_error", "capture_error", "hang", "crash_at_first_decode", "wrong_output", "scheduler_dead")
 
 
-def _fails(world: World, argv: list[str], env: dict[str, str]) -> bool:
+def _requests(case_path: Path) -> dict[str, Any]:
+    """The request shape the case's ``[reproduce]`` reports (prompt and output lengths in the lab's tokens,
+    no radix hit), or a short question: faults on long prompts or outputs are present when the case's
+    traffic has them."""
+    shape = load_case(str(case_path)).reproduce
+    prompt = shape.prompt_tokens or 32
+    output = shape.output_tokens or 16
+    return {"req.prompt_tokens": prompt, "req.output_tokens": output, "req.max_new_tokens": output, "req.cached_tokens": 0}
+FATAL = (
+    "launch_error", "load_error", "capture_error", "hang", "crash_at_first_decode", "wrong_output", "scheduler_dead",
+    "signal_death", "degrade_accuracy",
+)
+
+
+def _fails(world: World, argv: list[str], env: dict[str, str], requests: dict[str, Any]) -> bool:
     """Whether a launch shows a failure: a fatal or wrong-output fault whose conditions hold on the
     effective configuration under a heavy load, whatever its chance (see the module docstring), that the
-    launch can reach (no capture fault without graphs, no warm-up fault without the warm-up), or a memory
-    failure."""
-    args, user = parse_command_line(world.version, argv)
+    launch can reach (no capture fault without graphs, no warm-up fault without the warm-up), a memory
+    failure, or a command line the release's parser refuses."""
+    try:
+        args, user = parse_command_line(world.version, argv)
+    except SystemExit:  # argparse refused the command line (exit 2): the launch fails at once
+        return True
     res, ctx = resolve(world, args, user, env)
-    ctx.extra.update(running_requests=LOAD, sampled=True)
+    ctx.extra.update(running_requests=LOAD, sampled=True, **requests)
     effective = dict(res.args)
     # SGLang 0.5.23 turns the decode graphs off with --disable-decode-cuda-graph or
     # --cuda-graph-backend-decode disabled as well as the deprecated --disable-cuda-graph; the lab's
@@ -92,15 +109,16 @@ def test_world_is_consistent_with_its_truth(folder: Path) -> None:
     assert truth is not None, f"{folder}: no [truth]"
     case_path = folder / "case.toml"
     argv, env = _config(case_path)
+    requests = _requests(case_path)
     if truth.expect == "not_reproduced":
-        assert not _fails(world, argv, env), f"{folder.name}: the control's baseline fails"
+        assert not _fails(world, argv, env, requests), f"{folder.name}: the control's baseline fails"
         return
-    assert _fails(world, argv, env), f"{folder.name}: the baseline shows no failure"
+    assert _fails(world, argv, env, requests), f"{folder.name}: the baseline shows no failure"
     for fix in truth.fixes:
-        assert not _fails(world, *_apply(case_path, [fix])), f"{folder.name}: fix {fix} alone does not serve"
+        assert not _fails(world, *_apply(case_path, [fix]), requests), f"{folder.name}: fix {fix} alone does not serve"
     if truth.chain:
         firsts = [next(f for f in link if f.get("root", True)) for link in truth.chain]
-        assert not _fails(world, *_apply(case_path, firsts)), f"{folder.name}: the whole chain does not serve"
+        assert not _fails(world, *_apply(case_path, firsts), requests), f"{folder.name}: the whole chain does not serve"
         for i in range(len(firsts)):
             partial = firsts[:i] + firsts[i + 1 :]
-            assert _fails(world, *_apply(case_path, partial)), f"{folder.name}: link {i} is not needed"
+            assert _fails(world, *_apply(case_path, partial), requests), f"{folder.name}: link {i} is not needed"
