@@ -28,6 +28,7 @@ from bench.launcher import Launcher, LaunchRecord
 from bench.method_result import MethodResult, describe_change, summarize
 from bench.worlds import BenchWorld, matching_fix, score_run
 from tools.flags import FlagCatalog, FlagError
+from tools.host import one_line
 from tools.knowledge import Finding, read_findings, relevance
 
 #: The motivating session of field case 1, in order: four changes that did not help, then the fix.
@@ -69,6 +70,13 @@ def run_agent(
         tail = err.strip().splitlines()[-3:]
         raise RuntimeError(f"agent run on {world.name} printed no result (exit {code}): {' | '.join(tail)}")
     result = json.loads(lines[-1])
+    if not result.get("transcript"):  # refused before any run (bad input): a miss with its reason, no crash
+        why = one_line(str(result.get("error") or f"no run (exit {code})"))
+        return MethodResult(method=method, correct=False, launches=0, host_s=0.0, wall_s=wall, found=None,
+                            status=f"{result.get('status', 'error')} (refused: {why})", wrong_isolated=0,
+                            extra={"component": None, "transcript": None, "catalog_used": False,
+                                   "detection_delay_medians_s": [], "detection_delay_maxes_s": [],
+                                   "overhead_steps_s": []})
     fix = (result.get("root_cause") or {}).get("fix")
     ending = read_ending(world, Path(result["transcript"]), result)
     score = score_run(

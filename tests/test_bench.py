@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,23 @@ def test_bench_runs_on_one_world_and_prints_json_with_targets(tmp_path: Path) ->
     names = [t["target"] for t in out["targets"]]
     assert "triton-ptxas-sm120: agent launches <= 1/2 of random's mean" in names
     assert any(n.startswith("agent overhead per step") for n in names)
+
+
+def test_a_case_refused_as_bad_input_is_a_miss_not_a_crash(tmp_path: Path) -> None:
+    """A world whose case hypoloop refuses before any launch (a baseline flag the host's --help lacks)
+    scores as a miss with the refusal's reason; the bench goes on and prints its table."""
+    world = tmp_path / "refused-world"
+    shutil.copytree(REPO / "lab" / "worlds" / "llama8b-a100", world)
+    case = world / "case.toml"
+    case.write_text(case.read_text().replace('flags = {', 'flags = { "--no-such-flag-x" = true,', 1))
+    r = subprocess.run(
+        [sys.executable, "-m", "bench", "--worlds", str(world), "--methods", "agent", "--json", "--quiet"],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    agent = json.loads(r.stdout)["worlds"]["refused-world"]["agent"]
+    assert agent["correct_root_cause"] is False and agent["launches"] == 0
+    assert "refused" in agent["status"] and "--no-such-flag-x" in agent["status"], agent
 
 
 class _TableLauncher:
