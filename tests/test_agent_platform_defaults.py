@@ -103,3 +103,21 @@ def test_replacing_the_users_own_backend_is_a_workaround(tmp_path: Path) -> None
     assert any(w["name"] == "--attention-backend" for w in result["workarounds"]), result["workarounds"]
     tried = _attention_values(events)
     assert "None" in tried and not set(tried) & NOT_ON_ROCM, tried
+
+
+def test_a_hardware_exception_with_no_frame_suspects_what_ran_and_tries_only_what_runs_here(bench_env: Path) -> None:
+    """Eight MI300X ranks abort with ROCm's HSA hardware exception and no Python frame. Without the catalog
+    (no symptom rule), the implementations the run used are the suspects: the implementation of the
+    collectives that an environment variable selects by default on ROCm is one (knowledge/switches.toml),
+    its other implementation the root fix; no launch tries an attention backend of another platform."""
+    import json
+
+    (world,) = discover(["hy3-mi300x-tp8"])
+    tr = bench_env / "tr-hsa"
+    result = run_agent(world, transcripts=tr, seed="7", knowledge=empty_catalog_knowledge(bench_env))
+    assert result.correct and not result.wrong_isolated, (result.status, result.found)
+    assert not result.extra["catalog_used"]
+    events = [json.loads(line) for p in tr.glob("*.jsonl") for line in p.read_text().splitlines()]
+    conclusion = next(e["data"] for e in events if e["type"] == "conclusion")
+    assert conclusion["status"] == "isolated" and conclusion["fix"]["kind"] == "env", conclusion["fix"]
+    assert not set(_attention_values(events)) & NOT_ON_ROCM, _attention_values(events)
