@@ -59,10 +59,10 @@ def test_a_switch_read_on_another_platform_is_not_proposed() -> None:
 
 
 def test_a_switch_weighs_as_much_as_another_implementation_of_an_implicated_component() -> None:
-    from agent.planning.generators.component import BASE_WEIGHT
-    from agent.planning.generators.switches import WEIGHT
+    from agent.planning.generators import component, switches
 
-    assert WEIGHT == BASE_WEIGHT
+    assert switches.WEIGHT == component.BASE_WEIGHT
+    assert switches.SUSPECT_FACTOR == component.SUSPECT_FACTOR
 
 
 def test_an_asynchronous_fault_makes_the_default_implementation_of_a_switch_a_suspect_without_the_catalog(

@@ -148,6 +148,19 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
     return factor, how
 
 
+def _avoids(inp: GeneratorInput, spec: FlagSpec, rd: _Reading, cur: str, named: str | None, how: list[str]) -> bool:
+    """Whether switching away from the implementation in force avoids the failure without repairing it:
+    it is the package the failure happened in, or the one the error names; unless SGLang chose for this
+    platform an implementation with no kernels for this GPU (``_unfit_default``, its reason added to
+    ``how``): then the choice is what is wrong, and one that runs here is the fix."""
+    if not (cur and cur in rd.imp.packages) and named is None:
+        return False
+    if _unfit_default(inp, spec, rd, cur):
+        how.append(_unfit_reason(inp))
+        return False
+    return True
+
+
 def _unfit_default(inp: GeneratorInput, spec: FlagSpec, rd: _Reading, cur: str) -> bool:
     """Whether the implementation in force is SGLang's own choice for this platform (the baseline does
     not set the flag, SGLang printed what it resolved) and the failure says its kernels were not built
@@ -248,14 +261,7 @@ class ImplicatedComponentGenerator:
         alts, served = _served_alternatives(inp, spec, current, mentioned_first(alts, imp.error_text))
         if not alts:
             return None
-        # Switching away from the package the failure happened in (or the one the error names) avoids it
-        # without repairing it, unless SGLang chose for this platform an implementation with no kernels for
-        # this GPU: then the choice is what is wrong, and one built for this GPU is the fix.
-        avoids = bool(cur and cur in imp.packages) or named is not None
-        unfit = avoids and _unfit_default(inp, spec, rd, cur)
-        if unfit:
-            how.append(_unfit_reason(inp))
-            avoids = False
+        avoids = _avoids(inp, spec, rd, cur, named, how)
         # With a single alternative, "this implementation is broken" predicts that it fixes.
         ivs = [
             Intervention(

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.domain.models import Change, Evidence, Hypothesis, Intervention
-from agent.planning.generators.component import SUSPECT_FACTOR
 from agent.planning.in_play import InPlay, load_subsystems, platform_of
 from agent.planning.matching import same_value
 from agent.planning.switches import Switch, load_switches
@@ -35,6 +34,9 @@ SWITCH_PREFIX = "switch:"
 #: Its weight: the component generator's ``BASE_WEIGHT``, for the same claim ("another implementation of
 #: the implicated component avoids it"); no new tunable.
 WEIGHT = 0.08
+#: A suspect's share of it: the component generator's ``SUSPECT_FACTOR`` (a backend the failing run used,
+#: where a kernel failed and no frame names it); no new tunable.
+SUSPECT_FACTOR = 0.4
 #: Symptoms of an asynchronous device fault, whose printed frame is not where the kernel failed.
 _ASYNC_FAULTS = frozenset({"illegal_memory_access", "device_assert"})
 
