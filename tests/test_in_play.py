@@ -244,6 +244,26 @@ def test_gpu_kernel_choices_are_not_candidates_on_a_cpu_host() -> None:
     assert cpu.why_not(Change(kind="flag", name="--attention-backend", before="intel_amx", after="torch_native")) is None
 
 
+def test_attention_backends_of_another_platform_are_not_candidates_on_a_rocm_host() -> None:
+    """SGLang groups --attention-backend's choices by the hardware they run on (0.5.23 choices.py): on an
+    AMD host the NVIDIA-specific ones (FlashInfer, FlashAttention, TensorRT-LLM) and the other platforms'
+    (Intel AMX, Ascend, Intel XPU) cannot run; the common ones and AMD's own can. On an NVIDIA host AMD's
+    cannot (knowledge/subsystems.toml [[implementation]])."""
+    from agent.domain.models import Change
+    from agent.planning.in_play import InPlay
+
+    rocm = InPlay(MI300X, Baseline(), {}, FLAGS)
+    cuda = InPlay(GPU_HOST, Baseline(), {}, FLAGS)
+    for value in ("flashinfer", "fa3", "trtllm_mha", "intel_amx", "ascend", "intel_xpu"):
+        change = Change(kind="flag", name="--decode-attention-backend", before=None, after=value)
+        assert "platform (rocm)" in str(rocm.why_not(change)), value
+    for value in ("triton", "torch_native", "flex_attention", "aiter", "wave"):
+        assert rocm.why_not(Change(kind="flag", name="--attention-backend", before=None, after=value)) is None
+    assert cuda.why_not(Change(kind="flag", name="--attention-backend", before=None, after="fa3")) is None
+    assert "platform (cuda)" in str(cuda.why_not(Change(kind="flag", name="--attention-backend", before=None,
+                                                        after="aiter")))
+
+
 # ----- asynchronous device faults, ROCm too (points 3 and 8) -------------------------------------------
 
 #: A ROCm hardware exception as the ROCm runtime prints it on every rank (rocdevice.cpp), then SGLang's
@@ -270,6 +290,47 @@ def test_a_rocm_hardware_exception_is_localised_first_and_a_working_localiser_is
     assert exp.change.name in localisers | {FLAGS.resolve_role(["--disable-decode-cuda-graph"]).name}  # type: ignore[union-attr]
     assert all(iv.workaround for h in ledger.values() if h.id.startswith("symptom:async-fault")
                for iv in h.interventions)
+
+
+#: SGLang 0.5.23 on a Radeon host: the attention backend it chose for ROCm by itself (arg_groups/overrides.py
+#: _attention_backend_default), then PyTorch's HIP error at the first prefill in that backend's kernels.
+def _no_code_object(backend: str, package: str) -> str:
+    return f"""[2026-12-01 10:00:00] Attention backend not specified. Use {backend} backend by default.
+[2026-12-01 10:00:09 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 1154, in event_loop_overlap
+    batch_result = self.run_batch(batch)
+  File "{SITE}/sglang/srt/layers/attention/{backend}_backend.py", line 1507, in forward_extend
+    o = prefill(q, k, v)
+  File "{SITE}/{package}/ops/mha.py", line 2632, in prefill
+    return _prefill(q, k, v)
+torch.AcceleratorError: HIP error: invalid device function
+HIP kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
+"""
+
+
+RADEON = HostFingerprint(gpu_vendor="amd", gpu_name="AMD Radeon AI PRO R9700", gpu_count=1, gpu_arch="gfx1201",
+                         memory_total_mib=32624, sglang_version="0.5.23")
+
+
+def _attention_workarounds(flags: dict[str, object], log: str) -> dict[str, bool]:
+    planner, view, _ = _run(RADEON, flags, log)
+    h = next(h for h in planner.history(view).hypotheses if h.id == "component:--attention-backend")
+    return {str(iv.values[0]): iv.workaround for iv in h.interventions}
+
+
+def test_an_implementation_sglang_chose_with_no_kernels_for_this_gpu_is_replaced_as_the_fix() -> None:
+    """HIP's "invalid device function" (no code object for the GPU's gfx target) in the backend SGLang chose
+    for the platform by itself: another backend that runs here repairs the configuration, not a
+    workaround. The same backend chosen by the user is the user's intent: replacing it is a workaround.
+    A just-in-time backend (Triton) with an architecture error points at its toolchain: a workaround too."""
+    log = _no_code_object("aiter", "aiter")
+    assert "unsupported_arch" in classify_outcome(RawEvidence.from_log("e", log, _sglang_signatures(), "x.log")).symptoms
+    auto = _attention_workarounds({"--model-path": "/m/x"}, log)
+    assert auto and auto.get("triton") is False and not any(auto.values()), auto
+    users = _attention_workarounds({"--model-path": "/m/x", "--attention-backend": "aiter"}, log)
+    assert users.get("triton") is True, users
+    jit = _attention_workarounds({"--model-path": "/m/x"}, _no_code_object("triton", "triton"))
+    assert jit and all(jit.values()), jit
 
 
 def test_notes_that_name_a_file_for_a_feature_that_is_on_fill_its_unset_path_setting() -> None:

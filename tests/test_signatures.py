@@ -255,6 +255,8 @@ def test_auto_resolution_wording_variants(
             "shape_mismatch",
             "error",
         ),
+        # PyTorch on ROCm, a kernel with no code object for the GPU's gfx target
+        ("torch.AcceleratorError: HIP error: invalid device function", "invalid_device_function", "fatal"),
     ],
 )
 def test_error_lines_match_their_signature(sigs: list[Signature], line: str, sig_id: str, kind: str) -> None:

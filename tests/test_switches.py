@@ -9,10 +9,14 @@ and the rule planner; the failing log is ROCm's HSA abort as every rank prints i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from test_localise import FLAGS, H200, MI300X, SERVED, _launch
 
 from agent.domain.case import Case
+from agent.domain.knowledge_dir import use_knowledge
 from agent.planning.catalog import load_catalog
+from agent.planning.generators.switches import SWITCH_PREFIX
 from agent.planning.planner import PlannerView, RulePlanner
 from agent.planning.switches import load_switches
 from tools.fingerprint import HostFingerprint
@@ -55,7 +59,34 @@ def test_a_switch_read_on_another_platform_is_not_proposed() -> None:
 
 
 def test_a_switch_weighs_as_much_as_another_implementation_of_an_implicated_component() -> None:
-    from agent.planning.generators.component import BASE_WEIGHT
-    from agent.planning.generators.switches import WEIGHT
+    from agent.planning.generators import component, switches
 
-    assert WEIGHT == BASE_WEIGHT
+    assert switches.WEIGHT == component.BASE_WEIGHT
+    assert switches.SUSPECT_FACTOR == component.SUSPECT_FACTOR
+
+
+def test_an_asynchronous_fault_makes_the_default_implementation_of_a_switch_a_suspect_without_the_catalog(
+    tmp_path: Path,
+) -> None:
+    """Without any symptom rule (the empty-catalog ablation), ROCm's hardware exception on a TP 8 launch
+    makes AITER's custom all-reduce a suspect: it ran (the collectives are in play with 8 ranks), and the
+    fault's report names no place. Its other implementation is the test, the subsystem off a workaround.
+    On one GPU no collective runs, so nothing of it is proposed."""
+    from bench.run import empty_catalog_knowledge
+
+    sw = next(s for s in load_switches() if "rocm" in s.platforms)
+    with use_knowledge(empty_catalog_knowledge(tmp_path)):
+        planner, view = _eight(MI300X)
+        _launch(planner, view, ARGS + HSA)
+        ledger = {h.id: h for h in planner.history(view).hypotheses}
+        h = ledger.get(f"{SWITCH_PREFIX}{sw.id}")
+        assert h is not None, sorted(ledger)
+        assert not any(i.startswith("symptom:") for i in ledger), sorted(ledger)
+        root, off = h.interventions
+        assert (root.kind, root.names, root.values, root.workaround) == ("env", [sw.env], [sw.other], False)
+        assert off.names == sw.turned_off_by[:1] and off.workaround
+
+        case = Case.model_validate({"name": "c", "model": {"path": "/m/q"}, "baseline": {"flags": {}, "env": {}}})
+        one = PlannerView(case=case, fingerprint=MI300X)
+        _launch(planner, one, ARGS.replace("tp_size=8", "tp_size=1") + HSA)
+        assert not any(h.id.startswith(SWITCH_PREFIX) for h in planner.history(one).hypotheses)

@@ -150,7 +150,7 @@ def symptom_classes(outcome: Launched, tracebacks: list[Traceback], text: str) -
         out.append("illegal_memory_access")
     if "device_side_assert" in sigs:
         out.append("device_assert")
-    if {"unsupported_architecture", "no_kernel_image", "ptxas_unknown_gpu_arch"} & sigs or _ARCH.search(err_text):
+    if {"unsupported_architecture", "no_kernel_image", "invalid_device_function", "ptxas_unknown_gpu_arch"} & sigs or _ARCH.search(err_text):
         out.append("unsupported_arch")
     if _IMPORT.search(err_text):
         out.append("import_error")

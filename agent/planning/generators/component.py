@@ -37,6 +37,7 @@ from agent.planning.generators.common import (
     stems,
     words_with_stems,
 )
+from agent.planning.generators.implementations import implementations
 from agent.planning.served import description_keeps, served_settings
 from tools.flags import FlagSpec
 
@@ -147,6 +148,42 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
     return factor, how
 
 
+def _avoids(inp: GeneratorInput, spec: FlagSpec, rd: _Reading, cur: str, named: str | None, how: list[str]) -> bool:
+    """Whether switching away from the implementation in force avoids the failure without repairing it:
+    it is the package the failure happened in, or the one the error names; unless SGLang chose for this
+    platform an implementation with no kernels for this GPU (``_unfit_default``, its reason added to
+    ``how``): then the choice is what is wrong, and one that runs here is the fix."""
+    if not (cur and cur in rd.imp.packages) and named is None:
+        return False
+    if _unfit_default(inp, spec, rd, cur):
+        how.append(_unfit_reason(inp))
+        return False
+    return True
+
+
+def _unfit_default(inp: GeneratorInput, spec: FlagSpec, rd: _Reading, cur: str) -> bool:
+    """Whether the implementation in force is SGLang's own choice for this platform (the baseline does
+    not set the flag, SGLang printed what it resolved) and the failure says its kernels were not built
+    for this GPU (``unsupported_arch``: "no kernel image", HIP's "invalid device function"), for an
+    implementation shipped prebuilt (not one of ``implementations.toml``'s portable, just-in-time ones,
+    where an architecture error is the compiler toolchain's). Then choosing an implementation that runs
+    on this GPU repairs the configuration; it is not a workaround around a broken one."""
+    if explicit(inp, spec) or rd.fact_of.get(spec.name) is None or cur in ("", "none", "auto"):
+        return False
+    if "unsupported_arch" not in inp.evidence.symptoms:
+        return False
+    return cur not in {norm(c) for c in implementations().choices.portable}
+
+
+def _unfit_reason(inp: GeneratorInput) -> str:
+    """The evidence that SGLang's own choice does not fit this GPU, in words."""
+    fp = inp.fingerprint
+    gpu = (fp.gpu_arch or (f"compute capability {fp.compute_capability}" if fp.compute_capability else None)
+           if fp is not None else None)
+    return (f"the error says its kernels were not built for this GPU{f' ({gpu})' if gpu else ''}, and SGLang "
+            "chose it for this platform itself")
+
+
 def _without_named(spec: FlagSpec, cur: str, alts: list[str], error_text: str) -> tuple[str | None, list[str]]:
     """The choice the error names when it may be the one in force (``cur``, normalised: unknown or that
     choice), and the alternatives without it (the implementation the error blames is no alternative)."""
@@ -224,9 +261,7 @@ class ImplicatedComponentGenerator:
         alts, served = _served_alternatives(inp, spec, current, mentioned_first(alts, imp.error_text))
         if not alts:
             return None
-        # Switching away from the package the failure happened in (or the one the error names) avoids it
-        # without repairing it.
-        avoids = bool(cur and cur in imp.packages) or named is not None
+        avoids = _avoids(inp, spec, rd, cur, named, how)
         # With a single alternative, "this implementation is broken" predicts that it fixes.
         ivs = [
             Intervention(

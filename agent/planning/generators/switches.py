@@ -7,6 +7,12 @@ fails": it predicts that both the other implementation and taking the subsystem 
 the workaround that served supports it, and the chooser tests the narrower change before the workaround
 is reported (``Chooser._alternative``). Only on a platform the switch is read on, with the subsystem in
 play, and not when the switch already holds the other value.
+
+Before any workaround, an asynchronous device fault (an illegal memory access, a device-side assert, a ROCm
+hardware exception: issue 20, points 3 and 8) makes every implementation the run used a suspect, since the
+frame it surfaced in is not where it happened: the implementation a switch selects by default on this
+platform ran if its subsystem is in play, so it is a suspect as a backend the failing run used is for the
+component generator (``SUSPECT_FACTOR``), its other implementation the test.
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ SWITCH_PREFIX = "switch:"
 #: Its weight: the component generator's ``BASE_WEIGHT``, for the same claim ("another implementation of
 #: the implicated component avoids it"); no new tunable.
 WEIGHT = 0.08
+#: A suspect's share of it: the component generator's ``SUSPECT_FACTOR`` (a backend the failing run used,
+#: where a kernel failed and no frame names it); no new tunable.
+SUSPECT_FACTOR = 0.4
+#: Symptoms of an asynchronous device fault, whose printed frame is not where the kernel failed.
+_ASYNC_FAULTS = frozenset({"illegal_memory_access", "device_assert"})
 
 
 def _served_without(sw: Switch, inp: GeneratorInput) -> tuple[str, str] | None:
@@ -53,35 +64,50 @@ class SwitchGenerator:
             return []
         device = inp.baseline.flags.get("--device")
         platform = platform_of(inp.fingerprint, str(device) if device not in (None, True) else None, load_subsystems())
+        faulted = inp.evidence.stage != "ok" and bool(_ASYNC_FAULTS & set(inp.evidence.symptoms))
         out = []
         for sw in switches:
             if platform not in sw.platforms or same_value(inp.baseline.env.get(sw.env), sw.other):
                 continue
             served = _served_without(sw, inp)
-            if served is None:
+            if served is None and not faulted:
                 continue
             in_play = InPlay(inp.fingerprint, inp.baseline, inp.reference.server_args, inp.flags)
             if in_play.why_not(Change(kind="env", name=sw.env, before=inp.baseline.env.get(sw.env),
                                       after=sw.other)) is not None:
                 continue
-            flag, exp_id = served
-            out.append(Hypothesis(
-                id=f"{SWITCH_PREFIX}{sw.id}",
-                statement=f"{sw.implementation}, which {sw.env} selects by default ({sw.default}) on this "
-                f"platform, is the {sw.subsystem} implementation that fails; {sw.alternative} "
-                f"({sw.env}={sw.other}) avoids it",
-                component=sw.subsystem,
-                weight=WEIGHT,
-                rationale=f"{flag} took the whole subsystem out and the server served; {sw.env} chooses its "
-                f"implementation ({sw.source})",
-                generator=self.name,
-                evidence=[Evidence(kind="experiment", detail=f"{flag} took {sw.subsystem} out and the server "
-                                   "served", experiment_id=exp_id)],
-                interventions=[
-                    Intervention(kind="env", names=[sw.env], values=[sw.other], decisive=True, cost="none",
-                                 note=f"{sw.alternative} instead of {sw.implementation}"),
-                    Intervention(kind="flag", names=[flag], values=[True], decisive=True, cost="low",
-                                 workaround=True, note=f"no {sw.subsystem} implementation at all"),
-                ],
-            ))
+            out.append(self._hypothesis(sw, inp, served))
         return out
+
+    def _hypothesis(self, sw: Switch, inp: GeneratorInput, served: tuple[str, str] | None) -> Hypothesis:
+        """The candidate of one switch: supported by the workaround that served, else a suspect of an
+        asynchronous device fault (its default implementation ran where the kernel may have failed)."""
+        if served is not None:
+            flag, exp_id = served
+            why = f"{flag} took the whole subsystem out and the server served"
+            evidence = Evidence(kind="experiment", detail=f"{flag} took {sw.subsystem} out and the server served",
+                                experiment_id=exp_id)
+            weight = WEIGHT
+        else:
+            flag = sw.turned_off_by[0]
+            why = (f"a kernel faulted asynchronously (where the error surfaced is not where it happened) and "
+                   f"{sw.implementation} ran: {sw.subsystem} is in play here")
+            evidence = Evidence(kind="fact", detail=why, experiment_id=inp.evidence.experiment_id)
+            weight = WEIGHT * SUSPECT_FACTOR
+        return Hypothesis(
+            id=f"{SWITCH_PREFIX}{sw.id}",
+            statement=f"{sw.implementation}, which {sw.env} selects by default ({sw.default}) on this "
+            f"platform, is the {sw.subsystem} implementation that fails; {sw.alternative} "
+            f"({sw.env}={sw.other}) avoids it",
+            component=sw.subsystem,
+            weight=weight,
+            rationale=f"{why}; {sw.env} chooses its implementation ({sw.source})",
+            generator=self.name,
+            evidence=[evidence],
+            interventions=[
+                Intervention(kind="env", names=[sw.env], values=[sw.other], decisive=True, cost="none",
+                             note=f"{sw.alternative} instead of {sw.implementation}"),
+                Intervention(kind="flag", names=[flag], values=[True], decisive=True, cost="low",
+                             workaround=True, note=f"no {sw.subsystem} implementation at all"),
+            ],
+        )
