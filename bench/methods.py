@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.domain.models import Baseline, Change
+from agent.domain.models import Baseline, Change, value_key
 from agent.planning.catalog import load_catalog
 from agent.planning.planner import model_features
 from agent.planning.served import served_settings  # the agent's own notion of what a deployment is
@@ -152,7 +152,7 @@ def read_ending(world: BenchWorld, path: Path, result: dict[str, Any]) -> dict[s
     base = world.case.baseline
     fix = (result.get("root_cause") or {}).get("fix")
     fix_key = (fix["kind"], fix["name"], fix["after"]) if fix else None
-    adopted: list[str] = []
+    adopted: list[tuple[str, str, Any]] = []
     catalog_ids = answer_catalog_ids()
     catalog_used = False
     conclusion: dict[str, Any] = {}
@@ -163,7 +163,7 @@ def read_ending(world: BenchWorld, path: Path, result: dict[str, Any]) -> dict[s
             if isinstance(change, dict) and change.get("name"):
                 key = (change.get("kind", "flag"), change["name"], change.get("after"))
                 if key != fix_key:  # the fix itself is adopted before its confirmation
-                    adopted.append(describe_change(*key))
+                    adopted.append(key)
         elif ev.type == "hypothesis.added" and ev.data.get("id") in catalog_ids:
             catalog_used = True
         elif ev.type == "conclusion":
@@ -171,10 +171,12 @@ def read_ending(world: BenchWorld, path: Path, result: dict[str, Any]) -> dict[s
     final = base
     if fix:
         final = base.apply(Change(kind=fix["kind"], name=fix["name"], before=fix.get("before"), after=fix["after"]))
+    # a fix adopted and then left for a better one (a workaround before the root fix) is not on the way
+    kept = [describe_change(*k) for k in adopted if value_key(final.value(k[0], k[1])) == value_key(k[2])]
     named_parts = [str(conclusion.get("reason") or ""), json.dumps(conclusion.get("root_cause") or {})]
     named_parts += [json.dumps(v) for k, v in conclusion.items() if "implicat" in k or "package" in k or "component" in k]
     named_parts += [json.dumps(v) for k, v in result.items() if "implicat" in k or "package" in k]
-    return {"final": final, "adopted": adopted, "named": " ".join(named_parts), "catalog_used": catalog_used}
+    return {"final": final, "adopted": kept, "named": " ".join(named_parts), "catalog_used": catalog_used}
 
 
 def transcript_metrics(path: Path) -> dict[str, Any]:

@@ -160,14 +160,40 @@ def test_a_fix_that_changes_a_setting_the_user_keeps_is_a_workaround_not_the_fix
     assert [a["change"] for a in c.alternatives] == [KV.describe()]
 
 
+CHUNK = Change(kind="flag", name="--chunked-prefill-size", before="8192", after="4096")
+CHUNK_BASE = Baseline(flags={"--tp-size": "2", "--chunked-prefill-size": "8192"})
+
+
+def _chunk_runs() -> list[tuple[Experiment, bool]]:
+    base = _exp("baseline", CHUNK_BASE)
+    test = _exp("test", CHUNK_BASE, CHUNK)
+    return [(base, False), (test, True), (_exp("confirm", test.config()), True)]
+
+
 def test_the_description_saying_a_setting_is_needed_keeps_it_too() -> None:
-    state = _state(_kv_runs(), description="We need --kv-cache-dtype fp8_e4m3 for the long contexts we serve.")
-    state["case"]["baseline"] = KV_BASE.model_dump(mode="json")
+    state = _state(_chunk_runs(), description="We need --chunked-prefill-size 8192 for the latency we promise.")
+    state["case"]["baseline"] = CHUNK_BASE.model_dump(mode="json")
     assert build_conclusion(state).status == "not_isolated"  # type: ignore[arg-type]
     # without that sentence the same run isolates it
-    plain = _state(_kv_runs())
-    plain["case"]["baseline"] = KV_BASE.model_dump(mode="json")
+    plain = _state(_chunk_runs())
+    plain["case"]["baseline"] = CHUNK_BASE.model_dump(mode="json")
     assert build_conclusion(plain).status == "isolated"  # type: ignore[arg-type]
+
+
+def test_a_quantized_kv_cache_the_case_sets_is_kept_but_one_the_engine_chose_is_not() -> None:
+    # knowledge/served.toml role "intent": the user's own FP8 KV cache is what they chose for the
+    # deployment, so the fix that drops it is a workaround; a case that left the dtype to SGLang ("auto",
+    # its default) chose nothing, and the same change is the fix
+    own = _state(_kv_runs())
+    own["case"]["baseline"] = KV_BASE.model_dump(mode="json")
+    c = build_conclusion(own)  # type: ignore[arg-type]
+    assert c.status == "not_isolated" and "--kv-cache-dtype" in c.reason and "changes the deployment" in c.reason
+    auto = Baseline(flags={"--tp-size": "2", "--kv-cache-dtype": "auto"})
+    change = Change(kind="flag", name="--kv-cache-dtype", before="auto", after="bf16")
+    base, test = _exp("baseline", auto), _exp("test", auto, change)
+    engine = _state([(base, False), (test, True), (_exp("confirm", test.config()), True)])
+    engine["case"]["baseline"] = auto.model_dump(mode="json")
+    assert build_conclusion(engine).status == "isolated"  # type: ignore[arg-type]
 
 
 def test_changing_the_parallel_layout_changes_the_deployment_but_dropping_a_redundant_quantization_does_not() -> None:

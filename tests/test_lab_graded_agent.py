@@ -1,7 +1,8 @@
 """Graded wrong output end to end (issue 21, item 5): hypoloop (the real CLI, graph and rule planner,
 auto-approved) on a lab world whose FP8 KV cache answers fluently but loses accuracy
 (tests/data/worlds/fp8-kv-accuracy, from sgl-project/sglang#22671) detects the drop against the accuracy
-measured on a known-good launch, isolates the setting and confirms the fix; on the same deployment
+measured on a known-good launch, confirms that a 16-bit cache serves right and reports it as the workaround it
+is (the user chose the FP8 cache: knowledge/served.toml role "intent"); on the same deployment
 without the drop (fp8-kv-accuracy-control) it blames nothing (the world's truth: not_reproduced)."""
 
 from __future__ import annotations
@@ -87,11 +88,15 @@ def _set_result(outcome: dict) -> dict:
     return next(p for p in outcome["probes"] if p["probe_id"] == "probe-set")
 
 
-def test_an_accuracy_drop_is_detected_isolated_and_confirmed(tmp_path: Path) -> None:
+def test_an_accuracy_drop_is_detected_and_dropping_the_users_fp8_cache_is_a_workaround(tmp_path: Path) -> None:
+    """The user chose the FP8 KV cache (knowledge/served.toml role "intent"): the 16-bit cache that serves
+    right is confirmed but reported as a workaround that changes the deployment, never as the fix."""
     result, events = _run(tmp_path, "fp8-kv-accuracy")
-    assert result["status"] == "isolated", result
-    fix = result["root_cause"]["fix"]
-    assert fix["name"] == "--kv-cache-dtype" and not str(fix["after"]).startswith("fp8")
+    assert result["status"] == "not_isolated" and result["root_cause"] is None, result
+    [drop] = result["workarounds"]
+    assert drop["name"] == "--kv-cache-dtype" and "fp8" not in drop["change"].split("→")[-1], drop
+    conclusion = next(e["data"] for e in events if e["type"] == "conclusion")
+    assert "changes the deployment" in conclusion["reason"] and "--kv-cache-dtype" in conclusion["reason"]
     outcomes = [e["data"] for e in events if e["type"] == "outcome"]
     first = outcomes[0]
     assert first["stage"] == "wrong_output"

@@ -20,6 +20,7 @@ from agent.planning.generators.evidence import failure_evidence
 from agent.planning.generators.settings import implicated_setting
 from agent.planning.guard import changes_nothing, launched_before
 from agent.planning.in_play import InPlay, load_subsystems
+from agent.planning.intent import INTENT_LAUNCHES, intent_alternatives, keeping_intent, spent_after_fix
 from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, import_time_failure, load_level, load_probe_for
@@ -297,7 +298,7 @@ class Chooser(FlagMatcher):
                     # a change any hypothesis calls a workaround is one (as ``FixKeeper._fix_kind`` and the
                     # conclusion read it): it is ranked as one, whichever hypothesis proposed it first
                     out[change.key()] = (prev[0], prev[1].model_copy(update={"workaround": True}), prev[2])
-        return out
+        return keeping_intent(view, out, self.flags)
 
     def _inert(
         self, change: Change, baseline: Baseline, ref: Outcome, server_args: Callable[[], dict[str, str]]
@@ -427,9 +428,11 @@ class Chooser(FlagMatcher):
     ) -> Proposal | None:
         """After a workaround (or a costly change) fixed the failure: the best untested root-cause change
         from the same failing baseline, if one is likely enough and the budget leaves room for it and a
-        confirmation. The user's own settings the failure implicates (``intent_reverts``) are tried
-        however unlikely the ledger now makes them, up to ``INTENT_LAUNCHES`` launches: the workaround
-        silences a check, the user's deliberate setting in that subsystem may be what it caught."""
+        confirmation. The user's own settings the failure implicates (``intent_reverts``), and the other
+        implementations of the subsystem that reads a value of the user's the workaround dropped
+        (``intent_alternatives``), are tried however unlikely the ledger now makes them, up to
+        ``INTENT_LAUNCHES`` launches each (``agent.planning.intent``): the workaround silences a check or
+        drops what the user chose; a root fix keeps it."""
         best = state.best_fix
         base, ref = state.failing_baseline, state.failing_reference
         if best is None or base is None or ref is None or not (best.workaround or best.cost == "high"):
@@ -439,7 +442,8 @@ class Chooser(FlagMatcher):
             return None
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, base, ref, done, rejected_ids, considered)
-        intent = intent_reverts(view, state)
+        intent = intent_reverts(view, state) | intent_alternatives(
+            view, state, (c[0] for c in candidates.values()), self.flags)
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
             if iv.workaround or COST_ORDER[iv.cost] >= COST_ORDER[best.cost]:
@@ -458,7 +462,10 @@ class Chooser(FlagMatcher):
             f"{'workaround' if best.workaround else 'costly change'}: a root-cause fix is tested first"
         )
         if scored[0][2].key() in intent:
-            why += " (the user's own setting the failure implicates, reverted before the workaround is reported)"
+            why += (" (another implementation of the subsystem that reads the user's "
+                    f"{best.change.name}, keeping the user's value)" if scored[0][2].name != best.change.name
+                    and scored[0][2].after is not None else
+                    " (the user's own setting the failure implicates, reverted before the workaround is reported)")
         return self._test(state, base, scored[0], cost, ref.facts, why, considered)
 
 
@@ -526,10 +533,6 @@ def _localise_first(change: Change) -> str:
     )
 
 
-#: Launches spent, after a workaround served, on reverting the user's own implicated settings.
-INTENT_LAUNCHES = 2
-
-
 def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
     """Keys of the changes that revert a setting of the failing baseline the failure implicates
     (``agent.planning.generators.settings.implicated_setting``, or a setting sharing a word with the
@@ -537,17 +540,7 @@ def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
     itself sets it (not one this run adopted past a blocker), while fewer than ``INTENT_LAUNCHES`` such
     reverts were launched after the best fix; else empty."""
     best, base = state.best_fix, state.failing_baseline
-    if best is None or base is None:
-        return set()
-    after_fix = False
-    spent = 0
-    for e in view.experiments:
-        if e.id == best.experiment_id:
-            after_fix = True
-        elif after_fix and e.purpose == "test" and e.change is not None and e.change.after is None \
-                and e.baseline == base:
-            spent += 1
-    if spent >= INTENT_LAUNCHES:
+    if best is None or base is None or spent_after_fix(view, state, lambda ch: ch.after is None) >= INTENT_LAUNCHES:
         return set()
     workaround_words = stems(best.change.name.lstrip("-"))
     out: set[str] = set()

@@ -27,7 +27,7 @@ from agent.planning.blame import blamed
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.llm_spec import usage_summary
 from agent.planning.observations import import_time_failure, timeout_control
-from agent.planning.served import description_keeps, served_settings
+from agent.planning.served import served_settings, user_keeps
 from agent.planning.values import ValueEvidence, derive
 from agent.planning.view import COST_ORDER
 from agent.planning.workarounds import mark_deployment_changes, root_and_workarounds
@@ -257,7 +257,7 @@ def _isolated(
     fix = fix_exp.change.model_copy(update={"before": original.value(fix_exp.change.kind, fix_exp.change.name)})
     fingerprint = state.get("fingerprint")
     alternatives = _alternatives(cause, fix_exp, hyps, experiments, outcomes, fingerprint)
-    served, keeps = served_settings(), description_keeps(case)
+    served, keeps = served_settings(), user_keeps(case)
     checkpoint = (fingerprint or {}).get("checkpoint") or {}
     mark_deployment_changes(alternatives, experiments, lambda ch: served.changes_deployment(
         ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint, before=ch.before)
@@ -303,7 +303,7 @@ def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, s
     """The setting the fix (or a blocker adopted on the way to it) changed that defines what is served
     (knowledge/served.toml) or that the user needs (the case's intent), as ``NAME before → after``; else
     None."""
-    served, keeps = served_settings(), description_keeps(case)
+    served, keeps = served_settings(), user_keeps(case)
     original = case.baseline
     changes = [fix_exp.change] if fix_exp.change else []
     changes += [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in _blockers(original, fix_exp)]

@@ -3,8 +3,10 @@
 ``knowledge/served.toml`` (read here, for the planner's generators, the conclusion and the bench) names
 each setting with a role: ``served`` (the model, its checkpoint format, the parallel layout, the context
 length, the served name: changing one changes the deployment, so it is never "the fix") or ``place``
-(where it runs and listens, which devices and credentials: never changed). A case adds its own intent:
-``[intent] keep = [...]`` and any ``--flag`` its description says the user needs.
+(where it runs and listens, which devices and credentials: never changed) or ``intent`` (what the user
+chose when the case sets it away from SGLang's default: a quantized KV cache; kept as ``[intent] keep``
+is, ``user_keeps``). A case adds its own intent: ``[intent] keep = [...]`` and any ``--flag`` its
+description says the user needs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from agent.domain.case import Case
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 
-__all__ = ["Served", "description_keeps", "served_settings"]
+__all__ = ["Served", "description_keeps", "served_settings", "user_keeps"]
 
 
 
@@ -29,6 +31,9 @@ class Served:
                  from_checkpoint: dict[str, str] | None = None,
                  checkpoint_only: dict[str, frozenset[str]] | None = None,
                  divides: dict[str, str] | None = None, need: re.Pattern[str] | None = None) -> None:
+        #: flag (any spelling) -> (the value that leaves the choice to the engine, the subsystem whose
+        #: implementations read its values): role "intent" (filled by the loader)
+        self.intent: dict[str, tuple[str, str]] = {}
         #: words of a sentence in which a user says a setting is needed, not incidental ([description] need)
         self.need = need
         #: flag (any spelling) -> the config.json digest key that declares its value ("" : none)
@@ -124,8 +129,27 @@ class Served:
         values = next((v for n, v in self.checkpoint_only.items() if _canon(flags, n) == canon), frozenset())
         return str(value).strip().lower() in values
 
+    def chosen(self, name: str, value: object, flags: FlagCatalog | None = None) -> bool:
+        """Whether a case setting flag ``name`` to ``value`` made a choice of its own that is intent (role
+        "intent", a value other than the one that leaves the choice to the engine)."""
+        entry = self._intent_entry(name, flags)
+        if entry is None or value is None or value is False:
+            return False
+        return str(value).strip().lower() != entry[0].strip().lower()
+
+    def read_by(self, name: str, flags: FlagCatalog | None = None) -> str | None:
+        """The subsystem (knowledge/subsystems.toml id) whose implementations read the values of intent
+        setting ``name``, or None."""
+        entry = self._intent_entry(name, flags)
+        return (entry[1] or None) if entry is not None else None
+
+    def _intent_entry(self, name: str, flags: FlagCatalog | None) -> tuple[str, str] | None:
+        canon = _canon(flags, name)
+        return next((e for n, e in self.intent.items() if n == name or _canon(flags, n) == canon), None)
+
     def role(self, kind: str, name: str, flags: FlagCatalog | None = None) -> str | None:
-        """``served``, ``place`` or None for a setting (a flag spelled any way the host accepts)."""
+        """``served``, ``place`` or None for a setting (a flag spelled any way the host accepts). An
+        ``intent`` setting has no role here: only the case's own value of it is kept (``user_keeps``)."""
         if kind == "env":
             return "place" if name in self.place_env else "served" if name in self.served_env else None
         canon = _canon(flags, name)
@@ -172,16 +196,23 @@ def _load(path: Path) -> Served:
     check_keys(path, data, ["setting", "description"], KnowledgeFileError)
     need = _need_words(path, data.get("description", {}))
     sets: dict[tuple[str, str], set[str]] = {}
+    intent: dict[str, tuple[str, str]] = {}
     from_ckpt: dict[str, str] = {}
     only: dict[str, frozenset[str]] = {}
     divides: dict[str, str] = {}
     for i, s in enumerate(data.get("setting", [])):
         check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "checkpoint_only", "divides",
-                             "source"],
+                             "default", "read_by", "source"],
                    KnowledgeFileError, f"setting #{i + 1}")
         kind, role = str(s.get("kind", "flag")), str(s.get("role", ""))
-        if kind not in ("flag", "env") or role not in ("served", "place") or not s.get("name"):
-            raise ValueError(f"{path}: setting #{i + 1}: expected name, kind flag|env and role served|place")
+        if kind not in ("flag", "env") or role not in ("served", "place", "intent") or not s.get("name"):
+            raise ValueError(f"{path}: setting #{i + 1}: expected name, kind flag|env and role served|place|intent")
+        if role == "intent":
+            if kind != "flag" or "default" not in s:
+                raise ValueError(f"{path}: setting #{i + 1}: an intent setting is a flag with a default")
+            for n in [str(s["name"]), *map(str, s.get("aliases", []))]:
+                intent[n] = (str(s["default"]), str(s.get("read_by", "")))
+            continue
         sets.setdefault((kind, role), set()).update([str(s["name"]), *map(str, s.get("aliases", []))])
         for n in [str(s["name"]), *map(str, s.get("aliases", []))]:
             if "from_checkpoint" in s:
@@ -190,11 +221,13 @@ def _load(path: Path) -> Served:
                 only[n] = frozenset(str(v).lower() for v in s["checkpoint_only"])
             if s.get("divides"):
                 divides[n] = str(s["divides"])
-    return Served(
+    served = Served(
         frozenset(sets.get(("flag", "served"), set())), frozenset(sets.get(("flag", "place"), set())),
         frozenset(sets.get(("env", "served"), set())), frozenset(sets.get(("env", "place"), set())),
         from_ckpt, only, divides, need,
     )
+    served.intent = intent
+    return served
 
 
 def _need_words(path: Path, table: object) -> re.Pattern[str] | None:
@@ -234,4 +267,17 @@ def description_keeps(case: Case) -> set[str]:
         if not need.search(sentence):
             continue
         keep |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", sentence))
+    return keep
+
+
+def user_keeps(case: Case, flags: FlagCatalog | None = None) -> set[str]:
+    """Settings the user needs kept (``description_keeps``) plus each ``intent`` setting the case's own
+    baseline sets away from SGLang's default (``Served.chosen``: the user's FP8 KV cache): changing or
+    removing one changes the deployment the user asked for, so it is a workaround, never the fix (issue
+    20, point 5). ``flags`` resolves other spellings of a flag (None: names as written)."""
+    keep = description_keeps(case)
+    served = served_settings()
+    for name, value in case.baseline.flags.items():
+        if served.chosen(name, value, flags):
+            keep |= {name, _canon(flags, name)}
     return keep

@@ -38,7 +38,7 @@ from agent.planning.generators.common import (
     words_with_stems,
 )
 from agent.planning.generators.implementations import implementations
-from agent.planning.served import description_keeps, served_settings
+from agent.planning.served import served_settings, user_keeps
 from tools.flags import FlagSpec
 
 __all__ = ["ImplicatedComponentGenerator"]
@@ -203,7 +203,7 @@ def _served_alternatives(inp: GeneratorInput, spec: FlagSpec, current: object,
     if served.role("flag", spec.name, inp.flags) != "served":
         return alts, set()
     checkpoint = inp.fingerprint.checkpoint if inp.fingerprint else {}
-    keeps = set(description_keeps(inp.case))
+    keeps = user_keeps(inp.case, inp.flags)
     alts = [c for c in alts if not served.unservable(inp.flags, spec.name, c, checkpoint)]
     changes = {c for c in alts if served.changes_deployment("flag", spec.name, c, inp.flags, keeps, checkpoint,
                                                             current)}

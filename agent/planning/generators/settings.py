@@ -32,7 +32,7 @@ from agent.planning.budgets import bounded_on_purpose, budget_of
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, implicated, raise_site, specificity, stems
 from agent.planning.in_play import load_subsystems, subsystems_of_frame
-from agent.planning.served import description_keeps, served_settings
+from agent.planning.served import served_settings, user_keeps
 from tools.engines import get_engine
 
 __all__ = ["IMPLICATED", "SettingsVsDefaultsGenerator", "implicated_setting", "value_quoted"]
@@ -98,7 +98,7 @@ class SettingsVsDefaultsGenerator:
         out: list[Hypothesis] = []
         served = served_settings()
         keeps = set()
-        for k in description_keeps(inp.case):
+        for k in user_keeps(inp.case, inp.flags):
             ks = canon(inp.flags, k)
             keeps.add(ks.name if ks else k)
         for name, value in inp.baseline.flags.items():

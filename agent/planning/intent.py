@@ -1,0 +1,94 @@
+"""Root fix before workaround, the user's intent kept (issue 20, point 5): after a workaround served, the
+changes still worth a launch however unlikely the ledger now makes them, up to ``INTENT_LAUNCHES`` launches
+each (``agent.planning.chooser.Chooser._alternative`` ranks them first).
+
+Two kinds: reverting the user's own settings the failure implicates (``intent_reverts`` in the chooser:
+the workaround silences a check, the user's deliberate setting in that subsystem may be what it caught);
+and, when the workaround dropped a value the user chose for the deployment (knowledge/served.toml role
+``intent``: an FP8 KV cache), the other implementations of the subsystem that reads that value
+(``intent_alternatives``: ``read_by``, the attention backends that read the KV cache): keeping the
+user's value with an implementation that handles it is the root fix, dropping it only avoids the broken
+path. ``keeping_intent`` ranks a change of such a value as the workaround it is before it is launched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from agent.domain.models import Change, Intervention
+from agent.planning.in_play import load_subsystems
+from agent.planning.served import served_settings, user_keeps
+from agent.planning.view import HistoryState, PlannerView
+from tools.flags import FlagCatalog, FlagError
+
+__all__ = ["INTENT_LAUNCHES", "intent_alternatives", "keeping_intent", "spent_after_fix"]
+
+#: Launches spent, after a workaround served, on each kind of change of this module.
+INTENT_LAUNCHES = 2
+
+
+def spent_after_fix(view: PlannerView, state: HistoryState, counts: Callable[[Change], bool]) -> int:
+    """Test launches after the best fix, on the failing baseline it fixed, whose change ``counts``."""
+    best, base = state.best_fix, state.failing_baseline
+    after_fix, spent = False, 0
+    for e in view.experiments:
+        if best is not None and e.id == best.experiment_id:
+            after_fix = True
+        elif after_fix and e.purpose == "test" and e.change is not None and e.baseline == base \
+                and counts(e.change):
+            spent += 1
+    return spent
+
+
+def intent_alternatives(view: PlannerView, state: HistoryState, changes: Iterable[Change],
+                        flags: FlagCatalog | None) -> set[str]:
+    """Keys of ``changes`` that pick another implementation of the subsystem that reads the value the
+    workaround dropped: the best fix is a workaround that changed a setting the case chose for the
+    deployment (knowledge/served.toml role ``intent``, ``Served.chosen``), and the change sets a flag of
+    that setting's ``read_by`` subsystem (knowledge/subsystems.toml ``flags``) to a value, keeping the
+    user's; while fewer than ``INTENT_LAUNCHES`` such launches were spent after the best fix. Empty
+    otherwise."""
+    best = state.best_fix
+    if best is None or not best.workaround or best.change.kind != "flag":
+        return set()
+    served = served_settings()
+    name = best.change.name
+    if not served.chosen(name, view.case.baseline.value("flag", name), flags):
+        return set()
+    reader = served.read_by(name, flags)
+    pattern = next((s.flags for s in load_subsystems().subsystems if s.id == reader), None)
+    if pattern is None:
+        return set()
+
+    def picks(ch: Change) -> bool:  # a value of one of that subsystem's implementation choices
+        return ch.kind == "flag" and ch.after is not None and pattern.search(ch.name) is not None \
+            and _choosing(flags, ch.name)
+
+    if spent_after_fix(view, state, picks) >= INTENT_LAUNCHES:
+        return set()
+    return {ch.key() for ch in changes if picks(ch)}
+
+
+def _choosing(flags: FlagCatalog | None, name: str) -> bool:
+    """Whether flag ``name`` chooses among named implementations (its ``--help`` lists choices); True
+    when the catalog is unknown."""
+    if flags is None:
+        return True
+    try:
+        return bool(flags.resolve(name).choices)
+    except FlagError:
+        return False
+
+
+def keeping_intent(
+    view: PlannerView, out: dict[str, tuple[Change, Intervention, str]], flags: FlagCatalog | None
+) -> dict[str, tuple[Change, Intervention, str]]:
+    """``out`` (candidate changes by key) with each change of a setting the user needs kept
+    (``user_keeps``: the case's intent, a value the case chose for the deployment) ranked as the costly
+    workaround ``FixKeeper._fix_kind`` and the conclusion will call it, whichever hypothesis proposed it.
+    ``flags``: the host's flag catalog (other spellings of a flag)."""
+    keeps = user_keeps(view.case, flags)
+    for key, (change, iv, how) in out.items():
+        if change.kind == "flag" and change.name in keeps:
+            out[key] = (change, iv.model_copy(update={"workaround": True, "cost": "high"}), how)
+    return out
