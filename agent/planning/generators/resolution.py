@@ -23,7 +23,14 @@ import re
 
 from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.generators import GeneratorInput
-from agent.planning.generators.common import effective_value, engine_package, explicit, raise_site, specificity, stems
+from agent.planning.generators.common import (
+    effective_value,
+    engine_package,
+    explicit,
+    raise_site,
+    specificity,
+    stems,
+)
 from agent.planning.resolution import load_resolution
 from tools.flags import FlagSpec
 
