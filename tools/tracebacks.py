@@ -165,11 +165,8 @@ def _without_repeated_header(line: str) -> str:
 
 
 def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = True) -> list[Traceback]:
-    """Tracebacks in ``(log line number, text)`` pairs, e.g. the lines of a log kept as evidence.
-
-    As `parse_tracebacks`; a gap in the line numbers (lines not kept) also ends a traceback. ``unique``:
-    keep identical tracebacks (one per TP rank) once; with False every one is returned.
-    """
+    """Tracebacks in ``(log line number, text)`` pairs (a log's kept lines), as `parse_tracebacks`; a gap in the
+    numbers (lines not kept) also ends one. ``unique``: identical ones (one per TP rank) are kept once."""
     out: list[Traceback] = []
     seen: set[tuple[object, ...]] = set()
     frames: list[Frame] | None = None
@@ -191,29 +188,12 @@ def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = Tru
                 out.append(tb)
         frames = None
 
-    dump: _Dump | None = None
-
-    def close_dump() -> None:
-        nonlocal dump
-        tb = dump.traceback() if dump is not None else None
-        if tb is not None and (not unique or tb.key() not in seen):
-            seen.add(tb.key())
-            out.append(tb)
-        dump = None
-
-    for lineno, raw_line in lines:
+    numbered = list(lines)
+    for lineno, raw_line in numbered:
         line = _without_repeated_header(raw_line.rstrip())
         if frames is not None and prev and lineno != prev + 1:
             close(None, "", 0)
-        # a dump's blank lines are seldom kept as evidence: a gap does not end it, a line outside it does
-        if dump is not None and not dump.feed(lineno, line):
-            close_dump()
         prev = lineno
-        if dump is not None:
-            continue
-        if frames is None and (f := _FATAL.search(line)):
-            dump = _Dump(lineno, f.group("what"), line.strip())
-            continue
         if _HEADER.search(line):
             close(None, "", 0)
             frames, start = [], lineno
@@ -241,7 +221,24 @@ def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = Tru
         else:
             close(None, stripped[:300], lineno, stripped)
     close(None, "", 0)
-    close_dump()
+    out += [tb for tb in _dumps(numbered) if not unique or tb.key() not in seen]
+    return sorted(out, key=lambda tb: tb.start_line)
+
+
+def _dumps(lines: Iterable[tuple[int, str]]) -> list[Traceback]:
+    """The faulthandler dumps in numbered lines, as tracebacks (see the module docstring). A dump's blank
+    lines are seldom kept as evidence: a gap in the numbers does not end it, a line outside it does."""
+    out: list[Traceback] = []
+    dump: _Dump | None = None
+    for lineno, raw_line in lines:
+        line = _without_repeated_header(raw_line.rstrip())
+        if dump is not None and dump.feed(lineno, line):
+            continue
+        if dump is not None and (tb := dump.traceback()) is not None:
+            out.append(tb)
+        dump = _Dump(lineno, f.group("what"), line.strip()) if (f := _FATAL.search(line)) else None
+    if dump is not None and (tb := dump.traceback()) is not None:
+        out.append(tb)
     return out
 
 
@@ -262,10 +259,11 @@ class _Dump:
             return True
         if t := _THREAD.search(stripped):
             # the crashed thread: the "Current thread" block, else the first one printed
-            keep = bool(t.group("current")) or not self.python
-            self.block = [] if keep else None
-            if keep:
-                self.python = self.block
+            if t.group("current") or not self.python:
+                self.python = []
+                self.block = self.python
+            else:
+                self.block = None
             return True
         if m := _DUMP_FRAME.match(line):
             if self.block is not None:
