@@ -75,7 +75,7 @@ class ResolutionGenerator:
         if site is None or not known.resolves(engine_package(inp), site.where):
             return []
         frame = next((f for f in tbs[-1].frames if f.module and f"{f.module}.{f.function}" == site.where), None)
-        code = frame.code or "" if frame is not None else ""
+        code = (frame.code or "") if frame is not None else ""
         out: list[Hypothesis] = []
         for spec in inp.flags.flags.values():
             if not spec.takes_value or spec.deprecated or explicit(inp, spec):
