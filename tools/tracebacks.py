@@ -12,6 +12,16 @@ and ``^^^^`` markers, then ``ExceptionType: message``. SGLang logs the header af
 ``srt/managers/scheduler.py``), so the header and frames are searched for anywhere in a line. vLLM
 repeats its record header (``(EngineCore pid=N) ERROR MM-DD HH:MM:SS [core.py:N] ``) on every line of a
 logged traceback (``tools.log_records``): a line whose header names a level is read without it.
+
+A process killed by a signal leaves another format: CPython's ``faulthandler`` (3.8-3.13,
+Python/faulthandler.c), which SGLang enables in its scheduler: ``Fatal Python error: Segmentation fault``,
+then per thread ``Current thread 0x... (most recent call first):`` (or ``Thread 0x...``) and ``  File
+"PATH", line N in FUNCTION`` frames, innermost first, then ``Extension modules: ...``; a reporter often adds
+the native stack of the crash as a debugger prints it (gdb's ``#0  0x... in SYMBOL () from LIB`` or ``#1
+0x... in SYMBOL (...) at FILE:LINE``, innermost first). Such a dump is one ``Traceback`` whose exception is
+``Fatal Python error`` with the signal's name as its message; its frames are the native ones (innermost
+first, ``Frame.native``) and then the Python frames of the crashed thread (the ``Current thread`` block,
+else the first one printed). A dump with no frame at all is not a traceback.
 """
 
 from __future__ import annotations
@@ -34,6 +44,24 @@ _EXCEPTION = re.compile(
     r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Failure))(?::\s?(?P<msg>.*))?$"
 )
 _CHAIN = re.compile(r"^(During handling of the above exception|The above exception was the direct cause)")
+#: faulthandler's dump (CPython Python/faulthandler.c): its first line, a thread's header, a frame.
+_FATAL = re.compile(r"Fatal Python error: (?P<what>\S.*?)\s*$")
+_THREAD = re.compile(r"^(?:(?P<current>Current thread)|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|^Stack \(most recent call first\):")
+_DUMP_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S.*?)\s*$')
+#: Lines of a dump that neither end it nor hold a frame.
+_DUMP_OTHER = re.compile(r"^\s*<no Python frame>\s*$|^Extension modules: |^\s*\.\.\.\s*$")
+#: A native frame as gdb prints it: ``#0  0x00007f... in ldtilecfg () from /x/torch/lib/libtorch_cpu.so``,
+#: ``#2 0x... in at::native::cpublas::brgemm(long, ...) () from LIB``, ``#3  f (a=1) at src/x.cpp:42``.
+_NATIVE = re.compile(
+    r"^#(?P<n>\d+)\s+(?:0x[0-9a-fA-F]+ in )?(?P<func>\S.*?)\s*(?:\(.*\))?\s+"
+    r"(?:from (?P<lib>\S+)|at (?P<file>\S+?):(?P<line>\d+))\s*$"
+)
+#: Any line of a faulthandler dump with its native stack (what a log reader keeps of one).
+DUMP_LINE = re.compile(
+    r"Fatal Python error: |(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|"
+    r'^\s*File "[^"]+", line \d+ in |^#\d+\s+(?:0x[0-9a-fA-F]+ in )?\S.*\s(?:from|at) \S+|^Extension modules: '
+)
+_SITE_PACKAGE = re.compile(r"(?:site|dist)-packages/(?P<pkg>[A-Za-z_]\w*)/")
 
 
 #: An installed package's file: ``.../site-packages/sglang/srt/layers/attention/triton_backend.py``.
@@ -57,6 +85,17 @@ class Frame(BaseModel):
     log_line: int = 0
     package: str | None = None
     module: str | None = None
+    #: A frame of compiled code (a native stack's, ``path`` the shared library or C++ file): no Python
+    #: source to read, ``module`` None, ``package`` the installed package whose library it is.
+    native: bool = False
+
+    @classmethod
+    def native_at(cls, path: str, function: str, line: int = 0, log_line: int = 0) -> Frame:
+        """A native frame; its ``package`` read from an installed package's path (``site-packages/torch/lib/
+        libtorch_cpu.so`` is ``torch``), else None (a system library)."""
+        m = _SITE_PACKAGE.search(path)
+        return cls(path=path, line=line, function=function, log_line=log_line,
+                   package=m.group("pkg") if m else None, native=True)
 
     @classmethod
     def at(cls, path: str, line: int, function: str, log_line: int = 0) -> Frame:
@@ -126,11 +165,8 @@ def _without_repeated_header(line: str) -> str:
 
 
 def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = True) -> list[Traceback]:
-    """Tracebacks in ``(log line number, text)`` pairs, e.g. the lines of a log kept as evidence.
-
-    As `parse_tracebacks`; a gap in the line numbers (lines not kept) also ends a traceback. ``unique``:
-    keep identical tracebacks (one per TP rank) once; with False every one is returned.
-    """
+    """Tracebacks in ``(log line number, text)`` pairs (a log's kept lines), as `parse_tracebacks`; a gap in the
+    numbers (lines not kept) also ends one. ``unique``: identical ones (one per TP rank) are kept once."""
     out: list[Traceback] = []
     seen: set[tuple[object, ...]] = set()
     frames: list[Frame] | None = None
@@ -152,7 +188,8 @@ def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = Tru
                 out.append(tb)
         frames = None
 
-    for lineno, raw_line in lines:
+    numbered = list(lines)
+    for lineno, raw_line in numbered:
         line = _without_repeated_header(raw_line.rstrip())
         if frames is not None and prev and lineno != prev + 1:
             close(None, "", 0)
@@ -184,7 +221,67 @@ def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = Tru
         else:
             close(None, stripped[:300], lineno, stripped)
     close(None, "", 0)
+    out += [tb for tb in _dumps(numbered) if not unique or tb.key() not in seen]
+    return sorted(out, key=lambda tb: tb.start_line)
+
+
+def _dumps(lines: Iterable[tuple[int, str]]) -> list[Traceback]:
+    """The faulthandler dumps in numbered lines, as tracebacks (see the module docstring). A dump's blank
+    lines are seldom kept as evidence: a gap in the numbers does not end it, a line outside it does."""
+    out: list[Traceback] = []
+    dump: _Dump | None = None
+    for lineno, raw_line in lines:
+        line = _without_repeated_header(raw_line.rstrip())
+        if dump is not None and dump.feed(lineno, line):
+            continue
+        if dump is not None and (tb := dump.traceback()) is not None:
+            out.append(tb)
+        dump = _Dump(lineno, f.group("what"), line.strip()) if (f := _FATAL.search(line)) else None
+    if dump is not None and (tb := dump.traceback()) is not None:
+        out.append(tb)
     return out
+
+
+class _Dump:
+    """A faulthandler dump being read (see the module docstring): the native frames and the Python frames
+    of the crashed thread, each innermost first."""
+
+    def __init__(self, lineno: int, what: str, text: str) -> None:
+        self.start, self.what, self.text = lineno, what, text[text.find("Fatal Python error"):]
+        self.native: list[Frame] = []
+        self.python: list[Frame] = []
+        self.block: list[Frame] | None = None  # the thread block being read (None: one not kept)
+
+    def feed(self, lineno: int, line: str) -> bool:
+        """Read one line of the dump; False when the line is not part of it (the dump has ended)."""
+        stripped = line.strip()
+        if not stripped or _DUMP_OTHER.search(line):
+            return True
+        if t := _THREAD.search(stripped):
+            # the crashed thread: the "Current thread" block, else the first one printed
+            if t.group("current") or not self.python:
+                self.python = []
+                self.block = self.python
+            else:
+                self.block = None
+            return True
+        if m := _DUMP_FRAME.match(line):
+            if self.block is not None:
+                self.block.append(Frame.at(m.group("path"), int(m.group("line")), m.group("func"), log_line=lineno))
+            return True
+        if n := _NATIVE.match(stripped):
+            path = n.group("lib") or n.group("file") or ""
+            self.native.append(Frame.native_at(path, n.group("func"), int(n.group("line") or 0), log_line=lineno))
+            return True
+        return False
+
+    def traceback(self) -> Traceback | None:
+        """The dump as a ``Traceback`` (frames innermost first: native, then Python), or None without frames."""
+        frames = [*self.native, *self.python]
+        if not frames:
+            return None
+        return Traceback(frames=frames, exception="Fatal Python error", message=self.what,
+                         log_line=self.start, start_line=self.start, exception_line=self.text)
 
 
 _NO_MODULE = re.compile(r"No module named '(?P<mod>[\w.]+)'")

@@ -10,7 +10,8 @@ length. The kept lines become ``RawEvidence.log_excerpt`` and then ``Outcome.log
 Traceback text is CPython's format (``Traceback (most recent call last):``, ``  File "PATH", line N, in
 FUNC``, the source line, the exception line); SGLang logs it as one multi-line record whose first line
 carries the log prefix (``Scheduler hit an exception: Traceback ...``; sglang/srt/managers/scheduler.py,
-0.5.x).
+0.5.x). A process killed by a signal leaves CPython's faulthandler dump instead, with the native stack a
+reporter adds (``tools.tracebacks.DUMP_LINE``): every line of it is kept.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections import deque
 
 from tools.engines import settings_marker_in
 from tools.logwatch import LogLine
-from tools.tracebacks import TRACEBACK_START
+from tools.tracebacks import DUMP_LINE, TRACEBACK_START
 
 __all__ = ["LogExcerpt", "excerpt_of_text"]
 
@@ -76,6 +77,8 @@ class LogExcerpt:
             if text[:1] not in (" ", "\t") and not _FRAME.match(text) and text.strip():
                 self._in_traceback = False  # the exception line ends the traceback
                 self._after = AFTER_LINES
+        elif DUMP_LINE.search(text):  # a process killed by a signal: faulthandler's dump, its native stack
+            self._keep(lineno, text)
         elif self._after > 0:
             self._keep(lineno, text)
             self._after -= 1

@@ -5,7 +5,10 @@ upgraded, and those whose installed version differs from a known-good note's
 (``agent.planning.package_changes.package_changes``), named first, with the old and new version and
 where the claim comes from; then the packages the failing frames run in. A generic runtime (torch,
 triton, the CUDA wheels: ``knowledge/packages.toml``) is named only with evidence against it: it
-changed, or no other package is in the frames. A package the error message itself names ("FlashInfer
+changed, no other package is in the frames, or the process died of a signal inside its own compiled code
+(the innermost frame of the crash's native stack is its library, ``crashed_in``: a fault in torch's
+``at::native::cpublas::brgemm`` called from a kernel package is torch's, and the caller is named after it).
+A package the error message itself names ("FlashInfer
 version mismatch: the installed flashinfer-python ...") is named before a change the case's description
 tells that neither the frames nor the error involve: the error's own words outweigh the user's guess.
 A change of the engine itself (a new SGLang release or
@@ -22,6 +25,7 @@ from agent.domain.case import Case
 from agent.domain.models import Conclusion, Outcome, RelevantFinding
 from agent.planning.package_changes import (
     PackageChange,
+    crashed_in,
     error_packages,
     frame_packages,
     is_generic_runtime,
@@ -29,6 +33,7 @@ from agent.planning.package_changes import (
     package_changes,
 )
 from tools.installed import dist_key
+from tools.tracebacks import Frame
 
 __all__ = ["blamed"]
 
@@ -47,7 +52,7 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     case = Case.model_validate(state["case"])
     findings = [RelevantFinding.model_validate(f) for f in state.get("findings") or []]
     changes = package_changes(case, installed, findings)
-    frames, said = _frames(state, imp.get("experiment_id"), installed)
+    frames, said, crash = _frames(state, imp.get("experiment_id"), installed)
     if imp.get("missing") and imp.get("package"):  # a failed import names what is missing
         frames = [str(imp["package"]), *(p for p in frames if p != imp["package"])]
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
@@ -61,8 +66,9 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     named = involved + aside
     told = [p for p in said if not is_generic_runtime(p) and not any(is_in(n, [p], installed) for n in named)]
     rest = [p for p in frames + said if p not in told and not any(is_in(n, [p], installed) for n in named)]
-    plain = [p for p in rest if not is_generic_runtime(p)]
-    generic = [p for p in rest if is_generic_runtime(p)]
+    own = crash.package if crash is not None else None  # died inside this package's compiled code
+    plain = [p for p in rest if not is_generic_runtime(p) or p == own]
+    generic = [p for p in rest if is_generic_runtime(p) and p != own]
     packages = involved + told + aside + plain + [ch.name for ch in ordered if ch.name == engine]
     packages += generic if not packages else []
     if not packages:
@@ -79,25 +85,32 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     if pin:
         update["pin"] = pin
     return c.model_copy(update={"implicated": {**imp, **update},
-                                "reason": _joined(c.reason, _words(ordered, told, plain + generic, where, pin))})
+                                "reason": _joined(c.reason, _words(ordered, told, plain + generic, where, pin,
+                                                                   crash if own in plain else None))})
 
 
-def _frames(state: Any, experiment_id: str | None, installed: dict[str, str]) -> tuple[list[str], list[str]]:
-    """The packages the failing launch's frames run in, innermost first (the last traceback first), and
-    the installed distributions its exception lines name (``error_packages``)."""
+def _frames(state: Any, experiment_id: str | None,
+            installed: dict[str, str]) -> tuple[list[str], list[str], Frame | None]:
+    """The packages the failing launch's frames run in, innermost first (the last traceback first), the
+    installed distributions its exception lines name (``error_packages``), and the compiled frame of an
+    installed package the process died in (``crashed_in``)."""
     raw = next((o for o in state.get("outcomes") or [] if o.get("experiment_id") == experiment_id), None)
     if raw is None:
-        return [], []
+        return [], [], None
     tracebacks = Outcome.model_validate(raw).tracebacks
     said = error_packages((tb.exception_line for tb in reversed(tracebacks) if tb.exception_line), installed)
-    return frame_packages(reversed(tracebacks)), said
+    return frame_packages(reversed(tracebacks)), said, crashed_in(tracebacks)
 
 
 def _words(changes: list[PackageChange], said: list[str], others: list[str], where: dict[str, bool],
-           pin: str | None) -> str:
+           pin: str | None, crash: Frame | None = None) -> str:
     """The ending's sentence about packages: what changed (with its source), the packages the error names,
-    then the frames' packages."""
+    where the process died (``crash``), then the frames' packages."""
     parts: list[str] = []
+    if crash is not None:
+        lib = crash.path.rsplit("/", 1)[-1]
+        parts.append(f"the process died inside {crash.package}'s own compiled code ({crash.function} in {lib}, "
+                     "the innermost frame of the crash's native stack)")
     if changes:
         told = "; ".join(f"{ch.describe()} ({ch.source}"
                          + (", and the failing traceback or its error involves it)" if where[ch.name] else ")")

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.planning.weights import weights as tunables
 from tools.installed import dist_key, distributions_of
-from tools.tracebacks import Traceback
+from tools.tracebacks import Frame, Traceback
 
 if TYPE_CHECKING:
     from agent.domain.case import Case
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PackageChange",
     "PackagesError",
+    "crashed_in",
     "error_packages",
     "frame_packages",
     "is_generic_runtime",
@@ -230,6 +231,19 @@ def frame_packages(tracebacks: Iterable[Traceback]) -> list[str]:
             if pkg and pkg not in sys.stdlib_module_names and pkg != "sglang" and pkg not in out:
                 out.append(pkg)
     return out
+
+
+def crashed_in(tracebacks: Iterable[Traceback]) -> Frame | None:
+    """The innermost frame of a process killed by a signal, when it is compiled code of an installed
+    package (a crash dump's native stack, ``tools.tracebacks``: ``ldtilecfg`` in ``site-packages/torch/lib/
+    libtorch_cpu.so``): the fault happened inside that package's own code, not in a caller that passed
+    through it. Of the last such traceback given; None when there is none."""
+    found = None
+    for tb in tracebacks:
+        inner = tb.innermost
+        if inner is not None and inner.native and inner.package:
+            found = inner
+    return found
 
 
 #: A word of an error message that refers to a package: a distribution-like name (``flashinfer-python``,

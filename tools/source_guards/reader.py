@@ -44,10 +44,12 @@ class SourceReader:
         seen: set[tuple[Any, ...]] = set()
         frame_no = 0
         for tb in reversed(tracebacks):  # the last printed is the one that ended the process
-            picked = [f for f in tb.frames if self.files.package_root(f.path) is not None][:max_frames]
+            # a native frame (a crash's compiled stack) has no Python source to read
+            frames = [f for f in tb.frames if not f.native]
+            picked = [f for f in frames if self.files.package_root(f.path) is not None][:max_frames]
             for i, frame in enumerate(picked):
                 inner = picked[i - 1] if i > 0 else None
-                innermost = i == 0 and tb.frames and tb.frames[0] is frame
+                innermost = i == 0 and frames and frames[0] is frame
                 for lead in self._read_frame(frame, inner, bool(innermost), tb, reading, frame_no):
                     key = (
                         lead.kind,

@@ -282,7 +282,8 @@ def implicated(inp: GeneratorInput) -> Implicated:
             if fr.package and fr.package not in framework and fr.package != engine:
                 if norm(fr.package) not in imp.packages:
                     imp.packages[norm(fr.package)] = fr.package
-                    imp.why.append(f"the traceback passes through {fr.package} ({fr.module}.{fr.function})")
+                    where = f"{fr.function} in {fr.path}" if fr.native else f"{fr.module}.{fr.function}"
+                    imp.why.append(f"the traceback passes through {fr.package} ({where})")
                     imp.lines.append(tb.start_line)
             if fr.package == engine and fr.module:
                 # SGLang's runtime lives under sglang/srt/: that folder name says nothing

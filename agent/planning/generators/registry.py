@@ -15,6 +15,7 @@ from agent.planning.generators.installed_source import InstalledSourceGenerator
 from agent.planning.generators.load import LoadGenerator
 from agent.planning.generators.localisers import LocaliserGenerator
 from agent.planning.generators.remedies import RemediesGenerator
+from agent.planning.generators.resolution import ResolutionGenerator
 from agent.planning.generators.settings import SettingsVsDefaultsGenerator
 from agent.planning.generators.switches import SwitchGenerator
 from agent.planning.generators.symptoms import SymptomClassGenerator
@@ -30,6 +31,7 @@ REGISTRY: list[type[CandidateGenerator]] = [
     LocaliserGenerator,
     ImplicatedComponentGenerator,
     InstalledSourceGenerator,
+    ResolutionGenerator,
     LoadGenerator,
     BudgetGenerator,
     SettingsVsDefaultsGenerator,
