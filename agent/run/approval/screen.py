@@ -129,15 +129,10 @@ def _facts_grid(req: ApprovalRequest, *, full: bool) -> Table:
 
 
 def _screen_hypotheses(req: ApprovalRequest) -> list[HypothesisLine]:
-    """The hypotheses the compact screen lists, ``SHOWN_HYPOTHESES`` of them in falling probability: the
-    likeliest always (whether or not the experiment tests it: a person weighs the experiment against it),
-    then those the experiment tests, then the next likeliest."""
-    lead = max(req.hypotheses, key=lambda h: h.posterior) if req.hypotheses else None
-    rest = [h for h in req.hypotheses if h is not lead]
-    tested = [h for h in rest if h.predicts != "persists"]
-    others = [h for h in rest if h.predicts == "persists"]
-    picked = ([lead] if lead is not None else []) + [*tested, *others]
-    return sorted(picked[:SHOWN_HYPOTHESES], key=lambda h: -h.posterior)
+    """The hypotheses the compact screen lists: the ``SHOWN_HYPOTHESES`` likeliest, in falling probability
+    (ties in the ledger's order). Those the experiment tests are named on its purpose line whatever their
+    probability, so a less likely tested one never displaces a likelier one here."""
+    return sorted(req.hypotheses, key=lambda h: -h.posterior)[:SHOWN_HYPOTHESES]
 
 
 def _lead_blocked_text(lb: LeadBlocked, *, full: bool = False) -> Group:
