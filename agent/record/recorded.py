@@ -377,7 +377,9 @@ class RecordedRun:
         return [r for r in self.runs if r.outcome is not None]
 
     def launches(self) -> int:
-        return sum(1 for r in self.executed() if r.launched_server)
+        """Servers the run launched: each executed experiment that counts as a launch, and one launched
+        but never concluded (a run interrupted or killed mid-experiment still spent that launch)."""
+        return sum(1 for r in self.runs if r.launched_server and (r.outcome is not None or r.launched))
 
     def host_seconds(self) -> float:
         total = 0.0
