@@ -15,7 +15,7 @@ from rich.markup import escape
 from agent.cli.common import (
     KnowledgeOpt,
     fail,
-    read_text,
+    read_log_text,
     using_knowledge,
 )
 from agent.cli.drive import check_knowledge
@@ -103,7 +103,7 @@ def analyze_log(options: AnalyzeOptions) -> None:
     from agent.run.nodes.analyze import classify_outcome
 
     logfile, json_out, case = options.logfile, options.json_out, options.case
-    text = read_text(logfile, what="log")
+    text = read_log_text(logfile)
     if not text.strip():
         fail(f"{logfile}: the log is empty")
     c, sigs, catalog = _analyze_setup(logfile, case, text)
