@@ -52,3 +52,25 @@ def test_approval_screen_lists_the_three_likeliest_hypotheses_in_order(tmp_path:
     listed = [h for _, h in rows]
     likeliest = sorted(posteriors.values(), reverse=True)[:3]
     assert [round(posteriors[h], 2) for h in listed] == [round(p, 2) for p in likeliest], (rows, likeliest)
+
+
+def _box(out: str) -> str:
+    return out[out.rindex("approve experiment") : out.rindex("╯")]
+
+
+def test_edit_is_offered_only_for_a_change_and_no_key_is_named_where_none_is_read(tmp_path: Path) -> None:
+    """The baseline reproduction has no change: its screen offers no ``[e]dit``; a test of a change does.
+    Where no key is read (a run left waiting, ``show``) the screen names the command that lists every
+    hypothesis instead of "press h"."""
+    first = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--transcript-dir", "tr")
+    assert first.returncode == 3, first.stderr[-2000:]
+    assert "baseline" in _box(first.stdout) and "[e]dit" not in _box(first.stdout), first.stdout
+    run_id = re.search(r"run (\d{8}-\d{6}-[0-9a-f]+) waits", first.stdout)[1]  # type: ignore[index]
+    nxt = run_cli(tmp_path, "resume", run_id, "--decision", "approve")
+    assert nxt.returncode == 3, nxt.stderr[-2000:]
+    assert "[e]dit one change" in _box(nxt.stdout), nxt.stdout
+    shown = run_cli(tmp_path, "show", run_id)
+    for out in (nxt.stdout, shown.stdout):
+        box = _box(out)
+        assert "press h" not in box and "[h]" not in box, box
+        assert f"hypoloop show {run_id} -v lists them" in box, box
