@@ -148,3 +148,28 @@ def test_a_port_taken_on_the_host_is_no_experiment(tmp_path: Path, log: Path) ->
     assert done.returncode == 0, done.stderr
     said = " ".join(done.stdout.split())
     assert "the failure is on the host" in said and "free one" in said, done.stdout
+
+
+def test_component_statements_name_vllm_not_sglang(tmp_path: Path) -> None:
+    """A vLLM error naming one choice of backend flags makes component hypotheses; their wording says the
+    case's engine (vLLM) chose the value, never SGLang. The real log of tests/data with its error replaced
+    by one naming FlashInfer; the flags are the bed's own vLLM's ``--help=all``."""
+    bed = Path(os.environ.get("HYPOLOOP_ENGINES", ""))
+    if not os.environ.get("HYPOLOOP_ENGINES") or not (bed / "bin" / "vllm").is_file():
+        pytest.skip("HYPOLOOP_ENGINES (the real-engine bed with vLLM 0.32.0) not set")
+    log = tmp_path / "flashinfer.log"
+    text = (REAL / "tp2-no-bind.log").read_text()
+    log.write_text(text.replace(_NUMA_ERROR, "RuntimeError: the FlashInfer kernel is not built for this CPU"))
+    case = tmp_path / "case.toml"
+    case.write_text(CASE.read_text().replace("{engines}", str(bed)))
+    r = run_cli(tmp_path, "analyze", str(log), "--case", str(case), "--json", HYPOLOOP_ENGINES=str(bed))
+    assert r.returncode == 0, r.stderr[-2000:]
+    statements = {h["id"]: h["statement"] for h in json.loads(r.stdout)["hypotheses"]}
+    components = {k: v for k, v in statements.items() if k.startswith("component:")}
+    assert any("vLLM chose its value" in s for s in components.values()), statements
+    assert not [s for s in statements.values() if "SGLang" in s], statements
+
+
+_NUMA_ERROR = ("AssertionError: Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers. Allowed NUMA "
+               "nodes are [0]. Please try to bind threads manually or decrease DP/TP/PP.")
+CASE = Path(__file__).parents[1] / "bench" / "real" / "vllm-tp2-no-bind" / "case.toml"

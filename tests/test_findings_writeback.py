@@ -72,6 +72,7 @@ def test_a_run_without_a_fix_is_not_written(tmp_path: Path) -> None:
 
 def test_dry_run_and_a_new_file(tmp_path: Path) -> None:
     path = tmp_path / "notes" / "FINDINGS.md"
+    path.parent.mkdir()  # a missing folder is refused (tests/test_small_cli_defects.py)
     entry, finding = add_finding(RecordedRun.load(GLM5), path, dry_run=True)
     assert not path.exists() and finding.outcome == "works"
     entry2, finding2 = add_finding(RecordedRun.load(GLM5), path)

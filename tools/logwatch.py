@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import BinaryIO
 
 from pydantic import BaseModel, Field
 
@@ -182,3 +183,26 @@ def split_records(text: str) -> list[tuple[int, str]]:
         pieces = [p for p in line.split("\r") if p]
         out.extend((lineno, p) for p in pieces or [""])
     return out
+
+
+#: The longest log line read whole (the watcher's default ``max_line_bytes``; README "64 KiB").
+MAX_LINE_BYTES = 64 << 10
+
+
+def read_capped(stream: BinaryIO, limit: int = MAX_LINE_BYTES) -> bytes:
+    """A whole log from ``stream`` (binary, read to its end) with every line longer than ``limit`` bytes
+    cut to its first ``limit`` and `CUT_NOTE`: the rest of such a line is read past in 1 MiB chunks, never
+    held, so one giant line costs memory and matching time bounded by ``limit`` (as `LogWatcher` does).
+    Line ends are kept as they are, so line numbers are unchanged."""
+    out: list[bytes] = []
+    note = CUT_NOTE.format(limit=limit).encode()
+    while line := stream.readline(limit + 1):
+        if len(line) <= limit or line.endswith(b"\n"):
+            out.append(line)
+            continue
+        out.append(line[:limit] + note)
+        while chunk := stream.readline(_CHUNK):  # the rest of the line, up to and with its "\n"
+            if chunk.endswith(b"\n"):
+                out.append(b"\n")
+                break
+    return b"".join(out)

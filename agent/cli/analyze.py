@@ -15,7 +15,7 @@ from rich.markup import escape
 from agent.cli.common import (
     KnowledgeOpt,
     fail,
-    read_text,
+    read_log_text,
     using_knowledge,
 )
 from agent.cli.drive import check_knowledge
@@ -103,7 +103,7 @@ def analyze_log(options: AnalyzeOptions) -> None:
     from agent.run.nodes.analyze import classify_outcome
 
     logfile, json_out, case = options.logfile, options.json_out, options.case
-    text = read_text(logfile, what="log")
+    text = read_log_text(logfile)
     if not text.strip():
         fail(f"{logfile}: the log is empty")
     c, sigs, catalog = _analyze_setup(logfile, case, text)
@@ -198,8 +198,12 @@ def _analyze_host_fingerprint(c: Case, fp: HostFingerprint, notes: list[str]) ->
             )
         finally:
             qhost.close()
-        notes.append(f"host {c.host.target}: {fp.gpu_count} x {fp.gpu_name} (compute capability "
-                     f"{fp.compute_capability})")
+        if fp.gpu_count or fp.gpu_name:
+            notes.append(f"host {c.host.target}: {fp.gpu_count} x {fp.gpu_name} (compute capability "
+                         f"{fp.compute_capability})")
+        else:  # no GPU answered the query: say so, not "0 x None"
+            cpus = f", {fp.cpu_count} CPUs" if fp.cpu_count else ""
+            notes.append(f"host {c.host.target}: CPU-only{cpus}")
     except HostError as exc:
         notes.append(f"could not ask the case's host for its GPUs ({exc}); give --compute-capability")
     return fp

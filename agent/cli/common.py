@@ -347,6 +347,22 @@ def read_text(path: Path, *, what: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def read_log_text(path: Path) -> str:
+    """A server log's text for reading whole (``analyze``): a line over 64 KiB is cut to its first 64 KiB
+    and a note (``tools.logwatch.read_capped``, as a run's watcher reads it); a missing, unreadable or
+    binary file is a one-line error (exit 2)."""
+    from tools.logwatch import read_capped
+
+    try:
+        with path.open("rb") as f:
+            data = read_capped(f)
+    except OSError as exc:
+        fail(f"{path}: cannot read: {exc.strerror or exc}")
+    if b"\0" in data[:65536]:
+        fail(f"{path}: not a text file (expected a log)")
+    return data.decode("utf-8", errors="replace")
+
+
 def piped_console() -> Console:
     """The console of a listing command: the terminal's width; piped with no COLUMNS, 80 columns (the
     listings then use their one-record-a-few-lines layout, whose lines wrap and are never cut)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -66,7 +67,11 @@ def doctor(
     t.add_column(overflow="fold")
     for k, v in _doctor_rows(c, fp):
         t.add_row(escape(k), escape(v))
-    piped_console().print(t)
+    console = piped_console()
+    with console.capture() as shown:
+        console.print(t)
+    # the grid pads every cell to its column's width: a line ends where its text does
+    sys.stdout.write("".join(ln.rstrip() + "\n" for ln in shown.get().splitlines()))
 
 
 def _host_fingerprint(h: Host, c: Case) -> HostFingerprint:

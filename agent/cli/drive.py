@@ -119,7 +119,7 @@ def _pause(
     exp = request.experiment
     tr.emit("run.paused", {"waiting_for": exp.id, "reason": why}, node="approve")
     if panel:
-        console.print(approval_panel(request))
+        console.print(approval_panel(request, keys=False))
     print_hanging(
         console,
         f"run [bold]{request.run_id}[/] waits for approval of {exp.id} ({escape(describe_experiment(exp))}); "
@@ -419,7 +419,7 @@ def confirm_orphans(orphans: list[dict[str, Any]]) -> bool:
 
 def pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool, tpath: Path) -> NoReturn:
     """`resume` without --decision and without a terminal: show what waits, change nothing, exit 3."""
-    console.print(approval_panel(request))
+    console.print(approval_panel(request, keys=False))
     console.print(
         f"run {request.run_id} still waits for approval; no terminal is attached. Answer with: "
         f"{escape(resume_command(request.run_id))} --decision approve|edit|reject|stop [--reason TEXT] "

@@ -24,7 +24,7 @@ findings_app = typer.Typer(
 @findings_app.command("add")
 def findings_add(
     transcript: Annotated[Path, typer.Argument(help="the transcript of a run that isolated a fix")],
-    to: Annotated[Path, typer.Option("--to", help="the FINDINGS.md file to append to (created if missing)")],
+    to: Annotated[Path, typer.Option("--to", help="the FINDINGS.md file to append to (created if missing; its folder must exist)")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the entry, write nothing")] = False,
 ) -> None:
     """Append a dated entry (model, hardware, symptom, root cause, working command, ruled-out ideas, the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -44,7 +45,7 @@ from agent.domain.case import Case, outside_warnings
 from agent.domain.knowledge_dir import chosen_dir
 from agent.planning.planner import make_planner
 from agent.record.redact import run_redactor
-from agent.record.transcript import Transcript
+from agent.record.transcript import Transcript, TranscriptEvent
 from agent.review.render import EventRenderer
 from agent.run.approval.policy import ApprovalMode
 from agent.run.progress import ProgressBoard
@@ -238,6 +239,9 @@ def run_case(options: RunOptions) -> None:
         if bad_input is not None:  # the case is unusable as written: no run is kept of it
             saver.delete_thread(run_id)
     finally:
+        for listener in tr.listeners:  # the run's header, unless the case was refused (the error alone)
+            if isinstance(listener, HeldUntilIntake):
+                listener.release(show=bad_input is None)
         session.rt.close()
         tr.close()
         store.__exit__(None, None, None)
@@ -247,6 +251,31 @@ def run_case(options: RunOptions) -> None:
         JsonResult.run_id = None
         fail(bad_input)
     report_result(result, run_id, tpath, json_out=options.json_out, console=session.console)
+
+
+class HeldUntilIntake:
+    """A transcript listener that passes events on to ``inner`` but holds the intake's own (the run's
+    header, the host, the flag catalog) until the run gets past intake: a case refused there (a flag the
+    host's --help lacks) prints its one-line error alone, not after a header of a run that never was."""
+
+    def __init__(self, inner: Callable[[TranscriptEvent], None]) -> None:
+        self.inner = inner
+        self.held: list[TranscriptEvent] | None = []
+
+    def __call__(self, ev: TranscriptEvent) -> None:
+        """Hold an event of intake (or of the conclusion right after it: a refused case ends there); pass
+        on the first one of any other step after every held one."""
+        if self.held is not None and ev.node in ("intake", "conclude"):
+            self.held.append(ev)
+            return
+        self.release(show=True)
+        self.inner(ev)
+
+    def release(self, *, show: bool) -> None:
+        """Pass the held events on (``show``) or drop them; later events pass straight on."""
+        held, self.held = self.held or [], None
+        for ev in held if show else []:
+            self.inner(ev)
 
 
 def _bad_input(result: dict[str, Any], tpath: Path) -> str | None:
@@ -282,8 +311,8 @@ def _session(options: RunOptions, tr: Transcript, tpath: Path, sdir: Path) -> Ru
 
     console = SafeConsole(stderr=options.json_out)
     tr.listeners.append(
-        EventRenderer(console, verbose=options.verbose, show_input_errors=False, launch_progress=True,
-                      command_for=command_for)
+        HeldUntilIntake(EventRenderer(console, verbose=options.verbose, show_input_errors=False,
+                                      launch_progress=True, command_for=command_for))
     )
     tr.listeners.append(host_notices(err_console))
     tr.listeners.append(llm_notices(console))

@@ -67,7 +67,7 @@ def show(
     )
     if info.pending:
         # -v lists every open hypothesis with its statement (the screen's [h]); without it, the screen as asked
-        console.print(approval_panel(ApprovalRequest.model_validate(info.pending), full=verbose))
+        console.print(approval_panel(ApprovalRequest.model_validate(info.pending), full=verbose, keys=False))
         print_hanging(
             console,
             f"answer with: {escape(resume_command(info.run_id))} [--decision approve|edit|reject|stop] "

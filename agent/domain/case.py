@@ -343,7 +343,7 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
     """
     path = resolve_case_path(ref)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a BOM (Windows editors) is no TOML error
     except tomllib.TOMLDecodeError as exc:
         raise CaseError(f"{path}: TOML error: {exc}") from None
     except UnicodeDecodeError:

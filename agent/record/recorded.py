@@ -16,6 +16,7 @@ from typing import Any
 
 from agent.domain.case import LauncherSpec
 from agent.record.transcript import Transcript, TranscriptError, TranscriptEvent, parse_event, read_transcript
+from tools.tracebacks import TRACEBACK_START, parse_numbered_lines
 
 _VERDICTS = ("supported", "refuted", "confirmed", "open")
 
@@ -376,7 +377,9 @@ class RecordedRun:
         return [r for r in self.runs if r.outcome is not None]
 
     def launches(self) -> int:
-        return sum(1 for r in self.executed() if r.launched_server)
+        """Servers the run launched: each executed experiment that counts as a launch, and one launched
+        but never concluded (a run interrupted or killed mid-experiment still spent that launch)."""
+        return sum(1 for r in self.runs if r.launched_server and (r.outcome is not None or r.launched))
 
     def host_seconds(self) -> float:
         total = 0.0
@@ -410,8 +413,9 @@ class RecordedRun:
         for sig in cited:
             found = next((m for m in matches if m.get("signature_id") == sig), None)
             if found is not None:
-                return dict(found)
-        return next((dict(m) for m in matches if m.get("kind") == "fatal"), None)
+                return _error_line_of(outcome, dict(found))
+        fatal = next((dict(m) for m in matches if m.get("kind") == "fatal"), None)
+        return _error_line_of(outcome, fatal) if fatal is not None else None
 
     def steps(self) -> list[int]:
         """Step numbers that have a hypothesize result, in order."""
@@ -452,3 +456,18 @@ def follow(transcript: Transcript) -> RecordedRun | None:
 
     transcript.listeners.append(fold)
     return run
+
+
+def _error_line_of(outcome: dict[str, Any], match: dict[str, Any]) -> dict[str, Any]:
+    """``match`` stating its error: a match whose first line is a traceback's header ("Scheduler hit an
+    exception: Traceback (most recent call last):") says nothing of the failure, so the traceback's own
+    error line (``RuntimeError: ...``) and its line number stand in, read from the outcome's kept log
+    lines; the match as it is when the traceback's end was not kept."""
+    if not TRACEBACK_START.search(str(match.get("first_line", ""))) or not match.get("line_numbers"):
+        return match
+    start = match["line_numbers"][0]
+    kept = [(int(ll["line"]), str(ll["text"])) for ll in outcome.get("log_excerpt") or [] if "line" in ll]
+    tb = next((t for t in parse_numbered_lines(kept, unique=False) if t.start_line == start), None)
+    if tb is None or not tb.exception_line:
+        return match
+    return {**match, "first_line": tb.exception_line, "line_numbers": [tb.log_line]}

@@ -308,10 +308,12 @@ def _check(found: list[Finding], entry: str, fix: dict[str, Any], path: Path) ->
 
 
 def add_finding(run: RecordedRun, path: Path, *, dry_run: bool = False) -> tuple[str, Finding]:
-    """Append the run's entry to ``path`` (created if missing) and return it with the finding the
-    reader makes of it. Raises FindingsWriteError: run not isolated, already recorded there, file not
+    """Append the run's entry to ``path`` (created if missing, in a folder that exists) and return it with
+    the finding the reader makes of it. Raises FindingsWriteError: its folder missing, run not isolated, already recorded there, file not
     UTF-8, the entry would not read back, or the file changed under the write."""
     path = Path(path)
+    if not path.parent.is_dir():  # a mistyped folder is never created: say so
+        raise FindingsWriteError(f"{path}: its folder {path.parent} does not exist; create it or give another --to")
     try:
         old = path.read_bytes() if path.exists() else b""
         before = old.decode("utf-8")
@@ -328,7 +330,6 @@ def add_finding(run: RecordedRun, path: Path, *, dry_run: bool = False) -> tuple
     if dry_run:
         return entry, mine
     data = (sep + entry).encode("utf-8")
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)

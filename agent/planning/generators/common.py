@@ -202,6 +202,21 @@ INNERMOST_WEIGHT = 1.5
 FOLDER_WEIGHT = 0.5
 
 
+#: An HTTP response's body echoed into an error message, as Python's ``f"{res.text=}"`` prints it
+#: (``res.text=''``, ``response.content=b'...'``): text a server generated for a request (a model's
+#: answer, an error page), so its words say nothing about which flag or implementation failed. SGLang's
+#: warm-up assertion is one (``assert res.status_code == 200, f"{res=}, {res.text=}"``, http_server.py).
+_RESPONSE_BODY = re.compile(
+    r"\b\w+\.(?:text|content|json\(\))=(?:b?'(?:[^'\\]|\\.)*'|b?\"(?:[^\"\\]|\\.)*\"|\S+)"
+)
+
+
+def without_response_bodies(error: str) -> str:
+    """An exception line with any HTTP response body it echoes (``res.text='...'``) removed: what is left is
+    the program's own words, which may name a flag's choice; the body is the server's output."""
+    return _RESPONSE_BODY.sub("", error)
+
+
 @dataclass
 class Implicated:
     """What the failure points at: packages in the traceback frames, the words (stems) of the SGLang
@@ -275,7 +290,7 @@ def implicated(inp: GeneratorInput) -> Implicated:
     imp = Implicated()
     framework = implementations().packages.framework  # no kernel package: knowledge/implementations.toml
     engine, display = engine_package(inp), get_engine(inp.case.launcher.engine).display
-    errors = [tb.exception_line for tb in inp.evidence.tracebacks if tb.exception_line]
+    errors = [without_response_bodies(tb.exception_line) for tb in inp.evidence.tracebacks if tb.exception_line]
     for tb in reversed(inp.evidence.tracebacks):
         first_engine = True
         for fr in tb.frames:

@@ -39,6 +39,7 @@ from agent.planning.generators.common import (
 )
 from agent.planning.generators.implementations import implementations
 from agent.planning.served import served_settings, user_keeps
+from tools.engines import get_engine
 from tools.flags import FlagSpec
 
 __all__ = ["ImplicatedComponentGenerator"]
@@ -73,12 +74,12 @@ def named_choice(spec: FlagSpec, error_text: str) -> str | None:
     return named[0] if len(named) == 1 else None
 
 
-def _statement(spec: FlagSpec, current: object, how: str) -> str:
+def _statement(spec: FlagSpec, current: object, how: str, engine: str) -> str:
     """The hypothesis in words. A flag whose value in the failing run is unknown (unset, and neither the
-    server nor the help's default names one) is left for SGLang to choose at startup: say so rather than
-    print the missing value ("(None)")."""
+    server nor the help's default names one) is left for the engine (``engine``: its display name,
+    knowledge/engines.toml) to choose at startup: say so rather than print the missing value ("(None)")."""
     if current is None or str(current).strip() in ("", "None"):
-        chosen = "its default, chosen by SGLang at startup"
+        chosen = f"its default, chosen by {engine} at startup"
     else:
         chosen = str(current)
     return (
@@ -99,6 +100,7 @@ class _Reading:
     fact_of: dict[str, str]
     feature_words: set[str]
     crashy: bool
+    engine: str  # the case's engine as reports name it (knowledge/engines.toml ``display``)
 
 
 def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Reading) -> tuple[float, list[str]]:
@@ -120,7 +122,7 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
     elif named is not None and cur in ("", "none", "auto"):
         # left to SGLang, the implementation the error names may be the one it chose
         factor = max(factor, 1.0)
-        how.append(f"the error names {named}, one of its choices, and SGLang chose its value at startup")
+        how.append(f"the error names {named}, one of its choices, and {rd.engine} chose its value at startup")
     shared = stems(spec.name) & imp.words - {"backend", "dtype"}
     strength = imp.strength(inp.flags, shared)
     if strength >= MIN_SPECIFICITY:
@@ -227,6 +229,7 @@ class ImplicatedComponentGenerator:
             fact_of={s.name: k for k in auto_facts if (s := fact_flag(inp.flags, k)) is not None},
             feature_words=self._feature_words(inp),
             crashy=bool(set(inp.evidence.symptoms) & _KERNEL_SYMPTOMS),
+            engine=get_engine(inp.case.launcher.engine).display,
         )
         out = [c for spec in selecting_flags(inp.flags) if (c := self._choice(inp, spec, rd)) is not None]
         out += self._switches(inp, rd.imp)
@@ -253,7 +256,7 @@ class ImplicatedComponentGenerator:
             how.append("the baseline sets it explicitly")
         elif fact_key is not None and str(rd.auto_facts[fact_key]).lower() not in ("auto", "none"):
             factor *= AUTO_FACTOR
-            how.append(f"SGLang resolved it on its own ({fact_key}={rd.auto_facts[fact_key]})")
+            how.append(f"{rd.engine} resolved it on its own ({fact_key}={rd.auto_facts[fact_key]})")
         if specificity(inp.flags, stems(spec.name) & rd.feature_words - {"backend", "dtype"}) >= 0.5:
             factor *= FEATURE_FACTOR
             how.append("it configures a feature the baseline turns on")
@@ -275,7 +278,7 @@ class ImplicatedComponentGenerator:
         ]
         return Hypothesis(
             id=f"component:{spec.name}",
-            statement=_statement(spec, current, "; ".join(how)),
+            statement=_statement(spec, current, "; ".join(how), rd.engine),
             component=spec.name.lstrip("-").removesuffix("-backend").replace("-", "_"),
             package=imp.packages.get(cur) if cur in imp.packages else named,
             weight=BASE_WEIGHT * factor,

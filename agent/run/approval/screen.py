@@ -35,18 +35,22 @@ def describe_experiment(exp: Experiment) -> str:
 SHOWN_HYPOTHESES = 3
 
 
-def approval_panel(req: ApprovalRequest, *, full: bool = False) -> Panel:
+def approval_panel(req: ApprovalRequest, *, full: bool = False, keys: bool = True) -> Panel:
     """The approval screen, read bottom-up from the prompt: the choices, the change and what it tests
     right above them, then the cost, the likeliest few hypotheses and one line for the rest (``full``:
-    every open hypothesis with its statement). Fits 80 × 24 for a usual request (tested in tmux)."""
+    every open hypothesis with its statement). Fits 80 × 24 for a usual request (tested in tmux).
+    ``keys``: the screen is read at the prompt (``h`` lists every hypothesis); False where no key is read
+    (``show``, a run left waiting), which names the command that lists them instead. ``[e]dit`` is offered
+    only for a change (a baseline or confirmation run has none to edit)."""
     exp = req.experiment
-    parts: list[Any] = [*_hypothesis_parts(req, full=full), _facts_grid(req, full=full)]
+    parts: list[Any] = [*_hypothesis_parts(req, full=full, keys=keys), _facts_grid(req, full=full)]
     if req.lead_blocked is not None:
         parts.append(_lead_blocked_text(req.lead_blocked, full=full))
     if req.error:
         parts.append(f"[bold red]previous answer refused:[/] {escape(req.error)}")
-    more = "  [h] list all" if req.hypotheses and not full else ""
-    parts.append(escape(f"[a]pprove  [e]dit one change  [r]eject with a reason  [s]top{more}"))
+    more = "  [h] list all" if req.hypotheses and not full and keys else ""
+    edit = "  [e]dit one change" if editable(exp) else ""
+    parts.append(escape(f"[a]pprove{edit}  [r]eject with a reason  [s]top{more}"))
     if req.batch:
         parts.append(escape("[all]: approve this one and the rest of the batch as proposed"))
     return Panel(
@@ -57,7 +61,12 @@ def approval_panel(req: ApprovalRequest, *, full: bool = False) -> Panel:
     )
 
 
-def _hypothesis_parts(req: ApprovalRequest, *, full: bool) -> list[Any]:
+def editable(exp: Experiment) -> bool:
+    """Whether a person can edit the experiment's change (a baseline or confirmation run has none)."""
+    return exp.purpose == "test" and exp.change is not None
+
+
+def _hypothesis_parts(req: ApprovalRequest, *, full: bool, keys: bool = True) -> list[Any]:
     """The screen's hypotheses: a table of the likeliest few and one line for the rest, or (``full``) one
     block each."""
     parts: list[Any] = []
@@ -87,7 +96,7 @@ def _hypothesis_parts(req: ApprovalRequest, *, full: bool) -> list[Any]:
         t.add_row(
             f"≤{max(h.posterior for h in rest):.2f}",
             preds[0] if len(preds) == 1 else "mixed",
-            f"+ {len(rest)} more: press h to list them",
+            f"+ {len(rest)} more: " + ("press h to list them" if keys else f"hypoloop show {req.run_id} -v lists them"),
         )
     if not full:
         parts.append(t)
@@ -129,15 +138,10 @@ def _facts_grid(req: ApprovalRequest, *, full: bool) -> Table:
 
 
 def _screen_hypotheses(req: ApprovalRequest) -> list[HypothesisLine]:
-    """The hypotheses the compact screen lists, ``SHOWN_HYPOTHESES`` of them in falling probability: the
-    likeliest always (whether or not the experiment tests it: a person weighs the experiment against it),
-    then those the experiment tests, then the next likeliest."""
-    lead = max(req.hypotheses, key=lambda h: h.posterior) if req.hypotheses else None
-    rest = [h for h in req.hypotheses if h is not lead]
-    tested = [h for h in rest if h.predicts != "persists"]
-    others = [h for h in rest if h.predicts == "persists"]
-    picked = ([lead] if lead is not None else []) + [*tested, *others]
-    return sorted(picked[:SHOWN_HYPOTHESES], key=lambda h: -h.posterior)
+    """The hypotheses the compact screen lists: the ``SHOWN_HYPOTHESES`` likeliest, in falling probability
+    (ties in the ledger's order). Those the experiment tests are named on its purpose line whatever their
+    probability, so a less likely tested one never displaces a likelier one here."""
+    return sorted(req.hypotheses, key=lambda h: -h.posterior)[:SHOWN_HYPOTHESES]
 
 
 def _lead_blocked_text(lb: LeadBlocked, *, full: bool = False) -> Group:
@@ -192,6 +196,10 @@ def ask(
             return ApprovalAnswer(decision="approve", experiment_id=exp_id)
         if word in ("all", "approve-all") and req.batch:
             return ApprovalAnswer(decision="approve", all=True, experiment_id=exp_id)
+        if word in ("e", "edit") and not editable(req.experiment):
+            console.print(f"a {req.experiment.purpose} run changes nothing, so there is nothing to edit: "
+                          "approve, reject or stop it")
+            continue
         if word in ("e", "edit"):
             while True:  # a refused edit asks for the change again; empty goes back to the menu
                 text = reader(

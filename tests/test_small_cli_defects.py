@@ -1,0 +1,53 @@
+"""Small things a newcomer met at the command line, each run as a user runs it: a case file saved with a
+byte-order mark loads; ``findings add --to`` never creates a mistyped folder; ``doctor`` ends its lines
+where their text does; ``run`` refusing a case at intake prints the error alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clirun import run_auto, run_cli
+
+WORLD = Path(__file__).parents[1] / "lab" / "worlds" / "glm5-nvfp4-sm120" / "case.toml"
+
+
+def _case(tmp_path: Path, extra_flag: str = "") -> str:
+    """The lab world's case without its knowledge file, optionally with one more baseline flag."""
+    text = WORLD.read_text().replace('knowledge = ["FINDINGS.md"]', "")
+    return text.replace('"--quantization" = "modelopt_fp4"', f'"--quantization" = "modelopt_fp4"{extra_flag}')
+
+
+def test_a_case_file_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    case = tmp_path / "case.toml"
+    case.write_bytes(b"\xef\xbb\xbf" + _case(tmp_path).encode())
+    result, _ = run_auto(tmp_path, case, HYPOLOOP_LAB_TIME_SCALE="0.004")
+    assert result["status"] not in ("error",), result
+
+
+def test_run_refusing_a_case_at_intake_prints_the_error_alone(tmp_path: Path) -> None:
+    case = tmp_path / "case.toml"
+    case.write_text(_case(tmp_path, ', "--no-such-flag" = 1'))
+    r = run_cli(tmp_path, "run", str(case), "--auto")
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == "", r.stdout  # no header of a run that never was
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--no-such-flag" in lines[0], r.stderr
+
+
+def test_findings_add_refuses_a_missing_folder_in_one_line(tmp_path: Path) -> None:
+    result, _ = run_auto(tmp_path, Path("lab:glm5-nvfp4-sm120"), HYPOLOOP_LAB_TIME_SCALE="0.004")
+    assert result["status"] == "isolated", result
+    target = tmp_path / "notes" / "typo" / "FINDINGS.md"
+    r = run_cli(tmp_path, "findings", "add", result["transcript"], "--to", str(target))
+    assert r.returncode == 2 and not (tmp_path / "notes").exists(), (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(target) in lines[0], r.stderr
+    ok = run_cli(tmp_path, "findings", "add", result["transcript"], "--to", str(tmp_path / "FINDINGS.md"))
+    assert ok.returncode == 0 and (tmp_path / "FINDINGS.md").is_file(), ok.stderr  # its folder exists
+
+
+def test_doctor_prints_no_trailing_spaces(tmp_path: Path) -> None:
+    r = run_cli(tmp_path, "doctor", "--case", "lab:glm5-nvfp4-sm120", COLUMNS="100")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) > 3
+    assert [ln for ln in r.stdout.splitlines() if ln != ln.rstrip()] == [], r.stdout
