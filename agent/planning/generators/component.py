@@ -178,11 +178,12 @@ def _unfit_default(inp: GeneratorInput, spec: FlagSpec, rd: _Reading, cur: str) 
 
 
 def _unfit_reason(inp: GeneratorInput) -> str:
-    """The evidence that SGLang's own choice does not fit this GPU, in words."""
+    """The evidence that the engine's own choice does not fit this GPU, in words."""
     fp = inp.fingerprint
+    engine = get_engine(inp.case.launcher.engine).display
     gpu = (fp.gpu_arch or (f"compute capability {fp.compute_capability}" if fp.compute_capability else None)
            if fp is not None else None)
-    return (f"the error says its kernels were not built for this GPU{f' ({gpu})' if gpu else ''}, and SGLang "
+    return (f"the error says its kernels were not built for this GPU{f' ({gpu})' if gpu else ''}, and {engine} "
             "chose it for this platform itself")
 
 
