@@ -435,6 +435,17 @@ def request_timeout_s(time_scale: float = 1.0) -> float:
     return max(REQUEST_TIMEOUT_HOST_S * time_scale, MIN_REQUEST_WALL_S)
 
 
+def patience_beyond_host_s(results: Sequence[ProbeResult], time_scale: float = 1.0) -> float:
+    """Wall seconds the orchestrator waited on timed-out probes beyond their host-time timeout: for each
+    probe of ``results`` that ended ``timeout``, ``request_timeout_s(time_scale)`` minus
+    ``REQUEST_TIMEOUT_HOST_S * time_scale`` (0 on a real host, where the two agree). That wait is the
+    orchestrator's floor (``MIN_REQUEST_WALL_S``), not time the host spent: a launch's host-seconds leave it
+    out, so a request that never returns costs ``REQUEST_TIMEOUT_HOST_S`` of host time at any time scale.
+    Raises ValueError for a time scale that is not positive."""
+    excess = request_timeout_s(time_scale) - REQUEST_TIMEOUT_HOST_S * time_scale
+    return excess * sum(1 for r in results if r.status == "timeout")
+
+
 def run_probe(
     base_url: str,
     probe: Probe,
