@@ -19,7 +19,12 @@ for ``--context-length 4096``, ``flashinfer`` for ``--attention-backend flashinf
 suspect: the engine names the user's value as what it refused. Both are marked ``IMPLICATED`` (the
 user's deliberate setting in the implicated subsystem): after a workaround served, the chooser still
 tries reverting them (``agent.planning.chooser``), so a root fix is looked for before the workaround is
-reported (issue 20, point 5).
+reported (issue 20, point 5). When a ready server leaves requests unanswered and logs no error (symptom
+class ``unanswered``), the user's own settings of a subsystem every request passes through
+(knowledge/subsystems.toml ``carries_requests``: tokenizer and detokenizer workers, admission queue, batch
+limits) are implicated the same way: a lost reply is lost on the request's path, not in a kernel's
+numbers. Reverting one that bounds the requests admitted (``bounds``) avoids the overflow that triggers
+the fault rather than repairing it: it is marked a workaround.
 """
 
 from __future__ import annotations
