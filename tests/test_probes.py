@@ -131,8 +131,8 @@ def test_hanging_request_is_a_timeout(serve: Callable[..., str], probe: Probe) -
 
 def test_a_request_that_never_returns_waits_host_time_not_wall_time(serve: Callable[..., str], tmp_path: Path) -> None:
     """A run's probe on a simulated host (HYPOLOOP_LAB_TIME_SCALE) waits the host's 60 s scaled, with a
-    floor of real wall time, so a hang costs about 5,000 modelled host-seconds at 0.001, not 60,000; on a
-    real host (scale 1) it still waits 60 s."""
+    floor of real wall time, so a hang holds the orchestrator 5 s at 0.001, not 60; on a real host (scale 1)
+    it still waits 60 s."""
     from agent.record.transcript import Transcript
     from agent.run.crashsafe import probe_through_drops
 
@@ -240,3 +240,17 @@ def test_a_case_lists_the_healthy_answers_of_its_probes(tmp_path: Path) -> None:
     )
     loaded = load_case(str(case))
     assert [(p.prompt, p.answer) for p in loaded.probes] == [("The capital of France is", " Paris.")]
+
+
+def test_the_wait_beyond_a_timeout_in_host_time_is_not_host_time() -> None:
+    """A timed-out probe on a simulated host held the orchestrator for the wall floor, longer than the
+    host's own 60 s scaled: that excess is what a launch's host-seconds leave out (none on a real host,
+    none for a probe that answered)."""
+    from tools.probes import ProbeResult, patience_beyond_host_s
+
+    hung = ProbeResult(probe_id="load:x16", ok=False, status="timeout", latency_s=5.0)
+    answered = ProbeResult(probe_id="chat", ok=True, status="ok", latency_s=0.1)
+    assert patience_beyond_host_s([hung, answered], 0.001) == pytest.approx(5.0 - 0.06)
+    assert patience_beyond_host_s([hung, hung], 0.001) == pytest.approx(2 * (5.0 - 0.06))
+    assert patience_beyond_host_s([hung], 1.0) == 0.0
+    assert patience_beyond_host_s([answered], 0.001) == 0.0

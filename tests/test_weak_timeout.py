@@ -92,8 +92,9 @@ def test_a_request_that_timed_out_on_a_ready_server_is_a_hang_not_a_crash() -> N
     out = _outcome("e", TIMED_OUT, NO_ANSWER)
     assert out.stage == "request_failed"
     assert timed_out_only(out)
-    # no "crash at decode": the CUDA-graph replay suspects of a crash have nothing to stand on
-    assert out.symptoms == ["hang"]
+    # no "crash at decode": the CUDA-graph replay suspects of a crash have nothing to stand on; a live
+    # server that left the request unanswered with no error line
+    assert out.symptoms == ["hang", "unanswered"]
     crashed = out.model_copy(update={"probes": [NO_ANSWER[0].model_copy(update={"status": "connection_error"})]})
     assert not timed_out_only(crashed)
 

@@ -428,11 +428,23 @@ def request_timeout_s(time_scale: float = 1.0) -> float:
     """The wall-clock timeout (seconds) of one probe request on a host whose durations are scaled by
     ``time_scale`` (HYPOLOOP_LAB_TIME_SCALE; 1.0 on a real host): ``REQUEST_TIMEOUT_HOST_S`` of host
     time, but never under ``MIN_REQUEST_WALL_S``. On a real host this is 60 s; on a lab host at 0.001 a
-    request that never returns costs 5 s of wall time (5,000 modelled host-seconds) instead of 60,000.
+    request that never returns costs 5 s of wall time instead of 60, of which the launch's host-seconds
+    count the host's 60 s only (``patience_beyond_host_s``).
     Raises ValueError for a time scale that is not positive."""
     if not time_scale > 0:
         raise ValueError(f"time scale must be positive, got {time_scale!r}")
     return max(REQUEST_TIMEOUT_HOST_S * time_scale, MIN_REQUEST_WALL_S)
+
+
+def patience_beyond_host_s(results: Sequence[ProbeResult], time_scale: float = 1.0) -> float:
+    """Wall seconds the orchestrator waited on timed-out probes beyond their host-time timeout: for each
+    probe of ``results`` that ended ``timeout``, ``request_timeout_s(time_scale)`` minus
+    ``REQUEST_TIMEOUT_HOST_S * time_scale`` (0 on a real host, where the two agree). That wait is the
+    orchestrator's floor (``MIN_REQUEST_WALL_S``), not time the host spent: a launch's host-seconds leave it
+    out, so a request that never returns costs ``REQUEST_TIMEOUT_HOST_S`` of host time at any time scale.
+    Raises ValueError for a time scale that is not positive."""
+    excess = request_timeout_s(time_scale) - REQUEST_TIMEOUT_HOST_S * time_scale
+    return excess * sum(1 for r in results if r.status == "timeout")
 
 
 def run_probe(

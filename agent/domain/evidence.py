@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from agent.domain.excerpt import excerpt_of_text
 from agent.domain.models import LogLine, Timings
-from tools.probes import ProbeResult
+from tools.probes import ProbeResult, patience_beyond_host_s
 from tools.server import LaunchResult
 from tools.signatures import Signature, SignatureMatch, SignatureMatcher, scan_text
 from tools.stall import StallWatch
@@ -151,7 +151,9 @@ class RawEvidence(BaseModel):
             timings=Timings(
                 to_ready_s=None if t_ready_s is None else round(t_ready_s / time_scale, 3),
                 to_end_s=None if final.t_end_s is None else round(final.t_end_s / time_scale, 3),
-                host_seconds=round((wall_s - (queued_s or 0.0)) / time_scale, 3),
+                # the orchestrator's floor on a request's wait is not host time (tools.probes)
+                host_seconds=round(max(0.0, wall_s - (queued_s or 0.0)
+                                       - patience_beyond_host_s(watched.probes, time_scale)) / time_scale, 3),
                 queued_s=None if queued_s is None else round(queued_s / time_scale, 3),
                 wall_s=None if queued_s is None else round(wall_s / time_scale, 3),
                 detection_delay_median_s=round(statistics.median(delays), 4) if delays else None,

@@ -42,6 +42,7 @@ SymptomClass = Literal[
     "accuracy_drop",  # every answer reads fine, but fewer are right than expected (a graded probe set)
     "crash_at_decode",  # ready, then the first generation killed the server
     "hang",  # the log stopped (no error), or a request never returned
+    "unanswered",  # a ready server left requests without an answer, with no error line: alive, not crashed
     "oom_weights",  # out of memory while loading the weights
     "oom_kv_pool",  # no room for the KV cache under the static fraction
     "oom_capture",  # out of memory while capturing CUDA graphs
@@ -172,6 +173,8 @@ def symptom_classes(outcome: Launched, tracebacks: list[Traceback], text: str) -
         out.append("hang")
     if outcome.stage == "request_failed" and not timed_out_only(outcome):
         out.append("crash_at_decode")
+    elif outcome.stage == "request_failed" and not {"nan_inf", "garbage_output", "accuracy_drop"} & set(out):
+        out.append("unanswered")
     if outcome.stage in ("launch_failed", "load_failed") and not out:
         out.append("startup_error")
     if outcome.stage == "wrong_output" and not {"nan_inf", "garbage_output", "accuracy_drop"} & set(out):

@@ -42,6 +42,10 @@ class Subsystem:
     source: str
     #: the subsystem's code: a pattern on ``module.function`` of an SGLang frame (None: not given)
     modules: re.Pattern[str] | None = None
+    #: every request passes through it, in and out (``carries_requests``)
+    carries_requests: bool = False
+    #: its settings that bound how many requests it admits (``bounds``; None: none)
+    bounds: re.Pattern[str] | None = None
 
 
 @dataclass
@@ -80,6 +84,8 @@ def _load(path: Path) -> Knowledge:
                     why=str(s.get("why", "")),
                     source=str(s.get("source", "")),
                     modules=re.compile(s["modules"]) if s.get("modules") else None,
+                    carries_requests=bool(s.get("carries_requests", False)),
+                    bounds=re.compile(s["bounds"]) if s.get("bounds") else None,
                 )
             )
         except (KeyError, re.error) as exc:
@@ -97,7 +103,8 @@ def _load(path: Path) -> Knowledge:
 _KEYS = {
     "platform": ["id", "device", "gpu_vendor", "log_says", "source"],
     "model_trait": ["id", "keys", "source"],
-    "subsystem": ["id", "flags", "env", "in_play_any", "modules", "modules_source", "why", "source"],
+    "subsystem": ["id", "flags", "env", "in_play_any", "modules", "modules_source", "why", "source",
+                  "carries_requests", "bounds"],
     "implementation": ["flags", "values", "in_play_any", "why", "source"],
 }
 _CONDITION_KEYS = ["platform", "model", "setting", "above"]

@@ -19,7 +19,12 @@ for ``--context-length 4096``, ``flashinfer`` for ``--attention-backend flashinf
 suspect: the engine names the user's value as what it refused. Both are marked ``IMPLICATED`` (the
 user's deliberate setting in the implicated subsystem): after a workaround served, the chooser still
 tries reverting them (``agent.planning.chooser``), so a root fix is looked for before the workaround is
-reported (issue 20, point 5).
+reported (issue 20, point 5). When a ready server leaves requests unanswered and logs no error (symptom
+class ``unanswered``), the user's own settings of a subsystem every request passes through
+(knowledge/subsystems.toml ``carries_requests``: tokenizer and detokenizer workers, admission queue, batch
+limits) are implicated the same way: a lost reply is lost on the request's path, not in a kernel's
+numbers. Reverting one that bounds the requests admitted (``bounds``) avoids the overflow that triggers
+the fault rather than repairing it: it is marked a workaround.
 """
 
 from __future__ import annotations
@@ -122,8 +127,8 @@ class SettingsVsDefaultsGenerator:
                 continue  # set to the default: reverting changes nothing
             choice = bool(spec and spec.choices)
             weight, why = weigh(canonical, value, WEIGHT * (CHOICE_FACTOR if choice else 1.0))
-            out.append(self._candidate(inp, "flag", canonical, value, weight, deployment or bool(purpose), why,
-                                       purpose))
+            cand = self._candidate(inp, "flag", canonical, value, weight, deployment or bool(purpose), why, purpose)
+            out.append(_bound_lifted(cand) if why and not deployment and weigh.lifts_bound(canonical) else cand)
         for name, value in inp.baseline.env.items():
             if served.role("env", name) == "place":
                 continue
@@ -165,6 +170,17 @@ class SettingsVsDefaultsGenerator:
                 if deployment else "",
             )],
         )
+
+
+def _bound_lifted(h: Hypothesis) -> Hypothesis:
+    """``h``, a revert that lifts a bound on the requests admitted, marked as the workaround it is: with no
+    bound the overflow that triggers the fault no longer happens, and the code that mishandles it is as
+    it was (the chooser tries the user's other implicated settings for a root fix first)."""
+    iv = h.interventions[0].model_copy(update={
+        "workaround": True, "cost": "medium",
+        "note": "lifts the bound the user set on admitted requests: the overflow no longer happens, the "
+                "code that mishandled it is unchanged"})
+    return h.model_copy(update={"interventions": [iv]})
 
 
 def _on_purpose(inp: GeneratorInput, kind: str, name: str) -> str:
@@ -218,11 +234,31 @@ class _Implication:
         elif (own := _only_in(name, self.site_words - self._chosen(name), self.names)) and not self._elsewhere(name):
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, whose code names "
                                               f"{', '.join(sorted(own))} as only this setting does")
+        elif (path := self.on_request_path(name)) is not None:
+            return base * IMPLICATED_FACTOR, (f"requests went unanswered on a live server with no error, and "
+                                              f"{name} configures the {path} a request passes through")
         shared = stems(name.lstrip("-")) & imp.words
         if not shared:
             return base, ""
         strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
         return base * max(1.0, IMPLICATED_FACTOR * strength), ""
+
+    def on_request_path(self, name: str) -> str | None:
+        """The subsystem (knowledge/subsystems.toml ``carries_requests``) that setting ``name`` configures
+        when the failing launch left requests unanswered on a live server (symptom class ``unanswered``:
+        no crash, no error line, no wrong numbers): where a request is lost is on its path through the
+        server, so the user's own settings there are implicated. None otherwise."""
+        if "unanswered" not in self.inp.evidence.symptoms:
+            return None
+        return next((s.id for s in load_subsystems().subsystems
+                     if s.carries_requests and s.flags is not None and s.flags.search(name)), None)
+
+    def lifts_bound(self, name: str) -> bool:
+        """Whether reverting setting ``name`` lifts a bound on the requests a subsystem on the request path
+        admits (knowledge/subsystems.toml ``bounds``) while that path is implicated: the overflow or the
+        large batch that triggers the fault then no longer happens, which avoids it (a workaround)."""
+        return self.on_request_path(name) is not None and any(
+            s.bounds is not None and s.bounds.search(name) for s in load_subsystems().subsystems if s.carries_requests)
 
     def surfaced_in(self, name: str) -> str | None:
         """Why the failure points at setting ``name`` by where it surfaced: the innermost engine frame is
