@@ -89,6 +89,16 @@ def test_text_without_a_generation_sets_no_requirement() -> None:
     assert host_meets([], "9.0") is None
 
 
+def test_a_warning_that_names_a_generation_is_not_the_failure() -> None:
+    """A fallback warning ("requires sm_90a or newer; falling back") on a host that fails for another reason
+    sets no requirement to compare."""
+    log = ("[2026-08-01 10:00:00] WARNING flashmla_backend.py:40: FlashMLA requires sm_90a or newer; falling back to triton\n"
+           "[2026-08-01 10:00:01] ValueError: --max-model-len 300000 is longer than the model's 131072\n")
+    outcome = classify_outcome(RawEvidence.from_log("exp-1", log, load_signatures(), "x.log"))
+    assert outcome.facts.get("kernel_arch_needs") == "sm_90a or newer"
+    assert wrong_generation(outcome, HostFingerprint(gpu_vendor="nvidia", compute_capability="8.9")) is None
+
+
 def _megamoe_outcome(cc: str) -> tuple[object, HostFingerprint]:
     ev = RawEvidence.from_log("exp-1", _MEGAMOE_LOG, load_signatures(), "x.log")
     return classify_outcome(ev), HostFingerprint(gpu_vendor="nvidia", compute_capability=cc)
@@ -127,7 +137,7 @@ def test_only_changes_that_can_stop_the_kernel_from_being_used_are_candidates() 
         assert why is not None and "leaves the failing kernel in use" in why and "deep_gemm" in why, c
     kept = [change("--moe-a2a-backend", None), change("--moe-a2a-backend", "none"),
             change("--moe-runner-backend", "triton"), change("--ep-size", None),
-            change("SGLANG_DEEP_GEMM_DISABLE", "1", "env")]
+            change("SGLANG_DEEP_GEMM_DISABLE", "1", "env"), change("SGLANG_ENABLE_JIT_DEEPGEMM", "0", "env")]
     for c in kept:
         assert wrong.why_not(c, play) is None, c
     # once a setting was changed and the same kernel still failed, its other values are not tried

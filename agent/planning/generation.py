@@ -152,6 +152,8 @@ class WrongGeneration:
     def _names_code(self, name: str) -> bool:
         """Whether a setting's own words name the failing code (its package or module), ``enable``/
         ``disable`` aside."""
+        if self.package and norm(self.package) in norm(name):
+            return True  # SGLANG_ENABLE_JIT_DEEPGEMM names deep_gemm
         return bool(self.words & stems(re.sub(r"^-*(?:enable|disable)-", "", name)))
 
     def _leaves(self, change: Change) -> str:
@@ -173,11 +175,22 @@ class WrongGeneration:
         return None
 
 
+#: A log line that reports a failure (not a warning about a fallback that names a generation).
+_FAILED = re.compile(r"Error|Exception|Assertion|Check failed|what\(\)|[Ff]atal")
+
+
 def _rules_of(outcome: Outcome) -> list[ArchRule]:
-    """The generation rules of an outcome's kernel check (its facts)."""
+    """The generation rules of an outcome's kernel check (its facts), when the phrase that states them is
+    in the error the run failed with (a traceback's exception line, or an error line): a warning that a
+    kernel needs a newer GPU and was replaced is not the failure."""
     f = outcome.facts
     needs = f.get("kernel_arch_needs") or f.get("kernel_arch_needs_sm") or ""
-    return arch_rules(needs, f.get("kernel_arch_refuses", ""))
+    refuses = f.get("kernel_arch_refuses", "")
+    errors = [tb.exception_line for tb in outcome.tracebacks] + [
+        ll.text for ll in outcome.log if _FAILED.search(ll.text)]
+    needs = needs if needs and any(needs in e for e in errors) else ""
+    refuses = refuses if refuses and any(refuses in e for e in errors) else ""
+    return arch_rules(needs, refuses)
 
 
 def _called_package(outcome: Outcome) -> str | None:
