@@ -66,6 +66,8 @@ Possible solutions:
         ("ValueError: this kernel requires compute capability 10.0", "9.0", False),
         ("RuntimeError: sm_100a required for this op", "10.3", True),
         ("RuntimeError: sm_100a required for this op", "12.0", False),
+        ("RuntimeError: HPC attention requires compute capability >= SM90.", "8.9", False),
+        ("ValueError: FP8 is not supported on sm80 (Ampere).", "8.0", False),
         ("NotImplementedError: fp8 block GEMM is not supported on sm_89", "8.9", False),
         ("NotImplementedError: fp8 block GEMM is not supported on sm_89", "9.0", True),
     ],
