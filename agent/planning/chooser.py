@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.domain.models import Baseline, Change, Experiment, Intervention, Outcome, Prediction
+from agent.planning.generation import kernel_filter, kernel_need_said, possible_share
 from agent.planning.generators.common import stems
 from agent.planning.generators.evidence import failure_evidence
 from agent.planning.generators.settings import implicated_setting
@@ -69,7 +70,7 @@ class Chooser(FlagMatcher):
             return self._reproduce_timeout(view, state, cost, rejected_ids)
         if why := within_budget(2):
             return Proposal(conclude_reason=why + " (a test needs room for its confirmation run)")
-        return self._best_test(view, state, cost, done, rejected_ids)
+        return kernel_need_said(self._best_test(view, state, cost, done, rejected_ids), view, ref)
 
     def _control(
         self, view: PlannerView, state: HistoryState, cost: float, done: set[str], rejected_ids: set[str]
@@ -259,6 +260,7 @@ class Chooser(FlagMatcher):
         # SGLang's printed settings of the failing run, parsed from its log at most once per step
         server_args = functools.cache(lambda: failure_evidence(ref).server_args)
         in_play = functools.cache(lambda: InPlay(view.fingerprint, baseline, server_args(), self.flags))
+        kernel = kernel_filter(view, ref)
         out: dict[str, tuple[Change, Intervention, str]] = {}
         for h in sorted(live, key=lambda h: -h.posterior):
             for iv in h.interventions:
@@ -281,7 +283,8 @@ class Chooser(FlagMatcher):
                 if (off := self._inert(change, baseline, ref, server_args)) is not None:
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
-                if (off := in_play().why_not(change) or leaves_no_kv_cache(change.name, change.after, evidence)):
+                if (off := in_play().why_not(change) or leaves_no_kv_cache(change.name, change.after, evidence)
+                        or kernel(change, in_play())):
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
@@ -416,7 +419,8 @@ class Chooser(FlagMatcher):
         if first is not None:
             return self._test(state, baseline, first, cost, ref.facts, _localise_first(first[2]), considered)
         scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
-        best_p = max(t[3] for t in scored)
+        best_p = possible_share(max(t[3] for t in scored), view, ref, state.hypotheses,
+                                lambda h: any(self.prediction(h, t[2], ref.facts) != "persists" for t in scored))
         if best_p < tunables().choice.min_test_p:
             return Proposal(conclude_reason=f"no untested change is likely enough to be worth a launch (the best "
                             f"has P(fix) = {best_p:.2f}, below {tunables().choice.min_test_p:g})", considered=considered)
