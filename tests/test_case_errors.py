@@ -164,3 +164,30 @@ def test_a_flag_check_error_leaves_no_run(tmp_path: Path, flags: str, expected: 
     assert not list(tmp_path.glob("transcripts/*.jsonl"))
     home = tmp_path / "home"
     assert not list((home / "locks").glob("*")) and not (home / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"", "the log is empty"),
+        (b"  \n\n", "the log is empty"),
+        (bytes(range(256)) * 20, "not a text file"),
+        (None, "is a directory"),
+    ],
+    ids=["empty", "blank", "binary", "directory"],
+)
+def test_an_observed_log_that_is_no_log_is_one_line(tmp_path: Path, content: bytes | None, expected: str) -> None:
+    """A case's observed_log read as the baseline's log must be one: an empty or binary file was taken for
+    a failure at load and the run went on to an 'isolated' fix of a failure that was never there (found
+    by a newcomer)."""
+    log = tmp_path / "server.log"
+    if content is None:
+        log.mkdir()
+    else:
+        log.write_bytes(content)
+    p = _case(tmp_path, 'observed_log = "server.log"\n' + GOOD)
+    r = run_cli(tmp_path, "run", str(p), "--auto")
+    assert r.returncode == 2, r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "field 'observed_log'" in lines[0] and expected in lines[0], lines
+    assert not list((tmp_path).glob("**/*.jsonl"))  # no run was kept

@@ -364,8 +364,8 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
     for i, k in enumerate(case.knowledge):
         if not case.resolve_path(k).is_file():
             raise CaseError(f"{path}: field 'knowledge.{i}': {k}: file not found")
-    if case.observed_log and not case.resolve_path(case.observed_log).is_file():
-        raise CaseError(f"{path}: field 'observed_log': {case.observed_log}: file not found")
+    if case.observed_log:
+        _check_observed_log(path, case.observed_log, case.resolve_path(case.observed_log))
     for field, raw, resolved in case.paths_outside_folder():
         # Named explicitly = written as an absolute or ~ path: then it is meant, and only warned about.
         # A relative path that climbs out (../) or a link inside the folder that points out is refused:
@@ -497,3 +497,23 @@ def case_error_text(exc: ValidationError) -> str:
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short"):
         return f"field '{field}': {err['msg'].lower()}{shown}{more}"
     return f"field '{field}': {err['msg'].removeprefix('Value error, ')}{more}"
+
+
+def _check_observed_log(case_path: Path, raw: str, log: Path) -> None:
+    """A case's ``observed_log`` must be a server log: an existing, non-empty text file. Raises CaseError
+    (one line naming the field) otherwise: an empty or binary file read as the baseline's log would be
+    taken for a failure at load and send the run after a cause that is not there."""
+    where = f"{case_path}: field 'observed_log': {raw}"
+    if log.is_dir():
+        raise CaseError(f"{where}: is a directory (expected the server's log file)")
+    if not log.is_file():
+        raise CaseError(f"{where}: file not found")
+    try:
+        with log.open("rb") as f:
+            head = f.read(65536)
+    except OSError as exc:
+        raise CaseError(f"{where}: cannot read: {exc.strerror or exc}") from None
+    if b"\0" in head:
+        raise CaseError(f"{where}: not a text file (expected the server's log)")
+    if not head.strip():
+        raise CaseError(f"{where}: the log is empty (expected the lines the server printed)")
