@@ -101,6 +101,9 @@ def test_ctrl_c_stops_the_server_it_launched(tmp_path: Path) -> None:
     assert not _lab_processes(run_id)
     events = _events(transcript)
     assert events[-1]["type"] == "run.ended" and events[-1]["data"]["status"] == "interrupted"
+    # the README's promise: an interrupted run prints the line that continues it, whole on one line
+    said = [ln for ln in err.splitlines() if ln.startswith("continue it with: ")]
+    assert said and said[-1].endswith(f"hypoloop resume {run_id}") and "HYPOLOOP_HOME=" in said[-1], err[-2000:]
 
 
 def test_ctrl_c_tests_hold_when_the_suite_starts_with_sigint_ignored(tmp_path: Path) -> None:

@@ -66,6 +66,7 @@ def _interrupted(session: RunSession, reason: str = "interrupted (Ctrl-C or SIGT
     rt.close()
     tr.emit("run.ended", {"status": "interrupted", "reason": reason})
     err_console.print(f"{reason}; every server this run launched is stopped. transcript: {tpath}")
+    err_console.print(f"continue it with: {escape(resume_command(run_id))}", soft_wrap=True)
     if session.json_out:  # the promised last line; "stopped" because the user ended it
         print(json.dumps({"run_id": run_id, "status": "stopped", "reason": "interrupted", "root_cause": None,
                           "transcript": str(tpath)}))
