@@ -51,3 +51,23 @@ def test_doctor_prints_no_trailing_spaces(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert len(r.stdout.splitlines()) > 3
     assert [ln for ln in r.stdout.splitlines() if ln != ln.rstrip()] == [], r.stdout
+
+
+def test_a_directory_given_for_a_file_says_so(tmp_path: Path) -> None:
+    """A folder given where a case file or a transcript goes: a case's folder stands for its case.toml;
+    any other folder is named as a directory in one line, not 'not found' (found by a newcomer)."""
+    empty = tmp_path / "nothing-here"
+    empty.mkdir()
+    r = run_cli(tmp_path, "run", str(empty), "--auto")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: {empty}: is a directory with no case.toml in it (expected a case file)"
+    ]
+    r = run_cli(tmp_path, "replay", str(empty))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: {empty}: is a directory (expected a run's transcript, a .jsonl file)"
+    ]
+    folder = tmp_path / "case"
+    folder.mkdir()
+    (folder / "case.toml").write_text(_case(tmp_path))
+    result, _ = run_auto(tmp_path, folder, HYPOLOOP_LAB_TIME_SCALE="0.004")
+    assert result["status"] != "error" and result["launches"] >= 1, result

@@ -62,6 +62,8 @@ def replay(
         fail(f"--speed {speed}: expected a positive number")
     if speed is not None and follow:
         fail("--speed replays a finished recording; --follow shows a live run at its own pace")
+    if transcript.is_dir():
+        fail(f"{transcript}: is a directory (expected a run's transcript, a .jsonl file)")
     if (not follow or transcript.exists()) and not transcript.is_file():
         fail(f"{transcript}: no such transcript file")
     if follow and not transcript.exists():

@@ -318,7 +318,8 @@ def lab_worlds_dir() -> Path | None:
 
 
 def resolve_case_path(ref: str) -> Path:
-    """Turn ``lab:WORLD`` or a path into a case-file path; raises CaseError if there is none."""
+    """Turn ``lab:WORLD``, a case file's path or the folder holding its ``case.toml`` into a case-file
+    path; raises CaseError if there is none."""
     if ref.startswith("lab:"):
         world = ref[4:]
         worlds = lab_worlds_dir()
@@ -330,6 +331,10 @@ def resolve_case_path(ref: str) -> Path:
             raise CaseError(f"{ref}: no such lab world; known worlds: {', '.join(known) or 'none'}")
         return path
     path = Path(ref).expanduser()
+    if path.is_dir():  # a case's folder stands for the case.toml in it
+        if (path / "case.toml").is_file():
+            return path / "case.toml"
+        raise CaseError(f"{ref}: is a directory with no case.toml in it (expected a case file)")
     if not path.is_file():
         raise CaseError(f"{ref}: case file not found")
     return path
