@@ -341,6 +341,11 @@ def test_value_flags_need_a_plain_value(sglang: FlagCatalog) -> None:
     for bad in (None, True, False):
         with pytest.raises(InvalidFlagValueError, match=r"^--kv-cache-dtype: expects a value \(one of auto"):
             sglang.validate("--kv-cache-dtype", bad)
+    # a value flag written as a switch (`"--tp-size" = true`) is told so, not "got no value"
+    with pytest.raises(InvalidFlagValueError, match=r"got true \(a switch's form: no value\)$"):
+        sglang.validate("--tp-size", True)
+    with pytest.raises(InvalidFlagValueError, match="got no value$"):
+        sglang.validate("--tp-size", None)
     with pytest.raises(InvalidFlagValueError, match="empty value"):
         sglang.validate("--model-path", "")
     with pytest.raises(InvalidFlagValueError, match="would be read as another option"):

@@ -146,7 +146,8 @@ def checked_value(spec: FlagSpec, value: FlagValue) -> str:
             f"{flag}: takes one value ({expected(spec)}), got a list of {len(value)}", flag=flag
         )
     if value is None or isinstance(value, bool):
-        got = "no value" if value in (None, True) else show(value)
+        # True is how a switch is written (`"--flag" = true`, or the flag alone): say so, not "no value"
+        got = "no value" if value is None else "true (a switch's form: no value)" if value is True else show(value)
         raise InvalidFlagValueError(f"{flag}: expects a value ({expected(spec)}), got {got}", flag=flag)
     text = value_text(spec, value)
     if takes_json(spec) and is_json_document(text):
