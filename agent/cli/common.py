@@ -161,8 +161,8 @@ KnowledgeOpt = Annotated[
     Path | None,
     typer.Option(
         "--knowledge",
-        help="a knowledge folder holding any of the files of knowledge/ (engines.toml aside; a file it "
-        "lacks is the repository's); default $HYPOLOOP_KNOWLEDGE, else knowledge/",
+        help="a knowledge folder holding any of the files of knowledge/ (a file it lacks is the "
+        "repository's); default $HYPOLOOP_KNOWLEDGE, else knowledge/",
     ),
 ]
 
