@@ -84,3 +84,16 @@ def test_analyze_never_prints_a_secret_of_the_log(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         assert key not in done.stdout + done.stderr
         assert "api_key" in done.stdout  # the line is shown, its value redacted
+
+
+def test_an_import_that_fails_after_the_flags_were_read_is_not_called_package_only(tmp_path: Path) -> None:
+    """The real CPU-engine log (tests/data/logs_0.5.23/cpu_engine.log): the missing module is imported
+    inside server_args.resolve_once, after the launch flags were read, so a setting may guard the import
+    (the run finds SGLANG_USE_CPU_ENGINE in the installed source); analyze without the host says so
+    instead of "only a package change can help ... before it reads any launch flag"."""
+    log = Path(__file__).parent / "data" / "logs_0.5.23" / "cpu_engine.log"
+    done = run_cli(tmp_path, "analyze", str(log), COLUMNS="100")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "only a package change can help" not in text and "before it reads any launch flag" not in text
+    assert "a setting that avoids this import" in text and "sgl_kernel" in text and "--case" in text

@@ -406,13 +406,23 @@ def _print_log_advice(
         )
     else:
         missing = missing_import(log_text) if log_text else None
-        if missing is not None:  # no flag or variable reaches an import: say plainly what can help
+        if missing is not None and _imports_before_flags(outcome):  # no flag or variable reaches it
             print_hanging(
                 console,
                 f"[bold]only a package change can help[/]: the server fails importing {escape(missing.module)} "
                 f"(log line {missing.log_line}: {escape(missing.text)}) before it reads any launch flag; "
                 f"install or fix the package [bold]{escape(missing.package)}[/] in the server's Python, then "
                 "launch again",
+            )
+        elif missing is not None:  # a lazy import in code that runs after the flags were read
+            print_hanging(
+                console,
+                f"[bold]a package change, or a setting that avoids this import[/]: the server fails importing "
+                f"{escape(missing.module)} (log line {missing.log_line}: {escape(missing.text)}) in code that "
+                "runs after it read its launch flags, so a flag or variable may lead there; install or fix the "
+                f"package [bold]{escape(missing.package)}[/], or look for what guards the import in the "
+                "installed source at the traceback's frames (analyze --case CASE reads it on the case's host, "
+                "as a run does)",
             )
         elif (pkg := _package_only(ranked or [], catalog or [])) is not None:
             hyp, fix = pkg
@@ -520,3 +530,19 @@ def _model_from_log(text: str) -> Any:
     )
     return ModelSpec(path=m.group(1) if m else "unknown")
 
+
+
+def _imports_before_flags(outcome: Outcome) -> bool:
+    """Whether the failing import ran while only module-level code did (the entry point still importing,
+    before it read any launch flag): no frame outside Python's own runner is a function of the server.
+    False when one was on the way (e.g. ``server_args.resolve_once``): the flags had been read, and one may
+    guard the import; True when no traceback shows either."""
+    from tools.tracebacks import parse_numbered_lines
+
+    tbs = parse_numbered_lines(((ll.line, ll.text) for ll in outcome.log_excerpt), unique=False)
+    importing = [tb for tb in tbs if (tb.exception or "").rsplit(".", 1)[-1] in ("ImportError", "ModuleNotFoundError")]
+    if not importing:
+        return True
+    # Python's own runner (``<frozen runpy>``, or runpy.py on an older Python) is not the server
+    own = [f for f in importing[-1].frames if not (f.path.startswith("<frozen") or f.path.endswith("/runpy.py"))]
+    return all(f.function == "<module>" for f in own)
