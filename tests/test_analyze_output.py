@@ -97,3 +97,18 @@ def test_an_import_that_fails_after_the_flags_were_read_is_not_called_package_on
     text = " ".join(done.stdout.split())
     assert "only a package change can help" not in text and "before it reads any launch flag" not in text
     assert "a setting that avoids this import" in text and "sgl_kernel" in text and "--case" in text
+
+
+def test_a_setting_offered_only_to_silence_a_warning_is_no_remedy(tmp_path: Path) -> None:
+    """The real TP=2 CPU log (tests/data/logs_0.5.23/tp2-weight-loader.log) warns "Setup Custom allreduce
+    failed ... To silence this warning, specify --disable-custom-all-reduce explicitly": that quiets the
+    message, it fixes nothing, and it was analyze's only proposal for a weight loader failing on shapes."""
+    log = Path(__file__).parent / "data" / "logs_0.5.23" / "tp2-weight-loader.log"
+    done = run_cli(tmp_path, "analyze", str(log), "--cpu-only", "--json")
+    assert done.returncode == 0, done.stderr
+    import json
+
+    doc = json.loads(done.stdout)
+    named = [doc["first_experiment"]["name"]] if doc["first_experiment"] else []
+    named += [a["change"] for a in doc["alternatives"]]
+    assert not [n for n in named if "custom-all-reduce" in n], named

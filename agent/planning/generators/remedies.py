@@ -67,6 +67,10 @@ _AT_LEAST = re.compile(r"at least (?P<v>\d+(?:\.\d+)?)")
 _AT_MOST = re.compile(r"at most (?P<v>\d+(?:\.\d+)?)")
 _EXAMPLES = re.compile(r"e\.g\.,?\s*(?P<v>[0-9.]+(?:\s*(?:or|,)\s*[0-9.]+)*)")
 _NOT_USING = re.compile(r"\b(?:not using|without|remove|drop|do not use|don't use)\s+(?:the\s+)?$", re.I)
+#: A sentence whose setting only quiets the message itself (``Setup Custom allreduce failed ... To silence this
+#: warning, specify --disable-custom-all-reduce explicitly``, SGLang 0.5.23 custom_all_reduce.py): it names
+#: no remedy of a failure.
+_SILENCES = re.compile(r"\bto (?:silence|suppress|hide|mute|quiet) (?:this|the|these) (?:warnings?|messages?|logs?)\b", re.I)
 _COSTLY = re.compile(r"not recommended|performance loss|much slower|slow(?:s|er)? down", re.I)
 _SOLUTIONS = re.compile(r"possible solutions|you can try|to fix this|workarounds?:", re.I)
 _ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*])\s+")
@@ -124,7 +128,7 @@ def _flag_remedy(inp: GeneratorInput, m: re.Match[str], kind: str, ll: LogLine) 
     or a direction, or None when it is not this host's flag or names no usable value."""
     text = ll.text
     spec = canon(inp.flags, m.group(1))
-    if spec is None:
+    if spec is None or _SILENCES.search(_sentence_of(text, m.start())):
         return None
     before_text = text[: m.start()]
     after_text = text[m.end() : m.end() + 80]
@@ -178,8 +182,8 @@ def _env_remedy(inp: GeneratorInput, m: re.Match[str], kind: str, ll: LogLine) -
     """The environment variable a log line names (``m`` of ``_ENV``) with a value that fits this host,
     or None."""
     text = ll.text
-    if _condition_fails(text[: m.start()]) is not None:
-        return None  # the text offers it only if something holds that its own figures deny
+    if _condition_fails(text[: m.start()]) is not None or _SILENCES.search(_sentence_of(text, m.start())):
+        return None  # offered only if something holds that its own figures deny, or only to quiet a message
     override = bool(_OVERRIDE.search(m.group("name")))
     env_value, _why = fit_cpu_list(str(_no_full_stop(m.group("value"))), _sentence_of(text, m.start()),
                                    cpu_count=_cpu_count(inp), ranks=_ranks(inp))
