@@ -173,3 +173,15 @@ def test_component_statements_name_vllm_not_sglang(tmp_path: Path) -> None:
 _NUMA_ERROR = ("AssertionError: Not enough allowed NUMA nodes to bind threads of 2 local CPUWorkers. Allowed NUMA "
                "nodes are [0]. Please try to bind threads manually or decrease DP/TP/PP.")
 CASE = Path(__file__).parents[1] / "bench" / "real" / "vllm-tp2-no-bind" / "case.toml"
+
+
+def test_a_vllm_cpu_log_shows_its_cpu_host(tmp_path: Path) -> None:
+    """vLLM 0.32.0 logs its platform detection at DEBUG, but its engine line says ``device_config=cpu``:
+    analyze of the real CPU log alone knows the host is CPU-only (nothing of CUDA is in play), and quotes
+    the part of that long line that says so, not all of it."""
+    done = run_cli(tmp_path, "analyze", str(REAL / "tp2-nobind-compiled-served.log"))
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "the log shows a cpu host" in text and "device_config=cpu" in text, done.stdout
+    note = text[text.index("the log shows a cpu host"):]
+    assert len(note.split(" signatures ")[0]) < 400, note[:600]

@@ -176,9 +176,20 @@ def platform_in_log(text: str, k: Knowledge) -> tuple[str, str] | None:
             except re.error as exc:
                 raise SubsystemsError(f"subsystems.toml: platform {p.get('id')}: log_says {pattern!r}: {exc}") from None
             for line in text.splitlines():
-                if rx.search(line):
-                    return str(p["id"]), line.strip()
+                if m := rx.search(line):
+                    return str(p["id"]), _around(line.strip(), m.group(0))
     return None
+
+
+def _around(line: str, hit: str, width: int = 160) -> str:
+    """``line`` as quoted to a person: whole when short, else the part around ``hit`` (an engine's
+    configuration dump is one line of thousands of characters) with ``…`` where it was cut."""
+    if len(line) <= width:
+        return line
+    at = max(0, line.find(hit))
+    start = max(0, at - (width - len(hit)) // 2)
+    part = line[start : start + width]
+    return ("…" if start > 0 else "") + part + ("…" if start + width < len(line) else "")
 
 
 def gpu_vendor_of(platform: str, k: Knowledge) -> str | None:
