@@ -44,7 +44,11 @@ _INTERESTING = re.compile(
     r"Traceback \(most recent call last\)|\b\w*(?:Error|Exception)\b|\bWARN(?:ING)?\b|\bwarn(?:ing)?\b|"
     r"\berror\b|\bfailed\b|\bfatal\b|possible solutions|\bUse --|\bset --|\bIncrease --|\bDecrease --|"
     r"\btry --|\bnan\b|\binf\b|out of memory|[Uu]nsupported|not supported|illegal memory|"
-    r"device-side assert|undefined symbol|cannot open shared object|Segmentation fault|core dumped",
+    r"device-side assert|undefined symbol|cannot open shared object|Segmentation fault|core dumped|"
+    # a notice that the run leaves part of the host unused, logged without a level (SGLang's default
+    # format): "... has 2 numa nodes available, but ... so only 1 numa nodes are used" (0.5.23
+    # srt/utils/numa_utils.py init_threads_binding)
+    r"\bonly \d+ [a-z][a-z ]{0,30}\b(?:is|are) used\b",
     re.IGNORECASE,
 )
 

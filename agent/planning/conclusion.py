@@ -27,7 +27,7 @@ from agent.planning.blame import blamed
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.llm_spec import usage_summary
 from agent.planning.observations import import_time_failure, timeout_control
-from agent.planning.served import served_settings, user_keeps
+from agent.planning.served import run_platform, served_settings, user_keeps
 from agent.planning.values import ValueEvidence, derive
 from agent.planning.view import COST_ORDER
 from agent.planning.workarounds import mark_deployment_changes, root_and_workarounds
@@ -62,7 +62,8 @@ def conclusion_of(state: RunState) -> Conclusion:
         base, untested = _ruled_out_by_import(base, untested, hyps, experiments, outcomes)
         return blamed(_not_isolated(base, reason, untested, experiments, outcomes), state)
     deployment = _changes_deployment(fix_exp, Case.model_validate(state["case"]),
-                                     (state.get("fingerprint") or {}).get("checkpoint") or {})
+                                     (state.get("fingerprint") or {}).get("checkpoint") or {},
+                                     run_platform(state.get("fingerprint"), fix_exp.config()))
     if deployment:
         return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
                                        changes_deployment=deployment), state)
@@ -259,8 +260,9 @@ def _isolated(
     alternatives = _alternatives(cause, fix_exp, hyps, experiments, outcomes, fingerprint)
     served, keeps = served_settings(), user_keeps(case)
     checkpoint = (fingerprint or {}).get("checkpoint") or {}
+    platform = run_platform(fingerprint, fix_exp.config())
     mark_deployment_changes(alternatives, experiments, lambda ch: served.changes_deployment(
-        ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint, before=ch.before)
+        ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint, before=ch.before, platform=platform)
         or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after) is not None)
     alternatives.sort(key=lambda a: (a["workaround"], COST_ORDER.get(a["cost"], 1)))
     return base.model_copy(
@@ -299,7 +301,8 @@ def _blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
     return out
 
 
-def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str]) -> str | None:
+def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str],
+                        platform: str | None = None) -> str | None:
     """The setting the fix (or a blocker adopted on the way to it) changed that defines what is served
     (knowledge/served.toml) or that the user needs (the case's intent), as ``NAME before → after``; else
     None."""
@@ -311,7 +314,7 @@ def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, s
         if ch is None:
             continue
         if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint,
-                                     before=ch.before) or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after):
+                                     before=ch.before, platform=platform) or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after):
             return ch.name
     return None
 

@@ -101,7 +101,7 @@ def _load(path: Path) -> Knowledge:
 
 #: The tables of subsystems.toml and the keys of each (``in_play_any`` conditions: ``_holds``).
 _KEYS = {
-    "platform": ["id", "device", "gpu_vendor", "log_says", "source"],
+    "platform": ["id", "device", "gpu_vendor", "log_says", "rank_setting", "rank_setting_source", "source"],
     "model_trait": ["id", "keys", "source"],
     "subsystem": ["id", "flags", "env", "in_play_any", "modules", "modules_source", "why", "source",
                   "carries_requests", "bounds"],

@@ -15,10 +15,13 @@ import re
 from pathlib import Path
 
 from agent.domain.case import Case
+from agent.domain.models import Baseline
+from agent.planning.in_play import DEVICE_FLAG, platform_of, subsystems_knowledge
+from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 
-__all__ = ["Served", "description_keeps", "served_settings", "user_keeps"]
+__all__ = ["Served", "description_keeps", "run_platform", "served_settings", "user_keeps"]
 
 
 
@@ -42,6 +45,8 @@ class Served:
         self.checkpoint_only = checkpoint_only or {}
         #: flag (any spelling) -> the config.json digest key its value must divide (the attention heads)
         self.divides = divides or {}
+        #: flag (any spelling) -> platform ids on which the engine sizes it from the host (``host_sized_on``)
+        self.host_sized: dict[str, frozenset[str]] = {}
         self.served_flags = served_flags
         self.place_flags = place_flags
         self.served_env = served_env
@@ -59,7 +64,8 @@ class Served:
 
     def changes_deployment(self, kind: str, name: str, after: object, flags: FlagCatalog | None = None,
                            keeps: set[str] | frozenset[str] = frozenset(),
-                           checkpoint: dict[str, str] | None = None, before: object = None) -> bool:
+                           checkpoint: dict[str, str] | None = None, before: object = None,
+                           platform: str | None = None) -> bool:
         """Whether changing the setting from ``before`` (None: unknown or unset) to ``after`` (None:
         removing it) changes what is served: a setting the user needs (``keeps``), or a ``served`` one,
         except one SGLang can take from the checkpoint (``from_checkpoint``) removed or set while the
@@ -70,11 +76,16 @@ class Served:
         make it from these weights, so the baseline never served it and removing it serves what these
         weights are. Likewise a value that cannot split the model (``divides``: a tensor-parallel size that
         does not divide the checkpoint's attention heads) was never served: removing it, or a value that
-        divides them, keeps what is served."""
+        divides them, keeps what is served. A setting the engine sizes from the host on this ``platform``
+        (``host_sized_on``: the CPU engine's ranks, one per NUMA node) that the case left to the engine's
+        default says how the same host runs, not what is served."""
         canon = _canon(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True
         if self.role(kind, name, flags) != "served":
+            return False
+        if before is None and platform and any(
+                platform in on for n, on in self.host_sized.items() if n == name or _canon(flags, n) == canon):
             return False
         if self._unservable_split(flags, canon, before, after, checkpoint):
             return False
@@ -200,9 +211,10 @@ def _load(path: Path) -> Served:
     from_ckpt: dict[str, str] = {}
     only: dict[str, frozenset[str]] = {}
     divides: dict[str, str] = {}
+    host_sized: dict[str, frozenset[str]] = {}
     for i, s in enumerate(data.get("setting", [])):
         check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "checkpoint_only", "divides",
-                             "default", "read_by", "source"],
+                             "default", "read_by", "host_sized_on", "source"],
                    KnowledgeFileError, f"setting #{i + 1}")
         kind, role = str(s.get("kind", "flag")), str(s.get("role", ""))
         if kind not in ("flag", "env") or role not in ("served", "place", "intent") or not s.get("name"):
@@ -221,12 +233,14 @@ def _load(path: Path) -> Served:
                 only[n] = frozenset(str(v).lower() for v in s["checkpoint_only"])
             if s.get("divides"):
                 divides[n] = str(s["divides"])
+            if s.get("host_sized_on"):
+                host_sized[n] = frozenset(str(v) for v in s["host_sized_on"])
     served = Served(
         frozenset(sets.get(("flag", "served"), set())), frozenset(sets.get(("flag", "place"), set())),
         frozenset(sets.get(("env", "served"), set())), frozenset(sets.get(("env", "place"), set())),
         from_ckpt, only, divides, need,
     )
-    served.intent = intent
+    served.intent, served.host_sized = intent, host_sized
     return served
 
 
@@ -281,3 +295,11 @@ def user_keeps(case: Case, flags: FlagCatalog | None = None) -> set[str]:
         if served.chosen(name, value, flags):
             keep |= {name, _canon(flags, name)}
     return keep
+
+
+def run_platform(fingerprint: HostFingerprint | dict[str, object] | None, config: Baseline | None) -> str | None:
+    """The platform id (knowledge/subsystems.toml ``[[platform]]``) a configuration runs on: its own
+    ``--device`` when it names one, else the host's GPU vendor; None when neither is known."""
+    fp = HostFingerprint.model_validate(fingerprint) if isinstance(fingerprint, dict) else fingerprint
+    device = config.flags.get(DEVICE_FLAG) if config is not None else None
+    return platform_of(fp, str(device) if device not in (None, True, False) else None, subsystems_knowledge())

@@ -11,6 +11,7 @@ from agent.planning.generators.catalog import CatalogGenerator
 from agent.planning.generators.changed import ChangedPackageGenerator
 from agent.planning.generators.component import ImplicatedComponentGenerator
 from agent.planning.generators.findings import KnownGoodDiffGenerator
+from agent.planning.generators.host_share import HostShareGenerator
 from agent.planning.generators.installed_source import InstalledSourceGenerator
 from agent.planning.generators.load import LoadGenerator
 from agent.planning.generators.localisers import LocaliserGenerator
@@ -27,6 +28,7 @@ __all__ = ["REGISTRY", "default_generators"]
 REGISTRY: list[type[CandidateGenerator]] = [
     CatalogGenerator,
     RemediesGenerator,
+    HostShareGenerator,
     SymptomClassGenerator,
     LocaliserGenerator,
     ImplicatedComponentGenerator,

@@ -67,9 +67,7 @@ _AT_LEAST = re.compile(r"at least (?P<v>\d+(?:\.\d+)?)")
 _AT_MOST = re.compile(r"at most (?P<v>\d+(?:\.\d+)?)")
 _EXAMPLES = re.compile(r"e\.g\.,?\s*(?P<v>[0-9.]+(?:\s*(?:or|,)\s*[0-9.]+)*)")
 _NOT_USING = re.compile(r"\b(?:not using|without|remove|drop|do not use|don't use)\s+(?:the\s+)?$", re.I)
-#: A sentence whose setting only quiets the message itself (``Setup Custom allreduce failed ... To silence this
-#: warning, specify --disable-custom-all-reduce explicitly``, SGLang 0.5.23 custom_all_reduce.py): it names
-#: no remedy of a failure.
+#: A setting offered only to quiet the message itself ("To silence this warning, specify ...": no remedy).
 _SILENCES = re.compile(r"\bto (?:silence|suppress|hide|mute|quiet) (?:this|the|these) (?:warnings?|messages?|logs?)\b", re.I)
 _COSTLY = re.compile(r"not recommended|performance loss|much slower|slow(?:s|er)? down", re.I)
 _SOLUTIONS = re.compile(r"possible solutions|you can try|to fix this|workarounds?:", re.I)
