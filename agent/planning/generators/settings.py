@@ -36,6 +36,8 @@ from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.budgets import bounded_on_purpose, budget_of
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, implicated, raise_site, specificity, stems
+from agent.planning.generators.implementations import implementations
+from agent.planning.generators.load import long_prompt_only
 from agent.planning.in_play import load_subsystems, subsystems_of_frame
 from agent.planning.served import served_settings, user_keeps
 from tools.engines import get_engine
@@ -237,11 +239,26 @@ class _Implication:
         elif (path := self.on_request_path(name)) is not None:
             return base * IMPLICATED_FACTOR, (f"requests went unanswered on a live server with no error, and "
                                               f"{name} configures the {path} a request passes through")
+        elif (tokens := self.prompt_bound(name)) is not None:
+            return base * IMPLICATED_FACTOR, (f"only a single long prompt ({tokens} tokens) failed while short "
+                                              f"requests passed, and {name} bounds the prompt tokens one "
+                                              "forward pass takes")
         shared = stems(name.lstrip("-")) & imp.words
         if not shared:
             return base, ""
         strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
         return base * max(1.0, IMPLICATED_FACTOR * strength), ""
+
+    def prompt_bound(self, name: str) -> int | None:
+        """The failing prompt's length (tokens) when only a single long prompt failed
+        (``agent.planning.generators.load.long_prompt_only``) and setting ``name`` bounds the prompt
+        tokens one forward pass takes (knowledge/implementations.toml ``[load] prompt_bounds``); else
+        None."""
+        tokens = long_prompt_only(self.inp)
+        if tokens is None:
+            return None
+        bounds = {s.name if (s := canon(self.inp.flags, n)) else n for n in implementations().load.prompt_bounds}
+        return tokens if name in bounds else None
 
     def on_request_path(self, name: str) -> str | None:
         """The subsystem (knowledge/subsystems.toml ``carries_requests``) that setting ``name`` configures
