@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from agent.domain.case import Case
-from agent.planning.generators.common import stems
+from agent.planning.words import stems
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 

@@ -17,7 +17,7 @@ from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, explicit
 from agent.planning.generators.implementations import implementations
 
-__all__ = ["LoadGenerator", "long_prompt_only", "passing_level"]
+__all__ = ["LoadGenerator", "passing_level"]
 
 #: Weights: a batch cap avoids any batch-dependent fault but costs throughput (a workaround).
 CAP_WEIGHT = 0.06
@@ -35,16 +35,6 @@ def passing_level(inp: GeneratorInput, failing: int) -> int:
     return best
 
 
-def long_prompt_only(inp: GeneratorInput) -> int | None:
-    """The prompt length (tokens, the case's ``[reproduce] prompt_tokens``) when only that load failed and
-    as a single request (short single requests passed, the failing load had no concurrent requests): the
-    failure needs a long prompt, not a batch. None otherwise."""
-    ev = inp.evidence
-    if "load_only" not in ev.symptoms or ev.concurrency > 1:
-        return None
-    return inp.case.reproduce.prompt_tokens
-
-
 class LoadGenerator:
     """Batch caps and batch-only features, when the failure shows only under concurrent requests."""
 
@@ -54,7 +44,7 @@ class LoadGenerator:
         """Nothing unless the evidence says the failure needs a burst."""
         ev = inp.evidence
         if "load_only" not in ev.symptoms or ev.concurrency <= 1:
-            return []  # one request of the reported shape fails: its length, not a batch (``long_prompt_only``)
+            return []  # a single request of the reported shape failed: its length, not a batch
         failing = ev.concurrency
         ok = passing_level(inp, failing)
         cap = max(1, ok if ok > 1 else failing // 2)
