@@ -26,6 +26,7 @@ from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, import_time_failure, load_level, load_probe_for
 from agent.planning.package_changes import outdated_package
+from agent.planning.served import user_keeps
 from agent.planning.values import ValueEvidence, leaves_no_kv_cache
 from agent.planning.view import COST_ORDER, HistoryState, PlannerView, Proposal, default_launch_cost_s
 from agent.planning.weights import weights as tunables
@@ -540,13 +541,17 @@ def _localise_first(change: Change) -> str:
 def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
     """Keys of the changes that revert a setting of the failing baseline the failure implicates
     (``agent.planning.generators.settings.implicated_setting``, or a setting sharing a word with the
-    workaround that served: a variable that allows a longer X beside the user's ``--X``) as the case
+    workaround that served: a variable that allows a longer X beside the user's ``--X``; any of them when
+    the workaround turned off a setting the user keeps, ``agent.planning.served.user_keeps``) as the case
     itself sets it (not one this run adopted past a blocker), while fewer than ``INTENT_LAUNCHES`` such
     reverts were launched after the best fix; else empty."""
     best, base = state.best_fix, state.failing_baseline
     if best is None or base is None or spent_after_fix(view, state, lambda ch: ch.after is None) >= INTENT_LAUNCHES:
         return set()
     workaround_words = stems(best.change.name.lstrip("-"))
+    # the workaround turned off what the user needs (a feature the description says is on for a purpose):
+    # each of the user's own deliberate settings is a candidate root fix, not only the implicated ones
+    drops_kept = best.change.kind == "flag" and best.change.name in user_keeps(view.case)
     out: set[str] = set()
     for h in state.hypotheses:
         if h.status not in ("open", "supported") or not h.id.startswith("revert:"):
@@ -558,7 +563,7 @@ def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
                 users = view.case.baseline.value(iv.kind, name)
                 if same_value(users, None) or not same_value(users, base.value(iv.kind, name)):
                     continue  # not the user's own setting: this run set it (a blocker's change)
-                if implicated_setting(h) or stems(name.lstrip("-")) & workaround_words:
+                if drops_kept or implicated_setting(h) or stems(name.lstrip("-")) & workaround_words:
                     out.add(Change(kind=iv.kind, name=name, before=base.value(iv.kind, name), after=None).key())
     return out
 

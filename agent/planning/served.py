@@ -17,6 +17,7 @@ from pathlib import Path
 from agent.domain.case import Case
 from agent.domain.models import Baseline
 from agent.planning.in_play import DEVICE_FLAG, platform_of, subsystems_knowledge
+from agent.planning.words import stems
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
@@ -39,6 +40,8 @@ class Served:
         self.intent: dict[str, tuple[str, str]] = {}
         #: words of a sentence in which a user says a setting is needed, not incidental ([description] need)
         self.need = need
+        #: words of a sentence saying a feature is on for a purpose ([description] on_purpose), or None
+        self.on_purpose: re.Pattern[str] | None = None
         #: flag (any spelling) -> the config.json digest key that declares its value ("" : none)
         self.from_checkpoint = from_checkpoint or {}
         #: flag (any spelling) -> values only a checkpoint made in that format can serve (lower case)
@@ -205,7 +208,8 @@ def _canon(flags: FlagCatalog | None, name: str) -> str:
 def _load(path: Path) -> Served:
     data = read_toml(path, KnowledgeFileError)
     check_keys(path, data, ["setting", "description"], KnowledgeFileError)
-    need = _need_words(path, data.get("description", {}))
+    need = _need_words(path, data.get("description", {}), "need")
+    on_purpose = _need_words(path, data.get("description", {}), "on_purpose")
     sets: dict[tuple[str, str], set[str]] = {}
     intent: dict[str, tuple[str, str]] = {}
     from_ckpt: dict[str, str] = {}
@@ -241,22 +245,24 @@ def _load(path: Path) -> Served:
         from_ckpt, only, divides, need,
     )
     served.intent, served.host_sized = intent, host_sized
+    served.on_purpose = on_purpose
     return served
 
 
-def _need_words(path: Path, table: object) -> re.Pattern[str] | None:
-    """``[description] need`` (words, each a regular expression) as one case-insensitive pattern matched
-    as whole words, or None when the file names none. Raises ``KnowledgeFileError`` naming the field."""
-    check_keys(path, table, ["need", "source"], KnowledgeFileError, "description")
-    words = table.get("need", []) if isinstance(table, dict) else []
+def _need_words(path: Path, table: object, field: str) -> re.Pattern[str] | None:
+    """``[description] <field>`` (``need`` or ``on_purpose``: words, each a regular expression) as one
+    case-insensitive pattern matched as whole words, or None when the file names none. Raises
+    ``KnowledgeFileError`` naming the field."""
+    check_keys(path, table, ["need", "on_purpose", "source"], KnowledgeFileError, "description")
+    words = table.get(field, []) if isinstance(table, dict) else []
     if not isinstance(words, list) or not all(isinstance(w, str) and w for w in words):
-        raise KnowledgeFileError(f"{path}: field 'description.need': expected a list of words")
+        raise KnowledgeFileError(f"{path}: field 'description.{field}': expected a list of words")
     if not words:
         return None
     try:
         return re.compile(r"\b(?:" + "|".join(words) + r")\b", re.I)
     except re.error as exc:
-        raise KnowledgeFileError(f"{path}: field 'description.need': not a regex: {exc}") from None
+        raise KnowledgeFileError(f"{path}: field 'description.{field}': not a regex: {exc}") from None
 
 
 def served_settings() -> Served:
@@ -272,15 +278,25 @@ _SERVED = KnowledgeFile("served.toml", _load, absent=lambda: Served(frozenset(),
 def description_keeps(case: Case) -> set[str]:
     """Settings the user says they need: the case's ``[intent] keep`` plus every ``--flag`` or
     ``ENV_NAME`` the description names in a sentence that says it is needed ("we need --context-length
-    65536"; the words that say so are knowledge/served.toml's ``[description] need``)."""
+    65536"; the words that say so are knowledge/served.toml's ``[description] need``), and every feature
+    the case's baseline turns on (a ``--flag`` set to true, not a ``--disable-``/``--no-`` one) that such a
+    sentence, or one saying a feature is on for a purpose (``[description] on_purpose``: "with routing
+    replay enabled for the trainer"), names in words: a word of the flag's name (generic words such as
+    "enable" left out) shares its stem with a word of the sentence."""
     keep = set(case.intent.keep)
-    need = served_settings().need
-    if need is None:
+    settings = served_settings()
+    said = [p for p in (settings.need, settings.on_purpose) if p is not None]
+    if not said:
         return keep
+    switched_on = [n for n, v in case.baseline.flags.items()
+                   if v is True and not re.match(r"--(?:disable|no)-", n)]
     for sentence in re.split(r"(?<=[.!?])\s+|\n", case.description or ""):
-        if not need.search(sentence):
+        if settings.need is not None and settings.need.search(sentence):
+            keep |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", sentence))
+        if not any(p.search(sentence) for p in said):
             continue
-        keep |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", sentence))
+        words = stems(re.sub(r"(?<![\w-])--[a-z][a-z0-9-]*", " ", sentence))
+        keep |= {n for n in switched_on if stems(n.lstrip("-")) & words}
     return keep
 
 

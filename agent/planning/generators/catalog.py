@@ -22,11 +22,11 @@ EvidenceEffect = Literal["supports", "weakens", "refutes", "confirms", "neutral"
 
 def evidence_context(inp: GeneratorInput) -> EvidenceContext:
     """What the failing run showed, as catalog conditions see it (``failure_under_load`` added when
-    single requests passed and a burst failed)."""
+    single requests passed and a burst of several failed)."""
     ref = inp.reference
     facts = dict(ref.facts)
-    if "load_only" in inp.evidence.symptoms:
-        facts["failure_under_load"] = "true"
+    if "load_only" in inp.evidence.symptoms and inp.evidence.concurrency > 1:
+        facts["failure_under_load"] = "true"  # a single request of the reported shape is not a burst
     fp = inp.fingerprint
     return EvidenceContext(
         signatures=ref.signature_ids(),

@@ -3,7 +3,6 @@ effective values, and the order in which alternative implementations are tried."
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING
 from agent.domain.models import FlagValue
 from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import subsystems_of_frame
+from agent.planning.words import GENERIC_WORDS, stem, stems
 from tools.engines import get_engine
 from tools.flags import FlagCatalog, FlagError, FlagSpec
 from tools.log_records import LEVELS
@@ -29,47 +29,9 @@ __all__ = [
     "stems",
 ]
 
-#: Words too common in module paths, function names and help texts to implicate anything.
-GENERIC_WORDS = frozenset(
-    """srt python lib dist site packages init self call run forward get set the and for with this that from
-    into when use used using not none true false default value values model models layer layers manager
-    managers executor entrypoints utils util common base main process worker workers server args arg
-    engine module modules function wrapper wrapped inner outer impl core local global new old
-    size type mode enable enables enabled disable disables disabled option options flag support supported
-    which will can may only are its has have per max min number num time file path name load loader
-    loading weight weights data copy tensor tensors""".split()
-)
-_SUFFIXES = ("ations", "ation", "ions", "ion", "ings", "ing", "ers", "er", "ed", "es", "s")
-
-
 def norm(text: str) -> str:
     """Lower case without ``_``, ``-`` and spaces (``DeepGemm`` and ``deep_gemm`` compare equal)."""
     return re.sub(r"[\s_\-]+", "", text.lower())
-
-
-def _stem(word: str) -> str:
-    for suf in _SUFFIXES:
-        if word.endswith(suf) and len(word) - len(suf) >= 3:
-            return word[: -len(suf)]
-    return word
-
-
-def stems(text: str) -> set[str]:
-    """Stems of the words of ``text`` (split at non-letters and ``_``/``-``/``.``), generic words left out."""
-    return set(_stems(text))
-
-
-@functools.lru_cache(maxsize=4096)
-def _stems(text: str) -> frozenset[str]:
-    out = set()
-    for w in re.split(r"[^A-Za-z0-9]+|_", text):
-        w = w.lower()
-        if len(w) < 3 or w.isdigit() or w in GENERIC_WORDS:
-            continue
-        s = _stem(w)
-        if s not in GENERIC_WORDS:
-            out.add(s)
-    return frozenset(out)
 
 
 def words_with_stems(text: str, wanted: set[str]) -> list[str]:
@@ -78,7 +40,7 @@ def words_with_stems(text: str, wanted: set[str]) -> list[str]:
     out: list[str] = []
     for w in re.split(r"[^A-Za-z0-9]+|_", text):
         w = w.lower()
-        if w and w not in out and _stem(w) in wanted:
+        if w and w not in out and stem(w) in wanted:
             out.append(w)
     return out
 

@@ -60,12 +60,16 @@ class Packages(_Strict):
 
 class Load(_Strict):
     """``batch_caps``: flags that cap the batch; ``batch_features``: a regular expression matched at the
-    start of switch names whose features act on batches of several requests (case-insensitive)."""
+    start of switch names whose features act on batches of several requests (case-insensitive);
+    ``prompt_bounds``: flags that bound the prompt tokens one forward takes."""
 
     batch_caps: tuple[str, ...]
     batch_caps_source: str
     batch_features: str
     batch_features_source: str
+    #: flags that bound how many prompt tokens one forward takes (a prompt longer goes in chunks)
+    prompt_bounds: tuple[str, ...] = ()
+    prompt_bounds_source: str = ""
 
     _check = field_validator("batch_features")(_pattern)
 

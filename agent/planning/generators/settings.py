@@ -36,11 +36,12 @@ from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.budgets import bounded_on_purpose, budget_of
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, implicated, raise_site, specificity, stems
+from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import load_subsystems, subsystems_of_frame
 from agent.planning.served import served_settings, user_keeps
 from tools.engines import get_engine
 
-__all__ = ["IMPLICATED", "SettingsVsDefaultsGenerator", "implicated_setting", "value_quoted"]
+__all__ = ["IMPLICATED", "SettingsVsDefaultsGenerator", "implicated_setting", "long_prompt_only", "value_quoted"]
 
 #: Weight of "this explicit setting causes the failure"; a setting that selects an implementation (a
 #: flag with choices) is a likelier suspect than a tuning knob.
@@ -73,6 +74,16 @@ def value_quoted(value: object, text: str) -> bool:
     if len(v.lstrip("-")) < _MIN_QUOTED_LEN or v.lower() in _UNQUOTABLE:
         return False
     return re.search(rf"(?<![A-Za-z0-9.-]){re.escape(v)}(?![A-Za-z0-9-]|\.\d)", text, re.I) is not None
+
+
+def long_prompt_only(inp: GeneratorInput) -> int | None:
+    """The prompt length (tokens, the case's ``[reproduce] prompt_tokens``) when only that load failed and
+    as a single request (short single requests passed, the failing load had no concurrent requests): the
+    failure needs a long prompt, not a batch. None otherwise."""
+    ev = inp.evidence
+    if "load_only" not in ev.symptoms or ev.concurrency > 1:
+        return None
+    return inp.case.reproduce.prompt_tokens
 
 
 def implicated_setting(h: Hypothesis) -> bool:
@@ -237,11 +248,26 @@ class _Implication:
         elif (path := self.on_request_path(name)) is not None:
             return base * IMPLICATED_FACTOR, (f"requests went unanswered on a live server with no error, and "
                                               f"{name} configures the {path} a request passes through")
+        elif (tokens := self.prompt_bound(name)) is not None:
+            return base * IMPLICATED_FACTOR, (f"only a single long prompt ({tokens} tokens) failed while short "
+                                              f"requests passed, and {name} bounds the prompt tokens one "
+                                              "forward pass takes")
         shared = stems(name.lstrip("-")) & imp.words
         if not shared:
             return base, ""
         strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
         return base * max(1.0, IMPLICATED_FACTOR * strength), ""
+
+    def prompt_bound(self, name: str) -> int | None:
+        """The failing prompt's length (tokens) when only a single long prompt failed
+        (``long_prompt_only``) and setting ``name`` bounds the prompt
+        tokens one forward pass takes (knowledge/implementations.toml ``[load] prompt_bounds``); else
+        None."""
+        tokens = long_prompt_only(self.inp)
+        if tokens is None:
+            return None
+        bounds = {s.name if (s := canon(self.inp.flags, n)) else n for n in implementations().load.prompt_bounds}
+        return tokens if name in bounds else None
 
     def on_request_path(self, name: str) -> str | None:
         """The subsystem (knowledge/subsystems.toml ``carries_requests``) that setting ``name`` configures

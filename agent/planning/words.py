@@ -1,0 +1,51 @@
+"""Words of names, help texts and descriptions compared by stem (``routed`` and ``routing`` alike), generic
+words left out: a leaf module (no agent imports) shared by the generators and ``agent.planning.served``."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+__all__ = ["GENERIC_WORDS", "stem", "stems"]
+
+#: Words too common in module paths, function names and help texts to implicate anything.
+GENERIC_WORDS = frozenset(
+    """srt python lib dist site packages init self call run forward get set the and for with this that from
+    into when use used using not none true false default value values model models layer layers manager
+    managers executor entrypoints utils util common base main process worker workers server args arg
+    engine module modules function wrapper wrapped inner outer impl core local global new old
+    size type mode enable enables enabled disable disables disabled option options flag support supported
+    which will can may only are its has have per max min number num time file path name load loader
+    loading weight weights data copy tensor tensors""".split()
+)
+_SUFFIXES = ("ations", "ation", "ions", "ion", "ings", "ing", "ers", "er", "ed", "es", "s")
+
+
+def _stem(word: str) -> str:
+    for suf in _SUFFIXES:
+        if word.endswith(suf) and len(word) - len(suf) >= 3:
+            return word[: -len(suf)]
+    return word
+
+
+def stems(text: str) -> set[str]:
+    """Stems of the words of ``text`` (split at non-letters and ``_``/``-``/``.``), generic words left out."""
+    return set(_stems(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _stems(text: str) -> frozenset[str]:
+    out = set()
+    for w in re.split(r"[^A-Za-z0-9]+|_", text):
+        w = w.lower()
+        if len(w) < 3 or w.isdigit() or w in GENERIC_WORDS:
+            continue
+        s = _stem(w)
+        if s not in GENERIC_WORDS:
+            out.add(s)
+    return frozenset(out)
+
+
+def stem(word: str) -> str:
+    """The stem of one lower-case word (a known suffix cut when three letters remain)."""
+    return _stem(word)
