@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +115,31 @@ def paste_until_ready(command: str, cwd: Path, **env: str) -> list[str]:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     return seen
+
+
+@contextlib.contextmanager
+def lab_bench_env(root: Path, time_scale: str) -> Iterator[Path]:
+    """This process's environment for in-process agent runs on lab worlds (``bench.methods.run_agent``):
+    its own HYPOLOOP_HOME and lab state under ``root``, the lab clock at ``time_scale``, no world named
+    by the caller's environment; restored on exit. Yields ``root``."""
+    keys = ("HYPOLOOP_HOME", "HYPOLOOP_LAB_TIME_SCALE", "HYPOLOOP_LAB_STATE", "HYPOLOOP_LAB_WORLD")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ["HYPOLOOP_HOME"] = str(root / "home")
+    os.environ["HYPOLOOP_LAB_TIME_SCALE"] = time_scale
+    os.environ["HYPOLOOP_LAB_STATE"] = str(root / "lab-state")
+    os.environ.pop("HYPOLOOP_LAB_WORLD", None)
+    try:
+        yield root
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def changes_tested(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The changes a run's transcript events show it tested, in order (baseline launches and
+    confirmations left out)."""
+    return [e["data"]["change"] for e in events
+            if e["type"] == "experiment.proposed" and e["data"].get("change") and e["data"]["purpose"] != "confirm"]

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clirun import run_auto, transcript_events
+from clirun import changes_tested, lab_bench_env, run_auto, transcript_events
 
 from bench.methods import run_agent
 from bench.run import empty_catalog_knowledge
@@ -32,27 +32,9 @@ TEST_WORLDS = Path(__file__).parent / "data" / "worlds"
 
 @pytest.fixture(scope="module")
 def bench_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("cpu-worlds")
-    keys = ("HYPOLOOP_HOME", "HYPOLOOP_LAB_TIME_SCALE", "HYPOLOOP_LAB_STATE", "HYPOLOOP_LAB_WORLD")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ["HYPOLOOP_HOME"] = str(root / "home")
-    os.environ["HYPOLOOP_LAB_TIME_SCALE"] = TIME_SCALE
-    os.environ["HYPOLOOP_LAB_STATE"] = str(root / "lab-state")
-    os.environ.pop("HYPOLOOP_LAB_WORLD", None)
-    try:
+    with lab_bench_env(tmp_path_factory.mktemp("cpu-worlds"), TIME_SCALE) as root:
         yield root
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
-
-def _tests(events: list[dict]) -> list[dict]:
-    """The changes the run tested, in order (baseline launches and confirmations left out)."""
-    return [e["data"]["change"] for e in events
-            if e["type"] == "experiment.proposed" and e["data"].get("change") and e["data"]["purpose"] != "confirm"]
 
 
 @pytest.mark.parametrize("catalog", ["catalog", "empty"])
@@ -66,7 +48,7 @@ def test_a_default_the_engine_cannot_compute_on_a_cpu_host_is_given_explicitly(c
     assert result.correct, f"{result.status}, found {result.found}, {result.launches} launches"
     assert not result.wrong_isolated
     events = transcript_events(Path(result.extra["transcript"]))
-    first = _tests(events)[0]
+    first = changes_tested(events)[0]
     fixes = tomllib.loads((world.case_path.parent / "world.toml").read_text())["truth"]["fixes"]
     assert first["name"] in {f["name"] for f in fixes} and first["before"] is None, first
     if catalog == "empty":
@@ -92,7 +74,7 @@ def test_the_setting_the_failing_line_reads_is_the_one_given(tmp_path: Path) -> 
                               HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
     assert result["status"] == "isolated", result.get("reason")
     assert result["root_cause"]["fix"]["name"] == "--chunked-prefill-size"
-    assert _tests(events)[0]["name"] == "--chunked-prefill-size"
+    assert changes_tested(events)[0]["name"] == "--chunked-prefill-size"
 
 
 @pytest.mark.parametrize("catalog", ["catalog", "empty"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clirun import run_auto
+from clirun import changes_tested, run_auto
 
 from agent.planning.served import served_settings
 from bench.run import empty_catalog_knowledge
@@ -23,11 +23,6 @@ from bench.run import empty_catalog_knowledge
 TIME_SCALE = "0.002"
 WORLD = Path(__file__).parent / "data" / "worlds" / "cpu-ranks-below-numa-nodes" / "world.toml"
 
-
-def _tests(events: list[dict]) -> list[dict]:
-    """The changes the run tested, in order (baseline launches and confirmations left out)."""
-    return [e["data"]["change"] for e in events
-            if e["type"] == "experiment.proposed" and e["data"].get("change") and e["data"]["purpose"] != "confirm"]
 
 
 @pytest.mark.parametrize("catalog", ["catalog", "empty"])
@@ -56,7 +51,7 @@ def test_ranks_fewer_than_the_hosts_numa_nodes_are_sized_to_the_host(catalog: st
     assert result["status"] == "isolated", result.get("reason")
     fix = result["root_cause"]["fix"]
     assert (fix["name"], str(fix["after"])) == ("--tp-size", "4"), fix
-    first = _tests(events)[0]
+    first = changes_tested(events)[0]
     assert (first["name"], str(first["after"])) == ("--tp-size", "4"), first
 
 

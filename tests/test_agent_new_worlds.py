@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clirun import lab_bench_env
 from test_new_worlds import NEW_WORLDS
 
 from bench.methods import run_agent
@@ -22,21 +23,8 @@ TIME_SCALE = "0.002"
 
 @pytest.fixture(scope="module")
 def bench_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("agent-worlds")
-    keys = ("HYPOLOOP_HOME", "HYPOLOOP_LAB_TIME_SCALE", "HYPOLOOP_LAB_STATE", "HYPOLOOP_LAB_WORLD")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ["HYPOLOOP_HOME"] = str(root / "home")
-    os.environ["HYPOLOOP_LAB_TIME_SCALE"] = TIME_SCALE
-    os.environ["HYPOLOOP_LAB_STATE"] = str(root / "lab-state")
-    os.environ.pop("HYPOLOOP_LAB_WORLD", None)
-    try:
+    with lab_bench_env(tmp_path_factory.mktemp("agent-worlds"), TIME_SCALE) as root:
         yield root
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.mark.parametrize("catalog", ["catalog", "empty"])

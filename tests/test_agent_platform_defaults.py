@@ -10,13 +10,12 @@ is a workaround (issue 20, points 1 and 5)."""
 
 from __future__ import annotations
 
-import os
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clirun import run_auto
+from clirun import lab_bench_env, run_auto
 
 from bench.methods import run_agent
 from bench.run import empty_catalog_knowledge
@@ -34,21 +33,8 @@ NOT_ON_ROCM = {"fa3", "fa4", "flashinfer", "llada2_cfg_flashinfer", "flashmla", 
 
 @pytest.fixture(scope="module")
 def bench_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("platform-defaults")
-    keys = ("HYPOLOOP_HOME", "HYPOLOOP_LAB_TIME_SCALE", "HYPOLOOP_LAB_STATE", "HYPOLOOP_LAB_WORLD")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ["HYPOLOOP_HOME"] = str(root / "home")
-    os.environ["HYPOLOOP_LAB_TIME_SCALE"] = TIME_SCALE
-    os.environ["HYPOLOOP_LAB_STATE"] = str(root / "lab-state")
-    os.environ.pop("HYPOLOOP_LAB_WORLD", None)
-    try:
+    with lab_bench_env(tmp_path_factory.mktemp("platform-defaults"), TIME_SCALE) as root:
         yield root
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _attention_values(events: list[dict]) -> list[str]:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from clirun import run_auto, transcript_events
+from clirun import changes_tested, lab_bench_env, run_auto, transcript_events
 
 from agent.domain.evidence import RawEvidence
 from agent.domain.models import Baseline, Change
@@ -153,25 +153,9 @@ def test_only_changes_that_can_stop_the_kernel_from_being_used_are_candidates() 
 
 @pytest.fixture(scope="module")
 def bench_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    root = tmp_path_factory.mktemp("arch-worlds")
-    keys = ("HYPOLOOP_HOME", "HYPOLOOP_LAB_TIME_SCALE", "HYPOLOOP_LAB_STATE", "HYPOLOOP_LAB_WORLD")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ["HYPOLOOP_HOME"] = str(root / "home")
-    os.environ["HYPOLOOP_LAB_TIME_SCALE"] = TIME_SCALE
-    os.environ.pop("HYPOLOOP_LAB_WORLD", None)
-    try:
+    with lab_bench_env(tmp_path_factory.mktemp("arch-worlds"), TIME_SCALE) as root:
         yield root
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
-
-def _tested(events: list[dict]) -> list[dict]:
-    return [e["data"]["change"] for e in events
-            if e["type"] == "experiment.proposed" and e["data"].get("change") and e["data"]["purpose"] != "confirm"]
 
 
 def _moe_flag(name: str) -> bool:
@@ -193,7 +177,7 @@ def test_a_kernel_no_setting_runs_on_this_gpu_ends_naming_the_package_and_the_ge
     result = run_agent(world, transcripts=bench_env / f"tr-dsv4-{catalog}", seed="7", knowledge=knowledge)
     assert result.correct and not result.wrong_isolated, f"{result.status}, {result.found}"
     events = transcript_events(Path(result.extra["transcript"]))
-    tested = _tested(events)
+    tested = changes_tested(events)
     assert tested
     for ch in tested:
         assert _moe_flag(ch["name"]) and (ch["after"] is None or ch["name"].endswith("-backend")), ch
@@ -224,5 +208,5 @@ def test_another_implementation_routes_around_a_kernel_of_another_generation(tmp
     assert result["status"] == "isolated", result.get("reason")
     fix = result["root_cause"]["fix"]
     assert fix["name"] == "--moe-runner-backend" and fix["after"] not in ("auto", "deep_gemm"), fix
-    for ch in _tested(events):
+    for ch in changes_tested(events):
         assert not re.search(r"cuda-graph|mem-fraction", ch["name"]), ch
