@@ -304,6 +304,13 @@ class Outcome(BaseModel):
         specific first."""
         return symptom_classes(self, self.tracebacks, "\n".join(ll.text for ll in self.log))
 
+    @property
+    def burst_failed(self) -> bool:
+        """Whether single requests passed and a burst of several concurrent requests failed (symptom
+        ``load_only`` at a concurrency above 1). A single request of the case's reported shape (a long
+        prompt) failing alone is ``load_only`` too, but no burst: its length, not a batch, is in play."""
+        return "load_only" in self.symptoms and self.concurrency > 1
+
 
 class Evidence(BaseModel):
     """One reference that moved a hypothesis: a signature with lines, a finding, a fact or an experiment."""

@@ -25,7 +25,7 @@ def evidence_context(inp: GeneratorInput) -> EvidenceContext:
     single requests passed and a burst of several failed)."""
     ref = inp.reference
     facts = dict(ref.facts)
-    if "load_only" in inp.evidence.symptoms and inp.evidence.concurrency > 1:
+    if inp.evidence.burst_failed:
         facts["failure_under_load"] = "true"  # a single request of the reported shape is not a burst
     fp = inp.fingerprint
     return EvidenceContext(

@@ -43,8 +43,8 @@ class LoadGenerator:
     def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """Nothing unless the evidence says the failure needs a burst."""
         ev = inp.evidence
-        if "load_only" not in ev.symptoms or ev.concurrency <= 1:
-            return []  # a single request of the reported shape failed: its length, not a batch
+        if not ev.burst_failed:
+            return []  # no burst failed (a single request of the reported shape: its length, not a batch)
         failing = ev.concurrency
         ok = passing_level(inp, failing)
         cap = max(1, ok if ok > 1 else failing // 2)

@@ -81,7 +81,7 @@ def long_prompt_only(inp: GeneratorInput) -> int | None:
     as a single request (short single requests passed, the failing load had no concurrent requests): the
     failure needs a long prompt, not a batch. None otherwise."""
     ev = inp.evidence
-    if "load_only" not in ev.symptoms or ev.concurrency > 1:
+    if "load_only" not in ev.symptoms or ev.burst_failed:
         return None
     return inp.case.reproduce.prompt_tokens
 
