@@ -7,8 +7,11 @@ import re
 from tools.flags.catalog import FlagCatalog
 from tools.flags.spec import FlagSpec, ValueType
 
+#: vLLM's start-up line of the arguments set away from their defaults (vLLM 0.32.0
+#: entrypoints/serve/utils/api_utils.py).
+_NON_DEFAULT = "non-default args: "
 _SERVER_ARGS_RE = re.compile(
-    r"(?:server_args=|non-default args: )(?:ServerArgs\((?P<repr>.*)\)|(?P<dict>\{.*\}))\s*$"
+    rf"(?:server_args=|{_NON_DEFAULT})(?:ServerArgs\((?P<repr>.*)\)|(?P<dict>\{{.*\}}))\s*$"
 )
 
 
@@ -22,7 +25,7 @@ def catalog_from_server_args(log_text: str) -> FlagCatalog | None:
     a log's host uses (``cuda_graph_max_bs_decode`` in 0.5.23, ``cuda_graph_max_bs`` in 0.5.9) but
     knows no choices or aliases. Reads SGLang 0.5.9's ``server_args=ServerArgs(a=1, ...)`` and 0.5.23's
     ``server_args={'a': 1, ...}`` (entrypoints/engine.py), and vLLM's ``non-default args: {'a': 1, ...}``
-    (vLLM 0.32.0 ``entrypoints/utils.py``, the arguments set away from their defaults: a smaller catalog,
+    (vLLM 0.32.0 ``entrypoints/serve/utils/api_utils.py``, the arguments set away from their defaults: a smaller catalog,
     but the engine's own spelling, so no other engine's flag is proposed on its log). None when the log has
     no such line.
     """
@@ -34,14 +37,9 @@ def catalog_from_server_args(log_text: str) -> FlagCatalog | None:
             continue
         values: dict[str, object] = {}
         if m.group("dict"):
-            try:
-                parsed = ast.literal_eval(m.group("dict"))
-            except (ValueError, SyntaxError):
-                parsed = None
-            if isinstance(parsed, dict):
-                values = {str(k): v for k, v in parsed.items()}
-            else:
-                values = {k: None for k in re.findall(r"'([a-z_][a-z0-9_]*)': ", m.group("dict"))}
+            parsed = _printed_dict(m.group("dict"))
+            values = parsed if parsed is not None else {
+                k: None for k in re.findall(r"'([a-z_][a-z0-9_]*)': ", m.group("dict"))}
         else:
             for key, raw in _REPR_FIELD_RE.findall(m.group("repr")):
                 try:
@@ -51,7 +49,7 @@ def catalog_from_server_args(log_text: str) -> FlagCatalog | None:
         flags: dict[str, FlagSpec] = {}
         # vLLM's printed value is the parsed one: `--kv-cache-memory-bytes 1G` prints 1073741824, so a
         # number there says nothing of what the command line accepts.
-        loose = line.find("non-default args: ") >= 0
+        loose = _NON_DEFAULT in line
         for key, value in values.items():
             name = "--" + key.replace("_", "-")
             vtype: ValueType = (
@@ -65,7 +63,17 @@ def catalog_from_server_args(log_text: str) -> FlagCatalog | None:
 
 #: Keys of vLLM's non-default args that say where and what it serves, not how: never a setting to revert.
 _PLACEMENT_KEYS = frozenset({"model_tag", "model", "host", "port"})
-_NON_DEFAULT_RE = re.compile(r"non-default args: (\{.*\})\s*$")
+
+
+def _printed_dict(text: str) -> dict[str, object] | None:
+    """A printed Python dict (``{'a': 1, ...}``) as a dict with string keys, or None when it is not one."""
+    import ast
+
+    try:
+        parsed = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+    return {str(k): v for k, v in parsed.items()} if isinstance(parsed, dict) else None
 
 
 def non_default_flags(log_text: str) -> dict[str, bool | str] | None:
@@ -75,20 +83,15 @@ def non_default_flags(log_text: str) -> dict[str, bool | str] | None:
     None when the log has no such line. For ``hypoloop analyze`` of a log without its case: these are the
     user's own settings, the baseline a run would start from. List and dict values are left out (no
     single command-line spelling)."""
-    import ast
-
     for line in log_text.splitlines():
-        m = _NON_DEFAULT_RE.search(line)
-        if not m:
+        m = _SERVER_ARGS_RE.search(line)
+        if not m or _NON_DEFAULT not in line or not m.group("dict"):
             continue
-        try:
-            parsed = ast.literal_eval(m.group(1))
-        except (ValueError, SyntaxError):
-            return None
-        if not isinstance(parsed, dict):
+        parsed = _printed_dict(m.group("dict"))
+        if parsed is None:
             return None
         return {
-            "--" + str(k).replace("_", "-"): v if isinstance(v, bool) else str(v) for k, v in parsed.items()
-            if str(k) not in _PLACEMENT_KEYS and isinstance(v, (bool, int, float, str)) and v is not False
+            "--" + k.replace("_", "-"): v if isinstance(v, bool) else str(v) for k, v in parsed.items()
+            if k not in _PLACEMENT_KEYS and isinstance(v, (bool, int, float, str)) and v is not False
         }
     return None
