@@ -81,7 +81,7 @@ def test_kv_dtype_assertion_proposes_a_value_the_error_allows(tmp_path: Path) ->
     out = _analyze(tmp_path, "kv_dtype_assert.log")
     _no_empty_heading(out)
     text = " ".join(out.split())
-    assert "first experiment: --kv-cache-dtype: fp8_e5m2 (in the log) → bf16" in text, out
+    assert "first experiment: --kv-cache-dtype: fp8_e5m2 (in the log) → fp8_e4m3" in text, out
 
 
 def test_unsupported_architecture_says_only_a_package_or_model_change_can_help(tmp_path: Path) -> None:

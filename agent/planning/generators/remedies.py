@@ -3,22 +3,20 @@
 Examples of what is read (wording of SGLang 0.5.x errors; ``srt/model_executor/model_runner.py``,
 ``srt/model_executor/cuda_graph_runner.py``, ``srt/mem_cache/kv_cache_configurator.py`` in 0.5.23):
 
-- ``Please try to increase --mem-fraction-static`` -> raise that flag (the value from
-  ``agent.planning.values`` when a rule for that flag and direction exists, else a step up);
+- ``Please try to increase --mem-fraction-static`` -> raise that flag (``agent.planning.values``);
 - ``Increase --mem-fraction-static (at least 0.9113 is needed ...)`` -> that value, rounded up;
-- ``Use --attention-backend triton`` / ``--x=y`` -> that value;
 - SGLang's numbered ``Possible solutions:`` list -> each item (``set --cuda-graph-max-bs to a smaller
   value (e.g., 16)``, ``disable CUDA graph by --disable-cuda-graph. (Not recommended. Huge performance
   loss)`` marked as a costly workaround, ``not using --enable-torch-compile`` -> remove that flag);
-- ``export NAME=VALUE`` / ``set NAME=VALUE`` -> that environment variable.
+- ``Use --attention-backend triton`` / ``--x=y`` -> that value; ``export NAME=VALUE`` -> that variable.
 
-A remedy from the fatal error itself weighs most, one from a list of possible solutions less, one in a
-warning least.
+A remedy in the fatal error weighs most, one from a list of possible solutions less, a warning's least.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 
 from agent.domain.models import Evidence, FlagValue, Hypothesis, Intervention, LogLine
@@ -359,6 +357,8 @@ def _allowed_values(inp: GeneratorInput) -> list[Remedy]:
             cur = str(current).lower() if current is not None else None
             if not values or cur is None or cur in {v.lower() for v in values}:
                 continue
+            # nearest the user's value first (its family: fp8_e4m3 for fp8_e5m2 keeps what it was for)
+            values.sort(key=lambda v: -len(os.path.commonprefix([v.lower(), cur])))
             fact = spec.name.lstrip("-").replace("-", "_")
             iv = Intervention(names=[spec.name], values=list(values), decisive=True,
                               fact=fact if fact_flag(inp.flags, fact) is spec else None, cost="low",
