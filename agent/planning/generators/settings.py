@@ -24,7 +24,11 @@ class ``unanswered``), the user's own settings of a subsystem every request pass
 (knowledge/subsystems.toml ``carries_requests``: tokenizer and detokenizer workers, admission queue, batch
 limits) are implicated the same way: a lost reply is lost on the request's path, not in a kernel's
 numbers. Reverting one that bounds the requests admitted (``bounds``) avoids the overflow that triggers
-the fault rather than repairing it: it is marked a workaround.
+the fault rather than repairing it: it is marked a workaround. Likewise when the failure's class is one a
+subsystem's settings are known to cause (knowledge/subsystems.toml ``implicated_by``: work on a second
+device stream and an asynchronous device fault), the user's own settings of that subsystem are
+implicated: "what did you change from the defaults, and which of those touches what failed?" is asked
+before the general suspects of that kind of failure (``agent.planning.ledger`` weakens those).
 """
 
 from __future__ import annotations
