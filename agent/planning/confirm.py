@@ -39,32 +39,8 @@ class FixKeeper:
             self.book.normalise(ledger, weights, set())
             return
         self._did_not_hold(st, exp, out, backing, weights)
-        self._luck_unweighed(hp, exp, best, backing)
-        # the change that did not hold did nothing: the failure is the failing configuration's, and the
-        # candidates are read against it (not "revert the change this run added")
-        self.book.create(hp.view, out, ledger, weights, st.failing_baseline or exp.baseline)
+        self.book.create(hp.view, out, ledger, weights, exp.baseline)
         self.book.normalise(ledger, weights, set())
-
-    def _luck_unweighed(self, hp: HistoryPass, exp: Experiment, best: Fix, backing: list[Hypothesis]) -> None:
-        """Take back what the lucky pass of ``best`` did to the hypotheses that did not predict it: when
-        it served, each was weakened as if a change it says cannot matter had fixed the failure
-        (``likelihood.persists.fixed``); its re-run failed with nothing else changed, so that pass was the
-        failure not firing, which says nothing against them. Without this a flaky failure's one lucky pass
-        would leave the user's own settings and every other suspect too unlikely to try."""
-        factor = tunables().likelihood["persists"]["fixed"]
-        facts = hp.state.failing_reference.facts if hp.state.failing_reference else {}
-        backed = {h.id for h in backing}
-        for h in hp.ledger.values():
-            if h.id in backed or h.status != "open" or factor <= 0.0:
-                continue
-            hit = any(e.experiment_id == best.experiment_id and e.effect == "weakens" for e in h.evidence)
-            if not hit or self.book.prediction(h, best.change, facts) != "persists":
-                continue
-            hp.weights[h.id] /= factor
-            h.evidence.append(Evidence(
-                kind="experiment", experiment_id=exp.id, effect="neutral",
-                detail=f"{best.change.describe()} served once and not on its re-run: that pass was the flaky "
-                "failure not firing, so it no longer counts against this hypothesis"))
 
     @staticmethod
     def _confirmed(st: HistoryState, exp: Experiment, best: Fix, backing: list[Hypothesis]) -> None:
