@@ -176,7 +176,7 @@ class LedgerBook(FlagMatcher):
             cand.weight *= factor
             cand.evidence.append(Evidence(
                 kind="fact", experiment_id=inp.evidence.experiment_id, effect="weakens",
-                detail=f"the failure implicates the user's own {said}, changed from the default; this general "
+                detail=f"the failure implicates the user's own {said}, set by the case; this general "
                 f"suspect of the kind of failure changes none of it (x{factor:g})"))
 
     def _weigh_by_site_subsystem(
