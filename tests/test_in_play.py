@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
 from agent.domain.models import Baseline, Experiment
@@ -454,3 +456,19 @@ def test_the_file_the_notes_name_for_an_unset_path_is_tried_before_the_users_own
     nxt = planner.propose(view, planner.history(view)).experiment
     assert nxt is not None and nxt.change is not None
     assert (nxt.change.name, nxt.change.after) == ("--speculative-draft-model-path", "/models/m-eagle3")
+
+
+def test_a_symptom_class_subsystems_toml_does_not_know_is_one_line_naming_the_field(tmp_path: Path) -> None:
+    """``implicated_by`` names symptom classes the failure reader computes; a typo would silently implicate
+    nothing, so it stops the run with one line naming the file, the entry and the field."""
+    from agent.planning.in_play import SubsystemsError, load_subsystems
+
+    bad = tmp_path / "subsystems.toml"
+    bad.write_text('[[subsystem]]\nid = "s"\nflags = "^--x$"\nimplicated_by = ["illegal_memory_acess"]\n')
+    with pytest.raises(SubsystemsError) as err:
+        load_subsystems(bad)
+    assert "subsystem #1: implicated_by" in str(err.value) and "illegal_memory_acess" in str(err.value)
+    assert "\n" not in str(err.value)
+    good = tmp_path / "good.toml"
+    good.write_text('[[subsystem]]\nid = "s"\nflags = "^--x$"\nimplicated_by = ["illegal_memory_access"]\n')
+    assert load_subsystems(good).subsystems[0].implicated_by == {"illegal_memory_access"}

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.domain.failure import SYMPTOM_CLASSES
 from agent.domain.models import Baseline, Change
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
@@ -46,6 +47,8 @@ class Subsystem:
     carries_requests: bool = False
     #: its settings that bound how many requests it admits (``bounds``; None: none)
     bounds: re.Pattern[str] | None = None
+    #: symptom classes its settings are known to cause (``implicated_by``; empty: none)
+    implicated_by: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -74,6 +77,10 @@ def _load(path: Path) -> Knowledge:
     for t in data.get("model_trait", []):
         k.traits[str(t["id"])] = [str(x) for x in t.get("keys", [])]
     for i, s in enumerate(data.get("subsystem", [])):
+        unknown = [c for c in s.get("implicated_by", []) if c not in SYMPTOM_CLASSES]
+        if unknown:
+            raise SubsystemsError(f"{path}: subsystem #{i + 1}: implicated_by: {unknown[0]!r} is not a symptom "
+                                  f"class (expected one of {', '.join(SYMPTOM_CLASSES)})")
         try:
             k.subsystems.append(
                 Subsystem(
@@ -86,6 +93,7 @@ def _load(path: Path) -> Knowledge:
                     modules=re.compile(s["modules"]) if s.get("modules") else None,
                     carries_requests=bool(s.get("carries_requests", False)),
                     bounds=re.compile(s["bounds"]) if s.get("bounds") else None,
+                    implicated_by=frozenset(str(c) for c in s.get("implicated_by", [])),
                 )
             )
         except (KeyError, re.error) as exc:
@@ -104,7 +112,7 @@ _KEYS = {
     "platform": ["id", "device", "gpu_vendor", "log_says", "rank_setting", "rank_setting_source", "source"],
     "model_trait": ["id", "keys", "source"],
     "subsystem": ["id", "flags", "env", "in_play_any", "modules", "modules_source", "why", "source",
-                  "carries_requests", "bounds"],
+                  "carries_requests", "bounds", "implicated_by"],
     "implementation": ["flags", "values", "in_play_any", "why", "source"],
 }
 _CONDITION_KEYS = ["platform", "model", "setting", "above"]

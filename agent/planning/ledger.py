@@ -16,6 +16,7 @@ from agent.domain.models import Baseline, Evidence, Experiment, Hypothesis, Outc
 from agent.planning.catalog import CatalogEntry
 from agent.planning.generators import CandidateGenerator, GeneratorInput
 from agent.planning.generators.common import RaiseSite, raise_site, specificity, stems
+from agent.planning.generators.settings import implicated_setting
 from agent.planning.in_play import Subsystem, subsystems_of_frame
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.view import PlannerView, model_features
@@ -116,6 +117,7 @@ class LedgerBook(FlagMatcher):
             if not covering and cand.id not in new:
                 new[cand.id] = cand
         self._weigh_by_raise_site(list(new.values()), inp)
+        self._weigh_by_user_changes(list(new.values()), inp)
         for cand in new.values():
             ledger[cand.id] = _entry(cand)
             weights[cand.id] = cand.weight
@@ -153,6 +155,29 @@ class LedgerBook(FlagMatcher):
                     effect="weakens",
                 )
             )
+
+    def _weigh_by_user_changes(self, cands: list[Hypothesis], inp: GeneratorInput) -> None:
+        """Weaken the general suspects of this kind of failure when the failure implicates a setting the
+        user changed away from the engine's default (``implicated_setting``: the error quotes its value,
+        the code where it surfaced or the failure's class points at its subsystem): an engineer first asks
+        what was changed that touches what failed. A catalog or symptom-class prior that fired on the kind
+        of failure alone (``Hypothesis.symptom_only``) and changes none of those settings is multiplied by
+        ``ledger.elsewhere_factor``, once (not again when the raise site weakened it already)."""
+        factor = tunables().ledger.elsewhere_factor
+        own = {(iv.kind, n) for c in cands if implicated_setting(c) for iv in c.interventions for n in iv.names}
+        if not own or factor >= 1.0:
+            return
+        said = ", ".join(sorted(n for _, n in own))
+        for cand in cands:
+            if not cand.symptom_only or any((iv.kind, n) in own for iv in cand.interventions for n in iv.names):
+                continue
+            if any(e.effect == "weakens" and e.experiment_id == inp.evidence.experiment_id for e in cand.evidence):
+                continue
+            cand.weight *= factor
+            cand.evidence.append(Evidence(
+                kind="fact", experiment_id=inp.evidence.experiment_id, effect="weakens",
+                detail=f"the failure implicates the user's own {said}, set by the case; this general "
+                f"suspect of the kind of failure changes none of it (x{factor:g})"))
 
     def _weigh_by_site_subsystem(
         self, cands: list[Hypothesis], inp: GeneratorInput, site: RaiseSite, factor: float

@@ -24,7 +24,11 @@ class ``unanswered``), the user's own settings of a subsystem every request pass
 (knowledge/subsystems.toml ``carries_requests``: tokenizer and detokenizer workers, admission queue, batch
 limits) are implicated the same way: a lost reply is lost on the request's path, not in a kernel's
 numbers. Reverting one that bounds the requests admitted (``bounds``) avoids the overflow that triggers
-the fault rather than repairing it: it is marked a workaround.
+the fault rather than repairing it: it is marked a workaround. Likewise when the failure's class is one a
+subsystem's settings are known to cause (knowledge/subsystems.toml ``implicated_by``: work on a second
+device stream and an asynchronous device fault), the user's own settings of that subsystem are
+implicated: "what did you change from the defaults, and which of those touches what failed?" is asked
+before the general suspects of that kind of failure (``agent.planning.ledger`` weakens those).
 """
 
 from __future__ import annotations
@@ -248,6 +252,8 @@ class _Implication:
         elif (path := self.on_request_path(name)) is not None:
             return base * IMPLICATED_FACTOR, (f"requests went unanswered on a live server with no error, and "
                                               f"{name} configures the {path} a request passes through")
+        elif (caused := self.symptom_implicates(name)) is not None:
+            return base * IMPLICATED_FACTOR, caused
         elif (tokens := self.prompt_bound(name)) is not None:
             return base * IMPLICATED_FACTOR, (f"only a single long prompt ({tokens} tokens) failed while short "
                                               f"requests passed, and {name} bounds the prompt tokens one "
@@ -278,6 +284,22 @@ class _Implication:
             return None
         return next((s.id for s in load_subsystems().subsystems
                      if s.carries_requests and s.flags is not None and s.flags.search(name)), None)
+
+    def symptom_implicates(self, name: str) -> str | None:
+        """Why the kind of failure implicates setting ``name`` (an environment variable when it does not
+        start with ``-``): it configures a subsystem whose settings are known to cause failures of a class
+        this launch shows (knowledge/subsystems.toml ``implicated_by``: work on a second device stream and
+        an asynchronous device fault), as ``the failure is an illegal_memory_access, ...``; None otherwise.
+        Only the user's own settings get here, away from the engine's default: what the user changed that
+        touches what failed is asked before the general suspects of that kind of failure."""
+        classes = set(self.inp.evidence.symptoms)
+        for s in load_subsystems().subsystems:
+            pattern = s.flags if name.startswith("-") else s.env
+            seen = sorted(classes & s.implicated_by)
+            if seen and pattern is not None and pattern.search(name):
+                return (f"the failure is {' and '.join(c.replace('_', ' ') for c in seen)}, which settings of the "
+                        f"{s.id.replace('_', ' ')} subsystem are known to cause, and the user's {name} configures it")
+        return None
 
     def lifts_bound(self, name: str) -> bool:
         """Whether reverting setting ``name`` lifts a bound on the requests a subsystem on the request path
