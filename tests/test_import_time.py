@@ -109,3 +109,20 @@ def test_an_import_error_raised_by_code_an_import_ran_is_an_import_time_dead_end
         "ImportError: libkernels.so: cannot open shared object file\n"
     )
     assert import_time_failure(_outcome(_HEAD + helper)) == "kernels_pkg"
+
+
+def test_an_import_the_entry_points_own_launcher_makes_unconditionally_is_an_import_time_dead_end() -> None:
+    """SGLang 0.5.23's launch_server parses its arguments, then its own ``run_server`` imports the HTTP
+    server whatever they say: a kernel package failing to load in that chain of module-level imports is
+    reached by every launch, so no setting leads around it."""
+    launcher = (
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        f'  File "{_SITE}/sglang/launch_server.py", line 35, in <module>\n'
+        "    run_server(server_args)\n"
+        f'  File "{_SITE}/sglang/launch_server.py", line 26, in run_server\n'
+        "    from sglang.srt.entrypoints.http_server import launch_server\n"
+    )
+    assert import_time_failure(_outcome(launcher + _TAIL.replace("AttributeError", "ImportError"))) == "kernels_pkg"
+    # the same launcher reaching a lazy import inside a function of the server is not
+    assert import_time_failure(_outcome(launcher + _LAZY)) is None

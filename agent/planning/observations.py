@@ -171,22 +171,28 @@ def import_time_failure(outcome: Outcome) -> str | None:
 
 
 def _raised_while_importing(tb: Traceback) -> bool:
-    """Whether ``tb`` was raised while the entry point ran only module-level imports: its own frames (not
-    Python's frozen runner, not native ones) start with ``<module>`` frames, the entry point's and (unless
-    the entry point's own import failed) a module's it imported, and no ``<module>`` frame follows a
-    function frame (an import done inside a function, after a function of the server ran). An exception
-    other than an import error counts only when every own frame is module-level code (raised by the
-    statement being imported, not by a function import-time code called, such as a platform probe)."""
-    # outermost first (``Traceback.frames`` is innermost first)
+    """Whether ``tb`` was raised by code no launch setting decides to run: its own frames (not Python's
+    frozen runner, not native ones), outermost first, are the entry point's ``<module>`` frame, then
+    optionally functions of the entry point's own file (its launcher: SGLang 0.5.23's
+    ``launch_server.run_server`` imports the HTTP server unconditionally), then ``<module>`` frames of
+    modules imported at module level, and no ``<module>`` frame follows a function frame after that (an
+    import done inside a function of the server: a lazy import behind a backend, device or kernel choice).
+    An exception other than an import error counts only when the imported chain is module-level code to
+    the end (raised by the statement being imported, not by a function it called, such as a platform
+    probe)."""
     own = [f for f in reversed(tb.frames) if not f.path.startswith("<frozen") and not f.native]
-    if not own:
-        return False
-    leading = next((i for i, f in enumerate(own) if f.function != "<module>"), len(own))
-    if leading == len(own):
-        return True  # module-level code only
+    if not own or own[0].function != "<module>":
+        return False  # not the entry point's import: a worker process, or a function of the server
+    entry = own[0].path
+    launcher = 1 + next((i for i, f in enumerate(own[1:]) if f.function == "<module>" or f.path != entry),
+                        len(own) - 1)
+    chain = own[launcher:] if launcher > 1 else own
+    imported = next((i for i, f in enumerate(chain) if f.function != "<module>"), len(chain))
+    if imported == len(chain):
+        return launcher == 1 or imported > 0  # module-level code only (after the entry's own launcher)
     importing = (tb.exception or "").rsplit(".", 1)[-1] in ("ImportError", "ModuleNotFoundError")
-    rest = own[leading:]
-    return importing and leading >= 2 and all(f.function != "<module>" for f in rest)
+    modules_imported = imported - (1 if launcher == 1 else 0)  # the entry's own frame is not an import
+    return importing and modules_imported >= 1 and all(f.function != "<module>" for f in chain[imported:])
 
 
 def failing_load_probe(exp: Experiment, outcome: Outcome) -> Probe | None:
