@@ -22,7 +22,13 @@ from agent.planning.generators.evidence import failure_evidence
 from agent.planning.generators.settings import implicated_setting
 from agent.planning.guard import changes_nothing, launched_before
 from agent.planning.in_play import InPlay, load_subsystems
-from agent.planning.intent import INTENT_LAUNCHES, intent_alternatives, keeping_intent, spent_after_fix
+from agent.planning.intent import (
+    INTENT_LAUNCHES,
+    intent_alternatives,
+    keeping_intent,
+    narrower_keys,
+    spent_after_fix,
+)
 from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, load_level, load_probe_for
@@ -31,7 +37,6 @@ from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, leaves_no_kv_cache
 from agent.planning.view import COST_ORDER, HistoryState, PlannerView, Proposal, default_launch_cost_s
 from agent.planning.weights import weights as tunables
-from agent.planning.workarounds import narrower_keys
 from agent.review.wording import count
 from tools.flags import FlagCatalog
 from tools.probes import Probe

@@ -29,7 +29,7 @@ from agent.planning.served import run_platform, served_settings, user_keeps
 from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, derive
 from agent.planning.view import COST_ORDER
-from agent.planning.workaround_fix import blockers, changes_deployment, is_workaround
+from agent.planning.workaround_fix import blockers, is_workaround
 from agent.planning.workarounds import mark_deployment_changes, root_and_workarounds
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ def conclusion_of(state: RunState) -> Conclusion:
     if not (confirm and fix_exp and fix_exp.change):
         base, untested = _ruled_out_by_import(base, untested, hyps, experiments, outcomes)
         return blamed(_not_isolated(base, reason, untested, experiments, outcomes), state)
-    deployment = changes_deployment(fix_exp, Case.model_validate(state["case"]),
+    deployment = _changes_deployment(fix_exp, Case.model_validate(state["case"]),
                                      (state.get("fingerprint") or {}).get("checkpoint") or {},
                                      run_platform(state.get("fingerprint"), fix_exp.config()))
     if deployment:
@@ -291,6 +291,24 @@ def _isolated(
 
 
 
+
+
+def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str],
+                        platform: str | None = None) -> str | None:
+    """The setting the fix (or a blocker adopted on the way to it) changed that defines what is served
+    (knowledge/served.toml) or that the user needs (the case's intent), as ``NAME before → after``; else
+    None."""
+    served, keeps = served_settings(), user_keeps(case)
+    original = case.baseline
+    changes = [fix_exp.change] if fix_exp.change else []
+    changes += [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in blockers(original, fix_exp)]
+    for ch in changes:
+        if ch is None:
+            continue
+        if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint,
+                                     before=ch.before, platform=platform) or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after):
+            return ch.name
+    return None
 
 
 def _confirmation(

@@ -1,20 +1,16 @@
 """Whether a run's confirmed fix is the fix or a workaround (issue 20, points 3 and 5), for the ending
-(``agent.planning.conclusion``): the changes adopted past blockers on the way to it, a change of what
-is served or of what the user needs (knowledge/served.toml, the case's intent), a change the ledger
-calls a workaround, and a broad switch-off (knowledge/switches.toml ``[[broad]]``) in the fix or in a
-blocker it needed."""
+(``agent.planning.conclusion``, which also checks the changes of what is served): the changes adopted
+past blockers on the way to it, a change the ledger calls a workaround, and a broad switch-off
+(knowledge/switches.toml ``[[broad]]``) in the fix or in a blocker it needed."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from agent.domain.case import Case
 from agent.domain.models import Baseline, Change, Experiment, Hypothesis, value_key
-from agent.planning.budgets import removes_budget_on_purpose
-from agent.planning.served import served_settings, user_keeps
 from agent.planning.switches import broad_switch
 
-__all__ = ["blockers", "changes_deployment", "is_workaround"]
+__all__ = ["blockers", "is_workaround"]
 
 
 def blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
@@ -32,25 +28,6 @@ def blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
                 change = Change(kind=kind, name=name, before=before, after=after)  # type: ignore[arg-type]
                 out.append({**change.model_dump(mode="json"), "change": change.describe()})
     return out
-
-
-def changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str],
-                        platform: str | None = None) -> str | None:
-    """The setting the fix (or a blocker adopted on the way to it) changed that defines what is served
-    (knowledge/served.toml) or that the user needs (the case's intent), as ``NAME before → after``; else
-    None."""
-    served, keeps = served_settings(), user_keeps(case)
-    original = case.baseline
-    changes = [fix_exp.change] if fix_exp.change else []
-    changes += [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in blockers(original, fix_exp)]
-    for ch in changes:
-        if ch is None:
-            continue
-        if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint,
-                                     before=ch.before, platform=platform) or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after):
-            return ch.name
-    return None
-
 
 def is_workaround(fix_exp: Experiment, original: Baseline, hyps: list[Hypothesis]) -> bool:
     """Whether the fix is a workaround: the ledger calls it one (an intervention making it says so, as
