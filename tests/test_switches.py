@@ -123,4 +123,4 @@ def test_a_broad_switch_off_is_a_workaround_until_narrower_changes_inside_it_wer
              "hypotheses": [h.model_dump(mode="json") for h in planner.history(view).hypotheses]}
     c: Conclusion = conclusion_of(state)  # type: ignore[arg-type]
     assert c.status == "not_isolated" and c.fix is None
-    assert "broad switch-off" in c.reason and "--disable-custom-all-reduce" in c.reason
+    assert "a broad switch-off" in c.reason and "only a workaround" in c.reason and "--disable-custom-all-reduce" in c.reason

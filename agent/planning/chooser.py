@@ -463,7 +463,9 @@ class Chooser(FlagMatcher):
                     COST_ORDER[iv.cost] >= COST_ORDER[best.cost] and change.key() not in narrower):
                 continue
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
-            if change.key() in intent:
+            if change.key() in narrower:
+                pass  # tried however unlikely, but after a likelier root fix the ledger names elsewhere
+            elif change.key() in intent:
                 score += 1.0  # ahead of the ledger's own choices, whose scores are per host-second
             elif p_fix < tunables().choice.min_alternative_p:
                 continue

@@ -219,8 +219,8 @@ def _workaround_only(
     broad = broad_switch(fix_exp.change)
     what = (f"only a change of what is served avoided the failure ({changes_deployment} changed: a workaround "
             "that changes the deployment; " if changes_deployment else
-            f"only a broad switch-off avoided the failure (it turns off {broad.what}, a workaround until a narrower "
-            "change inside it is found; none served: " if broad else "only a workaround avoided the failure (")
+            f"only a workaround avoided the failure (a broad switch-off: it turns off {broad.what}, a workaround "
+            "until a narrower change inside it is found, and none served; " if broad else "only a workaround avoided the failure (")
     reverted = [f"{e.change.describe()} in {e.id}" for e in experiments.values()
                 if e.purpose == "test" and e.change is not None and e.change.after is None
                 and e.baseline == fix_exp.baseline and e.id in outcomes and outcomes[e.id].stage != "ok"]
