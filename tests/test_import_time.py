@@ -100,7 +100,7 @@ def test_an_import_error_reached_through_a_function_is_not_an_import_time_dead_e
 
 def test_an_import_error_raised_by_code_an_import_ran_is_an_import_time_dead_end() -> None:
     """The entry point imported a module whose module-level code called a helper that raised an import
-    error: still before any argument was read."""
+    error: still before any argument was read, so no setting decides whether it runs."""
     helper = (
         f'  File "{_SITE}/sglang/srt/layers/quantization/__init__.py", line 44, in <module>\n'
         "    _ops = _load_ops()\n"

@@ -167,8 +167,8 @@ def _ruled_out_by_import(
     experiments: dict[str, Experiment],
     outcomes: dict[str, Outcome],
 ) -> tuple[Conclusion, list[dict[str, Any]]]:
-    """When the last failure is an import that fails before SGLang reads its arguments
-    (``agent.planning.planner.import_time_failure``), the open hypotheses that only a launch flag would test are
+    """When the last failure is an import in a chain of module-level imports every launch runs (no
+    argument decides whether it runs, ``agent.planning.observations.import_time_failure``), the open hypotheses that only a launch flag would test are
     ruled out by that, not left "not tested": no flag reaches the failing code. Those with an
     environment-variable test stay open (a variable can change what is imported)."""
     failing = [outcomes[e.id] for e in experiments.values()
@@ -184,7 +184,7 @@ def _ruled_out_by_import(
     if not flag_only:
         return base, untested
     detail = (
-        f"the failure happens while Python imports {importing}, before SGLang reads any launch flag "
+        f"the failure happens while Python imports {importing}, in module-level imports every launch runs "
         f"({failing[-1].experiment_id}): no flag reaches the failing code"
     )
     ruled = [

@@ -1,7 +1,7 @@
 """Why a run ends before the budget is spent, from the evidence in hand (issue 20: ending rules). Each rule
 here ends the run without a fix, so each says what it relies on and needs evidence that no launch
-setting can matter: a failure raised while the entry point was still importing (no argument parsed,
-``agent.planning.observations.import_time_failure``), a package saying its own installed version is out of
+setting can matter: a failure raised while the entry point (or its own launcher) ran an unconditional
+chain of module-level imports (``agent.planning.observations.import_time_failure``), a package saying its own installed version is out of
 date, the case's port taken on the host; a low P(fix) ends the run only once a change was tried
 (``tested_any``). A failure inside argument resolution, a platform or device check, a memory-sizing
 step or a kernel choice is reachable by settings and ends nothing here.
@@ -20,7 +20,7 @@ __all__ = ["over_budget", "package_dead_end", "port_taken", "tested_any"]
 
 def package_dead_end(ref: Outcome, state: HistoryState) -> str | None:
     """Why no launch setting can fix the failing run ``ref``, from its traceback alone, or None: Python
-    failed while importing a package, before SGLang read a single argument; or a package's own check says
+    failed while importing a package in a chain of module-level imports every launch runs; or a package's own check says
     its installed version is too old for this deployment (``outdated_package``). Launches spent on flags
     would repeat the same failure. Not when the error itself names a setting (the ``remedies``
     generator's hypotheses): that remedy is tested first."""
@@ -28,8 +28,9 @@ def package_dead_end(ref: Outcome, state: HistoryState) -> str | None:
         return None
     importing = import_time_failure(ref)
     if importing is not None:
-        return (f"the failure happens while Python imports {importing}, before any launch flag is read: the "
-                "installed packages are broken or mismatched (no flag change can fix it)")
+        return (f"the failure happens while Python imports {importing}, in a chain of module-level imports "
+                "every launch runs (no launch flag decides whether that code runs): the installed packages are "
+                "broken or mismatched (no flag change can fix it)")
     outdated = outdated_package(ref.tracebacks)
     if outdated is not None:
         return (f"{outdated} raised the error itself and says its installed version is out of date for this "
