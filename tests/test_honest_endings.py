@@ -16,7 +16,9 @@ from tools.signatures import load_signatures
 
 SITE = "/usr/local/lib/python3.12/dist-packages"
 BASE = Baseline(flags={"--tp-size": "2"})
-FIX = Change(kind="flag", name="--disable-cuda-graph", after=True)
+FIX = Change(kind="flag", name="--cuda-graph-max-bs", after="16")
+#: every CUDA graph off: a broad switch-off (knowledge/switches.toml [[broad]])
+EAGER = Change(kind="flag", name="--disable-cuda-graph", after=True)
 
 
 def _case(**extra: Any) -> dict[str, Any]:
@@ -135,8 +137,47 @@ def test_a_failed_import_rules_out_the_flag_only_hypotheses_with_that_evidence(t
     assert out["status"] == "not_isolated" and out["implicated"]["package"] == "sgl_kernel"
     ruled = {x["id"]: x for x in out["ruled_out"]}
     assert "component:--attention-backend" in ruled
-    assert any("before SGLang reads any launch flag" in d for d in ruled["component:--attention-backend"]["evidence"])
+    assert any("no flag reaches the failing code" in d for d in ruled["component:--attention-backend"]["evidence"])
     assert not any(u["id"].startswith("component:") for u in out["untested"])
+
+
+def test_a_broad_switch_off_that_served_and_held_is_a_workaround_never_isolated() -> None:
+    """Eager mode served and its re-run held, but it turns every CUDA graph off instead of repairing the
+    part that fails: the run ends not_isolated naming it as the workaround (issue 20, points 3 and 5),
+    whatever proposed it (no catalog entry calls it a workaround here); a narrow change on the same
+    history is isolated."""
+    base = _exp("baseline", BASE)
+    for change, status in ((EAGER, "not_isolated"), (FIX, "isolated")):
+        test = _exp("test", BASE, change)
+        c = build_conclusion(_state([(base, False), (test, True), (_exp("confirm", test.config()), True)]))  # type: ignore[arg-type]
+        assert c.status == status, c.reason
+    eager = _exp("test", BASE, EAGER)
+    c = build_conclusion(_state([(base, False), (eager, True), (_exp("confirm", eager.config()), True)]))  # type: ignore[arg-type]
+    assert c.fix is None and "a broad switch-off" in c.reason and "only a workaround" in c.reason and "--disable-cuda-graph" in c.reason
+    assert [a["change"] for a in c.alternatives if a["workaround"]] == [EAGER.describe()]
+    # adopted past a first blocker, the switch-off makes the narrow fix behind it no root fix either
+    past = Baseline(flags={**BASE.flags, "--disable-cuda-graph": True})
+    second = _exp("test", past, FIX)
+    runs = [(base, False), (eager, False), (_exp("baseline", past), False), (second, True),
+            (_exp("confirm", second.config()), True)]
+    assert build_conclusion(_state(runs)).status == "not_isolated"  # type: ignore[arg-type]
+
+
+def test_a_confirmation_without_the_cases_full_load_does_not_confirm() -> None:
+    """With ``[reproduce] concurrency``, a re-run that did not send the case's load is no confirmation
+    (issue 20, point 6: a second blocker may need the full load to show)."""
+    from agent.planning.observations import load_probe_for
+
+    case = Case.model_validate(_case(reproduce={"concurrency": 8}))
+    load = [load_probe_for(case, 8)]
+    base = _exp("baseline", BASE).model_copy(update={"probes": load})
+    test = _exp("test", BASE, FIX).model_copy(update={"probes": load})
+    bare = _exp("confirm", test.config())
+    assert build_conclusion(_state([(base, False), (test, True), (bare, True)], reproduce={"concurrency": 8})).status \
+        == "not_isolated"  # type: ignore[arg-type]
+    loaded = bare.model_copy(update={"probes": load})
+    assert build_conclusion(_state([(base, False), (test, True), (loaded, True)], reproduce={"concurrency": 8})).status \
+        == "isolated"  # type: ignore[arg-type]
 
 
 # ----- the user's intent kept (issue 20, point 5) ------------------------------------------------------

@@ -69,3 +69,60 @@ def test_advice_about_another_package_than_the_one_that_raised_is_not_taken() ->
         f'  File "{_SITE}/sglang/srt/configs/model_config.py", line 119, in __init__\n',
     )
     assert outdated_package(_outcome(elsewhere).tracebacks) is None
+
+
+_LAZY = (
+    f'  File "{_SITE}/sglang/srt/layers/attention/attention_registry.py", line 61, in create_backend\n'
+    "    from sglang.srt.layers.attention.fi_backend import FlashInferBackend\n"
+    f'  File "{_SITE}/sglang/srt/layers/attention/fi_backend.py", line 12, in <module>\n'
+    "    import flashinfer\n"
+    "ModuleNotFoundError: No module named 'flashinfer'\n"
+)
+
+
+def test_an_import_error_reached_through_a_function_is_not_an_import_time_dead_end() -> None:
+    """A lazy import behind a backend choice fails after the arguments were read: a setting may lead
+    around it even when no guard was read from the source, so the run goes on testing changes."""
+    called = (
+        f'  File "{_SITE}/sglang/launch_server.py", line 30, in <module>\n'
+        "    run_server(server_args)\n"
+        f'  File "{_SITE}/sglang/srt/entrypoints/http_server.py", line 90, in launch_server\n'
+        "    engine = Engine(server_args)\n"
+    )
+    head = _HEAD.split("  File \"" + _SITE)[0]
+    assert import_time_failure(_outcome(head + called + _LAZY)) is None
+    # a scheduler process's traceback starts in a function run after the arguments were parsed
+    worker = ("Traceback (most recent call last):\n"
+              f'  File "{_SITE}/sglang/srt/managers/scheduler.py", line 3100, in run_scheduler_process\n'
+              "    scheduler = Scheduler(server_args)\n")
+    assert import_time_failure(_outcome(worker + _LAZY)) is None
+
+
+def test_an_import_error_raised_by_code_an_import_ran_is_an_import_time_dead_end() -> None:
+    """The entry point imported a module whose module-level code called a helper that raised an import
+    error: still before any argument was read, so no setting decides whether it runs."""
+    helper = (
+        f'  File "{_SITE}/sglang/srt/layers/quantization/__init__.py", line 44, in <module>\n'
+        "    _ops = _load_ops()\n"
+        f'  File "{_SITE}/kernels_pkg/loader.py", line 9, in _load_ops\n'
+        "    raise ImportError('libkernels.so: cannot open shared object file')\n"
+        "ImportError: libkernels.so: cannot open shared object file\n"
+    )
+    assert import_time_failure(_outcome(_HEAD + helper)) == "kernels_pkg"
+
+
+def test_an_import_the_entry_points_own_launcher_makes_unconditionally_is_an_import_time_dead_end() -> None:
+    """SGLang 0.5.23's launch_server parses its arguments, then its own ``run_server`` imports the HTTP
+    server whatever they say: a kernel package failing to load in that chain of module-level imports is
+    reached by every launch, so no setting leads around it."""
+    launcher = (
+        "Traceback (most recent call last):\n"
+        '  File "<frozen runpy>", line 198, in _run_module_as_main\n'
+        f'  File "{_SITE}/sglang/launch_server.py", line 35, in <module>\n'
+        "    run_server(server_args)\n"
+        f'  File "{_SITE}/sglang/launch_server.py", line 26, in run_server\n'
+        "    from sglang.srt.entrypoints.http_server import launch_server\n"
+    )
+    assert import_time_failure(_outcome(launcher + _TAIL.replace("AttributeError", "ImportError"))) == "kernels_pkg"
+    # the same launcher reaching a lazy import inside a function of the server is not
+    assert import_time_failure(_outcome(launcher + _LAZY)) is None

@@ -42,6 +42,7 @@ JUNK_IN_ENTRY = [
     ("budgets.toml", "[[budget]]\n", "[[budget]]\nbogus_key = 1\n", "bogus_key"),
     ("served.toml", "[description]\nneed", "[description]\nbogus_key = 1\nneed", "description: unknown table or key 'bogus_key'"),
     ("switches.toml", "[[switch]]\n", "[[switch]]\nbogus_key = 1\n", "bogus_key"),
+    ("switches.toml", "[[broad]]\n", "[[broad]]\nbogus_key = 1\n", "bogus_key"),
     ("resolution.toml", "[[fallback]]\n", "[[fallback]]\nbogus_key = 1\n", "bogus_key"),
 ]
 

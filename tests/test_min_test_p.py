@@ -24,6 +24,15 @@ RuntimeError: CUDA error: no kernel image is available for execution on the devi
     _, _, every = _run(GPU_HOST, {"--model-path": "/m/tiny"}, log)
     assert every.experiment is not None and every.experiment.change is not None  # 0: every candidate
     with use_knowledge(swept_knowledge(tmp_path, "choice.min_test_p", "0.99")):
-        _, _, none = _run(GPU_HOST, {"--model-path": "/m/tiny"}, log)
+        planner, view, first = _run(GPU_HOST, {"--model-path": "/m/tiny"}, log)
+        # before any change was tried, a low P(fix) is no evidence that no setting matters: the best
+        # candidate is launched rather than the run ending without trying one (issue 20, ending rules)
+        assert first.experiment is not None and first.experiment.change is not None
+        tried = first.experiment.model_copy(update={"status": "done"})
+        failed = view.outcomes[0].model_copy(update={"experiment_id": tried.id})
+        view.experiments.append(tried)
+        view.outcomes.append(failed)
+        view.launches = 2
+        none = planner.propose(view, planner.history(view))
     assert none.experiment is None
     assert none.conclude_reason is not None and "likely enough to be worth a launch" in none.conclude_reason

@@ -90,3 +90,37 @@ def test_an_asynchronous_fault_makes_the_default_implementation_of_a_switch_a_su
         one = PlannerView(case=case, fingerprint=MI300X)
         _launch(planner, one, ARGS.replace("tp_size=8", "tp_size=1") + HSA)
         assert not any(h.id.startswith(SWITCH_PREFIX) for h in planner.history(one).hypotheses)
+
+
+def test_a_broad_switch_off_is_a_workaround_until_narrower_changes_inside_it_were_tried() -> None:
+    """Custom all-reduce off served (a broad switch-off, knowledge/switches.toml [[broad]]): the planner
+    spends at most two launches on narrower changes inside the collectives it turned off before it
+    confirms the switch-off, and the run then ends not_isolated naming it as the workaround, never
+    isolated (issue 20, points 3 and 5)."""
+    from agent.domain.models import Conclusion
+    from agent.planning.conclusion import conclusion_of
+    from agent.planning.intent import inside_broad
+    from agent.planning.switches import broad_switch
+
+    planner, view = _served_without_the_subsystem(MI300X)
+    off = view.experiments[-1]
+    broad = broad_switch(off.change)
+    assert broad is not None
+    narrower = []
+    for _ in range(4):
+        nxt = planner.propose(view, planner.history(view)).experiment
+        assert nxt is not None
+        if nxt.purpose != "test":
+            break
+        assert nxt.change is not None and inside_broad(broad, nxt.change), nxt.change
+        narrower.append(_launch(planner, view, ARGS + HSA))
+    assert 1 <= len(narrower) <= 2
+    assert nxt.purpose == "confirm" and nxt.baseline == off.config()
+    _launch(planner, view, ARGS + SERVED, status="ready")
+    state = {"case": view.case.model_dump(mode="json"), "status": "done",
+             "experiments": [e.model_dump(mode="json") for e in view.experiments],
+             "outcomes": [o.model_dump(mode="json") for o in view.outcomes],
+             "hypotheses": [h.model_dump(mode="json") for h in planner.history(view).hypotheses]}
+    c: Conclusion = conclusion_of(state)  # type: ignore[arg-type]
+    assert c.status == "not_isolated" and c.fix is None
+    assert "a broad switch-off" in c.reason and "only a workaround" in c.reason and "--disable-custom-all-reduce" in c.reason

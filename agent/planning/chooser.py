@@ -15,18 +15,25 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.domain.models import Baseline, Change, Experiment, Intervention, Outcome, Prediction
+from agent.planning.endings import over_budget, package_dead_end, port_taken, tested_any
 from agent.planning.generation import kernel_filter, kernel_need_said, possible_share
 from agent.planning.generators.common import stems
 from agent.planning.generators.evidence import failure_evidence
 from agent.planning.generators.settings import implicated_setting
 from agent.planning.guard import changes_nothing, launched_before
 from agent.planning.in_play import InPlay, load_subsystems
-from agent.planning.intent import INTENT_LAUNCHES, intent_alternatives, keeping_intent, spent_after_fix
+from agent.planning.intent import (
+    INTENT_LAUNCHES,
+    intent_alternatives,
+    keeping_intent,
+    narrower_keys,
+    spent_after_fix,
+)
 from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
-from agent.planning.observations import BURST_LEVELS, import_time_failure, load_level, load_probe_for
-from agent.planning.package_changes import outdated_package
+from agent.planning.observations import BURST_LEVELS, load_level, load_probe_for
 from agent.planning.served import user_keeps
+from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, leaves_no_kv_cache
 from agent.planning.view import COST_ORDER, HistoryState, PlannerView, Proposal, default_launch_cost_s
 from agent.planning.weights import weights as tunables
@@ -50,7 +57,7 @@ class Chooser(FlagMatcher):
         done = {e.id for e in view.experiments if e.status == "done"}
         rejected_ids = {r.experiment_id for r in view.rejections}
         cost = ref.timings.host_seconds if ref and ref.timings.host_seconds > 0 else default_launch_cost_s()
-        within_budget = functools.partial(_over_budget, view, cost)
+        within_budget = functools.partial(over_budget, view, cost)
         if ref is None:
             return self._first_run(view, state, cost, done, rejected_ids)
         if ref.stage == "ok":
@@ -86,7 +93,7 @@ class Chooser(FlagMatcher):
         exp_id = Experiment.make_id(base, None, "baseline", attempt=attempt, probes=probes)
         if exp_id in rejected_ids or exp_id in done:
             return Proposal(conclude_reason="the control run of the configuration that timed out was rejected")
-        if why := _over_budget(view, cost, 1):
+        if why := over_budget(view, cost, 1):
             return Proposal(conclude_reason=why + f" (no control run: {best.change.describe()} served, but the "
                             "configuration without it was not launched again to show it still times out)")
         return Proposal(experiment=Experiment(
@@ -106,7 +113,7 @@ class Chooser(FlagMatcher):
         exp_id = Experiment.make_id(state.baseline, None, "baseline", probes=probes)
         if exp_id in rejected_ids:
             return Proposal(conclude_reason="the re-run of the configuration that timed out was rejected")
-        if why := _over_budget(view, cost, 1):
+        if why := over_budget(view, cost, 1):
             return Proposal(conclude_reason=why + " (the request timeout was not reproduced)")
         last = state.adoptions[-1]["change"] if state.adoptions else None
         moved = f"{Change.model_validate(last).describe()} got the server ready; " if last else ""
@@ -137,7 +144,7 @@ class Chooser(FlagMatcher):
             return Proposal(conclude_reason="the baseline run gave no usable outcome")
         if exp_id in rejected_ids:
             return Proposal(conclude_reason="the baseline run was rejected; nothing to compare against")
-        if why := _over_budget(view, cost, 1):
+        if why := over_budget(view, cost, 1):
             return Proposal(conclude_reason=why)
         return Proposal(
             experiment=Experiment(
@@ -160,7 +167,7 @@ class Chooser(FlagMatcher):
         exp_id = Experiment.make_id(state.baseline, None, "confirm", attempt=attempt, probes=probes)
         if exp_id in rejected_ids:
             return Proposal(conclude_reason="the confirmation run was rejected")
-        if why := _over_budget(view, cost, 1):
+        if why := over_budget(view, cost, 1):
             return Proposal(conclude_reason=why)
         facts = state.failing_reference.facts if state.failing_reference else {}
         nth = ""
@@ -198,7 +205,7 @@ class Chooser(FlagMatcher):
         could not be reproduced."""
         case = view.case
         runs = state.baseline_runs
-        if why_port := _port_taken(view):
+        if why_port := port_taken(view):
             return Proposal(conclude_reason=why_port)
         plain_runs = 3 if state.intermittent else 2
         # every repeat runs the case's own load (issue 20, point 6): a load-only failure cannot show without it
@@ -399,7 +406,7 @@ class Chooser(FlagMatcher):
                                 f"{m.meaning.rstrip('.')}{lines}; fix the {where} and run again")
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, baseline, ref, done, rejected_ids, considered)
-        if (why := _package_dead_end(ref, state)) is not None:
+        if (why := package_dead_end(ref, state)) is not None:
             return Proposal(conclude_reason=why, considered=considered)
         if not candidates:
             reason = "no untested change is left that an open hypothesis predicts would fix the failure"
@@ -422,7 +429,7 @@ class Chooser(FlagMatcher):
         scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
         best_p = possible_share(max(t[3] for t in scored), view, ref, state.hypotheses,
                                 lambda h: any(self.prediction(h, t[2], ref.facts) != "persists" for t in scored))
-        if best_p < tunables().choice.min_test_p:
+        if best_p < tunables().choice.min_test_p and tested_any(view):
             return Proposal(conclude_reason=f"no untested change is likely enough to be worth a launch (the best "
                             f"has P(fix) = {best_p:.2f}, below {tunables().choice.min_test_p:g})", considered=considered)
         why = f"the best probability per host-second among {count(len(scored), 'candidate change')}"
@@ -447,14 +454,18 @@ class Chooser(FlagMatcher):
             return None
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, base, ref, done, rejected_ids, considered)
+        narrower = narrower_keys(view, state, (c[0] for c in candidates.values()))
         intent = intent_reverts(view, state) | intent_alternatives(
-            view, state, (c[0] for c in candidates.values()), self.flags)
+            view, state, (c[0] for c in candidates.values()), self.flags) | narrower
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
-            if iv.workaround or COST_ORDER[iv.cost] >= COST_ORDER[best.cost]:
+            if iv.workaround or broad_switch(change) is not None or (
+                    COST_ORDER[iv.cost] >= COST_ORDER[best.cost] and change.key() not in narrower):
                 continue
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
-            if change.key() in intent:
+            if change.key() in narrower:
+                pass  # tried however unlikely, but after a likelier root fix the ledger names elsewhere
+            elif change.key() in intent:
                 score += 1.0  # ahead of the ledger's own choices, whose scores are per host-second
             elif p_fix < tunables().choice.min_alternative_p:
                 continue
@@ -466,7 +477,10 @@ class Chooser(FlagMatcher):
             f"{best.change.describe()} fixed the failure but is a "
             f"{'workaround' if best.workaround else 'costly change'}: a root-cause fix is tested first"
         )
-        if scored[0][2].key() in intent:
+        if scored[0][2].key() in narrower:
+            why += (f" (a narrower change inside what {best.change.describe()} turned off as a whole: that "
+                    "switch-off is a workaround until one is found)")
+        elif scored[0][2].key() in intent:
             why += (" (another implementation of the subsystem that reads the user's "
                     f"{best.change.name}, keeping the user's value)" if scored[0][2].name != best.change.name
                     and scored[0][2].after is not None else
@@ -474,23 +488,6 @@ class Chooser(FlagMatcher):
         return self._test(state, base, scored[0], cost, ref.facts, why, considered)
 
 
-def _package_dead_end(ref: Outcome, state: HistoryState) -> str | None:
-    """Why no launch setting can fix the failing run ``ref``, from its traceback alone, or None: Python
-    failed while importing a package, before SGLang read a single argument; or a package's own check says
-    its installed version is too old for this deployment (``outdated_package``). Launches spent on flags
-    would repeat the same failure. Not when the error itself names a setting (the ``remedies``
-    generator's hypotheses): that remedy is tested first."""
-    if any(h.generator == "remedies" for h in state.hypotheses):
-        return None
-    importing = import_time_failure(ref)
-    if importing is not None:
-        return (f"the failure happens while Python imports {importing}, before any launch flag is read: the "
-                "installed packages are broken or mismatched (no flag change can fix it)")
-    outdated = outdated_package(ref.tracebacks)
-    if outdated is not None:
-        return (f"{outdated} raised the error itself and says its installed version is out of date for this "
-                f"deployment: upgrade {outdated} (no launch flag changes an installed package)")
-    return None
 
 
 def _narrowed(
@@ -568,31 +565,6 @@ def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
     return out
 
 
-def _over_budget(view: PlannerView, cost: float, slots: int) -> str | None:
-    """Why ``slots`` more launches of ~``cost`` host-seconds do not fit the case's budget, or None."""
-    budget = view.case.budget
-    if view.launches + slots > budget.experiments:
-        return f"experiment budget spent ({view.launches} of {count(budget.experiments, 'launch')})"
-    if view.host_seconds + cost > budget.host_seconds:
-        return (
-            f"host-second budget spent ({view.host_seconds:.0f} of {budget.host_seconds:.0f} s; "
-            f"next launch ~{cost:.0f} s)"
-        )
-    return None
 
 
-def _port_taken(view: PlannerView) -> str | None:
-    """Why the run ends when the baseline served on hypoloop's own port while the case's ``--port`` was
-    already taken on the host (``HostFingerprint.taken_port``): that conflict is where the reported
-    failure is, and no setting of the model fixes it (where a server listens is never an experiment,
-    knowledge/served.toml); None otherwise."""
-    fp = view.fingerprint
-    if fp is None or fp.taken_port is None:
-        return None
-    who = f" by {fp.taken_by}" if fp.taken_by else ""
-    return (
-        f"the baseline served correctly on a port of hypoloop's own, but the case's --port {fp.taken_port} "
-        f"was already taken on the host{who} before any launch: a server started there cannot listen "
-        "(it fails to bind, or its requests reach the other process). That conflict is not a setting of "
-        f"the model: stop what holds port {fp.taken_port}, or serve on a free port"
-    )
+

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 
 from agent.domain.case import Case
 from agent.domain.models import (
-    Baseline,
     Change,
     Conclusion,
     Experiment,
@@ -21,15 +20,16 @@ from agent.domain.models import (
     Intervention,
     Outcome,
     Rejection,
-    value_key,
 )
 from agent.planning.blame import blamed
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.llm_spec import usage_summary
-from agent.planning.observations import import_time_failure, timeout_control
+from agent.planning.observations import import_time_failure, load_level, load_probe_for, timeout_control
 from agent.planning.served import run_platform, served_settings, user_keeps
+from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, derive
 from agent.planning.view import COST_ORDER
+from agent.planning.workaround_fix import blockers, is_workaround
 from agent.planning.workarounds import mark_deployment_changes, root_and_workarounds
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def conclusion_of(state: RunState) -> Conclusion:
     if deployment:
         return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
                                        changes_deployment=deployment), state)
-    if _is_workaround(fix_exp.change, hyps):
+    if is_workaround(fix_exp, Case.model_validate(state["case"]).baseline, hyps):
         return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes), state)
     return _isolated(state, base, reason, untested, _Tested(hyps, experiments, outcomes), fix_exp, confirm)
 
@@ -167,8 +167,8 @@ def _ruled_out_by_import(
     experiments: dict[str, Experiment],
     outcomes: dict[str, Outcome],
 ) -> tuple[Conclusion, list[dict[str, Any]]]:
-    """When the last failure is an import that fails before SGLang reads its arguments
-    (``agent.planning.planner.import_time_failure``), the open hypotheses that only a launch flag would test are
+    """When the last failure is an import in a chain of module-level imports every launch runs (no
+    argument decides whether it runs, ``agent.planning.observations.import_time_failure``), the open hypotheses that only a launch flag would test are
     ruled out by that, not left "not tested": no flag reaches the failing code. Those with an
     environment-variable test stay open (a variable can change what is imported)."""
     failing = [outcomes[e.id] for e in experiments.values()
@@ -184,7 +184,7 @@ def _ruled_out_by_import(
     if not flag_only:
         return base, untested
     detail = (
-        f"the failure happens while Python imports {importing}, before SGLang reads any launch flag "
+        f"the failure happens while Python imports {importing}, in module-level imports every launch runs "
         f"({failing[-1].experiment_id}): no flag reaches the failing code"
     )
     ruled = [
@@ -216,8 +216,11 @@ def _workaround_only(
     ``changes_deployment``: the setting it changed defines what is served or the user needs it
     (knowledge/served.toml, the case's intent), so it is a workaround that changes the deployment."""
     assert fix_exp.change is not None
+    broad = broad_switch(fix_exp.change)
     what = (f"only a change of what is served avoided the failure ({changes_deployment} changed: a workaround "
-            "that changes the deployment; " if changes_deployment else "only a workaround avoided the failure (")
+            "that changes the deployment; " if changes_deployment else
+            f"only a workaround avoided the failure (a broad switch-off: it turns off {broad.what}, a workaround "
+            "until a narrower change inside it is found, and none served; " if broad else "only a workaround avoided the failure (")
     reverted = [f"{e.change.describe()} in {e.id}" for e in experiments.values()
                 if e.purpose == "test" and e.change is not None and e.change.after is None
                 and e.baseline == fix_exp.baseline and e.id in outcomes and outcomes[e.id].stage != "ok"]
@@ -274,7 +277,7 @@ def _isolated(
                 "hypothesis_id": cause.id if cause else None,
             },
             "fix": fix,
-            "blockers": _blockers(original, fix_exp),
+            "blockers": blockers(original, fix_exp),
             "fix_experiment_id": fix_exp.id,
             "confirmation_experiment_id": confirm.id,
             "reason": joined(reason, root_and_workarounds(fix, alternatives)),
@@ -284,21 +287,10 @@ def _isolated(
     )
 
 
-def _blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
-    """The changes the fix was tested on top of: where the fixing experiment's baseline differs from the
-    case's, the planner adopted a change that moved the failure past a blocker. Each is needed with the
-    fix (a chain); one dict per variable: kind, name, before (the case's), after (None: removed)."""
-    out: list[dict[str, Any]] = []
-    for kind, mine, theirs in (("flag", original.flags, fix_exp.baseline.flags),
-                               ("env", original.env, fix_exp.baseline.env)):
-        for name in sorted(set(mine) | set(theirs)):
-            if fix_exp.change and fix_exp.change.kind == kind and fix_exp.change.name == name:
-                continue
-            before, after = mine.get(name), theirs.get(name)
-            if value_key(before) != value_key(after):
-                change = Change(kind=kind, name=name, before=before, after=after)  # type: ignore[arg-type]
-                out.append({**change.model_dump(mode="json"), "change": change.describe()})
-    return out
+
+
+
+
 
 
 def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str],
@@ -309,7 +301,7 @@ def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, s
     served, keeps = served_settings(), user_keeps(case)
     original = case.baseline
     changes = [fix_exp.change] if fix_exp.change else []
-    changes += [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in _blockers(original, fix_exp)]
+    changes += [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in blockers(original, fix_exp)]
     for ch in changes:
         if ch is None:
             continue
@@ -317,19 +309,6 @@ def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, s
                                      before=ch.before, platform=platform) or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after):
             return ch.name
     return None
-
-
-def _is_workaround(change: Change, hyps: list[Hypothesis]) -> bool:
-    """Whether the ledger calls this change a workaround (an intervention making it says so), as the
-    planner ranks fixes (``RulePlanner._fix_kind``)."""
-    key = value_key(change.after)
-    for h in hyps:
-        for iv in h.interventions:
-            if iv.kind != change.kind or change.name not in iv.names or not iv.workaround:
-                continue
-            if iv.derive or any(value_key(v) == key for v in iv.values):
-                return True
-    return False
 
 
 def _confirmation(
@@ -347,8 +326,13 @@ def _confirmation(
     if fix_exp is None:
         return None, None
     config = fix_exp.config()
+    case = Case.model_validate(state["case"])
+    # a confirmation counts only with the case's full [reproduce] load on it (issue 20, point 6)
+    level = load_level(case)
+    load_id = load_probe_for(case, level).id if level is not None and case.probes else None
     reruns = [(e, outcomes[e.id]) for e in experiments.values()
-              if e.purpose == "confirm" and e.baseline == config and e.id in outcomes]
+              if e.purpose == "confirm" and e.baseline == config and e.id in outcomes
+              and (load_id is None or any(p.id == load_id for p in e.probes))]
     failed = next((e.id for e, o in reruns if o.stage not in ("ok", "infra_error")), None)
     if failed is not None:
         return None, f"its re-run {failed}"
@@ -356,7 +340,6 @@ def _confirmation(
     if served_without is not None:
         return None, f"the control {served_without} (the configuration without it served too)"
     passing = [e for e, o in reruns if o.stage == "ok"]
-    case = Case.model_validate(state["case"])
     flaky = _seen_flaky(experiments, outcomes)
     from agent.planning.observations import confirmations_required, speaks_of_flakiness
 

@@ -11,6 +11,7 @@ from agent.domain.models import Change, Evidence, Experiment, Hypothesis, Outcom
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.observations import config_key
 from agent.planning.served import run_platform, served_settings, user_keeps
+from agent.planning.switches import broad_switch
 from agent.planning.view import COST_ORDER, Fix, HistoryPass, HistoryState
 from agent.planning.weights import weights as tunables
 
@@ -128,10 +129,12 @@ class FixKeeper:
                 or removes_budget_on_purpose(view.case, change.kind, change.name, change.after):
             return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)
         ivs = [iv for h in hp.ledger.values() for iv in h.interventions if self.book.matches(change, iv, facts)]
+        # a broad switch-off (knowledge/switches.toml [[broad]]) is a workaround whatever proposed it
+        broad = broad_switch(change) is not None
         if not ivs:
-            return False, "low"
+            return broad, "medium" if broad else "low"
         worst = max(ivs, key=lambda iv: COST_ORDER[iv.cost])
-        return any(iv.workaround for iv in ivs), worst.cost
+        return broad or any(iv.workaround for iv in ivs), worst.cost
 
     @staticmethod
     def adoption(exp: Experiment, ref: Outcome, out: Outcome) -> dict[str, Any]:

@@ -18,10 +18,12 @@ from collections.abc import Callable, Iterable
 from agent.domain.models import Change, Intervention
 from agent.planning.in_play import load_subsystems
 from agent.planning.served import served_settings, user_keeps
+from agent.planning.switches import Broad, broad_switch
 from agent.planning.view import HistoryState, PlannerView
 from tools.flags import FlagCatalog, FlagError
 
-__all__ = ["INTENT_LAUNCHES", "intent_alternatives", "keeping_intent", "spent_after_fix"]
+__all__ = ["INTENT_LAUNCHES", "inside_broad", "intent_alternatives", "keeping_intent", "narrower_keys",
+           "spent_after_fix"]
 
 #: Launches spent, after a workaround served, on each kind of change of this module.
 INTENT_LAUNCHES = 2
@@ -92,3 +94,26 @@ def keeping_intent(
         if change.kind == "flag" and change.name in keeps:
             out[key] = (change, iv.model_copy(update={"workaround": True, "cost": "high"}), how)
     return out
+
+
+
+def inside_broad(broad: Broad, change: Change) -> bool:
+    """Whether ``change`` is a narrower change inside the subsystems ``broad`` takes out: it sets one of
+    their settings (knowledge/subsystems.toml ``flags``/``env``) and is no broad switch itself."""
+    if broad_switch(change) is not None:
+        return False
+    subs = [s for s in load_subsystems().subsystems if s.id in broad.subsystems]
+    return any((p := (s.flags if change.kind == "flag" else s.env)) is not None and p.search(change.name)
+               for s in subs)
+
+
+def narrower_keys(view: PlannerView, state: HistoryState, changes: Iterable[Change]) -> set[str]:
+    """Keys of ``changes`` that are narrower than the broad switch-off that is the best fix so far (inside
+    the subsystems it takes out, ``inside_broad``), while fewer than ``INTENT_LAUNCHES`` of them were
+    launched after it; else empty. An engineer tries another backend or implementation before concluding
+    that a whole subsystem must stay off (issue 20, points 3 and 5)."""
+    best = state.best_fix
+    broad = broad_switch(best.change) if best is not None else None
+    if broad is None or spent_after_fix(view, state, lambda ch: inside_broad(broad, ch)) >= INTENT_LAUNCHES:
+        return set()
+    return {ch.key() for ch in changes if inside_broad(broad, ch)}

@@ -143,23 +143,25 @@ def load_probe_for(case: Case, level: int) -> Probe:
 
 
 def import_time_failure(outcome: Outcome) -> str | None:
-    """The package whose import failed, when the failing traceback is an import error raised while
-    modules were being imported (a ``<module>`` frame on the way), or any exception raised while only
-    module-level code ran (every frame outside Python's frozen runner is a ``<module>`` frame: the entry
-    point was still importing, e.g. ``AttributeError: module 'aiter' has no attribute 'dtypes'`` at an
-    import of a mismatched package), else None. Either way no function of the server had run yet, so no
-    launch flag had been read.
+    """The package whose import failed, when the failing traceback shows the exception was raised while
+    the entry point was still importing its modules, before any of its functions ran (so before SGLang
+    parsed a single argument): its outermost own frames are ``<module>`` frames, the entry point's and at
+    least one module it imported at module level, and no import happened inside a function on the way
+    (``_raised_while_importing``); else None. No launch flag reaches such code.
 
-    Not when the installed source shows a variable or argument guarding the path to that import
-    (``Outcome.source_reading``): a lazy import behind ``if server_args.x == ...`` or ``if
-    envs.X.get()`` is avoided by changing that. The package named is the one the import error names
-    (``No module named 'deep_gemm'``) when the reading has it."""
+    Unsound evidence it does not take (issue 20: a setting may still matter): an import error raised
+    through a function (a lazy import behind a backend, device or kernel choice, SGLang's model
+    registry's ``importlib.import_module``), a traceback of a worker process (it starts in a function run
+    after the arguments were read), an exception other than an import error raised in a function that
+    import-time code called (a platform or device probe). Not either when the installed source shows a
+    variable or argument guarding the path to that import (``Outcome.source_reading``: a lazy import
+    behind ``if server_args.x == ...`` or ``if envs.X.get()`` is avoided by changing that). The package
+    named is the one the import error names (``No module named 'deep_gemm'``) when the reading has it."""
     reading = outcome.source_reading
     if reading is not None and reading.leads:
         return None
     for tb in _tracebacks(outcome):
-        importing = (tb.exception or "").rsplit(".", 1)[-1] in ("ImportError", "ModuleNotFoundError")
-        if not (importing and any(f.function == "<module>" for f in tb.frames)) and not _module_level_only(tb):
+        if not _raised_while_importing(tb):
             continue
         if reading is not None and reading.missing is not None:
             return reading.missing.package
@@ -168,11 +170,29 @@ def import_time_failure(outcome: Outcome) -> str | None:
     return None
 
 
-def _module_level_only(tb: Traceback) -> bool:
-    """Whether every frame of ``tb`` but Python's own runner (``<frozen runpy>``) is module-level code: the
-    exception was raised while the entry point's imports ran, before any of its functions was called."""
-    own = [f for f in tb.frames if not f.path.startswith("<frozen")]
-    return bool(own) and all(f.function == "<module>" for f in own)
+def _raised_while_importing(tb: Traceback) -> bool:
+    """Whether ``tb`` was raised by code no launch setting decides to run: its own frames (not Python's
+    frozen runner, not native ones), outermost first, are the entry point's ``<module>`` frame, then
+    optionally functions of the entry point's own file (its launcher: SGLang 0.5.23's
+    ``launch_server.run_server`` imports the HTTP server unconditionally), then ``<module>`` frames of
+    modules imported at module level, and no ``<module>`` frame follows a function frame after that (an
+    import done inside a function of the server: a lazy import behind a backend, device or kernel choice).
+    An exception other than an import error counts only when the imported chain is module-level code to
+    the end (raised by the statement being imported, not by a function it called, such as a platform
+    probe)."""
+    own = [f for f in reversed(tb.frames) if not f.path.startswith("<frozen") and not f.native]
+    if not own or own[0].function != "<module>":
+        return False  # not the entry point's import: a worker process, or a function of the server
+    entry = own[0].path
+    launcher = 1 + next((i for i, f in enumerate(own[1:]) if f.function == "<module>" or f.path != entry),
+                        len(own) - 1)
+    chain = own[launcher:] if launcher > 1 else own
+    imported = next((i for i, f in enumerate(chain) if f.function != "<module>"), len(chain))
+    if imported == len(chain):
+        return launcher == 1 or imported > 0  # module-level code only (after the entry's own launcher)
+    importing = (tb.exception or "").rsplit(".", 1)[-1] in ("ImportError", "ModuleNotFoundError")
+    modules_imported = imported - (1 if launcher == 1 else 0)  # the entry's own frame is not an import
+    return importing and modules_imported >= 1 and all(f.function != "<module>" for f in chain[imported:])
 
 
 def failing_load_probe(exp: Experiment, outcome: Outcome) -> Probe | None:

@@ -10,12 +10,14 @@ off (``agent.planning.generators.switches``).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.domain.models import Change
 from tools.knowledge_files import KnowledgeFile, load_model
 
-__all__ = ["Switch", "SwitchesError", "load_switches"]
+__all__ = ["Broad", "Switch", "SwitchesError", "broad_switch", "load_broad", "load_switches"]
 
 
 class SwitchesError(ValueError):
@@ -39,21 +41,57 @@ class Switch(BaseModel):
     source: str
 
 
+class Broad(BaseModel):
+    """One ``[[broad]]`` of knowledge/switches.toml: a setting that takes a whole subsystem or kernel
+    library out (see the file's header for the fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    kind: Literal["flag", "env"]
+    names: list[str] = Field(min_length=1)
+    values: list[str | bool] = Field(min_length=1)
+    subsystems: list[str] = Field(min_length=1)
+    what: str
+    source: str
+
+    def takes_out(self, change: Change) -> bool:
+        """Whether ``change`` sets this setting to a value that takes its subsystems out."""
+        if change.kind != self.kind or change.name not in self.names or change.after is None:
+            return False
+        return any(str(change.after).lower() == str(v).lower() for v in self.values)
+
+
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     switch: list[Switch] = Field(default_factory=list)
+    broad: list[Broad] = Field(default_factory=list)
 
 
-def _load(path: Path) -> list[Switch]:
-    return load_model(path, _File, SwitchesError).switch
+def _load(path: Path) -> _File:
+    return load_model(path, _File, SwitchesError)
 
 
 #: switches.toml of the knowledge folder in force (none at all: no switches).
-_SWITCHES: KnowledgeFile[list[Switch]] = KnowledgeFile("switches.toml", _load, absent=list)
+_SWITCHES: KnowledgeFile[_File] = KnowledgeFile("switches.toml", _load, absent=_File)
 
 
 def load_switches() -> list[Switch]:
     """The switches of the knowledge folder in force, read once per file version. Raises SwitchesError
     (one line naming the file and the field)."""
-    return _SWITCHES()
+    return _SWITCHES().switch
+
+
+def load_broad() -> list[Broad]:
+    """The broad switches of the knowledge folder in force (``[[broad]]`` of switches.toml). Raises
+    SwitchesError (one line naming the file and the field)."""
+    return _SWITCHES().broad
+
+
+def broad_switch(change: Change | None) -> Broad | None:
+    """The broad switch ``change`` is (it takes a whole subsystem or kernel library out: a workaround until
+    a narrower change is found, issue 20 points 3 and 5), or None. Raises SwitchesError."""
+    if change is None:
+        return None
+    return next((b for b in load_broad() if b.takes_out(change)), None)

@@ -120,11 +120,14 @@ class HistoryState(BaseModel):
         return self.flaky_confirmations if self.flaky or self.intermittent or self.weak else 1
 
     def extra_probes(self) -> list[Probe]:
-        """Probes every experiment adds to the case's probes: the burst that failed, else the case's
-        own load (a load-only failure must see its load on every reproduction, test and confirmation)."""
-        if self.load_probe is not None:
-            return [self.load_probe]
-        return [self.case_load] if self.case_load is not None else []
+        """Probes every experiment adds to the case's probes: the burst that failed, and the case's own
+        load whenever the case has one (a load-only failure must see its load on every reproduction, test
+        and confirmation; a smaller burst that failed first does not stand in for the case's full load,
+        which a second blocker of a chain may need to show, issue 20 point 6)."""
+        out = [self.load_probe] if self.load_probe is not None else []
+        if self.case_load is not None and all(p.id != self.case_load.id for p in out):
+            out.append(self.case_load)
+        return out
 
 
 @dataclass

@@ -1,7 +1,10 @@
 """The root fix apart from the workarounds in a run's ending (issue 20, point 5): a change that served by
 silencing a check, turning a part off or changing what is served (knowledge/served.toml, the case's
 intent) is reported as a workaround, never as the fix or as another root fix
-(``agent.planning.conclusion``)."""
+(``agent.planning.conclusion``). A broad switch-off (knowledge/switches.toml ``[[broad]]``: every CUDA
+graph, every custom all-reduce, a whole kernel library off) is one too: after it served, the narrower
+changes inside the subsystems it took out are tried first (``agent.planning.intent.narrower_keys``, up
+to two launches), and if none served the run ends not_isolated naming it (points 3 and 5)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from typing import Any
 from agent.domain.models import Change, Experiment
 
 __all__ = ["mark_deployment_changes", "root_and_workarounds"]
+
+
 
 
 def root_and_workarounds(fix: Change, alternatives: list[dict[str, Any]]) -> str:
