@@ -43,6 +43,7 @@ JUNK_IN_ENTRY = [
     ("served.toml", "[description]\nneed", "[description]\nbogus_key = 1\nneed", "description: unknown table or key 'bogus_key'"),
     ("switches.toml", "[[switch]]\n", "[[switch]]\nbogus_key = 1\n", "bogus_key"),
     ("resolution.toml", "[[fallback]]\n", "[[fallback]]\nbogus_key = 1\n", "bogus_key"),
+    ("libraries.toml", "[[library]]\n", "[[library]]\nbogus_key = 1\n", "bogus_key"),
 ]
 
 

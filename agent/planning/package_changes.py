@@ -119,12 +119,15 @@ def packages_knowledge() -> PackagesKnowledge:
 def is_generic_runtime(name: str) -> bool:
     """Whether a distribution (or import name) is a generic runtime (``[generic_runtimes]``: the tensor
     library, the kernel compiler, the CUDA runtime wheels), blamed only with evidence against it."""
+    from agent.planning.evidence_packages import entry
+
     key = dist_key(name)
     for pat in packages_knowledge().generic_runtimes.names:
         p = dist_key(pat.rstrip("*"))
         if key == p or (pat.endswith("*") and key.startswith(p)):
             return True
-    return False
+    lib = entry(name)  # a driver or GPU runtime of knowledge/libraries.toml
+    return lib is not None and lib.runtime
 
 
 class PackageChange(BaseModel):
@@ -302,6 +305,10 @@ def outdated_package(tracebacks: Iterable[Traceback]) -> str | None:
 def is_in(dist: str, packages: Iterable[str], installed: Mapping[str, str]) -> bool:
     """Whether a distribution is one of ``packages`` (import names such as ``frame_packages`` gives): the
     same name as pip compares them, or a distribution named after one of them
-    (``flashinfer-python`` for ``flashinfer``, ``tools.installed.distributions_of``)."""
+    (``flashinfer-python`` for ``flashinfer``, ``tools.installed.distributions_of``), or one a
+    ``knowledge/libraries.toml`` entry says ships it (``amd-aiter`` for ``aiter``)."""
+    from agent.planning.evidence_packages import entry
+
     key = dist_key(dist)
-    return any(dist_key(p) == key or key in distributions_of(p, installed) for p in packages)
+    ships = {p for p in packages if (lib := entry(p)) is not None and key in (dist_key(d) for d in lib.distributions)}
+    return any(dist_key(p) == key or key in distributions_of(p, installed) or p in ships for p in packages)
