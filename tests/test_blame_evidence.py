@@ -5,14 +5,23 @@ launches here are real public logs, quoted with their source; the ending is the 
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+from pathlib import Path
 from typing import Any
 
+from clirun import run_cli
+
 from agent.domain.case import Case
-from agent.domain.models import Baseline, Experiment, Outcome
+from agent.domain.models import Baseline, Experiment, Outcome, RelevantFinding
 from agent.planning.conclusion import conclusion_of
 from agent.planning.evidence_packages import died_in, log_evidence, relabelled
+from agent.planning.package_changes import package_changes
+from tools.knowledge import parse_findings
 from tools.logwatch import LogLine
-from tools.tracebacks import parse_tracebacks
+from tools.source_guards.models import SourceReading
+from tools.tracebacks import missing_import, parse_tracebacks
 
 #: https://github.com/ROCm/aiter/issues/1143 (vLLM on MI300X, 2025-10-09): ROCr's report of the fault,
 #: naming the kernel that faulted.
@@ -62,12 +71,27 @@ Fatal Python error: Segmentation fault
 """
 
 
+#: https://github.com/chatchat-space/Langchain-Chatchat/issues/324 (2023-05-12): torch's own import fails
+#: for a cuDNN library the loader cannot find.
+CUDNN_MISSING = """\
+Traceback (most recent call last):
+  File "/home/hope/work/langchain-ChatGLM/configs/model_config.py", line 1, in <module>
+    import torch.cuda
+  File "/home/hope/miniconda3/envs/langchain/lib/python3.8/site-packages/torch/__init__.py", line 229, in <module>
+    from torch._C import *  # noqa: F403
+ImportError: libcudnn.so.8: cannot open shared object file: No such file or directory
+"""
+
+
 def _ending(log: str, vendor: str, installed: dict[str, str] | None = None, description: str = "") -> Any:
-    """The conclusion of a run whose baseline launch failed with ``log`` on a host of ``vendor``."""
+    """The conclusion of a run whose baseline launch failed with ``log`` on a host of ``vendor`` (a failed
+    import's reading as the analyze node makes it, ``tools.tracebacks.missing_import``)."""
     case = Case.model_validate({"name": "c", "description": description, "model": {"path": "org/M"}})
     exp = Experiment(id="e1", purpose="baseline", baseline=Baseline(), status="done")
     lines = [LogLine(line=i, text=t) for i, t in enumerate(log.splitlines(), 1)]
-    out = Outcome(experiment_id="e1", stage="launch_failed", exit_code=-11, log_excerpt=lines, summary="died")
+    missing = missing_import(log)
+    out = Outcome(experiment_id="e1", stage="launch_failed", exit_code=-11, log_excerpt=lines, summary="died",
+                  source_reading=SourceReading(missing=missing) if missing is not None else None)
     state = {"case": case.model_dump(mode="json"), "experiments": [exp.model_dump(mode="json")],
              "outcomes": [out.model_dump(mode="json")], "hypotheses": [], "rejections": [], "launches": 1,
              "status": "not_isolated", "conclude_reason": "nothing left to try",
@@ -118,6 +142,12 @@ def test_a_fault_in_torchs_bundled_onednn_on_a_cpu_host_names_torch_with_the_evi
     assert "its bundled oneDNN" in c.reason and "libtorch_cpu.so" in c.reason
 
 
+def test_a_shared_library_an_import_could_not_load_names_the_distribution_that_ships_it() -> None:
+    c = _ending(CUDNN_MISSING, "nvidia", installed={"torch": "2.0.1"})
+    assert c.implicated["missing"] == "libcudnn.so.8"
+    assert c.implicated["package"] == "nvidia-cudnn-cu12"  # not torch, whose import needed it
+
+
 def test_a_changed_distribution_is_matched_to_the_library_that_ships_it() -> None:
     # the case says the kernel library's distribution was upgraded; the log shows its import name
     c = _ending(AITER_FAULT, "amd", installed={"amd-aiter": "0.1.6"},
@@ -130,3 +160,49 @@ def test_an_nvidia_host_does_not_read_nccl_warnings_as_rccl() -> None:
     line = "node1:123:456 [0] NCCL WARN Cuda failure 'invalid device ordinal'"
     assert [lib.package for lib, _ in log_evidence([line], "nvidia")] == ["nvidia-nccl-cu12"]
     assert [lib.package for lib, _ in log_evidence([line], "amd")] == ["rccl"]
+
+
+ROCM_WORLD = Path(__file__).resolve().parent / "data" / "worlds" / "rocm-kernel-fault-no-setting"
+
+
+def _run(tmp_path: Path, experiments: int) -> dict[str, Any]:
+    """``hypoloop run --auto --json`` on a copy of the ROCm test world's case with a budget of
+    ``experiments`` launches (real processes, real HTTP against the lab host); the result line."""
+    work = tmp_path / ROCM_WORLD.name
+    shutil.copytree(ROCM_WORLD, work)
+    case = work / "case.toml"
+    case.write_text(re.sub(r"experiments = \d+", f"experiments = {experiments}", case.read_text()))
+    r = run_cli(tmp_path, "run", str(case), "--auto", "--json", "--transcript-dir", str(tmp_path), timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return dict(json.loads(r.stdout.strip().splitlines()[-1]))
+
+
+def test_a_run_whose_every_candidate_was_refuted_ends_before_its_budget_naming_the_kernels_library(
+        tmp_path: Path) -> None:
+    budget = 12
+    result = _run(tmp_path, budget)
+    assert result["status"] == "not_isolated"
+    assert result["launches"] < budget  # ended when nothing was left worth a launch, not on the budget
+    assert "budget" not in result["reason"]
+    assert result["implicated"]["package"] == "aiter"
+    assert "_ZN5aiter50fmoe" in result["reason"]  # with the evidence that points at it
+
+
+def test_a_run_that_ends_on_its_launch_budget_still_names_the_package(tmp_path: Path) -> None:
+    result = _run(tmp_path, 1)
+    assert result["status"] == "not_isolated" and result["launches"] == 1
+    assert "budget spent" in result["reason"]
+    assert result["implicated"]["package"] == "aiter" and "the log names aiter" in result["reason"]
+
+
+def test_a_known_good_notes_rocm_is_compared_with_the_toolkit_the_hosts_torch_was_built_for() -> None:
+    note = parse_findings("## 2026-03-02 — meta-llama/Llama-3.1-8B-Instruct on 1x MI300X: works\n\nfine.\n\n"
+                          "- Packages: torch==2.9.1, rocm==7.0.0\n")[0]
+    case = Case.model_validate({"name": "c", "model": {"path": "meta-llama/Llama-3.1-8B-Instruct"}})
+    seen = [RelevantFinding(finding=note, relevance=1.0)]
+    moved = package_changes(case, {"torch": "2.9.1+rocm7.2"}, seen)
+    # torch's own release is the same; the ROCm it is built for moved (PyTorch's '+rocm7.2' label)
+    assert [(c.name, c.before, c.after) for c in moved] == [("rocm", "7.0.0", "7.2")]
+    assert package_changes(case, {"torch": "2.9.1"}, [RelevantFinding(
+        finding=parse_findings("## 2026-03-02 — meta-llama/Llama-3.1-8B-Instruct on 1x MI300X: works\n\nfine.\n\n"
+                               "- Packages: torch==2.9.1.0\n")[0], relevance=1.0)]) == []  # 2.9.1.0 is 2.9.1

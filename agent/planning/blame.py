@@ -29,7 +29,14 @@ from typing import Any
 
 from agent.domain.case import Case
 from agent.domain.models import Conclusion, Outcome, RelevantFinding
-from agent.planning.evidence_packages import Library, died_in, library_of, log_evidence, relabelled
+from agent.planning.evidence_packages import (
+    Library,
+    died_in,
+    library_file,
+    library_of,
+    log_evidence,
+    relabelled,
+)
 from agent.planning.package_changes import (
     PackageChange,
     crashed_in,
@@ -63,7 +70,9 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     ev = _evidence(state, imp.get("experiment_id"), installed, _vendor(fingerprint))
     frames, said, crash = ev.frames, ev.said, ev.crash
     if imp.get("missing") and imp.get("package"):  # a failed import names what is missing
-        frames = [str(imp["package"]), *(p for p in frames if p != imp["package"])]
+        lost = library_file(str(imp["missing"]), _vendor(fingerprint))  # a shared library: its package
+        first = lost.package if lost is not None else str(imp["package"])
+        frames = [first, *(p for p in frames if p != first)]
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
     # frames' packages: it changed everything, so the frames say where
     engine = dist_key(str(fingerprint.get("engine") or "sglang"))

@@ -21,7 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tools.tracebacks import Frame, Traceback
 
-__all__ = ["Library", "LibrariesError", "died_in", "entry", "libraries", "library_of", "log_evidence", "relabelled"]
+__all__ = [
+    "Library", "LibrariesError", "died_in", "entry", "libraries", "library_file", "library_of", "log_evidence",
+    "relabelled",
+]
 
 FILE = "libraries.toml"
 
@@ -102,6 +105,13 @@ def library_of(frame: Frame, vendor: str | None = None) -> Library | None:
         if any(re.search(p, frame.path) for p in lib.files):
             return lib
     return None
+
+
+def library_file(path: str, vendor: str | None = None) -> Library | None:
+    """The entry whose ``files`` match a shared library's path or name (a failed import's
+    ``libcudnn.so.9: cannot open shared object file``), else None."""
+    return next((lib for lib in libraries() if lib.applies_to(vendor) and any(re.search(p, path) for p in lib.files)),
+                None)
 
 
 def relabelled(tracebacks: Iterable[Traceback], vendor: str | None = None) -> list[Traceback]:
