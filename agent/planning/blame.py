@@ -57,7 +57,8 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     workaround (``c.implicated`` is set: a failure was seen). ``state`` is the run's state (``RunState``:
     ``case``, ``fingerprint``, ``findings``, ``outcomes``). Adds to ``implicated``: ``changed`` (each
     ``{package, before, after, source, in_frames}``), ``packages`` (changed first, then the frames'),
-    ``package`` (the first of them) and ``pin`` (``NAME==OLD`` when the earlier version is known); and
+    ``package`` (the first of them), ``pin`` (``NAME==OLD`` when the earlier version is known) and
+    ``log_evidence`` (each ``{package, line, source}`` a log line names, ``knowledge/libraries.toml``); and
     says it in ``reason``. Any other conclusion is returned as it is."""
     imp = c.implicated
     if c.status != "not_isolated" or not imp or any(not a.get("workaround") for a in c.alternatives):
@@ -68,11 +69,7 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     findings = [RelevantFinding.model_validate(f) for f in state.get("findings") or []]
     changes = package_changes(case, installed, findings)
     ev = _evidence(state, imp.get("experiment_id"), installed, _vendor(fingerprint))
-    frames, said, crash = ev.frames, ev.said, ev.crash
-    if imp.get("missing") and imp.get("package"):  # a failed import names what is missing
-        lost = library_file(str(imp["missing"]), _vendor(fingerprint))  # a shared library: its package
-        first = lost.package if lost is not None else str(imp["package"])
-        frames = [first, *(p for p in frames if p != first)]
+    frames, said, crash = _missing_first(imp, ev.frames, _vendor(fingerprint)), ev.said, ev.crash
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
     # frames' packages: it changed everything, so the frames say where
     engine = dist_key(str(fingerprint.get("engine") or "sglang"))
@@ -112,6 +109,16 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     words = _words(ordered, told, plain + generic, where, pin, crash if own in plain else None)
     return c.model_copy(update={"implicated": {**imp, **update},
                                 "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
+
+
+def _missing_first(imp: dict[str, Any], frames: list[str], vendor: str | None) -> list[str]:
+    """The frames' packages with what a failed import names first (a shared library by the package that
+    ships it, ``knowledge/libraries.toml``: ``libcudnn.so.8`` is the cuDNN wheel's)."""
+    if not (imp.get("missing") and imp.get("package")):
+        return frames
+    lost = library_file(str(imp["missing"]), vendor)
+    first = lost.package if lost is not None else str(imp["package"])
+    return [first, *(p for p in frames if p != first)]
 
 
 def _vendor(fingerprint: dict[str, Any]) -> str | None:
