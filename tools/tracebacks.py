@@ -56,10 +56,14 @@ _NATIVE = re.compile(
     r"^#(?P<n>\d+)\s+(?:0x[0-9a-fA-F]+ in )?(?P<func>\S.*?)\s*(?:\(.*\))?\s+"
     r"(?:from (?P<lib>\S+)|at (?P<file>\S+?):(?P<line>\d+))\s*$"
 )
+#: gdb wraps a long frame: ``#0  0x... in ncclTopoCompute(ncclTopoSystem*, ncclTopoGraph*) ()`` and, on the
+#: next line, ``   from /opt/rocm/lib/librccl.so.1`` (ROCm/rccl-tests#72).
+_NATIVE_OPEN = re.compile(r"^#(?P<n>\d+)\s+0x[0-9a-fA-F]+ in (?P<func>[^\s(]+)")
+_NATIVE_FROM = re.compile(r"^\s+(?:from (?P<lib>\S+)|at (?P<file>\S+?):(?P<line>\d+))\s*$")
 #: Any line of a faulthandler dump with its native stack (what a log reader keeps of one).
 DUMP_LINE = re.compile(
     r"Fatal Python error: |(?:Current thread|Thread) 0x[0-9a-fA-F]+ \(most recent call first\):|"
-    r'^\s*File "[^"]+", line \d+ in |^#\d+\s+(?:0x[0-9a-fA-F]+ in )?\S.*\s(?:from|at) \S+|^Extension modules: '
+    r'^\s*File "[^"]+", line \d+ in |^#\d+\s+(?:0x[0-9a-fA-F]+ in )?\S.*\s(?:from|at) \S+|^#\d+\s+0x[0-9a-fA-F]+ in \S|^\s+from /\S+\.so\S*\s*$|^Extension modules: '
 )
 _SITE_PACKAGE = re.compile(r"(?:site|dist)-packages/(?P<pkg>[A-Za-z_]\w*)/")
 
@@ -272,6 +276,14 @@ class _Dump:
         if n := _NATIVE.match(stripped):
             path = n.group("lib") or n.group("file") or ""
             self.native.append(Frame.native_at(path, n.group("func"), int(n.group("line") or 0), log_line=lineno))
+            return True
+        if n := _NATIVE_OPEN.match(stripped):  # a frame gdb wrapped: its library on the next line
+            self.native.append(Frame.native_at("", n.group("func"), log_line=lineno))
+            return True
+        if (n := _NATIVE_FROM.match(line)) and self.native and not self.native[-1].path:
+            last = self.native[-1]
+            self.native[-1] = Frame.native_at(n.group("lib") or n.group("file"), last.function,
+                                              int(n.group("line") or 0), log_line=last.log_line)
             return True
         return False
 

@@ -259,12 +259,13 @@ def command_for(run: Any) -> str:
 
 def check_knowledge() -> None:
     """Load every file of the knowledge folder in force (engines, signatures, hypothesis catalog and flag
-    roles, symptom rules, localising experiments, planner weights, implementations, packages, limits, risk rules, what a deployment
+    roles, symptom rules, localising experiments, planner weights, implementations, packages, native libraries, limits, risk rules, what a deployment
     is, budgets, argument resolution, subsystems, hardware, model families, config facts, the probe set) once, before anything is
     launched; a file that cannot be used is one line and exit 2 (the errors, all ValueErrors, name the file
     and the entry)."""
     from agent.planning.budgets import load_budgets
     from agent.planning.catalog import load_catalog
+    from agent.planning.evidence_packages import libraries
     from agent.planning.generators.implementations import implementations
     from agent.planning.generators.symptoms import symptom_rules
     from agent.planning.guard import value_limits
@@ -288,6 +289,7 @@ def check_knowledge() -> None:
         weights()
         implementations()
         packages_knowledge()
+        libraries()
         value_limits()
         load_risk_rules()
         served_settings()

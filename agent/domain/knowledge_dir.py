@@ -7,7 +7,7 @@ docs/ARCHITECTURE.md "Where each kind of change goes" lists them): the inference
 symptom-class rules, flag roles, value limits, risk rules, the rule planner's weights, implementation
 choices, what a deployment is (``served.toml``), which subsystems are in play, the localising experiments
 (``localisers.toml``), the settings that bound a resource (``budgets.toml``), the implementation switches
-(``switches.toml``), where the engine resolves unset arguments (``resolution.toml``), and the findings
+(``switches.toml``), where the engine resolves unset arguments (``resolution.toml``), which package a native library or a log line belongs to (``libraries.toml``), and the findings
 reader's GPUs, model families and configuration facts.
 
 A file the folder lacks falls back to the repository's own file of that name, so a folder can replace
@@ -46,6 +46,7 @@ KNOWLEDGE_FILES = (
     "budgets.toml",
     "switches.toml",
     "resolution.toml",
+    "libraries.toml",
 )
 
 

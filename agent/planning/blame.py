@@ -11,6 +11,11 @@ changed, no other package is in the frames, or the process died of a signal insi
 A package the error message itself names ("FlashInfer
 version mismatch: the installed flashinfer-python ...") is named before a change the case's description
 tells that neither the frames nor the error involve: the error's own words outweigh the user's guess.
+Native frames are named by their library and log lines by the library whose logger or kernel they show
+(``knowledge/libraries.toml``, ``agent.planning.evidence_packages``): ``librccl.so`` is rccl even inside
+torch's wheel, a ROCm fault report's ``Kernel Name: _ZN5aiter...`` or aiter's ``[aiter]`` lines name aiter; a
+GPU runtime (the HIP/ROCr runtime, the NVIDIA driver) that reported the fault is named only when nothing
+else is, and a crash inside it is its caller's. Log lines come after every frame's package.
 A change of the engine itself (a new SGLang release or
 image) comes after the frames' packages: it changed everything, so the frames say where. When the earlier version of a changed package is known,
 pinning it back is the suggested fix, outside the flag and environment experiments (hypoloop does not
@@ -19,10 +24,19 @@ install packages).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from agent.domain.case import Case
 from agent.domain.models import Conclusion, Outcome, RelevantFinding
+from agent.planning.evidence_packages import (
+    Library,
+    died_in,
+    library_file,
+    library_of,
+    log_evidence,
+    relabelled,
+)
 from agent.planning.package_changes import (
     PackageChange,
     crashed_in,
@@ -43,23 +57,25 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     workaround (``c.implicated`` is set: a failure was seen). ``state`` is the run's state (``RunState``:
     ``case``, ``fingerprint``, ``findings``, ``outcomes``). Adds to ``implicated``: ``changed`` (each
     ``{package, before, after, source, in_frames}``), ``packages`` (changed first, then the frames'),
-    ``package`` (the first of them) and ``pin`` (``NAME==OLD`` when the earlier version is known); and
+    ``package`` (the first of them), ``pin`` (``NAME==OLD`` when the earlier version is known) and
+    ``log_evidence`` (each ``{package, line, source}`` a log line names, ``knowledge/libraries.toml``); and
     says it in ``reason``. Any other conclusion is returned as it is."""
     imp = c.implicated
     if c.status != "not_isolated" or not imp or any(not a.get("workaround") for a in c.alternatives):
         return c
-    installed = dict((state.get("fingerprint") or {}).get("installed") or {})
+    fingerprint = state.get("fingerprint") or {}
+    installed = dict(fingerprint.get("installed") or {})
     case = Case.model_validate(state["case"])
     findings = [RelevantFinding.model_validate(f) for f in state.get("findings") or []]
     changes = package_changes(case, installed, findings)
-    frames, said, crash = _frames(state, imp.get("experiment_id"), installed)
-    if imp.get("missing") and imp.get("package"):  # a failed import names what is missing
-        frames = [str(imp["package"]), *(p for p in frames if p != imp["package"])]
+    ev = _evidence(state, imp.get("experiment_id"), installed, _vendor(fingerprint))
+    frames, said, crash = _missing_first(imp, ev.frames, _vendor(fingerprint)), ev.said, ev.crash
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
     # frames' packages: it changed everything, so the frames say where
-    engine = dist_key(str((state.get("fingerprint") or {}).get("engine") or "sglang"))
+    engine = dist_key(str(fingerprint.get("engine") or "sglang"))
     said = [p for p in said if p != engine and not is_in(p, frames, installed)]
-    where = {ch.name: is_in(ch.name, frames + said, installed) for ch in changes}
+    logged = [lib.package for lib, _ in ev.logged]
+    where = {ch.name: is_in(ch.name, frames + said + logged, installed) for ch in changes}
     ordered = sorted(changes, key=lambda ch: (ch.name == engine, not where[ch.name]))
     involved = [ch.name for ch in ordered if ch.name != engine and where[ch.name]]
     aside = [ch.name for ch in ordered if ch.name != engine and not where[ch.name]]
@@ -69,8 +85,11 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     own = crash.package if crash is not None else None  # died inside this package's compiled code
     plain = [p for p in rest if not is_generic_runtime(p) or p == own]
     generic = [p for p in rest if is_generic_runtime(p) and p != own]
-    packages = involved + told + aside + plain + [ch.name for ch in ordered if ch.name == engine]
-    packages += generic if not packages else []
+    seen = named + told + rest
+    logs = [p for p in logged if not is_generic_runtime(p) and not any(is_in(n, [p], installed) for n in seen)]
+    runtimes = [p for p in logged if p not in logs and p not in generic and not any(is_in(n, [p], installed) for n in seen)]
+    packages = involved + told + aside + plain + logs + [ch.name for ch in ordered if ch.name == engine]
+    packages += generic + runtimes if not packages else []
     if not packages:
         return c
     update: dict[str, Any] = {
@@ -79,27 +98,68 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
         "changed": [{"package": ch.name, "before": ch.before, "after": ch.after, "source": ch.source,
                      "in_frames": where[ch.name]} for ch in ordered],
     }
+    if ev.logged:
+        update["log_evidence"] = [{"package": lib.package, "line": line, "source": lib.source} for lib, line in ev.logged]
     # pinning back a change the error does not involve, while it names another package, is no fix
     pinnable = [ch for ch in ordered if where[ch.name] or not told]
     pin = next((f"{ch.name}=={ch.before}" for ch in pinnable if ch.before), None)
     if pin:
         update["pin"] = pin
+    shown = [(lib, line) for lib, line in ev.logged if lib.package in logs or (not plain and lib.package in packages)]
+    words = _words(ordered, told, plain + generic, where, pin, crash if own in plain else None)
     return c.model_copy(update={"implicated": {**imp, **update},
-                                "reason": _joined(c.reason, _words(ordered, told, plain + generic, where, pin,
-                                                                   crash if own in plain else None))})
+                                "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
 
 
-def _frames(state: Any, experiment_id: str | None,
-            installed: dict[str, str]) -> tuple[list[str], list[str], Frame | None]:
-    """The packages the failing launch's frames run in, innermost first (the last traceback first), the
-    installed distributions its exception lines name (``error_packages``), and the compiled frame of an
-    installed package the process died in (``crashed_in``)."""
+def _missing_first(imp: dict[str, Any], frames: list[str], vendor: str | None) -> list[str]:
+    """The frames' packages with what a failed import names first (a shared library by the package that
+    ships it, ``knowledge/libraries.toml``: ``libcudnn.so.8`` is the cuDNN wheel's)."""
+    if not (imp.get("missing") and imp.get("package")):
+        return frames
+    lost = library_file(str(imp["missing"]), vendor)
+    first = lost.package if lost is not None else str(imp["package"])
+    return [first, *(p for p in frames if p != first)]
+
+
+def _vendor(fingerprint: dict[str, Any]) -> str | None:
+    """The host's GPU vendor ("nvidia", "amd"; None when unknown or CPU-only, where every entry applies)."""
+    vendor = fingerprint.get("gpu_vendor")
+    return str(vendor) if vendor in ("nvidia", "amd") else None
+
+
+@dataclass(frozen=True)
+class _Evidence:
+    """What the failing launch's evidence names: the packages its frames run in (innermost first, the last
+    traceback first; native frames by their library, ``knowledge/libraries.toml``), the installed
+    distributions its exception lines name, the native frame the process died in, and the libraries its
+    log lines name (the latest first)."""
+
+    frames: list[str] = field(default_factory=list)
+    said: list[str] = field(default_factory=list)
+    crash: Frame | None = None
+    logged: list[tuple[Library, str]] = field(default_factory=list)
+
+
+def _evidence(state: Any, experiment_id: str | None, installed: dict[str, str], vendor: str | None) -> _Evidence:
+    """The failing launch's ``_Evidence`` (empty when the launch is not in the state)."""
     raw = next((o for o in state.get("outcomes") or [] if o.get("experiment_id") == experiment_id), None)
     if raw is None:
-        return [], [], None
-    tracebacks = Outcome.model_validate(raw).tracebacks
+        return _Evidence()
+    outcome = Outcome.model_validate(raw)
+    tracebacks = relabelled(outcome.tracebacks, vendor)
     said = error_packages((tb.exception_line for tb in reversed(tracebacks) if tb.exception_line), installed)
-    return frame_packages(reversed(tracebacks)), said, crashed_in(tracebacks)
+    crash = died_in(tracebacks, vendor) or crashed_in(tracebacks)
+    return _Evidence(frame_packages(reversed(tracebacks)), said, crash,
+                     log_evidence((ln.text for ln in outcome.log), vendor))
+
+
+def _log_words(shown: list[tuple[Library, str]]) -> str:
+    """The ending's sentence about the log lines that name a library (no Python frame did)."""
+    if not shown:
+        return ""
+    return "the log names " + "; ".join(
+        f"{lib.package} (\"{line}\"" + (": the GPU runtime that reported the fault, named only because no library "
+                                         "that ran on it is)" if lib.runtime else ")") for lib, line in shown)
 
 
 def _words(changes: list[PackageChange], said: list[str], others: list[str], where: dict[str, bool],
@@ -109,8 +169,11 @@ def _words(changes: list[PackageChange], said: list[str], others: list[str], whe
     parts: list[str] = []
     if crash is not None:
         lib = crash.path.rsplit("/", 1)[-1]
-        parts.append(f"the process died inside {crash.package}'s own compiled code ({crash.function} in {lib}, "
-                     "the innermost frame of the crash's native stack)")
+        known = library_of(crash)
+        bundled = f", its bundled {known.component}" if known is not None and known.component else ""
+        parts.append(f"the process died inside {crash.package}'s own compiled code ({crash.function} in {lib}"
+                     f"{bundled}, the innermost frame of the crash's native stack that is not a system library "
+                     "or a GPU runtime)")
     if changes:
         told = "; ".join(f"{ch.describe()} ({ch.source}"
                          + (", and the failing traceback or its error involves it)" if where[ch.name] else ")")

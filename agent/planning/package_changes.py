@@ -10,7 +10,9 @@ the host's own Python; a name is never guessed from a list in code):
   installed distributions are named after); its earlier version is the one the sentence gives with
   "from X" / "X -> Y", else unknown;
 - a relevant known-good FINDINGS.md note (``outcome`` works, relevance at least ``finding_min_relevance``)
-  with a ``packages:`` line: each recorded version that differs from the installed one.
+  with a ``packages:`` line: each recorded version that differs from the installed one; ``rocm`` and
+  ``cuda`` are compared with the toolkit the host's torch was built for (``tools.installed.toolkit_versions``:
+  ``2.9.1+rocm7.0``), so a note's ``rocm==7.0`` on a host now built for ROCm 7.2 is a change.
 
 The candidate's weight is ``[weights] changed`` of ``knowledge/packages.toml``, times ``in_frames_factor``
 when the failing traceback runs in that package. It carries no intervention (hypoloop changes launch
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.planning.weights import weights as tunables
-from tools.installed import dist_key, distributions_of
+from tools.installed import dist_key, distributions_of, same_version, toolkit_versions
 from tools.tracebacks import Frame, Traceback
 
 if TYPE_CHECKING:
@@ -119,12 +121,15 @@ def packages_knowledge() -> PackagesKnowledge:
 def is_generic_runtime(name: str) -> bool:
     """Whether a distribution (or import name) is a generic runtime (``[generic_runtimes]``: the tensor
     library, the kernel compiler, the CUDA runtime wheels), blamed only with evidence against it."""
+    from agent.planning.evidence_packages import entry
+
     key = dist_key(name)
     for pat in packages_knowledge().generic_runtimes.names:
         p = dist_key(pat.rstrip("*"))
         if key == p or (pat.endswith("*") and key.startswith(p)):
             return True
-    return False
+    lib = entry(name)  # a driver or GPU runtime of knowledge/libraries.toml
+    return lib is not None and lib.runtime
 
 
 class PackageChange(BaseModel):
@@ -195,9 +200,10 @@ def _from_findings(findings: Iterable[RelevantFinding], installed: Mapping[str, 
         if f.outcome != "works" or rf.relevance < least or not f.packages or not installed:
             continue
         where = Path(f.source).name if f.source else "notes"
+        hosted = {**toolkit_versions(installed), **installed}  # the ROCm / CUDA the host's torch was built for
         for name, version in sorted(f.packages.items()):
-            now = installed.get(dist_key(name))
-            if now != version:
+            now = hosted.get(dist_key(name))
+            if not same_version(now, version):
                 out.append(PackageChange(name=dist_key(name), before=version, after=now,
                                          source=f"the known-good note '{f.title}' ({where}) records {name}=={version}"))
     return out
@@ -302,6 +308,10 @@ def outdated_package(tracebacks: Iterable[Traceback]) -> str | None:
 def is_in(dist: str, packages: Iterable[str], installed: Mapping[str, str]) -> bool:
     """Whether a distribution is one of ``packages`` (import names such as ``frame_packages`` gives): the
     same name as pip compares them, or a distribution named after one of them
-    (``flashinfer-python`` for ``flashinfer``, ``tools.installed.distributions_of``)."""
+    (``flashinfer-python`` for ``flashinfer``, ``tools.installed.distributions_of``), or one a
+    ``knowledge/libraries.toml`` entry says ships it (``amd-aiter`` for ``aiter``)."""
+    from agent.planning.evidence_packages import entry
+
     key = dist_key(dist)
-    return any(dist_key(p) == key or key in distributions_of(p, installed) for p in packages)
+    ships = {p for p in packages if (lib := entry(p)) is not None and key in (dist_key(d) for d in lib.distributions)}
+    return any(dist_key(p) == key or key in distributions_of(p, installed) or p in ships for p in packages)
