@@ -124,7 +124,7 @@ class FixKeeper:
         platform = run_platform(view.fingerprint, hp.state.baseline)
         if served_settings().changes_deployment(change.kind, change.name, change.after, self.book.flags,
                                                 user_keeps(view.case, self.book.flags), checkpoint, change.before,
-                                                platform) \
+                                                platform, refused=facts) \
                 or removes_budget_on_purpose(view.case, change.kind, change.name, change.after):
             return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)
         ivs = [iv for h in hp.ledger.values() for iv in h.interventions if self.book.matches(change, iv, facts)]
