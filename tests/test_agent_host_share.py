@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from clirun import changes_tested, run_auto
 
-from agent.planning.served import served_settings
+from agent.planning.served import OnHost, served_settings
 from bench.run import empty_catalog_knowledge
 
 TIME_SCALE = "0.002"
@@ -109,14 +109,13 @@ def test_a_value_refused_for_the_hosts_figure_is_fitted_only_within_it_and_only_
     served; 8 → 6 (still above the host's figure), a refusal that bounds other settings, no refusal at all, and
     the same change on a GPU host (a tensor-parallel size takes GPUs there) change the deployment."""
     served = served_settings()
-    assert not served.changes_deployment("flag", "--tp-size", "4", before="8", platform="cpu", refused=REFUSED)
-    assert not served.changes_deployment("flag", "--tp", "2", before="8", platform="cpu", refused=REFUSED)
-    assert served.changes_deployment("flag", "--tp-size", "6", before="8", platform="cpu", refused=REFUSED)
-    assert served.changes_deployment("flag", "--tp-size", "4", before="8", platform="cpu",
-                                     refused={**REFUSED, "host_bounded": "dp_size"})
+    assert not served.changes_deployment("flag", "--tp-size", "4", before="8", platform=OnHost("cpu", REFUSED))
+    assert not served.changes_deployment("flag", "--tp", "2", before="8", platform=OnHost("cpu", REFUSED))
+    assert served.changes_deployment("flag", "--tp-size", "6", before="8", platform=OnHost("cpu", REFUSED))
+    assert served.changes_deployment("flag", "--tp-size", "4", before="8", platform=OnHost("cpu", {**REFUSED, "host_bounded": "dp_size"}))
     assert served.changes_deployment("flag", "--tp-size", "4", before="8", platform="cpu")
-    assert served.changes_deployment("flag", "--tp-size", "4", before="8", platform="cuda", refused=REFUSED)
-    assert served.changes_deployment("flag", "--tp-size", "4", before="8", refused=REFUSED)
+    assert served.changes_deployment("flag", "--tp-size", "4", before="8", platform=OnHost("cuda", REFUSED))
+    assert served.changes_deployment("flag", "--tp-size", "4", before="8", platform=OnHost(None, REFUSED))
 
 
 def test_the_engines_refusal_names_the_bounded_settings_and_the_hosts_figure() -> None:

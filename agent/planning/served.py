@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from agent.domain.case import Case
 from agent.domain.models import Baseline, Outcome
@@ -23,9 +24,17 @@ from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 
-__all__ = ["HOST_BOUND_FACTS", "Served", "description_keeps", "host_refusals", "run_platform", "served_settings",
+__all__ = ["HOST_BOUND_FACTS", "OnHost", "Served", "description_keeps", "host_refusals", "run_platform", "served_settings",
            "user_keeps"]
 
+
+
+class OnHost(NamedTuple):
+    """Where a change is judged (``Served.changes_deployment``): the platform id, and the failing run's facts
+    that say the engine refused a value with a bound it took from the host (``host_refusals``)."""
+
+    platform: str | None
+    refused: dict[str, str]
 
 
 class Served:
@@ -72,7 +81,7 @@ class Served:
     def changes_deployment(self, kind: str, name: str, after: object, flags: FlagCatalog | None = None,
                            keeps: set[str] | frozenset[str] = frozenset(),
                            checkpoint: dict[str, str] | None = None, before: object = None,
-                           platform: str | None = None, refused: dict[str, str] | None = None) -> bool:
+                           platform: str | OnHost | None = None) -> bool:
         """Whether changing the setting from ``before`` (None: unknown or unset) to ``after`` (None:
         removing it) changes what is served: a setting the user needs (``keeps``), or a ``served`` one,
         except one SGLang can take from the checkpoint (``from_checkpoint``) removed or set while the
@@ -86,7 +95,8 @@ class Served:
         divides them, keeps what is served. A setting the engine sizes from the host on this ``platform``
         (``host_sized_on``: the CPU engine's ranks, one per NUMA node) that the case left to the engine's
         default says how the same host runs, not what is served; so does one whose value the engine
-        refused with a bound it took from this host (``refused``: the failing run's facts, whose
+        refused with a bound it took from this host (``platform`` an ``OnHost`` whose ``refused`` are the
+        failing run's facts, whose
         ``host_bounded``/``host_limit`` say "the ranks (dp_size * tp_size * pp_size = 8) should be smaller
         than or equal to number of numa node on the machine 6", knowledge/signatures.toml): that value
         never served here, and one within the host's figure fits the host. On a platform where the
@@ -94,6 +104,7 @@ class Served:
         canon = _canon(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True
+        platform, refused = (platform.platform, platform.refused) if isinstance(platform, OnHost) else (platform, None)
         if self.role(kind, name, flags) != "served":
             return False
         sized = [n for n, on in self.host_sized.items() if platform and platform in on and
