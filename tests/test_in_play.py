@@ -472,3 +472,27 @@ def test_a_symptom_class_subsystems_toml_does_not_know_is_one_line_naming_the_fi
     good = tmp_path / "good.toml"
     good.write_text('[[subsystem]]\nid = "s"\nflags = "^--x$"\nimplicated_by = ["illegal_memory_access"]\n')
     assert load_subsystems(good).subsystems[0].implicated_by == {"illegal_memory_access"}
+
+
+def test_an_option_of_another_choice_of_a_selector_is_not_in_play() -> None:
+    """SGLang reads --speculative-ngram-* only when --speculative-algorithm is NGRAM (0.5.23 spec_info.py
+    handle_server_args, knowledge/subsystems.toml [[choice_option]]): under EAGLE3 such a change cannot matter
+    and the reason names both choices; the EAGLE options stay in play, and under NGRAM (any case) so do the
+    NGRAM ones."""
+    from agent.domain.models import Change
+    from agent.planning.in_play import InPlay
+
+    ngram = Change(kind="flag", name="--speculative-ngram-match-type", before=None, after="PROB")
+    topk = Change(kind="flag", name="--speculative-eagle-topk", before="4", after="1")
+    eagle3 = InPlay(GPU_HOST, Baseline(flags={"--speculative-algorithm": "EAGLE3"}), {}, FLAGS)
+    why = eagle3.why_not(ngram)
+    assert why is not None and "NGRAM" in why and "EAGLE3" in why, why
+    assert eagle3.why_not(topk) is None
+    assert eagle3.why_not(Change(kind="flag", name="--speculative-dflash-block-size", before=None, after="8"))
+    assert eagle3.why_not(Change(kind="flag", name="--speculative-ngram-match-type", before="BFS", after=None)) is None
+    for algo in ("NGRAM", "ngram"):
+        assert InPlay(GPU_HOST, Baseline(flags={"--speculative-algorithm": algo}), {}, FLAGS).why_not(ngram) is None
+    # the printed settings say which algorithm SGLang resolved when the command did not
+    printed = InPlay(GPU_HOST, Baseline(), {"speculative_algorithm": "EAGLE"}, FLAGS)
+    assert printed.why_not(ngram) is not None
+    assert InPlay(GPU_HOST, Baseline(), {}, FLAGS).why_not(ngram) is not None  # speculative decoding is off

@@ -186,3 +186,27 @@ def test_the_empty_catalog_ablation_keeps_the_localisers_and_still_localises(tmp
         assert not any(h.id.startswith("symptom:") for h in state.hypotheses)
         exp = planner.propose(view, state).experiment
         assert exp is not None and exp.change is not None and exp.change.name == "CUDA_LAUNCH_BLOCKING"
+
+
+#: CUDA's texts for the other asynchronous kernel faults, as PyTorch prints them (cudaGetErrorString of
+#: cudaErrorIllegalInstruction, cudaErrorMisalignedAddress, cudaErrorLaunchFailure; CUDA Runtime API).
+OTHER_FAULTS = ("an illegal instruction was encountered", "misaligned address", "unspecified launch failure")
+
+
+def test_other_asynchronous_kernel_faults_are_localised_first_too() -> None:
+    """An illegal instruction, a misaligned address and an unspecified launch failure surface as an illegal
+    memory access does, at the next synchronising call with PyTorch's "might be incorrect" suffix: each is a
+    device fault and the first experiment is the synchronous relaunch; without the suffix (the report is
+    already true) the localiser is not proposed."""
+    for text in OTHER_FAULTS:
+        planner, view = _view(H200)
+        _launch(planner, view, SURFACED.replace(ERROR, f"torch.AcceleratorError: CUDA error: {text}\n"))
+        assert "device_fault" in view.outcomes[0].symptoms, (text, view.outcomes[0].symptoms)
+        exp = planner.propose(view, planner.history(view)).experiment
+        assert exp is not None and exp.change is not None
+        assert (exp.change.name, exp.change.after) == ("CUDA_LAUNCH_BLOCKING", "1"), (text, exp.change.describe())
+    planner, view = _view(H200)
+    _launch(planner, view, SURFACED.replace(ERROR, f"torch.AcceleratorError: CUDA error: {OTHER_FAULTS[0]}\n")
+            .replace(SUFFIX, ""))
+    exp = planner.propose(view, planner.history(view)).experiment
+    assert exp is not None and exp.change is not None and exp.change.name != "CUDA_LAUNCH_BLOCKING"

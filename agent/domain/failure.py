@@ -51,6 +51,7 @@ SymptomClass = Literal[
     "import_error",  # a library failed to import or load (ImportError, undefined symbol, ...)
     "illegal_memory_access",  # a kernel read or wrote outside its buffers
     "device_assert",  # a kernel assertion (device-side assert)
+    "device_fault",  # another asynchronous kernel fault: illegal instruction, misaligned address, launch failure
     "startup_error",  # any other exception before the server was ready
     "load_only",  # single requests pass, concurrent ones fail
     "no_repro",  # the reported failure did not show
@@ -130,6 +131,11 @@ _OOM = re.compile(r"out of memory|OutOfMemoryError|Not enough memory|no GPU memo
 _ARCH = re.compile(r"[Uu]nsupported (?:GPU |CUDA )?arch|no kernel image is available|"
                    r"is not defined for option 'gpu-name'|not supported on (?:this|sm_?\d+|compute capability)|"
                    r"requires (?:sm_?\d+|compute capability)|built for sm_", re.IGNORECASE)
+#: The CUDA runtime's texts of a kernel fault other than a memory access or an assert, reported
+#: asynchronously as those are (cudaErrorIllegalInstruction, cudaErrorMisalignedAddress,
+#: cudaErrorLaunchFailure: CUDA Runtime API, cudaError enum); knowledge/signatures.toml cuda_kernel_fault.
+_KERNEL_FAULT = re.compile(r"an illegal instruction was encountered|unspecified launch failure|"
+                           r"\bmisaligned address\b", re.IGNORECASE)
 _IMPORT = re.compile(r"\b(?:ImportError|ModuleNotFoundError)\b|undefined symbol|cannot open shared object|"
                      r"version `GLIBC|libcuda\.so|\.so: cannot", re.IGNORECASE)
 
@@ -151,6 +157,8 @@ def symptom_classes(outcome: Launched, tracebacks: list[Traceback], text: str) -
         out.append("illegal_memory_access")
     if "device_side_assert" in sigs:
         out.append("device_assert")
+    if "cuda_kernel_fault" in sigs or _KERNEL_FAULT.search(err_text):
+        out.append("device_fault")
     if {"unsupported_architecture", "no_kernel_image", "invalid_device_function", "ptxas_unknown_gpu_arch"} & sigs or _ARCH.search(err_text):
         out.append("unsupported_arch")
     if _IMPORT.search(err_text):

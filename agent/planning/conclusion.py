@@ -25,7 +25,7 @@ from agent.planning.blame import blamed
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.llm_spec import usage_summary
 from agent.planning.observations import import_time_failure, load_level, load_probe_for, timeout_control
-from agent.planning.served import run_platform, served_settings, user_keeps
+from agent.planning.served import OnHost, host_refusals, run_platform, served_settings, user_keeps
 from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, derive
 from agent.planning.view import COST_ORDER
@@ -63,7 +63,8 @@ def conclusion_of(state: RunState) -> Conclusion:
         return blamed(_not_isolated(base, reason, untested, experiments, outcomes), state)
     deployment = _changes_deployment(fix_exp, Case.model_validate(state["case"]),
                                      (state.get("fingerprint") or {}).get("checkpoint") or {},
-                                     run_platform(state.get("fingerprint"), fix_exp.config()))
+                                     OnHost(run_platform(state.get("fingerprint"), fix_exp.config()),
+                                            host_refusals(outcomes.values())))
     if deployment:
         return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
                                        changes_deployment=deployment), state)
@@ -265,7 +266,8 @@ def _isolated(
     checkpoint = (fingerprint or {}).get("checkpoint") or {}
     platform = run_platform(fingerprint, fix_exp.config())
     mark_deployment_changes(alternatives, experiments, lambda ch: served.changes_deployment(
-        ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint, before=ch.before, platform=platform)
+        ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint, before=ch.before,
+        platform=OnHost(platform, host_refusals(outcomes.values())))
         or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after) is not None)
     alternatives.sort(key=lambda a: (a["workaround"], COST_ORDER.get(a["cost"], 1)))
     return base.model_copy(
@@ -294,7 +296,7 @@ def _isolated(
 
 
 def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str],
-                        platform: str | None = None) -> str | None:
+                        platform: str | OnHost | None = None) -> str | None:
     """The setting the fix (or a blocker adopted on the way to it) changed that defines what is served
     (knowledge/served.toml) or that the user needs (the case's intent), as ``NAME before → after``; else
     None."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agent.domain.models import Change, Evidence, Experiment, Hypothesis, Outcome
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.observations import config_key
-from agent.planning.served import run_platform, served_settings, user_keeps
+from agent.planning.served import OnHost, run_platform, served_settings, user_keeps
 from agent.planning.switches import broad_switch
 from agent.planning.view import COST_ORDER, Fix, HistoryPass, HistoryState
 from agent.planning.weights import weights as tunables
@@ -125,7 +125,7 @@ class FixKeeper:
         platform = run_platform(view.fingerprint, hp.state.baseline)
         if served_settings().changes_deployment(change.kind, change.name, change.after, self.book.flags,
                                                 user_keeps(view.case, self.book.flags), checkpoint, change.before,
-                                                platform) \
+                                                OnHost(platform, facts)) \
                 or removes_budget_on_purpose(view.case, change.kind, change.name, change.after):
             return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)
         ivs = [iv for h in hp.ledger.values() for iv in h.interventions if self.book.matches(change, iv, facts)]

@@ -52,6 +52,17 @@ class Subsystem:
 
 
 @dataclass
+class ChoiceOption:
+    """One ``[[choice_option]]`` of knowledge/subsystems.toml: options read only under some choices of a
+    selector flag."""
+
+    selector: str
+    #: the selector's values under which the options are read, as the file writes them
+    choices: tuple[str, ...]
+    flags: re.Pattern[str]
+
+
+@dataclass
 class Knowledge:
     """The whole of knowledge/subsystems.toml."""
 
@@ -61,6 +72,7 @@ class Knowledge:
     #: (flag pattern, value pattern, conditions, why) of ``[[implementation]]``
     implementations: list[tuple[re.Pattern[str], re.Pattern[str], list[dict[str, Any]], str]] = field(
         default_factory=list)
+    choice_options: list[ChoiceOption] = field(default_factory=list)
 
 
 class SubsystemsError(ValueError):
@@ -104,6 +116,13 @@ def _load(path: Path) -> Knowledge:
                                       list(m.get("in_play_any", [])), str(m.get("why", ""))))
         except (KeyError, re.error) as exc:
             raise SubsystemsError(f"{path}: implementation #{i + 1}: {exc}") from None
+    for i, c in enumerate(data.get("choice_option", [])):
+        try:
+            choices = tuple(str(v).strip() for v in c["choices"])
+            k.choice_options.append(ChoiceOption(str(c["selector"]), choices, re.compile(c["flags"])))
+        except (KeyError, TypeError, re.error) as exc:
+            raise SubsystemsError(f"{path}: choice_option #{i + 1}: expected selector, choices and a flags "
+                                  f"regex ({exc})") from None
     return k
 
 
@@ -114,6 +133,7 @@ _KEYS = {
     "subsystem": ["id", "flags", "env", "in_play_any", "modules", "modules_source", "why", "source",
                   "carries_requests", "bounds", "implicated_by"],
     "implementation": ["flags", "values", "in_play_any", "why", "source"],
+    "choice_option": ["selector", "choices", "flags", "source"],
 }
 _CONDITION_KEYS = ["platform", "model", "setting", "above"]
 
@@ -329,6 +349,23 @@ class InPlay:
         except FlagError:
             return name
 
+    def _other_choice(self, name: str) -> str | None:
+        """Why flag ``name`` is not read here, or None: it is an option of some choices of a selector
+        (``[[choice_option]]``) and the selector's effective value is another one, or it is unset."""
+        canon = self._canonical(name)
+        for co in self.k.choice_options:
+            if not co.flags.search(canon):
+                continue
+            value = self.setting(co.selector)
+            wanted = " or ".join(co.choices)
+            if value is None and self.flags is None and not self.server_args:
+                continue  # nothing says what the selector is: not known to be out of play
+            if value is None or value.strip().lower() in _OFF:
+                return f"{name} is read only under {co.selector} {wanted}, and {co.selector} is not set here"
+            if value.strip().lower() not in {c.lower() for c in co.choices}:
+                return f"{name} is an option of {co.selector} {wanted}, not of the {value} this deployment selects"
+        return None
+
     def why_not(self, change: Change) -> str | None:
         """Why ``change`` cannot matter here (its subsystem is not in play), or None. A removal of a
         setting the user made is always allowed: it restores SGLang's own choice, except removing the
@@ -340,6 +377,8 @@ class InPlay:
             if not results or any(r is not False for r in results):
                 continue  # in play, or not known to be out of play
             return f"{change.name} configures {s.id}, which is not in play here: {s.why}"
+        if change.kind == "flag" and (why := self._other_choice(change.name)):
+            return why
         if change.kind == "flag" and isinstance(change.after, str):
             for flags, values, conds, why in self.k.implementations:
                 if not flags.search(change.name) or not values.fullmatch(change.after.strip()):

@@ -12,18 +12,29 @@ description says the user needs.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from agent.domain.case import Case
-from agent.domain.models import Baseline
+from agent.domain.models import Baseline, Outcome
 from agent.planning.in_play import DEVICE_FLAG, platform_of, subsystems_knowledge
 from agent.planning.words import stems
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 
-__all__ = ["Served", "description_keeps", "run_platform", "served_settings", "user_keeps"]
+__all__ = ["HOST_BOUND_FACTS", "OnHost", "Served", "description_keeps", "host_refusals", "run_platform", "served_settings",
+           "user_keeps"]
 
+
+
+class OnHost(NamedTuple):
+    """Where a change is judged (``Served.changes_deployment``): the platform id, and the failing run's facts
+    that say the engine refused a value with a bound it took from the host (``host_refusals``)."""
+
+    platform: str | None
+    refused: dict[str, str]
 
 
 class Served:
@@ -50,6 +61,8 @@ class Served:
         self.divides = divides or {}
         #: flag (any spelling) -> platform ids on which the engine sizes it from the host (``host_sized_on``)
         self.host_sized: dict[str, frozenset[str]] = {}
+        #: flag (any spelling) -> every spelling of its setting, for those ``host_sized_on``
+        self.spellings: dict[str, frozenset[str]] = {}
         self.served_flags = served_flags
         self.place_flags = place_flags
         self.served_env = served_env
@@ -68,7 +81,7 @@ class Served:
     def changes_deployment(self, kind: str, name: str, after: object, flags: FlagCatalog | None = None,
                            keeps: set[str] | frozenset[str] = frozenset(),
                            checkpoint: dict[str, str] | None = None, before: object = None,
-                           platform: str | None = None) -> bool:
+                           platform: str | OnHost | None = None) -> bool:
         """Whether changing the setting from ``before`` (None: unknown or unset) to ``after`` (None:
         removing it) changes what is served: a setting the user needs (``keeps``), or a ``served`` one,
         except one SGLang can take from the checkpoint (``from_checkpoint``) removed or set while the
@@ -81,14 +94,23 @@ class Served:
         does not divide the checkpoint's attention heads) was never served: removing it, or a value that
         divides them, keeps what is served. A setting the engine sizes from the host on this ``platform``
         (``host_sized_on``: the CPU engine's ranks, one per NUMA node) that the case left to the engine's
-        default says how the same host runs, not what is served."""
+        default says how the same host runs, not what is served; so does one whose value the engine
+        refused with a bound it took from this host (``platform`` an ``OnHost`` whose ``refused`` are the
+        failing run's facts, whose
+        ``host_bounded``/``host_limit`` say "the ranks (dp_size * tp_size * pp_size = 8) should be smaller
+        than or equal to number of numa node on the machine 6", knowledge/signatures.toml): that value
+        never served here, and one within the host's figure fits the host. On a platform where the
+        engine does not size it from the host (a GPU's tensor-parallel size) neither holds."""
         canon = _canon(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True
+        platform, refused = (platform.platform, platform.refused) if isinstance(platform, OnHost) else (platform, None)
         if self.role(kind, name, flags) != "served":
             return False
-        if before is None and platform and any(
-                platform in on for n, on in self.host_sized.items() if n == name or _canon(flags, n) == canon):
+        sized = [n for n, on in self.host_sized.items() if platform and platform in on and
+                 (n == name or _canon(flags, n) == canon)]
+        if sized and (before is None or _fits_host(self.spellings.get(sized[0], frozenset(sized)), before, after,
+                                                   refused)):
             return False
         if self._unservable_split(flags, canon, before, after, checkpoint):
             return False
@@ -173,6 +195,35 @@ class Served:
         return None
 
 
+#: The failing run's facts (knowledge/signatures.toml) that say which settings an error bounded by a
+#: figure of the host (argparse dests, multiplied), and that figure.
+HOST_BOUND_FACTS = ("host_bounded", "host_limit")
+
+
+def _fits_host(names: Iterable[str], before: object, after: object, refused: dict[str, str] | None) -> bool:
+    """Whether the engine refused ``before`` with a bound taken from the host (``refused``'s
+    ``host_bounded`` names one of the setting's spellings ``names`` as an argparse dest, and ``before``
+    is above ``host_limit``) and ``after`` (None: the engine's default, one) is within it."""
+    facts = refused or {}
+    bounded = {d.strip() for d in facts.get(HOST_BOUND_FACTS[0], "").split("*")}
+    limit, was = _whole(facts.get(HOST_BOUND_FACTS[1])), _whole(before)
+    now = 1 if after is None else _whole(after)
+    dests = {n.lstrip("-").replace("-", "_") for n in names}
+    if not (bounded & dests and limit and was and now):
+        return False
+    return was > limit >= now
+
+
+def host_refusals(outcomes: Iterable[Outcome]) -> dict[str, str]:
+    """The host bounds the failed launches among ``outcomes`` were refused with (their ``HOST_BOUND_FACTS``),
+    for ``Served.changes_deployment``'s ``refused``; empty when none was."""
+    out: dict[str, str] = {}
+    for o in outcomes:
+        if o.stage != "ok" and all(k in o.facts for k in HOST_BOUND_FACTS):
+            out = {k: o.facts[k] for k in HOST_BOUND_FACTS}
+    return out
+
+
 def _same_format(a: str, b: object) -> bool:
     """Whether two spellings name one format (``modelopt`` in config.json, ``modelopt_fp4`` as a flag)."""
     x, y = a.strip().lower(), str(b).strip().lower()
@@ -216,6 +267,7 @@ def _load(path: Path) -> Served:
     only: dict[str, frozenset[str]] = {}
     divides: dict[str, str] = {}
     host_sized: dict[str, frozenset[str]] = {}
+    spellings: dict[str, frozenset[str]] = {}
     for i, s in enumerate(data.get("setting", [])):
         check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "checkpoint_only", "divides",
                              "default", "read_by", "host_sized_on", "source"],
@@ -239,12 +291,13 @@ def _load(path: Path) -> Served:
                 divides[n] = str(s["divides"])
             if s.get("host_sized_on"):
                 host_sized[n] = frozenset(str(v) for v in s["host_sized_on"])
+                spellings[n] = frozenset([str(s["name"]), *map(str, s.get("aliases", []))])
     served = Served(
         frozenset(sets.get(("flag", "served"), set())), frozenset(sets.get(("flag", "place"), set())),
         frozenset(sets.get(("env", "served"), set())), frozenset(sets.get(("env", "place"), set())),
         from_ckpt, only, divides, need,
     )
-    served.intent, served.host_sized = intent, host_sized
+    served.intent, served.host_sized, served.spellings = intent, host_sized, spellings
     served.on_purpose = on_purpose
     return served
 

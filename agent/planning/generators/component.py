@@ -55,6 +55,7 @@ SUSPECT_FACTOR = 0.4  # only suspected: a kernel failed and this backend ran (no
 MIN_SPECIFICITY = 0.25
 #: Symptoms of a kernel misbehaving, where every backend the run used is a suspect.
 _KERNEL_SYMPTOMS = frozenset({"nan_inf", "garbage_output", "accuracy_drop", "illegal_memory_access", "device_assert",
+                              "device_fault",
                               "unsupported_arch", "crash_at_decode"})
 #: Facts whose keys name an implementation choice (SGLang ServerArgs dests of backend / dtype flags).
 _CHOICE_FACT_SUFFIXES = ("_backend", "kv_cache_dtype")

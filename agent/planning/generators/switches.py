@@ -38,7 +38,7 @@ WEIGHT = 0.08
 #: where a kernel failed and no frame names it); no new tunable.
 SUSPECT_FACTOR = 0.4
 #: Symptoms of an asynchronous device fault, whose printed frame is not where the kernel failed.
-_ASYNC_FAULTS = frozenset({"illegal_memory_access", "device_assert"})
+_ASYNC_FAULTS = frozenset({"illegal_memory_access", "device_assert", "device_fault"})
 
 
 def _served_without(sw: Switch, inp: GeneratorInput) -> tuple[str, str] | None:
