@@ -16,6 +16,7 @@ from typing import Any
 
 from agent.domain.models import Baseline, Change, Experiment, Intervention, Outcome, Prediction
 from agent.planning.endings import over_budget, package_dead_end, port_taken, tested_any
+from agent.planning.foreign import foreign_dead_end
 from agent.planning.generation import kernel_filter, kernel_need_said, possible_share
 from agent.planning.generators.common import stems
 from agent.planning.generators.evidence import failure_evidence
@@ -32,6 +33,7 @@ from agent.planning.intent import (
 from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, load_level, load_probe_for
+from agent.planning.platform_builds import foreign_setting
 from agent.planning.served import user_keeps
 from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, leaves_no_kv_cache
@@ -292,7 +294,7 @@ class Chooser(FlagMatcher):
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
                 if (off := in_play().why_not(change) or leaves_no_kv_cache(change.name, change.after, evidence)
-                        or kernel(change, in_play())):
+                        or kernel(change, in_play()) or foreign_setting(change, in_play())):
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
@@ -406,7 +408,7 @@ class Chooser(FlagMatcher):
                                 f"{m.meaning.rstrip('.')}{lines}; fix the {where} and run again")
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, baseline, ref, done, rejected_ids, considered)
-        if (why := package_dead_end(ref, state)) is not None:
+        if (why := package_dead_end(ref, state) or foreign_dead_end(view, ref, state)) is not None:
             return Proposal(conclude_reason=why, considered=considered)
         if not candidates:
             reason = "no untested change is left that an open hypothesis predicts would fix the failure"

@@ -23,6 +23,7 @@ from agent.domain.models import (
 )
 from agent.planning.blame import blamed
 from agent.planning.budgets import removes_budget_on_purpose
+from agent.planning.foreign import ruled_out_by_platform
 from agent.planning.llm_spec import usage_summary
 from agent.planning.observations import import_time_failure, load_level, load_probe_for, timeout_control
 from agent.planning.served import OnHost, host_refusals, run_platform, served_settings, user_keeps
@@ -60,6 +61,7 @@ def conclusion_of(state: RunState) -> Conclusion:
         return base.model_copy(update={"status": "stopped", "reason": reason, "untested": untested})
     if not (confirm and fix_exp and fix_exp.change):
         base, untested = _ruled_out_by_import(base, untested, hyps, experiments, outcomes)
+        base, untested = ruled_out_by_platform(base, untested, hyps, experiments, outcomes, state)
         return blamed(_not_isolated(base, reason, untested, experiments, outcomes), state)
     deployment = _changes_deployment(fix_exp, Case.model_validate(state["case"]),
                                      (state.get("fingerprint") or {}).get("checkpoint") or {},

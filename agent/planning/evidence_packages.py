@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tools.tracebacks import Frame, Traceback
 
 __all__ = [
-    "Library", "LibrariesError", "died_in", "entry", "libraries", "library_file", "library_of", "log_evidence",
+    "Library", "LibrariesError", "Port", "died_in", "entry", "libraries", "library_file", "library_of", "log_evidence",
     "relabelled",
 ]
 
@@ -31,6 +31,16 @@ FILE = "libraries.toml"
 
 class LibrariesError(ValueError):
     """``libraries.toml`` cannot be used (one line naming the file and the field)."""
+
+
+class Port(BaseModel):
+    """Another platform's build of a library, told apart by its installed version (``ports``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    platform: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+    source: str = Field(min_length=1)
 
 
 class Library(BaseModel):
@@ -46,6 +56,9 @@ class Library(BaseModel):
     log: tuple[str, ...] = ()
     runtime: bool = False
     vendor: str | None = None
+    platforms: tuple[str, ...] = ()
+    ports: tuple[Port, ...] = ()
+    platforms_source: str | None = None
     source: str = Field(min_length=1)
 
     def applies_to(self, vendor: str | None) -> bool:
@@ -74,6 +87,13 @@ def _of(path: Path, mtime: float) -> tuple[Library, ...]:
         err = exc.errors()[0]
         raise LibrariesError(f"{path}: field '{'.'.join(str(p) for p in err['loc'])}': {err['msg']}") from None
     for i, lib in enumerate(entries):
+        if (lib.platforms or lib.ports) and not lib.platforms_source:
+            raise LibrariesError(f"{path}: field 'library.{i}.platforms_source': required with platforms and ports")
+        for j, port in enumerate(lib.ports):
+            try:
+                re.compile(port.version)
+            except re.error as exc:
+                raise LibrariesError(f"{path}: field 'library.{i}.ports.{j}.version': {port.version!r}: {exc}") from None
         for field in ("files", "symbols", "log"):
             for pat in getattr(lib, field):
                 try:
