@@ -146,11 +146,11 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
         factor = max(factor, 1.0)
         how.append(f"a warning names its value {current}")
     if not how and spec.name.endswith("-backend"):
-        for sub, cls in rd.play.implicated_here("flag", spec.name, set(inp.evidence.symptoms)):
+        for system, cls in rd.play.implicated_here("flag", spec.name, set(inp.evidence.symptoms)):
             # no frame names it, but it computes what the symptom shows and runs here (the checkpoint's
             # quantized GEMM for a silent accuracy drop): ahead of a backend that merely ran
             factor = max(factor, 1.0)
-            how.append(f"it selects the {sub.id} implementation, which runs here and whose kernels are known "
+            how.append(f"it selects the {system.id} implementation, which runs here and whose kernels are known "
                        f"to cause a failure like this one ({cls.replace('_', ' ')})")
     used = explicit(inp, spec) or rd.fact_of.get(spec.name)
     if not how and rd.crashy and used and spec.name.endswith("-backend"):
