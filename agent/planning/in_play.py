@@ -135,7 +135,7 @@ _KEYS = {
     "implementation": ["flags", "values", "in_play_any", "why", "source"],
     "choice_option": ["selector", "choices", "flags", "source"],
 }
-_CONDITION_KEYS = ["platform", "model", "setting", "above"]
+_CONDITION_KEYS = ["platform", "model", "setting", "above", "matches"]
 
 
 def _check_subsystem_keys(path: Path, data: dict[str, Any]) -> None:
@@ -310,6 +310,8 @@ class InPlay:
                     return float(value) > float(cond["above"])
                 except ValueError:
                     return None
+            if "matches" in cond:
+                return re.fullmatch(str(cond["matches"]), value.strip(), re.IGNORECASE) is not None
             return True
         return None
 
@@ -322,6 +324,19 @@ class InPlay:
             pat = s.flags if kind == "flag" else s.env
             if pat is not None and pat.search(name):
                 out.append(s)
+        return out
+
+    def implicated_here(self, kind: str, name: str, classes: set[str]) -> list[tuple[Subsystem, str]]:
+        """The subsystems the setting ``name`` configures whose settings are known to cause one of the
+        symptom ``classes`` (``implicated_by``) and that are in play here (or not known to be out), each
+        with the first such class: where a failure with no frame of its own (a silent accuracy drop) is
+        looked for first."""
+        out = []
+        for s in self.subsystems_of(kind, name):
+            seen = sorted(classes & s.implicated_by)
+            results = [self._holds(c) for c in s.in_play_any]
+            if seen and not (results and all(r is False for r in results)):
+                out.append((s, seen[0]))
         return out
 
     def _own_device(self, change: Change) -> str | None:

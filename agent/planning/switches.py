@@ -53,12 +53,16 @@ class Broad(BaseModel):
     values: list[str | bool] = Field(min_length=1)
     subsystems: list[str] = Field(min_length=1)
     what: str
+    unset_is_off: bool = False
     source: str
 
     def takes_out(self, change: Change) -> bool:
-        """Whether ``change`` sets this setting to a value that takes its subsystems out."""
-        if change.kind != self.kind or change.name not in self.names or change.after is None:
+        """Whether ``change`` sets this setting to a value that takes its subsystems out, or drops it
+        (a revert to unset) where the engine's default already does (``unset_is_off``)."""
+        if change.kind != self.kind or change.name not in self.names:
             return False
+        if change.after is None:
+            return self.unset_is_off and change.before is not None
         return any(str(change.after).lower() == str(v).lower() for v in self.values)
 
 

@@ -38,6 +38,7 @@ from agent.planning.generators.common import (
     words_with_stems,
 )
 from agent.planning.generators.implementations import implementations
+from agent.planning.in_play import InPlay
 from agent.planning.served import served_settings, user_keeps
 from tools.engines import get_engine
 from tools.flags import FlagSpec
@@ -102,6 +103,7 @@ class _Reading:
     feature_words: set[str]
     crashy: bool
     engine: str  # the case's engine as reports name it (knowledge/engines.toml ``display``)
+    play: InPlay  # what is in play on this deployment (knowledge/subsystems.toml)
 
 
 def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Reading) -> tuple[float, list[str]]:
@@ -144,6 +146,13 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
     if cur and len(cur) >= 4 and re.search(rf"(?<![\w-]){re.escape(cur)}(?![\w-])", rd.warn_text):
         factor = max(factor, 1.0)
         how.append(f"a warning names its value {current}")
+    if not how and spec.name.endswith("-backend"):
+        for system, cls in rd.play.implicated_here("flag", spec.name, set(inp.evidence.symptoms)):
+            # no frame names it, but it computes what the symptom shows and runs here (the checkpoint's
+            # quantized GEMM for a silent accuracy drop): ahead of a backend that merely ran
+            factor = max(factor, 1.0)
+            how.append(f"it selects the {system.id} implementation, which runs here and whose kernels are known "
+                       f"to cause a failure like this one ({cls.replace('_', ' ')})")
     used = explicit(inp, spec) or rd.fact_of.get(spec.name)
     if not how and rd.crashy and used and spec.name.endswith("-backend"):
         factor = SUSPECT_FACTOR
@@ -232,6 +241,7 @@ class ImplicatedComponentGenerator:
             feature_words=self._feature_words(inp),
             crashy=bool(set(inp.evidence.symptoms) & _KERNEL_SYMPTOMS),
             engine=get_engine(inp.case.launcher.engine).display,
+            play=InPlay(inp.fingerprint, inp.baseline, inp.evidence.server_args, inp.flags),
         )
         out = [c for spec in selecting_flags(inp.flags) if (c := self._choice(inp, spec, rd)) is not None]
         out += self._switches(inp, rd.imp)
