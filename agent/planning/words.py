@@ -24,8 +24,10 @@ _SUFFIXES = ("ations", "ation", "ions", "ion", "ings", "ing", "ers", "er", "ed",
 def _stem(word: str) -> str:
     for suf in _SUFFIXES:
         if word.endswith(suf) and len(word) - len(suf) >= 3:
-            return word[: -len(suf)]
-    return word
+            word = word[: -len(suf)]
+            break
+    # a silent final e goes too, so that ``page`` and ``paged``, ``cache`` and ``cached`` meet
+    return word[:-1] if word.endswith("e") and len(word) >= 4 else word
 
 
 def stems(text: str) -> set[str]:
