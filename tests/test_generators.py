@@ -28,7 +28,7 @@ from agent.planning.generators.findings import KnownGoodDiffGenerator
 from agent.planning.generators.load import LoadGenerator
 from agent.planning.generators.registry import REGISTRY
 from agent.planning.generators.remedies import RemediesGenerator
-from agent.planning.generators.settings import SettingsVsDefaultsGenerator
+from agent.planning.generators.settings import SettingsVsDefaultsGenerator, implicated_setting
 from agent.planning.generators.symptoms import SymptomClassGenerator
 from agent.run.nodes.analyze import classify_outcome
 from tools.fingerprint import HostFingerprint
@@ -436,3 +436,34 @@ def test_a_changed_package_the_failing_frames_run_in_weighs_more_than_one_that_o
     assert not cands["package:triton"].interventions and cands["package:triton"].package == "triton"
     bare = H100.model_copy(update={"installed": {}})  # the host's packages unknown: nothing is guessed
     assert ChangedPackageGenerator().generate(inp.model_copy(update={"fingerprint": bare})) == []
+
+
+SPEC_TRACEBACK = """[t TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", line 3875, in run_scheduler_process
+    scheduler.run_event_loop()
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/managers/scheduler.py", line 2204, in run_batch
+    batch_result = self.model_worker.forward_batch_generation(model_worker_batch)
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/speculative/eagle_worker_v2.py", line 541, in _draft_extend_for_decode
+    logits_output = self.draft_runner.forward(forward_batch).logits_output
+  File "/opt/venv/lib/python3.12/site-packages/sglang/srt/models/llama_eagle3.py", line 88, in forward
+    hidden_states = torch.cat([embeds, hidden_states], dim=-1)
+RuntimeError: Sizes of tensors must match except in dimension 1. Expected size 6 but got size 8 for tensor number 1 in the list.
+"""
+
+
+def test_a_variable_whose_every_word_the_failing_frames_spell_is_implicated() -> None:
+    case = _case({"--speculative-algorithm": "EAGLE3", "--speculative-num-steps": 5},
+                 env={"SGLANG_ENABLE_SPEC_V2": "1", "SGLANG_DRAFT_CACHE_LIMIT": "64"})
+    cands = {c.id: c for c in SettingsVsDefaultsGenerator().generate(_input(SPEC_TRACEBACK, case))}
+    spelt = cands["revert:SGLANG_ENABLE_SPEC_V2"]
+    assert any("spell every word of SGLANG_ENABLE_SPEC_V2" in e.detail for e in spelt.evidence)
+    # one shared word (draft) is not evidence: the rest of the variable's name is not in the failing code
+    other = cands["revert:SGLANG_DRAFT_CACHE_LIMIT"]
+    assert not any("spell" in e.detail for e in other.evidence)
+    assert implicated_setting(spelt) and not implicated_setting(other)
+    # when the user's other settings name every frame word it names (a speculative flag, a second *_V2
+    # variable), the frames single out neither
+    twice = _case({"--speculative-num-steps": 5},
+                  env={"SGLANG_ENABLE_SPEC_V2": "1", "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": "1"})
+    cands = {c.id: c for c in SettingsVsDefaultsGenerator().generate(_input(SPEC_TRACEBACK, twice))}
+    assert not any("spell" in e.detail for c in cands.values() for e in c.evidence)

@@ -25,6 +25,7 @@ from agent.planning.guard import changes_nothing, launched_before
 from agent.planning.in_play import InPlay, load_subsystems
 from agent.planning.intent import (
     INTENT_LAUNCHES,
+    feature_reverts,
     intent_alternatives,
     keeping_intent,
     narrower_keys,
@@ -449,7 +450,8 @@ class Chooser(FlagMatcher):
         drops what the user chose; a root fix keeps it."""
         best = state.best_fix
         base, ref = state.failing_baseline, state.failing_reference
-        if best is None or base is None or ref is None or not (best.workaround or best.cost == "high"):
+        featured = feature_reverts(view, state, self.flags, implicated_setting)
+        if best is None or base is None or ref is None or not (best.workaround or best.cost == "high" or featured):
             return None
         budget = view.case.budget
         if view.launches + 2 > budget.experiments or view.host_seconds + 2 * cost > budget.host_seconds:
@@ -461,11 +463,13 @@ class Chooser(FlagMatcher):
             view, state, (c[0] for c in candidates.values()), self.flags) | narrower
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
-            if iv.workaround or broad_switch(change) is not None or (
-                    COST_ORDER[iv.cost] >= COST_ORDER[best.cost] and change.key() not in narrower):
+            if iv.workaround or broad_switch(change) is not None or (COST_ORDER[iv.cost] >= COST_ORDER[best.cost]
+                                                                      and change.key() not in narrower | set(featured)):
                 continue
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
-            if change.key() in narrower:
+            if change.key() in featured:  # the user's own settings inside the feature dropped, most implicated first
+                score += 2.0 - 0.01 * featured.index(change.key())
+            elif change.key() in narrower:
                 pass  # tried however unlikely, but after a likelier root fix the ledger names elsewhere
             elif change.key() in intent:
                 score += 1.0  # ahead of the ledger's own choices, whose scores are per host-second
@@ -479,7 +483,11 @@ class Chooser(FlagMatcher):
             f"{best.change.describe()} fixed the failure but is a "
             f"{'workaround' if best.workaround else 'costly change'}: a root-cause fix is tested first"
         )
-        if scored[0][2].key() in narrower:
+        if scored[0][2].key() in featured:
+            why = (f"{best.change.describe()} fixed the failure by switching off a feature the case turned on "
+                   "and configured: the user's own setting inside it is reverted first (the failure implicates "
+                   "it most), before dropping the whole feature is reported")
+        elif scored[0][2].key() in narrower:
             why += (f" (a narrower change inside what {best.change.describe()} turned off as a whole: that "
                     "switch-off is a workaround until one is found)")
         elif scored[0][2].key() in intent:

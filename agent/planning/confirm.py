@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agent.domain.models import Change, Evidence, Experiment, Hypothesis, Outcome
 from agent.planning.budgets import removes_budget_on_purpose
+from agent.planning.generators.settings import implicated_setting
+from agent.planning.intent import feature_suspects
 from agent.planning.observations import config_key
 from agent.planning.served import OnHost, run_platform, served_settings, user_keeps
 from agent.planning.switches import broad_switch
@@ -128,6 +130,12 @@ class FixKeeper:
                                                 OnHost(platform, facts)) \
                 or removes_budget_on_purpose(view.case, change.kind, change.name, change.after):
             return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)
+        base = hp.state.failing_baseline
+        if base is not None and not (hp.state.flaky or hp.state.intermittent) and feature_suspects(view.case.baseline, base, change, hp.ledger.values(),
+                                                 self.book.flags, implicated_setting):
+            # a feature the user turned on and configured, dropped, while the failure implicates the user's own
+            # setting inside it: costly (what the feature gave), so a revert of that setting that serves is kept
+            return False, "high"
         ivs = [iv for h in hp.ledger.values() for iv in h.interventions if self.book.matches(change, iv, facts)]
         # a broad switch-off (knowledge/switches.toml [[broad]]) is a workaround whatever proposed it
         broad = broad_switch(change) is not None

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from agent.domain.models import Change, Intervention
+from agent.domain.models import Baseline, Change, Hypothesis, Intervention
 from agent.planning.in_play import load_subsystems
+from agent.planning.matching import same_value
 from agent.planning.served import served_settings, user_keeps
 from agent.planning.switches import Broad, broad_switch
 from agent.planning.view import HistoryState, PlannerView
 from tools.flags import FlagCatalog, FlagError
 
-__all__ = ["INTENT_LAUNCHES", "inside_broad", "intent_alternatives", "keeping_intent", "narrower_keys",
-           "spent_after_fix"]
+__all__ = ["INTENT_LAUNCHES", "dropped_feature", "drops_feature", "feature_suspects", "feature_reverts", "inside_broad", "intent_alternatives",
+           "keeping_intent", "narrower_keys", "spent_after_fix"]
 
 #: Launches spent, after a workaround served, on each kind of change of this module.
 INTENT_LAUNCHES = 2
@@ -117,3 +118,91 @@ def narrower_keys(view: PlannerView, state: HistoryState, changes: Iterable[Chan
     if broad is None or spent_after_fix(view, state, lambda ch: inside_broad(broad, ch)) >= INTENT_LAUNCHES:
         return set()
     return {ch.key() for ch in changes if inside_broad(broad, ch)}
+
+
+def dropped_feature(view: PlannerView, state: HistoryState, flags: FlagCatalog | None) -> str | None:
+    """The subsystem the best fix switched off as a whole, when that fix removes a flag the case itself set
+    that turns the subsystem on (knowledge/subsystems.toml ``in_play_any`` ``{ setting = FLAG }``: the
+    feature's selector, ``--speculative-algorithm``); else None. Dropping a feature the user turned on
+    avoids whatever inside it fails; the user's own settings inside it are tried first
+    (``feature_reverts``)."""
+    best = state.best_fix
+    return drops_feature(view.case.baseline, best.change, flags) if best is not None else None
+
+
+def drops_feature(case_baseline: Baseline, change: Change, flags: FlagCatalog | None) -> str | None:
+    """The subsystem ``change`` switches off as a whole: it removes a flag the case's own baseline sets
+    that turns the subsystem on (knowledge/subsystems.toml ``in_play_any`` ``{ setting = FLAG }``); else
+    None. Such a drop costs the user what the feature gave (a costly fix, ``FixKeeper._fix_kind``)."""
+    if change.kind != "flag" or change.after is not None:
+        return None
+    name = _canonical(flags, change.name)
+    if same_value(case_baseline.value("flag", change.name), None):
+        return None
+    for s in load_subsystems().subsystems:
+        if any(_canonical(flags, str(c.get("setting", ""))) == name and "above" not in c for c in s.in_play_any):
+            return s.id
+    return None
+
+
+def feature_reverts(view: PlannerView, state: HistoryState, flags: FlagCatalog | None,
+                    implicated: Callable[[Hypothesis], bool]) -> list[str]:
+    """Keys of the reverts of the case's own settings inside the feature the best fix dropped
+    (``dropped_feature``, ``feature_suspects``), most implicated first, while fewer than
+    ``INTENT_LAUNCHES`` reverts were launched after it; else empty. An engineer reverts the user's own
+    deviations inside the feature before reporting that the feature must be dropped (issue 20, point 5);
+    when the user set nothing inside it that the failure implicates, dropping it stays the answer. Not on
+    a flaky or intermittent failure: there one launch that serves is no evidence of a fix, and the drop's
+    own confirmations need the budget."""
+    best, base = state.best_fix, state.failing_baseline
+    if best is None or base is None or spent_after_fix(view, state, lambda ch: ch.after is None) >= INTENT_LAUNCHES:
+        return []
+    if state.flaky or state.intermittent:
+        return []  # the same configuration both served and failed: one passing revert would tell nothing
+    return feature_suspects(view.case.baseline, base, best.change, state.hypotheses, flags, implicated)
+
+
+def feature_suspects(case_baseline: Baseline, base: Baseline, drop: Change, hypotheses: Iterable[Hypothesis],
+                     flags: FlagCatalog | None, implicated: Callable[[Hypothesis], bool]) -> list[str]:
+    """Keys of the reverts (open ``revert:`` hypotheses) of the case's own settings, as the failing
+    ``base`` still sets them, inside the feature ``drop`` switches off (``drops_feature``), most implicated
+    first; empty unless the failure implicates one of them (``implicated``: the failing frames' names spell
+    it, the error quotes its value), as direct evidence that the user's deviation, not the feature, fails.
+    Inside: a setting of that subsystem (knowledge/subsystems.toml ``flags``/``env``), a flag sharing the
+    selector's option-name prefix on the host's ``--help`` (``--speculative-``), or an implicated one.
+    Most implicated: the failure implicates it, then the ledger's weight."""
+    sub_id = drops_feature(case_baseline, drop, flags)
+    if sub_id is None:
+        return []
+    sub = next(s for s in load_subsystems().subsystems if s.id == sub_id)
+    selector = _canonical(flags, drop.name)
+    prefix = selector[: selector.index("-", 2) + 1] if "-" in selector[2:] else selector + "-"
+    ranked: list[tuple[bool, float, str]] = []
+    for h in hypotheses:
+        if h.status not in ("open", "supported") or not h.id.startswith("revert:"):
+            continue
+        for iv in h.interventions:
+            for name in iv.names:
+                users = case_baseline.value(iv.kind, name)
+                if iv.workaround or same_value(users, None) or not same_value(users, base.value(iv.kind, name)):
+                    continue  # not the user's own setting (a blocker's change), or it changes what is served
+                canonical = _canonical(flags, name) if iv.kind == "flag" else name
+                pattern = sub.flags if iv.kind == "flag" else sub.env
+                if canonical != selector and ((pattern is not None and pattern.search(canonical))
+                                              or canonical.startswith(prefix) or implicated(h)):
+                    key = Change(kind=iv.kind, name=name, before=base.value(iv.kind, name), after=None).key()
+                    ranked.append((implicated(h), h.weight, key))
+    if not any(imp for imp, _, _ in ranked):
+        return []
+    ranked.sort(key=lambda t: (t[0], t[1]), reverse=True)
+    return list(dict.fromkeys(k for _, _, k in ranked))
+
+
+def _canonical(flags: FlagCatalog | None, name: str) -> str:
+    """The host's canonical spelling of flag ``name`` (itself when unknown)."""
+    if flags is None:
+        return name
+    try:
+        return flags.resolve(name).name
+    except FlagError:
+        return name

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["GENERIC_WORDS", "stem", "stems"]
+__all__ = ["GENERIC_WORDS", "name_words", "spelled", "stem", "stems"]
 
 #: Words too common in module paths, function names and help texts to implicate anything.
 GENERIC_WORDS = frozenset(
@@ -24,8 +24,10 @@ _SUFFIXES = ("ations", "ation", "ions", "ion", "ings", "ing", "ers", "er", "ed",
 def _stem(word: str) -> str:
     for suf in _SUFFIXES:
         if word.endswith(suf) and len(word) - len(suf) >= 3:
-            return word[: -len(suf)]
-    return word
+            word = word[: -len(suf)]
+            break
+    # a silent final e goes too, so that ``page`` and ``paged``, ``cache`` and ``cached`` meet
+    return word[:-1] if word.endswith("e") and len(word) >= 4 else word
 
 
 def stems(text: str) -> set[str]:
@@ -49,3 +51,22 @@ def _stems(text: str) -> frozenset[str]:
 def stem(word: str) -> str:
     """The stem of one lower-case word (a known suffix cut when three letters remain)."""
     return _stem(word)
+
+
+def name_words(text: str) -> set[str]:
+    """The lower-case words of an identifier (a module path, a function, a flag or variable name), split
+    at non-letters and ``_``, generic words left out, unstemmed; short version words (``v2``) kept, as a
+    file ``x_v2`` and a variable ``X_V2`` name the same second implementation."""
+    out = set()
+    for w in re.split(r"[^A-Za-z0-9]+|_", text):
+        w = w.lower()
+        if len(w) < 2 or w.isdigit() or w in GENERIC_WORDS:
+            continue
+        out.add(w)
+    return out
+
+
+def spelled(word: str, others: set[str]) -> set[str]:
+    """The words of ``others`` that ``word`` names: the same word, or (four letters or more) an
+    abbreviation of one or one of its abbreviations (``spec`` and ``speculative``)."""
+    return {o for o in others if o == word or (min(len(o), len(word)) >= 4 and (o.startswith(word) or word.startswith(o)))}

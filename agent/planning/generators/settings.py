@@ -39,10 +39,11 @@ from collections.abc import Iterable
 from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.budgets import bounded_on_purpose, budget_of
 from agent.planning.generators import GeneratorInput
-from agent.planning.generators.common import canon, implicated, raise_site, specificity, stems
+from agent.planning.generators.common import canon, engine_package, implicated, raise_site, specificity, stems
 from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import load_subsystems, subsystems_of_frame
 from agent.planning.served import served_settings, user_keeps
+from agent.planning.words import name_words, spelled
 from tools.engines import get_engine
 
 __all__ = ["IMPLICATED", "SettingsVsDefaultsGenerator", "implicated_setting", "long_prompt_only", "value_quoted"]
@@ -187,6 +188,23 @@ class SettingsVsDefaultsGenerator:
         )
 
 
+def _frame_words(inp: GeneratorInput) -> set[str]:
+    """The words (``name_words``) of the engine frames' module paths below the engine's package and their
+    functions, in the failing run's tracebacks, the outermost module's frames left out (``sglang.srt.speculative.eagle_worker_v2`` and
+    ``_draft_extend_for_decode``: speculative, eagle, v2, draft, extend, decode)."""
+    engine = engine_package(inp)
+    out: set[str] = set()
+    for tb in inp.evidence.tracebacks:
+        mine = [fr for fr in tb.frames if fr.package == engine and fr.module]
+        # the outermost module is the process's driver (the scheduler's event loop), in every failure of
+        # that process: its names point at nothing in particular
+        driver = mine[-1].module if len(mine) > 1 else None
+        for fr in mine:
+            if fr.module != driver:
+                out |= name_words(str(fr.module).split(".", 1)[-1]) | name_words(fr.function or "")
+    return out - {engine}
+
+
 def _bound_lifted(h: Hypothesis) -> Hypothesis:
     """``h``, a revert that lifts a bound on the requests admitted, marked as the workaround it is: with no
     bound the overflow that triggers the fault no longer happens, and the code that mishandles it is as
@@ -215,6 +233,7 @@ class _Implication:
     def __init__(self, inp: GeneratorInput) -> None:
         self.inp = inp
         self.imp = implicated(inp)
+        self.engine = engine_package(inp)
         site = raise_site(inp)
         self.site_words = site.words if site else set()
         self.site = site.where if site else ""
@@ -231,6 +250,7 @@ class _Implication:
         platforms = {str(p.get("device") or p.get("id", "")).lower() for p in load_subsystems().platforms}
         values = [*((s.name if (s := specs[n]) else n, v) for n, v in inp.baseline.flags.items()),
                   *inp.baseline.env.items()]
+        self.frame_words = _frame_words(inp)
         self.value_words = {
             n: w for n, v in values
             if isinstance(v, str) and len(v) >= _MIN_QUOTED_LEN and v.lower() not in _UNQUOTABLE | platforms
@@ -249,6 +269,8 @@ class _Implication:
         elif (own := _only_in(name, self.site_words - self._chosen(name), self.names)) and not self._elsewhere(name):
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, whose code names "
                                               f"{', '.join(sorted(own))} as only this setting does")
+        elif (spelt := self.named_by_frames(name)) is not None:
+            return base * IMPLICATED_FACTOR, spelt
         elif (path := self.on_request_path(name)) is not None:
             return base * IMPLICATED_FACTOR, (f"requests went unanswered on a live server with no error, and "
                                               f"{name} configures the {path} a request passes through")
@@ -263,6 +285,27 @@ class _Implication:
             return base, ""
         strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
         return base * max(1.0, IMPLICATED_FACTOR * strength), ""
+
+    def named_by_frames(self, name: str) -> str | None:
+        """Why the names of the failing engine frames (module path and function, ``_frame_words``) point at
+        the user's setting ``name``: every word of its name (the engine's own prefix and generic words left
+        out) is one of theirs or abbreviates one (``SPEC_V2`` and ``speculative/eagle_worker_v2``), two
+        words at least, and one of the frame words it names no other of the baseline's settings names; as
+        ``the failing frames' names (a, b) spell ...``. None otherwise (one shared word is not evidence)."""
+        mine = name_words(name.lstrip("-")) - {self.engine}
+        hits = {w: spelled(w, self.frame_words) for w in mine}
+        if len(mine) < 2 or not all(hits.values()):
+            return None
+        named = set().union(*hits.values())
+        theirs: set[str] = set()
+        for other in self.names:
+            if other != name:
+                for w in name_words(other.lstrip("-")) - {self.engine}:
+                    theirs |= spelled(w, named)
+        if not named - theirs:
+            return None
+        return (f"the failing frames' names ({', '.join(sorted(named))}) spell every word of {name}, "
+                f"and {', '.join(sorted(named - theirs))} no other of the baseline's settings")
 
     def prompt_bound(self, name: str) -> int | None:
         """The failing prompt's length (tokens) when only a single long prompt failed
