@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from agent.domain.models import Baseline, Change, Hypothesis, Intervention
 from agent.planning.in_play import load_subsystems
 from agent.planning.matching import same_value
-from agent.planning.served import served_settings, user_keeps
+from agent.planning.served import canonical_flag, served_settings, user_keeps
 from agent.planning.switches import Broad, broad_switch
 from agent.planning.view import HistoryState, PlannerView
 from tools.flags import FlagCatalog, FlagError
@@ -136,11 +136,11 @@ def drops_feature(case_baseline: Baseline, change: Change, flags: FlagCatalog | 
     None. Such a drop costs the user what the feature gave (a costly fix, ``FixKeeper._fix_kind``)."""
     if change.kind != "flag" or change.after is not None:
         return None
-    name = _canonical(flags, change.name)
+    name = canonical_flag(flags, change.name)
     if same_value(case_baseline.value("flag", change.name), None):
         return None
     for s in load_subsystems().subsystems:
-        if any(_canonical(flags, str(c.get("setting", ""))) == name and "above" not in c for c in s.in_play_any):
+        if any(canonical_flag(flags, str(c.get("setting", ""))) == name and "above" not in c for c in s.in_play_any):
             return s.id
     return None
 
@@ -175,7 +175,7 @@ def feature_suspects(case_baseline: Baseline, base: Baseline, drop: Change, hypo
     if sub_id is None:
         return []
     sub = next(s for s in load_subsystems().subsystems if s.id == sub_id)
-    selector = _canonical(flags, drop.name)
+    selector = canonical_flag(flags, drop.name)
     prefix = selector[: selector.index("-", 2) + 1] if "-" in selector[2:] else selector + "-"
     ranked: list[tuple[bool, float, str]] = []
     for h in hypotheses:
@@ -186,7 +186,7 @@ def feature_suspects(case_baseline: Baseline, base: Baseline, drop: Change, hypo
                 users = case_baseline.value(iv.kind, name)
                 if iv.workaround or same_value(users, None) or not same_value(users, base.value(iv.kind, name)):
                     continue  # not the user's own setting (a blocker's change), or it changes what is served
-                canonical = _canonical(flags, name) if iv.kind == "flag" else name
+                canonical = canonical_flag(flags, name) if iv.kind == "flag" else name
                 pattern = sub.flags if iv.kind == "flag" else sub.env
                 if canonical != selector and ((pattern is not None and pattern.search(canonical))
                                               or canonical.startswith(prefix) or implicated(h)):
@@ -197,11 +197,6 @@ def feature_suspects(case_baseline: Baseline, base: Baseline, drop: Change, hypo
     ranked.sort(key=lambda t: (t[0], t[1]), reverse=True)
     return list(dict.fromkeys(k for _, _, k in ranked))
 
-
-def _canonical(flags: FlagCatalog | None, name: str) -> str:
-    """The host's canonical spelling of flag ``name`` (itself when unknown)."""
-    if flags is None:
-        return name
     try:
         return flags.resolve(name).name
     except FlagError:

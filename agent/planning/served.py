@@ -101,20 +101,20 @@ class Served:
         than or equal to number of numa node on the machine 6", knowledge/signatures.toml): that value
         never served here, and one within the host's figure fits the host. On a platform where the
         engine does not size it from the host (a GPU's tensor-parallel size) neither holds."""
-        canon = _canon(flags, name) if kind == "flag" else name
+        canon = canonical_flag(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True
         platform, refused = (platform.platform, platform.refused) if isinstance(platform, OnHost) else (platform, None)
         if self.role(kind, name, flags) != "served":
             return False
         sized = [n for n, on in self.host_sized.items() if platform and platform in on and
-                 (n == name or _canon(flags, n) == canon)]
+                 (n == name or canonical_flag(flags, n) == canon)]
         if sized and (before is None or _fits_host(self.spellings.get(sized[0], frozenset(sized)), before, after,
                                                    refused)):
             return False
         if self._unservable_split(flags, canon, before, after, checkpoint):
             return False
-        key = next((k for n, k in self.from_checkpoint.items() if n == name or _canon(flags, n) == canon), None)
+        key = next((k for n, k in self.from_checkpoint.items() if n == name or canonical_flag(flags, n) == canon), None)
         if key is None:
             return True
         declared = (checkpoint or {}).get(key) if key else None
@@ -143,7 +143,7 @@ class Served:
                           checkpoint: dict[str, str] | None) -> bool:
         """``before`` does not divide the checkpoint's count it must divide, and ``after`` (None: the
         engine's default, one) does."""
-        key = next((k for n, k in self.divides.items() if _canon(flags, n) == canon), None)
+        key = next((k for n, k in self.divides.items() if canonical_flag(flags, n) == canon), None)
         total = _whole((checkpoint or {}).get(key)) if key else None
         was, now = _whole(before), (1 if after is None else _whole(after))
         if not (total and was and now):
@@ -155,14 +155,14 @@ class Served:
         """Whether setting ``name`` to ``value`` cannot serve these weights: a ``checkpoint_only`` value
         (AWQ, GPTQ, ...) while the checkpoint's config.json is known and declares no such format (the
         engine reads that format's parameters from the checkpoint's own files and refuses the launch)."""
-        canon = _canon(flags, name)
-        key = next((k for n, k in self.from_checkpoint.items() if _canon(flags, n) == canon), None)
+        canon = canonical_flag(flags, name)
+        key = next((k for n, k in self.from_checkpoint.items() if canonical_flag(flags, n) == canon), None)
         if not key or not checkpoint or checkpoint.get(key) is not None:
             return False
         return self._checkpoint_only(flags, canon, value)
 
     def _checkpoint_only(self, flags: FlagCatalog | None, canon: str, value: object) -> bool:
-        values = next((v for n, v in self.checkpoint_only.items() if _canon(flags, n) == canon), frozenset())
+        values = next((v for n, v in self.checkpoint_only.items() if canonical_flag(flags, n) == canon), frozenset())
         return str(value).strip().lower() in values
 
     def chosen(self, name: str, value: object, flags: FlagCatalog | None = None) -> bool:
@@ -180,17 +180,17 @@ class Served:
         return (entry[1] or None) if entry is not None else None
 
     def _intent_entry(self, name: str, flags: FlagCatalog | None) -> tuple[str, str] | None:
-        canon = _canon(flags, name)
-        return next((e for n, e in self.intent.items() if n == name or _canon(flags, n) == canon), None)
+        canon = canonical_flag(flags, name)
+        return next((e for n, e in self.intent.items() if n == name or canonical_flag(flags, n) == canon), None)
 
     def role(self, kind: str, name: str, flags: FlagCatalog | None = None) -> str | None:
         """``served``, ``place`` or None for a setting (a flag spelled any way the host accepts). An
         ``intent`` setting has no role here: only the case's own value of it is kept (``user_keeps``)."""
         if kind == "env":
             return "place" if name in self.place_env else "served" if name in self.served_env else None
-        canon = _canon(flags, name)
+        canon = canonical_flag(flags, name)
         for role, names in (("place", self.place_flags), ("served", self.served_flags)):
-            if name in names or canon in {_canon(flags, n) for n in names}:
+            if name in names or canon in {canonical_flag(flags, n) for n in names}:
                 return role
         return None
 
@@ -247,7 +247,9 @@ def _numeric(value: object) -> bool:
     return True
 
 
-def _canon(flags: FlagCatalog | None, name: str) -> str:
+def canonical_flag(flags: FlagCatalog | None, name: str) -> str:
+    """The host's canonical spelling of flag ``name`` (its ``--help`` entry's name; ``name`` itself when
+    ``flags`` is None or the host does not know the flag)."""
     if flags is None:
         return name
     try:
@@ -362,7 +364,7 @@ def user_keeps(case: Case, flags: FlagCatalog | None = None) -> set[str]:
     served = served_settings()
     for name, value in case.baseline.flags.items():
         if served.chosen(name, value, flags):
-            keep |= {name, _canon(flags, name)}
+            keep |= {name, canonical_flag(flags, name)}
     return keep
 
 
