@@ -13,6 +13,7 @@ GENERIC_WORDS = frozenset(
     """srt python lib dist site packages init self call run forward get set the and for with this that from
     into when use used using not none true false default value values model models layer layers manager
     managers executor entrypoints utils util common base main process worker workers server args arg
+    scheduler schedulers
     engine module modules function wrapper wrapped inner outer impl core local global new old
     size type mode enable enables enabled disable disables disabled option options flag support supported
     which will can may only are its has have per max min number num time file path name load loader
