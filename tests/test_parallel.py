@@ -346,7 +346,9 @@ def test_each_member_of_a_batch_is_approved_rejected_or_edited_on_its_own(tmp_pa
     second = _last_json(r)["pending"]
     assert second["experiment_id"] != first["experiment_id"]
     r = run_cli(tmp_path, "resume", run_id, "--decision", "approve-all", "--json")
-    assert r.returncode == 3, r.stderr[-3000:]  # the batch ran; the next proposal waits
+    # the batch ran; then the next proposal waits (3), or the run ends because no untested change is likely
+    # enough once the leading hypothesis's test was rejected (0): either way not a crash (1) or a bad input (2)
+    assert r.returncode in (0, 3), r.stderr[-3000:]
     events = _events(Path(_last_json(r)["transcript"]))
     proposed = next(e["data"]["batch"]["experiment_ids"] for e in events if e["data"].get("batch"))
     ran = [e["data"]["experiment_id"] for e in events if e["type"] == "server.launched"][1:]

@@ -434,7 +434,7 @@ class Chooser(FlagMatcher):
                                 lambda h: any(self.prediction(h, t[2], ref.facts) != "persists" for t in scored))
         if best_p < tunables().choice.min_test_p and tested_any(view):
             return Proposal(conclude_reason=f"no untested change is likely enough to be worth a launch (the best "
-                            f"has P(fix) = {best_p:.2f}, below {tunables().choice.min_test_p:g})", considered=considered)
+                            f"has P(fix) = {best_p:.3f}, below {tunables().choice.min_test_p:g})", considered=considered)
         why = f"the best probability per host-second among {count(len(scored), 'candidate change')}"
         return self._test(state, baseline, scored[0], cost, ref.facts, why, considered)
 
