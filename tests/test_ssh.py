@@ -176,6 +176,42 @@ def test_wrong_key_is_a_one_line_auth_error(sshd: Any, tmp_path: Path) -> None:
     assert "authentication failed for" in r.stderr and "Traceback" not in r.stderr
 
 
+def test_a_port_that_accepts_then_hangs_up_is_one_line_without_paramikos_traceback(tmp_path: Path) -> None:
+    """Something listens on the port but is no SSH server: it accepts, then closes. Paramiko's transport
+    thread logs the failed handshake on its own logger; with no handler that fell through to Python's
+    last-resort handler and printed two tracebacks before hypoloop's error."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def hang_up() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            conn.close()
+
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    t = threading.Thread(target=hang_up, daemon=True)
+    t.start()
+    try:
+        r = _hypoloop(tmp_path, "flags", "--host", f"ssh://me@127.0.0.1:{port}",
+                      "--known-hosts", str(known))
+    finally:
+        stop.set()
+        t.join()
+        listener.close()
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "cannot connect to me@127.0.0.1" in r.stderr, r.stderr
+
+
 def test_a_bad_host_option_is_named_as_the_option_not_as_the_case_file(sshd: Any, tmp_path: Path) -> None:
     r = _hypoloop(
         tmp_path,

@@ -8,6 +8,7 @@ import base64
 import contextlib
 import getpass
 import hashlib
+import logging
 import os
 import shlex
 import socket
@@ -24,6 +25,11 @@ from tools.ssh.config import SSHOptions, SSHStats, parse_target
 from tools.ssh.shell import env_words
 
 T = TypeVar("T")
+
+# Paramiko's transport thread logs a failed handshake (with its traceback) on the "paramiko" logger; with no
+# handler anywhere that reached Python's last-resort handler and printed raw tracebacks before hypoloop's own
+# one-line error. The failure still surfaces: connect() raises, and _open names it.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class _CountingSocket:
