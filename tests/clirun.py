@@ -36,6 +36,26 @@ def run_cli(tmp_path: Path, *args: str, timeout: float = 180, **env: str) -> sub
     )
 
 
+#: the [launcher] table of a case that runs the lab's stand-in server on this machine
+LAB_LAUNCHER = (
+    '[launcher]\nargv = ["{python}", "-m", "lab.launch_server"]\n'
+    'version_argv = ["{python}", "-m", "lab.launch_server", "--version"]\n'
+    'gpu_query_argv = ["{python}", "-m", "lab.nvidia_smi"]\n'
+)
+
+
+def lab_case(path: Path, world: Path, *, model: str, baseline: str, budget: str,
+             description: str = "the server stops at start-up", name: str | None = None) -> Path:
+    """Write a case file at ``path`` that runs the lab world file ``world``: ``baseline`` is the body of the
+    [baseline] table and ``budget`` of [budget] (TOML lines); ``name`` defaults to the world's folder."""
+    path.write_text(
+        f'name = "{name or world.parent.name}"\ndescription = "{description}"\n'
+        f'[host]\nenv = {{ HYPOLOOP_LAB_WORLD = "{world}" }}\n{LAB_LAUNCHER}'
+        f'[model]\npath = "{model}"\n[baseline]\n{baseline}\n[budget]\n{budget}\n'
+    )
+    return path
+
+
 def run_auto(tmp_path: Path, case: Path, *, timeout: float = 300, **env: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``hypoloop run CASE --auto --json`` in ``tmp_path`` with none of the developer's own ``HYPOLOOP_*``
     settings (``env`` sets the lab's, e.g. its clock, seed and state folder); its result line and its

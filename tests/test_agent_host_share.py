@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clirun import changes_tested, run_auto
+from clirun import changes_tested, lab_case, run_auto
 
 from agent.planning.served import OnHost, served_settings
 from bench.run import empty_catalog_knowledge
@@ -25,29 +25,26 @@ WORLD = Path(__file__).parent / "data" / "worlds" / "cpu-ranks-below-numa-nodes"
 
 
 
+def _run(tmp_path: Path, case: Path, catalog: str) -> tuple[dict, list[dict]]:
+    """Run ``case`` on the lab, auto-approved, with the shipped knowledge or an empty catalog."""
+    env = {"HYPOLOOP_LAB_TIME_SCALE": TIME_SCALE, "HYPOLOOP_LAB_SEED": "t",
+           "HYPOLOOP_LAB_STATE": str(tmp_path / "lab-state")}
+    if catalog == "empty":
+        env["HYPOLOOP_KNOWLEDGE"] = str(empty_catalog_knowledge(tmp_path))
+    return run_auto(tmp_path, case, **env)
+
+
 @pytest.mark.parametrize("catalog", ["catalog", "empty"])
 def test_ranks_fewer_than_the_hosts_numa_nodes_are_sized_to_the_host(catalog: str, tmp_path: Path) -> None:
     """The notice names four nodes and one rank, the server dies while the weights load: the first change
     tested is --tp-size 4 (not a revert of the user's own settings), and the run ends isolated on it, with
     or without the hypothesis catalog."""
-    case = tmp_path / "case.toml"
-    case.write_text(
-        'name = "cpu-ranks-below-numa-nodes"\n'
-        'description = "A large model with the SGLang CPU engine on our four-socket box; it loads for a long '
-        'time and then dies before it is ready."\n'
-        f'[host]\nenv = {{ HYPOLOOP_LAB_WORLD = "{WORLD}" }}\n'
-        '[launcher]\nargv = ["{python}", "-m", "lab.launch_server"]\n'
-        'version_argv = ["{python}", "-m", "lab.launch_server", "--version"]\n'
-        'gpu_query_argv = ["{python}", "-m", "lab.nvidia_smi"]\n'
-        '[model]\npath = "meituan/DeepSeek-R1-Channel-INT8"\n'
-        '[baseline]\nflags = { "--device" = "cpu", "--quantization" = "w8a8_int8", "--mem-fraction-static" = 0.8 }\n'
-        '[budget]\nexperiments = 6\n'
-    )
-    env = {"HYPOLOOP_LAB_TIME_SCALE": TIME_SCALE, "HYPOLOOP_LAB_SEED": "t",
-           "HYPOLOOP_LAB_STATE": str(tmp_path / "lab-state")}
-    if catalog == "empty":
-        env["HYPOLOOP_KNOWLEDGE"] = str(empty_catalog_knowledge(tmp_path))
-    result, events = run_auto(tmp_path, case, **env)
+    case = lab_case(tmp_path / "case.toml", WORLD, model="meituan/DeepSeek-R1-Channel-INT8",
+                    description="A large model with the SGLang CPU engine on our four-socket box; it loads for a "
+                    "long time and then dies before it is ready.",
+                    baseline='flags = { "--device" = "cpu", "--quantization" = "w8a8_int8", '
+                    '"--mem-fraction-static" = 0.8 }', budget="experiments = 6")
+    result, events = _run(tmp_path, case, catalog)
     assert result["status"] == "isolated", result.get("reason")
     fix = result["root_cause"]["fix"]
     assert (fix["name"], str(fix["after"])) == ("--tp-size", "4"), fix
@@ -74,25 +71,12 @@ def test_a_rank_count_the_engine_refused_for_this_hosts_numa_nodes_is_fitted_to_
     """The case sets --tp-size 8 (a GPU recipe's) on a four-node CPU host; the engine refuses it, naming the
     host's four nodes as the bound. --tp-size 4 serves: a size the engine itself refused on this box never
     served, so fitting it to the host is the fix (isolated), not "a change of the deployment"."""
-    case = tmp_path / "case.toml"
-    case.write_text(
-        'name = "cpu-ranks-above-numa-nodes"\n'
-        'description = "A large model with the SGLang CPU engine on our four-socket box, started with the '
-        'tensor-parallel size from the model card; it never becomes ready."\n'
-        f'[host]\nenv = {{ HYPOLOOP_LAB_WORLD = "{ABOVE}" }}\n'
-        '[launcher]\nargv = ["{python}", "-m", "lab.launch_server"]\n'
-        'version_argv = ["{python}", "-m", "lab.launch_server", "--version"]\n'
-        'gpu_query_argv = ["{python}", "-m", "lab.nvidia_smi"]\n'
-        '[model]\npath = "meituan/DeepSeek-R1-Channel-INT8"\n'
-        '[baseline]\nflags = { "--device" = "cpu", "--tp-size" = 8, "--quantization" = "w8a8_int8", '
-        '"--mem-fraction-static" = 0.8 }\n'
-        '[budget]\nexperiments = 6\n'
-    )
-    env = {"HYPOLOOP_LAB_TIME_SCALE": TIME_SCALE, "HYPOLOOP_LAB_SEED": "t",
-           "HYPOLOOP_LAB_STATE": str(tmp_path / "lab-state")}
-    if catalog == "empty":
-        env["HYPOLOOP_KNOWLEDGE"] = str(empty_catalog_knowledge(tmp_path))
-    result, _events = run_auto(tmp_path, case, **env)
+    case = lab_case(tmp_path / "case.toml", ABOVE, model="meituan/DeepSeek-R1-Channel-INT8",
+                    description="A large model with the SGLang CPU engine on our four-socket box, started with "
+                    "the tensor-parallel size from the model card; it never becomes ready.",
+                    baseline='flags = { "--device" = "cpu", "--tp-size" = 8, "--quantization" = "w8a8_int8", '
+                    '"--mem-fraction-static" = 0.8 }', budget="experiments = 6")
+    result, _events = _run(tmp_path, case, catalog)
     assert result["status"] == "isolated", result.get("reason")
     fix = result["root_cause"]["fix"]
     assert (fix["name"], str(fix["before"]), str(fix["after"])) == ("--tp-size", "8", "4"), fix

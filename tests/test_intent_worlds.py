@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from clirun import run_auto
+from clirun import lab_case, run_auto
 
 TEST_WORLDS = Path(__file__).parent / "data" / "worlds"
 GUARD = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
@@ -20,16 +20,9 @@ BUDGET = 4
 
 
 def _run(tmp_path: Path, world: str, extra: str = "") -> tuple[dict, list[dict]]:
-    case = tmp_path / f"{world}.toml"
-    case.write_text(
-        f'name = "{world}"\ndescription = "the server stops at start-up"\n'
-        f'[host]\nenv = {{ HYPOLOOP_LAB_WORLD = "{TEST_WORLDS / world / "world.toml"}" }}\n'
-        '[launcher]\nargv = ["{python}", "-m", "lab.launch_server"]\n'
-        'version_argv = ["{python}", "-m", "lab.launch_server", "--version"]\n'
-        'gpu_query_argv = ["{python}", "-m", "lab.nvidia_smi"]\n'
-        '[model]\npath = "Qwen/Qwen3-8B"\n[baseline]\nflags = { "--context-length" = 131072 }\n'
-        f"[budget]\nexperiments = {BUDGET}\nhost_seconds = 1000000\n{extra}"
-    )
+    case = lab_case(tmp_path / f"{world}.toml", TEST_WORLDS / world / "world.toml", model="Qwen/Qwen3-8B",
+                    baseline='flags = { "--context-length" = 131072 }',
+                    budget=f"experiments = {BUDGET}\nhost_seconds = 1000000\n{extra}")
     return run_auto(tmp_path, case, HYPOLOOP_LAB_TIME_SCALE="0.001", HYPOLOOP_LAB_SEED="t",
                     HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
 
@@ -83,16 +76,8 @@ KV_BUDGET = 10
 
 
 def _run_kv(tmp_path: Path, world: str) -> tuple[dict, list[dict]]:
-    case = tmp_path / f"{world}.toml"
-    case.write_text(
-        f'name = "{world}"\ndescription = "the server stops at start-up"\n'
-        f'[host]\nenv = {{ HYPOLOOP_LAB_WORLD = "{TEST_WORLDS / world / "world.toml"}" }}\n'
-        '[launcher]\nargv = ["{python}", "-m", "lab.launch_server"]\n'
-        'version_argv = ["{python}", "-m", "lab.launch_server", "--version"]\n'
-        'gpu_query_argv = ["{python}", "-m", "lab.nvidia_smi"]\n'
-        f'[model]\npath = "Qwen/Qwen3-8B"\n[baseline]\nflags = {KV_FLAGS}\n'
-        f"[budget]\nexperiments = {KV_BUDGET}\nhost_seconds = 1000000\n"
-    )
+    case = lab_case(tmp_path / f"{world}.toml", TEST_WORLDS / world / "world.toml", model="Qwen/Qwen3-8B",
+                    baseline=f"flags = {KV_FLAGS}", budget=f"experiments = {KV_BUDGET}\nhost_seconds = 1000000")
     return run_auto(tmp_path, case, HYPOLOOP_LAB_TIME_SCALE="0.001", HYPOLOOP_LAB_SEED="t",
                     HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
 
