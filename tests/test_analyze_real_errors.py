@@ -66,6 +66,15 @@ def test_no_accelerator_on_a_cpu_host_proposes_device_cpu(tmp_path: Path) -> Non
     assert doc["first_experiment"]["name"] == "--device" and doc["first_experiment"]["after"] == "cpu"
 
 
+def test_the_platform_note_quotes_the_part_of_the_config_dump_that_shows_it(tmp_path: Path) -> None:
+    """The server_args line is thousands of characters; the note quotes the window with the device in it,
+    not the start of the stretch the pattern spanned."""
+    out = _analyze(tmp_path, "fp8-triton-no-driver.log")
+    text = " ".join(out.split())
+    note = text[text.index("the log shows a cpu host"):]
+    assert "'device': 'cpu'" in note[:260], note[:260]
+
+
 def test_cpu_only_says_so_without_the_log(tmp_path: Path) -> None:
     """--cpu-only tells analyze the host's platform when the log does not; a GPU name beside it is refused."""
     log = tmp_path / "no_plugin.log"

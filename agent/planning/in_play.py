@@ -205,16 +205,17 @@ def platform_in_log(text: str, k: Knowledge) -> tuple[str, str] | None:
                 raise SubsystemsError(f"subsystems.toml: platform {p.get('id')}: log_says {pattern!r}: {exc}") from None
             for line in text.splitlines():
                 if m := rx.search(line):
-                    return str(p["id"]), _around(line.strip(), m.group(0))
+                    return str(p["id"]), _around(line.strip(), m.group(0)[-40:])
     return None
 
 
 def _around(line: str, hit: str, width: int = 160) -> str:
     """``line`` as quoted to a person: whole when short, else the part around ``hit`` (an engine's
-    configuration dump is one line of thousands of characters) with ``…`` where it was cut."""
+    configuration dump is one line of thousands of characters) with ``…`` where it was cut. A pattern that
+    spans a long stretch (``server_args=.*'device': 'cpu'``) passes its match's tail: that is what shows."""
     if len(line) <= width:
         return line
-    at = max(0, line.find(hit))
+    at = max(0, line.rfind(hit))
     start = max(0, at - (width - len(hit)) // 2)
     part = line[start : start + width]
     return ("…" if start > 0 else "") + part + ("…" if start + width < len(line) else "")
