@@ -46,6 +46,7 @@ from agent.planning.package_changes import (
     is_in,
     package_changes,
 )
+from agent.planning.platform_change import host_platform_id, platform_builds
 from tools.installed import dist_key
 from tools.tracebacks import Frame
 
@@ -88,7 +89,10 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     seen = named + told + rest
     logs = [p for p in logged if not is_generic_runtime(p) and not any(is_in(n, [p], installed) for n in seen)]
     runtimes = [p for p in logged if p not in logs and p not in generic and not any(is_in(n, [p], installed) for n in seen)]
-    packages = involved + told + aside + plain + logs + [ch.name for ch in ordered if ch.name == engine]
+    builds = platform_builds(case, host_platform_id(fingerprint, case), installed, dict(fingerprint.get("check_env") or {}))
+    built = [lib.package for lib, _ in builds.packages if lib.package not in involved + told + aside + plain + logs] \
+        if builds else []
+    packages = involved + told + aside + plain + logs + built + [ch.name for ch in ordered if ch.name == engine]
     packages += generic + runtimes if not packages else []
     if not packages:
         return c
@@ -107,6 +111,10 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
         update["pin"] = pin
     shown = [(lib, line) for lib, line in ev.logged if lib.package in logs or (not plain and lib.package in packages)]
     words = _words(ordered, told, plain + generic, where, pin, crash if own in plain else None)
+    if builds and built:
+        update["platform_builds"] = {"platform": builds.platform, "served": list(builds.good),
+                                     "failing": list(builds.other), "packages": built}
+        words = _joined(words, builds.words())
     return c.model_copy(update={"implicated": {**imp, **update},
                                 "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
 
