@@ -12,15 +12,21 @@ platform failures an engineer reads from the host's evidence (issue 20, points 1
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clirun import changes_tested, run_auto
 
 from agent.domain.case import Case
+from agent.planning.evidence_packages import libraries
 from agent.planning.generators.ranks import fewer_ranks
-from agent.planning.platform_change import platform_builds
+from agent.planning.in_play import load_subsystems, platform_of
+from agent.planning.package_changes import packages_knowledge
+from agent.planning.platform_change import host_platform_id
+from agent.planning.platform_change import platform_builds as builds_of
 from agent.planning.served import SHARD_FACT, OnHost, served_settings
 from bench.run import empty_catalog_knowledge
+from tools.fingerprint import HostFingerprint
 
 TIME_SCALE = "0.002"
 WORLDS = Path(__file__).parent / "data" / "worlds"
@@ -109,6 +115,12 @@ def test_garbage_on_rocm_with_another_rocm_build_serving_names_the_rocm_only_ker
     assert "rocm 7.0" in (result.get("reason") or "").lower()
 
 
+def platform_builds(case: Case, platform: str, installed: dict[str, str], check_env: dict[str, str]) -> Any:
+    known = packages_knowledge().platform_builds
+    assert known is not None
+    return builds_of(case, platform, installed, check_env, libraries(), known.works_words)
+
+
 def _case(description: str) -> Case:
     return Case.model_validate({"name": "c", "description": description, "model": {"path": "m"},
                                 "baseline": {"flags": {"--tp-size": 8}}})
@@ -126,3 +138,13 @@ def test_a_platform_build_is_compared_only_when_the_description_says_another_ver
     assert platform_builds(_case(_ROCM_DESCRIPTION), "rocm", {}, {"amd-aiter": "Module Not Found"}) is None
     installed = platform_builds(_case(_ROCM_DESCRIPTION), "rocm", {"amd-aiter": "0.1.4"}, {"amd-aiter": "0.1.4"})
     assert installed is not None and installed.packages[0][1] == "0.1.4"
+
+
+@pytest.mark.parametrize(("vendor", "device"), [("amd", None), ("nvidia", None), ("none", "cpu"), ("nvidia", "cpu"),
+                                                ("amd", "cuda"), (None, None)])
+def test_the_endings_platform_is_the_planners(vendor: str | None, device: str | None) -> None:
+    """platform_change reads the host's platform as agent.planning.in_play.platform_of does."""
+    flags = {"--device": device} if device else {}
+    case = Case.model_validate({"name": "c", "model": {"path": "m"}, "baseline": {"flags": flags}})
+    fp = HostFingerprint(gpu_vendor=vendor)
+    assert host_platform_id(fp.model_dump(), case) == platform_of(fp, device, load_subsystems())

@@ -15,14 +15,17 @@ packages (a package the host reports as not installed is left out). Nothing is n
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agent.domain.case import Case
-from agent.planning.evidence_packages import Library, libraries
-from agent.planning.package_changes import packages_knowledge
-from agent.planning.served import run_platform
 from tools.installed import dist_key, same_version, toolkit_versions
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from agent.domain.case import Case
+    from agent.planning.evidence_packages import Library
 
 __all__ = ["PlatformBuilds", "host_platform_id", "platform_builds"]
 
@@ -59,17 +62,17 @@ def _versions(platform: str, text: str) -> list[str]:
     return re.findall(rf"(?<![\w-]){re.escape(platform)}[\s-]*v?(\d+(?:\.\d+)+)\b", text, re.I)
 
 
-def platform_builds(case: Case, platform: str | None, installed: dict[str, str],
-                    check_env: dict[str, str]) -> PlatformBuilds | None:
+def platform_builds(case: Case, platform: str | None, installed: dict[str, str], check_env: dict[str, str],
+                    libs: Iterable[Library], works_words: Sequence[str]) -> PlatformBuilds | None:
     """The description's comparison of two builds of ``platform`` (the host's platform id), or None when
     it makes none: a clause names the platform with a version and a word saying it served, and another
     clause (or the host's toolkit, ``tools.installed.toolkit_versions``) gives another version. ``installed``
     and ``check_env`` are the fingerprint's: a package whose distribution check_env reports as not installed
-    is left out. None too when no package is built only for that platform."""
-    builds = packages_knowledge().platform_builds
-    if not platform or builds is None or not builds.works_words or not case.description:
+    is left out. None too when no package is built only for that platform. ``libs`` are knowledge/
+    libraries.toml's entries, ``works_words`` packages.toml's ``[platform_builds] works_words``."""
+    if not platform or not works_words or not case.description:
         return None
-    works = re.compile(r"\b(?:" + "|".join(builds.works_words) + r")\b", re.I)
+    works = re.compile(r"\b(?:" + "|".join(works_words) + r")\b", re.I)
     good: list[str] = []
     other: list[str] = []
     said = ""
@@ -89,7 +92,7 @@ def platform_builds(case: Case, platform: str | None, installed: dict[str, str],
         return None
     reported = {dist_key(k) for k in check_env}
     packages: list[tuple[Library, str | None]] = []
-    for lib in libraries():
+    for lib in libs:
         if tuple(lib.platforms) != (platform,):
             continue
         names = [dist_key(n) for n in (*lib.distributions, lib.package)]
@@ -106,5 +109,17 @@ def host_platform_id(fingerprint: dict[str, Any], case: Case) -> str | None:
     """The host's platform id (knowledge/subsystems.toml ``[[platform]]``) from the case's ``--device`` or
     the fingerprint's GPU vendor; None when neither tells."""
 
-    return run_platform(fingerprint or None, case.baseline)
+    from agent.domain.knowledge_dir import knowledge_file
+
+    # the rule of agent.planning.in_play.platform_of, read here from subsystems.toml's [[platform]] table
+    # (blame sits at the bottom of the import chain; tests check the two agree)
+    try:
+        platforms = tomllib.loads(knowledge_file("subsystems.toml").read_text(encoding="utf-8")).get("platform", [])
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    device = str(case.baseline.flags.get("--device") or "").split(":")[0].strip().lower()
+    vendor = (fingerprint or {}).get("gpu_vendor")
+    by_device = next((str(p["id"]) for p in platforms if device and device != "cuda"
+                      and str(p.get("device", "")).lower() == device), None)
+    return by_device or next((str(p["id"]) for p in platforms if vendor and p.get("gpu_vendor") == vendor), None)
 

@@ -94,16 +94,13 @@ class Served:
         does not divide the checkpoint's attention heads) was never served: removing it, or a value that
         divides them, keeps what is served. A setting the engine sizes from the host on this ``platform``
         (``host_sized_on``: the CPU engine's ranks, one per NUMA node) that the case left to the engine's
-        default says how the same host runs, not what is served; so does lowering it after a rank said its
-        shard of a weight did not fit a kernel (``refused``'s ``shard_split_by`` names the setting: fewer
-        ranks serve the same model on the same box, where a GPU's tensor-parallel size would give devices
-        back); so does one whose value the engine
-        refused with a bound it took from this host (``platform`` an ``OnHost`` whose ``refused`` are the
-        failing run's facts, whose
-        ``host_bounded``/``host_limit`` say "the ranks (dp_size * tp_size * pp_size = 8) should be smaller
-        than or equal to number of numa node on the machine 6", knowledge/signatures.toml): that value
-        never served here, and one within the host's figure fits the host. On a platform where the
-        engine does not size it from the host (a GPU's tensor-parallel size) neither holds."""
+        default says how the same host runs, not what is served; so does one whose value the engine refused
+        with a bound it took from this host (``platform`` an ``OnHost`` whose ``refused`` are the failing
+        run's facts: ``host_bounded``/``host_limit`` say "the ranks (dp_size * tp_size * pp_size = 8) should
+        be smaller than or equal to number of numa node on the machine 6"), fitted within it, or lowered
+        after a rank said its shard of a weight did not fit a kernel (``shard_split_by`` names it: fewer
+        ranks serve the same model on the same box). Neither holds where the engine does not size it from
+        the host (a GPU's tensor-parallel size gives devices back)."""
         canon = canonical_flag(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True
