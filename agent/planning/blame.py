@@ -32,6 +32,7 @@ from agent.domain.models import Conclusion, Outcome, RelevantFinding
 from agent.planning.evidence_packages import (
     Library,
     died_in,
+    libraries,
     library_file,
     library_of,
     log_evidence,
@@ -45,7 +46,9 @@ from agent.planning.package_changes import (
     is_generic_runtime,
     is_in,
     package_changes,
+    packages_knowledge,
 )
+from agent.planning.platform_change import PlatformBuilds, host_platform_id, platform_builds
 from tools.installed import dist_key
 from tools.tracebacks import Frame
 
@@ -58,8 +61,9 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     ``case``, ``fingerprint``, ``findings``, ``outcomes``). Adds to ``implicated``: ``changed`` (each
     ``{package, before, after, source, in_frames}``), ``packages`` (changed first, then the frames'),
     ``package`` (the first of them), ``pin`` (``NAME==OLD`` when the earlier version is known) and
-    ``log_evidence`` (each ``{package, line, source}`` a log line names, ``knowledge/libraries.toml``); and
-    says it in ``reason``. Any other conclusion is returned as it is."""
+    ``log_evidence`` (each ``{package, line, source}`` a log line names, ``knowledge/libraries.toml``),
+    ``platform_builds`` (the kernel packages built only for the host's platform, when the description says
+    another build of it served: ``agent.planning.platform_change``); and says it in ``reason``. Any other conclusion is returned as it is."""
     imp = c.implicated
     if c.status != "not_isolated" or not imp or any(not a.get("workaround") for a in c.alternatives):
         return c
@@ -88,7 +92,8 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     seen = named + told + rest
     logs = [p for p in logged if not is_generic_runtime(p) and not any(is_in(n, [p], installed) for n in seen)]
     runtimes = [p for p in logged if p not in logs and p not in generic and not any(is_in(n, [p], installed) for n in seen)]
-    packages = involved + told + aside + plain + logs + [ch.name for ch in ordered if ch.name == engine]
+    builds, built = _platform_only(case, fingerprint, installed, involved + told + aside + plain + logs)
+    packages = involved + told + aside + plain + logs + built + [ch.name for ch in ordered if ch.name == engine]
     packages += generic + runtimes if not packages else []
     if not packages:
         return c
@@ -103,12 +108,33 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     # pinning back a change the error does not involve, while it names another package, is no fix
     pinnable = [ch for ch in ordered if where[ch.name] or not told]
     pin = next((f"{ch.name}=={ch.before}" for ch in pinnable if ch.before), None)
-    if pin:
-        update["pin"] = pin
+    update.update({"pin": pin} if pin else {})
     shown = [(lib, line) for lib, line in ev.logged if lib.package in logs or (not plain and lib.package in packages)]
     words = _words(ordered, told, plain + generic, where, pin, crash if own in plain else None)
+    words = _with_builds(update, words, builds, built)
     return c.model_copy(update={"implicated": {**imp, **update},
                                 "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
+
+
+def _platform_only(case: Case, fingerprint: dict[str, Any], installed: dict[str, str],
+                   named: list[str]) -> tuple[PlatformBuilds | None, list[str]]:
+    """What the description says about another build of the host's platform (``platform_builds``) and the
+    kernel packages built only for it that nothing else named yet (``named``)."""
+    words = packages_knowledge().platform_builds
+    builds = platform_builds(case, host_platform_id(fingerprint, case), installed,
+                             dict(fingerprint.get("check_env") or {}), libraries(),
+                             words.works_words if words is not None else ())
+    return builds, [lib.package for lib, _ in builds.packages if lib.package not in named] if builds else []
+
+
+def _with_builds(update: dict[str, Any], words: str, builds: PlatformBuilds | None, built: list[str]) -> str:
+    """``words`` with the sentence about another build of the platform, and ``update`` with its record, when
+    it named a package (``built``)."""
+    if builds is None or not built:
+        return words
+    update["platform_builds"] = {"platform": builds.platform, "served": list(builds.good),
+                                 "failing": list(builds.other), "packages": built}
+    return _joined(words, builds.words())
 
 
 def _missing_first(imp: dict[str, Any], frames: list[str], vendor: str | None) -> list[str]:

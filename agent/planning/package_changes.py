@@ -86,14 +86,21 @@ class _Advice(_Strict):
     source: str
 
 
+class _Builds(_Strict):
+    works_words: tuple[str, ...] = ()
+    source: str
+
+
 class PackagesKnowledge(_Strict):
     """``knowledge/packages.toml``: the generic runtimes, the words that say something changed, weights,
-    and the words of an error that says its own package is too old (``upgrade_advice``)."""
+    the words of an error that says its own package is too old (``upgrade_advice``), and the words that
+    say another build of the platform served (``platform_builds``, optional)."""
 
     generic_runtimes: _Generic
     change_words: _Words
     weights: _Weights
     upgrade_advice: _Advice
+    platform_builds: _Builds | None = None
 
 
 @functools.cache

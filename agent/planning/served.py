@@ -24,7 +24,7 @@ from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 
-__all__ = ["HOST_BOUND_FACTS", "OnHost", "Served", "description_keeps", "host_refusals", "run_platform", "served_settings",
+__all__ = ["HOST_BOUND_FACTS", "SHARD_FACT", "OnHost", "Served", "description_keeps", "host_refusals", "run_platform", "served_settings",
            "user_keeps"]
 
 
@@ -94,13 +94,13 @@ class Served:
         does not divide the checkpoint's attention heads) was never served: removing it, or a value that
         divides them, keeps what is served. A setting the engine sizes from the host on this ``platform``
         (``host_sized_on``: the CPU engine's ranks, one per NUMA node) that the case left to the engine's
-        default says how the same host runs, not what is served; so does one whose value the engine
-        refused with a bound it took from this host (``platform`` an ``OnHost`` whose ``refused`` are the
-        failing run's facts, whose
-        ``host_bounded``/``host_limit`` say "the ranks (dp_size * tp_size * pp_size = 8) should be smaller
-        than or equal to number of numa node on the machine 6", knowledge/signatures.toml): that value
-        never served here, and one within the host's figure fits the host. On a platform where the
-        engine does not size it from the host (a GPU's tensor-parallel size) neither holds."""
+        default says how the same host runs, not what is served; so does one whose value the engine refused
+        with a bound it took from this host (``platform`` an ``OnHost`` whose ``refused`` are the failing
+        run's facts: ``host_bounded``/``host_limit`` say "the ranks (dp_size * tp_size * pp_size = 8) should
+        be smaller than or equal to number of numa node on the machine 6"), fitted within it, or lowered
+        after a rank said its shard of a weight did not fit a kernel (``shard_split_by`` names it: fewer
+        ranks serve the same model on the same box). Neither holds where the engine does not size it from
+        the host (a GPU's tensor-parallel size gives devices back)."""
         canon = canonical_flag(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True
@@ -198,17 +198,24 @@ class Served:
 #: The failing run's facts (knowledge/signatures.toml) that say which settings an error bounded by a
 #: figure of the host (argparse dests, multiplied), and that figure.
 HOST_BOUND_FACTS = ("host_bounded", "host_limit")
+#: The failing run's fact naming the setting (argparse dest) whose split gave a rank a shard of a weight that
+#: a kernel refused (knowledge/signatures.toml ``rank_shard_refused``).
+SHARD_FACT = "shard_split_by"
 
 
 def _fits_host(names: Iterable[str], before: object, after: object, refused: dict[str, str] | None) -> bool:
     """Whether the engine refused ``before`` with a bound taken from the host (``refused``'s
     ``host_bounded`` names one of the setting's spellings ``names`` as an argparse dest, and ``before``
-    is above ``host_limit``) and ``after`` (None: the engine's default, one) is within it."""
+    is above ``host_limit``) and ``after`` (None: the engine's default, one) is within it; or a rank's
+    shard at ``before`` did not fit a kernel (``shard_split_by`` names the setting) and ``after`` is fewer."""
     facts = refused or {}
     bounded = {d.strip() for d in facts.get(HOST_BOUND_FACTS[0], "").split("*")}
     limit, was = _whole(facts.get(HOST_BOUND_FACTS[1])), _whole(before)
     now = 1 if after is None else _whole(after)
     dests = {n.lstrip("-").replace("-", "_") for n in names}
+    split = {d.strip() for d in facts.get(SHARD_FACT, "").split("*")}
+    if split & dests and was and now and now < was:
+        return True  # a rank's shard did not fit a kernel: fewer ranks on the same host
     if not (bounded & dests and limit and was and now):
         return False
     return was > limit >= now
@@ -216,11 +223,14 @@ def _fits_host(names: Iterable[str], before: object, after: object, refused: dic
 
 def host_refusals(outcomes: Iterable[Outcome]) -> dict[str, str]:
     """The host bounds the failed launches among ``outcomes`` were refused with (their ``HOST_BOUND_FACTS``),
-    for ``Served.changes_deployment``'s ``refused``; empty when none was."""
+    and the setting whose split gave a rank a shard a kernel refused (``SHARD_FACT``), for
+    ``Served.changes_deployment``'s ``refused``; empty when none was."""
     out: dict[str, str] = {}
     for o in outcomes:
         if o.stage != "ok" and all(k in o.facts for k in HOST_BOUND_FACTS):
-            out = {k: o.facts[k] for k in HOST_BOUND_FACTS}
+            out.update({k: o.facts[k] for k in HOST_BOUND_FACTS})
+        if o.stage != "ok" and SHARD_FACT in o.facts:
+            out[SHARD_FACT] = o.facts[SHARD_FACT]
     return out
 
 

@@ -15,6 +15,7 @@ from agent.planning.generators.host_share import HostShareGenerator
 from agent.planning.generators.installed_source import InstalledSourceGenerator
 from agent.planning.generators.load import LoadGenerator
 from agent.planning.generators.localisers import LocaliserGenerator
+from agent.planning.generators.ranks import FewerRanksGenerator
 from agent.planning.generators.remedies import RemediesGenerator
 from agent.planning.generators.resolution import ResolutionGenerator
 from agent.planning.generators.settings import SettingsVsDefaultsGenerator
@@ -29,6 +30,7 @@ REGISTRY: list[type[CandidateGenerator]] = [
     CatalogGenerator,
     RemediesGenerator,
     HostShareGenerator,
+    FewerRanksGenerator,
     SymptomClassGenerator,
     LocaliserGenerator,
     ImplicatedComponentGenerator,
