@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -108,16 +109,19 @@ def test_unsupported_architecture_says_only_a_package_or_model_change_can_help(t
 # a one-NUMA-node host), whose text gives CPU lists for "a machine with 2 numa nodes" (cores 0-63).
 
 
-def test_another_machines_cpu_list_is_never_proposed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("log", ["cpu_threads_bind.log", "tp2-no-bind.log"])
+def test_another_machines_cpu_list_is_never_proposed(tmp_path: Path, log: str) -> None:
     """Unknown CPU count: the example lists are left out and the user is told why; the first experiment
-    is the change the error's own bound asks for (tp_size down to the NUMA node count)."""
-    out = _analyze(tmp_path, "cpu_threads_bind.log")
+    is the variable the error names as the remedy, one CPU per rank (CPUs any host running 2 ranks has),
+    which keeps the user's 2 ranks; lowering --tp-size (a change of the deployment) is the alternative."""
+    out = _analyze(tmp_path, log)
     _no_empty_heading(out)
     text = " ".join(out.split())
-    first = text.split("first experiment:")[1].split("values checked")[0]
-    assert "--tp-size: 2 (in the log) → 1" in first, out
+    first = text.split("first experiment:")[1].split("alternatives")[0]
+    assert first.startswith(" SGLANG_CPU_OMP_THREADS_BIND: (unset) → 0|1"), out
     proposals = text.split("hypotheses")[1].split("values checked against this host")[0]
-    assert "0-31" not in proposals and "SGLANG_CPU_OMP_THREADS_BIND" not in proposals
+    assert "0-31" not in proposals and "0-15" not in proposals
+    assert re.search(r"--tp-size: 2 (\(in the log\) )?→ 1", text.split("alternatives")[1]), out
     assert "example for another machine" in text and "--cpus" in text
 
 
@@ -134,11 +138,13 @@ def test_fit_cpu_list_checks_against_the_host() -> None:
     from agent.planning.values import fit_cpu_list
 
     example = "For example, on a machine with 2 numa nodes, set X=0-31"
-    assert fit_cpu_list("0-31", example, cpu_count=None, ranks=1)[0] is None
+    assert fit_cpu_list("0-31", example, cpu_count=None, ranks=None)[0] is None
+    assert fit_cpu_list("0-31", example, cpu_count=None, ranks=1)[0] == "0"  # one CPU per rank
+    assert fit_cpu_list("0-31|32-63", example, cpu_count=None, ranks=2)[0] == "0|1"
     assert fit_cpu_list("0-31", example, cpu_count=4, ranks=1)[0] == "0-3"
     assert fit_cpu_list("0-31", "set X=0-31", cpu_count=64, ranks=1) == ("0-31", "")
     assert fit_cpu_list("0-31|32-63", "set X=0-31|32-63", cpu_count=64, ranks=2) == ("0-31|32-63", "")
-    # a sentence of the error's example paragraph without an example word: unchecked, never proposed
-    assert fit_cpu_list("0-31|32-63", "the same as setting X=0-31|32-63", cpu_count=None, ranks=2)[0] is None
+    # a sentence of the error's example paragraph without an example word: unchecked, never proposed as read
+    assert fit_cpu_list("0-31|32-63", "the same as setting X=0-31|32-63", cpu_count=None, ranks=2)[0] == "0|1"
     assert fit_cpu_list("0-3", example, cpu_count=2, ranks=4)[0] is None  # fewer CPUs than ranks
     assert fit_cpu_list("16", example, cpu_count=2, ranks=1) == ("16", "")  # a count, not a CPU list

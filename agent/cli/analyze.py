@@ -25,6 +25,7 @@ from agent.domain.models import Baseline, Change, Experiment
 from agent.planning.catalog import CatalogError
 from agent.planning.planner import PlannerView, RulePlanner, model_features
 from agent.planning.values import effective_before, suggestions_in_log
+from agent.planning.view import Proposal
 from agent.record.redact import redact_data, run_redactor
 from agent.review.render import print_hanging, shown_line
 from agent.review.wording import count
@@ -40,7 +41,6 @@ from tools.signatures import for_engine, load_signatures
 if TYPE_CHECKING:  # the heavy modules (LangGraph, the LLM client) load only in the commands that need them
     from agent.domain.models import Hypothesis, Outcome, RelevantFinding
     from agent.planning.catalog import CatalogEntry
-    from agent.planning.planner import Proposal
     from tools.signatures import Signature
 
 
@@ -129,8 +129,9 @@ def analyze_log(options: AnalyzeOptions) -> None:
     view = PlannerView(case=c, fingerprint=fp, findings=findings, experiments=[exp], outcomes=[outcome])
     planner = RulePlanner(catalog, flags)
     hist = planner.history(view)
-    proposal = planner.propose(view, hist)
-    ranked = sorted(hist.hypotheses, key=lambda h: -h.posterior)
+    clean = _served_cleanly(outcome)  # no failure: no hypothesis has a signature behind it
+    proposal = _NOTHING_FAILED if clean else planner.propose(view, hist)
+    ranked = [] if clean else sorted(hist.hypotheses, key=lambda h: -h.posterior)
     verdict = _log_verdict(outcome)
     suggestions = suggestions_in_log(text.split("\n"))
     if json_out:
@@ -174,7 +175,7 @@ def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, li
         c = load_case(case) if case else Case(
             name=logfile.name, model=_model_from_log(text), launcher=LauncherSpec.model_validate({"engine": detect_log(text)}),
             # Without the case, the settings the log says were set away from their defaults are its baseline.
-            baseline=Baseline(flags=dict(non_default_flags(text) or {})),
+            baseline=Baseline(flags=dict(non_default_flags(text) or _served_chosen(text))),
         )
         # A log of unknown origin whose engine cannot be told is read with every signature.
         engine = c.launcher.engine if case or detect_log(text) else None
@@ -185,6 +186,18 @@ def _analyze_setup(logfile: Path, case: str | None, text: str) -> tuple[Case, li
     except (CaseError, CatalogError, ValueError) as exc:
         fail(str(exc))
     return c, sigs, catalog
+
+
+def _served_chosen(text: str) -> dict[str, str]:
+    """The served settings (knowledge/served.toml) a settings line that prints every setting (SGLang's
+    ``server_args``) shows away from the value printed when the flag is not given: the user's own, the
+    baseline a run of this log's case would start from (``--quantization fp8``, ``--tp-size 2``)."""
+    from agent.domain.failure import parse_server_args
+    from agent.planning.served import served_settings
+    from tools.engines import settings_marker_in
+
+    printed = next((parse_server_args(line) for line in text.splitlines() if settings_marker_in(line)), {})
+    return served_settings().chosen_in_log(printed) if printed else {}
 
 
 def _analyze_host_fingerprint(c: Case, fp: HostFingerprint, notes: list[str]) -> HostFingerprint:
@@ -504,6 +517,19 @@ def _bounded_lines(lines: list[int]) -> dict[str, Any]:
         "line_ranges": ranges[:LINES_CAP],
         "truncated": len(lines) > LINES_CAP or len(ranges) > LINES_CAP,
     }
+
+
+#: What analyze says of a log that reached ready and shows no failure: no signature is behind any change
+#: (a failure only requests show, a timeout or a wrong answer, is not in the server's log).
+_NOTHING_FAILED = Proposal(conclude_reason=(
+    "the log shows the server ready and no failure: no signature is behind any change. A failure that only "
+    "requests show (a timeout, a wrong answer) is not in the server's log: run the case (hypoloop run), "
+    "whose probes send them"))
+
+
+def _served_cleanly(outcome: Outcome) -> bool:
+    """Whether the log reached ready and shows no failure signature (its own shutdown left out)."""
+    return outcome.stage == "ready" and not outcome.failure_signatures()
 
 
 def _log_verdict(outcome: Any) -> str:

@@ -63,10 +63,26 @@ class Served:
         self.host_sized: dict[str, frozenset[str]] = {}
         #: flag (any spelling) -> every spelling of its setting, for those ``host_sized_on``
         self.spellings: dict[str, frozenset[str]] = {}
+        #: served flag (name as written) -> the value the engine prints for it when the flag is not given
+        #: (``default``; "None" for one the engine takes from the checkpoint), for ``chosen_in_log``
+        self.unset: dict[str, str] = {}
         self.served_flags = served_flags
         self.place_flags = place_flags
         self.served_env = served_env
         self.place_env = place_env
+
+    def chosen_in_log(self, printed: dict[str, str]) -> dict[str, str]:
+        """The served settings an engine's printed settings (``printed``: argparse dest -> value, SGLang's
+        ``server_args`` line) show away from the value it prints when the flag is not given: the user's
+        own choices, as flags (``{"--quantization": "fp8"}``). For a log read without its case, whose
+        settings line prints every setting (defaults and the engine's own resolutions alike), these are
+        the settings known to be the user's."""
+        out: dict[str, str] = {}
+        for name, unset in self.unset.items():
+            value = printed.get(name.lstrip("-").replace("-", "_"))
+            if value not in (None, "", "None", unset):
+                out[name] = str(value)
+        return out
 
     @property
     def flags(self) -> frozenset[str]:
@@ -280,6 +296,7 @@ def _load(path: Path) -> Served:
     divides: dict[str, str] = {}
     host_sized: dict[str, frozenset[str]] = {}
     spellings: dict[str, frozenset[str]] = {}
+    unset: dict[str, str] = {}
     for i, s in enumerate(data.get("setting", [])):
         check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "checkpoint_only", "divides",
                              "default", "read_by", "host_sized_on", "source"],
@@ -301,6 +318,8 @@ def _load(path: Path) -> Served:
                 only[n] = frozenset(str(v).lower() for v in s["checkpoint_only"])
             if s.get("divides"):
                 divides[n] = str(s["divides"])
+            if role == "served" and kind == "flag" and n == str(s["name"]) and ("default" in s or s.get("from_checkpoint")):
+                unset[n] = str(s.get("default", "None"))
             if s.get("host_sized_on"):
                 host_sized[n] = frozenset(str(v) for v in s["host_sized_on"])
                 spellings[n] = frozenset([str(s["name"]), *map(str, s.get("aliases", []))])
@@ -309,7 +328,7 @@ def _load(path: Path) -> Served:
         frozenset(sets.get(("env", "served"), set())), frozenset(sets.get(("env", "place"), set())),
         from_ckpt, only, divides, need,
     )
-    served.intent, served.host_sized, served.spellings = intent, host_sized, spellings
+    served.intent, served.host_sized, served.spellings, served.unset = intent, host_sized, spellings, unset
     served.on_purpose = on_purpose
     return served
 

@@ -187,12 +187,13 @@ def _need(ev: ValueEvidence) -> tuple[float, CaptureCost] | None:
 
 
 def mem_fraction_for_kv_pool(ev: ValueEvidence) -> tuple[str | None, str]:
-    """Raise the static fraction just enough for a KV cache of at least ``MIN_KV_GB``.
+    """Raise the static fraction so the KV cache gets room, with margin.
 
-    f = ceil_0.01(1 − (free after weights − MIN_KV_GB) / total), total being the GPU's size (or, when
-    unknown, the free memory before loading the weights). The smallest such step keeps the most
-    memory outside the pool for CUDA graphs and activations (too high a fraction makes capture run out
-    of memory instead).
+    The least fraction is ceil_0.01(1 − (free after weights − MIN_KV_GB) / total), total being the GPU's
+    size (or, when unknown, the free memory before loading the weights). When SGLang's default fraction
+    (``DEFAULT_FRACTION``) is above it, the value is halfway between the two: the least leaves a KV cache
+    of a few requests, and too high a fraction makes capture run out of memory instead. Otherwise the
+    least, which keeps the most memory outside the pool for CUDA graphs and activations.
     """
     free = ev.num("weights_avail_mem_gb")
     if free is None:
@@ -208,15 +209,21 @@ def mem_fraction_for_kv_pool(ev: ValueEvidence) -> tuple[str | None, str]:
             f"the weights leave {free:.2f} GB: no fraction fits a KV cache (more GPUs or a smaller model)",
         )
     need = 1 - free / total
-    f = math.ceil((1 - (free - MIN_KV_GB) / total) * 100 - 1e-9) / 100
-    f = max(f, round(ev.fraction() + 0.01, 2))
-    if f >= 0.99:
-        return None, f"it would take a fraction of {f:.2f}: no room is left for CUDA graphs"
+    least = math.ceil((1 - (free - MIN_KV_GB) / total) * 100 - 1e-9) / 100
+    least = max(least, round(ev.fraction() + 0.01, 2))
+    if least >= 0.99:
+        return None, f"it would take a fraction of {least:.2f}: no room is left for CUDA graphs"
+    # The least fraction gives a KV cache of a few requests and a next failure one step away; halfway to
+    # SGLang's own fraction, when that is higher, leaves margin on both sides (the KV cache and what
+    # stays outside the pool) and keeps some of the room the user's lower value left.
+    f = math.ceil((least + DEFAULT_FRACTION) / 2 * 100 - 1e-9) / 100 if DEFAULT_FRACTION > least else least
+    margin = (f" (halfway from the least, {least:.2f}, to SGLang's default {DEFAULT_FRACTION:.2f}: margin for "
+              "both)" if f > least else "")
     return (
         f"{f:.2f}",
         f"{free:.2f} GB free after the weights of {total:.2f} GB: the pool needs more than {need:.3f}; "
-        f"{f:.2f} gives the KV cache {free - total * (1 - f):.2f} GB and leaves {total * (1 - f):.2f} GB "
-        "outside it for CUDA graphs",
+        f"{f:.2f}{margin} gives the KV cache {free - total * (1 - f):.2f} GB and leaves "
+        f"{total * (1 - f):.2f} GB outside it for CUDA graphs",
     )
 
 
@@ -472,27 +479,69 @@ def _is_cpu_list(value: object) -> bool:
     return isinstance(value, str) and (value.isdigit() or cpu_ids(value) is not None)
 
 
+#: Requests vLLM's OpenAI server batches at once on the CPU backend, per rank (vLLM 0.32.0
+#: engine/arg_utils.py ``get_batch_defaults``: ``max_num_seqs`` 128 x world size when the platform is CPU).
+CPU_MAX_NUM_SEQS = 128
+
+
+def kv_cache_for_max_seqs(ev: ValueEvidence) -> tuple[str | None, str]:
+    """``kv_cache_gib_for_max_seqs`` as a size ``--kv-cache-memory-bytes`` reads (``NG``: N GiB)."""
+    gib, why = kv_cache_gib_for_max_seqs(ev)
+    return (f"{gib}G" if gib is not None else None), why
+
+
+def kv_cache_gib_for_max_seqs(ev: ValueEvidence) -> tuple[str | None, str]:
+    """A KV budget in whole GiB (``VLLM_CPU_KVCACHE_SPACE``'s unit) that holds the requests vLLM's CPU
+    server batches at once (``CPU_MAX_NUM_SEQS``), from the cache it sized itself: the GiB it took
+    (``kv_cache_auto_gib``, cpu_worker.py "Auto set (X/Y) GiB for KV cache") times the share of its
+    concurrency (``kv_concurrency``, "Maximum concurrency for N tokens per request: Cx") those requests
+    need, rounded up, at least 1 GiB. None when the log lacks either figure, or when the requests need
+    the whole cache (a smaller budget would not serve them)."""
+    auto, conc, total = ev.num("kv_cache_auto_gib"), ev.num("kv_concurrency"), ev.num("host_memory_gib")
+    if auto is None or conc is None or conc <= 0:
+        return None, "needs the KV cache vLLM sized itself ('Auto set (X/Y) GiB for KV cache') and its concurrency"
+    need = auto * min(1.0, CPU_MAX_NUM_SEQS / conc)
+    gib = max(1, math.ceil(need - 1e-9))
+    if gib >= auto:
+        return None, f"the {CPU_MAX_NUM_SEQS} requests vLLM batches need the whole {auto:.2f} GiB it took"
+    of = f" of the host's {total:.2f} GiB" if total else ""
+    return str(gib), (f"vLLM took {auto:.2f} GiB{of} for a KV cache that holds {conc:g} requests of the model "
+                       f"length; the {CPU_MAX_NUM_SEQS} it batches at once need {need:.2f} GiB: {gib} GiB, in whole GiB")
+
+
 RULES["cpu_list_per_rank"] = cpu_list_per_rank
+RULES["kv_cache_for_max_seqs"] = kv_cache_for_max_seqs
+RULES["kv_cache_gib_for_max_seqs"] = kv_cache_gib_for_max_seqs
+RULE_FLAGS["kv_cache_for_max_seqs"] = "--kv-cache-memory-bytes"
+DIRECTIONS["kv_cache_for_max_seqs"] = "lower"
 #: Rules whose value has a shape rather than a direction: a change matches when its value has it.
 SHAPES: dict[str, Callable[[object], bool]] = {"cpu_list_per_rank": _is_cpu_list}
 
 
 def fit_cpu_list(value: str, sentence: str, *, cpu_count: int | None, ranks: int | None) -> tuple[str | None, str]:
     """A CPU-list value read from an error text, checked against this host: (the value to propose or
-    None, why). With the host's CPU count unknown, no CPU list is proposed (it names CPUs of some
-    machine). With it known, a value that names a CPU the host does not have, or that the text gives as
+    None, why). With the host's CPU count unknown, no list read from the text is proposed (it names CPUs
+    of some machine). With it known, a value that names a CPU the host does not have, or that the text gives as
     an example, is never proposed as read: a value of the same shape (one group per rank) is derived for
-    this host. Values that are not CPU lists pass unchanged."""
+    this host. With the CPU count unknown and the rank count known, each rank gets one CPU of its own
+    (``0|1`` for two ranks); with neither, nothing is proposed. Values that are not CPU lists pass
+    unchanged."""
     ids = cpu_ids(value)
     if ids is None:
         return value, ""
     example = bool(_EXAMPLE.search(sentence))
     if cpu_count is None:
-        # CPU ids belong to one machine: unchecked, a list read from a text is never proposed (an error's
-        # paragraph of examples has sentences without an example word: "the same as setting X=0-31|32-63")
+        # CPU ids belong to one machine: unchecked, a list read from a text is never proposed as read (an
+        # error's paragraph of examples has sentences without an example word: "the same as setting
+        # X=0-31|32-63"). One CPU per rank, CPUs 0 to ranks-1, is the list of the same shape that any host
+        # able to run that many ranks has (a rank needs a CPU of its own; Linux numbers CPUs from 0).
         said = "the error's example for another machine" if example else "read from the error"
-        return None, (f"{value} is {said} (CPUs {min(ids)}-{max(ids)}); this host's CPU count is unknown "
-                      "(analyze --cpus N, or --case to ask the host)")
+        unknown = "this host's CPU count is unknown (analyze --cpus N, or --case to ask the host)"
+        if not ranks or ranks < 1:
+            return None, f"{value} is {said} (CPUs {min(ids)}-{max(ids)}); {unknown}"
+        fitted = "|".join(str(r) for r in range(ranks))
+        return fitted, (f"{value} is {said} (CPUs {min(ids)}-{max(ids)}); {unknown}: {fitted} gives each of "
+                        f"the {count(ranks, 'rank')} one CPU of its own, CPUs any host that runs them has")
     if max(ids) >= cpu_count or example:
         groups = ranks or value.count("|") + 1
         try:

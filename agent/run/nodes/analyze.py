@@ -133,11 +133,19 @@ def classify_outcome(evidence: RawEvidence) -> Outcome:
 def _matches_before_shutdown(evidence: RawEvidence) -> list[SignatureMatch]:
     """The launch's signature matches; once every probe passed, without the fatal and error lines the
     server logged after it was asked to stop (its own shutdown: SGLang 0.5.23's detokenizer "crashed
-    with exit code -15. Triggering SIGQUIT"), which are not the failure under test."""
+    with exit code -15. Triggering SIGQUIT"; vLLM 0.32.0's "EngineDeadError" from the output handler the
+    shutdown tore down), which are not the failure under test. A log read alone (``observed``: no
+    probes) is read the same way when it reached ready and logged no failure before it was asked to
+    stop: what it logs from there is its shutdown."""
     matches = list(evidence.matches)
     probes = evidence.probes
     stop = min((n for m in matches if m.signature_id == "server_stopping" for n in m.line_numbers), default=None)
-    if stop is not None and probes and all(p.ok for p in probes):
+    if stop is not None and evidence.status == "observed" and not probes:
+        before = [m for m in matches if m.line_numbers and min(m.line_numbers) < stop]
+        served = any(m.kind == "ready" for m in before) and not any(m.kind in ("fatal", "error") for m in before)
+    else:
+        served = bool(probes) and all(p.ok for p in probes)
+    if stop is not None and served:
         matches = [m for m in matches
                    if m.kind not in ("fatal", "error") or not m.line_numbers or min(m.line_numbers) < stop]
     return matches
