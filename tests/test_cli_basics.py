@@ -26,10 +26,22 @@ def _piped(tmp_path: Path, *args: str):  # no terminal and no COLUMNS: what `| l
     return subprocess.run([*HYPOLOOP, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_version_prints_the_installed_version(tmp_path: Path) -> None:
+def test_version_prints_the_installed_version_and_the_checkout_commit(tmp_path: Path) -> None:
+    """From a git checkout the version names its commit; with no git on PATH it still prints the version."""
+    import shutil
+    import subprocess
+
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not run from a git checkout, or no git")
+    head = subprocess.run([git, "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
     done = run_cli(tmp_path, "--version")
     assert done.returncode == 0
-    assert done.stdout.strip() == f"hypoloop {version('hypoloop')}"
+    assert done.stdout.strip() == f"hypoloop {version('hypoloop')} (commit {head})"
+    no_git = run_cli(tmp_path, "--version", PATH=str(tmp_path))  # an empty folder: no git to run
+    assert no_git.returncode == 0 and not no_git.stderr
+    assert no_git.stdout.strip() == f"hypoloop {version('hypoloop')}"
 
 
 def test_lab_list_names_every_world_with_its_description(tmp_path: Path) -> None:

@@ -39,14 +39,37 @@ app = typer.Typer(
 err_console = SafeConsole(stderr=True)
 
 
+def _source_commit() -> str | None:
+    """The short commit of the git checkout hypoloop runs from (``git rev-parse``, 2 s at most), or None:
+    installed elsewhere than a checkout's top folder, git absent, or anything git says wrong."""
+    import subprocess
+
+    top = Path(__file__).resolve().parents[2]  # agent/cli/common.py -> the checkout's top folder
+    if not (top / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(top), "rev-parse", "--show-toplevel", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=2, stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.split()
+    if done.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != top:
+        return None
+    return lines[1]
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
 
+        commit = _source_commit()
+        at = f" (commit {commit})" if commit else ""
         try:
-            print(f"hypoloop {version('hypoloop')}")
+            print(f"hypoloop {version('hypoloop')}{at}")
         except PackageNotFoundError:
-            print("hypoloop (not installed: run from a source tree)")
+            print(f"hypoloop (not installed: run from a source tree){at}")
         raise typer.Exit(0)
 
 
