@@ -371,9 +371,13 @@ def read_text(path: Path, *, what: str) -> str:
 
 
 def read_log_text(path: Path) -> str:
-    """A server log's text for reading whole (``analyze``): a line over 64 KiB is cut to its first 64 KiB
-    and a note (``tools.logwatch.read_capped``, as a run's watcher reads it); a missing, unreadable or
-    binary file is a one-line error (exit 2)."""
+    """A server log's text for reading whole (``analyze``): ``-`` is standard input, a FIFO is read as a
+    stream to its end (a note on stderr while no writer has opened it), any other file that is not a
+    regular file is refused. A line over 64 KiB is cut to its first 64 KiB and a note
+    (``tools.logwatch.read_capped``, as a run's watcher reads it). Stray NUL and invalid UTF-8 bytes are
+    replaced (``tools.logtext.decode_log``), with a note on stderr saying what and where. A missing,
+    unreadable, special or mostly binary file is a one-line error (exit 2)."""
+    from tools.logtext import NotText, decode_log
     from tools.logwatch import read_capped
 
     try:
@@ -381,9 +385,13 @@ def read_log_text(path: Path) -> str:
             data = read_capped(f)
     except OSError as exc:
         fail(f"{path}: cannot read: {exc.strerror or exc}")
-    if b"\0" in data[:65536]:
-        fail(f"{path}: not a text file (expected a log)")
-    return data.decode("utf-8", errors="replace")
+    try:
+        decoded = decode_log(data)
+    except NotText as exc:
+        fail(f"{path}: not a text file: {exc} (expected a log)")
+    if (note := decoded.note()) is not None:
+        err_console.print(f"note: {escape(str(path))}: {escape(note)}", highlight=False, soft_wrap=True)
+    return decoded.text
 
 
 def piped_console() -> Console:
