@@ -381,8 +381,14 @@ def read_log_text(path: Path) -> str:
     from tools.logwatch import read_capped
 
     try:
-        with path.open("rb") as f:
-            data = read_capped(f)
+        if str(path) == "-":
+            if sys.stdin.isatty():
+                err_console.print("reading the log from standard input (end it with Ctrl-D)", highlight=False)
+            data = read_capped(sys.stdin.buffer)
+        else:
+            _wait_for_a_writer(path)
+            with path.open("rb") as f:
+                data = read_capped(f)
     except OSError as exc:
         fail(f"{path}: cannot read: {exc.strerror or exc}")
     try:
@@ -392,6 +398,34 @@ def read_log_text(path: Path) -> str:
     if (note := decoded.note()) is not None:
         err_console.print(f"note: {escape(str(path))}: {escape(note)}", highlight=False, soft_wrap=True)
     return decoded.text
+
+
+def _wait_for_a_writer(path: Path) -> None:
+    """Refuse (one line, exit 2) a path that is neither a regular file nor a FIFO (a device, a socket),
+    which would be read forever or not at all; for a FIFO no writer has opened within 0.3 s, say on
+    stderr that the read waits for one (opening it for reading blocks until then)."""
+    import select
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # open() says why, in the usual words
+    if stat.S_ISDIR(mode):
+        fail(f"{path}: is a directory (expected a log file)")
+    if stat.S_ISREG(mode):
+        return
+    if not stat.S_ISFIFO(mode):
+        fail(f"{path}: not a regular file (expected a log file, a FIFO, or - for standard input)")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks; data or a writer's close shows in poll
+    try:
+        poll = select.poll()
+        poll.register(fd, select.POLLIN)
+        if not poll.poll(300):
+            err_console.print(f"{escape(str(path))} is a FIFO: waiting for a writer to send the log (Ctrl-C to stop)",
+                              highlight=False, soft_wrap=True)
+    finally:
+        os.close(fd)
 
 
 def piped_console() -> Console:
