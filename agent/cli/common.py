@@ -14,9 +14,10 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -386,8 +387,7 @@ def read_log_text(path: Path) -> str:
                 err_console.print("reading the log from standard input (end it with Ctrl-D)", highlight=False)
             data = read_capped(sys.stdin.buffer)
         else:
-            _wait_for_a_writer(path)
-            with path.open("rb") as f:
+            with _regular_or_fifo(path) as f:
                 data = read_capped(f)
     except OSError as exc:
         fail(f"{path}: cannot read: {exc.strerror or exc}")
@@ -400,30 +400,49 @@ def read_log_text(path: Path) -> str:
     return decoded.text
 
 
-def _wait_for_a_writer(path: Path) -> None:
-    """Refuse (one line, exit 2) a path that is neither a regular file nor a FIFO (a device, a socket),
-    which would be read forever or not at all; for a FIFO no writer has opened within 0.3 s, say on
-    stderr that the read waits for one (opening it for reading blocks until then)."""
-    import select
+@contextlib.contextmanager
+def _regular_or_fifo(path: Path) -> Iterator[BinaryIO]:
+    """``path`` opened for reading when it is a regular file or a FIFO (read to its writer's end, see
+    `_read_fifo`); anything else (a directory, a device, a socket: read forever or not at all) is a
+    one-line error (exit 2). Raises OSError when the file cannot be read."""
+    import io
     import stat
 
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return  # open() says why, in the usual words
+    mode = path.stat().st_mode
     if stat.S_ISDIR(mode):
         fail(f"{path}: is a directory (expected a log file)")
-    if stat.S_ISREG(mode):
-        return
-    if not stat.S_ISFIFO(mode):
+    if stat.S_ISFIFO(mode):
+        yield io.BytesIO(_read_fifo(path))
+    elif stat.S_ISREG(mode):
+        with path.open("rb") as f:
+            yield f
+    else:
         fail(f"{path}: not a regular file (expected a log file, a FIFO, or - for standard input)")
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # never blocks; data or a writer's close shows in poll
+
+
+def _read_fifo(path: Path) -> bytes:
+    """What a FIFO's writer sends, to its end (the writer closes it). Opened without blocking and read
+    when the FIFO shows data or its writer's end (a blocking open would wait unseen, and a reopen could
+    miss a writer that came and went in between); while no writer has come for 0.3 s, stderr says so."""
+    import select
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    chunks: list[bytes] = []
     try:
         poll = select.poll()
         poll.register(fd, select.POLLIN)
         if not poll.poll(300):
             err_console.print(f"{escape(str(path))} is a FIFO: waiting for a writer to send the log (Ctrl-C to stop)",
                               highlight=False, soft_wrap=True)
+        while True:
+            poll.poll()  # data, or the writer's end (Linux reports a hang-up only once a writer has come)
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
     finally:
         os.close(fd)
 
