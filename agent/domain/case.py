@@ -30,6 +30,7 @@ from agent.domain.models import Baseline, FlagValue
 from tools.engines import Engine, get_engine
 from tools.engines import detect as detect_engine
 from tools.host import HostError
+from tools.knowledge_files import item_path
 from tools.load_shapes import LoadShape
 from tools.logtext import NotText, decode_log
 from tools.probes import DEFAULT_PROBES, Probe
@@ -475,7 +476,7 @@ def case_error_text(exc: ValidationError) -> str:
     errs = sorted(errs, key=lambda e: e["type"] != "extra_forbidden")
     err = errs[0]
     loc = tuple(err["loc"])
-    field = ".".join(str(p) for p in loc)
+    field = item_path(loc)
     more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
     kind = err["type"]
     if kind == "extra_forbidden" and loc:
