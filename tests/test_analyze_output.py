@@ -112,3 +112,76 @@ def test_a_setting_offered_only_to_silence_a_warning_is_no_remedy(tmp_path: Path
     named = [doc["first_experiment"]["name"]] if doc["first_experiment"] else []
     named += [a["change"] for a in doc["alternatives"]]
     assert not [n for n in named if "custom-all-reduce" in n], named
+
+
+def test_analyze_reads_a_log_with_stray_nul_and_invalid_bytes_and_says_what_it_replaced(tmp_path: Path) -> None:
+    """Engines leave blocks of NUL bytes in a log after a crash or a truncated write: such a log is still
+    read (it was refused as "not a text file"), the replaced bytes are named on stderr with their lines,
+    and nothing from the log reaches the terminal unescaped (NUL, an OSC title sequence)."""
+    clean = tmp_path / "clean.log"
+    clean.write_text(IMPORT_FAILURE)
+    lines = IMPORT_FAILURE.encode().split(b"\n")
+    lines[1:1] = [b"\0" * 4096, b"noise \xff\xfe \x1b]0;owned\x07"]  # a truncated write's block of zeros;
+    # bytes not UTF-8 and a terminal title escape
+    stray = tmp_path / "stray.log"
+    stray.write_bytes(b"\n".join(lines))
+    expected = run_cli(tmp_path, "analyze", str(clean), COLUMNS="100")
+    done = run_cli(tmp_path, "analyze", str(stray), COLUMNS="100")
+    assert done.returncode == 0, done.stderr
+    assert "sgl_kernel" in done.stdout and "only a package change can help" in " ".join(done.stdout.split())
+    assert "ModuleNotFoundError" in expected.stdout and "ModuleNotFoundError" in done.stdout
+    note = " ".join(done.stderr.split())
+    assert "4096 NUL bytes and 2 bytes not valid UTF-8 replaced" in note and "(lines 2, 3)" in note, note
+    assert "\0" not in done.stdout + done.stderr and "\x1b" not in done.stdout + done.stderr
+    assert "clean.log" not in expected.stderr and not expected.stderr.strip()  # nothing replaced, no note
+
+
+def test_analyze_refuses_a_mostly_binary_file_in_one_line(tmp_path: Path) -> None:
+    blob = tmp_path / "core.gz"
+    blob.write_bytes(bytes(range(256)) * 64)
+    done = run_cli(tmp_path, "analyze", str(blob))
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"error: {blob}: not a text file: 61% of it is binary (NUL, "
+                                                "control or not UTF-8) (expected a log)"]
+
+
+def test_analyze_reads_standard_input_for_a_dash(tmp_path: Path) -> None:
+    import subprocess
+
+    from clirun import HYPOLOOP, cli_env
+
+    done = subprocess.run([*HYPOLOOP, "analyze", "-"], input=IMPORT_FAILURE, capture_output=True, text=True,
+                          cwd=tmp_path, env=cli_env(tmp_path, COLUMNS="100"), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "sgl_kernel" in done.stdout and "ModuleNotFoundError" in done.stdout
+
+
+def test_analyze_of_a_fifo_says_it_waits_for_a_writer_then_reads_the_stream(tmp_path: Path) -> None:
+    """A FIFO nobody writes to hung analyze with nothing said; a device is refused in one line."""
+    import os
+    import subprocess
+    import threading
+
+    from clirun import HYPOLOOP, cli_env
+
+    fifo = tmp_path / "log.fifo"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([*HYPOLOOP, "analyze", str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=tmp_path, env=cli_env(tmp_path, COLUMNS="200"))
+    watchdog = threading.Timer(60, proc.kill)  # a hang fails the test (the readline below returns "")
+    watchdog.start()
+    try:
+        assert proc.stderr is not None
+        assert "is a FIFO: waiting for a writer" in proc.stderr.readline()  # said before it blocks
+        with fifo.open("w") as writer:
+            writer.write(IMPORT_FAILURE)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "sgl_kernel" in out
+    device = run_cli(tmp_path, "analyze", "/dev/zero")
+    assert device.returncode == 2
+    assert device.stderr.strip().splitlines() == [
+        "error: /dev/zero: not a regular file (expected a log file, a FIFO, or - for standard input)"]

@@ -29,6 +29,11 @@ def _case(tmp_path: Path, text: str) -> Path:
             GOOD + '[[probes]]\nid = "a"\nkind = "chat"\nprompt = "p"\nexpct = "x"\n',
             "unknown key 'expct' in [[probes]] #1; did you mean 'expect'?",
         ),
+        (  # an array's items are counted from 1 in every message, as in "[[probes]] #1" above
+            GOOD + '[[probes]]\nid = "a"\nkind = "chat"\nprompt = "p"\n[[probes]]\nid = "b"\nkind = "chat"\n'
+            'prompt = "p"\nmax_tokens = "many"\n',
+            "field 'probes #2.max_tokens': expected a whole number, got 'many'",
+        ),
         (GOOD + '[budget]\nready_timeout_s = "soon"\n', "field 'budget.ready_timeout_s': expected a number, got 'soon'"),
         ('approval = "sometimes"\n' + GOOD, "field 'approval': expected one of 'each', 'risky' or 'auto', got 'sometimes'"),
         ('name = "x"\n[model]\nfeatures = []\n', "required key 'path' is missing in [model]"),

@@ -26,10 +26,22 @@ def _piped(tmp_path: Path, *args: str):  # no terminal and no COLUMNS: what `| l
     return subprocess.run([*HYPOLOOP, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_version_prints_the_installed_version(tmp_path: Path) -> None:
+def test_version_prints_the_installed_version_and_the_checkout_commit(tmp_path: Path) -> None:
+    """From a git checkout the version names its commit; with no git on PATH it still prints the version."""
+    import shutil
+    import subprocess
+
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not run from a git checkout, or no git")
+    head = subprocess.run([git, "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
     done = run_cli(tmp_path, "--version")
     assert done.returncode == 0
-    assert done.stdout.strip() == f"hypoloop {version('hypoloop')}"
+    assert done.stdout.strip() == f"hypoloop {version('hypoloop')} (commit {head})"
+    no_git = run_cli(tmp_path, "--version", PATH=str(tmp_path))  # an empty folder: no git to run
+    assert no_git.returncode == 0 and not no_git.stderr
+    assert no_git.stdout.strip() == f"hypoloop {version('hypoloop')}"
 
 
 def test_lab_list_names_every_world_with_its_description(tmp_path: Path) -> None:
@@ -217,3 +229,33 @@ def test_a_folder_hypoloop_home_points_at_keeps_its_mode_and_an_empty_value_is_n
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(work.stat().st_mode) == 0o755 and list(work.iterdir()) == []
     assert (fake_home / ".hypoloop").is_dir()
+
+
+def test_the_answer_hint_lists_exactly_the_options_that_apply_to_the_waiting_experiment(tmp_path: Path) -> None:
+    """The hint offered 'edit' (and --set) for the baseline, which has no change to edit, and left out
+    --experiment; the hint for a change offers both, and each hint's command works as printed."""
+    import re
+    import shlex
+
+    waiting = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120")  # no terminal: waits at the baseline
+    assert waiting.returncode == 3, waiting.stderr[-2000:]
+    (run,) = json.loads(run_cli(tmp_path, "runs", "--json").stdout)
+    shown_json = json.loads(run_cli(tmp_path, "show", run["run_id"], "--json").stdout.strip().splitlines()[-1])
+    run_id, baseline = run["run_id"], shown_json["pending"]["experiment"]["id"]
+    said = " ".join(waiting.stdout.split())
+    m = re.search(r"Answer with: (.*?hypoloop resume .*)$", said)
+    assert m is not None, said[-2000:]
+    hint = m[1].strip()
+    assert hint.endswith(f"resume {run_id} --experiment {baseline} --decision approve|reject|stop [--reason TEXT]"), hint
+    shown = " ".join(run_cli(tmp_path, "show", run_id).stdout.split())
+    assert f"--experiment {baseline} [--decision approve|reject|stop] [--reason TEXT]" in shown and "edit" not in shown
+    # the printed command, with one of its decisions, answers the baseline; the next one waits for a change
+    words = shlex.split(re.sub(r"\[[^]]*\]", "", hint.split("hypoloop ", 1)[1]))  # the optional parts left out
+    args = [w if "|" not in w else "approve" for w in words]
+    done = run_cli(tmp_path, *args)
+    assert done.returncode == 3, done.stderr[-2000:]
+    nxt = json.loads(run_cli(tmp_path, "show", run_id, "--json").stdout.strip().splitlines()[-1])["pending"]
+    assert nxt["experiment"]["change"] and nxt["experiment"]["id"] != baseline
+    said = " ".join(done.stdout.split())
+    assert (f"--experiment {nxt['experiment']['id']} --decision approve|edit|reject|stop [--reason TEXT] "
+            "[--set NAME=VALUE]") in said

@@ -380,3 +380,32 @@ def test_a_file_name_in_a_path_is_not_taken_for_a_secret_assignment() -> None:
         assert redact(text) == text
     assert redact("RuntimeError: HF_TOKEN=hf_" + "x" * 24) == "RuntimeError: HF_TOKEN=<redacted>"
     assert redact("client_key: s3cr3t-value-123") == "client_key: <redacted>"
+
+
+def test_a_run_killed_mid_launch_counts_the_launch_in_its_host_seconds(tmp_path: Path) -> None:
+    """`runs` and `show` said 0 host-seconds for a run killed while its first server loaded: the launch
+    counts from its recorded start to the last sign of it (its log's last write once it is stopped)."""
+    import time
+
+    scale = 0.02
+    first = run_cli(tmp_path, "run", WORLD, "--auto", "--json", HYPOLOOP_LAB_TIME_SCALE=str(scale),
+                    HYPOLOOP_FAULT_KILL="server.launched")
+    assert first.returncode == -signal.SIGKILL
+    transcript = next((tmp_path / "transcripts").glob("*.jsonl"))
+    run_id = transcript.stem
+    (launched,) = [e["data"] for e in _events(transcript) if e["type"] == "server.launched"]
+    log = Path(launched["log"])
+    deadline = time.monotonic() + 120
+    try:  # the server left running loads on; stopped once it has served, its log no longer changes
+        while "ready to roll" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline, "the left server never got ready"
+            time.sleep(0.05)  # polling the log, not waiting a fixed time
+    finally:
+        for pid in _lab_servers(run_id):
+            os.killpg(pid, signal.SIGKILL)
+    ran_s = (log.stat().st_mtime - float(launched["started_wall"])) / scale
+    (info,) = json.loads(run_cli(tmp_path, "runs", "--json").stdout)
+    assert info["status"] == "interrupted" and info["launches"] == 1
+    assert ran_s > 0 and abs(info["host_seconds"] - ran_s) <= 0.01 * ran_s + 1, (info["host_seconds"], ran_s)
+    shown = " ".join(run_cli(tmp_path, "show", run_id).stdout.split())
+    assert f"interrupted, 1 launch, {info['host_seconds']:.0f} host-seconds" in shown

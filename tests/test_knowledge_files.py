@@ -113,10 +113,10 @@ def test_a_file_the_folder_lacks_is_the_repositorys(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "text", "field"),
     [
-        ("hardware", '[[gpu]]\nname = "X"\npattern = "X"\narch = "sm1"\n', "gpu[0].source"),
-        ("hardware", '[[gpu]]\nname = "X"\npattern = "X("\narch = "sm1"\nsource = "s"\n', "gpu[0].pattern"),
-        ("model_families", '[[family]]\npattern = "x"\nfeatures = []\nsource = "s"\n', "family[0].features"),
-        ("config_facts", 'keys = ["a"]\nsource = "s"\n[[alias]]\nname = "b"\n', "alias[0].fact"),
+        ("hardware", '[[gpu]]\nname = "X"\npattern = "X"\narch = "sm1"\n', "gpu #1.source"),
+        ("hardware", '[[gpu]]\nname = "X"\npattern = "X("\narch = "sm1"\nsource = "s"\n', "gpu #1.pattern"),
+        ("model_families", '[[family]]\npattern = "x"\nfeatures = []\nsource = "s"\n', "family #1.features"),
+        ("config_facts", 'keys = ["a"]\nsource = "s"\n[[alias]]\nname = "b"\n', "alias #1.fact"),
         ("config_facts", "keys = [\n", "not a TOML file"),
     ],
 )
@@ -134,7 +134,7 @@ def test_a_run_with_a_broken_file_is_refused_before_it_exists(tmp_path: Path) ->
     r = run_cli(tmp_path, "run", "lab:nccl-p2p-hang", "--auto", "--knowledge", str(folder), timeout=600)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "internal error" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "model_families.toml: family[0].pattern: not a regular expression" in r.stderr
+    assert "model_families.toml: family #1.pattern: not a regular expression" in r.stderr
     listed = run_cli(tmp_path, "runs", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
 

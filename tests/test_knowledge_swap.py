@@ -201,4 +201,4 @@ def test_the_sentences_that_state_a_fact_are_the_folders(tmp_path: Path) -> None
     )
     with use_knowledge(folder), pytest.raises(KnowledgeError) as err:
         parse_findings(notes)
-    assert "line[0].pattern" in str(err.value) and "kv_dtype" in str(err.value)
+    assert "line #1.pattern" in str(err.value) and "kv_dtype" in str(err.value)

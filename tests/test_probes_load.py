@@ -78,7 +78,7 @@ def _case(tmp_path: Path, reproduce: str) -> Path:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('features = ["tool"]', "field 'reproduce.features.0': expected one of 'tools', 'json_schema', 'regex', 'image' or 'logprobs', got 'tool'"),
+        ('features = ["tool"]', "field 'reproduce.features #1': expected one of 'tools', 'json_schema', 'regex', 'image' or 'logprobs', got 'tool'"),
         ("prompt_tokens = 0", "field 'reproduce.prompt_tokens': input should be greater than or equal to 1, got 0"),
         ('duration_s = "long"', "field 'reproduce.duration_s': expected a number, got 'long'"),
         ("output_tokens_min = 500", "output_tokens_min needs output_tokens at least as large"),

@@ -160,6 +160,12 @@ def test_a_launch_that_crashes_while_loading_ends_in_one_line_naming_the_stage(t
     assert len(crashed) == 1 and crashed[0][0] == "crashed"  # the baseline, cut off mid-capture
     assert 0 < int(crashed[0][1]) < int(crashed[0][2])
     assert done.stdout.count("✗") == 1 and "(exit code" in done.stdout
+    # Each failure line is shown once (as it came), not again under the crash's summary line; nor in replay.
+    (transcript,) = (tmp_path / "transcripts").glob("*.jsonl")
+    replayed = run_cli(tmp_path, "replay", str(transcript), COLUMNS="200")
+    for out in (done.stdout, replayed.stdout):
+        shown = re.findall(r"^\s+log:(\d+) ", out.split("✓ ready")[0], re.M)
+        assert shown and len(shown) == len(set(shown)), shown
 
 
 def test_the_live_display_shows_the_latest_log_line_redacted() -> None:

@@ -12,6 +12,7 @@ from clirun import run_cli
 
 from agent.record.recorded import RecordedRun
 from agent.review.report import build_report, render
+from tools.sanitize import md_raw
 
 REPO = Path(__file__).resolve().parent.parent
 GLM5 = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
@@ -233,8 +234,8 @@ def test_log_lines_and_changes_are_never_cut(tmp_path: Path) -> None:
     quoted = _excerpt_lines(md)
     cited = re.findall(r"log line (\d+): (.+)$", md, re.M)
     assert cited, md
-    for n, text in cited:
-        assert text.rstrip() in quoted.get(int(n), set()), f"log line {n} shown as {text!r}, the log has {quoted.get(int(n))}"
+    for n, text in cited:  # as the prose shows it (its backticks escaped there, and <, > and & as entities)
+        assert md_raw(text.rstrip()) in quoted.get(int(n), set()), f"log line {n} shown as {text!r}, the log has {quoted.get(int(n))}"
     html_cited = re.findall(r"<br>log line (\d+): ([^<\n]+)", page)
     assert html_cited, page
     for n, text in html_cited:
@@ -243,7 +244,7 @@ def test_log_lines_and_changes_are_never_cut(tmp_path: Path) -> None:
     changes = re.findall(r"^\| (\d+) \| ([^|]+?) \| ", md.split("## Experiments", 1)[1].split("## Hypotheses", 1)[0], re.M)
     assert any("http_proxy" in c for _, c in changes), changes
     for n, change in changes:
-        assert f"#{n} {change}" in timeline, f"the timeline cut #{n} {change}:\n{timeline}"
+        assert f"#{n} {md_raw(change)}" in timeline, f"the timeline cut #{n} {change}:\n{timeline}"
 
 
 def test_a_hypothesis_the_conclusion_ruled_out_is_neither_leading_nor_open(tmp_path: Path) -> None:
@@ -265,3 +266,33 @@ def test_a_hypothesis_the_conclusion_ruled_out_is_neither_leading_nor_open(tmp_p
         assert row.split(" | ")[2] == "ruled out", row
         section = md.split(f"### `{h}` — ", 1)[1].split("\n### ", 1)[0]
         assert section.startswith("ruled out") and why in section, section
+
+
+def _rendered_text(md: str) -> str:
+    """The text a CommonMark renderer shows for ``md`` (markdown-it-py, which rich installs)."""
+    from markdown_it import MarkdownIt
+
+    return html.unescape(re.sub(r"<[^>]+>", "", MarkdownIt("commonmark").render(md)))
+
+
+def test_backticks_in_log_lines_and_values_render_as_themselves_in_markdown() -> None:
+    """The NaN assert's log line holds backticks ("Assertion `probability tensor contains either `inf`,
+    ...`"): in prose they opened code spans, which garbled the line and showed '&lt;' literally. In code
+    spans and fences a run of backticks longer than any inside keeps a value whole."""
+    from markdown_it import MarkdownIt
+
+    from tools.sanitize import fence, md_code, md_text
+
+    line = "Assertion `probability tensor contains either `inf`, `nan` or element < 0` failed."
+    md = render(RecordedRun.load(GLM5), "md")
+    shown = _rendered_text(md)
+    summary = shown.split("How the run got there")[0]
+    assert line in summary, summary[-1500:]
+    assert "&lt;" not in shown
+    for value in ("a``b", "`start", "end`", "```", "x < y & `z`"):
+        out = MarkdownIt("commonmark").render(f"see {md_code(md_text(value))} here")
+        assert f"<code>{html.escape(value, quote=False)}</code>" in out, (value, out)
+    block = "```\nstill `inside`\n````"
+    tick = fence(block)
+    out = MarkdownIt("commonmark").render(f"{tick}text\n{block}\n{tick}\nafter")
+    assert html.escape(block, quote=False) in out and out.rstrip().endswith("<p>after</p>"), out

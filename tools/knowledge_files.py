@@ -18,7 +18,7 @@ import threading
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -31,6 +31,7 @@ __all__ = [
     "KnowledgeFileError",
     "check_keys",
     "field_error",
+    "item_path",
     "knowledge_path",
     "load_model",
     "read_toml",
@@ -71,10 +72,21 @@ def read_toml(path: Path, error: type[Exception]) -> dict[str, Any]:
         raise error(f"{path}: not a TOML file: {' '.join(str(exc).split())}") from None
 
 
+def item_path(loc: Sequence[Any]) -> str:
+    """Where a value sits in a TOML or JSON file, as a person counts: keys joined by dots, and an array
+    item as ``#N`` counted from 1 (``probes #2.kind`` is the ``kind`` of the second ``[[probes]]``
+    table). Every error message of hypoloop that names an item of an array counts this way."""
+    out = ""
+    for p in loc:
+        out += f" #{p + 1}" if isinstance(p, int) else f".{p}"
+    return out.lstrip(".")
+
+
 def field_error(exc: ValidationError) -> tuple[str, str]:
-    """The first error of a validation as (field, message): ``a.b[0].c``; an unknown key says so."""
+    """The first error of a validation as (field, message): ``a.b #1.c`` (`item_path`); an unknown key
+    says so."""
     err = exc.errors()[0]
-    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
+    where = item_path(err["loc"])
     msg = "unknown key (not one this file has)" if err["type"] == "extra_forbidden" else err["msg"]
     return where, msg
 
@@ -118,7 +130,7 @@ def _nested_model(annotation: object) -> type[BaseModel] | None:
 
 
 def unknown_key(data: object, model: type[BaseModel]) -> str | None:
-    """The first key of the TOML table ``data``, nested tables included (``when_any[0].bogus``), that
+    """The first key of the TOML table ``data``, nested tables included (``when_any #1.bogus``, `item_path`), that
     ``model`` has no field for; None when there is none. For models that must also read other input
     leniently (a transcript), so cannot forbid extra fields themselves."""
     if not isinstance(data, dict):
@@ -136,7 +148,7 @@ def unknown_key(data: object, model: type[BaseModel]) -> str | None:
         for i, item in items:
             bad = unknown_key(item, inner)
             if bad is not None:
-                return f"{key}[{i}].{bad}" if i is not None else f"{key}.{bad}"
+                return f"{key} #{i + 1}.{bad}" if i is not None else f"{key}.{bad}"
     return None
 
 

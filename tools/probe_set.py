@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from tools.knowledge_files import knowledge_path
+from tools.knowledge_files import item_path, knowledge_path
 from tools.probes import Probe, ProbeResult, split_thinking
 
 #: The probe set's file in the knowledge folder.
@@ -99,7 +99,7 @@ def load_probe_set(path: Path | None = None) -> ProbeSet:
         probe_set = ProbeSet.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        where = item_path(err["loc"]) or "(top level)"
         raise ProbeSetError(f"{path}: {where}: {err['msg']}") from None
     ids = [i.id for i in probe_set.item]
     dup = next((i for i in ids if ids.count(i) > 1), None)

@@ -5,8 +5,9 @@ it reaches a terminal or a report.
   ``ESC ] 0 ; x BEL`` prints as ``␛]0;x␇``; NUL as ``␀``; C1 controls and Unicode bidi/format controls
   as ``⟨U+202E⟩``); tab, newline and carriage return are kept (a terminal library lays them out).
 - `visible_data`: the same over every string of a JSON-like value (dicts, lists, tuples, dataclasses).
-- `md_text`: `visible` plus HTML escaping of ``<``, ``>`` and ``&``, for Markdown prose (Markdown
-  renderers pass raw HTML through; entities show as the characters they stand for).
+- `md_text`: `visible` plus HTML escaping of ``<``, ``>`` and ``&`` and backslash-escaped backticks, for
+  Markdown prose (Markdown renderers pass raw HTML through; entities show as the characters they stand
+  for); `md_code` a code span and `fence` a code fence that no backtick inside can close.
 - `without_credentials`: a URL shown without the password in it (``ssh://user:PW@host``).
 - `SafeConsole`: a rich ``Console`` whose every rendered text segment goes through `visible`, the
   last line of defence for whatever reaches a terminal.
@@ -83,14 +84,47 @@ def map_strings(value: Any, fn: Callable[[str], str], on_object: Callable[[Any],
 
 def md_text(text: str) -> str:
     """``text`` safe as Markdown prose: `visible`, then ``&``, ``<`` and ``>`` as HTML entities, so raw
-    HTML (``<script>``, ``<img onerror=...>``) from outside shows as text and never as markup."""
-    return html.escape(visible(text), quote=False)
+    HTML (``<script>``, ``<img onerror=...>``) from outside shows as text and never as markup; and each
+    backtick backslash-escaped (with any backslashes right before it doubled), so a log line's backticks
+    show as backticks instead of opening code spans (CommonMark 0.31, 2.4 "Backslash escapes").
+    `md_code` turns such text into a code span."""
+    escaped = html.escape(visible(text), quote=False)
+    return _BACKTICK.sub(lambda m: m[1] * 2 + "\\`", escaped)
+
+
+_BACKTICK = re.compile(r"(\\*)`")
+_ESCAPED_BACKTICK = re.compile(r"((?:\\\\)*)\\`")
+_BACKTICK_RUN = re.compile(r"`+")
+
+
+def md_raw(text: str) -> str:
+    """The visible text `md_text` was given (its exact inverse)."""
+    return html.unescape(_ESCAPED_BACKTICK.sub(lambda m: m[1][: len(m[1]) // 2] + "`", text))
+
+
+def fence(text: str, least: int = 3) -> str:
+    """A run of backticks longer than any in ``text`` (at least ``least``): as a code fence or a code
+    span's delimiter it cannot be closed by ``text`` (CommonMark 0.31, 4.5 and 6.1)."""
+    longest = max((len(m) for m in _BACKTICK_RUN.findall(text)), default=0)
+    return "`" * max(least, longest + 1)
+
+
+def md_code(text: str) -> str:
+    """``text`` (as `md_text` made it safe) as one Markdown code span shown as the text itself: its
+    delimiter a run of backticks longer than any inside, a space inside each delimiter when the text
+    starts or ends with a backtick (or with spaces on both ends, which CommonMark strips), line ends as
+    spaces. Inside a code span nothing is markup, so no entity or escape is needed there (CommonMark
+    0.31, 6.1 "Code spans")."""
+    raw = md_raw(text).replace("\n", " ")
+    pad = " " if raw[:1] == "`" or raw[-1:] == "`" or (raw[:1] == " " and raw[-1:] == " " and raw.strip()) else ""
+    tick = fence(raw, least=1)
+    return f"{tick}{pad}{raw}{pad}{tick}"
 
 
 def fenced(text: str) -> str:
-    """``text`` safe inside a Markdown code fence: `visible`, and a line of backticks or tildes (which
-    would close the fence) indented by one space."""
-    return re.sub(r"(?m)^(\s{0,3})(`{3,}|~{3,})", r"\1 \2", visible(text))
+    """``text`` for a Markdown code fence made with `fence` (longer than any backtick run in it, so
+    nothing inside closes it): `visible`."""
+    return visible(text)
 
 
 _URL_CREDENTIALS = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.\-]*://)([^/\s:@]*):[^/\s@]*@")

@@ -14,9 +14,10 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO, Literal, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -39,14 +40,37 @@ app = typer.Typer(
 err_console = SafeConsole(stderr=True)
 
 
+def _source_commit() -> str | None:
+    """The short commit of the git checkout hypoloop runs from (``git rev-parse``, 2 s at most), or None:
+    installed elsewhere than a checkout's top folder, git absent, or anything git says wrong."""
+    import subprocess
+
+    top = Path(__file__).resolve().parents[2]  # agent/cli/common.py -> the checkout's top folder
+    if not (top / ".git").exists():
+        return None
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(top), "rev-parse", "--show-toplevel", "--short", "HEAD"],
+            capture_output=True, text=True, timeout=2, stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = done.stdout.split()
+    if done.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != top:
+        return None
+    return lines[1]
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
 
+        commit = _source_commit()
+        at = f" (commit {commit})" if commit else ""
         try:
-            print(f"hypoloop {version('hypoloop')}")
+            print(f"hypoloop {version('hypoloop')}{at}")
         except PackageNotFoundError:
-            print("hypoloop (not installed: run from a source tree)")
+            print(f"hypoloop (not installed: run from a source tree){at}")
         raise typer.Exit(0)
 
 
@@ -348,19 +372,79 @@ def read_text(path: Path, *, what: str) -> str:
 
 
 def read_log_text(path: Path) -> str:
-    """A server log's text for reading whole (``analyze``): a line over 64 KiB is cut to its first 64 KiB
-    and a note (``tools.logwatch.read_capped``, as a run's watcher reads it); a missing, unreadable or
-    binary file is a one-line error (exit 2)."""
+    """A server log's text for reading whole (``analyze``): ``-`` is standard input, a FIFO is read as a
+    stream to its end (a note on stderr while no writer has opened it), any other file that is not a
+    regular file is refused. A line over 64 KiB is cut to its first 64 KiB and a note
+    (``tools.logwatch.read_capped``, as a run's watcher reads it). Stray NUL and invalid UTF-8 bytes are
+    replaced (``tools.logtext.decode_log``), with a note on stderr saying what and where. A missing,
+    unreadable, special or mostly binary file is a one-line error (exit 2)."""
+    from tools.logtext import NotText, decode_log
     from tools.logwatch import read_capped
 
     try:
-        with path.open("rb") as f:
-            data = read_capped(f)
+        if str(path) == "-":
+            if sys.stdin.isatty():
+                err_console.print("reading the log from standard input (end it with Ctrl-D)", highlight=False)
+            data = read_capped(sys.stdin.buffer)
+        else:
+            with _regular_or_fifo(path) as f:
+                data = read_capped(f)
     except OSError as exc:
         fail(f"{path}: cannot read: {exc.strerror or exc}")
-    if b"\0" in data[:65536]:
-        fail(f"{path}: not a text file (expected a log)")
-    return data.decode("utf-8", errors="replace")
+    try:
+        decoded = decode_log(data)
+    except NotText as exc:
+        fail(f"{path}: not a text file: {exc} (expected a log)")
+    if (note := decoded.note()) is not None:
+        err_console.print(f"note: {escape(str(path))}: {escape(note)}", highlight=False, soft_wrap=True)
+    return decoded.text
+
+
+@contextlib.contextmanager
+def _regular_or_fifo(path: Path) -> Iterator[BinaryIO]:
+    """``path`` opened for reading when it is a regular file or a FIFO (read to its writer's end, see
+    `_read_fifo`); anything else (a directory, a device, a socket: read forever or not at all) is a
+    one-line error (exit 2). Raises OSError when the file cannot be read."""
+    import io
+    import stat
+
+    mode = path.stat().st_mode
+    if stat.S_ISDIR(mode):
+        fail(f"{path}: is a directory (expected a log file)")
+    if stat.S_ISFIFO(mode):
+        yield io.BytesIO(_read_fifo(path))
+    elif stat.S_ISREG(mode):
+        with path.open("rb") as f:
+            yield f
+    else:
+        fail(f"{path}: not a regular file (expected a log file, a FIFO, or - for standard input)")
+
+
+def _read_fifo(path: Path) -> bytes:
+    """What a FIFO's writer sends, to its end (the writer closes it). Opened without blocking and read
+    when the FIFO shows data or its writer's end (a blocking open would wait unseen, and a reopen could
+    miss a writer that came and went in between); while no writer has come for 0.3 s, stderr says so."""
+    import select
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    chunks: list[bytes] = []
+    try:
+        poll = select.poll()
+        poll.register(fd, select.POLLIN)
+        if not poll.poll(300):
+            err_console.print(f"{escape(str(path))} is a FIFO: waiting for a writer to send the log (Ctrl-C to stop)",
+                              highlight=False, soft_wrap=True)
+        while True:
+            poll.poll()  # data, or the writer's end (Linux reports a hang-up only once a writer has come)
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def piped_console() -> Console:

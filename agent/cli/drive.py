@@ -36,7 +36,7 @@ from agent.record.transcript import Transcript
 from agent.review.render import print_hanging
 from agent.review.wording import count
 from agent.run.approval.request import ApprovalRequest
-from agent.run.approval.screen import approval_panel, ask, describe_experiment
+from agent.run.approval.screen import answer_hint, approval_panel, ask, describe_experiment
 from tools.knowledge import KnowledgeError, check_knowledge_files
 from tools.probe_set import load_probe_set
 from tools.signatures import load_signatures
@@ -124,8 +124,7 @@ def _pause(
     print_hanging(
         console,
         f"run [bold]{request.run_id}[/] waits for approval of {exp.id} ({escape(describe_experiment(exp))}); "
-        f"{why}. Answer with: {escape(resume_command(request.run_id))} --decision approve|edit|reject|stop "
-        "[--reason TEXT] [--set NAME=VALUE]",
+        f"{why}. Answer with: {escape(answer_hint(request, resume_command(request.run_id)))}",
     )
     if json_out:
         print(_waiting_json(request, tr.path))
@@ -425,8 +424,7 @@ def pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool,
     console.print(approval_panel(request, keys=False))
     console.print(
         f"run {request.run_id} still waits for approval; no terminal is attached. Answer with: "
-        f"{escape(resume_command(request.run_id))} --decision approve|edit|reject|stop [--reason TEXT] "
-        "[--set NAME=VALUE]"
+        f"{escape(answer_hint(request, resume_command(request.run_id)))}"
     )
     if json_out:
         print(_waiting_json(request, tpath))

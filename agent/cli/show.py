@@ -23,7 +23,7 @@ from agent.record.transcript import TranscriptError, read_transcript
 from agent.review.render import EventRenderer, print_hanging
 from agent.review.wording import count
 from agent.run.approval.request import ApprovalRequest
-from agent.run.approval.screen import approval_panel
+from agent.run.approval.screen import answer_hint, approval_panel
 from tools.sanitize import SafeConsole
 
 
@@ -67,12 +67,10 @@ def show(
     )
     if info.pending:
         # -v lists every open hypothesis with its statement (the screen's [h]); without it, the screen as asked
-        console.print(approval_panel(ApprovalRequest.model_validate(info.pending), full=verbose, keys=False))
-        print_hanging(
-            console,
-            f"answer with: {escape(resume_command(info.run_id))} [--decision approve|edit|reject|stop] "
-            "[--reason TEXT] [--set NAME=VALUE]",
-        )
+        request = ApprovalRequest.model_validate(info.pending)
+        console.print(approval_panel(request, full=verbose, keys=False))
+        hint = answer_hint(request, resume_command(info.run_id), decision_optional=True)
+        print_hanging(console, f"answer with: {escape(hint)}")
     elif info.status == "interrupted":
         console.print(f"nothing is driving it: continue with {escape(resume_command(info.run_id))}")
 

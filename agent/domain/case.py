@@ -30,7 +30,9 @@ from agent.domain.models import Baseline, FlagValue
 from tools.engines import Engine, get_engine
 from tools.engines import detect as detect_engine
 from tools.host import HostError
+from tools.knowledge_files import item_path
 from tools.load_shapes import LoadShape
+from tools.logtext import NotText, decode_log
 from tools.probes import DEFAULT_PROBES, Probe
 from tools.slurm import SlurmOptions, is_slurm_target, parse_slurm_target
 from tools.ssh import parse_target
@@ -474,7 +476,7 @@ def case_error_text(exc: ValidationError) -> str:
     errs = sorted(errs, key=lambda e: e["type"] != "extra_forbidden")
     err = errs[0]
     loc = tuple(err["loc"])
-    field = ".".join(str(p) for p in loc)
+    field = item_path(loc)
     more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
     kind = err["type"]
     if kind == "extra_forbidden" and loc:
@@ -505,7 +507,8 @@ def case_error_text(exc: ValidationError) -> str:
 
 
 def _check_observed_log(case_path: Path, raw: str, log: Path) -> None:
-    """A case's ``observed_log`` must be a server log: an existing, non-empty text file. Raises CaseError
+    """A case's ``observed_log`` must be a server log: an existing, non-empty file of text (a few stray
+    NUL or invalid bytes allowed, ``tools.logtext``). Raises CaseError
     (one line naming the field) otherwise: an empty or binary file read as the baseline's log would be
     taken for a failure at load and send the run after a cause that is not there."""
     where = f"{case_path}: field 'observed_log': {raw}"
@@ -518,7 +521,9 @@ def _check_observed_log(case_path: Path, raw: str, log: Path) -> None:
             head = f.read(65536)
     except OSError as exc:
         raise CaseError(f"{where}: cannot read: {exc.strerror or exc}") from None
-    if b"\0" in head:
-        raise CaseError(f"{where}: not a text file (expected the server's log)")
+    try:
+        decode_log(head)
+    except NotText as exc:
+        raise CaseError(f"{where}: not a text file: {exc} (expected the server's log)") from None
     if not head.strip():
         raise CaseError(f"{where}: the log is empty (expected the lines the server printed)")

@@ -250,6 +250,8 @@ class ServerLaunched(Payload):
     log: str | None = None
     pid: int | None = None
     job: SlurmJobData | None = None
+    #: The host's time scale (``tools.host.parse_time_scale``): wall seconds over it are host-seconds.
+    time_scale: float | None = None
 
 
 class ServerReady(Payload):

@@ -268,10 +268,13 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
         status = "running" if holder else "interrupted"
     conclusion = values.get("conclusion") or {}
     launches = int(values.get("launches", 0))
+    host_seconds = float(values.get("host_seconds", 0.0))
     if status in ("interrupted", "running") and values.get("transcript"):
         # A launch made after the last checkpoint (its process was killed, or is still watching it)
         # is only in the transcript yet; it is counted in the state when the run continues.
-        launches = max(launches, _launches_in(Path(values["transcript"])))
+        made = _launches_in(Path(values["transcript"]))
+        host_seconds += sum(made[launches:])
+        launches = max(launches, len(made))
     return RunInfo(
         run_id=run_id,
         status=status,
@@ -281,7 +284,7 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
         pending=pending,
         result=conclusion.get("status") or values.get("status"),
         launches=launches,
-        host_seconds=values.get("host_seconds", 0.0),
+        host_seconds=round(host_seconds, 3),
         holder=holder,
         next=steps,
         leftovers=[] if holder else local_leftovers(home, run_id),
@@ -318,12 +321,44 @@ def local_leftovers(home: Path, run_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def _launches_in(transcript: Path) -> int:
-    """Servers launched according to a transcript (``server.launched`` events; 0 if it is unreadable)."""
+def _launches_in(transcript: Path) -> list[float]:
+    """The modelled host-seconds of each server launched according to a transcript, in launch order
+    (``server.launched`` events; none if it is unreadable): a launch with an outcome, its outcome's
+    host-seconds; else its wall seconds to its ``server.stopped``, or (still open when the transcript
+    ends: its process was killed) to the last sign of it (`_open_for`), over the host's time scale."""
+    launched: list[tuple[str, float, float, str]] = []  # (experiment id, wall-clock start, time scale, log)
+    spent: list[float | None] = []
+    last = 0.0
     try:
-        return sum(1 for ev in read_transcript(transcript, on_bad=skip_bad) if ev.type == "server.launched")
+        for ev in read_transcript(transcript, on_bad=skip_bad):
+            last = max(last, ev.ts)
+            exp = ev.data.get("experiment_id")
+            if ev.type == "server.launched":
+                start = float(ev.data.get("started_wall") or ev.ts)
+                launched.append((str(exp), start, float(ev.data.get("time_scale") or 1.0), str(ev.data.get("log") or "")))
+                spent.append(None)
+                continue
+            i = next((i for i in range(len(launched) - 1, -1, -1) if launched[i][0] == exp), None)
+            if i is None:
+                continue
+            if ev.type == "server.stopped" and spent[i] is None:
+                spent[i] = float(ev.data.get("wall_s") or 0.0) / launched[i][2]
+            elif ev.type == "outcome" and (timings := ev.data.get("timings") or {}).get("host_seconds") is not None:
+                spent[i] = float(timings["host_seconds"])
     except (OSError, TranscriptError):
-        return 0
+        return []
+    return [_open_for(start, last, log) / scale if s is None else s
+            for (_, start, scale, log), s in zip(launched, spent, strict=True)]
+
+
+def _open_for(start: float, last: float, log: str) -> float:
+    """Wall seconds a launch the transcript never saw stop ran: from its ``start`` to the last sign of it,
+    the transcript's ``last`` event or its server log's last write on this machine (the server wrote
+    it while it loaded; a log that does not exist here, e.g. on an SSH host, is not read)."""
+    with contextlib.suppress(OSError, ValueError):
+        if log:
+            last = max(last, Path(log).stat().st_mtime)
+    return max(0.0, last - start)
 
 
 #: Compiles the run graph over a checkpoint store to read its state (``agent.run.graph.read_graph``).

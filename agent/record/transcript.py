@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from agent.record.events import validate_payload
 from agent.record.redact import redact_data, run_redactor
+from tools.knowledge_files import item_path
 
 TRANSCRIPT_VERSION = 1
 
@@ -208,7 +209,7 @@ def parse_event(line: str | bytes, *, where: str, payloads: bool = True) -> Tran
 
 def _field_error(exc: ValidationError, prefix: str = "") -> str:
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in (prefix, *err["loc"]) if p != "")
+    loc = item_path([p for p in (prefix, *err["loc"]) if p != ""])
     got = "" if err["type"] == "missing" else f" (got {json.dumps(err.get('input'), default=str)[:60]})"
     return f"field '{loc or '(top level)'}': {err['msg']}{got}"
 

@@ -45,6 +45,9 @@ class EventRenderer:
         self.command_for = command_for
         self.run: RecordedRun | None = RecordedRun(path=Path("<live>"))
         self._added: list[dict[str, Any]] = []
+        #: (experiment id, line) of every log line shown as an observation: a crash's summary names its
+        #: fatal line again only when it was not shown already.
+        self._shown_lines: set[tuple[Any, Any]] = set()
 
     #: New hypotheses shown one by one; the rest of a batch is one line (``-v`` shows every one).
     SHOWN_NEW = 3
@@ -230,7 +233,7 @@ class EventRenderer:
             stages = d.get("stages") or {}
             after = sum(stages.values()) if stages else float(d.get("after_s") or 0)  # the display's clock
             self._p(summary_line(str(d.get("status")), after, stages, d.get("failed_at")))
-            if d.get("fatal_text"):
+            if d.get("fatal_text") and (d.get("experiment_id"), d.get("fatal_line")) not in self._shown_lines:
                 self._p(f"    [red]log:{d.get('fatal_line')}[/] {escape(shown_line(str(d['fatal_text'])))}")
             self._p(f"    [dim]({how})[/]")
             return
@@ -246,6 +249,7 @@ class EventRenderer:
 
     def _observation(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if "line" in d:
+            self._shown_lines.add((d.get("experiment_id"), d["line"]))
             style = "green" if d.get("kind") == "ready" else "red"
             self._p(f"    [{style}]log:{d['line']}[/] {escape(shown_line(d.get('text', '')))}")
 

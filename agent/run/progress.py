@@ -214,6 +214,9 @@ class LoadProgress:
         self.stage_seconds: dict[str, float] = {}
         self.failed_at: str | None = None
         self.lines = 0
+        #: Lines of the server's fatal events: the run prints each as an observation as it comes
+        #: (``agent.review.render``), so the summary does not print it again.
+        self.shown: set[int] = set()
         self.done = False
         self._live: Live | None = None
 
@@ -221,6 +224,8 @@ class LoadProgress:
 
     def observe(self, event: Any) -> None:
         """Take one `tools.server.WatchEvent`; only `line` events move the display."""
+        if getattr(event, "kind", None) == "fatal" and event.line is not None:
+            self.shown.add(event.line.line)
         if self.done or getattr(event, "kind", None) != "line" or event.line is None:
             return
         self.lines += 1
@@ -353,7 +358,7 @@ class LoadProgress:
                 where = self.fatal.stage  # what failed, not the last step a progress line showed
             self.failed_at = where
         print_hanging(self.console, summary_line(status, elapsed, self.stage_seconds, where))
-        if status != READY and self.fatal is not None:
+        if status != READY and self.fatal is not None and self.fatal.lineno not in self.shown:
             print_hanging(self.console, f"    [red]log:{self.fatal.lineno}[/] {escape(self.fatal.text)}", hang=6)
 
 

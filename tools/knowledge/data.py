@@ -154,7 +154,7 @@ def hardware() -> Hardware:
 def _hardware(path: Path) -> Hardware:
     data = _read(path, _HardwareFile)
     gpus = tuple(
-        (g.name, _compile(path, f"gpu[{i}].pattern", g.pattern, re.IGNORECASE), g.arch)
+        (g.name, _compile(path, f"gpu #{i + 1}.pattern", g.pattern, re.IGNORECASE), g.arch)
         for i, g in enumerate(data.gpu)
     )
     gpu_re = None
@@ -193,11 +193,11 @@ def model_families() -> ModelFamilies:
 def _model_families(path: Path) -> ModelFamilies:
     data = _read(path, _ModelFamiliesFile)
     families = tuple(
-        (_compile(path, f"family[{i}].pattern", f.pattern), frozenset(f.features))
+        (_compile(path, f"family #{i + 1}.pattern", f.pattern), frozenset(f.features))
         for i, f in enumerate(data.family)
     )
     words = tuple(
-        (w.feature, _compile(path, f"word[{i}].pattern", w.pattern, re.IGNORECASE if w.ignore_case else 0))
+        (w.feature, _compile(path, f"word #{i + 1}.pattern", w.pattern, re.IGNORECASE if w.ignore_case else 0))
         for i, w in enumerate(data.word)
     )
     prefixes = [p for p in (data.names.prefixes if data.names else []) if p]
@@ -234,14 +234,14 @@ def _config_facts(path: Path) -> ConfigFacts:
     data = _read(path, _ConfigFactsFile)
     aliases = {a.name: a.fact for a in data.alias}
     lines = tuple(
-        _compile(path, f"line[{i}].pattern", ln.pattern, re.IGNORECASE if ln.ignore_case else 0)
+        _compile(path, f"line #{i + 1}.pattern", ln.pattern, re.IGNORECASE if ln.ignore_case else 0)
         for i, ln in enumerate(data.line)
     )
     for i, rx in enumerate(lines):
         unknown = [g for g in rx.groupindex if g not in data.keys]
         if unknown or not rx.groupindex:
             raise KnowledgeError(
-                f"{path}: line[{i}].pattern: expected named groups that are facts of keys, "
+                f"{path}: line #{i + 1}.pattern: expected named groups that are facts of keys, "
                 f"got {', '.join(unknown) or 'none'}"
             )
     spellings = [*data.keys, *aliases]

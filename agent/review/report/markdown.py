@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.review.report.model import EvidenceItem, Excerpt, HypothesisView, Report, _carry, _dur
-from tools.sanitize import fenced, map_strings, md_text
+from tools.sanitize import fence, fenced, map_strings, md_code, md_raw, md_text
 
 
 def _md(text: Any) -> str:
@@ -16,7 +16,7 @@ def _md_summary(rep: Report) -> list[str]:
     """The title, the run's context line and the summary (with what was ruled out)."""
     out: list[str] = [f"# {rep.title}", ""]
     out.append(
-        f"Model **{rep.model}** on {rep.hardware}. Started {rep.started}. Transcript `{rep.transcript}`."
+        f"Model **{rep.model}** on {rep.hardware}. Started {rep.started}. Transcript {md_code(rep.transcript)}."
     )
     if not rep.finished:
         out += ["", "> **Unfinished run**: the transcript ends without `run.ended`."]
@@ -26,7 +26,8 @@ def _md_summary(rep: Report) -> list[str]:
             out += [rep.answer_head, ""]
         out += [f"- **{k}**: {v}" for k, v in rep.answer]
         if rep.command:
-            out += ["", "Launch command that worked:", "", "```bash", rep.command, "```"]
+            command = md_raw(rep.command)  # a fence shows its text as it is: no entity or escape
+            out += ["", "Launch command that worked:", "", fence(command) + "bash", command, fence(command)]
     out += ["", "## Summary", ""]
     for k, v in rep.summary:
         out.append(f"- **{k}**: {v}")
@@ -50,9 +51,11 @@ def _md_experiments(rep: Report) -> list[str]:
             f"{_md(e.outcome)} | {e.stage} | {_dur(e.to_ready_s)} | {_dur(e.to_crash_s)} | "
             f"{e.host_seconds:.0f} s | {_md(e.notes)} |"
         )
-    out += ["", "Timeline (host time; `=` loading, `#` serving, `X` crash, `|` stop):", "", "```text"]
-    out += _text_timeline(rep)
-    out.append("```")
+    timeline = [md_raw(line) for line in _text_timeline(rep)]
+    tick = fence("\n".join(timeline))
+    out += ["", "Timeline (host time; `=` loading, `#` serving, `X` crash, `|` stop):", "", tick + "text"]
+    out += timeline
+    out.append(tick)
     return out
 
 
@@ -63,7 +66,7 @@ def _md_hypothesis_tables(rep: Report) -> list[str]:
     out.append("|---|---|---|---|---|")
     for h in rep.hypotheses:
         out.append(
-            f"| `{h.id}` | {h.component} | {h.verdict} | {h.prior:.2f} | {h.posterior:.2f} |"
+            f"| {md_code(h.id)} | {h.component} | {h.verdict} | {h.prior:.2f} | {h.posterior:.2f} |"
         )
     if rep.steps:
         out += ["", "Probability over the steps (after each experiment):", ""]
@@ -71,7 +74,7 @@ def _md_hypothesis_tables(rep: Report) -> list[str]:
         out.append("|---|" + "---|" * len(rep.steps))
         for h in rep.hypotheses:
             vals = _carry(rep.series.get(h.id, {}), rep.steps)
-            out.append(f"| `{h.id}` | " + " | ".join("" if v is None else f"{v:.2f}" for v in vals) + " |")
+            out.append(f"| {md_code(h.id)} | " + " | ".join("" if v is None else f"{v:.2f}" for v in vals) + " |")
     return out
 
 
@@ -85,13 +88,14 @@ def _md_evidence_item(item: EvidenceItem) -> list[str]:
     )
     out = [f"- *{item.effect}* ({item.kind}{where}{lines}): {item.detail}"]
     if item.quoted_under:
-        out.append(f"  (log lines quoted under `{item.quoted_under}` above)")
+        out.append(f"  (log lines quoted under {md_code(item.quoted_under)} above)")
     if item.excerpt:
         out.append("")
-        out.append("  ```text")
+        tick = fence("\n".join(text for _, text, _ in item.excerpt.lines))
+        out.append(f"  {tick}text")
         for n, text, cited in item.excerpt.lines:
             out.append(f"  {'>' if cited else ' '} {n:>6}  {text}")
-        out.append("  ```")
+        out.append(f"  {tick}")
         out.append(f"  <sub>from {item.excerpt.source}</sub>")
         out.append("")
     return out
@@ -99,7 +103,7 @@ def _md_evidence_item(item: EvidenceItem) -> list[str]:
 
 def _md_hypothesis(h: HypothesisView) -> list[str]:
     """One hypothesis's section: statement, why it was considered and dropped, its evidence."""
-    out = ["", f"### `{h.id}` — {h.verdict}", ""]
+    out = ["", f"### {md_code(h.id)} — {h.verdict}", ""]
     out.append(f"{h.statement} *({h.component}; from {h.source}; p {h.prior:.2f} → {h.posterior:.2f})*")
     if h.rationale:
         out += ["", f"Why it was considered: {h.rationale}"]
@@ -128,7 +132,7 @@ def _md_design(rep: Report) -> list[str]:
                 )
             out.append("")
         for hid, why in d.skipped:
-            out.append(f"- skipped for `{hid}`: {why}")
+            out.append(f"- skipped for {md_code(hid)}: {why}")
         if d.skipped:
             out.append("")
     return out
@@ -139,14 +143,15 @@ def _md_appendix(rep: Report) -> list[str]:
     out: list[str] = []
     if rep.knowledge:
         out += ["## Knowledge read", ""]
-        out += [f"- {_md(title)} — relevance {rel:.2f} (`{path}`)" for path, title, rel in rep.knowledge]
+        out += [f"- {_md(title)} — relevance {rel:.2f} ({md_code(path)})" for path, title, rel in rep.knowledge]
         out.append("")
     if rep.notes:
         out += ["## Notes", ""]
         out += [f"- {n}" for n in rep.notes]
         out.append("")
     if rep.findings_entry:
-        out += ["## FINDINGS.md entry", "", "````markdown", rep.findings_entry.rstrip(), "````", ""]
+        tick = fence(rep.findings_entry, least=4)
+        out += ["## FINDINGS.md entry", "", tick + "markdown", rep.findings_entry.rstrip(), tick, ""]
     return out
 
 
@@ -186,8 +191,8 @@ def _text_timeline(rep: Report, width: int = 60) -> list[str]:
 
 def md_safe(rep: Report) -> Report:
     """``rep`` with its text safe in Markdown: raw HTML from outside (a FINDINGS title's ``<script>``)
-    shown as text (`tools.sanitize.md_text`); log excerpts and the FINDINGS entry, shown in code fences,
-    only kept from closing their fence."""
+    shown as text, backticks as backticks (`tools.sanitize.md_text`); log excerpts and the FINDINGS
+    entry, shown in code fences as long as `tools.sanitize.fence` makes them, only made visible."""
 
     def excerpt(obj: Any) -> Any:
         if isinstance(obj, Excerpt):

@@ -61,6 +61,21 @@ def approval_panel(req: ApprovalRequest, *, full: bool = False, keys: bool = Tru
     )
 
 
+def answer_hint(req: ApprovalRequest, resume: str, *, decision_optional: bool = False) -> str:
+    """The ``hypoloop resume`` command line that answers ``req``, with exactly the options that apply to
+    it: ``--experiment`` (the answer counts only while this experiment waits), ``approve-all`` only in a
+    ``--parallel`` batch, ``edit`` and ``--set`` only for a change (``editable``). ``resume``: the command
+    up to the run id (``resume_command``); ``decision_optional``: ``--decision`` in brackets (without it
+    ``resume`` asks at the terminal)."""
+    exp = req.experiment
+    can_edit = editable(exp)
+    decisions = ["approve", *(["approve-all"] if req.batch else []), *(["edit"] if can_edit else []), "reject", "stop"]
+    decision = "--decision " + "|".join(decisions)
+    words = [resume, f"--experiment {exp.id}", f"[{decision}]" if decision_optional else decision,
+             "[--reason TEXT]", *(["[--set NAME=VALUE]"] if can_edit else [])]
+    return " ".join(words)
+
+
 def editable(exp: Experiment) -> bool:
     """Whether a person can edit the experiment's change (a baseline or confirmation run has none)."""
     return exp.purpose == "test" and exp.change is not None

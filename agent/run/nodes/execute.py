@@ -414,6 +414,7 @@ def _start_or_adopt(
             "pgid": handle.pgid if handle else None,
             "started_wall": handle.started_wall if handle else None,
             "orchestrator_pid": os.getpid(),
+            "time_scale": host.time_scale,  # turns its wall seconds into host-seconds if the run is killed
             **_job_record(host, handle),
         },
         node="execute",

@@ -36,6 +36,7 @@ from tools.fingerprint import HostFingerprint, fingerprint, port_holder
 from tools.flags import FlagCatalog, FlagError
 from tools.host import Host, HostError, expand_argv
 from tools.knowledge import KnowledgeError, read_findings, relevance
+from tools.logtext import decode_log
 from tools.model_config import checkpoint_facts, read_model_config
 from tools.signatures import Signature
 from tools.slurm import JobPending
@@ -244,7 +245,7 @@ def _read_knowledge(tr: Transcript, case: Case, fp: HostFingerprint) -> list[Rel
 def ingest_log(case: Case, baseline: Baseline, signatures: list[Signature]) -> tuple[RawEvidence, Experiment]:
     """Treat a crash log the user already has as the baseline's first observation (no launch)."""
     path = case.resolve_path(case.observed_log or "")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = decode_log(path.read_bytes()).text  # stray NULs as U+FFFD (the case check refused a binary file)
     exp = Experiment(
         id=Experiment.make_id(baseline, None, "baseline"),
         purpose="baseline",
