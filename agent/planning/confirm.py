@@ -109,7 +109,8 @@ class FixKeeper:
             st.failing_baseline, st.failing_reference, st.fixes = exp.baseline, ref, []
         workaround, cost = self._fix_kind(hp, change, ref.facts)
         before = st.best_fix
-        around = bool(own_reverts_for(hp.view.case.baseline, exp.baseline, change, hp.ledger.values(), self.book.flags))
+        around = not (st.flaky or st.intermittent) and bool(
+            own_reverts_for(hp.view.case.baseline, exp.baseline, change, hp.ledger.values(), self.book.flags))
         st.fixes.append(Fix(experiment_id=exp.id, change=change, config=exp.config(), workaround=workaround,
                             cost=cost, around_own=around))
         best = st.best_fix

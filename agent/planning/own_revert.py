@@ -3,7 +3,9 @@ called the fix (issue 20, point 5: root fix before workaround, the user's intent
 
 When the change that made the failing configuration serve is
 
-- another value of a choice the user set explicitly (``--X aiter`` -> ``--X triton``), or
+- another value of a choice the user set explicitly (``--X aiter`` -> ``--X triton``: a flag whose
+  ``--help`` lists its choices; a number tuned, a fraction lowered, keeps the user's intent closer than
+  the default), or
 - the removal of a flag the user set that turns a whole feature on (knowledge/subsystems.toml
   ``in_play_any`` ``{ setting = FLAG }``), while the user also set something of their own inside that
   feature (a setting of its ``flags``/``env``, or an option sharing the selector's name prefix),
@@ -12,9 +14,8 @@ an engineer first asks whether the user's own setting is what breaks: the settin
 default the engine picks, is the smallest change from the user's command. It is launched (up to
 ``INTENT_LAUNCHES`` such launches after the fix) before the run concludes; if it serves too, it is the
 root fix (``Fix.around_own`` ranks the alternative below it), and the alternative stays what it is, a
-change of the user's choice. On a failure that comes and goes, the revert is launched only when the
-budget leaves room for it and all the confirmations a fix there needs (every launch runs the case's load,
-``agent.planning.chooser``).
+change of the user's choice. Not on a failure that comes and goes: one launch of the revert that serves
+says nothing there, and the fix already found needs its confirmation runs.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from agent.planning.intent import INTENT_LAUNCHES, drops_feature, feature_revert
 from agent.planning.matching import same_value
 from agent.planning.served import canonical_flag
 from agent.planning.view import HistoryState, PlannerView
-from tools.flags import FlagCatalog
+from tools.flags import FlagCatalog, FlagError
 
 __all__ = ["own_first", "own_reason", "own_reverts_for"]
 
@@ -42,6 +43,8 @@ def own_reverts_for(case_baseline: Baseline, base: Baseline, change: Change, hyp
     no workaround: the parallel layout, the model, what the description asks for stay). Empty otherwise."""
     revertible = _revertible(hypotheses)
     if change.after is not None:
+        if change.kind != "flag" or not _choosing(flags, change.name):
+            return []  # a number tuned (a fraction lowered) keeps the user's intent closer than the default
         users = case_baseline.value(change.kind, change.name)
         if same_value(users, None) or same_value(users, change.after) \
                 or not same_value(users, base.value(change.kind, change.name)):
@@ -68,6 +71,17 @@ def own_reverts_for(case_baseline: Baseline, base: Baseline, change: Change, hyp
     return out
 
 
+def _choosing(flags: FlagCatalog | None, name: str) -> bool:
+    """Whether flag ``name`` chooses among named values (its ``--help`` lists choices: backends, dtypes);
+    False when the catalog is unknown or does not know the flag."""
+    if flags is None:
+        return False
+    try:
+        return bool(flags.resolve(name).choices)
+    except FlagError:
+        return False
+
+
 def _revertible(hypotheses: Iterable[Hypothesis]) -> list[tuple[str, str]]:
     """(kind, name) of the settings an open or supported ``revert:`` hypothesis unsets without a workaround,
     in the ledger's order (heaviest first)."""
@@ -86,8 +100,8 @@ def own_first(view: PlannerView, state: HistoryState, flags: FlagCatalog | None,
     """Keys of the reverts to launch, most wanted first, before the best fix so far is confirmed: the
     user's own implicated settings inside a feature it dropped (``feature_reverts``), then the user's own
     settings it goes around (``own_reverts_for``), while fewer than ``INTENT_LAUNCHES`` reverts were
-    launched after it and, on a failure seen flaky or said intermittent, the budget leaves room for the
-    revert and every confirmation a fix there needs. Empty when there is none."""
+    launched after it; never on a failure seen flaky or said intermittent (there a revert that serves once
+    is no evidence, and the fix's own confirmations need the budget). Empty when there is none."""
     featured = feature_reverts(view, state, flags, implicated)
     best, base = state.best_fix, state.failing_baseline
     if best is None or base is None or state.confirmations > 0:
@@ -95,9 +109,7 @@ def own_first(view: PlannerView, state: HistoryState, flags: FlagCatalog | None,
     if spent_after_fix(view, state, lambda ch: ch.after is None) >= INTENT_LAUNCHES:
         return featured
     if state.flaky or state.intermittent:
-        room = 1 + state.flaky_confirmations
-        if view.launches + room > view.case.budget.experiments:
-            return featured
+        return featured
     own = [c.key() for c in own_reverts_for(view.case.baseline, base, best.change, state.hypotheses, flags)]
     return list(dict.fromkeys([*featured, *own]))
 
