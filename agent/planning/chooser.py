@@ -25,6 +25,8 @@ from agent.planning.guard import changes_nothing, launched_before
 from agent.planning.in_play import InPlay, load_subsystems
 from agent.planning.intent import (
     INTENT_LAUNCHES,
+    dropped_feature,
+    feature_reverts,
     intent_alternatives,
     keeping_intent,
     narrower_keys,
@@ -450,7 +452,9 @@ class Chooser(FlagMatcher):
         drops what the user chose; a root fix keeps it."""
         best = state.best_fix
         base, ref = state.failing_baseline, state.failing_reference
-        featured = own_first(view, state, self.flags, implicated_setting)
+        featured = own_first(view, state, self.flags, feature_reverts(view, state, self.flags, implicated_setting),
+                             spent_after_fix(view, state, lambda ch: ch.after is None) < INTENT_LAUNCHES,
+                             dropped_feature(view, state, self.flags))
         if best is None or base is None or ref is None or not (best.workaround or best.cost == "high" or featured):
             return None
         budget = view.case.budget

@@ -12,7 +12,7 @@ When the change that made the failing configuration serve is
 
 an engineer first asks whether the user's own setting is what breaks: the setting unset, back to the
 default the engine picks, is the smallest change from the user's command. It is launched (up to
-``INTENT_LAUNCHES`` such launches after the fix) before the run concludes; if it serves too, it is the
+``agent.planning.intent.INTENT_LAUNCHES`` reverts after the fix) before the run concludes; if it serves too, it is the
 root fix (``Fix.around_own`` ranks the alternative below it), and the alternative stays what it is, a
 change of the user's choice. Not on a failure that comes and goes: one launch of the revert that serves
 says nothing there, and the fix already found needs its confirmation runs.
@@ -20,11 +20,10 @@ says nothing there, and the fix already found needs its confirmation runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from agent.domain.models import Baseline, Change, Hypothesis
 from agent.planning.in_play import load_subsystems
-from agent.planning.intent import INTENT_LAUNCHES, drops_feature, feature_reverts, spent_after_fix
 from agent.planning.matching import same_value
 from agent.planning.served import canonical_flag
 from agent.planning.view import HistoryState, PlannerView
@@ -34,11 +33,12 @@ __all__ = ["own_first", "own_reason", "own_reverts_for"]
 
 
 def own_reverts_for(case_baseline: Baseline, base: Baseline, change: Change, hypotheses: Iterable[Hypothesis],
-                    flags: FlagCatalog | None) -> list[Change]:
+                    flags: FlagCatalog | None, feature: str | None) -> list[Change]:
     """The reverts of the user's own settings that ``change`` (a change that fixed the failing ``base``)
     goes around: the same setting unset when ``change`` gives another value to a setting the case itself
     sets; the case's own settings inside the feature when ``change`` removes the flag that turns it on
-    (``drops_feature``). Only settings the failing ``base`` still holds as the case sets them, with an
+    (``feature``: that subsystem's id, ``agent.planning.intent.drops_feature``, else None). Only settings
+    the failing ``base`` still holds as the case sets them, with an
     open or supported ``revert:`` hypothesis that changes nothing the user needs kept (its intervention is
     no workaround: the parallel layout, the model, what the description asks for stay). Empty otherwise."""
     revertible = _revertible(hypotheses)
@@ -51,10 +51,9 @@ def own_reverts_for(case_baseline: Baseline, base: Baseline, change: Change, hyp
             return []
         own = Change(kind=change.kind, name=change.name, before=users, after=None)
         return [own] if (change.kind, change.name) in revertible else []
-    sub_id = drops_feature(case_baseline, change, flags)
-    if sub_id is None:
+    sub = next((s for s in load_subsystems().subsystems if s.id == feature), None)
+    if sub is None:
         return []
-    sub = next(s for s in load_subsystems().subsystems if s.id == sub_id)
     selector = canonical_flag(flags, change.name)
     prefix = selector[: selector.index("-", 2) + 1] if "-" in selector[2:] else selector + "-"
     out = []
@@ -95,22 +94,20 @@ def _revertible(hypotheses: Iterable[Hypothesis]) -> list[tuple[str, str]]:
     return out
 
 
-def own_first(view: PlannerView, state: HistoryState, flags: FlagCatalog | None,
-              implicated: Callable[[Hypothesis], bool]) -> list[str]:
+def own_first(view: PlannerView, state: HistoryState, flags: FlagCatalog | None, featured: list[str],
+              may_spend: bool, feature: str | None) -> list[str]:
     """Keys of the reverts to launch, most wanted first, before the best fix so far is confirmed: the
-    user's own implicated settings inside a feature it dropped (``feature_reverts``), then the user's own
-    settings it goes around (``own_reverts_for``), while fewer than ``INTENT_LAUNCHES`` reverts were
-    launched after it; never on a failure seen flaky or said intermittent (there a revert that serves once
-    is no evidence, and the fix's own confirmations need the budget). Empty when there is none."""
-    featured = feature_reverts(view, state, flags, implicated)
+    user's own implicated settings inside a feature it dropped (``featured``:
+    ``agent.planning.intent.feature_reverts``), then the user's own settings it goes around
+    (``own_reverts_for``; ``feature``: the subsystem it drops, or None), while ``may_spend`` (fewer than
+    ``agent.planning.intent.INTENT_LAUNCHES`` reverts were launched after it); never on a failure seen flaky or said intermittent (there a
+    revert that serves once is no evidence, and the fix's own confirmations need the budget). Empty when
+    there is none."""
     best, base = state.best_fix, state.failing_baseline
-    if best is None or base is None or state.confirmations > 0:
+    if best is None or base is None or state.confirmations > 0 or not may_spend \
+            or state.flaky or state.intermittent:
         return featured
-    if spent_after_fix(view, state, lambda ch: ch.after is None) >= INTENT_LAUNCHES:
-        return featured
-    if state.flaky or state.intermittent:
-        return featured
-    own = [c.key() for c in own_reverts_for(view.case.baseline, base, best.change, state.hypotheses, flags)]
+    own = [c.key() for c in own_reverts_for(view.case.baseline, base, best.change, state.hypotheses, flags, feature)]
     return list(dict.fromkeys([*featured, *own]))
 
 
