@@ -39,3 +39,6 @@ def test_the_users_explicit_value_removed_is_the_fix_not_another_value(tmp_path:
     others = [t for t in tested if t[0] == FLAG and t[1] is not None]
     if others:  # another value served first: the user's own setting was reverted right after it
         assert tested.index((FLAG, None)) == tested.index(others[0]) + 1, tested
+        # and the other value is reported apart, as a workaround that also served, not as another root fix
+        alternatives = {a["name"]: a for a in result["root_cause"]["alternatives"]}
+        assert alternatives[FLAG]["workaround"], alternatives
