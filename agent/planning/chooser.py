@@ -25,6 +25,7 @@ from agent.planning.guard import changes_nothing, launched_before
 from agent.planning.in_play import InPlay, load_subsystems
 from agent.planning.intent import (
     INTENT_LAUNCHES,
+    dropped_feature,
     feature_reverts,
     intent_alternatives,
     keeping_intent,
@@ -34,6 +35,7 @@ from agent.planning.intent import (
 from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, load_level, load_probe_for
+from agent.planning.own_revert import own_first, own_reason
 from agent.planning.platform_builds import foreign_setting
 from agent.planning.served import user_keeps
 from agent.planning.switches import broad_switch
@@ -450,7 +452,9 @@ class Chooser(FlagMatcher):
         drops what the user chose; a root fix keeps it."""
         best = state.best_fix
         base, ref = state.failing_baseline, state.failing_reference
-        featured = feature_reverts(view, state, self.flags, implicated_setting)
+        featured = own_first(view, state, self.flags, feature_reverts(view, state, self.flags, implicated_setting),
+                             spent_after_fix(view, state, lambda ch: ch.after is None) < INTENT_LAUNCHES,
+                             dropped_feature(view, state, self.flags))
         if best is None or base is None or ref is None or not (best.workaround or best.cost == "high" or featured):
             return None
         budget = view.case.budget
@@ -484,9 +488,7 @@ class Chooser(FlagMatcher):
             f"{'workaround' if best.workaround else 'costly change'}: a root-cause fix is tested first"
         )
         if scored[0][2].key() in featured:
-            why = (f"{best.change.describe()} fixed the failure by switching off a feature the case turned on "
-                   "and configured: the user's own setting inside it is reverted first (the failure implicates "
-                   "it most), before dropping the whole feature is reported")
+            why = own_reason(best.change)
         elif scored[0][2].key() in narrower:
             why += (f" (a narrower change inside what {best.change.describe()} turned off as a whole: that "
                     "switch-off is a workaround until one is found)")

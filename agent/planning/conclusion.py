@@ -31,7 +31,7 @@ from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, derive
 from agent.planning.view import COST_ORDER
 from agent.planning.workaround_fix import blockers, is_workaround
-from agent.planning.workarounds import mark_deployment_changes, root_and_workarounds
+from agent.planning.workarounds import mark_deployment_changes, mark_own_alternatives, root_and_workarounds
 
 if TYPE_CHECKING:
     from agent.run.state import RunState
@@ -271,6 +271,7 @@ def _isolated(
         ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint, before=ch.before,
         platform=OnHost(platform, host_refusals(outcomes.values())))
         or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after) is not None)
+    mark_own_alternatives(alternatives, fix)
     alternatives.sort(key=lambda a: (a["workaround"], COST_ORDER.get(a["cost"], 1)))
     return base.model_copy(
         update={
@@ -519,6 +520,7 @@ def _tested_alternatives(
     seen: set[tuple[str, str]],
 ) -> list[dict[str, Any]]:
     """Other tests from the fix's baseline that also fixed the failure (adds to ``seen``)."""
+    assert fix_exp.change is not None
     out: list[dict[str, Any]] = []
     for e in experiments.values():
         ran = outcomes.get(e.id)
@@ -526,8 +528,8 @@ def _tested_alternatives(
             continue
         if e.baseline != fix_exp.baseline:  # fixed a different configuration: not a like-for-like alternative
             continue
-        if (e.change.kind, e.change.name) in seen:
-            continue
+        if (e.change.kind, e.change.name) in seen and (e.change.kind, e.change.name) != (fix_exp.change.kind, fix_exp.change.name):
+            continue  # another value of the fix's own setting is kept: the user's choice changed, not removed
         seen.add((e.change.kind, e.change.name))
         known = _intervention_of(e.change.kind, e.change.name, cause, hyps)
         # decisive: it did fix it here

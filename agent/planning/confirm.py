@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from agent.domain.models import Change, Evidence, Experiment, Hypothesis, Outcome
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.generators.settings import implicated_setting
-from agent.planning.intent import feature_suspects
+from agent.planning.intent import drops_feature, feature_suspects
 from agent.planning.observations import config_key
+from agent.planning.own_revert import own_reverts_for
 from agent.planning.served import OnHost, run_platform, served_settings, user_keeps
 from agent.planning.switches import broad_switch
 from agent.planning.view import COST_ORDER, Fix, HistoryPass, HistoryState
@@ -108,9 +109,11 @@ class FixKeeper:
             st.failing_baseline, st.failing_reference, st.fixes = exp.baseline, ref, []
         workaround, cost = self._fix_kind(hp, change, ref.facts)
         before = st.best_fix
-        st.fixes.append(
-            Fix(experiment_id=exp.id, change=change, config=exp.config(), workaround=workaround, cost=cost)
-        )
+        around = not (st.flaky or st.intermittent) and bool(
+            own_reverts_for(hp.view.case.baseline, exp.baseline, change, hp.ledger.values(), self.book.flags,
+                            drops_feature(hp.view.case.baseline, change, self.book.flags)))
+        st.fixes.append(Fix(experiment_id=exp.id, change=change, config=exp.config(), workaround=workaround,
+                            cost=cost, around_own=around))
         best = st.best_fix
         assert best is not None
         if before is None or best.experiment_id != before.experiment_id:

@@ -55,10 +55,14 @@ class Fix(BaseModel):
     config: Baseline
     workaround: bool = False
     cost: Literal["none", "low", "medium", "high"] = "low"
+    #: it gives another value to a setting the user chose, or drops a feature the user configured, while
+    #: the user's own setting there was not yet reverted (``agent.planning.own_revert``)
+    around_own: bool = False
 
-    def rank(self) -> tuple[int, int]:
-        """Smaller is better: root fixes before workarounds, then cheaper in performance."""
-        return (1 if self.workaround else 0, COST_ORDER[self.cost])
+    def rank(self) -> tuple[int, int, int]:
+        """Smaller is better: root fixes before workarounds, then the user's own setting reverted before a
+        change that goes around it, then cheaper in performance."""
+        return (1 if self.workaround else 0, 1 if self.around_own else 0, COST_ORDER[self.cost])
 
 
 class HistoryState(BaseModel):

@@ -13,7 +13,7 @@ from typing import Any
 
 from agent.domain.models import Change, Experiment
 
-__all__ = ["mark_deployment_changes", "root_and_workarounds"]
+__all__ = ["mark_deployment_changes", "mark_own_alternatives", "root_and_workarounds"]
 
 
 
@@ -41,3 +41,16 @@ def mark_deployment_changes(
         if ch is not None and changes_deployment(ch):
             a["workaround"], a["cost"] = True, "high"
             a["note"] = a.get("note") or "changes what is served (the deployment the user asked for)"
+
+
+def mark_own_alternatives(alternatives: list[dict[str, Any]], fix: Change) -> None:
+    """When the fix removes the user's own setting (back to the engine's default), another value of that
+    setting that also served is a workaround: it changes the user's choice where removing it is the
+    smaller change from the user's command (``agent.planning.own_revert``)."""
+    if fix.after is not None:
+        return
+    for a in alternatives:
+        if a.get("kind") == fix.kind and a.get("name") == fix.name and a.get("result") == "fixed":
+            a["workaround"] = True
+            a["note"] = a.get("note") or ("another value of the user's own choice: removing the user's setting "
+                                          "also serves and changes less of the user's command")
