@@ -25,7 +25,7 @@ from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 
 __all__ = ["HOST_BOUND_FACTS", "SHARD_FACT", "OnHost", "Served", "description_keeps", "host_refusals", "run_platform", "served_settings",
-           "user_keeps"]
+           "user_keeps", "whole_number"]
 
 
 
@@ -160,8 +160,8 @@ class Served:
         """``before`` does not divide the checkpoint's count it must divide, and ``after`` (None: the
         engine's default, one) does."""
         key = next((k for n, k in self.divides.items() if canonical_flag(flags, n) == canon), None)
-        total = _whole((checkpoint or {}).get(key)) if key else None
-        was, now = _whole(before), (1 if after is None else _whole(after))
+        total = whole_number((checkpoint or {}).get(key)) if key else None
+        was, now = whole_number(before), (1 if after is None else whole_number(after))
         if not (total and was and now):
             return False
         return total % was != 0 and total % now == 0
@@ -226,8 +226,8 @@ def _fits_host(names: Iterable[str], before: object, after: object, refused: dic
     shard at ``before`` did not fit a kernel (``shard_split_by`` names the setting) and ``after`` is fewer."""
     facts = refused or {}
     bounded = {d.strip() for d in facts.get(HOST_BOUND_FACTS[0], "").split("*")}
-    limit, was = _whole(facts.get(HOST_BOUND_FACTS[1])), _whole(before)
-    now = 1 if after is None else _whole(after)
+    limit, was = whole_number(facts.get(HOST_BOUND_FACTS[1])), whole_number(before)
+    now = 1 if after is None else whole_number(after)
     dests = {n.lstrip("-").replace("-", "_") for n in names}
     split = {d.strip() for d in facts.get(SHARD_FACT, "").split("*")}
     if split & dests and was and now and now < was:
@@ -256,8 +256,8 @@ def _same_format(a: str, b: object) -> bool:
     return x == y or x.startswith(y) or y.startswith(x)
 
 
-def _whole(value: object) -> int | None:
-    """A positive whole number written as ``value``, or None."""
+def whole_number(value: object) -> int | None:
+    """A positive whole number written as ``value`` (a rank count, a head count), or None."""
     try:
         n = int(str(value).strip())
     except ValueError:

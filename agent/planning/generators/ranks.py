@@ -35,6 +35,7 @@ from agent.planning.served import (
     run_platform,
     served_settings,
     user_keeps,
+    whole_number,
 )
 
 __all__ = ["FewerRanksGenerator", "fewer_ranks"]
@@ -43,14 +44,6 @@ __all__ = ["FewerRanksGenerator", "fewer_ranks"]
 #: error's remedy (``remedies.WEIGHT_ERROR``); a warning the rank printed before the launch failed weighs less.
 WEIGHT_ERROR = 0.3
 WEIGHT_WARNING = 0.2
-
-
-def _whole(value: object) -> int | None:
-    try:
-        n = int(str(value).strip())
-    except ValueError:
-        return None
-    return n if n > 0 else None
 
 
 def fewer_ranks(current: int, divides: int | None) -> int | None:
@@ -96,9 +89,9 @@ class FewerRanksGenerator:
                 spec = fact_flag(inp.flags, name)
                 if spec is None or spec.name in out or not spec.takes_value:
                     continue
-                current = _whole(effective_value(inp, spec))
+                current = whole_number(effective_value(inp, spec))
                 key = next((k for n, k in served.divides.items() if canonical_flag(inp.flags, n) == spec.name), None)
-                value = fewer_ranks(current, _whole((checkpoint or {}).get(key)) if key else None) if current else None
+                value = fewer_ranks(current, whole_number((checkpoint or {}).get(key)) if key else None) if current else None
                 if current is None or value is None:
                     continue
                 deployment = served.changes_deployment(
