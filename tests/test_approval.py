@@ -90,6 +90,10 @@ def test_risky_rules_come_from_the_knowledge_file() -> None:
     assert any(r.startswith("nccl-env") for r in risky_reasons(nccl, rules))
     assert risky_reasons(tp, rules)
     assert not risky_reasons(_test_exp(), rules)
+    # a variable that changes which code the server loads always needs a person under --approve risky
+    for name, value in (("LD_PRELOAD", "/tmp/x.so"), ("PYTHONPATH", "/tmp"), ("PATH", "/tmp")):
+        assert any(r.startswith("code-loading-env") for r in risky_reasons(_test_exp(name, value, kind="env"), rules))
+    assert not risky_reasons(_test_exp("SGLANG_USE_AITER", "0", kind="env"), rules)
     baseline = Experiment(id="exp-b", purpose="baseline", baseline=BASE)
     assert risky_reasons(baseline, rules) == []
 
