@@ -185,3 +185,19 @@ def test_analyze_of_a_fifo_says_it_waits_for_a_writer_then_reads_the_stream(tmp_
     assert device.returncode == 2
     assert device.stderr.strip().splitlines() == [
         "error: /dev/zero: not a regular file (expected a log file, a FIFO, or - for standard input)"]
+
+
+@pytest.mark.parametrize("content", [b"# FINDINGS\n" + b"x" * (1024 * 1024 + 10), b"# FINDINGS\n\xff\xfe not text\n"])
+def test_a_case_whose_findings_file_is_unusable_is_one_line_as_in_run(tmp_path: Path, content: bytes) -> None:
+    """analyze --case reads the case's FINDINGS.md as a run does: a file over 1 MiB or not UTF-8 is the same
+    one-line error naming the case and the file (it was a traceback)."""
+    (tmp_path / "FINDINGS.md").write_bytes(content)
+    case = tmp_path / "case.toml"
+    case.write_text('name = "c"\ndescription = "d"\nknowledge = ["FINDINGS.md"]\n'
+                    '[launcher]\nargv = ["{python}", "-m", "lab.launch_server"]\n'
+                    '[model]\npath = "Qwen/Qwen3-8B"\n')
+    log = Path(__file__).parent / "data" / "logs_0.5.23" / "no_kv_room.log"
+    done = run_cli(tmp_path, "analyze", "--case", str(case), str(log))
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.strip().count("\n") == 0, done.stderr
+    assert f"{case}: knowledge:" in done.stderr and "FINDINGS.md" in done.stderr, done.stderr

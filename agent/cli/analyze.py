@@ -299,11 +299,15 @@ def _analyze_platform_from_log(text: str, fp: HostFingerprint, notes: list[str])
 def _analyze_findings(c: Case, fp: HostFingerprint) -> list[RelevantFinding]:
     """The case's knowledge files' findings, each with its relevance to this model and GPU."""
     from agent.planning.planner import RelevantFinding
-    from tools.knowledge import read_findings, relevance
+    from tools.knowledge import KnowledgeError, read_findings, relevance
 
     findings: list[RelevantFinding] = []
     for p in c.knowledge:
-        for f in read_findings(c.resolve_path(p)):
+        try:
+            read = read_findings(c.resolve_path(p))
+        except KnowledgeError as exc:  # the one line a run gives for the same case (nodes/intake.py)
+            fail(f"{c.source_path}: knowledge: {exc}")
+        for f in read:
             findings.append(
                 RelevantFinding(
                     finding=f,
