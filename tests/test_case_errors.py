@@ -48,6 +48,17 @@ def test_case_error_names_key_and_suggests(tmp_path: Path, text: str, expected: 
     assert "Extra inputs" not in str(err.value) and "Input should" not in str(err.value)
 
 
+def test_a_missing_knowledge_file_is_counted_from_1_and_a_folder_is_named_as_one(tmp_path: Path) -> None:
+    (tmp_path / "FINDINGS.md").write_text("# FINDINGS\n")
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(CaseError) as err:
+        load_case(str(_case(tmp_path, 'knowledge = ["FINDINGS.md", "nope.md"]\n' + GOOD)))
+    assert "field 'knowledge #2': nope.md: file not found" in str(err.value)
+    with pytest.raises(CaseError) as err:
+        load_case(str(_case(tmp_path, 'knowledge = ["notes"]\n' + GOOD)))
+    assert "field 'knowledge #1': notes: a folder, not a file" in str(err.value)
+
+
 def test_cli_case_typo_is_one_line(tmp_path: Path) -> None:
     p = _case(tmp_path, GOOD + "[baseline]\nflgs = {}\n")
     r = run_cli(tmp_path, "run", str(p), "--auto")

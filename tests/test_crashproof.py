@@ -216,10 +216,10 @@ def test_case_paths_outside_the_folder_only_when_named_explicitly(tmp_path: Path
     case = load_case(str(case_dir / "case.toml"))
     from agent.domain.case import outside_warnings
 
-    assert [w for w in outside_warnings(case) if "knowledge.0" in w and "outside the case's folder" in w]
+    assert [w for w in outside_warnings(case) if "knowledge #1" in w and "outside the case's folder" in w]
     (case_dir / "link.md").symlink_to(outside)  # a link inside that points out is not "named explicitly"
     (case_dir / "case.toml").write_text('name = "c"\nknowledge = ["link.md"]\n[model]\npath = "m"\n')
-    with pytest.raises(CaseError, match="knowledge.0"):
+    with pytest.raises(CaseError, match="knowledge #1"):
         load_case(str(case_dir / "case.toml"))
 
 

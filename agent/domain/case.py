@@ -294,7 +294,7 @@ class Case(_Strict):
         if not self.source_path:
             return []
         folder = Path(self.source_path).resolve().parent
-        named = [(f"knowledge.{i}", k) for i, k in enumerate(self.knowledge)]
+        named = [(item_path(["knowledge", i]), k) for i, k in enumerate(self.knowledge)]
         if self.observed_log:
             named.append(("observed_log", self.observed_log))
         out = []
@@ -369,8 +369,10 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
     except ValidationError as exc:
         raise CaseError(f"{path}: {case_error_text(exc)}") from None
     for i, k in enumerate(case.knowledge):
-        if not case.resolve_path(k).is_file():
-            raise CaseError(f"{path}: field 'knowledge.{i}': {k}: file not found")
+        where = case.resolve_path(k)
+        if not where.is_file():
+            why = "a folder, not a file" if where.is_dir() else "file not found"
+            raise CaseError(f"{path}: field '{item_path(['knowledge', i])}': {k}: {why}")
     if case.observed_log:
         _check_observed_log(path, case.observed_log, case.resolve_path(case.observed_log))
     for field, raw, resolved in case.paths_outside_folder():
