@@ -14,7 +14,14 @@ from rich.table import Table
 from agent.domain.models import command_text
 from agent.record.recorded import RecordedRun
 from agent.record.transcript import TranscriptEvent
-from agent.review.text import alternative_text, change_text, print_hanging, shown_line, summary_line
+from agent.review.text import (
+    alternative_text,
+    change_text,
+    failure_line,
+    print_hanging,
+    shown_line,
+    summary_line,
+)
 from agent.review.wording import count
 from tools.fingerprint import engine_label
 from tools.sanitize import visible, visible_data
@@ -233,8 +240,11 @@ class EventRenderer:
             stages = d.get("stages") or {}
             after = sum(stages.values()) if stages else float(d.get("after_s") or 0)  # the display's clock
             self._p(summary_line(str(d.get("status")), after, stages, d.get("failed_at")))
-            if d.get("fatal_text") and (d.get("experiment_id"), d.get("fatal_line")) not in self._shown_lines:
-                self._p(f"    [red]log:{d.get('fatal_line')}[/] {escape(shown_line(str(d['fatal_text'])))}")
+            if d.get("fatal_text") and d.get("fatal_line") is not None:
+                shown = {line for exp, line in self._shown_lines if exp == d.get("experiment_id")}
+                said = failure_line(int(d["fatal_line"]), shown_line(str(d["fatal_text"])), shown)
+                if said:
+                    self._p(said)
             self._p(f"    [dim]({how})[/]")
             return
         self._p(f"  [red]✗ {d.get('status')}[/] before ready ({how})")

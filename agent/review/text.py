@@ -11,7 +11,7 @@ from rich.text import Text
 
 from tools.sanitize import visible
 
-__all__ = ["alternative_text", "change_text", "clock", "print_hanging", "shown_line", "summary_line"]
+__all__ = ["alternative_text", "change_text", "clock", "failure_line", "print_hanging", "shown_line", "summary_line"]
 
 
 def shown_line(text: str) -> str:
@@ -85,3 +85,14 @@ def alternative_text(a: dict[str, Any]) -> str:
         seen = "may help, not certain; not tested in this run"
     note = f": {a['note']}" if a.get("note") else ""
     return f"{a['change']} ({kind}, performance cost {a.get('cost')}{note}; {seen})"
+
+
+def failure_line(lineno: int, text: str, shown: set[int]) -> str | None:
+    """What a failed launch's summary adds about its failure line ``lineno`` (Rich markup), given the fatal
+    lines ``shown`` as they came: the line quoted when it was not shown; a pointer to it when several
+    were (which one is the failure, not the dying processes' echoes); nothing when it was the only one."""
+    if lineno not in shown:
+        return f"    [red]log:{lineno}[/] {escape(text)}"
+    if len(shown) > 1:
+        return f"    [dim]the failure: log:{lineno} (above)[/]"
+    return None

@@ -36,7 +36,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from agent.review.text import clock, print_hanging, shown_line, summary_line
+from agent.review.text import clock, failure_line, print_hanging, shown_line, summary_line
 from tools.sanitize import visible
 from tools.signatures import Signature
 
@@ -358,8 +358,11 @@ class LoadProgress:
                 where = self.fatal.stage  # what failed, not the last step a progress line showed
             self.failed_at = where
         print_hanging(self.console, summary_line(status, elapsed, self.stage_seconds, where))
-        if status != READY and self.fatal is not None and self.fatal.lineno not in self.shown:
-            print_hanging(self.console, f"    [red]log:{self.fatal.lineno}[/] {escape(self.fatal.text)}", hang=6)
+        if status != READY and self.fatal is not None:
+            line = failure_line(self.fatal.lineno, self.fatal.text, self.shown)
+            if line:
+                print_hanging(self.console, line, hang=6)
+
 
 
 class ProgressBoard:
