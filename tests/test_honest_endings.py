@@ -139,6 +139,12 @@ def test_a_failed_import_rules_out_the_flag_only_hypotheses_with_that_evidence(t
     assert "component:--attention-backend" in ruled
     assert any("no flag reaches the failing code" in d for d in ruled["component:--attention-backend"]["evidence"])
     assert not any(u["id"].startswith("component:") for u in out["untested"])
+    # the conclusion box gives the hypotheses ruled out by that one piece of evidence one row, not a row each
+    (transcript,) = (tmp_path / "transcripts").glob("*.jsonl")
+    shown = run_cli(tmp_path, "replay", str(transcript), COLUMNS="200").stdout
+    box = shown[shown.rindex("status"):]
+    assert " ".join(box.split()).count("no flag reaches the failing code") == 1, box
+    assert f"({len(ruled)} hypotheses)" in " ".join(box.split()) or len(ruled) == 1, box
 
 
 def test_a_broad_switch_off_that_served_and_held_is_a_workaround_never_isolated() -> None:

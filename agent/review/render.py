@@ -370,9 +370,14 @@ def conclusion_panel(d: dict[str, Any], *, answered: bool = False) -> Panel:
         t.add_row("confirmed by", d["confirmation_experiment_id"])
     for a in d.get("alternatives", []) if not answered else []:
         t.add_row("alternative", escape(alternative_text(a)))
+    # Hypotheses ruled out by the same evidence are one row (a failure while Python imports a package rules
+    # out every flag's component at once; a row each repeated one sentence two dozen times).
+    ruled: dict[str, list[str]] = {}
     for r in d.get("refuted", []):
-        why = r["evidence"][0]["detail"] if r.get("evidence") else ""
-        t.add_row("ruled out", f"{r['id']}: {escape(shown_line(why))}")
+        ruled.setdefault(r["evidence"][0]["detail"] if r.get("evidence") else "", []).append(str(r["id"]))
+    for why, names in ruled.items():
+        who = names[0] if len(names) == 1 else f"{', '.join(names)} ({len(names)} hypotheses)"
+        t.add_row("ruled out", f"{escape(who)}: {escape(shown_line(why))}")
     # Open hypotheses left for the same reason are one row (an isolated run often leaves a dozen
     # "deprioritised: the symptom went away with ..." ones; a row each buried the result).
     by_why: dict[str, list[dict[str, Any]]] = {}
