@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import signal
 import subprocess
 import time
@@ -379,3 +380,22 @@ def test_an_outcome_that_settles_the_question_stops_the_rest_and_one_that_does_n
     other = {**fixed, "experiment_id": batch[1].id, "stage": "request_failed"}
     other.update(matches=next(r.outcome for r in run.runs if r.outcome and r.outcome.get("stage") == "request_failed")["matches"])
     assert _settled(rt, planner, view, batch, [other]) is False  # the question is still open
+
+
+def test_the_members_of_a_batch_are_numbered_as_their_launches_in_the_story_and_the_report(tmp_path: Path) -> None:
+    """Two members run at once are experiments n and n+1, live, in the report's table and in replay (they
+    were both "experiment 2", and the confirmation after them "experiment 4")."""
+    r = run_cli(tmp_path, "run", "lab:cuda-graph-oom", "--auto", "--parallel", "2", "--transcript-dir", "tr")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (transcript,) = (tmp_path / "tr").glob("*.jsonl")
+    batch = [e for e in _events(transcript) if e["type"] == "experiment.proposed" and e["data"].get("batch")]
+    assert len(batch) >= 2, "no batch was proposed"
+    replayed = run_cli(tmp_path, "replay", str(transcript))
+    assert replayed.returncode == 0, replayed.stderr
+    for out in (r.stdout, replayed.stdout):
+        numbers = [int(n) for n in re.findall(r"^experiment (\d+) ", out, re.M)]
+        assert numbers == list(range(1, len(numbers) + 1)), numbers
+    report = tmp_path / "r.md"
+    assert run_cli(tmp_path, "report", str(transcript), "--format", "md", "-o", str(report)).returncode == 0
+    rows = [int(n) for n in re.findall(r"^\| (\d+) \|", report.read_text(), re.M)]
+    assert rows == list(range(1, len(rows) + 1)), rows

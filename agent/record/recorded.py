@@ -278,7 +278,7 @@ class RecordedRun:
             # The approve node runs again after a resume: an answer repeated for a run that has not
             # executed yet is the same run.
             if earlier is None or earlier.outcome is not None:
-                self.runs.append(ExperimentRun(experiment=exp, step=ev.step, proposal=prop))
+                self.runs.append(ExperimentRun(experiment=exp, step=prop.step, proposal=prop))
         elif decision == "reject":
             self.rejections.append(
                 {

@@ -233,9 +233,9 @@ def design_or_batch(state: RunState, rt: Runtime, steps: Steps) -> dict[str, Any
     if len(checked) <= 1:
         return steps.design(state, rt)  # a baseline, a confirmation, or a single test: one experiment as usual
     memo = pl.checkpoint()
-    tr.step = view.launches + 1
     ids = [e.id for e in checked]
     for i, exp in enumerate(checked):
+        tr.step = view.launches + 1 + i  # each member is its own experiment: numbered as the launches will be
         tr.emit(
             "experiment.proposed",
             to_payload(
