@@ -12,7 +12,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from clirun import run_auto
+from clirun import lab_case, run_auto
 
 TEST_WORLDS = Path(__file__).parent / "data" / "worlds"
 FEATURE = "--enable-return-routed-experts"
@@ -23,16 +23,9 @@ PLAIN = "Our server dies when a long prompt comes in; short ones are fine."
 
 
 def _run(tmp_path: Path, world: str, description: str) -> tuple[dict, list[dict]]:
-    case = tmp_path / f"{world}.toml"
-    case.write_text(
-        f'name = "{world}"\ndescription = "{description}"\n'
-        f'[host]\nenv = {{ HYPOLOOP_LAB_WORLD = "{TEST_WORLDS / world / "world.toml"}" }}\n'
-        '[launcher]\nargv = ["{python}", "-m", "lab.launch_server"]\n'
-        'version_argv = ["{python}", "-m", "lab.launch_server", "--version"]\n'
-        'gpu_query_argv = ["{python}", "-m", "lab.nvidia_smi"]\n'
-        f'[model]\npath = "Qwen/Qwen3-8B"\n[baseline]\nflags = {FLAGS}\n'
-        "[reproduce]\nprompt_tokens = 12000\n[budget]\nexperiments = 8\nhost_seconds = 1000000\n"
-    )
+    case = lab_case(tmp_path / f"{world}.toml", TEST_WORLDS / world / "world.toml", model="Qwen/Qwen3-8B",
+                    description=description, baseline=f"flags = {FLAGS}\n[reproduce]\nprompt_tokens = 12000",
+                    budget="experiments = 8\nhost_seconds = 1000000")
     return run_auto(tmp_path, case, HYPOLOOP_LAB_TIME_SCALE="0.001", HYPOLOOP_LAB_SEED="t",
                     HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
 

@@ -7,24 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clirun import run_auto
+from clirun import lab_case, run_auto
 
 TEST_WORLDS = Path(__file__).parent / "data" / "worlds"
 FLAG = "--attention-backend"
 
 
 def _run(tmp_path: Path, world: str) -> tuple[dict, list[dict]]:
-    case = tmp_path / f"{world}.toml"
-    case.write_text(
-        f'name = "{world}"\ndescription = "the server dies at its first request"\n'
-        f'[host]\nenv = {{ HYPOLOOP_LAB_WORLD = "{TEST_WORLDS / world / "world.toml"}" }}\n'
-        '[launcher]\nargv = ["{python}", "-m", "lab.launch_server"]\n'
-        'version_argv = ["{python}", "-m", "lab.launch_server", "--version"]\n'
-        'gpu_query_argv = ["{python}", "-m", "lab.nvidia_smi"]\n'
-        '[model]\npath = "Qwen/Qwen3-8B"\n'
-        f'[baseline]\nflags = {{ "{FLAG}" = "flashinfer", "--mem-fraction-static" = 0.85 }}\n'
-        "[budget]\nexperiments = 8\nhost_seconds = 1000000\n"
-    )
+    case = lab_case(tmp_path / f"{world}.toml", TEST_WORLDS / world / "world.toml", model="Qwen/Qwen3-8B",
+                    description="the server dies at its first request",
+                    baseline=f'flags = {{ "{FLAG}" = "flashinfer", "--mem-fraction-static" = 0.85 }}',
+                    budget="experiments = 8\nhost_seconds = 1000000")
     return run_auto(tmp_path, case, HYPOLOOP_LAB_TIME_SCALE="0.001", HYPOLOOP_LAB_SEED="t",
                     HYPOLOOP_LAB_STATE=str(tmp_path / "lab-state"))
 
