@@ -76,6 +76,12 @@ def test_flags_listing_fits_80_columns_when_piped(tmp_path: Path) -> None:
     assert "--quantization-param-path" in done.stdout
 
 
+def test_a_saved_help_text_and_a_host_together_are_one_line_not_a_silent_choice(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "flags", "--host", "local", "--from-file", str(HELP_0523))
+    assert done.returncode == 2 and done.stdout == "", done.stdout[-500:]
+    assert done.stderr.strip().count("\n") == 0 and "--from-file" in done.stderr and "--host" in done.stderr
+
+
 def test_flag_defaults_are_never_read_out_of_prose_about_something_else(tmp_path: Path) -> None:
     done = run_cli(tmp_path, "flags", "--from-file", str(HELP_0523), "--json")
     flags = json.loads(done.stdout)["flags"]

@@ -52,6 +52,8 @@ def flags(
     """The flag catalog of a host's engine, parsed from its own help (SGLang `launch_server --help`,
     vLLM `vllm serve --help=all`; the engine is the case's, or told from `--launcher`)."""
     from agent.run.runtime import ssh_options
+    if from_file is not None and (host is not None or case is not None):
+        fail("--from-file reads a saved help text; give it alone, or --host/--case to ask a host's engine")
     try:
         if from_file is not None:
             catalog: FlagCatalog = parse_help(read_text(from_file, what="help text"), source=str(from_file))
