@@ -22,6 +22,7 @@ from typing import Any
 
 from agent.domain.failure import SYMPTOM_CLASSES
 from agent.domain.models import Baseline, Change
+from agent.planning.platform_rule import platform_id
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, check_keys
@@ -179,18 +180,8 @@ DEVICE_FLAG = "--device"
 
 def platform_of(fp: HostFingerprint | None, device: str | None, k: Knowledge) -> str | None:
     """The platform id (cuda, rocm, cpu, ...): the effective ``--device`` when it names one, else the
-    fingerprint's GPU vendor; None when neither is known."""
-    if device:
-        dev = str(device).split(":")[0].strip().lower()
-        for p in k.platforms:
-            if str(p.get("device", "")).lower() == dev and dev not in ("cuda",):
-                return str(p["id"])
-    vendor = fp.gpu_vendor if fp else None
-    if vendor:
-        for p in k.platforms:
-            if p.get("gpu_vendor") == vendor:
-                return str(p["id"])
-    return None
+    fingerprint's GPU vendor; None when neither is known (``platform_rule.platform_id``)."""
+    return platform_id(k.platforms, device, fp.gpu_vendor if fp else None)
 
 
 def platform_in_log(text: str, k: Knowledge) -> tuple[str, str] | None:

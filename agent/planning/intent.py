@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from agent.domain.models import Baseline, Change, Hypothesis, Intervention
 from agent.planning.in_play import load_subsystems
 from agent.planning.matching import same_value
-from agent.planning.served import canonical_flag, served_settings, user_keeps
+from agent.planning.served import canonical_flag, lists_choices, served_settings, user_keeps
 from agent.planning.switches import Broad, broad_switch
 from agent.planning.view import HistoryState, PlannerView
 from tools.flags import FlagCatalog, FlagError
@@ -65,22 +65,11 @@ def intent_alternatives(view: PlannerView, state: HistoryState, changes: Iterabl
 
     def picks(ch: Change) -> bool:  # a value of one of that subsystem's implementation choices
         return ch.kind == "flag" and ch.after is not None and pattern.search(ch.name) is not None \
-            and _choosing(flags, ch.name)
+            and lists_choices(flags, ch.name) is not False  # an unknown catalog: any flag may choose
 
     if spent_after_fix(view, state, picks) >= INTENT_LAUNCHES:
         return set()
     return {ch.key() for ch in changes if picks(ch)}
-
-
-def _choosing(flags: FlagCatalog | None, name: str) -> bool:
-    """Whether flag ``name`` chooses among named implementations (its ``--help`` lists choices); True
-    when the catalog is unknown."""
-    if flags is None:
-        return True
-    try:
-        return bool(flags.resolve(name).choices)
-    except FlagError:
-        return False
 
 
 def keeping_intent(

@@ -25,9 +25,9 @@ from collections.abc import Iterable
 from agent.domain.models import Baseline, Change, Hypothesis
 from agent.planning.in_play import load_subsystems
 from agent.planning.matching import same_value
-from agent.planning.served import canonical_flag
+from agent.planning.served import canonical_flag, lists_choices
 from agent.planning.view import HistoryState, PlannerView
-from tools.flags import FlagCatalog, FlagError
+from tools.flags import FlagCatalog
 
 __all__ = ["own_first", "own_reason", "own_reverts_for"]
 
@@ -43,7 +43,7 @@ def own_reverts_for(case_baseline: Baseline, base: Baseline, change: Change, hyp
     no workaround: the parallel layout, the model, what the description asks for stay). Empty otherwise."""
     revertible = _revertible(hypotheses)
     if change.after is not None:
-        if change.kind != "flag" or not _choosing(flags, change.name):
+        if change.kind != "flag" or not lists_choices(flags, change.name):
             return []  # a number tuned (a fraction lowered) keeps the user's intent closer than the default
         users = case_baseline.value(change.kind, change.name)
         if same_value(users, None) or same_value(users, change.after) \
@@ -68,17 +68,6 @@ def own_reverts_for(case_baseline: Baseline, base: Baseline, change: Change, hyp
         if inside and canonical != selector:
             out.append(Change(kind=kind, name=name, before=users, after=None))  # type: ignore[arg-type]
     return out
-
-
-def _choosing(flags: FlagCatalog | None, name: str) -> bool:
-    """Whether flag ``name`` chooses among named values (its ``--help`` lists choices: backends, dtypes);
-    False when the catalog is unknown or does not know the flag."""
-    if flags is None:
-        return False
-    try:
-        return bool(flags.resolve(name).choices)
-    except FlagError:
-        return False
 
 
 def _revertible(hypotheses: Iterable[Hypothesis]) -> list[tuple[str, str]]:

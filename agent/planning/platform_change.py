@@ -19,6 +19,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from agent.planning.platform_rule import platform_id
 from tools.installed import dist_key, same_version, toolkit_versions
 
 if TYPE_CHECKING:
@@ -107,19 +108,13 @@ def platform_builds(case: Case, platform: str | None, installed: dict[str, str],
 
 def host_platform_id(fingerprint: dict[str, Any], case: Case) -> str | None:
     """The host's platform id (knowledge/subsystems.toml ``[[platform]]``) from the case's ``--device`` or
-    the fingerprint's GPU vendor; None when neither tells."""
-
+    the fingerprint's GPU vendor; None when neither tells (the planner's rule, ``platform_rule.platform_id``,
+    over the table read here: the ending sits at the bottom of the import chain)."""
     from agent.domain.knowledge_dir import knowledge_file
 
-    # the rule of agent.planning.in_play.platform_of, read here from subsystems.toml's [[platform]] table
-    # (blame sits at the bottom of the import chain; tests check the two agree)
     try:
         platforms = tomllib.loads(knowledge_file("subsystems.toml").read_text(encoding="utf-8")).get("platform", [])
     except (OSError, tomllib.TOMLDecodeError):
         return None
-    device = str(case.baseline.flags.get("--device") or "").split(":")[0].strip().lower()
-    vendor = (fingerprint or {}).get("gpu_vendor")
-    by_device = next((str(p["id"]) for p in platforms if device and device != "cuda"
-                      and str(p.get("device", "")).lower() == device), None)
-    return by_device or next((str(p["id"]) for p in platforms if vendor and p.get("gpu_vendor") == vendor), None)
+    return platform_id(platforms, str(case.baseline.flags.get("--device") or ""), (fingerprint or {}).get("gpu_vendor"))
 

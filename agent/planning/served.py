@@ -24,7 +24,7 @@ from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 
-__all__ = ["HOST_BOUND_FACTS", "SHARD_FACT", "OnHost", "Served", "description_keeps", "host_refusals", "run_platform", "served_settings",
+__all__ = ["HOST_BOUND_FACTS", "SHARD_FACT", "OnHost", "Served", "description_keeps", "host_refusals", "lists_choices", "run_platform", "served_settings",
            "user_keeps", "whole_number"]
 
 
@@ -282,6 +282,17 @@ def canonical_flag(flags: FlagCatalog | None, name: str) -> str:
         return flags.resolve(name).name
     except FlagError:
         return name
+
+
+def lists_choices(flags: FlagCatalog | None, name: str) -> bool | None:
+    """Whether flag ``name`` chooses among named values (its ``--help`` lists choices: backends, dtypes):
+    False when the host does not know the flag, None when there is no catalog to ask."""
+    if flags is None:
+        return None
+    try:
+        return bool(flags.resolve(name).choices)
+    except FlagError:
+        return False
 
 
 def _load(path: Path) -> Served:
