@@ -17,6 +17,7 @@ from typing import Any
 from agent.domain.knowledge_dir import knowledge_dir, use_knowledge
 from agent.planning.catalog import load_catalog
 from agent.review.wording import count
+from bench.issue_targets import issue20_rows
 from bench.launcher import Launcher
 from bench.method_result import LaunchCache, MethodResult
 from bench.methods import run_agent, run_ddmin, run_human
@@ -55,6 +56,8 @@ class WorldResult:
     world: str
     expect: str
     methods: dict[str, MethodResult] = field(default_factory=dict)
+    world_set: str = "dev"  # "dev" (lab/worlds) or "sealed" (lab/worlds-sealed)
+    chain_links: int = 0  # the links of a chain world; 0 for a single fault
 
 
 @dataclass
@@ -248,7 +251,7 @@ def _run_world(
     say: Callable[[str], None],
     empty_knowledge: Path | None = None,
 ) -> WorldResult:
-    out = WorldResult(world=w.name, expect=w.expect)
+    out = WorldResult(world=w.name, expect=w.expect, world_set=w.world_set, chain_links=len(w.chain))
     out.methods.update(_run_agents(w, root, methods, say, empty_knowledge))
     launcher = Launcher(w.case, sigs, root / "launches" / w.name)
     counter = iter(range(1_000_000))
@@ -320,6 +323,7 @@ def _aggregate(results: list[WorldResult], time_scale: float, seeds: int, wall: 
     notes: list[str] = []
     targets = [t for w in results for t in _world_targets(w)]
     targets += _catalog_targets(results, notes)
+    targets += [Target(r.name, r.measured, r.met) for r in issue20_rows(results)]
     det_med = statistics.median(medians) if medians else None
     det_max = max(maxes) if maxes else None
     ovh_med = statistics.median(steps) if steps else None

@@ -41,6 +41,11 @@ class BenchWorld:
         return self.world.truth.chain if self.world.truth else ()
 
     @property
+    def world_set(self) -> str:
+        """"sealed" for a world of lab/worlds-sealed, else "dev" (a development world or a directory given)."""
+        return "sealed" if self.case_path.parent.parent == SEALED_DIR else "dev"
+
+    @property
     def package(self) -> str | None:
         """The package a not_isolated ending must name (None when the truth names none)."""
         return self.world.truth.package if self.world.truth else None

@@ -71,6 +71,11 @@ def test_bench_runs_on_one_world_and_prints_json_with_targets(tmp_path: Path) ->
     names = [t["target"] for t in out["targets"]]
     assert "triton-ptxas-sm120: agent launches <= 1/2 of random's mean" in names
     assert any(n.startswith("agent overhead per step") for n in names)
+    rows = {t["target"]: t for t in out["targets"]}
+    assert rows["agent correct on >= 90% of the development worlds"]["measured"] == "1/1 (100%)"
+    assert rows["agent ends on a root fix on >= 80% of the development worlds whose truth has one"]["met"]
+    bound = rows["agent launches <= chain length + 3 on every development world"]
+    assert bound["met"] == (agent["launches"] <= 4)
 
 
 def test_a_case_refused_as_bad_input_is_a_miss_not_a_crash(tmp_path: Path) -> None:
@@ -342,3 +347,30 @@ def test_a_real_case_holder_listens_on_its_port_during_the_run_and_is_gone_after
         port_named = f"port {c.holds[0].port}"
         assert score_run(c, "not_isolated", None, None, f"the case's --{port_named} was already taken").correct  # type: ignore[arg-type]
         assert not score_run(c, "not_isolated", None, None, "nothing left to try").correct  # type: ignore[arg-type]
+
+
+def test_issue_20_targets_per_world_set_name_the_runs_over_the_launch_bound() -> None:
+    """The sealed half is held to 80% and the development worlds to 90%; a chain world may take its
+    links + 3 launches; a not_isolated world counts for correctness but not for the root-fix share."""
+    from bench.issue_targets import issue20_rows
+    from bench.method_result import MethodResult
+    from bench.run import WorldResult
+
+    def world(name: str, world_set: str, ok: bool, launches: int, links: int = 0, expect: str = "isolated"):
+        res = MethodResult(method="agent", correct=ok, launches=launches, host_s=1.0, wall_s=1.0)
+        return WorldResult(world=name, expect=expect, methods={"agent": res}, world_set=world_set, chain_links=links)
+
+    dev = [world(f"d{i}", "dev", True, 3) for i in range(8)]
+    dev += [world("chain", "dev", True, 5, links=2), world("pkg", "dev", False, 1, expect="not_isolated")]
+    sealed = [world(f"s{i}", "sealed", i < 4, 4 + (i == 0)) for i in range(5)]
+    rows = {r.name: r for r in issue20_rows(dev + sealed)}
+    got = rows["agent correct on >= 90% of the development worlds"]
+    assert (got.measured, got.met) == ("9/10 (90%)", True)
+    got = rows["agent ends on a root fix on >= 80% of the development worlds whose truth has one"]
+    assert (got.measured, got.met) == ("9/9 (100%)", True)
+    assert rows["agent launches <= chain length + 3 on every development world"].met  # the chain's 5 <= 2 + 3
+    got = rows["agent correct on >= 80% of the sealed worlds"]
+    assert (got.measured, got.met) == ("4/5 (80%)", True)
+    got = rows["agent launches <= chain length + 3 on every sealed world"]
+    assert (got.measured, got.met) == ("s0 (5 > 4)", False)
+    assert not any("agent-empty" in name for name in rows)
