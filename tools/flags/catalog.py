@@ -22,8 +22,8 @@ _OFF_VALUES = frozenset({"null", "none", "off", "disabled", "false"})
 
 
 class _Lookups:
-    """A catalog's option index (every option string to its flag's name) and the names resolved so far
-    (to the flag, or to the error's class, message and flag)."""
+    """A catalog's option index (every option string to its flag's name), the names resolved so far
+    (to the flag, or to the error's class, message and flag) and the feature switches found so far."""
 
     def __init__(self, flags: dict[str, FlagSpec]) -> None:
         self.flags = flags
@@ -32,6 +32,7 @@ class _Lookups:
             for opt in spec.option_strings:
                 self.index.setdefault(opt, spec.name)
         self.resolved: dict[str, FlagSpec | tuple[type[FlagError], str, str | None]] = {}
+        self.switches: dict[str, FlagSpec | None] = {}
 
 
 class FlagCatalog(BaseModel):
@@ -86,6 +87,12 @@ class FlagCatalog(BaseModel):
         (``--disaggregation-decode-allocation-policy`` of ``--disaggregation-mode null``); SGLang's
         ``server_args.py``. None when no switch's X (three letters or more) prefixes the flag's name, or
         when the flag is itself a switch."""
+        switches = self._lookups().switches
+        if name not in switches:
+            switches[name] = self._feature_switch(name)
+        return switches[name]
+
+    def _feature_switch(self, name: str) -> FlagSpec | None:
         spec = self.lookup(name)
         if spec is None or any(o.startswith(("--enable-", "--disable-")) for o in spec.option_strings):
             return None
@@ -127,6 +134,17 @@ class FlagCatalog(BaseModel):
         if isinstance(hit, tuple):
             raise hit[0](hit[1], flag=hit[2])
         return hit
+
+    def canonical_name(self, name: str) -> str | None:
+        """The name of the flag ``resolve`` finds for ``name``, or None where it raises (an unknown or
+        ambiguous name); without building an exception, for callers that ask thousands of times."""
+        hit = self._lookups().resolved.get(name)
+        if hit is None:
+            try:
+                return self.resolve(name).name
+            except FlagError:
+                return None
+        return None if isinstance(hit, tuple) else hit.name
 
     def _resolve(self, name: str) -> FlagSpec:
         raw = name.strip() if isinstance(name, str) else ""
