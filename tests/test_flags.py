@@ -252,6 +252,23 @@ def test_unknown_flag_raises_with_suggestion(sglang: FlagCatalog) -> None:
         sglang.resolve("--tp-size=8")
 
 
+def test_a_catalog_answers_the_same_when_asked_again_and_its_lookups_stay_out_of_equality_and_dumps() -> None:
+    text = (DATA / "help_sglang_0.5.9.txt").read_text()
+    used, fresh = parse_help(text, source="s", version="0.5.9"), parse_help(text, source="s", version="0.5.9")
+    for _ in range(2):  # the second answers come from what the first built
+        assert used.resolve("--tp-size").name == "--tensor-parallel-size"
+        assert used.canonical_name("--tp-size") == "--tensor-parallel-size" and used.canonical_name("--nsa") is None
+        with pytest.raises(UnknownFlagError, match="did you mean --kv-cache-dtype") as err:
+            used.resolve("--kv-cache-dtyp3")
+        assert err.value.flag == "--kv-cache-dtyp3"
+    assert used.feature_switch("--hicache-ratio") == fresh.feature_switch("--hicache-ratio")
+    assert used == fresh and used.model_dump() == fresh.model_dump()
+    assert used.model_dump_json() == fresh.model_dump_json()
+    # a copy given other flags answers from its own flags, not from what the original built
+    fewer = used.model_copy(update={"flags": {k: v for k, v in used.flags.items() if k != "--tensor-parallel-size"}})
+    assert not fewer.has("--tp-size") and used.has("--tp-size")
+
+
 # --- validation ---------------------------------------------------------------------------------------
 
 

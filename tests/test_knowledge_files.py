@@ -110,6 +110,18 @@ def test_a_file_the_folder_lacks_is_the_repositorys(tmp_path: Path) -> None:
         assert infer_features("Zorblax") == {"moe", "mla"}
 
 
+def test_a_file_added_to_the_folder_or_edited_while_the_process_runs_is_read_again(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, model_families=FAMILIES)
+    with use_knowledge(folder):
+        assert gpu_names("4x Quasar Q7") == [] and gpu_names("NVIDIA H200") == ["H200"]  # the repository's
+        (folder / "hardware.toml").write_text(HARDWARE)
+        assert gpu_names("4x Quasar Q7") == ["Quasar Q7"] and gpu_names("NVIDIA H200") == []
+        (folder / "hardware.toml").write_text(HARDWARE.replace("Quasar\\s*Q7", "Nebula\\s*N100"))
+        assert gpu_names("4x Nebula N100") == ["Quasar Q7"] and gpu_names("4x Quasar Q7") == []
+        (folder / "hardware.toml").unlink()
+        assert gpu_names("NVIDIA H200") == ["H200"]
+
+
 @pytest.mark.parametrize(
     ("name", "text", "field"),
     [

@@ -13,7 +13,9 @@ unknown table or key is refused the same way (the models forbid extra fields).
 
 from __future__ import annotations
 
+import functools
 import os
+import stat
 import threading
 import tomllib
 import types
@@ -171,11 +173,10 @@ class KnowledgeFile(Generic[T]):
         return knowledge_path(self.name)
 
     def __call__(self) -> T:
-        """The file in force, parsed (a cached value when it has not changed on disk)."""
-        path = self.path()
-        try:
-            st = path.stat()
-        except OSError:
+        """The file in force, parsed (a cached value when it has not changed on disk). One ``stat`` a
+        call: the planner asks for some files (its weights) thousands of times a step."""
+        path, st = self._in_force()
+        if st is None:
             if self._absent is not None:
                 return self._absent()
             return self._parse(path)  # raises the one-line "cannot read"
@@ -189,3 +190,28 @@ class KnowledgeFile(Generic[T]):
                 self._cache.clear()
             self._cache[key] = value
         return value
+
+    def _in_force(self) -> tuple[Path, os.stat_result | None]:
+        """The file in force (`knowledge_path`) with its ``stat`` (None: it cannot be read), from one
+        ``stat`` of the folder's own file and, when that is not a file, one of the repository's."""
+        folder = os.environ.get(ENV_VAR)
+        if folder:
+            own = Path(folder).expanduser() / self.name if folder.startswith("~") else _own_path(folder, self.name)
+            try:
+                st = os.stat(own)
+            except (OSError, ValueError):
+                st = None
+            if st is not None and stat.S_ISREG(st.st_mode):
+                return own, st
+        repo = _own_path(None, self.name)
+        try:
+            return repo, os.stat(repo)
+        except (OSError, ValueError):
+            return repo, None
+
+
+@functools.lru_cache(maxsize=256)
+def _own_path(folder: str | None, name: str) -> Path:
+    """``name`` in ``folder`` (None: the repository's folder; one without ``~``, so the path is the same
+    whatever ``$HOME`` says), as `knowledge_path` spells it."""
+    return (Path(folder) if folder is not None else REPOSITORY_DIR) / name

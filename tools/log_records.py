@@ -15,6 +15,7 @@ name) is not a word of the message.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -51,8 +52,10 @@ class LogRecord:
         return self.level in QUIET_LEVELS
 
 
+@functools.lru_cache(maxsize=8192)
 def read_record(text: str) -> LogRecord:
-    """``text`` (one log line) as header, level and message; a line with no known header is all message."""
+    """``text`` (one log line) as header, level and message; a line with no known header is all message.
+    Cached by the text (a `LogRecord` is frozen): the planner reads every kept line again each step."""
     m = _HEADER.match(text)
     if not m or not m.group("header"):
         return LogRecord("", None, text)

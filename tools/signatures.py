@@ -9,6 +9,7 @@ the regex) is checked with a substring test before the regex runs.
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 from collections.abc import Iterable
@@ -72,8 +73,10 @@ class SignatureMatch(BaseModel):
     facts: dict[str, str] = Field(default_factory=dict)
 
 
-def _template_fields(template: str) -> list[str]:
-    """Names referenced by `{name}` in a fact template; raises ValueError on anything fancier."""
+@functools.lru_cache(maxsize=4096)
+def _template_fields(template: str) -> tuple[str, ...]:
+    """Names referenced by `{name}` in a fact template; raises ValueError on anything fancier. Cached by
+    the template's text (a matcher is built per launch from the same few hundred signatures)."""
     names: list[str] = []
     for _, field, spec, conv in string.Formatter().parse(template):
         if field is None:
@@ -81,7 +84,14 @@ def _template_fields(template: str) -> list[str]:
         if not field.isidentifier() or spec or conv:
             raise ValueError(f"template {template!r}: use plain {{group}} references only")
         names.append(field)
-    return names
+    return tuple(names)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> tuple[re.Pattern[str], str | None]:
+    """`pattern` compiled, with its required literal (`_required_literal`). Cached by the pattern's text:
+    a matcher is built per launch from a few hundred signatures, more than `re`'s own cache holds."""
+    return re.compile(pattern), _required_literal(pattern)
 
 
 def _required_literal(pattern: str) -> str | None:
@@ -141,8 +151,7 @@ class _Compiled:
 
     def __init__(self, sig: Signature) -> None:
         self.sig = sig
-        self.regex = re.compile(sig.pattern)
-        self.literal = _required_literal(sig.pattern)
+        self.regex, self.literal = _compiled(sig.pattern)
         self.fields = {key: _template_fields(tpl) for key, tpl in sig.facts.items()}
         #: Facts whose template starts with "+": each matching line appends its value (space-separated)
         #: instead of replacing it, e.g. a capture curve "160:2.76 152:2.62 ...".

@@ -10,6 +10,7 @@ classes a hypothesis can trigger on instead of one exact log line (``symptom`` c
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from typing import Literal, Protocol
@@ -99,10 +100,14 @@ def kept_lines(log_excerpt: list[LogLine], matches: Iterable[SignatureMatch]) ->
 
 def warning_lines(lines: list[LogLine]) -> list[LogLine]:
     """The warnings among kept lines (not a traceback's header, not the engine's settings line)."""
-    return [
-        ll for ll in lines
-        if _WARNING.search(ll.text) and not TRACEBACK_START.search(ll.text) and not is_settings_dump(ll.text)
-    ]
+    return [ll for ll in lines if _warns(ll.text) and not is_settings_dump(ll.text)]
+
+
+@functools.lru_cache(maxsize=8192)
+def _warns(text: str) -> bool:
+    """Whether a log line speaks of a warning and does not start a traceback (cached by the text: every
+    kept line of every launch is read again each step)."""
+    return bool(_WARNING.search(text)) and not TRACEBACK_START.search(text)
 
 
 def burst_concurrency(probes: list[ProbeResult]) -> int:
@@ -219,6 +224,14 @@ def parse_server_args(text: str) -> dict[str, str]:
     marker = settings_marker_in(text)
     if marker is None:
         return {}
+    return dict(_settings_after(text, marker))
+
+
+@functools.lru_cache(maxsize=64)
+def _settings_after(text: str, marker: str) -> tuple[tuple[str, str], ...]:
+    """``parse_server_args``'s settings of ``text`` after ``marker``, in order. Cached by the text: the
+    settings line (about 10,000 characters) of every failing launch is read again each step, as the
+    planner rebuilds its ledger from the history."""
     i = text.find(marker)
     out: dict[str, str] = {}
     body = text[i + len(marker) :]
@@ -241,12 +254,15 @@ def parse_server_args(text: str) -> dict[str, str]:
         elif depth == 1 and ch == ",":
             _one(body[start:j], out)
             start = j + 1
-    return out
+    return tuple(out.items())
+
+
+_SETTING = re.compile(r"['\"]?(?P<key>[a-z_][a-z0-9_]*)['\"]?\s*[=:]\s*(?P<value>.*)$", re.S)
 
 
 def _one(item: str, out: dict[str, str]) -> None:
     item = item.strip()
-    m = re.match(r"['\"]?(?P<key>[a-z_][a-z0-9_]*)['\"]?\s*[=:]\s*(?P<value>.*)$", item, re.S)
+    m = _SETTING.match(item)
     if not m:
         return
     value = m.group("value").strip()

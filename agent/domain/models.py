@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -62,6 +62,13 @@ def value_key(value: FlagValue) -> FlagValue:
     is ``0.93``) and JSON documents (``{"a":1}`` is ``{"a": 1}``) compare equal; other text lower-cased."""
     if not isinstance(value, str):
         return value
+    return _text_key(value)
+
+
+@lru_cache(maxsize=16384)
+def _text_key(value: str) -> str:
+    """`value_key` of a text (cached: the planner compares the same few hundred values thousands of times
+    a step)."""
     text = value.strip()
     if text[:1] in ("{", "["):
         try:

@@ -135,8 +135,8 @@ class FlagMatcher:
 
 
 #: Flag-catalog lookups of the planner, per catalog object (held here, so its id is not reused while
-#: cached). The planner asks the same few dozen names on every step; ``FlagCatalog.resolve`` rebuilds
-#: its option index per call and computes close-match suggestions for unknown spellings.
+#: cached). The planner asks the same few dozen names on every step; ``FlagCatalog.validate`` checks a
+#: value afresh each call.
 _FLAG_MEMOS: dict[int, tuple[FlagCatalog, dict[tuple[Any, ...], Any]]] = {}
 
 

@@ -11,7 +11,7 @@ from agent.domain.case import Case
 from agent.domain.failure import timed_out_only
 from agent.domain.models import STAGE_ORDER, Baseline, Experiment, Outcome
 from tools.probes import Probe
-from tools.tracebacks import Traceback, parse_numbered_lines
+from tools.tracebacks import Traceback
 
 #: Probe ids of the concurrency probes this planner adds start with this prefix.
 LOAD_PROBE_PREFIX = "load:"
@@ -216,8 +216,9 @@ def config_key(baseline: Baseline) -> str:
 
 def _tracebacks(outcome: Outcome) -> list[Traceback]:
     """The Python tracebacks in an outcome's kept log lines, in log order, every rank's (as
-    ``agent.planning.generators.evidence.parse_tracebacks`` reads them; parsing: ``tools.tracebacks``)."""
-    return parse_numbered_lines(((ll.line, ll.text) for ll in outcome.log_excerpt), unique=False)
+    ``agent.planning.generators.evidence.parse_tracebacks`` reads them; parsing: ``tools.tracebacks``): the
+    outcome's own (``Outcome.tracebacks``, parsed once per object), none when it kept no log lines."""
+    return outcome.tracebacks if outcome.log_excerpt else []
 
 
 def timeout_control(fix: Experiment, experiments: list[Experiment], outcomes: dict[str, Outcome]) -> tuple[bool, str | None, bool]:

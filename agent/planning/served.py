@@ -278,10 +278,7 @@ def canonical_flag(flags: FlagCatalog | None, name: str) -> str:
     ``flags`` is None or the host does not know the flag)."""
     if flags is None:
         return name
-    try:
-        return flags.resolve(name).name
-    except FlagError:
-        return name
+    return flags.canonical_name(name) or name
 
 
 def lists_choices(flags: FlagCatalog | None, name: str) -> bool | None:

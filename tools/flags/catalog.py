@@ -21,6 +21,20 @@ from tools.flags.values import checked_value, expected, show, value_text
 _OFF_VALUES = frozenset({"null", "none", "off", "disabled", "false"})
 
 
+class _Lookups:
+    """A catalog's option index (every option string to its flag's name), the names resolved so far
+    (to the flag, or to the error's class, message and flag) and the feature switches found so far."""
+
+    def __init__(self, flags: dict[str, FlagSpec]) -> None:
+        self.flags = flags
+        self.index: dict[str, str] = {}
+        for spec in flags.values():
+            for opt in spec.option_strings:
+                self.index.setdefault(opt, spec.name)
+        self.resolved: dict[str, FlagSpec | tuple[type[FlagError], str, str | None]] = {}
+        self.switches: dict[str, FlagSpec | None] = {}
+
+
 class FlagCatalog(BaseModel):
     """Every flag a launcher accepts, keyed by canonical name; JSON round-trippable.
 
@@ -32,14 +46,20 @@ class FlagCatalog(BaseModel):
     source: str = ""
     version: str | None = None
 
+    def _lookups(self) -> _Lookups:
+        """This catalog's derived lookups, built once: a catalog is never changed after it is parsed or
+        read back, and the planner asks it thousands of times a step. Kept in the instance ``__dict__``
+        beside the fields, which pydantic's equality and dumps ignore (a private attribute would make
+        two equal catalogs compare unequal), and tied to the ``flags`` mapping they were built from, so
+        a copy with other flags (``model_copy(update=...)``) builds its own."""
+        memo = self.__dict__.get("_lookups_memo")
+        if not isinstance(memo, _Lookups) or memo.flags is not self.flags:
+            memo = _Lookups(self.flags)
+            self.__dict__["_lookups_memo"] = memo
+        return memo
+
     def _option_index(self) -> dict[str, str]:
-        # Rebuilt per call (a few hundred entries): a cached private attribute would make two equal
-        # catalogs compare unequal once one of them had been used.
-        index: dict[str, str] = {}
-        for spec in self.flags.values():
-            for opt in spec.option_strings:
-                index.setdefault(opt, spec.name)
-        return index
+        return self._lookups().index
 
     def has(self, name: str) -> bool:
         """True when ``name`` resolves to exactly one flag (exact, alias or unique prefix)."""
@@ -67,6 +87,12 @@ class FlagCatalog(BaseModel):
         (``--disaggregation-decode-allocation-policy`` of ``--disaggregation-mode null``); SGLang's
         ``server_args.py``. None when no switch's X (three letters or more) prefixes the flag's name, or
         when the flag is itself a switch."""
+        switches = self._lookups().switches
+        if name not in switches:
+            switches[name] = self._feature_switch(name)
+        return switches[name]
+
+    def _feature_switch(self, name: str) -> FlagSpec | None:
         spec = self.lookup(name)
         if spec is None or any(o.startswith(("--enable-", "--disable-")) for o in spec.option_strings):
             return None
@@ -96,6 +122,31 @@ class FlagCatalog(BaseModel):
 
         Raises UnknownFlagError (no match, or a ``--name=value`` string) or AmbiguousFlagError.
         """
+        memo = self._lookups()
+        hit = memo.resolved.get(name) if isinstance(name, str) else None
+        if hit is None:
+            try:
+                hit = self._resolve(name)
+            except FlagError as exc:  # kept as its class and words: each call raises a fresh one
+                hit = (type(exc), str(exc), exc.flag)
+            if isinstance(name, str):
+                memo.resolved[name] = hit
+        if isinstance(hit, tuple):
+            raise hit[0](hit[1], flag=hit[2])
+        return hit
+
+    def canonical_name(self, name: str) -> str | None:
+        """The name of the flag ``resolve`` finds for ``name``, or None where it raises (an unknown or
+        ambiguous name); without building an exception, for callers that ask thousands of times."""
+        hit = self._lookups().resolved.get(name)
+        if hit is None:
+            try:
+                return self.resolve(name).name
+            except FlagError:
+                return None
+        return None if isinstance(hit, tuple) else hit.name
+
+    def _resolve(self, name: str) -> FlagSpec:
         raw = name.strip() if isinstance(name, str) else ""
         if not raw:
             raise UnknownFlagError(f"{name!r}: empty flag name", flag=str(name))

@@ -3,18 +3,19 @@ effective values, and the order in which alternative implementations are tried."
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent.domain.models import FlagValue
+from agent.domain.models import FlagValue, LogLine
 from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import subsystems_of_frame
 from agent.planning.words import GENERIC_WORDS, stem, stems
 from tools.engines import get_engine
 from tools.flags import FlagCatalog, FlagError, FlagSpec
-from tools.log_records import LEVELS
+from tools.log_records import LEVELS, read_record
 
 if TYPE_CHECKING:
     from agent.planning.generators import GeneratorInput
@@ -24,14 +25,29 @@ __all__ = [
     "alternative_choices",
     "canon",
     "effective_value",
+    "ERROR_WORD",
+    "error_lines",
     "fact_flag",
+    "finds",
     "norm",
     "stems",
 ]
 
+@functools.lru_cache(maxsize=16384)
+def finds(pattern: re.Pattern[str], text: str) -> bool:
+    """Whether ``pattern`` matches somewhere in ``text``. Cached by both: the planner reads the kept log
+    lines of every launch again each step, and a long line (the engine's settings) takes a pattern with
+    alternatives a tenth of a millisecond."""
+    return pattern.search(text) is not None
+
+
+@functools.lru_cache(maxsize=16384)
 def norm(text: str) -> str:
     """Lower case without ``_``, ``-`` and spaces (``DeepGemm`` and ``deep_gemm`` compare equal)."""
-    return re.sub(r"[\s_\-]+", "", text.lower())
+    return _SEPARATORS.sub("", text.lower())
+
+
+_SEPARATORS = re.compile(r"[\s_\-]+")
 
 
 def words_with_stems(text: str, wanted: set[str]) -> list[str]:
@@ -129,8 +145,15 @@ def documented_choices(spec: FlagSpec) -> list[str]:
         return list(spec.choices)
     if not spec.takes_value:
         return []
-    m = _QUOTED_LIST.search(spec.help or "")
-    return re.findall(r"'([^']+)'", m.group(0)) if m else []
+    return list(_quoted_choices(spec.help or ""))
+
+
+@functools.lru_cache(maxsize=4096)
+def _quoted_choices(help_text: str) -> tuple[str, ...]:
+    """The values of the first quoted list in a flag's help text (cached by the text: asked of every flag
+    of the catalog for every error line, each step)."""
+    m = _QUOTED_LIST.search(help_text)
+    return tuple(re.findall(r"'([^']+)'", m.group(0))) if m else ()
 
 
 def explicit(inp: GeneratorInput, spec: FlagSpec) -> bool:
@@ -155,8 +178,14 @@ def is_log_level_flag(spec: FlagSpec) -> bool:
     """Whether a flag's choices are logging levels (vLLM's ``--log-level {CRITICAL,ERROR,...}``,
     ``--uvicorn-log-level``, SGLang's ``--log-level``): it sets how much is logged, never which
     implementation runs, and an ``ERROR`` record header or "validation error" names none of it."""
-    choices = [c.lower() for c in spec.choices or []]
-    return len(choices) >= 2 and sum(c in _LOG_LEVELS for c in choices) * 2 > len(choices)
+    return _log_levels(tuple(spec.choices or ()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _log_levels(choices: tuple[str, ...]) -> bool:
+    """Whether most of ``choices`` (two or more) are logging levels (`is_log_level_flag`)."""
+    lowered = [c.lower() for c in choices]
+    return len(lowered) >= 2 and sum(c in _LOG_LEVELS for c in lowered) * 2 > len(lowered)
 
 
 #: Weights of implicating words by where they were read (``Implicated.weight``).
@@ -337,3 +366,24 @@ def mentioned_first(choices: list[str], text: str) -> list[str]:
         key=lambda c: text.find(c),
     )
     return named + [c for c in choices if c not in named]
+
+
+#: A line that names an error or exception before a colon (``ValueError: ...``).
+ERROR_WORD = re.compile(r"\b\w*(?:Error|Exception)\b:")
+
+
+def error_lines(inp: GeneratorInput) -> list[LogLine]:
+    """The log lines that state the failure: exception lines of the tracebacks and fatal/error lines,
+    each without the logger's record header (``tools.log_records``: its level and file name are not words
+    of the message). A record whose header says WARNING, INFO or DEBUG states no failure, even when its
+    message quotes an error it could lead to."""
+    exceptions = {tb.exception_line.strip() for tb in inp.evidence.tracebacks if tb.exception_line}
+    out = []
+    for ll in inp.evidence.log:
+        record = read_record(ll.text.strip())
+        if record.quiet:
+            continue
+        t = record.message.strip() if record.level else ll.text.strip()
+        if t in exceptions or finds(ERROR_WORD, t):
+            out.append(LogLine(line=ll.line, text=t) if record.level else ll)
+    return out

@@ -17,6 +17,7 @@ alternative choice is an intervention (portable implementations first). A ``--di
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -64,14 +65,28 @@ _CHOICE_FACT_SUFFIXES = ("_backend", "kv_cache_dtype")
 _NO_IMPLEMENTATION = frozenset({"auto", "none", "null", "default", "true", "false", "off", "on", "all"})
 
 
+@functools.lru_cache(maxsize=4096)
+def _whole_word(word: str) -> re.Pattern[str]:
+    """``word`` as a whole word, case-insensitive (``-`` joins words); compiled once per word (the choices
+    of every selecting flag, against every failing launch of the history, each step)."""
+    return re.compile(rf"(?<![\w-]){re.escape(word)}(?![\w-])", re.IGNORECASE)
+
+
 def named_choice(spec: FlagSpec, error_text: str) -> str | None:
     """The one choice of ``spec`` the error text names as a whole word, case-insensitive ("FlashInfer
     version mismatch" names ``flashinfer``; ``flashinfer-python`` is another word), or None. An error that
     names two or more of the choices lists alternatives (``remedies`` reads those), so it names none here."""
+    return _named_choice(tuple(spec.choices or ()), error_text)
+
+
+@functools.lru_cache(maxsize=8192)
+def _named_choice(choices: tuple[str, ...], error_text: str) -> str | None:
+    """`named_choice` of a flag's ``choices`` (cached: every selecting flag against every failing launch of
+    the history, each step)."""
     named = [
-        c for c in spec.choices or []
+        c for c in choices
         if len(c) >= 3 and c.lower() not in _NO_IMPLEMENTATION
-        and re.search(rf"(?<![\w-]){re.escape(c)}(?![\w-])", error_text, re.IGNORECASE)
+        and _whole_word(c).search(error_text)
     ]
     return named[0] if len(named) == 1 else None
 

@@ -24,17 +24,19 @@ from agent.planning.budgets import overridden
 from agent.planning.catalog import load_roles
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import (
+    ERROR_WORD,
     canon,
     documented_choices,
     effective_value,
+    error_lines,
     fact_flag,
+    finds,
     is_log_level_flag,
     norm,
 )
 from agent.planning.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.planning.values import fit_cpu_list, rule_for
 from tools.flags import FlagSpec
-from tools.log_records import read_record
 
 #: One remedy a launch's evidence names: (ledger id, intervention, kind of line, the line, description).
 Remedy = tuple[str, Intervention, str, LogLine, str]
@@ -89,7 +91,7 @@ def _where(lines: list[LogLine], exceptions: set[str]) -> list[tuple[LogLine, st
             continue
         in_list = False
         stripped = text.strip()
-        if stripped in exceptions or re.search(r"\b\w*(?:Error|Exception)\b:", text):
+        if stripped in exceptions or finds(ERROR_WORD, text):
             out.append((ll, "error"))
         elif re.search(r"\bWARN(?:ING)?\b|warning", text, re.I):
             out.append((ll, "warning"))
@@ -238,23 +240,6 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*")
 _NEGATED = re.compile(r"\b(?:no|not|none of|neither|unavailable|missing|unsupported)\b", re.I)
 
 
-def _error_lines(inp: GeneratorInput) -> list[LogLine]:
-    """The log lines that state the failure: exception lines of the tracebacks and fatal/error lines,
-    each without the logger's record header (``tools.log_records``: its level and file name are not words
-    of the message). A record whose header says WARNING, INFO or DEBUG states no failure, even when its
-    message quotes an error it could lead to."""
-    exceptions = {tb.exception_line.strip() for tb in inp.evidence.tracebacks if tb.exception_line}
-    out = []
-    for ll in inp.evidence.log:
-        record = read_record(ll.text.strip())
-        if record.quiet:
-            continue
-        t = record.message.strip() if record.level else ll.text.strip()
-        if t in exceptions or re.search(r"\b\w*(?:Error|Exception)\b:", t):
-            out.append(LogLine(line=ll.line, text=t) if record.level else ll)
-    return out
-
-
 def _alternatives(inp: GeneratorInput) -> list[Remedy]:
     """An error that names several options of one flag's documented choices (devices, backends,
     dtypes) names that flag as the remedy. The values proposed are those that fit this host: for a
@@ -269,7 +254,7 @@ def _alternatives(inp: GeneratorInput) -> list[Remedy]:
     platform = platform_of(inp.fingerprint, None, know)
     out: list[Remedy] = []
     seen: set[str] = set()
-    for ll in _error_lines(inp):
+    for ll in error_lines(inp):
         text = ll.text
         words = {w.lower() for w in _WORD.findall(text)}
         for spec in inp.flags.flags.values():
@@ -333,7 +318,7 @@ def _allowed_values(inp: GeneratorInput) -> list[Remedy]:
     if inp.flags is None:
         return []
     out: list[Remedy] = []
-    for ll in _error_lines(inp):
+    for ll in error_lines(inp):
         m = _ALLOWS.search(ll.text)
         if m is None:
             continue
@@ -387,7 +372,7 @@ def _bounded_settings(inp: GeneratorInput) -> list[Remedy]:
     if inp.flags is None:
         return []
     out: list[Remedy] = []
-    for ll in _error_lines(inp):
+    for ll in error_lines(inp):
         m = _BOUNDED.search(ll.text)
         if m is None:
             continue
@@ -433,7 +418,7 @@ def _named_settings(inp: GeneratorInput) -> list[Remedy]:
     out: list[Remedy] = []
     kind = "error" if _user_set_cause(inp) else "named"
     moot = overridden(inp.baseline, lambda n: spec.name if (spec := canon(inp.flags, n)) else n)
-    for ll in _error_lines(inp):
+    for ll in error_lines(inp):
         text, start = ll.text, 0
         for m in _BACKTICKED.finditer(text):
             clause, start = text[start : m.start()], m.end()
@@ -494,7 +479,7 @@ def _missing_package_reverts(inp: GeneratorInput) -> list[Remedy]:
     package (``--attention-backend flashinfer`` and ``No module named 'flashinfer'``): reverting that
     setting lets SGLang choose an implementation that is installed. A first-class remedy."""
     out: list[Remedy] = []
-    for ll in _error_lines(inp) + [w for w in inp.evidence.log if _MISSING.search(w.text)]:
+    for ll in error_lines(inp) + [w for w in inp.evidence.log if finds(_MISSING, w.text)]:
         for m in _MISSING.finditer(ll.text):
             pkg = norm((m.group("a") or m.group("b") or m.group("c") or "").split(".")[0])
             if len(pkg) < 3:
