@@ -85,3 +85,13 @@ def test_analyze_with_a_case_refuses_a_baseline_flag_the_host_lacks_as_run_does(
     assert len(lines) == 1 and "baseline.flags" in lines[0] and "--no-such-flag" in lines[0], analyzed.stderr
     assert lines == ran.stderr.strip().splitlines()  # the same line as run's
     assert analyzed.stdout == ""  # no reading of a log against a case the host cannot run
+
+
+def test_a_base_url_that_is_not_an_http_url_is_one_line_naming_the_option(tmp_path: Path) -> None:
+    for url in ("not a url", "localhost:8000/v1", "ftp://host/v1"):
+        r = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--planner", "llm", "--model", "m", "--base-url", url,
+                    "--auto", "--transcript-dir", "tr")
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, (url, r.returncode, r.stderr[-2000:])
+        assert "--base-url" in lines[0] and "http:// or https://" in lines[0], lines
+        assert not (tmp_path / "tr").exists()  # refused before any run began

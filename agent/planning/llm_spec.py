@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -176,6 +177,16 @@ def llm_notices(console: Any) -> Callable[[Any], None]:
     return show
 
 
+def http_url(text: str) -> bool:
+    """Whether ``text`` is an ``http://`` or ``https://`` URL with a host name (no spaces, a valid port)."""
+    try:
+        parts = urlsplit(text)
+        _ = parts.port  # raises ValueError for a port that is not a number in range
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(c.isspace() for c in text)
+
+
 def planner_spec_from_options(
     kind: str,
     *,
@@ -190,7 +201,7 @@ def planner_spec_from_options(
     """The ``state["planner"]`` of a new run from command-line options (``None``: the rule planner).
 
     Raises ValueError with a one-line message naming the option: an unknown kind, ``--planner llm``
-    without ``--model``, LLM options with the rule planner, a bad number, no key for api.openai.com,
+    without ``--model``, a ``--base-url`` that is not an http(s) URL, LLM options with the rule planner, a bad number, no key for api.openai.com,
     or a key variable named with ``--api-key-env`` that is not set.
     """
     llm_options = {
@@ -212,6 +223,9 @@ def planner_spec_from_options(
         return None
     if not model:
         raise ValueError("--planner llm needs --model NAME (the model name the endpoint serves)")
+    if base_url is not None and not http_url(base_url):
+        raise ValueError(f"--base-url {base_url!r}: expected an http:// or https:// URL of an OpenAI-compatible "
+                         "endpoint, e.g. http://localhost:8000/v1")
     values: dict[str, Any] = {"model": model, "base_url": base_url, "redact_hosts": redact_hosts}
     for key, v in (
         ("api_key_env", api_key_env),
