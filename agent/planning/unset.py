@@ -36,7 +36,7 @@ def _load(path: Path) -> dict[str, str]:
     return out
 
 
-_UNSET = KnowledgeFile("served.toml", _load, absent=dict)
+_UNSET: KnowledgeFile[dict[str, str]] = KnowledgeFile("served.toml", _load, absent=dict)
 
 
 def unset_values() -> dict[str, str]:
