@@ -23,6 +23,7 @@ from lab.release import parse_release
 from lab.world_faults import KeyCheck, parse_fault, parse_resolve
 from lab.world_tables import (
     FileContext,
+    nth,
     parse_dataclass,
     parse_flag,
     parse_hardware,
@@ -128,10 +129,10 @@ def load_world(spec: str) -> World:
     memory = parse_memory(ctx, data.get("memory", {}))
     keys = KeyCheck(version, model)
     resolve = tuple(
-        parse_resolve(ctx, keys, item, f"resolve[{i}]") for i, item in enumerate(ctx.list(data, "resolve"))
+        parse_resolve(ctx, keys, item, nth("resolve", i)) for i, item in enumerate(ctx.list(data, "resolve"))
     )
     faults = tuple(
-        parse_fault(ctx, keys, item, f"fault[{i}]") for i, item in enumerate(ctx.list(data, "fault"))
+        parse_fault(ctx, keys, item, nth("fault", i)) for i, item in enumerate(ctx.list(data, "fault"))
     )
     seen: set[str] = set()
     for fault in faults:
@@ -188,10 +189,10 @@ def load_version(version: str, base: Path | None = None) -> VersionDef:
     flags: list[FlagDef] = []
     seen: set[str] = set()
     for i, item in enumerate(ctx.list(data, "flag")):
-        flag = parse_flag(ctx, item, f"flag[{i}]")
+        flag = parse_flag(ctx, item, nth("flag", i))
         for opt in flag.option_strings():
             if opt in seen:
-                raise WorldError(f"{path}: flag[{i}]: option {opt} is defined twice")
+                raise WorldError(f"{path}: {nth('flag', i)}: option {opt} is defined twice")
             seen.add(opt)
         flags.append(flag)
     if not flags:
@@ -213,7 +214,7 @@ def load_version(version: str, base: Path | None = None) -> VersionDef:
     )
     keys = KeyCheck(partial, None)
     rules = tuple(
-        parse_resolve(ctx, keys, item, f"resolve[{i}]") for i, item in enumerate(ctx.list(data, "resolve"))
+        parse_resolve(ctx, keys, item, nth("resolve", i)) for i, item in enumerate(ctx.list(data, "resolve"))
     )
     return dataclasses.replace(partial, resolve=rules)
 

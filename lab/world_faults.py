@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from lab import expr
-from lab.world_tables import FileContext
+from lab.world_tables import FileContext, nth
 from lab.world_types import (
     DEATH_SIGNALS,
     DEFAULT_EXIT_CODES,
@@ -80,7 +80,7 @@ def parse_condition(ctx: FileContext, keys: KeyCheck, raw: Any, where: str) -> C
     alternatives_raw = raw if isinstance(raw, list) else [raw]
     alternatives: list[tuple[Clause, ...]] = []
     for j, alt in enumerate(alternatives_raw):
-        alt_where = f"{where}[{j}]" if isinstance(raw, list) else where
+        alt_where = nth(where, j) if isinstance(raw, list) else where
         if not isinstance(alt, dict):
             raise ctx.fail(alt_where, "expected a table of key = condition")
         clauses: list[Clause] = []
@@ -158,7 +158,7 @@ def parse_lines(
         raise ctx.fail(where, "expected a list of strings or tables {text, source, level, ranks}")
     out: list[LineSpec] = []
     for i, item in enumerate(raw):
-        w = f"{where}[{i}]"
+        w = nth(where, i)
         if isinstance(item, str):
             spec = LineSpec(text=item, source=source, level=level)
         elif isinstance(item, dict) and isinstance(item.get("text"), str):

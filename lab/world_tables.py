@@ -28,6 +28,13 @@ from lab.world_types import (
 )
 
 
+def nth(where: str, i: int) -> str:
+    """Item ``i`` (0-based) of the array at ``where`` as a person counts it, from 1: ``fault #1``, then
+    ``fault #1.when #2`` (the form of every error message of hypoloop that names an array item,
+    ``tools.knowledge_files.item_path``; the lab imports only the standard library, so it has its own)."""
+    return f"{where} #{i + 1}"
+
+
 class FileContext:
     """Error-reporting helper bound to one file."""
 
@@ -192,7 +199,7 @@ def _check_answers(ctx: FileContext, answers: Any) -> None:
         raise ctx.fail("model.answers", "expected a list of { prompt, answer } tables")
     for i, item in enumerate(answers):
         if not isinstance(item, dict) or not isinstance(item.get("prompt"), str) or not isinstance(item.get("answer"), str):
-            raise ctx.fail(f"model.answers[{i}]", "expected a table with string fields prompt and answer")
+            raise ctx.fail(nth("model.answers", i), "expected a table with string fields prompt and answer")
 
 
 def parse_dataclass(ctx: FileContext, raw: Any, cls: type, where: str) -> Any:
@@ -243,7 +250,7 @@ def parse_truth(ctx: FileContext, raw: Any) -> Truth | None:
     if not isinstance(fixes, list) or not all(isinstance(f, dict) for f in fixes):
         raise ctx.fail("truth.fixes", "expected an array of tables {kind, name, value}")
     for i, fix in enumerate(fixes):
-        check_fix(ctx, fix, f"truth.fixes[{i}]")
+        check_fix(ctx, fix, nth("truth.fixes", i))
     raw_chain = data.get("chain", [])
     if not isinstance(raw_chain, list):
         raise ctx.fail("truth.chain", "expected an array of links (a fix table, or an array of alternatives)")
@@ -251,9 +258,9 @@ def parse_truth(ctx: FileContext, raw: Any) -> Truth | None:
     for i, link in enumerate(raw_chain):
         alternatives = link if isinstance(link, list) else [link]
         if not alternatives or not all(isinstance(a, dict) for a in alternatives):
-            raise ctx.fail(f"truth.chain[{i}]", "expected a fix table or a non-empty array of fix tables")
+            raise ctx.fail(nth("truth.chain", i), "expected a fix table or a non-empty array of fix tables")
         for j, fix in enumerate(alternatives):
-            check_fix(ctx, fix, f"truth.chain[{i}][{j}]")
+            check_fix(ctx, fix, nth(nth("truth.chain", i), j))
         chain.append(tuple(alternatives))
     expect = str(data.get("expect", "isolated"))
     if expect not in TRUTH_EXPECT:
@@ -303,7 +310,7 @@ def parse_packages(ctx: FileContext, data: dict[str, Any], version: VersionDef) 
             raise ctx.fail(f"packages.{name}", 'expected a version string such as "0.6.3", or false (not installed)')
     changes: list[PackageChange] = []
     for i, item in enumerate(ctx.list(data, "package_change")):
-        where = f"package_change[{i}]"
+        where = nth("package_change", i)
         unknown = sorted(set(item) - {"name", "before", "after", "when", "note"})
         if unknown:
             raise ctx.fail(f"{where}.{unknown[0]}", "unknown field (allowed: after, before, name, note, when)")
@@ -323,7 +330,7 @@ def parse_packages(ctx: FileContext, data: dict[str, Any], version: VersionDef) 
         if packages.get(key, "") != change.after:
             now = packages.get(key) or "not installed"
             raise ctx.fail(
-                f"package_change[{i}].after",
+                f"{nth('package_change', i)}.after",
                 f"{change.after or 'not installed'!r} is not what [packages] says is installed now ({now!r})",
             )
     return packages, tuple(changes)

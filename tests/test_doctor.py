@@ -54,3 +54,18 @@ def test_doctor_without_sglang_says_so_in_one_line_not_its_snippet(tmp_path: Pat
     assert "SGLang is not installed in python" in notes[0]
     screen = run_cli(tmp_path, "doctor", "--host", "local", COLUMNS="80").stdout
     assert "importlib.metadata" not in screen and "for d in" not in screen and "sys.exit" not in screen
+
+
+def test_doctor_with_a_launcher_the_host_lacks_fails_in_one_line(tmp_path: Path) -> None:
+    """``--launcher`` naming a command the host does not have is a failed check: the screen says so, the
+    error is one line naming the option and the command, and the exit is non-zero (as JSON too)."""
+    missing = "no-such-launcher-cmd"
+    for extra in ([], ["--json"]):
+        done = run_cli(tmp_path, "doctor", "--launcher", f"{missing} --port 1", *extra)
+        assert done.returncode == 1, (done.returncode, done.stderr)
+        err = done.stderr.strip().splitlines()
+        assert len(err) == 1 and "--launcher" in err[0] and missing in err[0] and "not found" in err[0], err
+        assert "Traceback" not in done.stderr
+        assert missing in done.stdout  # the screen (or the JSON's notes) names it too
+    found = run_cli(tmp_path, "doctor", "--launcher", f"{shutil.which('python3') or 'python3'} -m sglang.launch_server")
+    assert found.returncode == 0, found.stderr  # a launcher the host has passes the check

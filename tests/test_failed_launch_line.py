@@ -36,3 +36,23 @@ def test_failed_launch_names_the_step_and_quotes_the_fatal_line(tmp_path: Path) 
     line = log.read_bytes().decode().split("\n")[lineno - 1]  # progress bars redraw with \r inside one line
     assert text.split()[0] in line, (launched, lineno, text)  # the line it quotes is that line of the launch log
     assert "memory" in line.lower()  # the failure itself, not the dying scheduler's echo
+
+
+def test_a_traceback_failure_quotes_its_exception_line_not_its_header(tmp_path: Path) -> None:
+    """The log opens with a bare ``Traceback (most recent call last):`` (a chained one: the error raised
+    while handling another); the summary quotes the exception that propagated, the traceback's last line,
+    live and in ``replay`` alike."""
+    done = run_cli(tmp_path, "run", "lab:gemma4-e2b-xeon", "--auto", "--transcript-dir", "tr", COLUMNS="400")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    failed = next(i for i, ln in enumerate(lines) if ln.startswith("  ✗ "))
+    quoted = re.match(r"\s+log:(\d+) (.*)", lines[failed + 1])
+    assert quoted is not None, lines[failed : failed + 3]
+    assert "Traceback (most recent call last)" not in quoted.group(2), quoted.group(0)
+    log = Path(next(m.group(1) for ln in lines[:failed] if (m := re.search(r"\(log (\S+?)\)?$", ln))))
+    text = log.read_text().rstrip("\n").split("\n")
+    assert text[0].startswith("Traceback (most recent call last)")  # the case this test is about
+    last = max(i for i, ln in enumerate(text) if ln and not ln[:1].isspace() and ":" in ln and "Error" in ln)
+    assert (int(quoted.group(1)), quoted.group(2)) == (last + 1, text[last].strip())  # the traceback's last line
+    replayed = run_cli(tmp_path, "replay", next((tmp_path / "tr").glob("*.jsonl")).as_posix(), COLUMNS="400")
+    assert quoted.group(0).strip() in replayed.stdout, replayed.stdout[-3000:]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from clirun import lab_case, run_cli
 
 from lab.rules import plan_launch
 from lab.world import WorldError, load_world
@@ -458,17 +459,26 @@ def test_too_many_gpus_fails_like_sglang(tmp_path: Path, start: Callable[..., Se
 
 
 def test_world_errors_name_file_and_field(tmp_path: Path) -> None:
+    """A world file's mistake is one line naming the file and the field, array items counted from 1 as in
+    every other error hypoloop prints (``probes #2.kind``): the first [[fault]] is ``fault #1``."""
     bad = tmp_path / "world.toml"
     bad.write_text(
         TINY_WORLD.replace("mem_fraction_static = { gt = 0.8 }", "mem_fraction_static = { above = 0.8 }")
     )
     with pytest.raises(
-        WorldError, match=r"world\.toml: fault\[0\]\.when\.mem_fraction_static: unknown operator 'above'"
+        WorldError, match=r"world\.toml: fault #1\.when\.mem_fraction_static: unknown operator 'above'"
     ):
         load_world(str(bad))
     bad.write_text(TINY_WORLD.replace("{kv_cache_dtype}", "{kv_cache_dtyp}"))
-    with pytest.raises(WorldError, match=r"fault\[1\]\.lines\[0\]: template: unknown key 'kv_cache_dtyp'"):
+    with pytest.raises(WorldError, match=r"fault #2\.lines #1: template: unknown key 'kv_cache_dtyp'"):
         load_world(str(bad))
+    res = _run("lab.launch_server", "--version", env=_env(world=bad))  # the lab's own command, as a host runs it
+    assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "fault #2.lines #1: template: unknown key 'kv_cache_dtyp'" in res.stderr and "Traceback" not in res.stderr
+    case = lab_case(tmp_path / "case.toml", bad, model="Qwen/Qwen3-8B", baseline="flags = {}", budget="experiments = 2")
+    ran = run_cli(tmp_path, "run", str(case), "--auto")  # hypoloop passes the lab's line on, as one line
+    assert ran.returncode == 2 and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    assert "fault #2.lines #1" in ran.stderr, ran.stderr
 
 
 FAULTS_WORLD = """

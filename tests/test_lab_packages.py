@@ -79,7 +79,7 @@ def test_a_history_that_contradicts_the_installed_version_is_one_clear_error(tmp
     bad = tmp_path / "world.toml"
     bad.write_text(UPGRADED.read_text().replace('after = "0.6.4"\nwhen = "yesterday, 2026-11-30 17:40"\nnote',
                                                 'after = "0.6.5"\nwhen = "yesterday, 2026-11-30 17:40"\nnote'))
-    with pytest.raises(WorldError, match=r"package_change\[0\]\.after: '0\.6\.5' is not what \[packages\]"):
+    with pytest.raises(WorldError, match=r"package_change #1\.after: '0\.6\.5' is not what \[packages\]"):
         load_world(str(bad))
     bad.write_text(UPGRADED.read_text().replace('flashinfer-python = "0.6.4"', "flashinfer-python = 6"))
     with pytest.raises(WorldError, match=r"packages\.flashinfer-python: expected a version string"):

@@ -125,9 +125,9 @@ def test_the_onset_is_seeded_and_exponential() -> None:
 def test_rates_belong_to_serving_faults(tmp_path: Path) -> None:
     world = tmp_path / "world.toml"
     world.write_text(WORLD.format(rate="per_request = 1.5"))
-    with pytest.raises(WorldError, match=r"fault\[0\]\.per_request: expected a number in \(0, 1\]"):
+    with pytest.raises(WorldError, match=r"fault #1\.per_request: expected a number in \(0, 1\]"):
         load_world(str(world))
     world.write_text(WORLD.format(rate="per_minute = 1.0").replace('effect = "wrong_output"\nat = "serving"\ntext = "WRONG"',
                                                                      'effect = "hang"\nat = "weights"'))
-    with pytest.raises(WorldError, match=r"fault\[0\]\.at: per_request and per_minute apply to serving faults"):
+    with pytest.raises(WorldError, match=r"fault #1\.at: per_request and per_minute apply to serving faults"):
         load_world(str(world))

@@ -54,14 +54,14 @@ def test_anything_outside_the_language_is_refused_when_the_world_loads(tmp_path:
     bad.write_text(WORLD.read_text().replace(
         'expr = "cuda_graph_max_bs_prefill > model.context_length"', f"expr = {json.dumps(text)}"
     ))
-    with pytest.raises(WorldError, match=r"fault\[1\]\.when\.expr"):
+    with pytest.raises(WorldError, match=r"fault #2\.when\.expr"):
         load_world(str(bad))
 
 
 def test_an_unknown_key_in_an_expression_names_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "world.toml"
     bad.write_text(WORLD.read_text().replace("model.context_length", "model.no_such_fact"))
-    with pytest.raises(WorldError, match=r"fault\[1\]\.when\.expr: .*unknown model key 'model.no_such_fact'"):
+    with pytest.raises(WorldError, match=r"fault #2\.when\.expr: .*unknown model key 'model.no_such_fact'"):
         load_world(str(bad))
 
 

@@ -71,3 +71,27 @@ def test_a_directory_given_for_a_file_says_so(tmp_path: Path) -> None:
     (folder / "case.toml").write_text(_case(tmp_path))
     result, _ = run_auto(tmp_path, folder, HYPOLOOP_LAB_TIME_SCALE="0.004")
     assert result["status"] != "error" and result["launches"] >= 1, result
+
+
+def test_analyze_with_a_case_refuses_a_baseline_flag_the_host_lacks_as_run_does(tmp_path: Path) -> None:
+    case = tmp_path / "case.toml"
+    case.write_text(_case(tmp_path, ', "--no-such-flag" = 1'))
+    log = tmp_path / "crash.log"
+    log.write_text('Traceback (most recent call last):\n  File "/x.py", line 1, in f\nRuntimeError: boom\n')
+    analyzed = run_cli(tmp_path, "analyze", str(log), "--case", str(case))
+    ran = run_cli(tmp_path, "run", str(case), "--auto")
+    assert analyzed.returncode == ran.returncode == 2, (analyzed.stderr, ran.stderr)
+    lines = analyzed.stderr.strip().splitlines()
+    assert len(lines) == 1 and "baseline.flags" in lines[0] and "--no-such-flag" in lines[0], analyzed.stderr
+    assert lines == ran.stderr.strip().splitlines()  # the same line as run's
+    assert analyzed.stdout == ""  # no reading of a log against a case the host cannot run
+
+
+def test_a_base_url_that_is_not_an_http_url_is_one_line_naming_the_option(tmp_path: Path) -> None:
+    for url in ("not a url", "localhost:8000/v1", "ftp://host/v1"):
+        r = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--planner", "llm", "--model", "m", "--base-url", url,
+                    "--auto", "--transcript-dir", "tr")
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 2 and len(lines) == 1, (url, r.returncode, r.stderr[-2000:])
+        assert "--base-url" in lines[0] and "http:// or https://" in lines[0], lines
+        assert not (tmp_path / "tr").exists()  # refused before any run began

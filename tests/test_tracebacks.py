@@ -106,3 +106,29 @@ def test_a_crash_dump_far_from_the_log_end_is_kept_as_evidence() -> None:
     (full,) = parse_tracebacks(text)
     (kept,) = kept_tracebacks(excerpt_of_text(text))
     assert [(f.package, f.function) for f in kept.frames] == [(f.package, f.function) for f in full.frames]
+
+
+def test_exception_of_follows_a_chained_traceback_to_the_exception_that_propagated() -> None:
+    from tools.tracebacks import exception_of
+
+    log = [
+        "Traceback (most recent call last):",
+        '  File "/x/a.py", line 1, in f',
+        "    g()",
+        "NotImplementedError",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "/x/b.py", line 2, in h',
+        "    raise RuntimeError('no device')",
+        "RuntimeError: no device",
+        "[2026-01-01 00:00:00] later: Traceback (most recent call last):",
+        '  File "/x/c.py", line 3, in k',
+        "ValueError: another failure",
+    ]
+    numbered = list(enumerate(log, 1))
+    assert exception_of(numbered, 1) == (11, "RuntimeError: no device")
+    assert exception_of(numbered[:6], 1) == (4, "NotImplementedError")  # the chain not printed yet
+    assert exception_of(numbered[:3], 1) is None  # not ended
+    assert exception_of(numbered, 12) == (14, "ValueError: another failure")

@@ -187,7 +187,7 @@ def test_probability_must_be_a_chance(tmp_path: Path) -> None:
     )
     bad = tmp_path / "world.toml"
     bad.write_text(text)
-    with pytest.raises(WorldError, match=r"fault\[0\]\.probability"):
+    with pytest.raises(WorldError, match=r"fault #1\.probability"):
         load_world(str(bad))
 
 

@@ -229,6 +229,29 @@ def parse_numbered_lines(lines: Iterable[tuple[int, str]], *, unique: bool = Tru
     return sorted(out, key=lambda tb: tb.start_line)
 
 
+def exception_of(lines: Iterable[tuple[int, str]], start: int) -> tuple[int, str] | None:
+    """The line that states the failure of the traceback whose header is log line ``start``, as (log line,
+    text stripped): its exception line (``RuntimeError: ...``), or when another exception was raised while
+    handling it ("During handling of the above exception, another exception occurred:", "The above
+    exception was the direct cause of the following exception:"), the exception line of the last traceback
+    of that chain: the last line CPython printed, the exception that propagated. ``lines`` are (log line
+    number, text) pairs from ``start`` on; None while the traceback has not ended among them."""
+    numbered = list(lines)
+    text = dict(numbered)
+    tracebacks = parse_numbered_lines(numbered, unique=False)
+    current = next((tb for tb in tracebacks if tb.start_line == start and tb.exception_line), None)
+    if current is None:
+        return None
+    for tb in tracebacks:
+        if tb.start_line <= current.log_line or not tb.exception_line:
+            continue
+        between = [_without_repeated_header(text.get(n, "\0")).strip() for n in range(current.log_line + 1, tb.start_line)]
+        if not any(_CHAIN.match(b) for b in between) or not all(not b or _CHAIN.match(b) for b in between):
+            break  # not a chained exception: another failure, after this one
+        current = tb
+    return current.log_line, current.exception_line
+
+
 def _dumps(lines: Iterable[tuple[int, str]]) -> list[Traceback]:
     """The faulthandler dumps in numbered lines, as tracebacks (see the module docstring). A dump's blank
     lines are seldom kept as evidence: a gap in the numbers does not end it, a line outside it does."""

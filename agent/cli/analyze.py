@@ -124,7 +124,10 @@ def analyze_log(options: AnalyzeOptions) -> None:
     fp = _analyze_host(options, c, text, notes)
     findings = _analyze_findings(c, fp) if case else []
     # Without the host's --help, the log's own server-args line says which release's flag spellings apply.
-    flags = (_case_host_flags(c, notes) if case else None) or catalog_from_server_args(text)
+    host_flags = _case_host_flags(c, notes) if case else None
+    if host_flags is not None:  # the case's baseline is checked against the host's --help, as a run does
+        c.baseline = _case_baseline(c, host_flags)
+    flags = host_flags or catalog_from_server_args(text)
     _read_case_source(c if case else None, outcome, flags, notes)  # as a run's analyze step does
     view = PlannerView(case=c, fingerprint=fp, findings=findings, experiments=[exp], outcomes=[outcome])
     planner = RulePlanner(catalog, flags)
@@ -239,6 +242,19 @@ def _case_host_flags(c: Case, notes: list[str]) -> FlagCatalog | None:
     except (HostError, FlagError) as exc:
         notes.append(f"could not read the case host's flags ({exc}); the log's own settings line stands in")
         return None
+
+
+def _case_baseline(c: Case, flags: FlagCatalog) -> Baseline:
+    """The case's baseline checked against the host's flag catalog as a run's intake checks it (each flag
+    canonical, its value normalised); a flag the host refuses ends the command in one line naming the case
+    file and field, exit 2 (as ``run`` does)."""
+    from agent.run.nodes.intake import checked_baseline
+    from tools.flags import FlagError
+
+    try:
+        return checked_baseline(c, flags)
+    except FlagError as exc:
+        fail(f"{c.source_path or c.name}: baseline.flags: {exc}")
 
 
 def _read_case_source(c: Case | None, outcome: Outcome, flags: FlagCatalog | None, notes: list[str]) -> None:

@@ -31,7 +31,7 @@ from agent.cli.common import (
 from agent.domain.case import Case, CaseError, LauncherSpec, ModelSpec
 from tools.connect import connect_host
 from tools.fingerprint import HostFingerprint, fingerprint, package_versions, runtime_versions
-from tools.host import Host, HostError
+from tools.host import Host, HostError, expand_argv
 
 
 def doctor(
@@ -58,9 +58,13 @@ def doctor(
         h = connect_host(c.host.target, env=c.host.env, ssh=ssh_options(c), slurm=c.host.slurm)
     except (CaseError, HostError) as exc:
         fail(str(exc))
+    missing = _launcher_missing(h, c)
     fp = _host_fingerprint(h, c)
+    if missing is not None:
+        fp.notes.append(f"command not found: {missing}")
     if json_out:
         print(json.dumps(redacted(_doctor_json(c, fp))))
+        _fail_launcher(missing, c, case)
         return
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold", no_wrap=True)
@@ -72,6 +76,29 @@ def doctor(
         console.print(t)
     # the grid pads every cell to its column's width: a line ends where its text does
     sys.stdout.write("".join(ln.rstrip() + "\n" for ln in shown.get().splitlines()))
+    _fail_launcher(missing, c, case)
+
+
+def _launcher_missing(h: Host, c: Case) -> str | None:
+    """The launcher's program (its first word, ``{python}`` filled in) when the host has no such command
+    (the shell's ``command -v``), else None. Runs nothing of the launcher; None when the host cannot be asked
+    (the fingerprint then says why)."""
+    argv = expand_argv(c.launcher.argv, h)
+    if not argv:
+        return None
+    try:
+        found = h.run(["sh", "-c", 'command -v "$1" >/dev/null 2>&1', "sh", argv[0]], timeout=30)
+    except HostError:
+        return None
+    return argv[0] if found.returncode != 0 else None
+
+
+def _fail_launcher(missing: str | None, c: Case, case: str | None) -> None:
+    """A launcher the host does not have is a failed check: one line, exit 1 (after the screen)."""
+    if missing is not None:
+        given = "the case's [launcher] argv" if case else f"--launcher {' '.join(c.launcher.argv)!r}"
+        fail(f"{given}: command not found on host {c.host.target}: {missing}; give the launcher command as "
+             f"the host runs it, e.g. {DEFAULT_LAUNCHER}", code=1)
 
 
 def _host_fingerprint(h: Host, c: Case) -> HostFingerprint:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.domain.models import Baseline, Change, Experiment, value_key
+from agent.planning.unset import at_unset_value
 from agent.planning.values import clean_value, env_value_ok, prose_punctuation
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFileError, check_keys, read_toml
@@ -67,10 +68,11 @@ class GuardError(ValueError):
 
 def _same_baseline(a: Baseline, b: Baseline) -> bool:
     """Two baselines set the same values, whatever the spelling (``bf16`` is ``bfloat16``, ``0.930`` is
-    ``0.93``)."""
+    ``0.93``); a flag set to the value the engine resolves when it is not given (``--kv-cache-dtype auto``,
+    knowledge/served.toml ``default``: ``agent.planning.unset``) is the flag left out."""
     def keyed(base: Baseline) -> tuple[dict[str, Any], dict[str, Any]]:
         return (
-            {k: value_key(v) for k, v in base.flags.items()},
+            {k: value_key(v) for k, v in base.flags.items() if not at_unset_value(k, v)},
             {k: value_key(v) for k, v in base.env.items()},
         )
 
@@ -79,7 +81,9 @@ def _same_baseline(a: Baseline, b: Baseline) -> bool:
 
 def changes_nothing(baseline: Baseline, change: Change) -> bool:
     """Whether ``change`` leaves ``baseline`` as it is: it sets the value the baseline has (in any
-    spelling), or removes a flag or variable the baseline does not set. Its launch would be the baseline's."""
+    spelling), or removes a flag or variable the baseline does not set, or sets a flag the baseline leaves
+    out to the value the engine resolves for it then (``--kv-cache-dtype auto``; or removes one the baseline
+    sets to that value). Its launch would be the baseline's."""
     return _same_baseline(baseline, baseline.apply(change))
 
 
@@ -105,10 +109,11 @@ def check_experiment(exp: Experiment, *, view: PlannerView, flags: FlagCatalog |
     if exp.change is not None:
         _check_change(exp, exp.change, flags)
         if changes_nothing(exp.baseline, exp.change):
-            raise GuardError(
-                f"{exp.change.describe()} changes nothing: the baseline already has it, so the launch would be "
-                "the baseline's"
-            )
+            ch = exp.change
+            why = (f"{ch.after} is what the engine resolves {ch.name} to when it is not given (knowledge/served.toml)"
+                   if ch.kind == "flag" and ch.name not in exp.baseline.flags and at_unset_value(ch.name, ch.after)
+                   else "the baseline already has it")
+            raise GuardError(f"{ch.describe()} changes nothing: {why}, so the launch would be the baseline's")
     _check_history(exp, view)
     if view.launches + 1 > view.case.budget.experiments:
         raise GuardError(f"experiment budget spent ({view.launches} of {view.case.budget.experiments})")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -176,6 +177,21 @@ def llm_notices(console: Any) -> Callable[[Any], None]:
     return show
 
 
+def check_base_url(base_url: str | None) -> None:
+    """Raise ValueError (one line naming ``--base-url``) unless ``base_url`` is None or an ``http://`` or
+    ``https://`` URL with a host name (no spaces, a port that is a number in range)."""
+    if base_url is None:
+        return
+    try:
+        parts = urlsplit(base_url)
+        ok = parts.port is None or parts.port > 0  # .port raises ValueError for one out of range
+    except ValueError:
+        ok = False
+    if not (ok and parts.scheme in ("http", "https") and parts.hostname and not any(c.isspace() for c in base_url)):
+        raise ValueError(f"--base-url {base_url!r}: expected an http:// or https:// URL of an OpenAI-compatible "
+                         "endpoint, e.g. http://localhost:8000/v1")
+
+
 def planner_spec_from_options(
     kind: str,
     *,
@@ -189,10 +205,8 @@ def planner_spec_from_options(
 ) -> dict[str, Any] | None:
     """The ``state["planner"]`` of a new run from command-line options (``None``: the rule planner).
 
-    Raises ValueError with a one-line message naming the option: an unknown kind, ``--planner llm``
-    without ``--model``, LLM options with the rule planner, a bad number, no key for api.openai.com,
-    or a key variable named with ``--api-key-env`` that is not set.
-    """
+    Raises ValueError (one line naming the option): an unknown kind, ``--planner llm`` without ``--model``, a
+    bad ``--base-url`` (``check_base_url``), LLM options with the rule planner, a bad number, a missing API key."""
     llm_options = {
         "--model": model,
         "--base-url": base_url,
@@ -212,6 +226,7 @@ def planner_spec_from_options(
         return None
     if not model:
         raise ValueError("--planner llm needs --model NAME (the model name the endpoint serves)")
+    check_base_url(base_url)
     values: dict[str, Any] = {"model": model, "base_url": base_url, "redact_hosts": redact_hosts}
     for key, v in (
         ("api_key_env", api_key_env),

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.domain.case import LauncherSpec
 from agent.record.transcript import Transcript, TranscriptError, TranscriptEvent, parse_event, read_transcript
-from tools.tracebacks import TRACEBACK_START, parse_numbered_lines
+from tools.tracebacks import TRACEBACK_START, exception_of
 
 _VERDICTS = ("supported", "refuted", "confirmed", "open")
 
@@ -461,13 +461,14 @@ def follow(transcript: Transcript) -> RecordedRun | None:
 def _error_line_of(outcome: dict[str, Any], match: dict[str, Any]) -> dict[str, Any]:
     """``match`` stating its error: a match whose first line is a traceback's header ("Scheduler hit an
     exception: Traceback (most recent call last):") says nothing of the failure, so the traceback's own
-    error line (``RuntimeError: ...``) and its line number stand in, read from the outcome's kept log
+    error line (``RuntimeError: ...``; of a chained one, the last: ``tools.tracebacks.exception_of``) and its
+    line number stand in, read from the outcome's kept log
     lines; the match as it is when the traceback's end was not kept."""
     if not TRACEBACK_START.search(str(match.get("first_line", ""))) or not match.get("line_numbers"):
         return match
     start = match["line_numbers"][0]
     kept = [(int(ll["line"]), str(ll["text"])) for ll in outcome.get("log_excerpt") or [] if "line" in ll]
-    tb = next((t for t in parse_numbered_lines(kept, unique=False) if t.start_line == start), None)
-    if tb is None or not tb.exception_line:
+    end = exception_of([(n, t) for n, t in kept if n >= start], start)
+    if end is None:
         return match
-    return {**match, "first_line": tb.exception_line, "line_numbers": [tb.log_line]}
+    return {**match, "first_line": end[1], "line_numbers": [end[0]]}

@@ -39,6 +39,7 @@ from rich.text import Text
 from agent.review.text import clock, failure_line, print_hanging, shown_line, summary_line
 from tools.sanitize import visible
 from tools.signatures import Signature
+from tools.tracebacks import TRACEBACK_START, exception_of
 
 #: The steps of a start-up in order, as a user names them.
 STAGES = ("init", "weights", "KV pool", "CUDA-graph capture", "warm-up")
@@ -102,6 +103,29 @@ class FatalLine:
     text: str
     stage: str | None
     weight: int
+
+
+#: Lines of a traceback (a chained one included) followed for the line that states its exception.
+_TRACEBACK_LINES = 400
+
+
+class _TracebackEnd:
+    """A traceback whose bare header ("Traceback (most recent call last):") is the failure line so far: its
+    lines, until its exception line (``RuntimeError: ...``, through any chained traceback) says what failed
+    (``tools.tracebacks.exception_of``). The header itself says nothing of the failure."""
+
+    def __init__(self, start: int, text: str) -> None:
+        self.start = start
+        self.lines: list[tuple[int, str]] = [(start, text)]
+
+    def add(self, lineno: int, text: str) -> tuple[int, str] | None:
+        """Take the next log line; the (line number, text) of the traceback's exception line once it ended."""
+        if len(self.lines) >= _TRACEBACK_LINES:
+            return None
+        self.lines.append((lineno, text))
+        if not text.strip() or text[:1].isspace():  # a frame, its source line or markers: not the end
+            return None
+        return exception_of(self.lines, self.start)
 
 
 def _rank(stage: str) -> int:
@@ -209,6 +233,8 @@ class LoadProgress:
         self.last_line: tuple[int, str] | None = None
         #: The most telling failure line so far (shown under a failed launch's summary line).
         self.fatal: FatalLine | None = None
+        #: The traceback whose header is ``fatal`` (its exception line replaces it once printed), or None.
+        self._traceback: _TracebackEnd | None = None
         #: Wall seconds spent in each start-up step, in order (set by ``finish``; recorded in the
         #: transcript so ``replay`` shows the same summary line).
         self.stage_seconds: dict[str, float] = {}
@@ -235,6 +261,16 @@ class LoadProgress:
         failed = self.reader.failure(event.line.line, text)
         if failed is not None and (self.fatal is None or failed.weight > self.fatal.weight):
             self.fatal = failed
+            # a bare header (weight 0: no signature but the generic one) says nothing; a header after a
+            # line that names what failed ("warmup error: Traceback ...") stays the failure line
+            bare = failed.weight == 0 and TRACEBACK_START.search(text) is not None
+            self._traceback = _TracebackEnd(failed.lineno, text) if bare else None
+        elif self._traceback is not None and self.fatal is not None:
+            end = self._traceback.add(event.line.line, text)
+            if end is not None:  # the exception line states the failure its traceback's header announced
+                own = self.reader.failure(*end)
+                stage = self.fatal.stage or (own.stage if own is not None else None)
+                self.fatal = FatalLine(end[0], end[1], stage, self.fatal.weight)
         step = self.reader.read(text)
         if step is not None and step.stage != READY and _rank(step.stage) >= _rank(self.stage):
             changed = step.stage != self.stage

@@ -134,7 +134,7 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
         # the host's spelling of each flag role (knowledge/flag_roles.toml), from its --help
         fp.flag_roles = role_spellings(flags)
         step = "baseline.flags"
-        baseline = _checked_baseline(case, flags)
+        baseline = checked_baseline(case, flags)
         step = "intent.keep"
         for kept in case.intent.keep:  # a setting the user needs kept is one this host has
             if kept.startswith("-") and flags.lookup(kept) is None:
@@ -148,7 +148,7 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
     return fp, baseline
 
 
-def _checked_baseline(case: Case, flags: FlagCatalog) -> Baseline:
+def checked_baseline(case: Case, flags: FlagCatalog) -> Baseline:
     """The case's baseline with each flag canonical and its value normalised by the host's catalog.
 
     Raises FlagError (one line) for a flag the host refuses, a list where the flag takes one value, or
