@@ -30,6 +30,31 @@ _ALL = sorted(p.parent.name for p in REAL_DIR.glob("*/case.toml") if (p.parent /
 _PICKED = [n.strip() for n in os.environ.get("HYPOLOOP_REAL_CASES", "").split(",") if n.strip()]
 CASES = [n for n in _ALL if n in _PICKED] if _PICKED else _ALL
 
+#: Cases hypoloop is known to miss, with why (issue 20: cases written from public reports after the
+#: planner and run once as it stood, bench/dev-log.md "new real cases, first run"). Strict: once the miss
+#: is fixed the test fails (XPASS) and the entry must go; no planner change is tuned to these cases.
+KNOWN_MISSES: dict[str, str] = {
+    "vllm-kvspace-fraction": (
+        "the error quotes the value ('invalid literal for int() with base 10: '1.5'') of the one setting "
+        "that holds it (VLLM_CPU_KVCACHE_SPACE=1.5) but names no setting, and its traceback ends in pydantic; "
+        "hypoloop does not tie a value an error quotes to the baseline setting holding it, so it tries a "
+        "source-branch variable and reverting --enforce-eager, never a whole-number VLLM_CPU_KVCACHE_SPACE, "
+        "and ends not_isolated"
+    ),
+    "vllm-chain-ray-kvspace": (
+        "the first link is found (removing --distributed-executor-backend ray changes the error, and the run "
+        "adopts it), then the second blocker is vllm-kvspace-fraction's miss: the quoted '1.5' of "
+        "VLLM_CPU_KVCACHE_SPACE is never tied to that setting and the budget goes to other guesses"
+    ),
+}
+
+
+def _param(name: str) -> object:
+    """``name`` as a test parameter, marked as a strict expected failure when it is a known miss."""
+    if name not in KNOWN_MISSES:
+        return name
+    return pytest.param(name, marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=KNOWN_MISSES[name]))
+
 
 def _story(transcript: Path) -> str:
     """What the run did, one line per experiment (for a failure message)."""
@@ -47,7 +72,7 @@ def _story(transcript: Path) -> str:
     return "\n".join(out)
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", [_param(n) for n in CASES])
 def test_hypoloop_reaches_the_right_ending_on_a_real_engine(name: str, engines: EnginesBed, tmp_path: Path) -> None:
     run = real_run(name, engines.root, tmp_path)
     case = run.case
