@@ -14,8 +14,8 @@ from pathlib import Path
 from test_localise import FLAGS, H200, MI300X, SERVED, _launch
 
 from agent.domain.case import Case
-from agent.domain.models import Conclusion
 from agent.domain.knowledge_dir import use_knowledge
+from agent.domain.models import Conclusion
 from agent.planning.catalog import load_catalog
 from agent.planning.generators.switches import SWITCH_PREFIX
 from agent.planning.planner import PlannerView, RulePlanner

@@ -43,6 +43,7 @@ from agent.planning.package_changes import (
     crashed_in,
     error_packages,
     frame_packages,
+    install_advice,
     is_generic_runtime,
     is_in,
     package_changes,
@@ -77,14 +78,17 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
     # frames' packages: it changed everything, so the frames say where
     engine = dist_key(str(fingerprint.get("engine") or "sglang"))
-    said = [p for p in said if p != engine and not is_in(p, frames, installed)]
+    # what the error asks to install is evidence against it, a generic runtime too (its version is wrong)
+    asked = [name for name, _, _ in ev.asked if name != engine]
+    said = asked + [p for p in said if p != engine and p not in asked and not is_in(p, frames, installed)]
     logged = [lib.package for lib, _ in ev.logged]
     where = {ch.name: is_in(ch.name, frames + said + logged, installed) for ch in changes}
     ordered = sorted(changes, key=lambda ch: (ch.name == engine, not where[ch.name]))
     involved = [ch.name for ch in ordered if ch.name != engine and where[ch.name]]
     aside = [ch.name for ch in ordered if ch.name != engine and not where[ch.name]]
     named = involved + aside
-    told = [p for p in said if not is_generic_runtime(p) and not any(is_in(n, [p], installed) for n in named)]
+    told = [p for p in said if (p in asked or not is_generic_runtime(p))
+            and not any(is_in(n, [p], installed) for n in named)]
     rest = [p for p in frames + said if p not in told and not any(is_in(n, [p], installed) for n in named)]
     own = crash.package if crash is not None else None  # died inside this package's compiled code
     plain = [p for p in rest if not is_generic_runtime(p) or p == own]
@@ -109,9 +113,15 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     pinnable = [ch for ch in ordered if where[ch.name] or not told]
     pin = next((f"{ch.name}=={ch.before}" for ch in pinnable if ch.before), None)
     update.update({"pin": pin} if pin else {})
+    install = next(((n, v, line) for n, v, line in ev.asked if n in told and v), None)
+    update.update({"install": f"{install[0]}=={install[1]}"} if install else {})
     shown = [(lib, line) for lib, line in ev.logged if lib.package in logs or (not plain and lib.package in packages)]
-    words = _words(ordered, told, plain + generic, where, pin, crash if own in plain else None)
+    named_by_error = [p for p in told if install is None or p != install[0]]  # that one gets its own sentence
+    words = _words(ordered, named_by_error, plain + generic, where, pin, crash if own in plain else None)
     words = _with_builds(update, words, builds, built)
+    if install is not None:
+        words = _joined(words, f"the error itself asks for {install[0]}=={install[1]} (\"{install[2]}\"): suggested fix "
+                               "outside the flag and environment experiments (hypoloop does not install packages)")
     return c.model_copy(update={"implicated": {**imp, **update},
                                 "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
 
@@ -164,6 +174,7 @@ class _Evidence:
     said: list[str] = field(default_factory=list)
     crash: Frame | None = None
     logged: list[tuple[Library, str]] = field(default_factory=list)
+    asked: list[tuple[str, str | None, str]] = field(default_factory=list)
 
 
 def _evidence(state: Any, experiment_id: str | None, installed: dict[str, str], vendor: str | None) -> _Evidence:
@@ -176,7 +187,7 @@ def _evidence(state: Any, experiment_id: str | None, installed: dict[str, str], 
     said = error_packages((tb.exception_line for tb in reversed(tracebacks) if tb.exception_line), installed)
     crash = died_in(tracebacks, vendor) or crashed_in(tracebacks)
     return _Evidence(frame_packages(reversed(tracebacks)), said, crash,
-                     log_evidence((ln.text for ln in outcome.log), vendor))
+                     log_evidence((ln.text for ln in outcome.log), vendor), install_advice(tracebacks, outcome.log))
 
 
 def _log_words(shown: list[tuple[Library, str]]) -> str:
