@@ -95,3 +95,21 @@ def test_a_requirements_file_names_no_distribution() -> None:
     named = text.replace("-r eval/requirements.txt", "--upgrade transformers")
     assert [a[:2] for a in install_advice(parse_tracebacks(named), [LogLine(line=i + 1, text=t) for i, t in
                                                                      enumerate(named.splitlines())])] == [("transformers", None)]
+
+
+def test_a_package_the_frames_run_in_is_named_once_as_the_frames_spell_it() -> None:
+    """The error raised in sgl_kernel's own code asks to upgrade it by its distribution's spelling: the
+    ending names it once, first, as the frames spell it (no second spelling of the same package)."""
+    log = f'''Traceback (most recent call last):
+  File "{SITE}/sglang/srt/layers/activation.py", line 40, in <module>
+    from sgl_kernel import silu_and_mul
+  File "{SITE}/sgl_kernel/load_utils.py", line 188, in _load_architecture_specific_ops
+    raise ImportError(error_msg)
+ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library!
+Please ensure sgl_kernel is properly installed with:
+pip install --upgrade sgl_kernel
+'''
+    c = _ending(log, installed={**INSTALLED, "sgl-kernel": "0.3.20"})
+    packages = c.implicated["packages"]
+    assert packages[0] == "sgl_kernel" and "sgl-kernel" not in packages, packages
+    assert "install" not in c.implicated  # no version asked for: nothing to suggest beyond naming it

@@ -80,7 +80,8 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
     # frames' packages: it changed everything, so the frames say where
     engine = dist_key(str(fingerprint.get("engine") or "sglang"))
-    asked = [name for name, _, _ in ev.asked if name != engine]  # evidence against it, a generic runtime too
+    # evidence against it, a generic runtime too; spelled as the frames spell it when they run in it
+    asked = [next((f for f in frames if is_in(n, [f], installed)), n) for n, _, _ in ev.asked if n != engine]
     said = asked + [p for p in said if p != engine and p not in asked and not is_in(p, frames, installed)]
     logged = [lib.package for lib, _ in ev.logged]
     where = {ch.name: is_in(ch.name, frames + said + logged, installed) for ch in changes}
@@ -136,12 +137,12 @@ def _asked_for(asked: list[tuple[str, str | None, str]], told: list[str],
     """The first distribution the error asks to install at a version (``install_advice``) among those the
     ending names (``told``), recorded in ``update["install"]`` as ``NAME==VERSION``, and the ending's
     sentence on it; ``(None, "")`` when there is none."""
-    found = next(((n, v, line) for n, v, line in asked if n in told and v), None)
+    found = next(((n, v, line, t) for n, v, line in asked for t in told if dist_key(t) == n and v), None)
     if found is None:
         return None, ""
-    name, version, line = found
+    name, version, line, spelled = found
     update["install"] = f"{name}=={version}"
-    return name, (f"the error itself asks for {name}=={version} (\"{line}\"): suggested fix outside the flag and "
+    return spelled, (f"the error itself asks for {name}=={version} (\"{line}\"): suggested fix outside the flag and "
                   "environment experiments (hypoloop does not install packages)")
 
 
