@@ -15,6 +15,7 @@ from test_localise import FLAGS, H200, MI300X, SERVED, _launch
 
 from agent.domain.case import Case
 from agent.domain.knowledge_dir import use_knowledge
+from agent.domain.models import Conclusion
 from agent.planning.catalog import load_catalog
 from agent.planning.generators.switches import SWITCH_PREFIX
 from agent.planning.planner import PlannerView, RulePlanner
@@ -92,13 +93,10 @@ def test_an_asynchronous_fault_makes_the_default_implementation_of_a_switch_a_su
         assert not any(h.id.startswith(SWITCH_PREFIX) for h in planner.history(one).hypotheses)
 
 
-def test_a_broad_switch_off_is_a_workaround_until_narrower_changes_inside_it_were_tried() -> None:
-    """Custom all-reduce off served (a broad switch-off, knowledge/switches.toml [[broad]]): the planner
-    spends at most two launches on narrower changes inside the collectives it turned off before it
-    confirms the switch-off, and the run then ends not_isolated naming it as the workaround, never
-    isolated (issue 20, points 3 and 5)."""
-    from agent.domain.models import Conclusion
-    from agent.planning.conclusion import conclusion_of
+def _narrower_tried_and_failed() -> tuple[RulePlanner, PlannerView]:
+    """Custom all-reduce off served on a TP 8 ROCm host; the planner's narrower launches inside the
+    collectives (at most two, each inside what the switch-off took out) all fail with the same fault,
+    and it then confirms the switch-off."""
     from agent.planning.intent import inside_broad
     from agent.planning.switches import broad_switch
 
@@ -117,10 +115,65 @@ def test_a_broad_switch_off_is_a_workaround_until_narrower_changes_inside_it_wer
     assert 1 <= len(narrower) <= 2
     assert nxt.purpose == "confirm" and nxt.baseline == off.config()
     _launch(planner, view, ARGS + SERVED, status="ready")
+    return planner, view
+
+
+def _ending(planner: RulePlanner, view: PlannerView) -> Conclusion:
+    from agent.planning.conclusion import conclusion_of
+
     state = {"case": view.case.model_dump(mode="json"), "status": "done",
+             "fingerprint": view.fingerprint.model_dump(mode="json") if view.fingerprint else None,
              "experiments": [e.model_dump(mode="json") for e in view.experiments],
              "outcomes": [o.model_dump(mode="json") for o in view.outcomes],
              "hypotheses": [h.model_dump(mode="json") for h in planner.history(view).hypotheses]}
-    c: Conclusion = conclusion_of(state)  # type: ignore[arg-type]
+    return conclusion_of(state)  # type: ignore[arg-type]
+
+
+def test_a_switch_off_whose_every_implementation_failed_is_the_fix() -> None:
+    """Custom all-reduce off served (a broad switch-off, knowledge/switches.toml [[broad]]); the planner
+    tried the other custom all-reduce this platform has (the [[switch]]) from the failing configuration
+    before confirming, and it failed too: both implementations the switch-off takes out fail here, so
+    nothing narrower is left and the switch-off is the fix, isolated, with the tests that show it in the
+    reason (issue 20, point 5)."""
+    planner, view = _narrower_tried_and_failed()
+    sw = next(s for s in load_switches() if "rocm" in s.platforms)
+    tried = next(e for e in view.experiments if e.change is not None and e.change.name == sw.env)
+    c = _ending(planner, view)
+    assert c.status == "isolated", c.reason
+    assert c.fix is not None and c.fix.name == "--disable-custom-all-reduce"
+    assert "is the fix, not a workaround" in c.reason and tried.id in c.reason
+    assert not any(a["workaround"] and a["name"] == "--disable-custom-all-reduce" for a in c.alternatives)
+
+
+def test_a_switch_off_stays_a_workaround_when_its_implementations_are_not_known_to_be_all(tmp_path: Path) -> None:
+    """The same run, with a knowledge folder whose [[broad]] entry does not say the switches list every
+    implementation it takes out (``closed``): a narrower change may exist that the planner does not know,
+    so the run ends not_isolated naming the switch-off as the workaround, never isolated."""
+    import shutil
+
+    src = Path(__file__).resolve().parents[1] / "knowledge" / "switches.toml"
+    folder = tmp_path / "k"
+    folder.mkdir()
+    text = src.read_text()
+    assert "closed = true" in text
+    (folder / "switches.toml").write_text(text.replace("closed = true\n", ""))
+    shutil.copy(src.parent / "subsystems.toml", folder / "subsystems.toml")
+    with use_knowledge(folder):
+        planner, view = _narrower_tried_and_failed()
+        c = _ending(planner, view)
     assert c.status == "not_isolated" and c.fix is None
     assert "a broad switch-off" in c.reason and "only a workaround" in c.reason and "--disable-custom-all-reduce" in c.reason
+
+
+def test_a_switch_off_is_a_workaround_while_the_other_implementation_is_untested() -> None:
+    """Custom all-reduce off served and held, but the other custom all-reduce was never launched: the
+    run ends not_isolated naming the switch-off as the workaround."""
+    planner, view = _served_without_the_subsystem(MI300X)
+    off = view.experiments[-1]
+    confirm = off.model_copy(update={"id": "exp-confirm", "purpose": "confirm", "change": None,
+                                     "baseline": off.config()})
+    view.experiments.append(confirm)
+    view.outcomes.append(view.outcomes[-1].model_copy(update={"experiment_id": confirm.id}))
+    c = _ending(planner, view)
+    assert c.status == "not_isolated" and c.fix is None, c.reason
+    assert "a broad switch-off" in c.reason

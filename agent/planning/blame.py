@@ -43,6 +43,7 @@ from agent.planning.package_changes import (
     crashed_in,
     error_packages,
     frame_packages,
+    install_advice,
     is_generic_runtime,
     is_in,
     package_changes,
@@ -63,7 +64,9 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     ``package`` (the first of them), ``pin`` (``NAME==OLD`` when the earlier version is known) and
     ``log_evidence`` (each ``{package, line, source}`` a log line names, ``knowledge/libraries.toml``),
     ``platform_builds`` (the kernel packages built only for the host's platform, when the description says
-    another build of it served: ``agent.planning.platform_change``); and says it in ``reason``. Any other conclusion is returned as it is."""
+    another build of it served: ``agent.planning.platform_change``), ``install`` (``NAME==VERSION`` the
+    failing error's own message asks to install, ``install_advice``: that distribution is named first,
+    a generic runtime too); and says it in ``reason``. Any other conclusion is returned as it is."""
     imp = c.implicated
     if c.status != "not_isolated" or not imp or any(not a.get("workaround") for a in c.alternatives):
         return c
@@ -77,14 +80,17 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
     # frames' packages: it changed everything, so the frames say where
     engine = dist_key(str(fingerprint.get("engine") or "sglang"))
-    said = [p for p in said if p != engine and not is_in(p, frames, installed)]
+    # evidence against it, a generic runtime too; spelled as the frames spell it when they run in it
+    asked = [next((f for f in frames if is_in(n, [f], installed)), n) for n, _, _ in ev.asked if n != engine]
+    said = asked + [p for p in said if p != engine and p not in asked and not is_in(p, frames, installed)]
     logged = [lib.package for lib, _ in ev.logged]
     where = {ch.name: is_in(ch.name, frames + said + logged, installed) for ch in changes}
     ordered = sorted(changes, key=lambda ch: (ch.name == engine, not where[ch.name]))
     involved = [ch.name for ch in ordered if ch.name != engine and where[ch.name]]
     aside = [ch.name for ch in ordered if ch.name != engine and not where[ch.name]]
     named = involved + aside
-    told = [p for p in said if not is_generic_runtime(p) and not any(is_in(n, [p], installed) for n in named)]
+    told = [p for p in said if (p in asked or not is_generic_runtime(p))
+            and not any(is_in(n, [p], installed) for n in named)]
     rest = [p for p in frames + said if p not in told and not any(is_in(n, [p], installed) for n in named)]
     own = crash.package if crash is not None else None  # died inside this package's compiled code
     plain = [p for p in rest if not is_generic_runtime(p) or p == own]
@@ -97,6 +103,21 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     packages += generic + runtimes if not packages else []
     if not packages:
         return c
+    update, pin = _record(packages, ordered, where, ev, told)
+    install, asks = _asked_for(ev.asked, told, update)
+    shown = [(lib, line) for lib, line in ev.logged if lib.package in logs or (not plain and lib.package in packages)]
+    named_by_error = [p for p in told if install != p]  # the one it asks to install gets its own sentence
+    words = _words(ordered, named_by_error, plain + generic, where, pin, crash if own in plain else None)
+    words = _joined(_with_builds(update, words, builds, built), asks)
+    return c.model_copy(update={"implicated": {**imp, **update},
+                                "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
+
+
+def _record(packages: list[str], ordered: list[PackageChange], where: dict[str, bool], ev: _Evidence,
+            told: list[str]) -> tuple[dict[str, Any], str | None]:
+    """The ``implicated`` fields the blame adds (``package``, ``packages``, ``changed``, ``log_evidence``,
+    ``pin``) and the pin: the earlier version of a changed package, unless the error names another
+    package while the change is not involved (pinning that back is no fix)."""
     update: dict[str, Any] = {
         "package": packages[0],
         "packages": packages,
@@ -105,15 +126,24 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     }
     if ev.logged:
         update["log_evidence"] = [{"package": lib.package, "line": line, "source": lib.source} for lib, line in ev.logged]
-    # pinning back a change the error does not involve, while it names another package, is no fix
     pinnable = [ch for ch in ordered if where[ch.name] or not told]
     pin = next((f"{ch.name}=={ch.before}" for ch in pinnable if ch.before), None)
     update.update({"pin": pin} if pin else {})
-    shown = [(lib, line) for lib, line in ev.logged if lib.package in logs or (not plain and lib.package in packages)]
-    words = _words(ordered, told, plain + generic, where, pin, crash if own in plain else None)
-    words = _with_builds(update, words, builds, built)
-    return c.model_copy(update={"implicated": {**imp, **update},
-                                "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
+    return update, pin
+
+
+def _asked_for(asked: list[tuple[str, str | None, str]], told: list[str],
+               update: dict[str, Any]) -> tuple[str | None, str]:
+    """The first distribution the error asks to install at a version (``install_advice``) among those the
+    ending names (``told``), recorded in ``update["install"]`` as ``NAME==VERSION``, and the ending's
+    sentence on it; ``(None, "")`` when there is none."""
+    found = next(((n, v, line, t) for n, v, line in asked for t in told if dist_key(t) == n and v), None)
+    if found is None:
+        return None, ""
+    name, version, line, spelled = found
+    update["install"] = f"{name}=={version}"
+    return spelled, (f"the error itself asks for {name}=={version} (\"{line}\"): suggested fix outside the flag and "
+                  "environment experiments (hypoloop does not install packages)")
 
 
 def _platform_only(case: Case, fingerprint: dict[str, Any], installed: dict[str, str],
@@ -164,6 +194,7 @@ class _Evidence:
     said: list[str] = field(default_factory=list)
     crash: Frame | None = None
     logged: list[tuple[Library, str]] = field(default_factory=list)
+    asked: list[tuple[str, str | None, str]] = field(default_factory=list)
 
 
 def _evidence(state: Any, experiment_id: str | None, installed: dict[str, str], vendor: str | None) -> _Evidence:
@@ -176,7 +207,7 @@ def _evidence(state: Any, experiment_id: str | None, installed: dict[str, str], 
     said = error_packages((tb.exception_line for tb in reversed(tracebacks) if tb.exception_line), installed)
     crash = died_in(tracebacks, vendor) or crashed_in(tracebacks)
     return _Evidence(frame_packages(reversed(tracebacks)), said, crash,
-                     log_evidence((ln.text for ln in outcome.log), vendor))
+                     log_evidence((ln.text for ln in outcome.log), vendor), install_advice(tracebacks, outcome.log))
 
 
 def _log_words(shown: list[tuple[Library, str]]) -> str:

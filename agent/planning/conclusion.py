@@ -30,7 +30,7 @@ from agent.planning.served import OnHost, host_refusals, run_platform, served_se
 from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, derive
 from agent.planning.view import COST_ORDER
-from agent.planning.workaround_fix import blockers, is_workaround
+from agent.planning.workaround_fix import blockers, exhausted, is_workaround, narrowest_words
 from agent.planning.workarounds import mark_deployment_changes, mark_own_alternatives, root_and_workarounds
 
 if TYPE_CHECKING:
@@ -70,8 +70,13 @@ def conclusion_of(state: RunState) -> Conclusion:
     if deployment:
         return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
                                        changes_deployment=deployment), state)
-    if is_workaround(fix_exp, Case.model_validate(state["case"]).baseline, hyps):
+    broad = broad_switch(fix_exp.change)
+    narrowed = exhausted(broad, fix_exp, experiments, outcomes,
+                         run_platform(state.get("fingerprint"), fix_exp.config())) if broad else []
+    if is_workaround(fix_exp, Case.model_validate(state["case"]).baseline, hyps, narrowest=bool(narrowed)):
         return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes), state)
+    if broad is not None and narrowed:
+        reason = joined(reason, narrowest_words(broad, narrowed))
     return _isolated(state, base, reason, untested, _Tested(hyps, experiments, outcomes), fix_exp, confirm)
 
 

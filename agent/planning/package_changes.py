@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.planning.weights import weights as tunables
 from tools.installed import dist_key, distributions_of, same_version, toolkit_versions
+from tools.logwatch import LogLine
 from tools.tracebacks import Frame, Traceback
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ __all__ = [
     "crashed_in",
     "error_packages",
     "frame_packages",
+    "install_advice",
     "is_generic_runtime",
     "is_in",
     "outdated_package",
@@ -91,16 +93,23 @@ class _Builds(_Strict):
     source: str
 
 
+class _Install(_Strict):
+    patterns: tuple[str, ...] = Field(min_length=1)
+    source: str
+
+
 class PackagesKnowledge(_Strict):
     """``knowledge/packages.toml``: the generic runtimes, the words that say something changed, weights,
-    the words of an error that says its own package is too old (``upgrade_advice``), and the words that
-    say another build of the platform served (``platform_builds``, optional)."""
+    the words of an error that says its own package is too old (``upgrade_advice``), the words that
+    say another build of the platform served (``platform_builds``, optional) and those of an error that
+    says what to install (``install_advice``, optional)."""
 
     generic_runtimes: _Generic
     change_words: _Words
     weights: _Weights
     upgrade_advice: _Advice
     platform_builds: _Builds | None = None
+    install_advice: _Install | None = None
 
 
 @functools.cache
@@ -310,6 +319,49 @@ def outdated_package(tracebacks: Iterable[Traceback]) -> str | None:
             if named and dist_key(named) == dist_key(inner.package):
                 return inner.package
     return None
+
+
+#: A line that ends an exception's message: a new log record, a new traceback or one of its frames.
+_NOT_MESSAGE = re.compile(r'^(?:\[\d{4}-\d\d-\d\d[ T][\d:.,]+\]|\d{4}-\d\d-\d\d[ T][\d:.,]+ |'
+                          r'(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)[: ]|Traceback \(most recent call last\)|\s*File ")')
+
+
+def _message_lines(tb: Traceback, log: Sequence[LogLine]) -> list[str]:
+    """The exception line of ``tb`` and the lines of its message printed right after it in ``log`` (a
+    multi-line ``RuntimeError(msg)``), up to the next log record, traceback or frame, or a line the kept
+    excerpt left out; at most 60 lines."""
+    at = next((i for i, ll in enumerate(log) if ll.line == tb.log_line), None)
+    if at is None:
+        return [tb.exception_line] if tb.exception_line else []
+    out = [log[at].text]
+    for prev, ll in zip(log[at:], log[at + 1 : at + 60], strict=False):
+        if ll.line != prev.line + 1 or _NOT_MESSAGE.match(ll.text):
+            break
+        out.append(ll.text)
+    return out
+
+
+def install_advice(tracebacks: Sequence[Traceback], log: Sequence[LogLine]) -> list[tuple[str, str | None, str]]:
+    """What the failing errors' own messages tell the user to install (``[install_advice]`` of
+    packages.toml: ``pip install nvidia-cudnn-cu12==9.16.0.29``), the last traceback first: ``(distribution,
+    version or None, the line that says it)`` once per distribution (PEP 503 name). ``[]`` when the
+    knowledge has no such section. Raises PackagesError for a pattern that is not a regular expression with
+    a ``package`` group."""
+    advice = packages_knowledge().install_advice
+    if advice is None:
+        return []
+    out: dict[str, tuple[str, str | None, str]] = {}
+    for tb in reversed(list(tracebacks)):
+        for line in _message_lines(tb, log):
+            for pat in advice.patterns:
+                try:
+                    m = re.search(pat, line, re.IGNORECASE)
+                    found = (dist_key(m.group("package")), m.groupdict().get("version")) if m else None
+                except (re.error, IndexError) as exc:
+                    raise PackagesError(f"{FILE}: field 'install_advice.patterns': {pat!r}: {exc}") from None
+                if found is not None and found[0] not in out:
+                    out[found[0]] = (found[0], found[1], " ".join(line.split()))
+    return list(out.values())
 
 
 def is_in(dist: str, packages: Iterable[str], installed: Mapping[str, str]) -> bool:

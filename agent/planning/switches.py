@@ -54,6 +54,7 @@ class Broad(BaseModel):
     subsystems: list[str] = Field(min_length=1)
     what: str
     unset_is_off: bool = False
+    closed: bool = False
     source: str
 
     def takes_out(self, change: Change) -> bool:

@@ -5,12 +5,13 @@ past blockers on the way to it, a change the ledger calls a workaround, and a br
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from agent.domain.models import Baseline, Change, Experiment, Hypothesis, value_key
-from agent.planning.switches import broad_switch
+from agent.domain.models import Baseline, Change, Experiment, Hypothesis, Outcome, value_key
+from agent.planning.switches import Broad, broad_switch, load_switches
 
-__all__ = ["blockers", "is_workaround"]
+__all__ = ["blockers", "exhausted", "is_workaround", "narrowest_words"]
 
 
 def blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
@@ -29,16 +30,59 @@ def blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
                 out.append({**change.model_dump(mode="json"), "change": change.describe()})
     return out
 
-def is_workaround(fix_exp: Experiment, original: Baseline, hyps: list[Hypothesis]) -> bool:
+def exhausted(broad: Broad, fix_exp: Experiment, experiments: Mapping[str, Experiment],
+              outcomes: Mapping[str, Outcome], platform: str | None) -> list[Experiment]:
+    """The failed tests that leave nothing narrower inside ``broad`` (a ``closed`` broad switch-off,
+    knowledge/switches.toml): for each ``[[switch]]`` of ``platform`` that ``broad`` turns off, a test
+    from the configuration the switch-off fixed (``fix_exp.baseline``, where the implementation in force
+    failed) that selected the switch's other implementation and failed too. Every implementation the
+    switch-off takes out failed on this deployment, so the switch-off is the narrowest change that serves:
+    the fix (issue 20, point 5). ``[]`` when ``broad`` is not closed, the platform is unknown, no switch of
+    it is read on the platform, or one alternative was not tested or served."""
+    switches = [s for s in load_switches() if platform in s.platforms and set(s.turned_off_by) & set(broad.names)]
+    if not broad.closed or platform is None or not switches:
+        return []
+    base = fix_exp.baseline
+    failed: list[Experiment] = []
+    for sw in switches:
+        in_force = base.value("env", sw.env)
+        other = sw.other if in_force is None or str(in_force).lower() == sw.default.lower() else sw.default
+        test = next((e for e in experiments.values()
+                     if e.purpose == "test" and e.baseline == base and e.change is not None
+                     and (e.change.kind, e.change.name) == ("env", sw.env)
+                     and str(e.change.after).lower() == other.lower()
+                     and (o := outcomes.get(e.id)) is not None and o.stage not in ("ok", "infra_error")), None)
+        if test is None:
+            return []
+        failed.append(test)
+    return failed
+
+
+def narrowest_words(broad: Broad, failed: list[Experiment]) -> str:
+    """The ending's sentence on a broad switch-off that is the fix (``exhausted``): which implementations
+    failed where, so a reader sees why nothing narrower is left."""
+    tried = ", ".join(f"{e.change.describe()} in {e.id}" for e in failed if e.change is not None)
+    return (f"{broad.names[0]} is the fix, not a workaround: it turns off {broad.what}, and every implementation "
+            f"of it on this platform failed (the one in force in the failing run, the other with {tried}), so "
+            "no narrower change inside it is left")
+
+
+def is_workaround(fix_exp: Experiment, original: Baseline, hyps: list[Hypothesis],
+                  narrowest: bool = False) -> bool:
     """Whether the fix is a workaround: the ledger calls it one (an intervention making it says so, as
     the planner ranks fixes, ``agent.planning.confirm.FixKeeper._fix_kind``), or it or a blocker adopted
     on the way to it is a broad switch-off (knowledge/switches.toml ``[[broad]]``: a whole subsystem or
-    kernel library off avoids the blocker without naming it, issue 20 points 3 and 5)."""
+    kernel library off avoids the blocker without naming it, issue 20 points 3 and 5). ``narrowest``: the
+    fix is a broad switch-off every implementation inside which failed (``exhausted``): the fix itself is
+    then no workaround, whatever an intervention says of the switch-off (a blocker adopted on the way
+    still is)."""
     change = fix_exp.change
     assert change is not None
     adopted = [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in blockers(original, fix_exp)]
-    if any(broad_switch(ch) is not None for ch in [change, *adopted]):
+    if any(broad_switch(ch) is not None for ch in adopted):
         return True
+    if broad_switch(change) is not None:
+        return not narrowest  # what made it a workaround (a narrower change may exist) is settled either way
     key = value_key(change.after)
     for h in hyps:
         for iv in h.interventions:
