@@ -19,7 +19,7 @@ from pathlib import Path
 
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
-from agent.domain.models import Baseline, Change
+from agent.domain.models import Baseline, Change, Experiment
 from agent.planning.catalog import load_catalog
 from agent.planning.in_play import InPlay
 from agent.planning.planner import PlannerView, Proposal, RulePlanner
@@ -155,3 +155,52 @@ def test_the_vision_encoder_is_in_play_only_when_the_config_has_a_vision_tower(t
     for value, where in RUNS_ON.items():
         why = play.why_not(change.model_copy(update={"after": value}))
         assert (why is None) == ("cpu" in where), (value, why)
+
+
+#: SGLang 0.5.23 layers/attention/attention_registry.py create_flashattention_v3_backend, reached once the
+#: weights are loaded and the KV pool is allocated: the language model's FA3 backend on SM100.
+TEXT_FA3_ON_BLACKWELL = f"""[2026-12-01 10:00:05] Load weight end. elapsed=212.55 s, type=Demo, avail mem=97.06 GB, mem usage=80.00 GB.
+[2026-12-01 10:00:06] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1840311, K size: 35.10 GB, V size: 35.10 GB
+[2026-12-01 10:00:07] Memory pool end. avail mem=26.86 GB
+[2026-12-01 10:00:07] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 6362, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args)
+  File "{SITE}/sglang/srt/model_executor/model_runner.py", line 1122, in init_attention_backends
+    backends = build_attention_backends(model_runner=self)
+  File "{SITE}/sglang/srt/layers/attention/attention_registry.py", line 243, in create_flashattention_v3_backend
+    assert (major == 8 and not runner.use_mla_backend) or major == 9, (
+AssertionError: FlashAttention v3 Backend requires SM>=80 and SM<=90. Please use `--attention-backend flashinfer`.
+"""
+
+
+def test_a_change_refuted_on_an_earlier_blocker_is_tested_again_when_the_next_blocker_implicates_it(
+        tmp_path: Path) -> None:
+    """Removing the user's --attention-backend fa3 was launched while the vision tower still failed first:
+    that launch never got as far as the text attention. Once the encoder's backend moved the failure past
+    the weights and the text attention's own code refuses fa3, the revert is open again, not left refuted
+    by a launch that could not have shown it."""
+    fp, model = _fingerprint(tmp_path, VISION_LANGUAGE, BLACKWELL)
+    case = Case.model_validate({"name": "c", "model": {"path": model},
+                                "baseline": {"flags": {"--model-path": model, "--attention-backend": "fa3"}}})
+    view = PlannerView(case=case, fingerprint=fp)
+    planner = RulePlanner(load_catalog(), FLAGS)
+    base = case.baseline
+    sigs = for_engine(load_signatures(), "sglang")
+    revert = Change(kind="flag", name="--attention-backend", before="fa3", after=None)
+    encoder = Change(kind="flag", name="--mm-attention-backend", before=None, after="sdpa")
+    for purpose, change, log in (("baseline", None, FA3_ON_BLACKWELL), ("test", revert, FA3_ON_BLACKWELL),
+                                 ("test", encoder, TEXT_FA3_ON_BLACKWELL)):
+        exp = Experiment(id=Experiment.make_id(base, change, purpose), purpose=purpose,  # type: ignore[arg-type]
+                         baseline=base, change=change, status="done")
+        raw = RawEvidence.from_log(exp.id, log, sigs, "x.log").model_copy(update={"status": "crashed"})
+        view.experiments.append(exp)
+        view.outcomes.append(classify_outcome(raw))
+        view.launches += 1
+        if purpose == "baseline":
+            assert planner.history(view).hypotheses, "the baseline's failure gives hypotheses"
+    state = planner.history(view)
+    assert state.baseline.flags.get("--mm-attention-backend") == "sdpa", state.baseline  # adopted: past a blocker
+    reverted = next(h for h in state.hypotheses if h.id == "revert:--attention-backend")
+    assert reverted.status == "open", [e.detail for e in reverted.evidence]
+    exp = planner.propose(view, state).experiment
+    assert exp is not None and exp.change is not None and exp.change.name == "--attention-backend", exp

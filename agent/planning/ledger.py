@@ -382,7 +382,8 @@ def _refuted_before(view: PlannerView, old: Hypothesis, cand: Hypothesis, inp: G
     if cand.symptom_only or cand.support is not None or (cand.generator == "settings" and not implicated_setting(cand)):
         return ""
     by_id = {e.id: e for e in view.experiments}
-    refuting = [e.experiment_id for e in old.evidence if e.kind == "experiment" and e.effect == "refutes"]
+    refuting = [e.experiment_id for e in old.evidence
+                if e.kind == "experiment" and e.effect == "refutes" and e.experiment_id]
     runs = [by_id.get(i) for i in refuting]
     if not runs or any(r is None or r.baseline == inp.baseline for r in runs):
         return ""

@@ -278,7 +278,7 @@ class _Implication:
         elif not theirs and (named := self.value_words.get(name, set())) and named <= self.site_words:
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, the code its value "
                                               f"{value} selects")
-        elif ((own := _only_in(name, self.site_words - self._chosen(name), self.names)) and not self._elsewhere(name)
+        elif ((own := _only_in(name, self.site_words - self._chosen(name), self._rivals(name))) and not self._elsewhere(name)
               and site_owner(inp.flags, self.site_flags, name, words=own) is None):
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, whose code names "
                                               f"{', '.join(sorted(own))} as only this setting does")
@@ -300,6 +300,16 @@ class _Implication:
         strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
         return base * max(1.0, IMPLICATED_FACTOR * strength), ""
 
+    def _rivals(self, name: str) -> list[str]:
+        """The baseline's settings that compete with ``name`` for the failing code's words: all of them,
+        except when that code is a subsystem's own (knowledge/subsystems.toml ``modules``) that ``name``
+        configures: then only the settings of that subsystem (an adopted ``--mm-attention-backend``, the
+        vision encoder's, does not take "attention" from ``--attention-backend`` when the text attention's
+        own code failed)."""
+        if not any(p.search(name) for p in self.site_flags):
+            return self.names
+        return [o for o in self.names if any(p.search(o) for p in self.site_flags)]
+
     def named_by_frames(self, name: str) -> str | None:
         """Why the names of the failing engine frames (module path and function, ``_frame_words``) point at
         the user's setting ``name``: every word of its name (the engine's own prefix and generic words left
@@ -312,7 +322,7 @@ class _Implication:
             return None
         named = set().union(*hits.values())
         theirs: set[str] = set()
-        for other in self.names:
+        for other in self._rivals(name):
             if other != name:
                 for w in name_words(other.lstrip("-")) - {self.engine}:
                     theirs |= spelled(w, named)
