@@ -374,8 +374,8 @@ class LedgerBook(FlagMatcher):
 def _refuted_before(view: PlannerView, old: Hypothesis, cand: Hypothesis, inp: GeneratorInput) -> str:
     """Why a refuted hypothesis is open again on a new blocker, or empty. A launch that left the old
     blocker in place only showed that the change did not get past that blocker: the server never reached
-    the code the new failure is in (MiMo's vision tower refusing FA3 while the weights load hides the text
-    attention backend built after the KV pool). When every launch that refuted it ran on an earlier
+    the code the new failure is in (a vision tower refusing its attention backend while the weights load
+    hides the text attention backend, built after the KV pool). When every launch that refuted it ran on an earlier
     baseline than the one that now fails (``inp.baseline``), and the new failure's own evidence points at
     it (an evidence generator's candidate, or the user's setting the new failure implicates: not a
     generic revert, not a prior that fired on the kind of failure alone), it is tested again here."""

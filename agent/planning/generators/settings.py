@@ -302,13 +302,16 @@ class _Implication:
 
     def _rivals(self, name: str) -> list[str]:
         """The baseline's settings that compete with ``name`` for the failing code's words: all of them,
-        except when that code is a subsystem's own (knowledge/subsystems.toml ``modules``) that ``name``
-        configures: then only the settings of that subsystem (an adopted ``--mm-attention-backend``, the
-        vision encoder's, does not take "attention" from ``--attention-backend`` when the text attention's
-        own code failed)."""
+        except, when that code is a subsystem's own (knowledge/subsystems.toml ``modules``) that ``name``
+        configures, those that configure only subsystems whose code is known to be elsewhere (an adopted
+        ``--mm-attention-backend``, the vision encoder's, does not take "attention" from
+        ``--attention-backend`` when the text attention's own code failed)."""
         if not any(p.search(name) for p in self.site_flags):
             return self.names
-        return [o for o in self.names if any(p.search(o) for p in self.site_flags)]
+        elsewhere = [s.flags for s in load_subsystems().subsystems
+                     if s.flags is not None and s.modules is not None and not s.modules.search(self.site)]
+        return [o for o in self.names
+                if any(p.search(o) for p in self.site_flags) or not any(p.search(o) for p in elsewhere)]
 
     def named_by_frames(self, name: str) -> str | None:
         """Why the names of the failing engine frames (module path and function, ``_frame_words``) point at
