@@ -35,6 +35,16 @@ _DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.floa
 #: (the methods transformers/SGLang read from config.json: fp8, compressed-tensors, modelopt, mxfp4, awq, gptq).
 _QUANT_FEATURES = {"fp8": "fp8", "nvfp4": "modelopt", "mxfp4": "mxfp4", "awq": "awq", "gptq": "gptq"}
 
+#: The sub-configuration a multimodal checkpoint's config.json carries for its encoder tower, by feature: a
+#: vision tower is `vision_config` (transformers Qwen2VLConfig / Qwen3VLConfig / LlavaConfig ...; SGLang
+#: 0.5.23 srt/configs/model_config.py keys image understanding on `vision_config` being set), an audio one
+#: `audio_config` (Qwen2AudioConfig). The figures are a ViT's of that size (Qwen3-VL's vision_config: depth
+#: 27, hidden_size 1152, 16 heads, patch 16); `[model.config]` overrides them with the reporter's own.
+_TOWERS = {
+    "vision": ("vision_config", {"depth": 27, "hidden_size": 1152, "num_heads": 16, "patch_size": 16}),
+    "audio": ("audio_config", {"num_hidden_layers": 32, "d_model": 1280}),
+}
+
 
 def config_json(model: Any) -> dict[str, Any]:
     """The `config.json` of a world's model (`lab.world.Model`): facts first, `[model.config]` over them."""
@@ -52,6 +62,9 @@ def config_json(model: Any) -> dict[str, Any]:
     if "moe" in features:
         cfg["num_experts"] = int(fields.get("num_experts", 128))
         cfg["num_experts_per_tok"] = int(fields.get("num_experts_per_tok", 8))
+    for feature, (key, tower) in _TOWERS.items():
+        if feature in features:
+            cfg[key] = dict(tower)
     quant = fields.get("quantization")
     if not quant:
         quant = next((q for f, q in _QUANT_FEATURES.items() if f in features), None)

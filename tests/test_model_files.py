@@ -39,6 +39,8 @@ def test_every_world_has_its_model_config_where_hypoloop_reads_it(tmp_path: Path
     assert facts["max_position_embeddings"] == str(world.model.context_length)
     assert facts["torch_dtype"] == world.model.dtype.removeprefix("torch.")
     assert facts["moe"] == ("true" if "moe" in world.model.features else "false")
+    # a multimodal checkpoint carries its encoder tower's sub-configuration, as a real one does
+    assert bool(cfg.get("vision_config")) == ("vision" in world.model.features)
     quant = world.model.fields.get("quantization")
     if quant:
         assert facts["quant_method"] == quant

@@ -15,7 +15,7 @@ from typing import Literal
 from agent.domain.models import Baseline, Evidence, Experiment, Hypothesis, Outcome
 from agent.planning.catalog import CatalogEntry
 from agent.planning.generators import CandidateGenerator, GeneratorInput
-from agent.planning.generators.common import RaiseSite, raise_site, specificity, stems
+from agent.planning.generators.common import RaiseSite, raise_site, site_owner, specificity, stems
 from agent.planning.generators.settings import implicated_setting
 from agent.planning.in_play import Subsystem, subsystems_of_frame
 from agent.planning.matching import FlagMatcher, same_value
@@ -94,7 +94,11 @@ class LedgerBook(FlagMatcher):
             for cand in gen.generate(inp):
                 if cand.id in ledger:
                     old = ledger[cand.id]
-                    if refresh and old.status == "open" and cand.support is None and cand.weight > weights[cand.id]:
+                    if refresh and old.status == "refuted" and (why := _refuted_before(view, old, cand, inp)):
+                        old.status, weights[cand.id] = "open", cand.weight
+                        old.evidence.append(Evidence(kind="fact", experiment_id=inp.evidence.experiment_id,
+                                                     effect="supports", detail=why))
+                    elif refresh and old.status == "open" and cand.support is None and cand.weight > weights[cand.id]:
                         weights[cand.id] = cand.weight
                         old.evidence.extend(cand.evidence[:2])
                     continue
@@ -274,7 +278,13 @@ class LedgerBook(FlagMatcher):
                 if any((p := pattern(s)) is not None and p.search(name) for s in subs):
                     return True
         shared = stems(h.component) & words
-        return bool(shared) and (self.flags is None or specificity(self.flags, shared) >= _RELATED_SPECIFICITY)
+        if not shared or (self.flags is not None and specificity(self.flags, shared) < _RELATED_SPECIFICITY):
+            return False
+        # words a setting of those subsystems carries are that setting's (vision code's "attention" is
+        # --mm-attention-backend's, not the text attention's --attention-backend)
+        names = [n for iv in h.interventions if iv.kind == "flag" for n in iv.names]
+        pats = [s.flags for s in subs if s.flags is not None]
+        return not (names and site_owner(self.flags, pats, names[0], words=shared) is not None)
 
     def update(
         self,
@@ -359,6 +369,26 @@ class LedgerBook(FlagMatcher):
             h.posterior = 0.0 if h.status == "refuted" else round(weights[h.id] / total, 4)
             if h.id in new:
                 h.prior = h.posterior
+
+
+def _refuted_before(view: PlannerView, old: Hypothesis, cand: Hypothesis, inp: GeneratorInput) -> str:
+    """Why a refuted hypothesis is open again on a new blocker, or empty. A launch that left the old
+    blocker in place only showed that the change did not get past that blocker: the server never reached
+    the code the new failure is in (a vision tower refusing its attention backend while the weights load
+    hides the text attention backend, built after the KV pool). When every launch that refuted it ran on an earlier
+    baseline than the one that now fails (``inp.baseline``), and the new failure's own evidence points at
+    it (an evidence generator's candidate, or the user's setting the new failure implicates: not a
+    generic revert, not a prior that fired on the kind of failure alone), it is tested again here."""
+    if cand.symptom_only or cand.support is not None or (cand.generator == "settings" and not implicated_setting(cand)):
+        return ""
+    by_id = {e.id: e for e in view.experiments}
+    refuting = [e.experiment_id for e in old.evidence
+                if e.kind == "experiment" and e.effect == "refutes" and e.experiment_id]
+    runs = [by_id.get(i) for i in refuting]
+    if not runs or any(r is None or r.baseline == inp.baseline for r in runs):
+        return ""
+    return (f"refuted by {', '.join(refuting)} on an earlier blocker, which that launch did not get past; "
+            "the failure the run has moved on to implicates it again")
 
 
 def _entry(cand: Hypothesis) -> Hypothesis:

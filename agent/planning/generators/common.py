@@ -241,6 +241,47 @@ class Implicated:
         )
 
 
+_SITE_FLAGS: dict[tuple[int, tuple[str, ...]], tuple[FlagCatalog, list[FlagSpec]]] = {}
+
+
+def site_owner(
+    flags: FlagCatalog | None,
+    site: Iterable[re.Pattern[str]],
+    name: str,
+    words: set[str] | frozenset[str] = frozenset(),
+    value: object = None,
+) -> str | None:
+    """The flag of the subsystem the failure surfaced in that accounts for what it shares with setting
+    ``name``, or None. ``site``: the flag patterns of the subsystems whose code (knowledge/subsystems.toml
+    ``modules``) the innermost engine frame is; ``words``: the words of ``name`` the failing code or error
+    shares; ``value``: ``name``'s value, quoted by the error. When ``name`` configures none of those
+    subsystems and one of their flags carries every one of the ``words`` in its own name, or has ``value``
+    among its choices, that flag is returned: the failing code's words and the value it names are its
+    subsystem's own. SGLang 0.5.23's VisionAttention raising "The 'fa3' backend is not supported on
+    Blackwell GPUs" (srt/layers/attention/vision.py) names ``--mm-attention-backend``'s fa3 and carries
+    that flag's words (attention, backend): a user's ``--attention-backend fa3``, the language model's
+    attention, is not what the vision tower refused."""
+    pats = list(site)
+    if flags is None or not pats or any(p.search(name) for p in pats):
+        return None
+    quoted = str(value).strip().lower() if value is not None and not isinstance(value, bool) else ""
+    if not words and not quoted:
+        return None
+    key = (id(flags), tuple(p.pattern for p in pats))
+    entry = _SITE_FLAGS.get(key)
+    if entry is None or entry[0] is not flags:
+        if len(_SITE_FLAGS) >= 16:
+            _SITE_FLAGS.pop(next(iter(_SITE_FLAGS)))
+        entry = (flags, [s for s in flags.flags.values() if any(p.search(s.name) for p in pats)])
+        _SITE_FLAGS[key] = entry
+    for spec in entry[1]:
+        if words and set(words) <= stems(spec.name.lstrip("-")):
+            return spec.name
+        if quoted and any(str(c).strip().lower() == quoted for c in spec.choices or []):
+            return spec.name
+    return None
+
+
 @dataclass
 class RaiseSite:
     """Where the failing run's error surfaced: the innermost engine frame of its last traceback

@@ -34,6 +34,7 @@ from agent.planning.generators.common import (
     mentioned_first,
     norm,
     selecting_flags,
+    site_owner,
     specificity,
     stems,
     words_with_stems,
@@ -133,20 +134,26 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
     if cur and cur in imp.packages:
         factor = max(factor, PACKAGE_FACTOR)
         how.append(f"its value {current} is the package the failing frames run in")
+    site = [pat for _, pat in imp.subsystems]
     named = named_choice(spec, imp.error_text)
+    if named is not None and site_owner(inp.flags, site, spec.name, value=named):
+        named = None  # a choice of the flag of the subsystem whose code raised it: that one's value
+    sub = imp.subsystem_of(spec.name)
     if named is not None and norm(named) == cur:
         factor = max(factor, PACKAGE_FACTOR)
         how.append(f"the error names its value {current}")
     elif named is not None and cur in ("", "none", "auto"):
-        # left to SGLang, the implementation the error names may be the one it chose
-        factor = max(factor, 1.0)
+        # left to SGLang, the implementation the error names may be the one it chose; when the error was
+        # raised in the code of the subsystem this flag configures, the choice it names is the one in force
+        factor = max(factor, PACKAGE_FACTOR if sub is not None else 1.0)
         how.append(f"the error names {named}, one of its choices, and {rd.engine} chose its value at startup")
     shared = stems(spec.name) & imp.words - {"backend", "dtype"}
+    if site_owner(inp.flags, site, spec.name, words=shared):
+        shared = set()  # the failing code's words are those of its own subsystem's flag
     strength = imp.strength(inp.flags, shared)
     if strength >= MIN_SPECIFICITY:
         factor = max(factor, strength)
         how.append(f"it names the failing component ({', '.join(words_with_stems(spec.name, shared))})")
-    sub = imp.subsystem_of(spec.name)
     if sub is not None:
         # The error surfaced in this subsystem's own code: its flags are the ones the failure
         # points at, however many flags share its words (a full --help has dozens of hicache-*).

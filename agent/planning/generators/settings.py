@@ -39,7 +39,15 @@ from collections.abc import Iterable
 from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.budgets import bounded_on_purpose, budget_of
 from agent.planning.generators import GeneratorInput
-from agent.planning.generators.common import canon, engine_package, implicated, raise_site, specificity, stems
+from agent.planning.generators.common import (
+    canon,
+    engine_package,
+    implicated,
+    raise_site,
+    site_owner,
+    specificity,
+    stems,
+)
 from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import load_subsystems, subsystems_of_frame
 from agent.planning.served import served_settings, user_keeps
@@ -237,6 +245,8 @@ class _Implication:
         site = raise_site(inp)
         self.site_words = site.words if site else set()
         self.site = site.where if site else ""
+        #: the flag patterns of the subsystems whose code the failure surfaced in (``site_owner``)
+        self.site_flags = [s.flags for s in subsystems_of_frame(self.site) if s.flags is not None] if site else []
         specs = {n: canon(inp.flags, n) for n in inp.baseline.flags}
         self.names = [s.name if s else n for n, s in specs.items()] + list(inp.baseline.env)
         # the user's own: what the case itself sets, not a blocker's change this run adopted
@@ -259,17 +269,21 @@ class _Implication:
 
     def __call__(self, name: str, value: object, base: float) -> tuple[float, str]:
         inp, imp = self.inp, self.imp
+        # the value the failing code names is a choice of its own subsystem's flag, not this setting's
+        theirs = site_owner(inp.flags, self.site_flags, name, value=value) is not None
         if (name, str(value)) not in self.users:
             pass  # set by this run (an adopted blocker): judged by shared words alone, below
-        elif value_quoted(value, imp.error_text):
+        elif not theirs and value_quoted(value, imp.error_text):
             return max(base, WEIGHT_VALUE_QUOTED), f"the failing error quotes its value {value}"
-        elif (named := self.value_words.get(name, set())) and named <= self.site_words:
+        elif not theirs and (named := self.value_words.get(name, set())) and named <= self.site_words:
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, the code its value "
                                               f"{value} selects")
-        elif (own := _only_in(name, self.site_words - self._chosen(name), self.names)) and not self._elsewhere(name):
+        elif ((own := _only_in(name, self.site_words - self._chosen(name), self._rivals(name))) and not self._elsewhere(name)
+              and site_owner(inp.flags, self.site_flags, name, words=own) is None):
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, whose code names "
                                               f"{', '.join(sorted(own))} as only this setting does")
-        elif (spelt := self.named_by_frames(name)) is not None:
+        elif ((spelt := self.named_by_frames(name)) is not None
+              and site_owner(inp.flags, self.site_flags, name, words=stems(name.lstrip("-"))) is None):
             return base * IMPLICATED_FACTOR, spelt
         elif (path := self.on_request_path(name)) is not None:
             return base * IMPLICATED_FACTOR, (f"requests went unanswered on a live server with no error, and "
@@ -281,10 +295,23 @@ class _Implication:
                                               f"requests passed, and {name} bounds the prompt tokens one "
                                               "forward pass takes")
         shared = stems(name.lstrip("-")) & imp.words
-        if not shared:
+        if not shared or site_owner(inp.flags, self.site_flags, name, words=shared) is not None:
             return base, ""
         strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
         return base * max(1.0, IMPLICATED_FACTOR * strength), ""
+
+    def _rivals(self, name: str) -> list[str]:
+        """The baseline's settings that compete with ``name`` for the failing code's words: all of them,
+        except, when that code is a subsystem's own (knowledge/subsystems.toml ``modules``) that ``name``
+        configures, those that configure only subsystems whose code is known to be elsewhere (an adopted
+        ``--mm-attention-backend``, the vision encoder's, does not take "attention" from
+        ``--attention-backend`` when the text attention's own code failed)."""
+        if not any(p.search(name) for p in self.site_flags):
+            return self.names
+        elsewhere = [s.flags for s in load_subsystems().subsystems
+                     if s.flags is not None and s.modules is not None and not s.modules.search(self.site)]
+        return [o for o in self.names
+                if any(p.search(o) for p in self.site_flags) or not any(p.search(o) for p in elsewhere)]
 
     def named_by_frames(self, name: str) -> str | None:
         """Why the names of the failing engine frames (module path and function, ``_frame_words``) point at
@@ -298,7 +325,7 @@ class _Implication:
             return None
         named = set().union(*hits.values())
         theirs: set[str] = set()
-        for other in self.names:
+        for other in self._rivals(name):
             if other != name:
                 for w in name_words(other.lstrip("-")) - {self.engine}:
                     theirs |= spelled(w, named)
