@@ -4,6 +4,7 @@ reproduce a failure under concurrency, and how many passing re-runs a fix on a f
 
 from __future__ import annotations
 
+import math
 import re
 
 from agent.domain.case import Case
@@ -31,15 +32,12 @@ FALSE_CONFIRMATION = 0.05
 def confirmations_required(experiments: list[Experiment], outcomes: dict[str, Outcome],
                            said_intermittent: bool = False) -> int:
     """Passing re-runs a fix needs on a flaky failure so that a false confirmation has at most a 5%
-    chance: a broken configuration passes n launches in a row with chance (1 - p)^n, where p, the failure
-    rate of the configurations seen failing, is known only from the launches of them so far. With a
-    uniform prior on p (the prior of Laplace's rule, so one failure is not taken for certainty) it is
-    Beta(failures + 1, passes + 1) after them, and the chance of n passes in a row is its mean of
-    (1 - p)^n = prod_{i < n} (passes + 1 + i) / (launches + 2 + i): the uncertainty of p counts, not only
-    its estimate (two failures in a row do not make p = 3/4 certain). The fixing launch counts as one of
-    the n. ``said_intermittent``: the case says the failing configuration also passes on some runs
+    chance: the failure rate p of the configurations seen failing is estimated from every launch of them
+    (Laplace's rule, (failures + 1) / (launches + 2), so one failure is not taken for certainty), and a
+    broken configuration passes n launches in a row with chance (1 - p)^n; the fixing launch counts as
+    one of the n. ``said_intermittent``: the case says the failing configuration also passes on some runs
     (``[reproduce] intermittent``, or its description): that is one pass of it the user saw, counted with
-    the run's own launches."""
+    the run's own launches, so that a few failures in a row are not read as a failure on every launch."""
     runs: dict[str, list[bool]] = {}
     for e in experiments:
         o = outcomes.get(e.id)
@@ -48,19 +46,11 @@ def confirmations_required(experiments: list[Experiment], outcomes: dict[str, Ou
         runs.setdefault(Experiment.make_id(e.config(), None, "config", probes=e.probes), []).append(o.stage == "ok")
     failing = [v for v in runs.values() if False in v]
     fails = sum(v.count(False) for v in failing)
-    passes = sum(v.count(True) for v in failing) + int(said_intermittent)
-    return max(1, passes_needed(fails, passes) - 1)
-
-
-def passes_needed(fails: int, passes: int, bound: float = FALSE_CONFIRMATION) -> int:
-    """The fewest launches n in a row a broken configuration passes with a chance of at most ``bound``,
-    after ``fails`` failing and ``passes`` passing launches of it (uniform prior on its failure rate:
-    the chance is prod_{i < n} (passes + 1 + i) / (fails + passes + 2 + i)); at most 50."""
-    chance, n = 1.0, 0
-    while chance > bound and n < 50:
-        chance *= (passes + 1 + n) / (fails + passes + 2 + n)
-        n += 1
-    return n
+    total = sum(len(v) for v in failing)
+    total += int(said_intermittent)
+    p = min(0.99, (fails + 1) / (total + 2))
+    passes = math.ceil(math.log(FALSE_CONFIRMATION) / math.log(1.0 - p))
+    return max(1, passes - 1)
 
 
 def classify_observation(outcome: Outcome, reference: Outcome) -> str:
