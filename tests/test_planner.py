@@ -609,6 +609,11 @@ def test_a_failure_the_case_says_is_intermittent_needs_more_reruns_than_failures
     outs = {e.id: Outcome(experiment_id=e.id, stage="request_failed") for e in exps}
     alone, said = confirmations_required(exps, outs), confirmations_required(exps, outs, said_intermittent=True)
     assert said > alone
+    # once the run saw the failing configuration pass, the user's word adds nothing to what it saw
+    seen = Experiment(id="e2", purpose="baseline", baseline=base, attempt=3, status="done")
+    outs_seen = {**outs, seen.id: Outcome(experiment_id=seen.id, stage="ok")}
+    assert confirmations_required([*exps, seen], outs_seen, said_intermittent=True) == confirmations_required(
+        [*exps, seen], outs_seen)
     p = (2 + 1) / (3 + 2)
     assert (1 - p) ** (said + 1) <= 0.05 < (1 - p) ** said
 
