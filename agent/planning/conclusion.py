@@ -30,7 +30,7 @@ from agent.planning.served import OnHost, host_refusals, run_platform, served_se
 from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, derive
 from agent.planning.view import COST_ORDER
-from agent.planning.workaround_fix import blockers, exhausted, is_workaround, narrowest_words
+from agent.planning.workaround_fix import blockers, workaround_verdict
 from agent.planning.workarounds import mark_deployment_changes, mark_own_alternatives, root_and_workarounds
 
 if TYPE_CHECKING:
@@ -70,13 +70,12 @@ def conclusion_of(state: RunState) -> Conclusion:
     if deployment:
         return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
                                        changes_deployment=deployment), state)
-    broad = broad_switch(fix_exp.change)
-    narrowed = exhausted(broad, fix_exp, experiments, outcomes,
-                         run_platform(state.get("fingerprint"), fix_exp.config())) if broad else []
-    if is_workaround(fix_exp, Case.model_validate(state["case"]).baseline, hyps, narrowest=bool(narrowed)):
+    platform = run_platform(state.get("fingerprint"), fix_exp.config())
+    around, why = workaround_verdict(fix_exp, Case.model_validate(state["case"]).baseline, hyps,
+                                     (experiments, outcomes), platform)
+    reason = joined(reason, why) if why else reason
+    if around:
         return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes), state)
-    if broad is not None and narrowed:
-        reason = joined(reason, narrowest_words(broad, narrowed))
     return _isolated(state, base, reason, untested, _Tested(hyps, experiments, outcomes), fix_exp, confirm)
 
 
@@ -356,8 +355,10 @@ def _confirmation(
     needed = 1
     # a fix of a request timeout (weak evidence: host load) is confirmed as on a flaky failure, and
     # against the timeout: its configuration without the change still fails
-    if case.reproduce.intermittent or speaks_of_flakiness(case) or flaky or weak:
-        needed = confirmations_required([e for e in experiments.values() if e.id in outcomes], outcomes)
+    said = case.reproduce.intermittent or speaks_of_flakiness(case)
+    if said or flaky or weak:
+        needed = confirmations_required([e for e in experiments.values() if e.id in outcomes], outcomes,
+                                        said_intermittent=said)
     return (passing[-1] if len(passing) >= needed and (control_failed or not weak) else None), None
 
 

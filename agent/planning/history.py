@@ -46,12 +46,14 @@ class HistoryReader:
 
     def history(self, view: PlannerView) -> HistoryState:
         """Rebuild the ledger and the current baseline from the run's history (see module docstring)."""
+        said = view.case.reproduce.intermittent or speaks_of_flakiness(view.case)
         st = HistoryState(
             hypotheses=[],
             baseline=view.case.baseline,
-            intermittent=view.case.reproduce.intermittent or speaks_of_flakiness(view.case),
+            intermittent=said,
             flaky_confirmations=confirmations_required(
-                [e for e in view.experiments if e.status == "done"], {o.experiment_id: o for o in view.outcomes}
+                [e for e in view.experiments if e.status == "done"], {o.experiment_id: o for o in view.outcomes},
+                said_intermittent=said,
             ),
             case_load=load_probe_for(view.case, level) if (level := load_level(view.case)) else None,
         )

@@ -29,12 +29,16 @@ _FLAKY_WORDS = re.compile(
 FALSE_CONFIRMATION = 0.05
 
 
-def confirmations_required(experiments: list[Experiment], outcomes: dict[str, Outcome]) -> int:
+def confirmations_required(experiments: list[Experiment], outcomes: dict[str, Outcome],
+                           said_intermittent: bool = False) -> int:
     """Passing re-runs a fix needs on a flaky failure so that a false confirmation has at most a 5%
     chance: the failure rate p of the configurations seen failing is estimated from every launch of them
     (Laplace's rule, (failures + 1) / (launches + 2), so one failure is not taken for certainty), and a
     broken configuration passes n launches in a row with chance (1 - p)^n; the fixing launch counts as
-    one of the n."""
+    one of the n. ``said_intermittent``: the case says the failing configuration also passes on some runs
+    (``[reproduce] intermittent``, or its description): while the run has seen it only fail, that is one
+    pass of it the user saw, counted with the run's own launches, so that a few failures in a row are not
+    read as a failure on every launch; once the run saw it pass, the statement tells nothing more."""
     runs: dict[str, list[bool]] = {}
     for e in experiments:
         o = outcomes.get(e.id)
@@ -44,6 +48,7 @@ def confirmations_required(experiments: list[Experiment], outcomes: dict[str, Ou
     failing = [v for v in runs.values() if False in v]
     fails = sum(v.count(False) for v in failing)
     total = sum(len(v) for v in failing)
+    total += int(said_intermittent and fails == total)
     p = min(0.99, (fails + 1) / (total + 2))
     passes = math.ceil(math.log(FALSE_CONFIRMATION) / math.log(1.0 - p))
     return max(1, passes - 1)

@@ -9,9 +9,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.domain.models import Baseline, Change, Experiment, Hypothesis, Outcome, value_key
+from agent.planning.in_play import Subsystem, load_subsystems, subsystems_of_frame
 from agent.planning.switches import Broad, broad_switch, load_switches
 
-__all__ = ["blockers", "exhausted", "is_workaround", "narrowest_words"]
+__all__ = ["blockers", "drop_beside_implicated", "exhausted", "is_workaround", "narrowest_words", "workaround_verdict"]
+
+_OFF = frozenset({"false", "none", "0", "off", ""})
 
 
 def blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
@@ -91,3 +94,73 @@ def is_workaround(fix_exp: Experiment, original: Baseline, hyps: list[Hypothesis
             if iv.derive or any(value_key(v) == key for v in iv.values):
                 return True
     return False
+
+
+def drop_beside_implicated(fix_exp: Experiment, original: Baseline, experiments: dict[str, Experiment],
+                           outcomes: dict[str, Outcome]) -> str | None:
+    """The user's own setting the failure implicated while the fix dropped another feature, as
+    ``--flag value (the failure ran in module.function, code of SUBSYSTEM it configures)``; else None.
+
+    The fix turns off a feature the case turned on (it removes the flag that puts a subsystem in play,
+    ``in_play_any`` ``{ setting = F }`` of knowledge/subsystems.toml), yet the failure it avoided never ran
+    in that feature's code (no SGLang frame of its tracebacks is in the subsystem's ``modules``) and did
+    run in the code of another subsystem a setting of the case configures (``--pp-size 2`` and the
+    pipeline-parallel event loop). The evidence then points at the two together: dropping the feature
+    avoids the failure without touching what the frames name, a workaround (issue 20, point 5), not the
+    fix. Unknown code (a subsystem without ``modules``, a failure without SGLang frames) says nothing.
+    """
+    change = fix_exp.change
+    if change is None or change.kind != "flag" or value_key(change.after) not in (value_key(None), value_key(False)):
+        return None
+    if str(original.flags.get(change.name, "")).lower() in _OFF:
+        return None
+    know = load_subsystems()
+    dropped = next((s for s in know.subsystems if s.modules is not None and any(
+        c.get("setting") == change.name and len(c) == 1 for c in s.in_play_any)), None)
+    if dropped is None:
+        return None
+    failed = [outcomes[e.id] for e in experiments.values() if e.id in outcomes and e.config() == fix_exp.baseline
+              and outcomes[e.id].stage not in ("ok", "infra_error")]
+    if not failed:
+        return None
+    frames = [f"{fr.module}.{fr.function}" for tb in failed[-1].tracebacks for fr in tb.frames
+              if fr.module and fr.package == "sglang"]
+    if not frames or any(dropped.modules is not None and dropped.modules.search(w) for w in frames):
+        return None
+    for where in frames:
+        for sub in subsystems_of_frame(where, know):
+            if sub.id != dropped.id and (own := _own_setting(sub, original, change.name)) is not None:
+                return f"{own} (the failure ran in {where}, code of {sub.id} it configures)"
+    return None
+
+
+def _own_setting(sub: Subsystem, original: Baseline, dropped: str) -> str | None:
+    """A flag of ``sub`` the case sets on (``--pp-size 2``), other than the dropped one; else None."""
+    for name, value in sorted(original.flags.items()):
+        if name != dropped and sub.flags is not None and sub.flags.search(name) and str(value).lower() not in _OFF:
+            return name if value is True else f"{name} {value}"
+    return None
+
+
+def workaround_verdict(
+    fix_exp: Experiment,
+    original: Baseline,
+    hyps: list[Hypothesis],
+    history: tuple[dict[str, Experiment], dict[str, Outcome]],
+    platform: str | None,
+) -> tuple[bool, str]:
+    """Whether a confirmed fix that keeps the deployment is only a workaround, and the words the ending's
+    reason gains ("" for none): a feature dropped beside the user's implicated setting
+    (``drop_beside_implicated``) is a workaround; a broad switch-off is the fix only when nothing narrower
+    is left (``exhausted``), else ``is_workaround`` decides. ``history``: the run's experiments and
+    outcomes by id; ``platform``: the run's platform id (``served.run_platform``)."""
+    experiments, outcomes = history
+    beside = drop_beside_implicated(fix_exp, original, experiments, outcomes)
+    if beside is not None:
+        return True, (f"the failure it avoided implicates the user's {beside}: the two together fail, and "
+                      "dropping the feature avoids that without a fix of it")
+    broad = broad_switch(fix_exp.change) if fix_exp.change else None
+    narrowed = exhausted(broad, fix_exp, experiments, outcomes, platform) if broad else []
+    if is_workaround(fix_exp, original, hyps, narrowest=bool(narrowed)):
+        return True, ""
+    return False, narrowest_words(broad, narrowed) if broad is not None and narrowed else ""
