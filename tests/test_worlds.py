@@ -423,8 +423,11 @@ def test_agent_reports_not_isolated_when_no_single_change_fixes_it(tmp_path: Pat
     assert "several changes at once" in conclusion["reason"]
 
 
-def test_agent_repeats_a_passing_baseline_and_confirms_twice_when_flaky(tmp_path: Path) -> None:
-    # Seed "s3": the flaky fault is dormant on the first launch and live on the second.
+def test_agent_repeats_a_passing_baseline_and_confirms_as_the_failure_rate_asks_when_flaky(tmp_path: Path) -> None:
+    # Seed "s3": the flaky fault is dormant on the first launch and live on the second. The case says the
+    # failure happens "sometimes", and the configuration launched with the bursts has only failed so far: the
+    # user's pass counts, so the rate is read as (1 + 1) / (2 + 2) = 1/2 and a broken configuration passes the
+    # fixing launch and n confirmations with chance 1/2^(n + 1): n = 4 keeps that under 5% (3.1%), 3 would not.
     case = _test_case(
         tmp_path, "flaky-nan", "the server sometimes crashes at the first request", "org/Small-MoE-FP8", "{}"
     )
@@ -432,4 +435,4 @@ def test_agent_repeats_a_passing_baseline_and_confirms_twice_when_flaky(tmp_path
     assert result["status"] == "isolated"
     assert result["root_cause"]["fix"]["name"] == "--kv-cache-dtype"
     purposes = [p["purpose"] for p in _proposed(events)]
-    assert purposes == ["baseline", "baseline", "test", "confirm", "confirm"]
+    assert purposes == ["baseline", "baseline", "test", "confirm", "confirm", "confirm", "confirm"]
