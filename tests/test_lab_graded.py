@@ -158,14 +158,14 @@ def test_a_drop_is_seeded_and_reproducible(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("model", "fault", "message"),
     [
-        ("", DROP.format(amount=""), r"fault\[0\]: a degrade_accuracy fault needs exactly one of accuracy"),
-        ("", DROP.format(amount="accuracy = 0.5\ndrop = 0.1"), r"fault\[0\]: a degrade_accuracy fault needs exactly one"),
-        ("", DROP.format(amount="drop = 1.5"), r"fault\[0\]\.drop: expected a number between 0 and 1"),
+        ("", DROP.format(amount=""), r"fault #1: a degrade_accuracy fault needs exactly one of accuracy"),
+        ("", DROP.format(amount="accuracy = 0.5\ndrop = 0.1"), r"fault #1: a degrade_accuracy fault needs exactly one"),
+        ("", DROP.format(amount="drop = 1.5"), r"fault #1\.drop: expected a number between 0 and 1"),
         ("", '[[fault]]\neffect = "warning"\nat = "serving"\naccuracy = 0.5\nlines = ["x"]\n',
-         r"fault\[0\]\.accuracy: only a degrade_accuracy fault has an accuracy or a drop"),
+         r"fault #1\.accuracy: only a degrade_accuracy fault has an accuracy or a drop"),
         ('accuracy = "high"', "", r"model\.accuracy: expected a number between 0 and 1"),
         ("", DROP.format(amount="accuracy = 0.5").replace("effect =", 'at = "weights"\neffect ='),
-         r"fault\[0\]\.at: effect degrade_accuracy can happen at: first_decode, serving"),
+         r"fault #1\.at: effect degrade_accuracy can happen at: first_decode, serving"),
     ],
 )
 def test_a_bad_graded_fault_is_one_line_naming_the_field(tmp_path: Path, model: str, fault: str, message: str) -> None:

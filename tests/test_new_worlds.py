@@ -167,10 +167,10 @@ def test_the_control_serves_its_reported_command() -> None:
 def test_truth_and_fault_fields_are_validated(tmp_path: Path) -> None:
     src = (REPO / "lab" / "worlds" / "gemma3-l4" / "world.toml").read_text()
     cases = [
-        (src.replace('effect = "wrong_output"', 'effect = "load_error"'), r"fault\[0\]\.text"),
+        (src.replace('effect = "wrong_output"', 'effect = "load_error"'), r"fault #1\.text"),
         (src + "\n", None),
         (src.replace("\n[truth]\n", '\n[truth]\nexpect = "maybe"\n'), "truth.expect"),
-        (src.replace("\n[truth]\n", "\n[truth]\nchain = [[]]\n"), r"truth.chain\[0\]"),
+        (src.replace("\n[truth]\n", "\n[truth]\nchain = [[]]\n"), r"truth\.chain #1"),
     ]
     for i, (text, error) in enumerate(cases):
         path = tmp_path / f"w{i}" / "world.toml"
