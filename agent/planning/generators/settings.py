@@ -50,6 +50,7 @@ from agent.planning.generators.common import (
 )
 from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import load_subsystems, subsystems_of_frame
+from agent.planning.quoted import failing_lines, held_alone, quoted_values
 from agent.planning.served import served_settings, user_keeps
 from agent.planning.words import name_words, spelled
 from tools.engines import get_engine
@@ -261,6 +262,10 @@ class _Implication:
         values = [*((s.name if (s := specs[n]) else n, v) for n, v in inp.baseline.flags.items()),
                   *inp.baseline.env.items()]
         self.frame_words = _frame_words(inp)
+        #: the settings that alone hold a value the failing error quotes (its message lines included), by
+        #: canonical name: the quote picks the setting out whatever frame the error surfaced in
+        self.alone = {(s.name if h.kind == "flag" and (s := canon(inp.flags, h.name)) else h.name): h
+                      for h in held_alone(quoted_values(failing_lines(inp.evidence)), inp.baseline)}
         self.value_words = {
             n: w for n, v in values
             if isinstance(v, str) and len(v) >= _MIN_QUOTED_LEN and v.lower() not in _UNQUOTABLE | platforms
@@ -275,6 +280,9 @@ class _Implication:
             pass  # set by this run (an adopted blocker): judged by shared words alone, below
         elif not theirs and value_quoted(value, imp.error_text):
             return max(base, WEIGHT_VALUE_QUOTED), f"the failing error quotes its value {value}"
+        elif not theirs and (held := self.alone.get(name)) is not None:
+            return max(base, WEIGHT_VALUE_QUOTED), (f"the failing error quotes its value {value} (log line "
+                                                    f"{held.quoted.line.line}), which no other setting holds")
         elif not theirs and (named := self.value_words.get(name, set())) and named <= self.site_words:
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, the code its value "
                                               f"{value} selects")
