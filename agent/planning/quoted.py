@@ -158,10 +158,8 @@ def quoted_values(lines: list[LogLine]) -> list[QuotedValue]:
         spans: list[tuple[int, int]] = []
         for msg in messages:
             for m in msg.regex.finditer(ll.text):
-                kind = msg.kind
                 named = m.groupdict().get("kind")
-                if named is not None:
-                    kind = named if named in KIND_WORDS else None
+                kind: str | None = msg.kind if named is None else (named if named in KIND_WORDS else None)
                 typed.append(QuotedValue(value=m.group("value"), line=ll, kind=kind, message=msg.id, said=m.group(0)))
                 spans.append(m.span("value"))
         for m in _IN_QUOTES.finditer(ll.text):
@@ -223,8 +221,8 @@ def nearest_of_kind(kind: str | None, value: str) -> list[str]:
     if x is None or kind not in KIND_WORDS:
         return []
     if kind == "float":
-        spelt = repr(x) if x != int(x) else str(x)
-        return [spelt] if spelt != value.strip() else []
+        number = repr(x)
+        return [number] if number != value.strip() else []
     lo, hi = math.floor(x), math.ceil(x)
     ints = sorted({lo, hi}, key=lambda n: (abs(n - x), abs(n)))
     if x != 0 and any(n != 0 for n in ints):

@@ -17,7 +17,6 @@ from __future__ import annotations
 from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon
-from agent.planning.generators.remedies import WEIGHT_NAMED
 from agent.planning.quoted import (
     KIND_WORDS,
     Held,
@@ -31,9 +30,10 @@ from agent.planning.quoted import (
 __all__ = ["QuotedValueGenerator"]
 
 #: The error quotes the user's value and says what type it must have: as strong as a setting the fatal
-#: error itself says to move (``agent.planning.generators.remedies.WEIGHT_NAMED``), since the value picks
-#: out one setting as surely as its name would.
-WEIGHT = WEIGHT_NAMED
+#: error itself says to move (``agent.planning.generators.remedies.WEIGHT_NAMED``, 0.6; not imported, which
+#: would make the agent's import chain deeper), since the value picks out one setting as surely as its name
+#: would.
+WEIGHT = 0.6
 
 
 class QuotedValueGenerator:

@@ -16,7 +16,10 @@ shares and no other of the baseline's settings carries (``--chunked-prefill-size
 ``prefill_wrapper.forward`` line: among the user's own few settings the word picks out one, however many
 of the engine's flags carry it). One whose own value the failing error quotes (``context_length (4096)``
 for ``--context-length 4096``, ``flashinfer`` for ``--attention-backend flashinfer``) is the first
-suspect: the engine names the user's value as what it refused. Both are marked ``IMPLICATED`` (the
+suspect: the engine names the user's value as what it refused; so is one that alone of the baseline's
+settings holds a value the failing error quotes anywhere in its message (``agent.planning.quoted``: pydantic's
+``Value error, invalid literal for int() with base 10: '1.5'`` under ``1 validation error for VllmConfig``
+and ``VLLM_CPU_KVCACHE_SPACE=1.5``), whatever frame it surfaced in. Both are marked ``IMPLICATED`` (the
 user's deliberate setting in the implicated subsystem): after a workaround served, the chooser still
 tries reverting them (``agent.planning.chooser``), so a root fix is looked for before the workaround is
 reported (issue 20, point 5). When a ready server leaves requests unanswered and logs no error (symptom
