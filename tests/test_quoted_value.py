@@ -102,6 +102,23 @@ def test_a_fraction_the_engine_reads_as_an_integer_is_set_to_the_nearest_whole_n
     assert scores["VLLM_CPU_KVCACHE_SPACE: 1.5 → (unset)"] < scores["VLLM_CPU_KVCACHE_SPACE: 1.5 → 1"]
 
 
+def test_a_whole_number_spelt_as_a_fraction_is_set_as_an_integer(tmp_path: Path) -> None:
+    """vllm-project/vllm#35967: ``VLLM_CPU_KVCACHE_SPACE=4.0`` and "invalid literal for int() with base 10:
+    '4.0'" (the real log of tests/data with the value the issue shows). ``4`` is another launch than ``4.0``
+    (int() takes the one and refuses the other), so it is proposed, not skipped as the same number."""
+    log = tmp_path / "four.log"
+    log.write_text((LOGS / "kvspace-fraction.log").read_text(encoding="utf-8").replace("'1.5'", "'4.0'"))
+    planner, view, first = _start("vLLM stops at start-up on our CPU box", {"--enforce-eager": True},
+                                  {"VLLM_CPU_KVCACHE_SPACE": "4.0"})
+    text = log.read_text(encoding="utf-8")
+    raw = RawEvidence.from_log(first.id, text, for_engine(load_signatures(), "vllm"), "x.log")
+    view.experiments.append(first.model_copy(update={"status": "done"}))
+    view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "crashed"})))
+    view.launches = 1
+    change = _change(planner.propose(view, planner.history(view)))
+    assert (change.name, change.before, change.after) == ("VLLM_CPU_KVCACHE_SPACE", "4.0", "4"), change
+
+
 def test_the_second_link_of_a_chain_is_read_from_the_quoted_value(tmp_path: Path) -> None:
     """bench/real/vllm-chain-ray-kvspace: the Ray error first (its removal moves the failure to the value
     error, a later check), then the quoted 1.5 of the user's own variable."""
@@ -117,6 +134,28 @@ def test_the_second_link_of_a_chain_is_read_from_the_quoted_value(tmp_path: Path
     change = _change(prop)
     assert (change.name, change.after) == ("VLLM_CPU_KVCACHE_SPACE", "1"), change
     assert prop.experiment is not None and "--distributed-executor-backend" not in prop.experiment.baseline.flags
+
+
+def test_sglang_own_integer_message_on_its_command_line_gives_a_plain_integer(tmp_path: Path) -> None:
+    """Real SGLang 0.5.23 with ``--max-total-tokens 1e5`` (tests/data/logs_0.5.23/argparse-int-suffix.log):
+    argparse stops with SGLang's own ``Invalid integer value: '1e5'`` (srt/utils/common.py
+    human_readable_int). The first test is the same number as a plain integer."""
+    case = Case.model_validate({
+        "name": "c", "description": "SGLang will not start on our CPU box", "model": {"path": "/m"},
+        "baseline": {"flags": {"--device": "cpu", "--max-total-tokens": "1e5"}}, "budget": {"experiments": 4},
+    })
+    flags = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="fixture", version="0.5.23")
+    view = PlannerView(case=case, fingerprint=CPU_HOST.model_copy(update={"sglang_version": "0.5.23"}))
+    planner = RulePlanner(load_catalog(), flags)
+    first = planner.propose(view, planner.history(view)).experiment
+    assert first is not None
+    text = (DATA / "logs_0.5.23" / "argparse-int-suffix.log").read_text(encoding="utf-8")
+    raw = RawEvidence.from_log(first.id, text, for_engine(load_signatures(), "sglang"), "x.log")
+    view.experiments.append(first.model_copy(update={"status": "done"}))
+    view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "crashed"})))
+    view.launches = 1
+    change = _change(planner.propose(view, planner.history(view)))
+    assert (change.name, change.before, change.after) == ("--max-total-tokens", "1e5", "100000"), change
 
 
 def test_a_value_two_settings_hold_picks_out_neither(tmp_path: Path) -> None:
@@ -149,8 +188,9 @@ def test_the_nearest_value_of_a_kind(kind: str | None, value: str, nearest: list
 @pytest.mark.parametrize(("line", "value", "kind"), [
     ("ValueError: invalid literal for int() with base 10: '1.5'", "1.5", "int"),
     ("ValueError: could not convert string to float: '0,9'", "0,9", "float"),
-    ("launch_server.py: error: argument --tp-size/--tensor-parallel-size: invalid int value: '1.5'", "1.5", "int"),
-    ("error: argument --mem-fraction-static: invalid float value: 'high'", "high", "float"),
+    # real SGLang 0.5.23 (python -m sglang.launch_server ... --tp-size 1.5 / --mem-fraction-static 0,8)
+    ("sglang serve: error: argument --tp-size/--tensor-parallel-size: invalid int value: '1.5'", "1.5", "int"),
+    ("sglang serve: error: argument --mem-fraction-static: invalid float value: '0,8'", "0,8", "float"),
     ("  Input should be a valid integer, unable to parse string as an integer [type=int_parsing, "
      "input_value='1.5', input_type=str]", "1.5", "int"),
     ("  Input should be a valid integer, got a number with a fractional part [type=int_from_float, "
