@@ -45,6 +45,7 @@ JUNK_IN_ENTRY = [
     ("switches.toml", "[[broad]]\n", "[[broad]]\nbogus_key = 1\n", "bogus_key"),
     ("resolution.toml", "[[fallback]]\n", "[[fallback]]\nbogus_key = 1\n", "bogus_key"),
     ("libraries.toml", "[[library]]\n", "[[library]]\nbogus_key = 1\n", "bogus_key"),
+    ("value_types.toml", "[[message]]\n", "[[message]]\nbogus_key = 1\n", "bogus_key"),
 ]
 
 

@@ -33,20 +33,7 @@ CASES = [n for n in _ALL if n in _PICKED] if _PICKED else _ALL
 #: Cases hypoloop is known to miss, with why (issue 20: cases written from public reports after the
 #: planner and run once as it stood, bench/dev-log.md "new real cases, first run"). Strict: once the miss
 #: is fixed the test fails (XPASS) and the entry must go; no planner change is tuned to these cases.
-KNOWN_MISSES: dict[str, str] = {
-    "vllm-kvspace-fraction": (
-        "the error quotes the value ('invalid literal for int() with base 10: '1.5'') of the one setting "
-        "that holds it (VLLM_CPU_KVCACHE_SPACE=1.5) but names no setting, and its traceback ends in pydantic; "
-        "hypoloop does not tie a value an error quotes to the baseline setting holding it, so it tries a "
-        "source-branch variable and reverting --enforce-eager, never a whole-number VLLM_CPU_KVCACHE_SPACE, "
-        "and ends not_isolated"
-    ),
-    "vllm-chain-ray-kvspace": (
-        "the first link is found (removing --distributed-executor-backend ray changes the error, and the run "
-        "adopts it), then the second blocker is vllm-kvspace-fraction's miss: the quoted '1.5' of "
-        "VLLM_CPU_KVCACHE_SPACE is never tied to that setting and the budget goes to other guesses"
-    ),
-}
+KNOWN_MISSES: dict[str, str] = {}
 
 
 def _param(name: str) -> object:

@@ -259,7 +259,7 @@ def command_for(run: Any) -> str:
 def check_knowledge() -> None:
     """Load every file of the knowledge folder in force (engines, signatures, hypothesis catalog and flag
     roles, symptom rules, localising experiments, planner weights, implementations, packages, native libraries, limits, risk rules, what a deployment
-    is, budgets, argument resolution, subsystems, hardware, model families, config facts, the probe set) once, before anything is
+    is, budgets, argument resolution, value types, subsystems, hardware, model families, config facts, the probe set) once, before anything is
     launched; a file that cannot be used is one line and exit 2 (the errors, all ValueErrors, name the file
     and the entry)."""
     from agent.planning.budgets import load_budgets
@@ -271,6 +271,7 @@ def check_knowledge() -> None:
     from agent.planning.in_play import load_subsystems
     from agent.planning.localise import load_localisers
     from agent.planning.package_changes import packages_knowledge
+    from agent.planning.quoted import load_value_types
     from agent.planning.resolution import load_resolution
     from agent.planning.served import served_settings
     from agent.planning.switches import load_switches
@@ -294,6 +295,7 @@ def check_knowledge() -> None:
         served_settings()
         load_budgets()
         load_resolution()
+        load_value_types()
         load_subsystems()
         check_knowledge_files()
         load_probe_set()

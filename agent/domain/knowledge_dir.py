@@ -7,7 +7,8 @@ docs/ARCHITECTURE.md "Where each kind of change goes" lists them): the inference
 symptom-class rules, flag roles, value limits, risk rules, the rule planner's weights, implementation
 choices, what a deployment is (``served.toml``), which subsystems are in play, the localising experiments
 (``localisers.toml``), the settings that bound a resource (``budgets.toml``), the implementation switches
-(``switches.toml``), where the engine resolves unset arguments (``resolution.toml``), which package a native library or a log line belongs to (``libraries.toml``), and the findings
+(``switches.toml``), where the engine resolves unset arguments (``resolution.toml``), which package a native library or a log line belongs to (``libraries.toml``), what type the
+standard messages quoting a value say it must have (``value_types.toml``), and the findings
 reader's GPUs, model families and configuration facts.
 
 A file the folder lacks falls back to the repository's own file of that name, so a folder can replace
@@ -47,6 +48,7 @@ KNOWLEDGE_FILES = (
     "switches.toml",
     "resolution.toml",
     "libraries.toml",
+    "value_types.toml",
 )
 
 

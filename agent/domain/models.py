@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from functools import cached_property, lru_cache
 from typing import Any, Literal
@@ -59,7 +60,8 @@ VALUE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
 def value_key(value: FlagValue) -> FlagValue:
     """A value's spelling-independent form: dtype aliases (``bfloat16`` is ``bf16``), numbers (``0.930``
-    is ``0.93``) and JSON documents (``{"a":1}`` is ``{"a": 1}``) compare equal; other text lower-cased."""
+    is ``0.93``; a whole number spelt ``4.0`` or ``1e5`` is not ``4`` or ``100000``, which int() reads) and
+    JSON documents (``{"a":1}`` is ``{"a": 1}``) compare equal; other text lower-cased."""
     if not isinstance(value, str):
         return value
     return _text_key(value)
@@ -80,8 +82,14 @@ def _text_key(value: str) -> str:
     except ValueError:
         number = None
     if number is not None and number == number and abs(number) != float("inf"):
-        return repr(number)
+        # a whole number spelt as a fraction or an exponent (``4.0``, ``1e5``) is another launch than the
+        # integer (``4``): an engine that reads the setting with int() refuses the one and takes the other
+        return repr(number) + ("" if number != int(number) or _INTEGER.fullmatch(text) else " (not an integer literal)")
     return VALUE_ALIASES.get(text.lower(), text.lower())
+
+
+#: An integer literal as int() reads it (``4``, ``+4``, ``-4``; ``4.0`` and ``1e5`` are not).
+_INTEGER = re.compile(r"[+-]?\d+")
 
 
 class Change(BaseModel):

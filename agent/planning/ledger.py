@@ -28,7 +28,7 @@ from tools.flags import FlagCatalog
 _RELATED_SPECIFICITY = 0.25
 #: Generators whose candidates the failure names itself (a remedy the error text states) or whose priors
 #: are weighed by the raise site already (``Hypothesis.symptom_only``): never weakened by where it surfaced.
-_DIRECT = frozenset({"remedies", "catalog", "symptom_class", "localiser"})
+_DIRECT = frozenset({"remedies", "quoted", "catalog", "symptom_class", "localiser"})
 
 
 class LedgerBook(FlagMatcher):

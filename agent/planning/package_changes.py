@@ -50,6 +50,7 @@ __all__ = [
     "install_advice",
     "is_generic_runtime",
     "is_in",
+    "message_lines",
     "outdated_package",
     "package_changes",
     "packages_knowledge",
@@ -326,19 +327,25 @@ _NOT_MESSAGE = re.compile(r'^(?:\[\d{4}-\d\d-\d\d[ T][\d:.,]+\]|\d{4}-\d\d-\d\d[
                           r'(?:INFO|WARNING|ERROR|DEBUG|CRITICAL)[: ]|Traceback \(most recent call last\)|\s*File ")')
 
 
-def _message_lines(tb: Traceback, log: Sequence[LogLine]) -> list[str]:
+def message_lines(tb: Traceback, log: Sequence[LogLine]) -> list[LogLine]:
     """The exception line of ``tb`` and the lines of its message printed right after it in ``log`` (a
-    multi-line ``RuntimeError(msg)``), up to the next log record, traceback or frame, or a line the kept
-    excerpt left out; at most 60 lines."""
+    multi-line ``RuntimeError(msg)``, pydantic's ``1 validation error for X`` and the error under it), up
+    to the next log record, traceback or frame, or a line the kept excerpt left out; at most 60 lines.
+    Only the exception line (numbered ``tb.log_line``) when ``log`` does not hold it."""
     at = next((i for i, ll in enumerate(log) if ll.line == tb.log_line), None)
     if at is None:
-        return [tb.exception_line] if tb.exception_line else []
-    out = [log[at].text]
+        return [LogLine(line=tb.log_line, text=tb.exception_line)] if tb.exception_line else []
+    out = [log[at]]
     for prev, ll in zip(log[at:], log[at + 1 : at + 60], strict=False):
         if ll.line != prev.line + 1 or _NOT_MESSAGE.match(ll.text):
             break
-        out.append(ll.text)
+        out.append(ll)
     return out
+
+
+def _message_lines(tb: Traceback, log: Sequence[LogLine]) -> list[str]:
+    """The texts of ``message_lines``."""
+    return [ll.text for ll in message_lines(tb, log)]
 
 
 def install_advice(tracebacks: Sequence[Traceback], log: Sequence[LogLine]) -> list[tuple[str, str | None, str]]:

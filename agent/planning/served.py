@@ -367,10 +367,17 @@ def served_settings() -> Served:
 _SERVED = KnowledgeFile("served.toml", _load, absent=lambda: Served(frozenset(), frozenset(), frozenset(), frozenset()))
 
 
+#: Where a clause of a sentence ends: a semicolon, or a comma or a conjunction that does not go on to another
+#: flag ("keep --tp-size 2 and --quantization fp8" is one clause; "keeping --x ray and capping the cache to
+#: keep memory small" two: the need word of the second says nothing of the first's flag).
+_CLAUSE = re.compile(r";\s*|(?:,|\s+(?:and|but|so|while|then))\s+(?!--)")
+
+
 def description_keeps(case: Case) -> set[str]:
     """Settings the user says they need: the case's ``[intent] keep`` plus every ``--flag`` or
-    ``ENV_NAME`` the description names in a sentence that says it is needed ("we need --context-length
-    65536"; the words that say so are knowledge/served.toml's ``[description] need``), and every feature
+    ``ENV_NAME`` the description names in a clause that says it is needed ("we need --context-length
+    65536"; the words that say so are knowledge/served.toml's ``[description] need``; a clause ends at a
+    semicolon, or at a comma or conjunction not followed by another flag, ``_CLAUSE``), and every feature
     the case's baseline turns on (a ``--flag`` set to true, not a ``--disable-``/``--no-`` one) that such a
     sentence, or one saying a feature is on for a purpose (``[description] on_purpose``: "with routing
     replay enabled for the trainer"), names in words: a word of the flag's name (generic words such as
@@ -383,8 +390,9 @@ def description_keeps(case: Case) -> set[str]:
     switched_on = [n for n, v in case.baseline.flags.items()
                    if v is True and not re.match(r"--(?:disable|no)-", n)]
     for sentence in re.split(r"(?<=[.!?])\s+|\n", case.description or ""):
-        if settings.need is not None and settings.need.search(sentence):
-            keep |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", sentence))
+        for clause in _CLAUSE.split(sentence):
+            if settings.need is not None and settings.need.search(clause):
+                keep |= set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", clause))
         if not any(p.search(sentence) for p in said):
             continue
         words = stems(re.sub(r"(?<![\w-])--[a-z][a-z0-9-]*", " ", sentence))

@@ -16,7 +16,10 @@ shares and no other of the baseline's settings carries (``--chunked-prefill-size
 ``prefill_wrapper.forward`` line: among the user's own few settings the word picks out one, however many
 of the engine's flags carry it). One whose own value the failing error quotes (``context_length (4096)``
 for ``--context-length 4096``, ``flashinfer`` for ``--attention-backend flashinfer``) is the first
-suspect: the engine names the user's value as what it refused. Both are marked ``IMPLICATED`` (the
+suspect: the engine names the user's value as what it refused; so is one that alone of the baseline's
+settings holds a value the failing error quotes anywhere in its message (``agent.planning.quoted``: pydantic's
+``Value error, invalid literal for int() with base 10: '1.5'`` under ``1 validation error for VllmConfig``
+and ``VLLM_CPU_KVCACHE_SPACE=1.5``), whatever frame it surfaced in. Both are marked ``IMPLICATED`` (the
 user's deliberate setting in the implicated subsystem): after a workaround served, the chooser still
 tries reverting them (``agent.planning.chooser``), so a root fix is looked for before the workaround is
 reported (issue 20, point 5). When a ready server leaves requests unanswered and logs no error (symptom
@@ -50,6 +53,7 @@ from agent.planning.generators.common import (
 )
 from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import load_subsystems, subsystems_of_frame
+from agent.planning.quoted import failing_lines, held_alone, quoted_values
 from agent.planning.served import served_settings, user_keeps
 from agent.planning.words import name_words, spelled
 from tools.engines import get_engine
@@ -261,6 +265,10 @@ class _Implication:
         values = [*((s.name if (s := specs[n]) else n, v) for n, v in inp.baseline.flags.items()),
                   *inp.baseline.env.items()]
         self.frame_words = _frame_words(inp)
+        #: the settings that alone hold a value the failing error quotes (its message lines included), by
+        #: canonical name: the quote picks the setting out whatever frame the error surfaced in
+        self.alone = {(s.name if h.kind == "flag" and (s := canon(inp.flags, h.name)) else h.name): h
+                      for h in held_alone(quoted_values(failing_lines(inp.evidence)), inp.baseline)}
         self.value_words = {
             n: w for n, v in values
             if isinstance(v, str) and len(v) >= _MIN_QUOTED_LEN and v.lower() not in _UNQUOTABLE | platforms
@@ -275,6 +283,9 @@ class _Implication:
             pass  # set by this run (an adopted blocker): judged by shared words alone, below
         elif not theirs and value_quoted(value, imp.error_text):
             return max(base, WEIGHT_VALUE_QUOTED), f"the failing error quotes its value {value}"
+        elif not theirs and (held := self.alone.get(name)) is not None:
+            return max(base, WEIGHT_VALUE_QUOTED), (f"the failing error quotes its value {value} (log line "
+                                                    f"{held.quoted.line.line}), which no other setting holds")
         elif not theirs and (named := self.value_words.get(name, set())) and named <= self.site_words:
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, the code its value "
                                               f"{value} selects")
