@@ -8,10 +8,10 @@ repository's knowledge.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from planner_steps import baseline_failed_with, fingerprint_with_model
 
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
@@ -73,31 +73,12 @@ GPU_HOST = HostFingerprint(gpu_vendor="nvidia", gpu_name="NVIDIA H100 80GB HBM3"
 def _fingerprint(tmp_path: Path, config: dict[str, object], fp: HostFingerprint,
                  name: str = "model") -> tuple[HostFingerprint, str]:
     """The fingerprint intake builds: the model's config.json read from disk through LocalHost."""
-    model = tmp_path / name
-    model.mkdir()
-    (model / "config.json").write_text(json.dumps(config))
-    fp = fp.model_copy(deep=True)
-    case = Case.model_validate({"name": "c", "model": {"path": str(model)},
-                                "baseline": {"flags": {"--model-path": str(model)}}})
-    _read_model_and_cpus(LocalHost(), case, fp)
-    return fp, str(model)
+    return fingerprint_with_model(tmp_path, config, fp, name)
 
 
 def _run(fp: HostFingerprint, flags: dict[str, object], log: str) -> tuple[RulePlanner, PlannerView, Proposal]:
     """A baseline launch that failed with ``log``, and the planner's next proposal."""
-    case = Case.model_validate({"name": "c", "model": {"path": str(flags["--model-path"])},
-                                "baseline": {"flags": flags}})
-    case.baseline = Baseline(flags={FLAGS.resolve(k).name: v for k, v in case.baseline.flags.items()})
-    view = PlannerView(case=case, fingerprint=fp)
-    planner = RulePlanner(load_catalog(), FLAGS)
-    first = planner.propose(view, planner.history(view)).experiment
-    assert first is not None and first.purpose == "baseline"
-    first = first.model_copy(update={"status": "done"})
-    raw = RawEvidence.from_log(first.id, log, _sglang_signatures(), "x.log").model_copy(update={"status": "crashed"})
-    view.experiments.append(first)
-    view.outcomes.append(classify_outcome(raw))
-    view.launches = 1
-    return planner, view, planner.propose(view, planner.history(view))
+    return baseline_failed_with(fp, flags, log, FLAGS)
 
 
 def _touched(exp: Experiment | None) -> str:

@@ -18,18 +18,16 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import pytest
+from planner_steps import after_failed_launch
 
 from agent.domain.case import Case
-from agent.domain.evidence import RawEvidence
 from agent.domain.knowledge_dir import use_knowledge
 from agent.domain.models import Change, Experiment, LogLine
 from agent.planning.catalog import load_catalog
 from agent.planning.planner import PlannerView, Proposal, RulePlanner
 from agent.planning.quoted import nearest_of_kind, quoted_values
-from agent.run.nodes.analyze import classify_outcome
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, parse_help
-from tools.signatures import for_engine, load_signatures
 
 DATA = Path(__file__).parent / "data"
 FLAGS: FlagCatalog = parse_help((DATA / "help_vllm_0.32.0_all.txt").read_text(), source="fixture", version="0.32.0")
@@ -53,12 +51,7 @@ def _empty_catalog(tmp_path: Path) -> Iterator[None]:
 
 def _failed(planner: RulePlanner, view: PlannerView, exp: Experiment, log: str) -> Proposal:
     """``exp`` launched and failing with the real vLLM ``log``; the planner's next proposal."""
-    text = (LOGS / f"{log}.log").read_text(encoding="utf-8")
-    raw = RawEvidence.from_log(exp.id, text, for_engine(load_signatures(), "vllm"), "x.log")
-    view.experiments.append(exp.model_copy(update={"status": "done"}))
-    view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "crashed"})))
-    view.launches += 1
-    return planner.propose(view, planner.history(view))
+    return after_failed_launch(planner, view, exp, (LOGS / f"{log}.log").read_text(encoding="utf-8"), "vllm")
 
 
 def _start(description: str, flags: dict[str, object], env: dict[str, str]) -> tuple[RulePlanner, PlannerView, Experiment]:
@@ -110,12 +103,7 @@ def test_a_whole_number_spelt_as_a_fraction_is_set_as_an_integer(tmp_path: Path)
     log.write_text((LOGS / "kvspace-fraction.log").read_text(encoding="utf-8").replace("'1.5'", "'4.0'"))
     planner, view, first = _start("vLLM stops at start-up on our CPU box", {"--enforce-eager": True},
                                   {"VLLM_CPU_KVCACHE_SPACE": "4.0"})
-    text = log.read_text(encoding="utf-8")
-    raw = RawEvidence.from_log(first.id, text, for_engine(load_signatures(), "vllm"), "x.log")
-    view.experiments.append(first.model_copy(update={"status": "done"}))
-    view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "crashed"})))
-    view.launches = 1
-    change = _change(planner.propose(view, planner.history(view)))
+    change = _change(after_failed_launch(planner, view, first, log.read_text(encoding="utf-8"), "vllm"))
     assert (change.name, change.before, change.after) == ("VLLM_CPU_KVCACHE_SPACE", "4.0", "4"), change
 
 
@@ -150,11 +138,7 @@ def test_sglang_own_integer_message_on_its_command_line_gives_a_plain_integer(tm
     first = planner.propose(view, planner.history(view)).experiment
     assert first is not None
     text = (DATA / "logs_0.5.23" / "argparse-int-suffix.log").read_text(encoding="utf-8")
-    raw = RawEvidence.from_log(first.id, text, for_engine(load_signatures(), "sglang"), "x.log")
-    view.experiments.append(first.model_copy(update={"status": "done"}))
-    view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "crashed"})))
-    view.launches = 1
-    change = _change(planner.propose(view, planner.history(view)))
+    change = _change(after_failed_launch(planner, view, first, text))
     assert (change.name, change.before, change.after) == ("--max-total-tokens", "1e5", "100000"), change
 
 

@@ -14,8 +14,9 @@ and the rule planner with the repository's knowledge. No model or world is named
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from planner_steps import baseline_failed_with, fingerprint_with_model
 
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
@@ -24,10 +25,8 @@ from agent.planning.catalog import load_catalog
 from agent.planning.in_play import InPlay
 from agent.planning.planner import PlannerView, Proposal, RulePlanner
 from agent.run.nodes.analyze import classify_outcome
-from agent.run.nodes.intake import _read_model_and_cpus
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, parse_help
-from tools.host import LocalHost
 from tools.signatures import for_engine, load_signatures
 
 DATA = Path(__file__).parent / "data"
@@ -80,33 +79,15 @@ RUNS_ON = {"sdpa": {"cpu", "cuda"}, "amx_attn": {"cpu"}, "fa3": {"cuda"}, "fa4":
            "xpu_attn": set()}
 
 
-def _fingerprint(tmp_path: Path, config: dict[str, object], fp: HostFingerprint) -> tuple[HostFingerprint, str]:
+def _fingerprint(tmp_path: Path, config: dict[str, object], fp: HostFingerprint,
+                 name: str = "model") -> tuple[HostFingerprint, str]:
     """The fingerprint intake builds: the model's config.json read from disk through LocalHost."""
-    model = tmp_path / "model"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text(json.dumps(config))
-    fp = fp.model_copy(deep=True)
-    case = Case.model_validate({"name": "c", "model": {"path": str(model)},
-                                "baseline": {"flags": {"--model-path": str(model)}}})
-    _read_model_and_cpus(LocalHost(), case, fp)
-    return fp, str(model)
+    return fingerprint_with_model(tmp_path, config, fp, name)
 
 
 def _next(fp: HostFingerprint, flags: dict[str, object], log: str) -> Proposal:
     """The planner's proposal after a baseline launch that failed with ``log``."""
-    case = Case.model_validate({"name": "c", "model": {"path": str(flags["--model-path"])},
-                                "baseline": {"flags": flags}})
-    case.baseline = Baseline(flags={FLAGS.resolve(k).name: v for k, v in case.baseline.flags.items()})
-    view = PlannerView(case=case, fingerprint=fp)
-    planner = RulePlanner(load_catalog(), FLAGS)
-    first = planner.propose(view, planner.history(view)).experiment
-    assert first is not None and first.purpose == "baseline"
-    first = first.model_copy(update={"status": "done"})
-    raw = RawEvidence.from_log(first.id, log, for_engine(load_signatures(), "sglang"), "x.log")
-    view.experiments.append(first)
-    view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "crashed"})))
-    view.launches = 1
-    return planner.propose(view, planner.history(view))
+    return baseline_failed_with(fp, flags, log, FLAGS)[2]
 
 
 def _tried(prop: Proposal, name: str) -> list[str]:

@@ -1,0 +1,63 @@
+"""Shared step of the in-process planner tests: an experiment launched and failing with a real log text, and
+the planner's next proposal (the graph's launch, analyse and design nodes without a host)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent.domain.case import Case
+from agent.domain.evidence import RawEvidence
+from agent.domain.models import Baseline, Experiment
+from agent.planning.catalog import load_catalog
+from agent.planning.planner import RulePlanner
+from agent.planning.view import PlannerView, Proposal
+from agent.run.nodes.analyze import classify_outcome
+from agent.run.nodes.intake import _read_model_and_cpus
+from tools.fingerprint import HostFingerprint
+from tools.flags import FlagCatalog
+from tools.host import LocalHost
+from tools.signatures import for_engine, load_signatures
+
+
+def after_failed_launch(
+    planner: RulePlanner, view: PlannerView, exp: Experiment, text: str, engine: str = "sglang"
+) -> Proposal:
+    """Record ``exp`` as launched and crashed with the log ``text`` (read with ``engine``'s signatures) in
+    ``view``, count the launch, and return ``planner``'s next proposal."""
+    raw = RawEvidence.from_log(exp.id, text, for_engine(load_signatures(), engine), "x.log")
+    view.experiments.append(exp.model_copy(update={"status": "done"}))
+    view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "crashed"})))
+    view.launches += 1
+    return planner.propose(view, planner.history(view))
+
+
+def baseline_failed_with(
+    fp: HostFingerprint, flags: dict[str, object], log: str, catalog: FlagCatalog
+) -> tuple[RulePlanner, PlannerView, Proposal]:
+    """A case with the baseline ``flags`` (spelt as ``catalog`` resolves them; ``--model-path`` its model) on
+    the host ``fp``: its first launch (the baseline) failed with ``log``. Returns the planner, its view and its
+    next proposal."""
+    case = Case.model_validate({"name": "c", "model": {"path": str(flags["--model-path"])},
+                                "baseline": {"flags": flags}})
+    case.baseline = Baseline(flags={catalog.resolve(k).name: v for k, v in case.baseline.flags.items()})
+    view = PlannerView(case=case, fingerprint=fp)
+    planner = RulePlanner(load_catalog(), catalog)
+    first = planner.propose(view, planner.history(view)).experiment
+    assert first is not None and first.purpose == "baseline"
+    return planner, view, after_failed_launch(planner, view, first, log)
+
+
+def fingerprint_with_model(
+    tmp_path: Path, config: dict[str, object], fp: HostFingerprint, name: str = "model"
+) -> tuple[HostFingerprint, str]:
+    """The fingerprint intake builds for ``fp``'s host once the model's ``config.json`` (``config``, written
+    under ``tmp_path/name``) is read from disk through LocalHost; returns it and the model's path."""
+    model = tmp_path / name
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(json.dumps(config))
+    fp = fp.model_copy(deep=True)
+    case = Case.model_validate({"name": "c", "model": {"path": str(model)},
+                                "baseline": {"flags": {"--model-path": str(model)}}})
+    _read_model_and_cpus(LocalHost(), case, fp)
+    return fp, str(model)
