@@ -69,7 +69,8 @@ def _starts_processes(fn: Any, depth: int, seen: set[int]) -> bool:
             continue
         mod = (getattr(callee, "__module__", "") or "").split(".")[0]
         # the project's own code and the tests' helpers; not the standard library or third parties
-        if mod in ("agent", "tools", "lab", "bench", "clirun", "fakes", "conftest") or mod.startswith("test"):
+        if mod in ("agent", "tools", "lab", "bench", "clirun", "fakes", "conftest", "planner_steps", "cpubed", "realrun") \
+                or mod.startswith("test"):
             if _starts_processes(callee, depth - 1, seen):
                 found = True
                 break
