@@ -21,7 +21,7 @@ from agent.planning.matching import same_value
 from agent.planning.served import canonical_flag, lists_choices, served_settings, user_keeps
 from agent.planning.switches import Broad, broad_switch
 from agent.planning.view import HistoryState, PlannerView
-from tools.flags import FlagCatalog, FlagError
+from tools.flags import FlagCatalog
 
 __all__ = ["INTENT_LAUNCHES", "dropped_feature", "drops_feature", "feature_suspects", "feature_reverts", "inside_broad", "intent_alternatives",
            "keeping_intent", "narrower_keys", "spent_after_fix"]
@@ -185,8 +185,3 @@ def feature_suspects(case_baseline: Baseline, base: Baseline, drop: Change, hypo
         return []
     ranked.sort(key=lambda t: (t[0], t[1]), reverse=True)
     return list(dict.fromkeys(k for _, _, k in ranked))
-
-    try:
-        return flags.resolve(name).name
-    except FlagError:
-        return name
