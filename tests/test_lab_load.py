@@ -82,10 +82,15 @@ class Server:
         return self.client.post(self.url + "/v1/chat/completions", json=body).json()
 
 
-def _serve(tmp_path: Path, faults: dict[str, str], args: tuple[str, ...] = ()) -> Iterator[Server]:
+def _serve(
+    tmp_path: Path, faults: dict[str, str], args: tuple[str, ...] = (), time_scale: float = 0.001
+) -> Iterator[Server]:
+    """A lab server on the world with these faults; `time_scale` real seconds per simulated second (at
+    0.001 the 60 simulated seconds that end a stretch of traffic are 60 ms: a loaded machine's pause can
+    reach that, so a test that needs unbroken traffic serves slower)."""
     world = _world(tmp_path, faults)
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME")}
-    host = LocalHost(env={"HYPOLOOP_LAB_WORLD": str(world), "HYPOLOOP_LAB_TIME_SCALE": "0.001"})
+    host = LocalHost(env={"HYPOLOOP_LAB_WORLD": str(world), "HYPOLOOP_LAB_TIME_SCALE": str(time_scale)})
     port = host.free_port()
     log = tmp_path / "server.log"
     handle = host.spawn(
