@@ -68,8 +68,8 @@ class CaseError(ValueError):
 
 
 class HostSpec(_Strict):
-    """Where the server runs: ``local``, ``ssh://user@host[:port]``, ``slurm://PARTITION`` or
-    ``slurm+ssh://[user@]login[:port]/PARTITION``; ``env`` is the host environment; ``slurm`` the
+    """Where the server runs: ``local``, ``ssh://[USER@]HOST[:PORT]``, ``slurm://PARTITION`` or
+    ``slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION``; ``env`` is the host environment; ``slurm`` the
     resources each experiment's job asks for (`tools.slurm.SlurmOptions`).
 
     SSH hosts only: ``ssh_key`` and ``known_hosts`` are paths (relative to the case file),
@@ -94,8 +94,8 @@ class HostSpec(_Strict):
     def _target(cls, v: str) -> str:
         if v != "local" and not v.startswith("ssh://") and not is_slurm_target(v):
             raise ValueError(
-                "expected 'local', 'ssh://user@host[:port]', 'slurm://PARTITION' or "
-                "'slurm+ssh://[user@]login[:port]/PARTITION'"
+                "expected 'local', 'ssh://[USER@]HOST[:PORT]', 'slurm://PARTITION' or "
+                "'slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION'"
             )
         try:
             if v.startswith("ssh://"):
