@@ -68,20 +68,14 @@ class LedgerBook(FlagMatcher):
             run_outcomes=list(view.outcomes),
         )
 
-    def create(
-        self,
-        view: PlannerView,
-        outcome: Outcome,
-        ledger: dict[str, Hypothesis],
-        weights: dict[str, float],
-        config: Baseline | None = None,
-        refresh: bool = False,
-    ) -> list[str]:
+    def create(self, view: PlannerView, outcome: Outcome, ledger: dict[str, Hypothesis], weights: dict[str, float],
+               config: Baseline | None = None, refresh: bool = False) -> list[str]:
         """Add the hypotheses the generators propose for the failing ``outcome`` of ``config``.
 
         ``refresh``: ``outcome`` is a new blocker the run moved on to; an open hypothesis that its
         evidence proposes again gets at least the weight this evidence gives it (it was weighed against
-        the old blocker before).
+        the old blocker before), weighed as a new candidate is (``_raise_to``): by where the new error
+        surfaced and the user's settings it implicates, which also count it when they weaken the new ones.
 
         A candidate that only corroborates (``Hypothesis.support``: a known-good deployment's difference)
         multiplies the weight of the new candidates that already make the same change, and is added on
@@ -90,6 +84,8 @@ class LedgerBook(FlagMatcher):
         inp = self.generator_input(view, outcome, config or view.case.baseline)
         new: dict[str, Hypothesis] = {}
         supporting: list[Hypothesis] = []
+        #: this evidence's candidates for open hypotheses already in the ledger (``refresh``)
+        again: dict[str, Hypothesis] = {}
         for gen in self.generators:
             for cand in gen.generate(inp):
                 if cand.id in ledger:
@@ -98,9 +94,9 @@ class LedgerBook(FlagMatcher):
                         old.status, weights[cand.id] = "open", cand.weight
                         old.evidence.append(Evidence(kind="fact", experiment_id=inp.evidence.experiment_id,
                                                      effect="supports", detail=why))
-                    elif refresh and old.status == "open" and cand.support is None and cand.weight > weights[cand.id]:
-                        weights[cand.id] = cand.weight
-                        old.evidence.extend(cand.evidence[:2])
+                    elif refresh and old.status == "open" and cand.support is None and \
+                            (cand.id not in again or cand.weight > again[cand.id].weight):
+                        again[cand.id] = cand.model_copy(update={"evidence": list(cand.evidence)})
                     continue
                 if cand.id in new:
                     continue
@@ -120,8 +116,9 @@ class LedgerBook(FlagMatcher):
                 c.evidence.extend(cand.evidence[:1])
             if not covering and cand.id not in new:
                 new[cand.id] = cand
-        self._weigh_by_raise_site(list(new.values()), inp)
-        self._weigh_by_user_changes(list(new.values()), inp)
+        self._weigh_by_raise_site([*new.values(), *again.values()], inp)
+        self._weigh_by_user_changes([*new.values(), *again.values()], inp)
+        _raise_to(again, ledger, weights)
         for cand in new.values():
             ledger[cand.id] = _entry(cand)
             weights[cand.id] = cand.weight
@@ -369,6 +366,16 @@ class LedgerBook(FlagMatcher):
             h.posterior = 0.0 if h.status == "refuted" else round(weights[h.id] / total, 4)
             if h.id in new:
                 h.prior = h.posterior
+
+
+def _raise_to(again: dict[str, Hypothesis], ledger: dict[str, Hypothesis], weights: dict[str, float]) -> None:
+    """Each open hypothesis a new blocker's evidence proposes again (``again``: its candidates by id, weighed
+    as new ones are, by where the error surfaced and what the user changed that it touches) gets at least
+    the weight that evidence gives it, with the evidence's first two facts."""
+    for cand in again.values():
+        if cand.weight > weights[cand.id]:
+            weights[cand.id] = cand.weight
+            ledger[cand.id].evidence.extend(cand.evidence[:2])
 
 
 def _refuted_before(view: PlannerView, old: Hypothesis, cand: Hypothesis, inp: GeneratorInput) -> str:
