@@ -367,11 +367,11 @@ class _Implication:
         mine = name_words(name.lstrip("-")) - {self.engine}
         if len(mine) < 2:
             return None
-        others = [w for o in self.names if o != name
-                  if len(w := name_words(o.lstrip("-")) - {self.engine}) >= 2]
+        others = [ws for o in self.names if o != name
+                  if len(ws := name_words(o.lstrip("-")) - {self.engine}) >= 2]
         # a line that spells this setting and no other of the baseline's (not the engine's echo of them all)
         line = next((ll for ll, words in self.said if all(spelled(w, words) for w in mine)
-                     and not any(all(spelled(w, words) for w in o) for o in others)), None)
+                     and not any(all(spelled(w, words) for w in ws) for ws in others)), None)
         if line is None:
             return None
         named = set().union(*(spelled(w, self.failing_words) for w in mine))
