@@ -48,7 +48,11 @@ _INTERESTING = re.compile(
     # a notice that the run leaves part of the host unused, logged without a level (SGLang's default
     # format): "... has 2 numa nodes available, but ... so only 1 numa nodes are used" (0.5.23
     # srt/utils/numa_utils.py init_threads_binding)
-    r"\bonly \d+ [a-z][a-z ]{0,30}\b(?:is|are) used\b",
+    r"\bonly \d+ [a-z][a-z ]{0,30}\b(?:is|are) used\b|"
+    # the engine saying a setting of the user's took it off its default path: "aiter mla gluon is disabled
+    # manually." then "... is disabled; falling back to zero-pad mla_decode_fwd" (0.5.23
+    # srt/layers/attention/aiter_mla_gluon.py _gluon_fn, log_mla_gluon_capability)
+    r"\b(?:disabled|enabled|forced|overridden) manually\b|\bfalling back to\b",
     re.IGNORECASE,
 )
 

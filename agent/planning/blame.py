@@ -24,6 +24,7 @@ install packages).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +83,11 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     engine = dist_key(str(fingerprint.get("engine") or "sglang"))
     # evidence against it, a generic runtime too; spelled as the frames spell it when they run in it
     asked = [next((f for f in frames if is_in(n, [f], installed)), n) for n, _, _ in ev.asked if n != engine]
-    said = asked + [p for p in said if p != engine and p not in asked and not is_in(p, frames, installed)]
+    # a distribution the error spells by its own name is named even when a frame's package is its import name:
+    # "flashinfer-cubin version (0.6.13) does not match flashinfer version" blames that distribution of
+    # flashinfer, not the package whose code raised it
+    said = asked + [p for p in said if p != engine and p not in asked
+                    and (not is_in(p, frames, installed) or (p in ev.spelled and p not in frames))]
     logged = [lib.package for lib, _ in ev.logged]
     where = {ch.name: is_in(ch.name, frames + said + logged, installed) for ch in changes}
     ordered = sorted(changes, key=lambda ch: (ch.name == engine, not where[ch.name]))
@@ -195,6 +200,9 @@ class _Evidence:
     crash: Frame | None = None
     logged: list[tuple[Library, str]] = field(default_factory=list)
     asked: list[tuple[str, str | None, str]] = field(default_factory=list)
+    #: the installed distributions the error spells by their own names (``flashinfer-cubin``), not only by a
+    #: name they share (``flashinfer``): one of several distributions of a frame's package, named exactly
+    spelled: list[str] = field(default_factory=list)
 
 
 def _evidence(state: Any, experiment_id: str | None, installed: dict[str, str], vendor: str | None) -> _Evidence:
@@ -204,10 +212,14 @@ def _evidence(state: Any, experiment_id: str | None, installed: dict[str, str], 
         return _Evidence()
     outcome = Outcome.model_validate(raw)
     tracebacks = relabelled(outcome.tracebacks, vendor)
-    said = error_packages((tb.exception_line for tb in reversed(tracebacks) if tb.exception_line), installed)
+    errors = [tb.exception_line for tb in reversed(tracebacks) if tb.exception_line]
+    said = error_packages(errors, installed)
     crash = died_in(tracebacks, vendor) or crashed_in(tracebacks)
+    text = " ".join(errors).lower()
+    spelled = [p for p in said if re.search(rf"(?<![\w-]){re.escape(p.lower())}(?![\w-])", text)]
     return _Evidence(frame_packages(reversed(tracebacks)), said, crash,
-                     log_evidence((ln.text for ln in outcome.log), vendor), install_advice(tracebacks, outcome.log))
+                     log_evidence((ln.text for ln in outcome.log), vendor), install_advice(tracebacks, outcome.log),
+                     spelled)
 
 
 def _log_words(shown: list[tuple[Library, str]]) -> str:

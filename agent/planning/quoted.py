@@ -31,7 +31,7 @@ from tools.log_records import read_record
 if TYPE_CHECKING:
     from agent.domain.models import Outcome
 
-__all__ = ["Held", "QuotedValue", "ValueTypesError", "as_number", "failing_lines", "held_alone", "load_value_types",
+__all__ = ["Held", "QuotedValue", "ValueTypesError", "as_number", "failing_lines", "held_alone", "last_words", "load_value_types",
            "nearest_of_kind", "quoted_values", "same_spelling"]
 
 Kind = Literal["int", "float"]
@@ -130,6 +130,8 @@ def failing_lines(outcome: Outcome) -> list[LogLine]:
         record = read_record(ll.text.strip())
         if ll.line in fatal or (not record.quiet and (record.level or _ERROR_WORD.search(ll.text))):
             out.setdefault(ll.line, ll.text)
+    for ll in last_words(log):
+        out.setdefault(ll.line, ll.text)
     lines = []
     for n, text in sorted(out.items()):
         record = read_record(text.strip())
@@ -139,6 +141,36 @@ def failing_lines(outcome: Outcome) -> list[LogLine]:
 
 #: A line that names an error or exception before a colon (``ValueError: ...``).
 _ERROR_WORD = re.compile(r"\b\w*(?:Error|Exception)\b:")
+#: CPython's faulthandler line for a process a signal ends (Python/faulthandler.c: ``Fatal Python error:
+#: Aborted``, ``Segmentation fault``), the first line of its dump.
+_FATAL_SIGNAL = re.compile(r"^\s*Fatal Python error: \S")
+#: How many lines before that line a native message may take.
+LAST_WORDS_LINES = 6
+
+
+def last_words(log: list[LogLine]) -> list[LogLine]:
+    """What a process wrote just before a signal ended it: native code that gives up prints its reason to
+    stderr and calls ``abort()`` (a C++ ``TORCH_CHECK``, a kernel library's dispatcher:
+    ``[AITER] .../asm_mla.cu:193 get_heuristic_kernel_mla: cannot get heuristic kernel! ...``), then
+    CPython's faulthandler writes ``Fatal Python error: Aborted``. Those lines carry no logger's record
+    header; they are the lines right before the faulthandler line, back to the last line that has one (a
+    logger's record, which the process wrote while it still ran), at most ``LAST_WORDS_LINES`` of them, in
+    log order, the faulthandler line last. Empty when the log has no such line."""
+    by_number = {ll.line: ll for ll in log}
+    out: list[LogLine] = []
+    for ll in log:
+        if not _FATAL_SIGNAL.search(ll.text):
+            continue
+        before: list[LogLine] = []
+        n = ll.line - 1
+        while n in by_number and len(before) < LAST_WORDS_LINES:
+            text = by_number[n].text
+            if not text.strip() or read_record(text.strip()).header or _FATAL_SIGNAL.search(text):
+                break
+            before.append(by_number[n])
+            n -= 1
+        out.extend([*reversed(before), ll])
+    return out
 
 
 #: A value in quotes: '...', "..." or `...` (a repr, a pydantic ``input_value=``, a name in backticks).

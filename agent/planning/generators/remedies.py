@@ -61,6 +61,12 @@ _ENV = re.compile(r"(?<![\w-])(?P<name>[A-Z][A-Z0-9]*_[A-Z0-9_]+)=(?P<value>[^\s
 #: Variables that override a safety check (SGLANG_ALLOW_..., ..._FORCE_..., ..._SKIP_...): setting one
 #: silences the check rather than repairing what it caught, so it is a workaround.
 _OVERRIDE = re.compile(r"ALLOW|OVERWRITE|OVERRIDE|FORCE|SKIP|IGNORE|UNSAFE|DISABLE")
+#: The error's own sentence saying what the variable it names does to the check that failed: it bypasses it
+#: ("Set FLASHINFER_DISABLE_VERSION_CHECK=1 to bypass this check.", flashinfer/__init__.py's cubin version
+#: check; its maintainers' fix is the matching package, flashinfer-ai/flashinfer#4869): whatever its name,
+#: such a variable silences the check rather than repairing what it caught, a workaround.
+_BYPASSES = re.compile(r"\bto (?:bypass|skip|disable|ignore|override|circumvent) (?:this|the|these|that) "
+                       r"(?:\w+ )?(?:checks?|validations?|assertions?|guards?)\b", re.I)
 _RAISE = re.compile(r"\b(?:increase|raise|larger|higher|bigger|more)\b", re.I)
 _LOWER = re.compile(r"\b(?:decrease|lower|reduce|smaller|less)\b", re.I)
 _AT_LEAST = re.compile(r"at least (?P<v>\d+(?:\.\d+)?)")
@@ -182,7 +188,7 @@ def _env_remedy(inp: GeneratorInput, m: re.Match[str], kind: str, ll: LogLine) -
     text = ll.text
     if _condition_fails(text[: m.start()]) is not None or _SILENCES.search(_sentence_of(text, m.start())):
         return None  # offered only if something holds that its own figures deny, or only to quiet a message
-    override = bool(_OVERRIDE.search(m.group("name")))
+    override = bool(_OVERRIDE.search(m.group("name")) or _BYPASSES.search(_sentence_of(text, m.start())))
     env_value, _why = fit_cpu_list(str(_no_full_stop(m.group("value"))), _sentence_of(text, m.start()),
                                    cpu_count=_cpu_count(inp), ranks=_ranks(inp))
     if env_value is None:

@@ -57,6 +57,7 @@ from agent.planning.quoted import failing_lines, held_alone, quoted_values
 from agent.planning.served import served_settings, user_keeps
 from agent.planning.words import name_words, spelled
 from tools.engines import get_engine
+from tools.log_records import read_record
 
 __all__ = ["IMPLICATED", "SettingsVsDefaultsGenerator", "implicated_setting", "long_prompt_only", "value_quoted"]
 
@@ -265,6 +266,13 @@ class _Implication:
         values = [*((s.name if (s := specs[n]) else n, v) for n, v in inp.baseline.flags.items()),
                   *inp.baseline.env.items()]
         self.frame_words = _frame_words(inp)
+        failing = failing_lines(inp.evidence)
+        #: the words of the lines that state the failure (its error, a native message before an abort)
+        self.failing_words: set[str] = set().union(*(name_words(ll.text) for ll in failing))
+        #: the other lines of the failing run, with their messages' words: what the engine said while it ran
+        said = {ll.line for ll in failing}
+        self.said = [(ll, name_words(read_record(ll.text.strip()).message)) for ll in inp.evidence.log
+                     if ll.line not in said]
         #: the settings that alone hold a value the failing error quotes (its message lines included), by
         #: canonical name: the quote picks the setting out whatever frame the error surfaced in
         self.alone = {(s.name if h.kind == "flag" and (s := canon(inp.flags, h.name)) else h.name): h
@@ -296,6 +304,8 @@ class _Implication:
         elif ((spelt := self.named_by_frames(name)) is not None
               and site_owner(inp.flags, self.site_flags, name, words=stems(name.lstrip("-"))) is None):
             return base * IMPLICATED_FACTOR, spelt
+        elif (said := self.announced(name)) is not None:
+            return base * IMPLICATED_FACTOR, said
         elif (path := self.on_request_path(name)) is not None:
             return base * IMPLICATED_FACTOR, (f"requests went unanswered on a live server with no error, and "
                                               f"{name} configures the {path} a request passes through")
@@ -344,6 +354,38 @@ class _Implication:
             return None
         return (f"the failing frames' names ({', '.join(sorted(named))}) spell every word of {name}, "
                 f"and {', '.join(sorted(named - theirs))} no other of the baseline's settings")
+
+    def announced(self, name: str) -> str | None:
+        """Why the failing run's own log points at the user's setting ``name``: a line the engine wrote
+        while it ran spells every word of the setting's name (the engine's own prefix left out, two words at
+        least: ``aiter mla gluon is disabled manually`` for ``SGLANG_AITER_MLA_GLUON=0``), so the setting
+        took effect and the engine took the path it chose; and the lines that state the failure (its error,
+        or the native message a process printed before a signal ended it) name a word of the setting that no
+        other of the baseline's settings names (``mla`` in ``asm_mla.cu ... get_heuristic_kernel_mla``): the
+        failure is in the path the user's setting chose. As ``the log says ... (line N), and the failure ...``;
+        None otherwise (a setting the log never mentions, or words every setting shares)."""
+        mine = name_words(name.lstrip("-")) - {self.engine}
+        if len(mine) < 2:
+            return None
+        others = [ws for o in self.names if o != name
+                  if len(ws := name_words(o.lstrip("-")) - {self.engine}) >= 2]
+        # a line that spells this setting and no other of the baseline's (not the engine's echo of them all)
+        line = next((ll for ll, words in self.said if all(spelled(w, words) for w in mine)
+                     and not any(all(spelled(w, words) for w in ws) for ws in others)), None)
+        if line is None:
+            return None
+        named = set().union(*(spelled(w, self.failing_words) for w in mine))
+        theirs: set[str] = set()
+        for other in self._rivals(name):
+            if other != name:
+                for w in name_words(other.lstrip("-")) - {self.engine}:
+                    theirs |= spelled(w, named)
+        if not named - theirs:
+            return None
+        message = read_record(line.text.strip()).message.strip()
+        return (f"the engine's log says {name} took effect ({message[:120]!r}, line {line.line}), and the lines "
+                f"that state the failure name {', '.join(sorted(named - theirs))} as no other of the baseline's "
+                "settings does: the failure is on the path the user's setting chose")
 
     def prompt_bound(self, name: str) -> int | None:
         """The failing prompt's length (tokens) when only a single long prompt failed
