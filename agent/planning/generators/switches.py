@@ -13,6 +13,11 @@ hardware exception: issue 20, points 3 and 8) makes every implementation the run
 frame it surfaced in is not where it happened: the implementation a switch selects by default on this
 platform ran if its subsystem is in play, so it is a suspect as a backend the failing run used is for the
 component generator (``SUSPECT_FACTOR``), its other implementation the test.
+
+A silent stall names no place either (symptom ``hang`` with the server never ready, the log stopped with no
+error): the implementation a switch selects by default is a suspect when the stall came at a start-up stage
+during which that implementation first runs and the ranks wait on it (the switch's ``stall_stages``: NCCL's
+peer-to-peer transport carries the first collectives at distributed init), with the same weight.
 """
 
 from __future__ import annotations
@@ -65,35 +70,49 @@ class SwitchGenerator:
         device = inp.baseline.flags.get("--device")
         platform = platform_of(inp.fingerprint, str(device) if device not in (None, True) else None, load_subsystems())
         faulted = inp.evidence.stage != "ok" and bool(_ASYNC_FAULTS & set(inp.evidence.symptoms))
+        stalled_at = _silent_stall_stage(inp)
         out = []
         for sw in switches:
             if platform not in sw.platforms or same_value(inp.baseline.env.get(sw.env), sw.other):
                 continue
             served = _served_without(sw, inp)
-            if served is None and not faulted:
+            stalled = stalled_at is not None and stalled_at in sw.stall_stages
+            if served is None and not (stalled or (faulted and sw.turned_off_by)):
                 continue
             in_play = InPlay(inp.fingerprint, inp.baseline, inp.reference.server_args, inp.flags)
             if in_play.why_not(Change(kind="env", name=sw.env, before=inp.baseline.env.get(sw.env),
                                       after=sw.other)) is not None:
                 continue
-            out.append(self._hypothesis(sw, inp, served))
+            out.append(self._hypothesis(sw, inp, served, stalled_at if stalled else None))
         return out
 
-    def _hypothesis(self, sw: Switch, inp: GeneratorInput, served: tuple[str, str] | None) -> Hypothesis:
+    def _hypothesis(self, sw: Switch, inp: GeneratorInput, served: tuple[str, str] | None,
+                    stalled_at: str | None = None) -> Hypothesis:
         """The candidate of one switch: supported by the workaround that served, else a suspect of an
-        asynchronous device fault (its default implementation ran where the kernel may have failed)."""
+        asynchronous device fault (its default implementation ran where the kernel may have failed) or of
+        a silent stall at a stage where it first runs (``stalled_at``)."""
+        flag = served[0] if served is not None else (sw.turned_off_by[0] if sw.turned_off_by else None)
         if served is not None:
-            flag, exp_id = served
+            exp_id = served[1]
             why = f"{flag} took the whole subsystem out and the server served"
             evidence = Evidence(kind="experiment", detail=f"{flag} took {sw.subsystem} out and the server served",
                                 experiment_id=exp_id)
             weight = WEIGHT
+        elif stalled_at is not None:
+            why = (f"the server went silent during {stalled_at} with no error (a stall names no place) and "
+                   f"{sw.implementation} first runs there, the ranks waiting on it: {sw.subsystem} is in play here")
+            evidence = Evidence(kind="fact", detail=why, experiment_id=inp.evidence.experiment_id)
+            weight = WEIGHT * SUSPECT_FACTOR
         else:
-            flag = sw.turned_off_by[0]
             why = (f"a kernel faulted asynchronously (where the error surfaced is not where it happened) and "
                    f"{sw.implementation} ran: {sw.subsystem} is in play here")
             evidence = Evidence(kind="fact", detail=why, experiment_id=inp.evidence.experiment_id)
             weight = WEIGHT * SUSPECT_FACTOR
+        interventions = [Intervention(kind="env", names=[sw.env], values=[sw.other], decisive=True, cost="none",
+                                      note=f"{sw.alternative} instead of {sw.implementation}")]
+        if flag is not None:
+            interventions.append(Intervention(kind="flag", names=[flag], values=[True], decisive=True, cost="low",
+                                              workaround=True, note=f"no {sw.subsystem} implementation at all"))
         return Hypothesis(
             id=f"{SWITCH_PREFIX}{sw.id}",
             statement=f"{sw.implementation}, which {sw.env} selects by default ({sw.default}) on this "
@@ -104,10 +123,14 @@ class SwitchGenerator:
             rationale=f"{why}; {sw.env} chooses its implementation ({sw.source})",
             generator=self.name,
             evidence=[evidence],
-            interventions=[
-                Intervention(kind="env", names=[sw.env], values=[sw.other], decisive=True, cost="none",
-                             note=f"{sw.alternative} instead of {sw.implementation}"),
-                Intervention(kind="flag", names=[flag], values=[True], decisive=True, cost="low",
-                             workaround=True, note=f"no {sw.subsystem} implementation at all"),
-            ],
+            interventions=interventions,
         )
+
+
+def _silent_stall_stage(inp: GeneratorInput) -> str | None:
+    """The start-up stage at which the failing launch went silent (its ``stall_stage`` fact) when it never
+    became ready and its log shows no error (symptom ``hang`` and no other failure class), else None."""
+    ev = inp.evidence
+    if ev.stage != "timeout" or "hang" not in ev.symptoms or ev.tracebacks:
+        return None
+    return ev.facts.get("stall_stage")
