@@ -15,15 +15,19 @@ platform ran if its subsystem is in play, so it is a suspect as a backend the fa
 component generator (``SUSPECT_FACTOR``), its other implementation the test.
 
 A silent stall names no place either (symptom ``hang`` with the server never ready, the log stopped with no
-error): the implementation a switch selects by default is a suspect when the stall came at a start-up stage
-during which that implementation first runs and the ranks wait on it (the switch's ``stall_stages``: NCCL's
-peer-to-peer transport carries the first collectives at distributed init), with the same weight.
+error; or a ready server's request that never got an answer, no error logged: stage ``serve``): the
+implementation a switch selects by default is a suspect when the stall came at a stage during which that
+implementation runs and the ranks wait on it (the switch's ``stall_stages``: NCCL's peer-to-peer transport
+carries the first collectives at distributed init, a custom all-reduce every forward pass), with the same
+weight. Its test takes the whole subsystem out where a flag does (the ranks then no longer wait in it; once
+that serves, the other implementation is tried as above), else sets the switch's other value.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agent.domain.failure import timed_out_only
 from agent.domain.models import Change, Evidence, Hypothesis, Intervention
 from agent.planning.in_play import InPlay, load_subsystems, platform_of
 from agent.planning.matching import same_value
@@ -42,6 +46,8 @@ WEIGHT = 0.08
 #: A suspect's share of it: the component generator's ``SUSPECT_FACTOR`` (a backend the failing run used,
 #: where a kernel failed and no frame names it); no new tunable.
 SUSPECT_FACTOR = 0.4
+#: The stage name of a stall on a ready server (a request that never got an answer), for ``stall_stages``.
+SERVING = "serve"
 #: Symptoms of an asynchronous device fault, whose printed frame is not where the kernel failed.
 _ASYNC_FAULTS = frozenset({"illegal_memory_access", "device_assert", "device_fault"})
 
@@ -108,11 +114,16 @@ class SwitchGenerator:
                    f"{sw.implementation} ran: {sw.subsystem} is in play here")
             evidence = Evidence(kind="fact", detail=why, experiment_id=inp.evidence.experiment_id)
             weight = WEIGHT * SUSPECT_FACTOR
-        interventions = [Intervention(kind="env", names=[sw.env], values=[sw.other], decisive=True, cost="none",
-                                      note=f"{sw.alternative} instead of {sw.implementation}")]
-        if flag is not None:
-            interventions.append(Intervention(kind="flag", names=[flag], values=[True], decisive=True, cost="low",
-                                              workaround=True, note=f"no {sw.subsystem} implementation at all"))
+        other = Intervention(kind="env", names=[sw.env], values=[sw.other], decisive=True, cost="none",
+                             note=f"{sw.alternative} instead of {sw.implementation}")
+        if flag is None:
+            interventions = [other]
+        else:
+            whole = Intervention(kind="flag", names=[flag], values=[True], decisive=True, cost="low",
+                                 workaround=True, note=f"no {sw.subsystem} implementation at all")
+            # a stall is localised first: with the whole subsystem out the ranks no longer wait in it (the
+            # workaround that serves then brings this switch's narrower test back, the `served` path)
+            interventions = [whole] if stalled_at is not None else [other, whole]
         return Hypothesis(
             id=f"{SWITCH_PREFIX}{sw.id}",
             statement=f"{sw.implementation}, which {sw.env} selects by default ({sw.default}) on this "
@@ -128,9 +139,13 @@ class SwitchGenerator:
 
 
 def _silent_stall_stage(inp: GeneratorInput) -> str | None:
-    """The start-up stage at which the failing launch went silent (its ``stall_stage`` fact) when it never
-    became ready and its log shows no error (symptom ``hang`` and no other failure class), else None."""
+    """The stage at which the failing launch went silent: its ``stall_stage`` fact when it never became
+    ready and its log shows no error (symptom ``hang``, no traceback), ``SERVING`` when a ready server's
+    only failure is a request that got no answer with no error in the log (``timed_out_only``), else
+    None."""
     ev = inp.evidence
+    if timed_out_only(ev):
+        return SERVING
     if ev.stage != "timeout" or "hang" not in ev.symptoms or ev.tracebacks:
         return None
     return ev.facts.get("stall_stage")
