@@ -21,7 +21,6 @@ import re
 from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, engine_package, explicit
-from agent.planning.generators.component import PACKAGE_FACTOR
 from agent.planning.generators.implementations import implementations
 from agent.planning.words import GENERIC_WORDS, spelled
 
@@ -30,6 +29,9 @@ __all__ = ["LoadGenerator", "passing_level"]
 #: Weights: a batch cap avoids any batch-dependent fault but costs throughput (a workaround).
 CAP_WEIGHT = 0.06
 FEATURE_WEIGHT = 0.05
+#: A batch-only feature the failing frames spell: the component generator's ``PACKAGE_FACTOR`` (the failing
+#: frames run in the code of the choice), not imported, to keep the import chain short; no new tunable.
+FRAMES_FACTOR = 2.0
 
 
 def passing_level(inp: GeneratorInput, failing: int) -> int:
@@ -99,7 +101,7 @@ class LoadGenerator:
                         id=f"load:{spec.name}",
                         statement=f"The {what} feature mishandles batches of several requests",
                         component=f"scheduler.{spec.name.removeprefix('--disable-').replace('-', '_')}",
-                        weight=FEATURE_WEIGHT * (PACKAGE_FACTOR if spelt else 1.0),
+                        weight=FEATURE_WEIGHT * (FRAMES_FACTOR if spelt else 1.0),
                         rationale="this feature acts only when several requests share a batch",
                         generator=self.name,
                         evidence=found,

@@ -12,19 +12,16 @@ together with an error word (``ptxas fatal``, ``PTXAS error``): a tool merely me
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.in_play import load_subsystems, platform_of
-from tools.knowledge_files import KnowledgeFile, load_model
+from agent.planning.toolchain import Tool, load_tools
 
 if TYPE_CHECKING:
     from agent.planning.generators import GeneratorInput
 
-__all__ = ["TOOL_PREFIX", "Tool", "ToolchainError", "ToolchainGenerator", "load_tools"]
+__all__ = ["TOOL_PREFIX", "ToolchainGenerator"]
 
 #: Ledger ids of toolchain hypotheses start with this.
 TOOL_PREFIX = "tool:"
@@ -34,45 +31,6 @@ TOOL_PREFIX = "tool:"
 WEIGHT = 0.32
 #: Words that make a line naming the tool an error of it.
 _ERROR_WORDS = re.compile(r"\b(fatal|error|failed|not defined|unsupported|unknown)\b", re.IGNORECASE)
-
-
-class ToolchainError(ValueError):
-    """knowledge/toolchain.toml cannot be used (one line naming the file and the field)."""
-
-
-class Tool(BaseModel):
-    """One ``[[tool]]`` of knowledge/toolchain.toml (see its header for the fields)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    executable: str = Field(min_length=1)
-    package: str
-    env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    platforms: list[str] = Field(min_length=1)
-    home_key: str | None = None
-    home: str
-    path: str
-    source: str
-
-
-class _File(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    tool: list[Tool] = Field(default_factory=list)
-
-
-def _load(path: Path) -> _File:
-    return load_model(path, _File, ToolchainError)
-
-
-_TOOLS: KnowledgeFile[_File] = KnowledgeFile("toolchain.toml", _load, absent=_File)
-
-
-def load_tools() -> list[Tool]:
-    """The tools of the knowledge folder in force, read once per file version. Raises ToolchainError (one
-    line naming the file and the field)."""
-    return _TOOLS().tool
 
 
 def _naming_lines(tool: Tool, inp: GeneratorInput) -> list[int]:
