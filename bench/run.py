@@ -305,13 +305,23 @@ def _run_agents(
         say(f"{w.name}: agent: {r.status}, {r.found}, {count(r.launches, 'launch', fmt='g')}, {r.wall_s:.1f} s")
     if "agent-empty" in methods and empty_knowledge is not None:
         say(f"{w.name}: agent, empty catalog")
-        out["agent-empty"] = r = run_agent(
-            w,
-            transcripts=root / "transcripts-empty",
-            seed=f"bench:{w.name}:agent",
-            knowledge=empty_knowledge,
-            method="agent-empty",
-        )
+        # The ablation faces the same draws as the agent: the same seed name, its own launch counter (a
+        # flaky world's n-th launch is live or not alike for both, whether or not the agent ran first).
+        saved_state = os.environ.get("HYPOLOOP_LAB_STATE")
+        os.environ["HYPOLOOP_LAB_STATE"] = str(root / "lab-state-empty")
+        try:
+            out["agent-empty"] = r = run_agent(
+                w,
+                transcripts=root / "transcripts-empty",
+                seed=f"bench:{w.name}:agent",
+                knowledge=empty_knowledge,
+                method="agent-empty",
+            )
+        finally:
+            if saved_state is None:
+                os.environ.pop("HYPOLOOP_LAB_STATE", None)
+            else:
+                os.environ["HYPOLOOP_LAB_STATE"] = saved_state
         say(f"{w.name}: agent, empty catalog: {r.status}, {r.found}, {count(r.launches, 'launch', fmt='g')}")
     return out
 

@@ -374,3 +374,28 @@ def test_issue_20_targets_per_world_set_name_the_runs_over_the_launch_bound() ->
     got = rows["agent launches <= chain length + 3 on every sealed world"]
     assert (got.measured, got.met) == ("s0 (5 > 4)", False)
     assert not any("agent-empty" in name for name in rows)
+
+
+def test_the_empty_catalog_run_faces_the_same_lab_draws_as_the_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flaky world's n-th launch is live or not alike for the agent and its empty-catalog ablation, whether
+    or not the agent ran first: the ablation's launches are numbered from 0 under the agent's seed (its own
+    lab counter), not after the agent's. The seeds are those the lab itself draws (``lab.chance``)."""
+    from bench import run as bench_run
+    from bench.method_result import MethodResult
+    from lab.chance import launch_seed
+
+    (world,) = discover(["r1-mxfp4-mi355x-dp8"])
+    firsts: dict[str, list[str]] = {}
+
+    def fake_agent(w, *, transcripts, seed, knowledge=None, method="agent"):  # type: ignore[no-untyped-def]
+        env = dict(os.environ) | {"HYPOLOOP_LAB_SEED": seed}
+        firsts[method] = [launch_seed(env) for _ in range(3)]  # three launches, as the lab numbers them
+        return MethodResult(method=method, correct=True, launches=3, host_s=0.0, wall_s=0.0)
+
+    monkeypatch.setattr(bench_run, "run_agent", fake_agent)
+    monkeypatch.setenv("HYPOLOOP_LAB_STATE", str(tmp_path / "lab-state"))
+    bench_run._run_agents(world, tmp_path, ("agent", "agent-empty"), lambda _s: None, tmp_path / "k")
+    assert firsts["agent"] == firsts["agent-empty"] == [f"bench:{world.name}:agent:{n}" for n in range(3)]
+    assert os.environ["HYPOLOOP_LAB_STATE"] == str(tmp_path / "lab-state")  # restored afterwards

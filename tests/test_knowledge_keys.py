@@ -46,6 +46,7 @@ JUNK_IN_ENTRY = [
     ("resolution.toml", "[[fallback]]\n", "[[fallback]]\nbogus_key = 1\n", "bogus_key"),
     ("libraries.toml", "[[library]]\n", "[[library]]\nbogus_key = 1\n", "bogus_key"),
     ("value_types.toml", "[[message]]\n", "[[message]]\nbogus_key = 1\n", "bogus_key"),
+    ("toolchain.toml", "[[tool]]\n", "[[tool]]\nbogus_key = 1\n", "bogus_key"),
 ]
 
 

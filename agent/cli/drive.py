@@ -258,7 +258,7 @@ def command_for(run: Any) -> str:
 
 def check_knowledge() -> None:
     """Load every file of the knowledge folder in force (engines, signatures, hypothesis catalog and flag
-    roles, symptom rules, localising experiments, planner weights, implementations, packages, native libraries, limits, risk rules, what a deployment
+    roles, symptom rules, localising experiments, toolchain, planner weights, implementations, packages, native libraries, limits, risk rules, what a deployment
     is, budgets, argument resolution, value types, subsystems, hardware, model families, config facts, the probe set) once, before anything is
     launched; a file that cannot be used is one line and exit 2 (the errors, all ValueErrors, name the file
     and the entry)."""
@@ -275,6 +275,7 @@ def check_knowledge() -> None:
     from agent.planning.resolution import load_resolution
     from agent.planning.served import served_settings
     from agent.planning.switches import load_switches
+    from agent.planning.toolchain import load_tools
     from agent.planning.weights import weights
     from agent.run.approval.policy import load_risk_rules
     from tools.engines import engines_data
@@ -286,6 +287,7 @@ def check_knowledge() -> None:
         symptom_rules()
         load_localisers()
         load_switches()
+        load_tools()
         weights()
         implementations()
         packages_knowledge()

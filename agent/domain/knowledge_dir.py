@@ -49,6 +49,7 @@ KNOWLEDGE_FILES = (
     "resolution.toml",
     "libraries.toml",
     "value_types.toml",
+    "toolchain.toml",
 )
 
 

@@ -37,7 +37,8 @@ class Switch(BaseModel):
     other: str
     implementation: str
     alternative: str
-    turned_off_by: list[str] = Field(min_length=1)
+    turned_off_by: list[str] = Field(default_factory=list)
+    stall_stages: list[str] = Field(default_factory=list)
     source: str
 
 

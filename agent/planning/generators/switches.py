@@ -13,12 +13,21 @@ hardware exception: issue 20, points 3 and 8) makes every implementation the run
 frame it surfaced in is not where it happened: the implementation a switch selects by default on this
 platform ran if its subsystem is in play, so it is a suspect as a backend the failing run used is for the
 component generator (``SUSPECT_FACTOR``), its other implementation the test.
+
+A silent stall names no place either (symptom ``hang`` with the server never ready, the log stopped with no
+error; or a ready server's request that never got an answer, no error logged: stage ``serve``): the
+implementation a switch selects by default is a suspect when the stall came at a stage during which that
+implementation runs and the ranks wait on it (the switch's ``stall_stages``: NCCL's peer-to-peer transport
+carries the first collectives at distributed init, a custom all-reduce every forward pass), with the same
+weight. Its test takes the whole subsystem out where a flag does (the ranks then no longer wait in it; once
+that serves, the other implementation is tried as above), else sets the switch's other value.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agent.domain.failure import timed_out_only
 from agent.domain.models import Change, Evidence, Hypothesis, Intervention
 from agent.planning.in_play import InPlay, load_subsystems, platform_of
 from agent.planning.matching import same_value
@@ -37,6 +46,8 @@ WEIGHT = 0.08
 #: A suspect's share of it: the component generator's ``SUSPECT_FACTOR`` (a backend the failing run used,
 #: where a kernel failed and no frame names it); no new tunable.
 SUSPECT_FACTOR = 0.4
+#: The stage name of a stall on a ready server (a request that never got an answer), for ``stall_stages``.
+SERVING = "serve"
 #: Symptoms of an asynchronous device fault, whose printed frame is not where the kernel failed.
 _ASYNC_FAULTS = frozenset({"illegal_memory_access", "device_assert", "device_fault"})
 
@@ -65,35 +76,54 @@ class SwitchGenerator:
         device = inp.baseline.flags.get("--device")
         platform = platform_of(inp.fingerprint, str(device) if device not in (None, True) else None, load_subsystems())
         faulted = inp.evidence.stage != "ok" and bool(_ASYNC_FAULTS & set(inp.evidence.symptoms))
+        stalled_at = _silent_stall_stage(inp)
         out = []
         for sw in switches:
             if platform not in sw.platforms or same_value(inp.baseline.env.get(sw.env), sw.other):
                 continue
             served = _served_without(sw, inp)
-            if served is None and not faulted:
+            stalled = stalled_at is not None and stalled_at in sw.stall_stages
+            if served is None and not (stalled or (faulted and sw.turned_off_by)):
                 continue
             in_play = InPlay(inp.fingerprint, inp.baseline, inp.reference.server_args, inp.flags)
             if in_play.why_not(Change(kind="env", name=sw.env, before=inp.baseline.env.get(sw.env),
                                       after=sw.other)) is not None:
                 continue
-            out.append(self._hypothesis(sw, inp, served))
+            out.append(self._hypothesis(sw, inp, served, stalled_at if stalled else None))
         return out
 
-    def _hypothesis(self, sw: Switch, inp: GeneratorInput, served: tuple[str, str] | None) -> Hypothesis:
+    def _hypothesis(self, sw: Switch, inp: GeneratorInput, served: tuple[str, str] | None,
+                    stalled_at: str | None = None) -> Hypothesis:
         """The candidate of one switch: supported by the workaround that served, else a suspect of an
-        asynchronous device fault (its default implementation ran where the kernel may have failed)."""
+        asynchronous device fault (its default implementation ran where the kernel may have failed) or of
+        a silent stall at a stage where it first runs (``stalled_at``)."""
+        flag = served[0] if served is not None else (sw.turned_off_by[0] if sw.turned_off_by else None)
         if served is not None:
-            flag, exp_id = served
+            exp_id = served[1]
             why = f"{flag} took the whole subsystem out and the server served"
             evidence = Evidence(kind="experiment", detail=f"{flag} took {sw.subsystem} out and the server served",
                                 experiment_id=exp_id)
             weight = WEIGHT
+        elif stalled_at is not None:
+            why = (f"the server went silent during {stalled_at} with no error (a stall names no place) and "
+                   f"{sw.implementation} first runs there, the ranks waiting on it: {sw.subsystem} is in play here")
+            evidence = Evidence(kind="fact", detail=why, experiment_id=inp.evidence.experiment_id)
+            weight = WEIGHT * SUSPECT_FACTOR
         else:
-            flag = sw.turned_off_by[0]
             why = (f"a kernel faulted asynchronously (where the error surfaced is not where it happened) and "
                    f"{sw.implementation} ran: {sw.subsystem} is in play here")
             evidence = Evidence(kind="fact", detail=why, experiment_id=inp.evidence.experiment_id)
             weight = WEIGHT * SUSPECT_FACTOR
+        other = Intervention(kind="env", names=[sw.env], values=[sw.other], decisive=True, cost="none",
+                             note=f"{sw.alternative} instead of {sw.implementation}")
+        if flag is None:
+            interventions = [other]
+        else:
+            whole = Intervention(kind="flag", names=[flag], values=[True], decisive=True, cost="low",
+                                 workaround=True, note=f"no {sw.subsystem} implementation at all")
+            # a stall is localised first: with the whole subsystem out the ranks no longer wait in it (the
+            # workaround that serves then brings this switch's narrower test back, the `served` path)
+            interventions = [whole] if stalled_at is not None else [other, whole]
         return Hypothesis(
             id=f"{SWITCH_PREFIX}{sw.id}",
             statement=f"{sw.implementation}, which {sw.env} selects by default ({sw.default}) on this "
@@ -104,10 +134,18 @@ class SwitchGenerator:
             rationale=f"{why}; {sw.env} chooses its implementation ({sw.source})",
             generator=self.name,
             evidence=[evidence],
-            interventions=[
-                Intervention(kind="env", names=[sw.env], values=[sw.other], decisive=True, cost="none",
-                             note=f"{sw.alternative} instead of {sw.implementation}"),
-                Intervention(kind="flag", names=[flag], values=[True], decisive=True, cost="low",
-                             workaround=True, note=f"no {sw.subsystem} implementation at all"),
-            ],
+            interventions=interventions,
         )
+
+
+def _silent_stall_stage(inp: GeneratorInput) -> str | None:
+    """The stage at which the failing launch went silent: its ``stall_stage`` fact when it never became
+    ready and its log shows no error (symptom ``hang``, no traceback), ``SERVING`` when a ready server's
+    only failure is a request that got no answer with no error in the log (``timed_out_only``), else
+    None."""
+    ev = inp.evidence
+    if timed_out_only(ev):
+        return SERVING
+    if ev.stage != "timeout" or "hang" not in ev.symptoms or ev.tracebacks:
+        return None
+    return ev.facts.get("stall_stage")

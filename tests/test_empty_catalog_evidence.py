@@ -1,0 +1,164 @@
+"""Reasoning from the evidence alone (issue 20, the empty-catalog ablation): with every file that maps a
+symptom to a remedy emptied, the rule planner still reaches the change an engineer reads from the host:
+
+- a start-up that goes silent after distributed init on several ranks: NCCL's peer-to-peer transport, which
+  carries the first collectives then, is a suspect (knowledge/switches.toml ``stall_stages``), its other
+  transport the test; not on one rank, not for a stall at a later stage, not on a platform NCCL is not read on;
+- an error that names a tool a package runs (Triton's ``ptxas fatal``): the package's variable pointed at
+  the host toolkit's copy, the toolkit's root read from the host's check_env (knowledge/toolchain.toml);
+- a burst that fails in the overlap scheduler's event loop: the batch feature the failing frames spell
+  (``scheduler.event_loop_overlap()``) is weighed above the batch features they do not.
+
+Real parts: SGLang 0.5.23's own ``--help`` (tests/data/help_sglang_0.5.23.txt), the repository's knowledge
+with its answer catalogs emptied as the bench empties them (``bench.run.empty_catalog_knowledge``), the
+signatures, the analyse step and the rule planner; the logs are SGLang's own lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_localise import FLAGS, H200, MI300X, SITE
+
+from agent.domain.case import Case
+from agent.domain.evidence import RawEvidence
+from agent.domain.knowledge_dir import use_knowledge
+from agent.domain.models import Experiment, Hypothesis
+from agent.planning.catalog import load_catalog
+from agent.planning.planner import PlannerView, RulePlanner
+from tools.fingerprint import HostFingerprint
+from tools.probes import ProbeResult
+from tools.signatures import for_engine, load_signatures
+
+from agent.run.nodes.analyze import classify_outcome  # isort: skip
+
+ARGS = "[2026-12-03 10:00:00] server_args=ServerArgs(model_path='/m/q', tp_size={tp})\n"
+INIT = ("[2026-12-03 10:00:01 TP0] Init torch distributed begin.\n"
+        "[2026-12-03 10:00:02 TP0] sglang is using nccl==2.27.7\n"
+        "[2026-12-03 10:00:17 TP0] Init torch distributed ends. elapsed=15.00 s, mem usage=1.10 GB\n")
+PTXAS = f"""[2026-12-03 10:00:10 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/model_executor/model_runner.py", line 2188, in init_device_graphs
+    self.graph_runner = graph_runners[self.device](self)
+  File "{SITE}/sglang/srt/model_executor/cuda_graph_runner.py", line 423, in __init__
+    raise Exception(
+Exception: Capture cuda graph failed: PTXAS error: Internal Triton PTX codegen error
+`ptxas` stderr:
+ptxas fatal   : Value 'sm_120' is not defined for option 'gpu-name'
+"""
+IMA = """[2026-12-03 10:01:00 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{site}/sglang/srt/managers/scheduler.py", line 6231, in run_scheduler_process
+    scheduler.{loop}()
+  File "{site}/sglang/srt/managers/scheduler.py", line 4614, in run_batch
+    batch_result = self.model_worker.forward_batch_generation(
+  File "{site}/sglang/srt/layers/attention/triton_backend.py", line 163, in forward_extend
+    lens = seq_lens.tolist()
+torch.AcceleratorError: CUDA error: an illegal memory access was encountered
+CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be incorrect.
+For debugging consider passing CUDA_LAUNCH_BLOCKING=1
+"""
+RTX5090 = HostFingerprint(gpu_vendor="nvidia", gpu_name="NVIDIA GeForce RTX 5090", gpu_count=1,
+                          compute_capability="12.0", memory_total_mib=32607, sglang_version="0.5.23",
+                          check_env={"CUDA_HOME": "/opt/cuda-13.0", "NVCC": "Cuda compilation tools, release 13.0"})
+
+
+@pytest.fixture
+def empty(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The knowledge folder the bench's agent-empty method runs with, in force for the test."""
+    from bench.run import empty_catalog_knowledge
+
+    with use_knowledge(empty_catalog_knowledge(tmp_path)):
+        assert load_catalog() == []
+        yield
+
+
+def _failed(fp: HostFingerprint, flags: dict[str, object], log: str, *, status: str = "crashed",
+            facts: dict[str, str] | None = None, probes: list[ProbeResult] | None = None,
+            env: dict[str, str] | None = None) -> tuple[RulePlanner, PlannerView, Experiment | None]:
+    """The baseline ``flags``/``env`` launched on ``fp`` and ended as ``status`` with ``log`` (and the
+    watcher's ``facts``, the ``probes``' answers); returns the planner, its view and its next experiment."""
+    case = Case.model_validate({"name": "c", "model": {"path": "/m/q"}, "baseline": {"flags": flags, "env": env or {}}})
+    planner, view = RulePlanner(load_catalog(), FLAGS), PlannerView(case=case, fingerprint=fp)
+    first = planner.propose(view, planner.history(view)).experiment
+    assert first is not None and first.purpose == "baseline"
+    raw = RawEvidence.from_log(first.id, log, for_engine(load_signatures(), "sglang"), "x.log")
+    raw = raw.model_copy(update={"status": status, "facts": raw.facts | (facts or {}), "probes": probes or []})
+    view.experiments.append(first.model_copy(update={"status": "done"}))
+    view.outcomes.append(classify_outcome(raw))
+    view.launches += 1
+    return planner, view, planner.propose(view, planner.history(view)).experiment
+
+
+def _ledger(planner: RulePlanner, view: PlannerView) -> dict[str, Hypothesis]:
+    return {h.id: h for h in planner.history(view).hypotheses}
+
+
+STALLED = {"stalled_after": "init_torch_distributed_end", "stall_stage": "load"}
+
+
+def test_a_silent_stall_after_distributed_init_on_two_ranks_tests_nccls_other_transport(empty: None) -> None:
+    fp = H200.model_copy(update={"gpu_count": 2})
+    planner, view, nxt = _failed(fp, {"--tp-size": 2}, ARGS.format(tp=2) + INIT, status="stalled", facts=STALLED)
+    assert view.outcomes[-1].stage == "timeout" and "hang" in view.outcomes[-1].symptoms
+    assert nxt is not None and nxt.change is not None, "no change proposed for a silent multi-rank stall"
+    assert (nxt.change.kind, nxt.change.name, nxt.change.after) == ("env", "NCCL_P2P_DISABLE", "1")
+    h = _ledger(planner, view)["switch:nccl-p2p-transport"]
+    assert "went silent" in h.rationale and "no error" in h.rationale
+
+
+@pytest.mark.parametrize(("what", "fp", "tp", "facts"), [
+    ("one rank: no collective runs", H200, 1, STALLED),
+    ("a stall at capture: the collectives had worked", H200.model_copy(update={"gpu_count": 2}), 2,
+     {"stalled_after": "capture_begin", "stall_stage": "capture"}),
+    ("a ROCm host: not NCCL's variable there", MI300X.model_copy(update={"gpu_count": 2}), 2, STALLED),
+])
+def test_nccls_transport_is_no_suspect_where_it_does_not_run_then(
+    empty: None, what: str, fp: HostFingerprint, tp: int, facts: dict[str, str]
+) -> None:
+    planner, view, _ = _failed(fp, {"--tp-size": tp}, ARGS.format(tp=tp) + INIT, status="stalled", facts=facts)
+    assert "switch:nccl-p2p-transport" not in _ledger(planner, view), what
+
+
+def test_an_error_naming_ptxas_points_triton_at_the_host_toolkits_copy(empty: None) -> None:
+    planner, view, nxt = _failed(RTX5090, {"--attention-backend": "triton"}, ARGS.format(tp=1) + PTXAS)
+    assert nxt is not None and nxt.change is not None
+    # the toolkit's root is the one the host's check_env printed, not a guess
+    assert (nxt.change.kind, nxt.change.name, nxt.change.after) == ("env", "TRITON_PTXAS_PATH", "/opt/cuda-13.0/bin/ptxas")
+    h = _ledger(planner, view)["tool:triton-ptxas"]
+    assert h.evidence[0].lines, "the hypothesis cites the log lines that name the tool"
+
+
+def test_no_toolchain_test_without_the_tools_error_or_with_the_variable_already_set(empty: None) -> None:
+    other = PTXAS[:PTXAS.index("Exception:")] + "Exception: Capture cuda graph failed: invalid argument\n"
+    planner, view, _ = _failed(RTX5090, {"--attention-backend": "triton"}, ARGS.format(tp=1) + other)
+    assert not any(i.startswith("tool:") for i in _ledger(planner, view))
+    planner, view, _ = _failed(RTX5090, {"--attention-backend": "triton"}, ARGS.format(tp=1) + PTXAS,
+                               env={"TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas"})
+    assert not any(i.startswith("tool:") for i in _ledger(planner, view))
+
+
+BURST = [ProbeResult(probe_id="chat", ok=True, status="ok", http_status=200, text="Paris", latency_s=1.0),
+         ProbeResult(probe_id="load:chat:x8", ok=False, status="connection_error", latency_s=2.0,
+                     error="3 of 8 concurrent requests failed")]
+
+
+def _burst_in(loop: str) -> dict[str, Hypothesis]:
+    fp = H200.model_copy(update={"gpu_count": 1})
+    planner, view, _ = _failed(fp, {}, ARGS.format(tp=1) + IMA.format(site=SITE, loop=loop),
+                               status="crashed", probes=BURST)
+    assert view.outcomes[-1].burst_failed
+    return _ledger(planner, view)
+
+
+def test_a_burst_that_failed_in_the_overlap_event_loop_weighs_the_overlap_schedule_above_other_batch_features(
+    empty: None,
+) -> None:
+    ledger = _burst_in("event_loop_overlap")
+    overlap = ledger["load:--disable-overlap-schedule"]
+    assert any("spell every word of overlap schedule" in e.detail for e in overlap.evidence)
+    others = [h for i, h in ledger.items() if i.startswith("load:--disable-") and i != overlap.id]
+    assert others and all(overlap.weight > h.weight for h in others)
+    # the same burst in the normal event loop: the overlap schedule is one batch feature among the others
+    plain = _burst_in("event_loop_normal")
+    weights = {h.weight for i, h in plain.items() if i.startswith("load:--disable-")}
+    assert len(weights) == 1 and plain["load:--disable-overlap-schedule"].weight < overlap.weight
