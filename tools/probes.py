@@ -265,31 +265,24 @@ def _judge(probe: Probe, text: str | None, reasoning: str | None, start: float, 
     return _finish(probe, answer or thinking, start, status)
 
 
-_CLIENT_READY = threading.Event()
-_CLIENT_LOCK = threading.Lock()
+_CLIENT_IMPORT: list[threading.Thread] = []
 
 
 def import_client_in_background() -> None:
-    """Import the OpenAI client in a daemon thread, once per process, so that the import is over before
-    the first chat probe.
+    """Import the OpenAI client in a daemon thread, once per process, as a launch starts: the server loads
+    for seconds to minutes while this process only watches its log, and the import (~0.35 s idle, seconds
+    on a busy machine) would otherwise be paid after the server is ready, as host-seconds of a server
+    waiting to be probed. A probe that comes first waits on Python's import lock. Never raises."""
+    if not _CLIENT_IMPORT:
+        _CLIENT_IMPORT.append(threading.Thread(target=_import_client, name="import-openai", daemon=True))
+        _CLIENT_IMPORT[0].start()
 
-    Call it as a launch starts: the server loads for seconds to minutes while this process only watches its
-    log, and the import (~0.35 s on an idle machine, several seconds on a busy one) would otherwise be paid
-    after the server is ready, while it sits idle waiting to be probed — host-seconds of a machine that is
-    the scarce resource. The import stays lazy for the commands that never probe; Python's import lock makes
-    a probe that comes first simply wait for it. Never raises: an import error shows at the probe."""
-    with _CLIENT_LOCK:
-        if _CLIENT_READY.is_set():
-            return
-        _CLIENT_READY.set()
 
-    def _load() -> None:
-        try:
-            import openai  # noqa: F401
-        except Exception:  # noqa: BLE001 - the probe's own import reports it
-            pass
-
-    threading.Thread(target=_load, name="import-openai", daemon=True).start()
+def _import_client() -> None:
+    try:
+        import openai  # noqa: F401
+    except Exception:  # noqa: BLE001 - the probe's own import reports it
+        pass
 
 
 def _run_chat(
