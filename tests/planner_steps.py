@@ -4,16 +4,20 @@ the planner's next proposal (the graph's launch, analyse and design nodes withou
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
+from agent.domain.knowledge_dir import use_knowledge
 from agent.domain.models import Baseline, Experiment
 from agent.planning.catalog import load_catalog
 from agent.planning.planner import RulePlanner
 from agent.planning.view import PlannerView, Proposal
 from agent.run.nodes.analyze import classify_outcome
 from agent.run.nodes.intake import _read_model_and_cpus
+from bench.run import empty_catalog_knowledge
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog
 from tools.host import LocalHost
@@ -61,3 +65,11 @@ def fingerprint_with_model(
                                 "baseline": {"flags": {"--model-path": str(model)}}})
     _read_model_and_cpus(LocalHost(), case, fp)
     return fp, str(model)
+
+
+@contextmanager
+def empty_catalog(tmp_path: Path) -> Iterator[None]:
+    """The bench's ablation in force meanwhile: the knowledge folder `python -m bench` gives the
+    agent-empty method, every file that maps a symptom to a remedy emptied."""
+    with use_knowledge(empty_catalog_knowledge(tmp_path)):
+        yield

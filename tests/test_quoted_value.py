@@ -13,15 +13,13 @@ runs it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytest
-from planner_steps import after_failed_launch
+from planner_steps import after_failed_launch, empty_catalog
 
 from agent.domain.case import Case
-from agent.domain.knowledge_dir import use_knowledge
 from agent.domain.models import Change, Experiment, LogLine
 from agent.planning.catalog import load_catalog
 from agent.planning.planner import PlannerView, Proposal, RulePlanner
@@ -37,16 +35,6 @@ CPU_HOST = HostFingerprint(gpu_vendor="none", gpu_count=0, sglang_version="0.32.
 CAPPED = ("vLLM stops at start-up with 'Value error, invalid literal for int() with base 10' since we capped its "
           "KV cache at 1.5 GiB to keep its memory use small on our CPU box")
 
-
-@contextmanager
-def _empty_catalog(tmp_path: Path) -> Iterator[None]:
-    """The bench's ablation: every file that maps a symptom to a remedy emptied."""
-    folder = tmp_path / "knowledge"
-    folder.mkdir(exist_ok=True)
-    for name in ("hypotheses.toml", "symptoms.toml"):
-        (folder / name).write_text("")
-    with use_knowledge(folder):
-        yield
 
 
 def _failed(planner: RulePlanner, view: PlannerView, exp: Experiment, log: str) -> Proposal:
@@ -79,7 +67,7 @@ def test_a_fraction_the_engine_reads_as_an_integer_is_set_to_the_nearest_whole_n
     """The error names no setting and surfaced in pydantic's validator; only VLLM_CPU_KVCACHE_SPACE holds
     1.5. The first test keeps the user's cap, rounded down, as a root fix; unsetting the variable (vLLM then
     takes most of the host's memory) is ranked below it as a workaround."""
-    with _empty_catalog(tmp_path) if ablation else nullcontext():
+    with empty_catalog(tmp_path) if ablation else nullcontext():
         planner, view, first = _start(CAPPED, {"--enforce-eager": True}, {"VLLM_CPU_KVCACHE_SPACE": "1.5"})
         prop = _failed(planner, view, first, "kvspace-fraction")
         state = planner.history(view)

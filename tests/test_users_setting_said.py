@@ -21,17 +21,15 @@ rule planner and the conclusion's blame; the logs are SGLang's formats with the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import pytest
-from planner_steps import after_failed_launch
+from planner_steps import after_failed_launch, empty_catalog
 
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
-from agent.domain.knowledge_dir import use_knowledge
 from agent.domain.models import Change, Conclusion, LogLine
 from agent.planning.blame import blamed
 from agent.planning.catalog import load_catalog
@@ -77,16 +75,6 @@ Extension modules: numpy._core._multiarray_umath, torch._C (total: 2)
 """
 
 
-@contextmanager
-def _empty_catalog(tmp_path: Path) -> Iterator[None]:
-    """The bench's ablation: every file that maps a symptom to a remedy emptied."""
-    folder = tmp_path / "knowledge"
-    folder.mkdir(exist_ok=True)
-    for name in ("hypotheses.toml", "symptoms.toml"):
-        (folder / name).write_text("")
-    with use_knowledge(folder):
-        yield
-
 
 def _first_test(log: str, env: dict[str, str] | None = None) -> Change:
     """The change the planner tests first after the case's baseline failed with ``log`` on the ROCm host."""
@@ -106,7 +94,7 @@ def _first_test(log: str, env: dict[str, str] | None = None) -> Change:
 @pytest.mark.parametrize("ablation", [False, True], ids=["catalog", "empty-catalog"])
 def test_the_users_setting_the_engine_says_took_effect_and_the_abort_names_is_reverted_first(
         tmp_path: Path, ablation: bool) -> None:
-    with _empty_catalog(tmp_path) if ablation else nullcontext():
+    with empty_catalog(tmp_path) if ablation else nullcontext():
         change = _first_test(ARGS + SAID + ABORT)
     assert (change.kind, change.name, change.after) == ("env", "SGLANG_AITER_MLA_GLUON", None), change
 

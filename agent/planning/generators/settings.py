@@ -345,15 +345,21 @@ class _Implication:
         if len(mine) < 2 or not all(hits.values()):
             return None
         named = set().union(*hits.values())
+        named -= self.rivals_spell(name, named)
+        if not named:
+            return None
+        return (f"the failing frames' names ({', '.join(sorted(set().union(*hits.values())))}) spell every word "
+                f"of {name}, and {', '.join(sorted(named))} no other of the baseline's settings")
+
+    def rivals_spell(self, name: str, words: set[str]) -> set[str]:
+        """Those of ``words`` that a word of another of the baseline's settings (its rivals) spells: words
+        that do not single ``name`` out."""
         theirs: set[str] = set()
         for other in self._rivals(name):
             if other != name:
                 for w in name_words(other.lstrip("-")) - {self.engine}:
-                    theirs |= spelled(w, named)
-        if not named - theirs:
-            return None
-        return (f"the failing frames' names ({', '.join(sorted(named))}) spell every word of {name}, "
-                f"and {', '.join(sorted(named - theirs))} no other of the baseline's settings")
+                    theirs |= spelled(w, words)
+        return theirs
 
     def announced(self, name: str) -> str | None:
         """Why the failing run's own log points at the user's setting ``name``: a line the engine wrote
@@ -375,16 +381,12 @@ class _Implication:
         if line is None:
             return None
         named = set().union(*(spelled(w, self.failing_words) for w in mine))
-        theirs: set[str] = set()
-        for other in self._rivals(name):
-            if other != name:
-                for w in name_words(other.lstrip("-")) - {self.engine}:
-                    theirs |= spelled(w, named)
-        if not named - theirs:
+        named -= self.rivals_spell(name, named)
+        if not named:
             return None
         message = read_record(line.text.strip()).message.strip()
         return (f"the engine's log says {name} took effect ({message[:120]!r}, line {line.line}), and the lines "
-                f"that state the failure name {', '.join(sorted(named - theirs))} as no other of the baseline's "
+                f"that state the failure name {', '.join(sorted(named))} as no other of the baseline's "
                 "settings does: the failure is on the path the user's setting chose")
 
     def prompt_bound(self, name: str) -> int | None:
