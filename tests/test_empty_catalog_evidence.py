@@ -5,9 +5,7 @@ symptom to a remedy emptied, the rule planner still reaches the change an engine
   carries the first collectives then, is a suspect (knowledge/switches.toml ``stall_stages``), its other
   transport the test; not on one rank, not for a stall at a later stage, not on a platform NCCL is not read on;
 - an error that names a tool a package runs (Triton's ``ptxas fatal``): the package's variable pointed at
-  the host toolkit's copy, the toolkit's root read from the host's check_env (knowledge/toolchain.toml);
-- a burst that fails in the overlap scheduler's event loop: the batch feature the failing frames spell
-  (``scheduler.event_loop_overlap()``) is weighed above the batch features they do not.
+  the host toolkit's copy, the toolkit's root read from the host's check_env (knowledge/toolchain.toml).
 
 Real parts: SGLang 0.5.23's own ``--help`` (tests/data/help_sglang_0.5.23.txt), the repository's knowledge
 with its answer catalogs emptied as the bench empties them (``bench.run.empty_catalog_knowledge``), the
@@ -135,30 +133,3 @@ def test_no_toolchain_test_without_the_tools_error_or_with_the_variable_already_
     planner, view, _ = _failed(RTX5090, {"--attention-backend": "triton"}, ARGS.format(tp=1) + PTXAS,
                                env={"TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas"})
     assert not any(i.startswith("tool:") for i in _ledger(planner, view))
-
-
-BURST = [ProbeResult(probe_id="chat", ok=True, status="ok", http_status=200, text="Paris", latency_s=1.0),
-         ProbeResult(probe_id="load:chat:x8", ok=False, status="connection_error", latency_s=2.0,
-                     error="3 of 8 concurrent requests failed")]
-
-
-def _burst_in(loop: str) -> dict[str, Hypothesis]:
-    fp = H200.model_copy(update={"gpu_count": 1})
-    planner, view, _ = _failed(fp, {}, ARGS.format(tp=1) + IMA.format(site=SITE, loop=loop),
-                               status="crashed", probes=BURST)
-    assert view.outcomes[-1].burst_failed
-    return _ledger(planner, view)
-
-
-def test_a_burst_that_failed_in_the_overlap_event_loop_weighs_the_overlap_schedule_above_other_batch_features(
-    empty: None,
-) -> None:
-    ledger = _burst_in("event_loop_overlap")
-    overlap = ledger["load:--disable-overlap-schedule"]
-    assert any("spell every word of overlap schedule" in e.detail for e in overlap.evidence)
-    others = [h for i, h in ledger.items() if i.startswith("load:--disable-") and i != overlap.id]
-    assert others and all(overlap.weight > h.weight for h in others)
-    # the same burst in the normal event loop: the overlap schedule is one batch feature among the others
-    plain = _burst_in("event_loop_normal")
-    weights = {h.weight for i, h in plain.items() if i.startswith("load:--disable-")}
-    assert len(weights) == 1 and plain["load:--disable-overlap-schedule"].weight < overlap.weight

@@ -6,12 +6,6 @@ concurrency at which the failure showed (``--max-running-requests``, ``--cuda-gr
 from the bursts this run sent, the largest that passed or half the failing one), and turn off the
 scheduler features that only act on batches of several requests (switches whose names speak of
 overlap scheduling, padding, the radix cache, found in the host's ``--help``).
-
-Such a feature is weighed as strongly as an implementation the failing frames run in (the component
-generator's ``PACKAGE_FACTOR``) when the failing engine frames' modules, functions and printed source lines,
-the process's driver loop included, spell every word of the feature's name (``--disable-overlap-schedule`` and
-the driver's printed line ``scheduler.event_loop_overlap()``): which event loop ran the batch is structure, true even when an
-asynchronous fault's report names the wrong kernel, and it says the feature was running.
 """
 
 from __future__ import annotations
@@ -20,18 +14,14 @@ import re
 
 from agent.domain.models import Evidence, Hypothesis, Intervention
 from agent.planning.generators import GeneratorInput
-from agent.planning.generators.common import canon, engine_package, explicit
+from agent.planning.generators.common import canon, explicit
 from agent.planning.generators.implementations import implementations
-from agent.planning.words import GENERIC_WORDS, spelled
 
 __all__ = ["LoadGenerator", "passing_level"]
 
 #: Weights: a batch cap avoids any batch-dependent fault but costs throughput (a workaround).
 CAP_WEIGHT = 0.06
 FEATURE_WEIGHT = 0.05
-#: A batch-only feature the failing frames spell: the component generator's ``PACKAGE_FACTOR`` (the failing
-#: frames run in the code of the choice), not imported, to keep the import chain short; no new tunable.
-FRAMES_FACTOR = 2.0
 
 
 def passing_level(inp: GeneratorInput, failing: int) -> int:
@@ -90,43 +80,17 @@ class LoadGenerator:
                 if explicit(inp, spec):
                     continue
                 what = spec.name.removeprefix("--disable-").replace("-", " ")
-                spelt = frames_spell(inp, what)
-                found = list(evidence)
-                if spelt:
-                    found.append(Evidence(kind="fact", experiment_id=ev.experiment_id,
-                                          detail=f"the failing frames ran in its code: their names ({', '.join(spelt)}) "
-                                          f"spell every word of {what}"))
                 out.append(
                     Hypothesis(
                         id=f"load:{spec.name}",
                         statement=f"The {what} feature mishandles batches of several requests",
                         component=f"scheduler.{spec.name.removeprefix('--disable-').replace('-', '_')}",
-                        weight=FEATURE_WEIGHT * (FRAMES_FACTOR if spelt else 1.0),
+                        weight=FEATURE_WEIGHT,
                         rationale="this feature acts only when several requests share a batch",
                         generator=self.name,
-                        evidence=found,
+                        evidence=evidence,
                         interventions=[Intervention(names=[spec.name], values=[True], decisive=True, cost="medium")],
                         support=0.0,  # the catalog may already hold this cause: no second hypothesis then
                     )
                 )
         return out
-
-
-def frames_spell(inp: GeneratorInput, what: str) -> list[str]:
-    """The words of the failing engine frames (module path below the engine's package, function and the
-    source line Python printed, which names the callee: ``scheduler.event_loop_overlap()``; the driver
-    loop's frame included, generic words kept) that spell every word of ``what`` (a feature's name in
-    words, ``overlap schedule``), sorted; [] unless every word is spelled and at least one of them is not a
-    generic word (``schedule`` alone names every scheduler frame)."""
-    engine = engine_package(inp)
-    words: set[str] = set()
-    for tb in inp.evidence.tracebacks:
-        for fr in tb.frames:
-            if fr.package == engine and fr.module:
-                for part in (str(fr.module).split(".", 1)[-1], fr.function or "", fr.code or ""):
-                    words |= {w for w in re.split(r"[^a-z0-9]+", part.lower()) if len(w) >= 2}
-    mine = {w for w in re.split(r"[^a-z0-9]+", what.lower()) if len(w) >= 2}
-    hits = {w: spelled(w, words) for w in mine}
-    if not mine or not all(hits.values()) or mine <= GENERIC_WORDS:
-        return []
-    return sorted(set().union(*hits.values()))
