@@ -330,6 +330,10 @@ def test_secrets_never_reach_any_artefact_or_output(tmp_path: Path) -> None:
     launch = next(e["data"] for e in events if e["type"] == "tool.call" and e["data"]["tool"] == "launch_server")
     assert launch["argv"][launch["argv"].index("--api-key") + 1] == "<redacted>"
     assert launch["env"]["WANDB_API_KEY"] == "<redacted>"
+    # ...and the report shows the mark as text: escaped in the HTML, never a tag of its own that would cut
+    # into the page's markup
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "&lt;redacted&gt;" in html and "<redacted>" not in html
 
 
 def test_a_run_whose_checkpoint_lost_its_next_step_is_not_finished_and_resume_ends_it(tmp_path: Path) -> None:

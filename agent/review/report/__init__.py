@@ -41,7 +41,7 @@ from agent.review.report.model import (
     Report,
 )
 from agent.review.report.steps import excerpt
-from tools.sanitize import visible_data
+from tools.sanitize import map_strings, visible_data
 
 __all__ = [
     "Alternative",
@@ -69,14 +69,14 @@ def render(run: RecordedRun, fmt: str) -> str:
     """The report of ``run`` as ``md`` or ``html`` text. Raises ValueError for another format."""
     # Server log lines, FINDINGS titles, case text: control and escape sequences shown visibly
     # (tools/sanitize.py); the HTML is escaped by its templates, the Markdown here.
-    rep = visible_data(build_report(run))
-    # Log excerpts come from the server logs too, and older transcripts were not redacted: the whole
-    # document passes the run's redaction (the case as recorded, this process's environment).
-    redact = run_redactor(_recorded_case(run))
+    # Log excerpts come from the server logs too, and older transcripts were not redacted: every text of
+    # the report passes the run's redaction (the case as recorded, this process's environment) before it
+    # is rendered, so that `<redacted>` is escaped like any text and never cuts into the HTML's own tags.
+    rep = map_strings(visible_data(build_report(run)), run_redactor(_recorded_case(run)))
     if fmt == "md":
-        return redact(render_markdown(md_safe(rep)))
+        return render_markdown(md_safe(rep))
     if fmt == "html":
-        return redact(render_html(rep))
+        return render_html(rep)
     raise ValueError(f"--format {fmt}: expected md or html")
 
 
