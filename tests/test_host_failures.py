@@ -79,7 +79,9 @@ def _run_and_act(
     tmp_path: Path, args: list[str], *, when: str, act: Callable[[], None], scale: str = "0.01", timeout: float = 150
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     """Start ``hypoloop ARGS --transcript-dir tr``; once its transcript holds an event of type ``when``,
-    call ``act``; return the finished process (output captured) and the transcript."""
+    call ``act``; return the finished process (output captured) and the transcript. The launcher is taken
+    away at the baseline's ``server.ready`` (its process has started from it, and the next launch is a probe,
+    a stop and a design away): at its ``outcome`` a busy machine's poll could come after the next launch."""
     proc = subprocess.Popen(
         [*HYPOLOOP, *args, "--transcript-dir", "tr"], cwd=tmp_path, env=cli_env(tmp_path, HYPOLOOP_LAB_TIME_SCALE=scale),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
@@ -160,7 +162,7 @@ def test_a_launcher_module_removed_mid_run_ends_the_run_in_error(tmp_path: Path)
     pkg = _launcher_package(tmp_path)
     case = _case(tmp_path, launcher='["{python}", "-m", "labwrap.launch_server"]',
                  host_env=f'PYTHONPATH = "{pkg.parent}"')
-    r, transcript = _run_and_act(tmp_path, ["run", str(case), "--auto"], when="outcome",
+    r, transcript = _run_and_act(tmp_path, ["run", str(case), "--auto"], when="server.ready",
                                  act=lambda: shutil.rmtree(pkg))
     try:
         events = _assert_ended_in_error(r, transcript, "the launcher's module labwrap.launch_server is not installed")
@@ -176,7 +178,7 @@ def test_a_launcher_removed_mid_run_ends_a_parallel_run_in_error(tmp_path: Path)
     batch code ended the run only for an unreachable host)."""
     script = _launcher_script(tmp_path)
     case = _case(tmp_path, launcher=f'["{script}"]')
-    r, transcript = _run_and_act(tmp_path, ["run", str(case), "--auto", "--parallel", "2"], when="outcome",
+    r, transcript = _run_and_act(tmp_path, ["run", str(case), "--auto", "--parallel", "2"], when="server.ready",
                                  act=script.unlink)
     try:
         events = _assert_ended_in_error(r, transcript, f"command not found: {script}")
@@ -315,7 +317,7 @@ def test_a_launcher_removed_mid_run_over_ssh_ends_the_run_in_error(own_sshd: Any
         gone = _launcher_script(tmp_path)
         case = _case(tmp_path, host=_ssh_host(own_sshd, tmp_path / "remote-runs"), launcher=f'["{gone}"]')
         cause = f"command not found: {gone}"
-    r, transcript = _run_and_act(tmp_path, ["run", str(case), "--auto"], when="outcome",
+    r, transcript = _run_and_act(tmp_path, ["run", str(case), "--auto"], when="server.ready",
                                  act=lambda: shutil.rmtree(gone) if gone.is_dir() else gone.unlink())
     try:
         _assert_ended_in_error(r, transcript, cause)
