@@ -34,6 +34,11 @@ def _case(tmp_path: Path, text: str) -> Path:
             'prompt = "p"\nmax_tokens = "many"\n',
             "field 'probes #2.max_tokens': expected a whole number, got 'many'",
         ),
+        (  # an outcome names each probe by its id: two probes with one id could not be told apart
+            GOOD + '[[probes]]\nid = "p"\nkind = "chat"\nprompt = "a"\n[[probes]]\nid = "p"\nkind = "chat"\n'
+            'prompt = "b"\n',
+            "probes #2.id: 'p' is already the id of probes #1; expected an id of its own",
+        ),
         (GOOD + '[budget]\nready_timeout_s = "soon"\n', "field 'budget.ready_timeout_s': expected a number, got 'soon'"),
         ('approval = "sometimes"\n' + GOOD, "field 'approval': expected one of 'each', 'risky' or 'auto', got 'sometimes'"),
         ('name = "x"\n[model]\nfeatures = []\n', "required key 'path' is missing in [model]"),

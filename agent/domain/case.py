@@ -252,6 +252,17 @@ class Case(_Strict):
                     raise ValueError(f"{where}: {name!r} is not a variable name (expected e.g. NCCL_P2P_DISABLE)")
         return self
 
+    @model_validator(mode="after")
+    def _probe_ids(self) -> Case:
+        # An outcome names each probe by its id ("probes: p=ok, p=wrong_answer" could not be told apart).
+        seen: dict[str, int] = {}
+        for i, probe in enumerate(self.probes, 1):
+            if probe.id in seen:
+                raise ValueError(f"probes #{i}.id: {probe.id!r} is already the id of probes #{seen[probe.id]}; "
+                                 "expected an id of its own")
+            seen[probe.id] = i
+        return self
+
     @field_validator("baseline", mode="before")
     @classmethod
     def _baseline(cls, v: Any) -> Any:
