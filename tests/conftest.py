@@ -27,6 +27,7 @@ _SLOW_SOURCE = ("clirun", "subprocess", "pexpect", "CHROMIUM", "Popen", "TMUX", 
 _SLOW_DEPTH = 30
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks it adds (loadgroup)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``slow`` every test that starts a process: by its fixtures, or by the source of the test, of
     its fixtures or of any function they call (followed through the modules' globals, a few calls deep)."""

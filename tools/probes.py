@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -265,20 +264,11 @@ def _judge(probe: Probe, text: str | None, reasoning: str | None, start: float, 
     return _finish(probe, answer or thinking, start, status)
 
 
-_CLIENT_IMPORT: list[threading.Thread] = []
-
-
-def import_client_in_background() -> None:
-    """Import the OpenAI client in a daemon thread, once per process, as a launch starts: the server loads
-    for seconds to minutes while this process only watches its log, and the import (~0.35 s idle, seconds
-    on a busy machine) would otherwise be paid after the server is ready, as host-seconds of a server
-    waiting to be probed. A probe that comes first waits on Python's import lock. Never raises."""
-    if not _CLIENT_IMPORT:
-        _CLIENT_IMPORT.append(threading.Thread(target=_import_client, name="import-openai", daemon=True))
-        _CLIENT_IMPORT[0].start()
-
-
-def _import_client() -> None:
+def import_client() -> None:
+    """Import the OpenAI client now (~0.35 s on an idle machine, seconds on a busy one). Call it before a
+    launch: imported at the first chat probe, it was paid while a ready server sat idle waiting to be
+    probed, as host-seconds of the scarce machine. It stays out of the commands that never probe. Never
+    raises: an import error shows at the probe."""
     try:
         import openai  # noqa: F401
     except Exception:  # noqa: BLE001 - the probe's own import reports it

@@ -271,8 +271,10 @@ class _Implication:
         self.failing_words: set[str] = set().union(*(name_words(ll.text) for ll in failing))
         #: the other lines of the failing run, with their messages' words: what the engine said while it ran
         said = {ll.line for ll in failing}
-        self.said = [(ll, name_words(read_record(ll.text.strip()).message)) for ll in inp.evidence.log
-                     if ll.line not in said]
+        #: (a logger's record: a traceback's frame and code lines are where the failure went, not what the
+        #: engine said of its settings)
+        self.said = [(ll, name_words(rec.message)) for ll in inp.evidence.log
+                     if ll.line not in said and (rec := read_record(ll.text.strip())).header]
         #: the settings that alone hold a value the failing error quotes (its message lines included), by
         #: canonical name: the quote picks the setting out whatever frame the error surfaced in
         self.alone = {(s.name if h.kind == "flag" and (s := canon(inp.flags, h.name)) else h.name): h

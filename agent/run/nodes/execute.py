@@ -57,7 +57,7 @@ from tools.host import (
     disk_full_error,
     expand_argv,
 )
-from tools.probes import ProbeResult, import_client_in_background
+from tools.probes import ProbeResult, import_client
 from tools.server import (
     LaunchResult,
     ServerSession,
@@ -219,8 +219,8 @@ def run_experiment(
     session, argv = _new_session(launch, port)
     rt.sessions[exp.id] = launch.session = session
     with session:
+        import_client()  # before the server's clock starts, not while a ready server waits to be probed
         launch.t0 = _start_or_adopt(launch, argv, adopt=adopt, record=record)
-        import_client_in_background()  # while the server loads, not while it waits to be probed
         res = _wait_ready(session, watch)
         ended = _ended_by_scheduler(host, session, res)  # asked at once: nothing of it is saved as a crash
         if ended is not None:
