@@ -27,7 +27,6 @@ _SLOW_SOURCE = ("clirun", "subprocess", "pexpect", "CHROMIUM", "Popen", "TMUX", 
 _SLOW_DEPTH = 30
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks it adds (loadgroup)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``slow`` every test that starts a process: by its fixtures, or by the source of the test, of
     its fixtures or of any function they call (followed through the modules' globals, a few calls deep)."""
@@ -40,21 +39,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             roots += [getattr(d, "func", None) for d in defs]
         if fixtures & _SLOW_FIXTURES or any(_starts_processes(r, _SLOW_DEPTH, set()) for r in roots if r is not None):
             item.add_marker(pytest.mark.slow)
-        group = _xdist_group(item, fixtures)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
-def _xdist_group(item: pytest.Item, fixtures: set[str]) -> str | None:
-    """The worker group of a test when the suite runs on several workers (``pytest -n 2 --dist loadgroup``,
-    pytest-xdist): the real-engine tests on one worker, one after another (one engine at a time on a
-    small machine, and tests/test_twins_real.py re-uses test_real_cases.py's run from the same process),
-    and the Slurm tests on one worker (one test cluster, started once). None: any worker."""
-    if item.get_closest_marker("real_engine") is not None:
-        return "real_engine"
-    if "slurm_cluster" in fixtures:
-        return "slurm"
-    return None
 
 
 _STARTS: dict[int, bool] = {}
