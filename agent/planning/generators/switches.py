@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 
 from agent.domain.failure import timed_out_only
 from agent.domain.models import Change, Evidence, Hypothesis, Intervention
-from agent.planning.in_play import InPlay, load_subsystems, platform_of
+from agent.planning.in_play import InPlay
 from agent.planning.matching import same_value
+from agent.planning.served import run_platform
 from agent.planning.switches import Switch, load_switches
 
 if TYPE_CHECKING:
@@ -73,8 +74,7 @@ class SwitchGenerator:
         switches = load_switches()
         if not switches:
             return []
-        device = inp.baseline.flags.get("--device")
-        platform = platform_of(inp.fingerprint, str(device) if device not in (None, True) else None, load_subsystems())
+        platform = run_platform(inp.fingerprint, inp.baseline)
         faulted = inp.evidence.stage != "ok" and bool(_ASYNC_FAULTS & set(inp.evidence.symptoms))
         stalled_at = _silent_stall_stage(inp)
         out = []

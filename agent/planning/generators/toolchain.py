@@ -15,7 +15,7 @@ import re
 from typing import TYPE_CHECKING
 
 from agent.domain.models import Evidence, Hypothesis, Intervention
-from agent.planning.in_play import load_subsystems, platform_of
+from agent.planning.served import run_platform
 from agent.planning.toolchain import Tool, load_tools
 
 if TYPE_CHECKING:
@@ -61,8 +61,7 @@ class ToolchainGenerator:
         tools = load_tools()
         if not tools:
             return []
-        device = inp.baseline.flags.get("--device")
-        platform = platform_of(inp.fingerprint, str(device) if device not in (None, True) else None, load_subsystems())
+        platform = run_platform(inp.fingerprint, inp.baseline)
         out = []
         for tool in tools:
             if (platform is not None and platform not in tool.platforms) or tool.env in inp.baseline.env:
