@@ -42,7 +42,7 @@ class FixKeeper:
             self.book.refute_by_cause_signature(ledger, out)
             self.book.normalise(ledger, weights, set())
             return
-        self._did_not_hold(st, exp, out, backing, weights)
+        self._did_not_hold(st, exp, out, backing, ledger, weights)
         self.book.create(hp.view, out, ledger, weights, exp.baseline)
         self.book.normalise(ledger, weights, set())
 
@@ -67,7 +67,8 @@ class FixKeeper:
                 )
 
     def _did_not_hold(
-        self, st: HistoryState, exp: Experiment, out: Outcome, backing: list[Hypothesis], weights: dict[str, float]
+        self, st: HistoryState, exp: Experiment, out: Outcome, backing: list[Hypothesis],
+        ledger: dict[str, Hypothesis], weights: dict[str, float],
     ) -> None:
         """The fix did not hold: the symptom came back with nothing changed, so the outcome is flaky.
         The fix is dropped (the next best, else the failing baseline, is the baseline again) and the
@@ -94,12 +95,36 @@ class FixKeeper:
                     "success was luck in a flaky failure",
                 )
             )
+        self._luck_says_nothing(ledger, weights, best, exp, backing)
         st.fixes = [f for f in st.fixes if f.experiment_id != best.experiment_id]
         nxt = st.best_fix
         if nxt is not None:
             st.baseline = nxt.config
         elif st.failing_baseline is not None:
             st.baseline, st.reference = st.failing_baseline, st.failing_reference
+
+    @staticmethod
+    def _luck_says_nothing(
+        ledger: dict[str, Hypothesis], weights: dict[str, float], best: Fix, exp: Experiment,
+        backing: list[Hypothesis],
+    ) -> None:
+        """Take back what the lucky success of ``best`` said against the hypotheses that predicted the
+        failure would persist: once its re-run ``exp`` failed, that success was a draw of a flaky failure,
+        as likely under each of them as under the change's own hypotheses, so it is no evidence against
+        them (without this, two lucky successes left every other cause below the launch threshold)."""
+        went_away = tunables().likelihood["persists"]["fixed"]
+        backed = {h.id for h in backing}
+        for h in ledger.values():
+            if h.id in backed or h.status != "open" or h.id not in weights:
+                continue
+            if not any(e.kind == "experiment" and e.experiment_id == best.experiment_id and e.effect == "weakens"
+                       for e in h.evidence):
+                continue
+            weights[h.id] /= went_away
+            h.evidence.append(Evidence(
+                kind="experiment", experiment_id=exp.id, effect="neutral",
+                detail=f"{best.change.describe()} did not hold on a re-run: its success in {best.experiment_id} "
+                       "was luck in a flaky failure, which says nothing against this hypothesis"))
 
     def adopt_fix(self, hp: HistoryPass, exp: Experiment, change: Change, ref: Outcome, out: Outcome) -> None:
         """Record a fix of ``exp.baseline`` (``change`` made it serve: ``out`` against the failing ``ref``);
