@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.domain.failure import timed_out_only
-from agent.domain.models import Experiment, Outcome
+from agent.domain.models import Evidence, Experiment, Outcome
 from agent.planning.generators.evidence import failure_evidence
 from agent.planning.localise import localiser_of
 from agent.planning.observations import (
@@ -23,6 +23,7 @@ from agent.planning.observations import (
     error_templates,
     failed_only_under_load,
     failing_load_probe,
+    left_as_it_was,
     load_level,
     load_probe_for,
     speaks_of_flakiness,
@@ -110,6 +111,9 @@ class HistoryReader:
             # the timeout did not come back: this change is what made the failing configuration serve,
             # on a configuration seen both timing out and serving (confirmed as a flaky one)
             obs, out, st.flaky = "fixed", rerun, True
+        if obs == "fixed" and (same := left_as_it_was(exp.change, out, ref)) is not None:
+            self._ran_as_before(hp, exp, out, ref, same)
+            return
         self.book.update(ledger, weights, exp, out, obs, ref.facts)
         if localiser_of(exp.change) is not None and obs not in ("fixed", "infra"):
             self._localised(hp, exp, ref, out)
@@ -131,6 +135,27 @@ class HistoryReader:
             self.book.create(hp.view, out, ledger, weights, st.baseline, refresh=blocker) if out.stage != "ok" else []
         )
         self.book.normalise(ledger, weights, set(created))
+
+    def _ran_as_before(self, hp: HistoryPass, exp: Experiment, out: Outcome, ref: Outcome, same: str) -> None:
+        """A change that served although the engine ran the setting it changed as before (``same``: the
+        ``key=value`` both printed settings lines show, ``left_as_it_was``): the launch was the failing
+        configuration again, so its success says the failure is flaky and nothing about any cause; the
+        hypotheses that predicted this change would fix it are refuted (it changes nothing the engine runs),
+        and no fix is recorded."""
+        assert exp.change is not None
+        hp.state.flaky = True
+        change = exp.change.describe()
+        for h in hp.ledger.values():
+            if h.status in ("refuted", "confirmed") or self.book.prediction(h, exp.change, ref.facts) == "persists":
+                continue
+            h.status = "refuted"
+            h.evidence.append(Evidence(
+                kind="experiment", experiment_id=exp.id, effect="refutes",
+                detail=f"with {change} the engine still ran {same}, as in the failing run: the change "
+                       "leaves what it sets as it was, so it cannot be the fix (the launch served by luck: "
+                       "the failure is flaky)"))
+        self.book.refute_by_cause_signature(hp.ledger, out)
+        self.book.normalise(hp.ledger, hp.weights, set())
 
     @staticmethod
     def _rerun(hp: HistoryPass, exp: Experiment) -> Outcome | None:

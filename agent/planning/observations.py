@@ -8,8 +8,8 @@ import math
 import re
 
 from agent.domain.case import Case
-from agent.domain.failure import timed_out_only
-from agent.domain.models import STAGE_ORDER, Baseline, Experiment, Outcome
+from agent.domain.failure import server_args_of, timed_out_only
+from agent.domain.models import STAGE_ORDER, Baseline, Change, Experiment, Outcome
 from tools.probes import Probe
 from tools.tracebacks import Traceback
 
@@ -38,8 +38,14 @@ def confirmations_required(experiments: list[Experiment], outcomes: dict[str, Ou
     one of the n. ``said_intermittent``: the case says the failing configuration also passes on some runs
     (``[reproduce] intermittent``, or its description): while the run has seen it only fail, that is one
     pass of it the user saw, counted with the run's own launches, so that a few failures in a row are not
-    read as a failure on every launch; once the run saw it pass, the statement tells nothing more."""
+    read as a failure on every launch; once the run saw it pass, the statement tells nothing more.
+
+    Every change tested is one more chance for a broken change to pass by luck, so the 5% is shared among
+    the distinct changes the run has tested (Bonferroni's correction): on a flaky failure a run that tried
+    five changes asks each fix for the passes that keep all five together under 5%, not each alone."""
     runs: dict[str, list[bool]] = {}
+    tested = {Experiment.make_id(e.config(), None, "config") for e in experiments
+              if e.purpose == "test" and e.change is not None}
     for e in experiments:
         o = outcomes.get(e.id)
         if o is None or o.stage == "infra_error":
@@ -50,7 +56,7 @@ def confirmations_required(experiments: list[Experiment], outcomes: dict[str, Ou
     total = sum(len(v) for v in failing)
     total += int(said_intermittent and fails == total)
     p = min(0.99, (fails + 1) / (total + 2))
-    passes = math.ceil(math.log(FALSE_CONFIRMATION) / math.log(1.0 - p))
+    passes = math.ceil(math.log(FALSE_CONFIRMATION / max(1, len(tested))) / math.log(1.0 - p))
     return max(1, passes - 1)
 
 
@@ -87,6 +93,21 @@ def classify_observation(outcome: Outcome, reference: Outcome) -> str:
             return "changed"  # the first error (the root cause) is gone; only a wrapper's words remain
         return "persists"
     return "changed"
+
+
+def left_as_it_was(change: Change | None, outcome: Outcome, reference: Outcome) -> str | None:
+    """``key=value`` when the flag ``change`` set or removed shows the same value in the engine's printed
+    settings line (SGLang's ``server_args=``, vLLM's ``non-default args``; ``server_args_of``) of ``outcome``
+    as in the failing ``reference``'s: the engine resolved it to what it ran before (``--attention-backend``
+    unset on a CPU host is ``intel_amx`` again), so the launch ran the failing configuration and anything it
+    showed is not the change's doing. None when the change is not a flag's, or either line lacks the key."""
+    if change is None or change.kind != "flag":
+        return None
+    key = change.name.lstrip("-").replace("-", "_")
+    now, before = server_args_of(outcome.log_excerpt), server_args_of(reference.log_excerpt)
+    if key not in now or key not in before or now[key] != before[key]:
+        return None
+    return f"{key}={now[key]}"
 
 
 def error_templates(outcome: Outcome) -> set[str]:
