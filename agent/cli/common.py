@@ -169,6 +169,25 @@ def _why_not_a_folder(home: Path, exc: OSError) -> str:
     return str(exc.strerror or exc)
 
 
+def transcript_of(arg: Path) -> Path:
+    """The transcript a review command reads: ``arg`` itself when that path exists, else, when ``arg`` is a
+    bare run id (no folder, no ``.jsonl``), that run's transcript from the state folder (``hypoloop runs``
+    lists the ids). Ends with a one-line error (``fail``) when it is a run id the store does not know or
+    whose transcript is gone; any other path is returned as given, for the caller to report."""
+    text = str(arg)
+    if arg.exists() or arg.suffix == ".jsonl" or "/" in text or "\\" in text or not text.strip():
+        return arg
+    from agent.record.runs import RunError, load_run
+    from agent.run.graph import read_graph
+    try:
+        info = load_run(state_dir(), text, read_graph)
+    except RunError as exc:
+        fail(f"{text}: no such transcript file, and {exc}")
+    if not info.transcript or not Path(info.transcript).exists():
+        fail(f"{text}: the run's transcript {info.transcript or '(none recorded)'} is gone")
+    return Path(info.transcript)
+
+
 def redacted(obj: Any, values: dict[str, Any] | None = None) -> Any:
     """``obj`` (text or JSON-like data) as it may be printed: the run's redaction, with the case in the
     run's checkpointed ``values`` (if any) and this process's environment."""
