@@ -69,6 +69,37 @@ def test_a_waiting_run_has_one_status_spelling_in_every_json(tmp_path: Path) -> 
     assert max(len(line) for line in listed.stdout.splitlines()) <= 80
 
 
+def test_replay_and_report_take_the_run_id_that_runs_lists(tmp_path: Path) -> None:
+    """`hypoloop runs` lists run ids; replay and report read a run by its id as by its transcript file (also
+    from the state folder's runs/, where a folder carries the run's name), and an id the store does not know,
+    or a name too long for the system, is one line."""
+    waiting = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--json")
+    assert waiting.returncode == 3, waiting.stderr
+    run_id = json.loads(waiting.stdout.strip().splitlines()[-1])["run_id"]
+    replayed = run_cli(tmp_path, "replay", run_id)
+    assert replayed.returncode == 0, replayed.stderr
+    assert run_id in replayed.stdout and "reproduce the baseline" in replayed.stdout
+    report = run_cli(tmp_path, "report", run_id)
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.startswith(f"# hypoloop run {run_id}")
+    unknown = run_cli(tmp_path, "replay", "20990101-000000-abcdef")
+    assert unknown.returncode == 2 and not unknown.stdout
+    assert len(unknown.stderr.strip().splitlines()) == 1 and "no run '20990101-000000-abcdef'" in unknown.stderr
+    # standing in the run's own folder's parent (its server logs are there), the folder named like the run
+    # does not hide the run
+    import subprocess
+
+    runs = tmp_path / "home" / "runs"
+    (runs / run_id).mkdir(parents=True, exist_ok=True)  # made at the run's first launch
+    there = subprocess.run([*HYPOLOOP, "replay", run_id], cwd=runs, env=cli_env(tmp_path), capture_output=True,
+                           text=True, timeout=180)
+    assert there.returncode == 0 and "reproduce the baseline" in there.stdout, there.stderr
+    # a name the system refuses (too long) is one line, not a traceback
+    long = run_cli(tmp_path, "report", "x" * 300)
+    assert long.returncode == 2 and not long.stdout
+    assert len(long.stderr.strip().splitlines()) == 1 and "too long" in long.stderr
+
+
 def test_flags_listing_fits_80_columns_when_piped(tmp_path: Path) -> None:
     done = _piped(tmp_path, "flags", "--from-file", str(HELP_0523))
     assert done.returncode == 0, done.stderr

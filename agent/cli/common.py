@@ -169,6 +169,43 @@ def _why_not_a_folder(home: Path, exc: OSError) -> str:
     return str(exc.strerror or exc)
 
 
+def transcript_of(arg: Path) -> Path:
+    """The transcript a review command reads: ``arg`` itself when it is a file, else, when ``arg`` is a
+    bare run id (no folder, no ``.jsonl``, printable text), that run's transcript from the state folder
+    (``hypoloop runs`` lists the ids; a folder of that name, such as the run's own folder under
+    ``runs/``, does not hide the run). Ends with a one-line error (``fail``) when it is a run id the
+    store does not know or whose transcript is gone, or a name the system refuses (too long); any other
+    path is returned as given, for the caller to report. The state folder is not created to look."""
+    text = str(arg)
+    try:
+        is_file, is_dir = arg.is_file(), arg.is_dir()
+    except OSError as exc:
+        fail(f"{text}: cannot read: {exc.strerror}")
+    if is_file or arg.suffix == ".jsonl" or "/" in text or "\\" in text or not text.isprintable() \
+            or not text.strip() or text in (".", ".."):
+        return arg
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return arg
+    home = Path(os.environ.get("HYPOLOOP_HOME") or "~/.hypoloop").expanduser()
+    if not (home / "checkpoints.sqlite").is_file():
+        if is_dir:
+            return arg
+        fail(f"{text}: no such transcript file, and no run store at {home} (see `hypoloop runs`)")
+    from agent.record.runs import RunError, load_run
+    from agent.run.graph import read_graph
+    try:
+        info = load_run(state_dir(), text, read_graph)
+    except RunError as exc:
+        if is_dir:
+            return arg
+        fail(f"{text}: no such transcript file, and {exc}")
+    if not info.transcript or not Path(info.transcript).exists():
+        fail(f"{text}: the run's transcript {info.transcript or '(none recorded)'} is gone")
+    return Path(info.transcript)
+
+
 def redacted(obj: Any, values: dict[str, Any] | None = None) -> Any:
     """``obj`` (text or JSON-like data) as it may be printed: the run's redaction, with the case in the
     run's checkpointed ``values`` (if any) and this process's environment."""

@@ -15,6 +15,7 @@ from agent.cli.common import (
     PlannerName,
     err_console,
     fail,
+    transcript_of,
     using_knowledge,
 )
 from agent.cli.drive import check_knowledge
@@ -24,7 +25,7 @@ from tools.sanitize import SafeConsole
 
 
 def replay(
-    transcript: Annotated[Path, typer.Argument(help="a transcript JSONL file")],
+    transcript: Annotated[Path, typer.Argument(help="a transcript JSONL file, or a run id (see `hypoloop runs`)")],
     step: Annotated[int, typer.Option("--step", help="jump to this experiment step", min=0)] = 0,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="keep showing a run still being written, until it ends")
@@ -53,6 +54,7 @@ def replay(
     from agent.review.replay import replay as replay_run
 
     console = SafeConsole()
+    transcript = transcript_of(transcript)
     if redecide:
         _redecide(transcript, planner, console, verbose=verbose, knowledge=knowledge)
         return

@@ -12,12 +12,13 @@ from agent.cli.common import (
     ReportFormat,
     err_console,
     fail,
+    transcript_of,
 )
 from agent.record.transcript import TranscriptError
 
 
 def report(
-    transcript: Annotated[Path, typer.Argument(help="a transcript JSONL file")],
+    transcript: Annotated[Path, typer.Argument(help="a transcript JSONL file, or a run id (see `hypoloop runs`)")],
     fmt: Annotated[
         ReportFormat, typer.Option("--format", help="md: Markdown; html: one self-contained page with charts")
     ] = "md",
@@ -28,7 +29,7 @@ def report(
     from agent.review.report import render
 
     try:
-        text = render(RecordedRun.load(transcript), fmt)
+        text = render(RecordedRun.load(transcript_of(transcript)), fmt)
     except TranscriptError as exc:
         fail(str(exc))
     if output is None:
