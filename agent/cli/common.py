@@ -29,7 +29,7 @@ from agent.record.redact import redact_data, run_redactor
 from tools.sanitize import SafeConsole, without_credentials
 
 if TYPE_CHECKING:
-    from agent.record.runs import RunInfo
+    from agent.record.runs import GraphReader, RunInfo
 
 app = typer.Typer(
     add_completion=False,
@@ -169,13 +169,14 @@ def _why_not_a_folder(home: Path, exc: OSError) -> str:
     return str(exc.strerror or exc)
 
 
-def transcript_of(arg: Path) -> Path:
+def transcript_of(arg: Path, read_graph: GraphReader) -> Path:
     """The transcript a review command reads: ``arg`` itself when it is a file, else, when ``arg`` is a
     bare run id (no folder, no ``.jsonl``, printable text), that run's transcript from the state folder
     (``hypoloop runs`` lists the ids; a folder of that name, such as the run's own folder under
     ``runs/``, does not hide the run). Ends with a one-line error (``fail``) when it is a run id the
     store does not know or whose transcript is gone, or a name the system refuses (too long); any other
-    path is returned as given, for the caller to report. The state folder is not created to look."""
+    path is returned as given, for the caller to report. The state folder is not created to look.
+    ``read_graph``: ``agent.run.graph.read_graph``, given by the command (kept out of this module's imports)."""
     text = str(arg)
     try:
         is_file, is_dir = arg.is_file(), arg.is_dir()
@@ -194,7 +195,6 @@ def transcript_of(arg: Path) -> Path:
             return arg
         fail(f"{text}: no such transcript file, and no run store at {home} (see `hypoloop runs`)")
     from agent.record.runs import RunError, load_run
-    from agent.run.graph import read_graph
     try:
         info = load_run(state_dir(), text, read_graph)
     except RunError as exc:

@@ -4,7 +4,7 @@ planner."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -54,7 +54,7 @@ def replay(
     from agent.review.replay import replay as replay_run
 
     console = SafeConsole()
-    transcript = transcript_of(transcript)
+    transcript = transcript_of(transcript, _read_graph)
     if redecide:
         _redecide(transcript, planner, console, verbose=verbose, knowledge=knowledge)
         return
@@ -134,3 +134,10 @@ def _redecide(
     )
     raise typer.Exit(1)
 
+
+def _read_graph(home: Path, saver: Any) -> Any:
+    """``agent.run.graph.read_graph``, imported only when a run id is looked up (a transcript file needs no
+    graph; compiling it is most of the command's start-up)."""
+    from agent.run.graph import read_graph
+
+    return read_graph(home, saver)

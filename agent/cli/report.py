@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -29,7 +29,7 @@ def report(
     from agent.review.report import render
 
     try:
-        text = render(RecordedRun.load(transcript_of(transcript)), fmt)
+        text = render(RecordedRun.load(transcript_of(transcript, _read_graph)), fmt)
     except TranscriptError as exc:
         fail(str(exc))
     if output is None:
@@ -41,3 +41,10 @@ def report(
         fail(f"{output}: cannot write: {exc.strerror}")
     err_console.print(f"report written to {output}")
 
+
+def _read_graph(home: Path, saver: Any) -> Any:
+    """``agent.run.graph.read_graph``, imported only when a run id is looked up (a transcript file needs no
+    graph; compiling it is most of the command's start-up)."""
+    from agent.run.graph import read_graph
+
+    return read_graph(home, saver)
