@@ -189,12 +189,13 @@ def transcript_of(arg: Path, read_graph: GraphReader) -> Path:
         text.encode("utf-8")
     except UnicodeEncodeError:
         return arg
-    home = Path(os.environ.get("HYPOLOOP_HOME") or "~/.hypoloop").expanduser()
+    from agent.record.runs import RunError, home_dir, load_run
+
+    home = home_dir()
     if not (home / "checkpoints.sqlite").is_file():
         if is_dir:
             return arg
         fail(f"{text}: no such transcript file, and no run store at {home} (see `hypoloop runs`)")
-    from agent.record.runs import RunError, load_run
     try:
         info = load_run(state_dir(), text, read_graph)
     except RunError as exc:
