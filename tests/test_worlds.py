@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from agent.domain.case import load_case
-from agent.planning.values import ValueEvidence, cuda_graph_max_bs_that_fits, mem_fraction_for_graph_capture
+from agent.domain.models import Baseline, Intervention
+from agent.planning.matching import FlagMatcher
+from agent.planning.values import (
+    Contradicted,
+    ValueEvidence,
+    cuda_graph_max_bs_that_fits,
+    mem_fraction_for_graph_capture,
+)
 from lab.chance import is_live, launch_seed
 from lab.memory import default_cuda_graph_max_bs, plan_memory
 from lab.rules import parse_command_line, plan_launch
@@ -195,7 +202,7 @@ def test_probability_must_be_a_chance(tmp_path: Path) -> None:
 
 
 def _start(
-    world: str | Path, args: list[str], tmp_path: Path, scale: str = "0.002"
+    world: str | Path, args: list[str], tmp_path: Path, scale: str = "0.002", case_env: dict[str, str] | None = None
 ) -> tuple[LocalHost, object, Path, int]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOLOOP_LAB_")}
     host = LocalHost(env={"HYPOLOOP_LAB_WORLD": str(world), "HYPOLOOP_LAB_TIME_SCALE": scale})
@@ -204,7 +211,7 @@ def _start(
     handle = host.spawn(
         [sys.executable, "-m", "lab.launch_server", *args, "--port", str(port)],
         log_path=str(log),
-        env={**{k: v for k, v in env.items() if k in ("PATH", "HOME")}, "PYTHONPATH": str(REPO)},
+        env={**{k: v for k, v in env.items() if k in ("PATH", "HOME")}, "PYTHONPATH": str(REPO), **(case_env or {})},
     )
     return host, handle, log, port
 
@@ -248,6 +255,33 @@ def test_capture_oom_log_gives_the_figures_to_choose_values(tmp_path: Path) -> N
         if not (a == "--mem-fraction-static" or argv[i - 1] == "--mem-fraction-static")
     ]
     assert outcome(world, base + ["--mem-fraction-static", frac]) is None
+
+
+def test_capture_failure_with_room_to_spare_gets_no_memory_change(tmp_path: Path) -> None:
+    """A capture that fails with an illegal memory access while its progress lines show far more free
+    memory than its graphs need: the figures speak against a memory shortage, so neither a lower static
+    fraction nor a smaller max batch size is proposed, not even the catalog's fallback values."""
+    world, argv, case_env = _argv("dsv4-flash-rtxpro6000x4")
+    host, handle, log, _ = _start("dsv4-flash-rtxpro6000x4", argv, tmp_path, scale="0.001", case_env=case_env)
+    try:
+        deadline = time.monotonic() + 20
+        while host.is_alive(handle) and time.monotonic() < deadline:  # type: ignore[arg-type]
+            time.sleep(0.05)
+    finally:
+        host.terminate(handle, grace_s=1)  # type: ignore[arg-type]
+    text = log.read_text()
+    assert "Capture cuda graph failed" in text and "illegal memory access" in text
+    matches, facts = scan_text(text, load_signatures())
+    assert "cuda_out_of_memory" not in {m.signature_id for m in matches}
+    flags = {"--mem-fraction-static": "0.85"}
+    ev = ValueEvidence(facts=facts, total_gib=world.hardware.memory_mib / 1024, flags=flags)
+    for rule in (mem_fraction_for_graph_capture, cuda_graph_max_bs_that_fits):
+        value, how = rule(ev)
+        assert value is None and isinstance(how, Contradicted), (rule.__name__, value, how)
+    lower = Intervention(names=["--mem-fraction-static"], values=["0.8", "0.7"],
+                         derive="mem_fraction_for_graph_capture")
+    change, why = FlagMatcher(None).realize(lower, Baseline(flags=flags), ev)
+    assert change is None and "memory is not what stops the capture" in why
 
 
 def test_load_only_failure_needs_concurrent_requests(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.domain.models import VALUE_ALIASES, Baseline, Change, FlagValue, Hypothesis, Intervention
-from agent.planning.values import RULES, ValueEvidence, derive, moves_in_direction
+from agent.planning.values import RULES, Contradicted, ValueEvidence, derive, moves_in_direction
 from tools.flags import FlagCatalog, FlagError
 
 
@@ -93,7 +93,7 @@ class FlagMatcher:
             derived, how = derive(iv.derive, evidence or ValueEvidence(flags=baseline.flags))
             if derived is not None:
                 candidates = [derived]
-            elif not candidates:
+            elif not candidates or isinstance(how, Contradicted):
                 return None, f"{name}: no value from the evidence ({how})"
             else:
                 how = f"fallback value; the evidence gave none ({how})"

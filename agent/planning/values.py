@@ -48,6 +48,12 @@ CAPTURE_SHARE = 0.95
 DEFAULT_FRACTION = 0.88
 
 
+class Contradicted(str):
+    """A rule's reason for giving no value when the figures are there and say the rule's premise is false
+    (e.g. the capture's projected need fits in the memory it had): the intervention's literal values are
+    then no fallback either, since the same figures speak against them."""
+
+
 @dataclass
 class ValueEvidence:
     """What the rules may read: facts of the failing run, per-GPU memory (GiB), the baseline's flags."""
@@ -241,6 +247,16 @@ def leaves_no_kv_cache(name: str, value: object, ev: ValueEvidence) -> str | Non
             f"{total:.2f} GB, the pool needs more than {1 - free / total:.3f}")
 
 
+def _room_to_spare(need: float, cost: CaptureCost) -> Contradicted | None:
+    """Why memory cannot be what stopped a capture whose projected ``need`` (GB, with ``CAPTURE_MARGIN``)
+    fits in the free memory it started with, or None when it does not fit."""
+    if need * CAPTURE_MARGIN > cost.free0:
+        return None
+    return Contradicted(
+        f"capture needs about {need:.2f} GB ({cost.workspace:.2f} GB workspace + graphs at {cost.text()}) "
+        f"and had {cost.free0:.2f} GB: memory is not what stops the capture")
+
+
 def mem_fraction_for_graph_capture(ev: ValueEvidence) -> tuple[str | None, str]:
     """Lower the static fraction so the memory outside the pool holds the capture's projected need.
 
@@ -254,6 +270,8 @@ def mem_fraction_for_graph_capture(ev: ValueEvidence) -> tuple[str | None, str]:
         return None, "needs the capture progress lines (free memory per captured batch) and the GPU size"
     need, cost = est
     free0 = cost.free0
+    if (spare := _room_to_spare(need, cost)) is not None:
+        return None, spare
     f = ev.fraction()
     shortfall = max(need * CAPTURE_MARGIN - free0, 0.01 * total)
     new = math.floor((f - shortfall / total) * 100 + 1e-9) / 100
@@ -280,8 +298,10 @@ def cuda_graph_max_bs_that_fits(ev: ValueEvidence) -> tuple[str | None, str]:
     est = _need(ev)
     if est is None:
         return None, "needs the capture progress lines (free memory per captured batch)"
-    _, cost = est
+    need, cost = est
     sizes = cost.sizes
+    if not sizes and (spare := _room_to_spare(need, cost)) is not None:
+        return None, spare
     if not sizes:
         return None, "needs the list of captured batch sizes ('Capture cuda graph bs [...]')"
     room = cost.free0 * CAPTURE_SHARE
@@ -289,7 +309,7 @@ def cuda_graph_max_bs_that_fits(ev: ValueEvidence) -> tuple[str | None, str]:
     if not fits:
         return None, "not even the smallest batch size fits"
     if len(fits) == len(sizes):
-        return None, "every batch size should fit: memory is not what stops the capture"
+        return None, Contradicted("every batch size should fit: memory is not what stops the capture")
     best = fits[-1]
     return (
         str(best),
