@@ -11,7 +11,7 @@ from agent.domain.models import Change, Evidence, Experiment, Hypothesis, Outcom
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.generators.settings import implicated_setting
 from agent.planning.intent import drops_feature, feature_suspects
-from agent.planning.observations import config_key
+from agent.planning.observations import config_key, sibling_passes
 from agent.planning.own_revert import own_reverts_for
 from agent.planning.served import OnHost, run_platform, served_settings, user_keeps
 from agent.planning.switches import broad_switch
@@ -38,6 +38,7 @@ class FixKeeper:
         facts = st.failing_reference.facts if st.failing_reference else {}
         backing = [h for h in ledger.values() if self.book.prediction(h, best.change, facts) != "persists"]
         if out.stage == "ok":
+            st.confirmations += 1
             self._confirmed(st, exp, best, backing)
             self.book.refute_by_cause_signature(ledger, out)
             self.book.normalise(ledger, weights, set())
@@ -48,8 +49,8 @@ class FixKeeper:
 
     @staticmethod
     def _confirmed(st: HistoryState, exp: Experiment, best: Fix, backing: list[Hypothesis]) -> None:
-        """One more passing re-run of ``best``: once enough passed, its supported hypotheses are confirmed."""
-        st.confirmations += 1
+        """``best`` passed once more (``exp``: a re-run of it, or a test of its variable, ``sibling_passes``):
+        once enough passed, its supported hypotheses are confirmed."""
         if st.confirmations < st.confirmations_needed:
             return
         st.confirmed_experiment_id = exp.id
@@ -144,7 +145,16 @@ class FixKeeper:
         if before is None or best.experiment_id != before.experiment_id:
             st.adoptions.append(self.adoption(exp, ref, out))
             st.baseline, st.reference = best.config, out
-            st.confirmations = 0
+            st.confirmations = sum(1 for f in st.fixes if sibling_passes(best.change, f.change))
+        elif sibling_passes(best.change, change):
+            st.confirmations += 1
+        if st.confirmations and not best.workaround:
+            # another value of the fix's own variable served too: under "the variable does not matter and the
+            # passes were luck" that is as unlikely as a re-run passing, so it counts as one (a workaround's
+            # re-run still waits for the root-cause search after it)
+            facts = st.failing_reference.facts if st.failing_reference else {}
+            self._confirmed(st, exp, best, [h for h in hp.ledger.values()
+                                             if self.book.prediction(h, best.change, facts) != "persists"])
 
     def _fix_kind(
         self, hp: HistoryPass, change: Change, facts: dict[str, str]

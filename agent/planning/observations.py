@@ -95,6 +95,14 @@ def classify_observation(outcome: Outcome, reference: Outcome) -> str:
     return "changed"
 
 
+def sibling_passes(fix: Change, other: Change) -> bool:
+    """Whether ``other``, a change that also made the failing configuration serve, counts as a pass of the
+    fix ``fix`` towards its confirmation: another value of the same variable (a flag set otherwise, or
+    removed). If the variable did not matter and the failure were flaky, each of them would have served by
+    luck, with the same chance as a re-run of the fix, so a false confirmation stays as unlikely."""
+    return other is not fix and other.kind == fix.kind and other.name == fix.name and other.after != fix.after
+
+
 def left_as_it_was(change: Change | None, outcome: Outcome, reference: Outcome) -> str | None:
     """``key=value`` when the flag ``change`` set or removed shows the same value in the engine's printed
     settings line (SGLang's ``server_args=``, vLLM's ``non-default args``; ``server_args_of``) of ``outcome``
