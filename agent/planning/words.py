@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["GENERIC_WORDS", "name_words", "spelled", "stem", "stems"]
+__all__ = ["GENERIC_WORDS", "name_words", "ordered_words", "spelled", "stem", "stems"]
 
 #: Words too common in module paths, function names and help texts to implicate anything.
 GENERIC_WORDS = frozenset(
@@ -58,13 +58,14 @@ def name_words(text: str) -> set[str]:
     """The lower-case words of an identifier (a module path, a function, a flag or variable name), split
     at non-letters and ``_``, generic words left out, unstemmed; short version words (``v2``) kept, as a
     file ``x_v2`` and a variable ``X_V2`` name the same second implementation."""
-    out = set()
-    for w in re.split(r"[^A-Za-z0-9]+|_", text):
-        w = w.lower()
-        if len(w) < 2 or w.isdigit() or w in GENERIC_WORDS:
-            continue
-        out.add(w)
-    return out
+    return set(ordered_words(text))
+
+
+def ordered_words(text: str) -> list[str]:
+    """``name_words`` of ``text`` in the order they are written (a generic word left out makes the words on
+    either side of it neighbours)."""
+    return [w for w in (p.lower() for p in re.split(r"[^A-Za-z0-9]+|_", text))
+            if len(w) >= 2 and not w.isdigit() and w not in GENERIC_WORDS]
 
 
 def spelled(word: str, others: set[str]) -> set[str]:

@@ -55,7 +55,7 @@ from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import load_subsystems, subsystems_of_frame
 from agent.planning.quoted import failing_lines, held_alone, quoted_values
 from agent.planning.served import served_settings, user_keeps
-from agent.planning.words import name_words, spelled
+from agent.planning.words import name_words, ordered_words, spelled
 from tools.engines import get_engine
 from tools.log_records import read_record
 
@@ -218,6 +218,25 @@ def _frame_words(inp: GeneratorInput) -> set[str]:
     return out - {engine}
 
 
+def _frame_pairs(inp: GeneratorInput) -> set[tuple[str, str]]:
+    """Adjacent word pairs (``name_words``' words, in order) within one engine frame's module name or
+    function name in the failing run's tracebacks, the outermost module's frames left out as in
+    ``_frame_words`` (``mem_cache.unified_radix_cache.load_back``: (unified, radix), (radix, cache), (load,
+    back))."""
+    engine = engine_package(inp)
+    out: set[tuple[str, str]] = set()
+    for tb in inp.evidence.tracebacks:
+        mine = [fr for fr in tb.frames if fr.package == engine and fr.module]
+        driver = mine[-1].module if len(mine) > 1 else None
+        for fr in mine:
+            if fr.module == driver:
+                continue
+            for part in [*str(fr.module).split("."), fr.function or ""]:
+                words = ordered_words(part)
+                out |= set(zip(words, words[1:], strict=False))
+    return out
+
+
 def _bound_lifted(h: Hypothesis) -> Hypothesis:
     """``h``, a revert that lifts a bound on the requests admitted, marked as the workaround it is: with no
     bound the overflow that triggers the fault no longer happens, and the code that mishandles it is as
@@ -266,6 +285,7 @@ class _Implication:
         values = [*((s.name if (s := specs[n]) else n, v) for n, v in inp.baseline.flags.items()),
                   *inp.baseline.env.items()]
         self.frame_words = _frame_words(inp)
+        self.frame_pairs = _frame_pairs(inp)
         failing = failing_lines(inp.evidence)
         #: the words of the lines that state the failure (its error, a native message before an abort)
         self.failing_words: set[str] = set().union(*(name_words(ll.text) for ll in failing))
@@ -345,13 +365,25 @@ class _Implication:
         mine = name_words(name.lstrip("-")) - {self.engine}
         hits = {w: spelled(w, self.frame_words) for w in mine}
         if len(mine) < 2 or not all(hits.values()):
-            return None
+            return self.phrase_in_frames(name)
         named = set().union(*hits.values())
         named -= self.rivals_spell(name, named)
         if not named:
             return None
         return (f"the failing frames' names ({', '.join(sorted(set().union(*hits.values())))}) spell every word "
                 f"of {name}, and {', '.join(sorted(named))} no other of the baseline's settings")
+
+    def phrase_in_frames(self, name: str) -> str | None:
+        """Why a failing frame's name points at the user's setting ``name`` although it does not spell all its
+        words: two neighbouring words of the setting's name are neighbours in one frame's module or function
+        name, as a phrase (``SGLANG_ENABLE_UNIFIED_RADIX_TREE`` and ``unified_radix_cache``), and no other of
+        the baseline's settings spells either word. None otherwise."""
+        words = [w for w in ordered_words(name.lstrip("-")) if w != self.engine]
+        for pair in zip(words, words[1:], strict=False):
+            if pair in self.frame_pairs and not self.rivals_spell(name, set(pair)):
+                return (f"a failing frame's name has the words {' '.join(pair)} side by side, as {name} does, "
+                        "and no other of the baseline's settings spells them")
+        return None
 
     def rivals_spell(self, name: str, words: set[str]) -> set[str]:
         """Those of ``words`` that a word of another of the baseline's settings (its rivals) spells: words
