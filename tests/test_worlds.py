@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from planner_steps import baseline_failed_with
 
 from agent.domain.case import load_case
 from agent.domain.models import Baseline, Intervention
@@ -27,6 +28,8 @@ from lab.chance import is_live, launch_seed
 from lab.memory import default_cuda_graph_max_bs, plan_memory
 from lab.rules import parse_command_line, plan_launch
 from lab.world import WORLDS_DIR, World, load_world
+from tools.fingerprint import HostFingerprint
+from tools.flags import parse_help
 from tools.host import LocalHost
 from tools.probes import Probe, run_probe
 from tools.signatures import load_signatures, scan_text
@@ -282,6 +285,24 @@ def test_capture_failure_with_room_to_spare_gets_no_memory_change(tmp_path: Path
                          derive="mem_fraction_for_graph_capture")
     change, why = FlagMatcher(None).realize(lower, Baseline(flags=flags), ev)
     assert change is None and "memory is not what stops the capture" in why
+    # the planner, with the engine's own "Possible solutions" advice in the log and the catalog's capture
+    # memory hypothesis, proposes neither (0.5.23 spells the advice's --cuda-graph-max-bs as -decode)
+    help_023 = parse_help((Path(__file__).parent / "data" / "help_sglang_0.5.23.txt").read_text(), source="t",
+                          version="0.5.23")
+    fp = HostFingerprint(gpu_vendor="nvidia", gpu_name=world.hardware.gpu_name, gpu_count=world.hardware.gpu_count,
+                         compute_capability=world.hardware.compute_capability,
+                         memory_total_mib=world.hardware.memory_mib, sglang_version="0.5.23")
+    case_flags: dict[str, object] = {"--model-path": argv[1]}
+    for i, a in enumerate(argv[2:], start=2):
+        if a.startswith("--"):
+            nxt = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else True
+            case_flags[a] = nxt
+    _, _, proposal = baseline_failed_with(fp, case_flags, text, help_023)
+    changed = [c["change"] for c in proposal.considered if "change" in c]
+    assert changed, proposal
+    memory = [c for c in changed if c.startswith(("--mem-fraction-static", "--cuda-graph-max-bs"))
+              and not c.endswith("→ (unset)")]  # the user's own setting reverted is another hypothesis
+    assert not memory, changed
 
 
 def test_load_only_failure_needs_concurrent_requests(tmp_path: Path) -> None:

@@ -166,7 +166,10 @@ def _flag_remedy(inp: GeneratorInput, m: re.Match[str], kind: str, ll: LogLine) 
         if value:
             values = [value]
     if not values and direction:
-        derive = rule_for(spec.name, direction)
+        # the rule of the flag as the line spells it, or as this host does (``--cuda-graph-max-bs`` in the
+        # engine's own advice is 0.5.23's ``--cuda-graph-max-bs-decode``), or of another spelling of its role
+        role_names = next((names for names in load_roles().values() if spec.name in names), [])
+        derive = next((r for n in (spec.name, m.group(1), *role_names) if (r := rule_for(n, direction))), None)
         if (ex := _EXAMPLES.search(after_text)) is not None:
             values = re.split(r"\s*(?:or|,)\s*", ex.group("v").strip())
         values = values or _step(effective_value(inp, spec), direction, spec.value_type)
