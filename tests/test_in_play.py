@@ -477,3 +477,22 @@ def test_an_option_of_another_choice_of_a_selector_is_not_in_play() -> None:
     printed = InPlay(GPU_HOST, Baseline(), {"speculative_algorithm": "EAGLE"}, FLAGS)
     assert printed.why_not(ngram) is not None
     assert InPlay(GPU_HOST, Baseline(), {}, FLAGS).why_not(ngram) is not None  # speculative decoding is off
+
+
+def test_the_mxfp4_moe_precision_is_in_play_only_for_an_mxfp4_model(tmp_path: Path) -> None:
+    """FlashInfer's MXFP4 MoE precision is read only by SGLang's MXFP4 quantization code: on an FP8 MoE
+    checkpoint changing it changes nothing; on an MXFP4 one it is a candidate (the config.json read from disk)."""
+    from agent.domain.models import Change
+    from agent.planning.in_play import InPlay
+
+    change = Change(kind="flag", name="--flashinfer-mxfp4-moe-precision", after="bf16")
+    fp8 = {**MOE, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    mxfp4 = {**MOE, "quantization_config": {"quant_method": "mxfp4"}}
+    seen = {}
+    for name, config in (("fp8", fp8), ("mxfp4", mxfp4)):
+        fp, path = _fingerprint(tmp_path, config, GPU_HOST, name)
+        seen[name] = InPlay(fp, Baseline(flags={"--model-path": path}), {}, FLAGS).why_not(change)
+    assert seen["fp8"] is not None and "MXFP4" in seen["fp8"], seen
+    assert seen["mxfp4"] is None, seen
+    flags = {"--model-path": "/m/x", "--quantization": "mxfp4"}
+    assert InPlay(GPU_HOST.model_copy(update={"checkpoint": {}}), Baseline(flags=flags), {}, FLAGS).why_not(change) is None
