@@ -37,6 +37,7 @@ from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, load_level, load_probe_for
 from agent.planning.own_revert import own_first, own_reason
 from agent.planning.platform_builds import foreign_setting
+from agent.planning.seen_serving import served_before, serving_launches
 from agent.planning.served import user_keeps
 from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, leaves_no_kv_cache
@@ -428,6 +429,14 @@ class Chooser(FlagMatcher):
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
             scored.append((score, -order, change, p_fix, how))
             considered.append({"change": change.describe(), "p_fix": round(p_fix, 3), "score": score})
+        if serving_launches(view, state.extra_probes()):
+            for t in sorted(scored, key=lambda t: (t[0], t[1]), reverse=True):
+                if (seen := served_before(view, baseline, t[2], state.extra_probes(), self.flags)) is not None:
+                    e, diff = seen
+                    inert = f" but for {', '.join(diff)}, which configure nothing there" if diff else ""
+                    return self._test(state, baseline, t, cost, ref.facts,
+                                      f"the configuration it gives already served in {e.id}{inert}, under the same "
+                                      "load: the run's own launch is the strongest evidence it has", considered)
         first = next((t for t in scored if localiser_of(t[2]) is not None), None)
         if first is not None:
             return self._test(state, baseline, first, cost, ref.facts, _localise_first(first[2]), considered)

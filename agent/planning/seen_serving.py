@@ -1,0 +1,73 @@
+"""A change whose configuration was already seen serving: the run's own earlier launches as evidence.
+
+After a blocker is passed, the failure the run moves on to is tested from a new baseline. An earlier launch
+may already have run what a candidate change would give there: a feature dropped from the first baseline
+served under the case's load, and the new baseline differs from that launch only in settings of the dropped
+feature, which configure nothing once it is off. An engineer reads that launch first ("with the feature off
+the load already served") and tries that change before generic ones. ``served_before`` finds such a launch:
+the two configurations differ only in settings that are not in play in the candidate's configuration
+(``agent.planning.in_play``: ``--hicache-size`` without ``--enable-hierarchical-cache``), and the launch
+answered every probe the current test would send.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from agent.domain.models import Baseline, Change, Experiment, FlagValue, Outcome
+from agent.planning.in_play import InPlay
+from agent.planning.view import PlannerView
+from tools.flags import FlagCatalog
+from tools.probes import Probe
+
+
+def served_before(view: PlannerView, baseline: Baseline, change: Change, probes: list[Probe],
+                  flags: FlagCatalog | None) -> tuple[Experiment, list[str]] | None:
+    """The earliest launch of this run that served with every probe in ``probes`` (the case's load) on a
+    configuration equivalent to ``baseline`` with ``change``, with the settings in which the two differ
+    (each one not in play in the changed configuration); None when there is none. The launch of exactly
+    this change from this baseline is not one (it would be a repeat, never proposed)."""
+    target = baseline.apply(change)
+    for e in serving_launches(view, probes):
+        if e.baseline == baseline and e.change == change:
+            continue
+        diff = _inert_differences(target, e.config(), view, flags)
+        if diff is not None:
+            return e, diff
+    return None
+
+
+def serving_launches(view: PlannerView, probes: list[Probe]) -> list[Experiment]:
+    """The run's launches that served, in order, each with every probe in ``probes`` among its own."""
+    wanted = {p.id for p in probes}
+    out = []
+    for e in view.experiments:
+        o: Outcome | None = view.outcome_of(e.id)
+        if e.status == "done" and o is not None and o.stage == "ok" and wanted <= {p.id for p in e.probes}:
+            out.append(e)
+    return out
+
+
+def _inert_differences(target: Baseline, other: Baseline, view: PlannerView,
+                       flags: FlagCatalog | None) -> list[str] | None:
+    """The settings in which ``other`` differs from ``target`` when none of them is in play in ``target``
+    (setting it to ``other``'s value, or to ``target``'s, changes nothing there); None when one is."""
+    out = []
+    kinds: tuple[tuple[Literal["flag", "env"], dict[str, FlagValue], dict[str, FlagValue]], ...] = (
+        ("flag", target.flags, other.flags), ("env", dict(target.env), dict(other.env)))
+    for kind, mine, theirs in kinds:
+        for name in sorted(set(mine) | set(theirs)):
+            a, b = mine.get(name), theirs.get(name)
+            if a == b:
+                continue
+            rest = Baseline(flags={k: v for k, v in target.flags.items() if not (kind == "flag" and k == name)},
+                            env={k: v for k, v in target.env.items() if not (kind == "env" and k == name)})
+            in_play = InPlay(view.fingerprint, rest, {}, flags)
+            values = [v for v in (a, b) if v is not None and v is not False]
+            if not values:
+                continue  # unset and off: the same
+            if any(in_play.why_not(Change(kind=kind, name=name, before=None, after=v)) is None
+                                 for v in values):
+                return None
+            out.append(name)
+    return out

@@ -1,0 +1,94 @@
+"""A change whose configuration the run already saw serve is tried first on the next blocker (issue 20: the
+fewest launches; the run's own evidence before generic guesses).
+
+The user runs with the hierarchical cache and sizes it with ``--hicache-size``; the server does not start
+(the host pool does not fit). Dropping the hierarchical cache serves; reverting the size gets further and
+crashes under requests instead. From that new baseline, dropping the hierarchical cache gives a launch that
+differs from the one that served only in ``--hicache-size``, which configures nothing once the cache is off:
+the run has seen that configuration serve, so it is the next test, ahead of generic switches.
+
+Real parts: SGLang 0.5.23's own ``--help`` (tests/data/help_sglang_0.5.23.txt), its error and exception texts
+as SGLang logs them, the repository's knowledge and the rule planner.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from planner_steps import after_failed_launch
+
+from agent.domain.case import Case
+from agent.domain.evidence import RawEvidence
+from agent.domain.models import Baseline, Change, Experiment
+from agent.planning.catalog import load_catalog
+from agent.planning.planner import PlannerView, Proposal, RulePlanner
+from agent.run.nodes.analyze import classify_outcome
+from tools.fingerprint import HostFingerprint
+from tools.flags import FlagCatalog, parse_help
+from tools.probes import ProbeResult
+from tools.signatures import for_engine, load_signatures
+
+DATA = Path(__file__).parent / "data"
+FLAGS: FlagCatalog = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="fixture", version="0.5.23")
+SITE = "/usr/local/lib/python3.12/dist-packages"
+HOST = HostFingerprint(gpu_vendor="nvidia", gpu_name="NVIDIA H100 80GB HBM3", gpu_count=2,
+                       compute_capability="9.0", memory_total_mib=81559, sglang_version="0.5.23")
+READY = "[2026-12-01 10:00:00] The server is fired up and ready to roll!\n"
+#: the host pool's size check at start-up (mem_cache/memory_pool_host.py, HostKVCache.__init__)
+NO_ROOM = f"""[2026-12-01 09:59:30 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 3179, in run_scheduler_process
+    scheduler = Scheduler(
+  File "{SITE}/sglang/srt/mem_cache/memory_pool_host.py", line 120, in __init__
+    raise ValueError(
+ValueError: Not enough host memory available. Requesting 160.00 GB but only have 141.20 GB free. Please reduce the size of the hierarchical cache.
+[2026-12-01 09:59:30] Received sigquit from a child process. It usually means the child failed.
+"""
+#: a crash under requests in the cache's load-back path
+UNDER_LOAD = READY + f"""[2026-12-01 10:01:00 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 3179, in run_scheduler_process
+    scheduler.event_loop_pp()
+  File "{SITE}/sglang/srt/managers/scheduler_pp_mixin.py", line 212, in event_loop_pp
+    self.process_batch_result(batch, result)
+  File "{SITE}/sglang/srt/mem_cache/hiradix_cache.py", line 702, in check_hicache_events
+    kv = kv.view(n, -1, 128)
+RuntimeError: shape '[3013, -1, 128]' is invalid for input of size 8192000
+[2026-12-01 10:01:00] SIGQUIT received. signum=None, frame=None. It usually means one child failed.
+"""
+
+
+def _served(planner: RulePlanner, view: PlannerView, exp: Experiment) -> Proposal:
+    raw = RawEvidence.from_log(exp.id, READY, for_engine(load_signatures(), "sglang"), "x.log")
+    probes = [ProbeResult(probe_id="chat", ok=True, status="ok", latency_s=0.1)]
+    view.experiments.append(exp.model_copy(update={"status": "done"}))
+    view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "ready", "probes": probes})))
+    view.launches += 1
+    return planner.propose(view, planner.history(view))
+
+
+def _test(base: Baseline, change: Change) -> Experiment:
+    return Experiment(id=Experiment.make_id(base, change, "test"), purpose="test", baseline=base, change=change,
+                      attempt=1, status="done")
+
+
+def test_a_configuration_seen_serving_is_the_next_test_on_the_blocker_after() -> None:
+    base = Baseline(flags={"--model-path": "/m/model", "--pp-size": "2", "--enable-hierarchical-cache": True,
+                           "--hicache-size": "160"})
+    case = Case.model_validate({"name": "c", "model": {"path": "/m/model"}, "baseline": base.model_dump()})
+    view = PlannerView(case=case, fingerprint=HOST)
+    planner = RulePlanner(load_catalog(), FLAGS)
+    first = planner.propose(view, planner.history(view)).experiment
+    assert first is not None and first.purpose == "baseline"
+    after_failed_launch(planner, view, first, NO_ROOM)
+
+    drop = Change(kind="flag", name="--enable-hierarchical-cache", before=True, after=None)
+    dropped = _test(base, drop)
+    _served(planner, view, dropped)
+    size = Change(kind="flag", name="--hicache-size", before="160", after=None)
+    nxt = after_failed_launch(planner, view, _test(base, size), UNDER_LOAD)
+
+    state = planner.history(view)
+    assert state.baseline == base.apply(size), "getting past the start-up failure is progress"
+    assert nxt.experiment is not None, nxt.conclude_reason
+    assert nxt.experiment.change == Change(kind="flag", name="--enable-hierarchical-cache", before=True, after=None)
+    assert f"already served in {dropped.id}" in nxt.experiment.rationale
+    assert "--hicache-size" in nxt.experiment.rationale
