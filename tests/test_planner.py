@@ -645,6 +645,26 @@ def test_the_5_percent_is_shared_among_the_changes_a_run_has_tested() -> None:
     assert 5 * (1 - p) ** (five + 1) <= 0.05 < 5 * (1 - p) ** five
 
 
+def test_launches_of_one_configuration_that_asked_different_probes_count_together() -> None:
+    """The baseline served with the case's burst, served again with bursts of other sizes, then failed: three
+    launches of one command, one failure (Laplace: 2/5), not one failure in one launch (2/3), which would ask
+    too few re-runs for the 5% (issue 20, point 6)."""
+    from agent.planning.planner import confirmations_required
+    from tools.probes import Probe
+
+    base = Baseline(flags={"--tp-size": "2"})
+    asked = [[Probe(id="load-16", kind="generate", prompt="p", concurrency=16)], [Probe(id="burst-8", kind="generate", prompt="p", concurrency=8),
+             Probe(id="burst-32", kind="generate", prompt="p", concurrency=32)], [Probe(id="load-16", kind="generate", prompt="p", concurrency=16)]]
+    exps, outs = [], {}
+    for i, (probes, stage) in enumerate(zip(asked, ["ok", "ok", "request_failed"], strict=True)):
+        e = Experiment(id=f"b{i}", purpose="baseline", baseline=base, attempt=i + 1, status="done", probes=probes)
+        exps.append(e)
+        outs[e.id] = Outcome(experiment_id=e.id, stage=stage)  # type: ignore[arg-type]
+    n = confirmations_required(exps, outs)
+    p = (1 + 1) / (3 + 2)
+    assert (1 - p) ** (n + 1) <= 0.05 < (1 - p) ** n
+
+
 def test_every_test_and_confirmation_runs_the_cases_load() -> None:
     """A case that says its failure needs 16 requests at once: the baseline, each test and each
     confirmation send that burst, whatever the baseline's failure looked like (issue 20, point 6)."""
