@@ -25,7 +25,14 @@ from agent.planning.blame import blamed
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.foreign import ruled_out_by_platform
 from agent.planning.llm_spec import usage_summary
-from agent.planning.observations import import_time_failure, load_level, load_probe_for, timeout_control
+from agent.planning.observations import (
+    import_time_failure,
+    load_level,
+    load_probe_for,
+    seen_flaky,
+    sibling_confirmations,
+    timeout_control,
+)
 from agent.planning.served import OnHost, host_refusals, run_platform, served_settings, user_keeps
 from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, derive
@@ -348,10 +355,10 @@ def _confirmation(
     weak, served_without, control_failed = timeout_control(fix_exp, list(experiments.values()), outcomes)
     if served_without is not None:
         return None, f"the control {served_without} (the configuration without it served too)"
-    ids = {e.id for e, o in reruns if o.stage == "ok"} | {e.id for e in _sibling_passes(fix_exp, experiments,
-                                                                                        outcomes, load_id)}
+    ids = {e.id for e, o in reruns if o.stage == "ok"}
+    ids |= {e.id for e in sibling_confirmations(fix_exp, experiments, outcomes, load_id)}
     passing = [e for e in experiments.values() if e.id in ids]  # in the order they ran
-    flaky = _seen_flaky(experiments, outcomes)
+    flaky = seen_flaky(experiments, outcomes)
     from agent.planning.observations import confirmations_required, speaks_of_flakiness
 
     needed = 1
@@ -362,47 +369,6 @@ def _confirmation(
         needed = confirmations_required([e for e in experiments.values() if e.id in outcomes], outcomes,
                                         said_intermittent=said)
     return (passing[-1] if len(passing) >= needed and (control_failed or not weak) else None), None
-
-
-def _sibling_passes(fix_exp: Experiment, experiments: dict[str, Experiment], outcomes: dict[str, Outcome],
-                    load_id: str | None) -> list[Experiment]:
-    """The other tests of the fix's own variable on the configuration it fixed that served (with the case's
-    load, ``load_id``) and whose engine did not resolve the change back (``left_as_it_was``): each is one
-    pass towards the fix's confirmation (``observations.sibling_passes``)."""
-    from agent.planning.observations import left_as_it_was, sibling_passes
-
-    fix, ref = fix_exp.change, _failing_reference(fix_exp, experiments, outcomes)
-    if fix is None:
-        return []
-    out = []
-    for e in experiments.values():
-        o = outcomes.get(e.id)
-        if (e.purpose != "test" or e.change is None or e.baseline != fix_exp.baseline or o is None
-                or o.stage != "ok" or not sibling_passes(fix, e.change)
-                or (load_id is not None and all(p.id != load_id for p in e.probes))
-                or (ref is not None and left_as_it_was(e.change, o, ref))):
-            continue
-        out.append(e)
-    return out
-
-
-def _failing_reference(fix_exp: Experiment, experiments: dict[str, Experiment],
-                       outcomes: dict[str, Outcome]) -> Outcome | None:
-    """The latest failing outcome of the configuration ``fix_exp`` changed, or None."""
-    return next((outcomes[e.id] for e in reversed(list(experiments.values()))
-                 if e.config() == fix_exp.baseline and e.id in outcomes and outcomes[e.id].stage != "ok"), None)
-
-
-def _seen_flaky(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> bool:
-    """Whether one configuration both served and failed in this run (same flags and env, same probes)."""
-    seen: dict[str, set[bool]] = {}
-    for e in experiments.values():
-        o = outcomes.get(e.id)
-        if o is None or o.stage == "infra_error":
-            continue
-        key = Experiment.make_id(e.config(), None, "config", probes=e.probes)
-        seen.setdefault(key, set()).add(o.stage == "ok")
-    return any(len(v) > 1 for v in seen.values())
 
 
 def implicated_of(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> dict[str, Any] | None:

@@ -271,3 +271,42 @@ def timeout_control(fix: Experiment, experiments: list[Experiment], outcomes: di
              if e.purpose == "baseline" and e.baseline == fix.baseline]
     served = next((e.id for e, o in after if o.stage == "ok"), None)
     return weak, served, any(o.stage != "ok" for _, o in after)
+
+
+def sibling_confirmations(fix_exp: Experiment, experiments: dict[str, Experiment], outcomes: dict[str, Outcome],
+                    load_id: str | None) -> list[Experiment]:
+    """The other tests of the fix's own variable on the configuration it fixed that served (with the case's
+    load, ``load_id``) and whose engine did not resolve the change back (``left_as_it_was``): each is one
+    pass towards the fix's confirmation (``sibling_passes``; read by the conclusion)."""
+    fix, ref = fix_exp.change, failing_reference_of(fix_exp, experiments, outcomes)
+    if fix is None:
+        return []
+    out = []
+    for e in experiments.values():
+        o = outcomes.get(e.id)
+        if (e.purpose != "test" or e.change is None or e.baseline != fix_exp.baseline or o is None
+                or o.stage != "ok" or not sibling_passes(fix, e.change)
+                or (load_id is not None and all(p.id != load_id for p in e.probes))
+                or (ref is not None and left_as_it_was(e.change, o, ref))):
+            continue
+        out.append(e)
+    return out
+
+
+def failing_reference_of(fix_exp: Experiment, experiments: dict[str, Experiment],
+                       outcomes: dict[str, Outcome]) -> Outcome | None:
+    """The latest failing outcome of the configuration ``fix_exp`` changed, or None."""
+    return next((outcomes[e.id] for e in reversed(list(experiments.values()))
+                 if e.config() == fix_exp.baseline and e.id in outcomes and outcomes[e.id].stage != "ok"), None)
+
+
+def seen_flaky(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> bool:
+    """Whether one configuration both served and failed in this run (same flags and env, same probes)."""
+    seen: dict[str, set[bool]] = {}
+    for e in experiments.values():
+        o = outcomes.get(e.id)
+        if o is None or o.stage == "infra_error":
+            continue
+        key = Experiment.make_id(e.config(), None, "config", probes=e.probes)
+        seen.setdefault(key, set()).add(o.stage == "ok")
+    return any(len(v) > 1 for v in seen.values())
