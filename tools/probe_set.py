@@ -188,23 +188,20 @@ class SetRun(BaseModel):
 
 
 def run_probe_set(probe_set: ProbeSet, send: Callable[[Probe], ProbeResult], count: int | None = None,
-                  concurrency: int = 1, max_wall_s: float | None = None, at_least: int = 0) -> SetRun:
+                  concurrency: int = 1) -> SetRun:
     """Ask the first ``count`` questions of ``probe_set`` (all when None) through ``send`` (a probe -> its
     result: ``tools.probes.run_probe`` bound to a server, or a caller's wrapper that reconnects; called from
     ``concurrency`` threads at once, so that the questions share batches as a user's eval under load does)
     and count the right answers. Once a request gets no answer (``NO_ANSWER``) no further question is sent
-    and the count is not a measure (``failure``). Past ``max_wall_s`` wall seconds no question beyond the
-    first ``at_least`` is sent (the count is then of those asked). Never raises for server-side problems;
-    ``latency_s`` is the wall time of the whole set."""
+    and the count is not a measure (``failure``). Never raises for server-side problems; ``latency_s`` is the
+    wall time of the whole set."""
     run = SetRun(name=probe_set.set.name)
     items = probe_set.item[:count] if count is not None else probe_set.item
     stop = threading.Event()
     start = time.monotonic()
 
-    def ask(job: tuple[int, Item]) -> tuple[Item, ProbeResult | None]:
-        n, item = job
-        late = max_wall_s is not None and n >= at_least and time.monotonic() - start > max_wall_s
-        if stop.is_set() or late:
+    def ask(item: Item) -> tuple[Item, ProbeResult | None]:
+        if stop.is_set():
             return item, None
         result = send(probe_set.probe(item))
         if result.status in NO_ANSWER:
@@ -212,7 +209,7 @@ def run_probe_set(probe_set: ProbeSet, send: Callable[[Probe], ProbeResult], cou
         return item, result
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        answered = list(pool.map(ask, enumerate(items)))
+        answered = list(pool.map(ask, items))
     for item, result in answered:
         if result is None:
             continue

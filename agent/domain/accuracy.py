@@ -40,9 +40,6 @@ PROBE_ID = SET_PROBE_ID
 DETECTABLE_DROP = 0.05
 POWER = 0.8
 MIN_QUESTIONS = 40
-#: The share of a launch's time to ready that its eval may take beyond the first ``MIN_QUESTIONS``: a model's
-#: load takes minutes on a GPU host and a few hundred short greedy answers take seconds there.
-EVAL_SHARE = 0.5
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
@@ -189,20 +186,15 @@ def _pmf(k: int, n: int, p: float) -> float:
                     + k * math.log(p) + (n - k) * math.log1p(-p))
 
 
-def probe_set_jobs(expected: float | None, send: Callable[[Probe], ProbeResult], concurrency: int = 1,
-                   launch_wall_s: float | None = None) -> list[Callable[[], ProbeResult]]:
+def probe_set_jobs(expected: float | None, send: Callable[[Probe], ProbeResult],
+                   concurrency: int = 1) -> list[Callable[[], ProbeResult]]:
     """What a ready launch asks besides its probes: nothing when the case expects no accuracy, else one
     job that answers the probe set through ``send`` and returns ``set_result``: as many of its questions as
     ``questions_needed`` asks for (all it has, when fewer), ``concurrency`` at a time (the case's load: a
-    user's eval that scores lower under a burst was run under that burst). The eval spends at most
-    ``EVAL_SHARE`` of what the launch took to get ready (``launch_wall_s``, wall seconds) beyond its first
-    ``MIN_QUESTIONS``: host time is the scarce resource, and on a host where the questions are slow the count
-    stays smaller (a smaller drop is then not seen). Raises ProbeSetError (a ValueError, one line) for a broken
-    probe set file, which ``run`` checks before anything starts."""
+    user's eval that scores lower under a burst was run under that burst). Raises ProbeSetError (a
+    ValueError, one line) for a broken probe set file, which ``run`` checks before anything starts."""
     if expected is None:
         return []
     probe_set = load_probe_set()
     count = questions_needed(expected) if expected > DETECTABLE_DROP else len(probe_set.item)
-    cap = EVAL_SHARE * launch_wall_s if launch_wall_s else None
-    return [lambda: set_result(run_probe_set(probe_set, send, count=count, concurrency=concurrency,
-                                             max_wall_s=cap, at_least=MIN_QUESTIONS), expected)]
+    return [lambda: set_result(run_probe_set(probe_set, send, count=count, concurrency=concurrency), expected)]

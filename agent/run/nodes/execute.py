@@ -480,9 +480,7 @@ def _probe_or_record_failure(launch: _Launch, res: LaunchResult) -> dict[str, An
     asks: list[Callable[[], ProbeResult]] = [functools.partial(send, p) for p in [*case.probes, *exp.probes]]
     # the probe set (graded wrong output), asked at the case's concurrency: an eval that scores lower under a
     # burst was run under that burst
-    graded = probe_set_jobs(case.reproduce.accuracy, send, concurrency=case.reproduce.concurrency,
-                            launch_wall_s=res.t_ready_s)
-    for ask in [*asks, *graded]:
+    for ask in [*asks, *probe_set_jobs(case.reproduce.accuracy, send, concurrency=case.reproduce.concurrency)]:
         pr = ask()
         probes.append(pr)
         if not pr.ok:  # the server may die of it: what it answered is kept before anything else happens
