@@ -95,10 +95,6 @@ def _lab(folder: Path, world: str, flags: list[str], seed: str = "s") -> Iterato
         proc.wait(timeout=30)
 
 
-#: The questions each test asks: the set's listed ones (the drawn ones only add count, not kinds of answer).
-ASKED = 40
-
-
 def _ask(base: str, api: Literal["native", "completions"] = "native") -> tuple[SetRun, list[ProbeResult]]:
     """The built-in probe set asked of the server at `base` (SGLang's /generate, or /v1/completions as for
     an engine without it); the count and every reply."""
@@ -108,14 +104,14 @@ def _ask(base: str, api: Literal["native", "completions"] = "native") -> tuple[S
         replies.append(run_probe(base, probe, model="org/M", timeout_s=30, generate_api=api))
         return replies[-1]
 
-    return run_probe_set(load_probe_set(), send, count=ASKED), replies
+    return run_probe_set(load_probe_set(), send), replies
 
 
 def _wrong(run: SetRun, replies: list[ProbeResult]) -> list[str]:
     """The ids of the questions answered wrongly (the run stopped at none: every question has a reply)."""
-    items = load_probe_set().item[:ASKED]
-    assert run.failure is None and len(replies) == len(items)
-    return [i.id for i, r in zip(items, replies, strict=True) if not score_reply(r.text, i.answer)]
+    ps = load_probe_set()
+    assert run.failure is None and len(replies) == len(ps.item)
+    return [i.id for i, r in zip(ps.item, replies, strict=True) if not score_reply(r.text, i.answer)]
 
 
 def test_a_healthy_model_misses_the_same_questions_on_every_launch(tmp_path: Path) -> None:
@@ -124,7 +120,7 @@ def test_a_healthy_model_misses_the_same_questions_on_every_launch(tmp_path: Pat
         first, replies_a = _ask(base)
     with _lab(tmp_path / "b", world, [], seed="s2") as (base, _):
         again, replies_b = _ask(base, "completions")
-    assert first.asked == again.asked == ASKED
+    assert first.asked == again.asked == len(load_probe_set().item)
     assert first.correct == again.correct < first.asked  # some wrong: accuracy 0.8
     assert _wrong(first, replies_a) == _wrong(again, replies_b)
     assert all(r.status in ("ok", "wrong_answer") for r in replies_a)  # never garbage, never an error

@@ -11,11 +11,7 @@ expects is decided in ``agent.domain.accuracy``.
 
 from __future__ import annotations
 
-import concurrent.futures
-import random
 import re
-import threading
-import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -43,17 +39,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class More(_Strict):
-    """``[set.more]``: more two-number arithmetic questions drawn by the listed ones' rule (+, -, *; operands
-    in ``operands``, answers positive whole numbers that equal neither operand), from ``random.Random`` seeded
-    with ``seed``, until the set holds ``count`` questions: enough for a drop of a few points to be seen
-    (``agent.domain.accuracy.questions_needed``). Only for ``scoring = "last_number"``."""
-
-    count: int = Field(ge=1, le=5000)
-    seed: int = 21
-    operands: tuple[int, int] = (3, 98)
-
-
 class SetHeader(_Strict):
     """The ``[set]`` table: how every question is asked and scored."""
 
@@ -63,7 +48,6 @@ class SetHeader(_Strict):
     prompt: str = Field(min_length=1)  # the request text; ``{question}`` is replaced by the item's question
     max_tokens: int = Field(default=16, ge=1, le=1024)
     scoring: Literal["last_number", "word"] = "last_number"
-    more: More | None = None
 
     @field_validator("prompt")
     @classmethod
@@ -121,35 +105,7 @@ def load_probe_set(path: Path | None = None) -> ProbeSet:
     dup = next((i for i in ids if ids.count(i) > 1), None)
     if dup is not None:
         raise ProbeSetError(f"{path}: item.id: {dup!r} appears more than once (ids must be unique)")
-    more = probe_set.set.more
-    if more is not None:
-        if probe_set.set.scoring != "last_number":
-            raise ProbeSetError(f"{path}: set.more: drawn questions are arithmetic; needs scoring = \"last_number\"")
-        lo, hi = more.operands
-        if not 0 < lo < hi:
-            raise ProbeSetError(f"{path}: set.more.operands: expected [low, high] with 0 < low < high, got {[lo, hi]}")
-        probe_set = probe_set.model_copy(update={"item": [*probe_set.item, *_drawn(probe_set.item, more)]})
     return probe_set
-
-
-def _drawn(listed: list[Item], more: More) -> list[Item]:
-    """The questions ``more`` adds after the ``listed`` ones (none repeats a question; ids ``m001``...)."""
-    rng = random.Random(more.seed)
-    lo, hi = more.operands
-    seen = {i.question for i in listed}
-    out: list[Item] = []
-    ops: dict[str, Callable[[int, int], int]] = {"+": lambda a, b: a + b, "-": lambda a, b: a - b,
-                                                 "*": lambda a, b: a * b}
-    tries = 0
-    while len(listed) + len(out) < more.count and tries < more.count * 50:
-        tries += 1
-        a, b, op = rng.randint(lo, hi), rng.randint(lo, hi), rng.choice("+-*")
-        answer, question = ops[op](a, b), f"{a} {op} {b}"
-        if answer <= 0 or answer in (a, b) or question in seen:
-            continue
-        seen.add(question)
-        out.append(Item(id=f"m{len(out) + 1:03d}", question=question, answer=str(answer)))
-    return out
 
 
 def _first_line(text: str | None) -> str:
@@ -187,39 +143,21 @@ class SetRun(BaseModel):
     latency_s: float = 0.0
 
 
-def run_probe_set(probe_set: ProbeSet, send: Callable[[Probe], ProbeResult], count: int | None = None,
-                  concurrency: int = 1) -> SetRun:
-    """Ask the first ``count`` questions of ``probe_set`` (all when None) through ``send`` (a probe -> its
-    result: ``tools.probes.run_probe`` bound to a server, or a caller's wrapper that reconnects; called from
-    ``concurrency`` threads at once, so that the questions share batches as a user's eval under load does)
-    and count the right answers. Once a request gets no answer (``NO_ANSWER``) no further question is sent
-    and the count is not a measure (``failure``). Never raises for server-side problems; ``latency_s`` is the
-    wall time of the whole set."""
+def run_probe_set(probe_set: ProbeSet, send: Callable[[Probe], ProbeResult]) -> SetRun:
+    """Ask every question of ``probe_set`` one after another through ``send`` (a probe -> its result:
+    ``tools.probes.run_probe`` bound to a server, or a caller's wrapper that reconnects) and count the right
+    answers. Stops at the first request the server did not answer (``NO_ANSWER``). Never raises for
+    server-side problems."""
     run = SetRun(name=probe_set.set.name)
-    items = probe_set.item[:count] if count is not None else probe_set.item
-    stop = threading.Event()
-    start = time.monotonic()
-
-    def ask(item: Item) -> tuple[Item, ProbeResult | None]:
-        if stop.is_set():
-            return item, None
+    for item in probe_set.item:
         result = send(probe_set.probe(item))
+        run.latency_s += result.latency_s
         if result.status in NO_ANSWER:
-            stop.set()
-        return item, result
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        answered = list(pool.map(ask, items))
-    for item, result in answered:
-        if result is None:
-            continue
-        if result.status in NO_ANSWER:
-            run.failure = run.failure or result
-            continue
+            run.failure = result
+            break
         run.asked += 1
         if score_reply(result.text, item.answer, probe_set.set.scoring):
             run.correct += 1
         elif len(run.wrong) < 5:
             run.wrong.append((item.id, " ".join((result.text or "").split())[:80]))
-    run.latency_s = time.monotonic() - start
     return run

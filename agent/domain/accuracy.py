@@ -10,9 +10,7 @@ never decides it. The 95% Wilson score interval of the measured accuracy is stat
 
 What a set of n questions can see: with 40 questions and an expected 0.95, 36 right (0.90) is not below
 with that confidence (p = 0.14) and 35 right (0.875) is (p = 0.048); a drop of a few points, like 93.8%
-to 87.6%, needs hundreds of questions (README.md, "Graded wrong output"). So a launch asks as many as
-``questions_needed`` says a drop of ``DETECTABLE_DROP`` takes to be seen with chance ``POWER`` (about 250
-at an expected 0.91), at the case's concurrency.
+to 87.6%, needs hundreds of questions (README.md, "Graded wrong output").
 
 Sources: E. B. Wilson, "Probable inference, the law of succession, and statistical inference", JASA 22
 (1927), the score interval; the exact binomial test as in any statistics text (scipy.stats.binomtest with
@@ -34,12 +32,6 @@ from tools.probes import Probe, ProbeResult
 CONFIDENCE = 0.95
 #: The id of the probe result that stands for the whole probe set.
 PROBE_ID = SET_PROBE_ID
-#: The drop in accuracy (absolute) the number of questions asked is sized to see, with chance ``POWER``: a
-#: few points, as the public reports of quiet accuracy losses describe (93.8% -> 87.6%, README.md "Graded
-#: wrong output"); at least ``MIN_QUESTIONS`` are asked.
-DETECTABLE_DROP = 0.05
-POWER = 0.8
-MIN_QUESTIONS = 40
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
@@ -145,56 +137,11 @@ def set_result(run: SetRun, expected: float) -> ProbeResult:
     )
 
 
-def questions_needed(expected: float, drop: float = DETECTABLE_DROP, power: float = POWER,
-                     confidence: float = CONFIDENCE) -> int:
-    """How many questions let the one-sided exact test (``judge``) see a true accuracy ``drop`` below
-    ``expected`` with chance ``power``: the first n, from the normal approximation of the binomial test's
-    sample size n = ((z_c sqrt(p0 q0) + z_power sqrt(p1 q1)) / drop)^2 (p0 = expected, p1 = expected - drop;
-    e.g. Chow, Shao and Wang, "Sample Size Calculations in Clinical Research", one-sample proportion) upward,
-    at which the exact binomial power reaches ``power``. At least ``MIN_QUESTIONS``. Raises ValueError for
-    expected outside (0, 1] or drop outside (0, expected)."""
-    if not 0.0 < expected <= 1.0 or not 0.0 < drop < expected:
-        raise ValueError(f"questions_needed needs 0 < drop < expected <= 1, got {expected}, {drop}")
-    z_c, z_p = NormalDist().inv_cdf(confidence), NormalDist().inv_cdf(power)
-    p0, p1 = expected, expected - drop
-    n = max(MIN_QUESTIONS, math.ceil(((z_c * math.sqrt(p0 * (1 - p0)) + z_p * math.sqrt(p1 * (1 - p1))) / drop) ** 2))
-    while _exact_power(n, p0, p1, 1 - confidence) < power and n < 5000:
-        n += 1
-    return n
-
-
-def _exact_power(n: int, p0: float, p1: float, alpha: float) -> float:
-    """P(the one-sided exact test at level ``alpha`` calls n answers below ``p0``) when the true accuracy is
-    ``p1``: the chance under p1 of at most the largest count whose chance under p0 is below alpha."""
-    below0 = below1 = 0.0
-    cut = -1
-    for k in range(n + 1):
-        below0 += _pmf(k, n, p0)
-        if below0 >= alpha:
-            break
-        cut = k
-    for k in range(cut + 1):
-        below1 += _pmf(k, n, p1)
-    return below1
-
-
-def _pmf(k: int, n: int, p: float) -> float:
-    """P(X = k) for X ~ Binomial(n, p), 0 < p < 1 or the degenerate ends."""
-    if p <= 0.0 or p >= 1.0:
-        return 1.0 if k == (0 if p <= 0.0 else n) else 0.0
-    return math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-                    + k * math.log(p) + (n - k) * math.log1p(-p))
-
-
-def probe_set_jobs(expected: float | None, send: Callable[[Probe], ProbeResult],
-                   concurrency: int = 1) -> list[Callable[[], ProbeResult]]:
+def probe_set_jobs(expected: float | None, send: Callable[[Probe], ProbeResult]) -> list[Callable[[], ProbeResult]]:
     """What a ready launch asks besides its probes: nothing when the case expects no accuracy, else one
-    job that answers the probe set through ``send`` and returns ``set_result``: as many of its questions as
-    ``questions_needed`` asks for (all it has, when fewer), ``concurrency`` at a time (the case's load: a
-    user's eval that scores lower under a burst was run under that burst). Raises ProbeSetError (a
+    job that answers the probe set through ``send`` and returns ``set_result``. Raises ProbeSetError (a
     ValueError, one line) for a broken probe set file, which ``run`` checks before anything starts."""
     if expected is None:
         return []
     probe_set = load_probe_set()
-    count = questions_needed(expected) if expected > DETECTABLE_DROP else len(probe_set.item)
-    return [lambda: set_result(run_probe_set(probe_set, send, count=count, concurrency=concurrency), expected)]
+    return [lambda: set_result(run_probe_set(probe_set, send), expected)]
