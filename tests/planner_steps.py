@@ -11,7 +11,7 @@ from pathlib import Path
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
 from agent.domain.knowledge_dir import use_knowledge
-from agent.domain.models import Baseline, Experiment
+from agent.domain.models import Baseline, Change, Experiment
 from agent.planning.catalog import load_catalog
 from agent.planning.planner import RulePlanner
 from agent.planning.view import PlannerView, Proposal
@@ -21,7 +21,28 @@ from bench.run import empty_catalog_knowledge
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog
 from tools.host import LocalHost
+from tools.probes import ProbeResult
 from tools.signatures import for_engine, load_signatures
+
+_SITE = "/usr/local/lib/python3.12/dist-packages"
+
+
+def ready_with_backend(backend: str) -> str:
+    """SGLang's ``server_args`` line with ``attention_backend`` = ``backend``, then its ready line."""
+    return (f"[2026-12-01 09:59:00] server_args=ServerArgs(model_path='/m/model', attention_backend='{backend}', "
+            "tp_size=1)\n[2026-12-01 10:00:00] The server is fired up and ready to roll!\n")
+
+
+#: A ready server whose scheduler crashes in the triton attention backend's decode (srt/managers/scheduler.py
+#: exception as SGLang 0.5.23 logs it), its ``server_args`` line saying ``attention_backend='triton'``.
+TRITON_DECODE_CRASH = ready_with_backend("triton") + f"""[2026-12-01 10:01:00 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{_SITE}/sglang/srt/managers/scheduler.py", line 3179, in run_scheduler_process
+    scheduler.event_loop_overlap()
+  File "{_SITE}/sglang/srt/layers/attention/triton_backend.py", line 612, in forward_decode
+    assert self.kv_indptr is not None
+AssertionError
+[2026-12-01 10:01:00] SIGQUIT received. signum=None, frame=None. It usually means one child failed.
+"""
 
 
 def after_failed_launch(
@@ -32,6 +53,17 @@ def after_failed_launch(
     raw = RawEvidence.from_log(exp.id, text, for_engine(load_signatures(), engine), "x.log")
     view.experiments.append(exp.model_copy(update={"status": "done"}))
     view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "crashed"})))
+    view.launches += 1
+    return planner.propose(view, planner.history(view))
+
+
+def after_served_launch(planner: RulePlanner, view: PlannerView, exp: Experiment, text: str) -> Proposal:
+    """Record ``exp`` as launched and served (its probe answered) with the SGLang log ``text`` in ``view``,
+    count the launch, and return ``planner``'s next proposal."""
+    raw = RawEvidence.from_log(exp.id, text, for_engine(load_signatures(), "sglang"), "x.log")
+    probes = [ProbeResult(probe_id="chat", ok=True, status="ok", latency_s=0.1)]
+    view.experiments.append(exp.model_copy(update={"status": "done"}))
+    view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "ready", "probes": probes})))
     view.launches += 1
     return planner.propose(view, planner.history(view))
 
@@ -50,6 +82,12 @@ def baseline_failed_with(
     first = planner.propose(view, planner.history(view)).experiment
     assert first is not None and first.purpose == "baseline"
     return planner, view, after_failed_launch(planner, view, first, log)
+
+
+def experiment_of(base: Baseline, change: Change) -> Experiment:
+    """The test experiment of ``change`` against ``base`` (done), as the planner would propose it."""
+    return Experiment(id=Experiment.make_id(base, change, "test"), purpose="test", baseline=base, change=change,
+                      attempt=1, status="done")
 
 
 def fingerprint_with_model(

@@ -19,18 +19,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner_steps import after_failed_launch, baseline_failed_with
+from planner_steps import (
+    TRITON_DECODE_CRASH,
+    after_failed_launch,
+    after_served_launch,
+    baseline_failed_with,
+    ready_with_backend,
+)
 
 from agent.domain.case import Case
-from agent.domain.evidence import RawEvidence
 from agent.domain.models import Baseline, Change, Experiment
 from agent.planning.catalog import load_catalog
-from agent.planning.planner import PlannerView, RulePlanner
-from agent.run.nodes.analyze import classify_outcome
+from agent.planning.planner import PlannerView, Proposal, RulePlanner
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, parse_help
-from tools.probes import ProbeResult
-from tools.signatures import for_engine, load_signatures
 
 DATA = Path(__file__).parent / "data"
 FLAGS: FlagCatalog = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="fixture", version="0.5.23")
@@ -53,26 +55,13 @@ AssertionError
 """
 
 
-ARGS = "[2026-12-01 09:59:00] server_args=ServerArgs(model_path='/m/model', attention_backend='triton', tp_size=1)\n"
-READY_ARGS = ARGS + "[2026-12-01 10:00:00] The server is fired up and ready to roll!\n"
-CRASH_ARGS = READY_ARGS + f"""[2026-12-01 10:01:00 TP0] Scheduler hit an exception: Traceback (most recent call last):
-  File "{SITE}/sglang/srt/managers/scheduler.py", line 3179, in run_scheduler_process
-    scheduler.event_loop_overlap()
-  File "{SITE}/sglang/srt/layers/attention/triton_backend.py", line 612, in forward_decode
-    assert self.kv_indptr is not None
-AssertionError
-[2026-12-01 10:01:00] SIGQUIT received. signum=None, frame=None. It usually means one child failed.
-"""
+READY_ARGS = ready_with_backend("triton")
+CRASH_ARGS = TRITON_DECODE_CRASH
 
 
-def _served(planner: RulePlanner, view: PlannerView, exp: Experiment, log: str = READY):
-    """Record ``exp`` as served (every probe answered) with the log ``log``; the planner's next proposal."""
-    raw = RawEvidence.from_log(exp.id, log, for_engine(load_signatures(), "sglang"), "x.log")
-    probes = [ProbeResult(probe_id="chat", ok=True, status="ok", latency_s=0.1)]
-    view.experiments.append(exp.model_copy(update={"status": "done"}))
-    view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "ready", "probes": probes})))
-    view.launches += 1
-    return planner.propose(view, planner.history(view))
+def _served(planner: RulePlanner, view: PlannerView, exp: Experiment, log: str = READY) -> Proposal:
+    """Record ``exp`` as served with the log ``log``; the planner's next proposal."""
+    return after_served_launch(planner, view, exp, log)
 
 
 def test_a_success_that_did_not_hold_on_its_re_run_says_nothing_against_the_other_causes() -> None:

@@ -15,18 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner_steps import after_failed_launch
+from planner_steps import after_failed_launch, after_served_launch, baseline_failed_with, experiment_of
 
-from agent.domain.case import Case
-from agent.domain.evidence import RawEvidence
-from agent.domain.models import Baseline, Change, Experiment
-from agent.planning.catalog import load_catalog
-from agent.planning.planner import PlannerView, Proposal, RulePlanner
-from agent.run.nodes.analyze import classify_outcome
+from agent.domain.models import Change
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, parse_help
-from tools.probes import ProbeResult
-from tools.signatures import for_engine, load_signatures
 
 DATA = Path(__file__).parent / "data"
 FLAGS: FlagCatalog = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="fixture", version="0.5.23")
@@ -56,35 +49,19 @@ RuntimeError: shape '[3013, -1, 128]' is invalid for input of size 8192000
 """
 
 
-def _served(planner: RulePlanner, view: PlannerView, exp: Experiment) -> Proposal:
-    raw = RawEvidence.from_log(exp.id, READY, for_engine(load_signatures(), "sglang"), "x.log")
-    probes = [ProbeResult(probe_id="chat", ok=True, status="ok", latency_s=0.1)]
-    view.experiments.append(exp.model_copy(update={"status": "done"}))
-    view.outcomes.append(classify_outcome(raw.model_copy(update={"status": "ready", "probes": probes})))
-    view.launches += 1
-    return planner.propose(view, planner.history(view))
-
-
-def _test(base: Baseline, change: Change) -> Experiment:
-    return Experiment(id=Experiment.make_id(base, change, "test"), purpose="test", baseline=base, change=change,
-                      attempt=1, status="done")
 
 
 def test_a_configuration_seen_serving_is_the_next_test_on_the_blocker_after() -> None:
-    base = Baseline(flags={"--model-path": "/m/model", "--pp-size": "2", "--enable-hierarchical-cache": True,
-                           "--hicache-size": "160"})
-    case = Case.model_validate({"name": "c", "model": {"path": "/m/model"}, "baseline": base.model_dump()})
-    view = PlannerView(case=case, fingerprint=HOST)
-    planner = RulePlanner(load_catalog(), FLAGS)
-    first = planner.propose(view, planner.history(view)).experiment
-    assert first is not None and first.purpose == "baseline"
-    after_failed_launch(planner, view, first, NO_ROOM)
+    planner, view, _ = baseline_failed_with(HOST, {"--model-path": "/m/model", "--pp-size": "2",
+                                                   "--enable-hierarchical-cache": True, "--hicache-size": "160"},
+                                            NO_ROOM, FLAGS)
+    base = view.case.baseline
 
     drop = Change(kind="flag", name="--enable-hierarchical-cache", before=True, after=None)
-    dropped = _test(base, drop)
-    _served(planner, view, dropped)
+    dropped = experiment_of(base, drop)
+    after_served_launch(planner, view, dropped, READY)
     size = Change(kind="flag", name="--hicache-size", before="160", after=None)
-    nxt = after_failed_launch(planner, view, _test(base, size), UNDER_LOAD)
+    nxt = after_failed_launch(planner, view, experiment_of(base, size), UNDER_LOAD)
 
     state = planner.history(view)
     assert state.baseline == base.apply(size), "getting past the start-up failure is progress"

@@ -229,16 +229,22 @@ def _wait_for(log: Path, needle: str, timeout: float = 20.0) -> str:
     raise AssertionError(f"{needle!r} not in log after {timeout} s:\n{log.read_text()[-2000:]}")
 
 
-def test_capture_oom_log_gives_the_figures_to_choose_values(tmp_path: Path) -> None:
-    world, argv, _ = _argv("cuda-graph-oom")
-    host, handle, log, _ = _start("cuda-graph-oom", argv, tmp_path, scale="0.001")
+def _log_of_dead_launch(world: str, argv: list[str], tmp_path: Path, case_env: dict[str, str] | None = None) -> str:
+    """The log of the world's lab server launched with ``argv`` (and the case's environment), once it has
+    exited (a start-up failure) or 20 s have passed."""
+    host, handle, log, _ = _start(world, argv, tmp_path, scale="0.001", case_env=case_env)
     try:
         deadline = time.monotonic() + 20
         while host.is_alive(handle) and time.monotonic() < deadline:  # type: ignore[arg-type]
             time.sleep(0.05)
     finally:
         host.terminate(handle, grace_s=1)  # type: ignore[arg-type]
-    text = log.read_text()
+    return log.read_text()
+
+
+def test_capture_oom_log_gives_the_figures_to_choose_values(tmp_path: Path) -> None:
+    world, argv, _ = _argv("cuda-graph-oom")
+    text = _log_of_dead_launch("cuda-graph-oom", argv, tmp_path)
     assert "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate" in text
     assert "2. set --cuda-graph-max-bs to a smaller value (e.g., 16)" in text
     matches, facts = scan_text(text, load_signatures())
@@ -265,14 +271,7 @@ def test_capture_failure_with_room_to_spare_gets_no_memory_change(tmp_path: Path
     memory than its graphs need: the figures speak against a memory shortage, so neither a lower static
     fraction nor a smaller max batch size is proposed, not even the catalog's fallback values."""
     world, argv, case_env = _argv("dsv4-flash-rtxpro6000x4")
-    host, handle, log, _ = _start("dsv4-flash-rtxpro6000x4", argv, tmp_path, scale="0.001", case_env=case_env)
-    try:
-        deadline = time.monotonic() + 20
-        while host.is_alive(handle) and time.monotonic() < deadline:  # type: ignore[arg-type]
-            time.sleep(0.05)
-    finally:
-        host.terminate(handle, grace_s=1)  # type: ignore[arg-type]
-    text = log.read_text()
+    text = _log_of_dead_launch("dsv4-flash-rtxpro6000x4", argv, tmp_path, case_env)
     assert "Capture cuda graph failed" in text and "illegal memory access" in text
     matches, facts = scan_text(text, load_signatures())
     assert "cuda_out_of_memory" not in {m.signature_id for m in matches}
