@@ -153,3 +153,32 @@ def test_a_fix_that_unsets_a_variable_says_so_and_its_command_unsets_it(tmp_path
     assert _hypoloop(tmp_path, "findings", "add", str(transcript), "--to", str(tmp_path / "F.md")).returncode == 0
     found = read_findings(tmp_path / "F.md")[-1]
     assert found.outcome == "works" and name not in found.env and "--attention-backend" in found.flags, found
+
+
+def test_a_fix_confirmed_by_another_value_of_its_setting_is_written_with_the_fixs_own_command(tmp_path: Path) -> None:
+    """The user's ``--attention-backend`` value fails; another backend serves, then removing the user's value
+    serves too, and the other backend's launch counts as the removal's confirmation (no re-run). The working
+    command (finding, report) is the removal's, not that earlier launch's failing baseline; the report says why
+    that launch confirms (found by a newcomer: the command read back with the failing value)."""
+    r = _hypoloop(tmp_path, "run", "lab:glm5-fp8-mi325x", "--auto", "--json", timeout=600,
+                  HYPOLOOP_LAB_TIME_SCALE="0.002")
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    run = RecordedRun.load(Path(result["transcript"]))
+    c = run.conclusion or {}
+    confirm = run.run_of(c.get("confirmation_experiment_id"))
+    assert confirm is not None and confirm.experiment.get("purpose") == "test", "confirmed by the other value"
+    fix = c["fix"]
+    assert (confirm.experiment.get("change") or {}).get("name") == fix["name"]
+    notes = tmp_path / "F.md"
+    notes.write_text("")
+    added = _hypoloop(tmp_path, "findings", "add", result["transcript"], "--to", str(notes))
+    assert added.returncode == 0, added.stderr
+    new = read_findings(notes)[-1]
+    if fix["after"] is None:
+        assert fix["name"] not in new.flags, new.flags
+    else:
+        assert new.flags.get(fix["name"]) == fix["after"], new.flags
+    assert "another value of the same setting" in new.text
+    report = _hypoloop(tmp_path, "report", result["transcript"])
+    assert report.returncode == 0 and "another value of the fix's own setting" in report.stdout

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from planner_steps import after_failed_launch, after_served_launch, baseline_failed_with, experiment_of
 
-from agent.domain.models import Change
+from agent.domain.case import Case
+from agent.domain.models import Baseline, Change
+from agent.planning.planner import PlannerView
+from agent.planning.seen_serving import _inert_differences
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, parse_help
 
@@ -69,3 +73,24 @@ def test_a_configuration_seen_serving_is_the_next_test_on_the_blocker_after() ->
     assert nxt.experiment.change == Change(kind="flag", name="--enable-hierarchical-cache", before=True, after=None)
     assert f"already served in {dropped.id}" in nxt.experiment.rationale
     assert "--hicache-size" in nxt.experiment.rationale
+
+
+@pytest.mark.parametrize("switched_on", [
+    {"--pp-size": "2"},
+    {"--speculative-algorithm": "EAGLE3", "--speculative-draft-model-path": "/m/draft"},
+    {"--disaggregation-mode": "prefill"},
+    {"--lora-paths": "/m/lora"},
+    {"--moe-a2a-backend": "deepep"},
+    {"--enable-hierarchical-cache": True, "--hicache-size": "160"},
+])
+def test_a_feature_switched_on_in_one_configuration_is_never_a_setting_that_configures_nothing(
+        switched_on: dict[str, object]) -> None:
+    """A feature's own switch is in play wherever it is on: a launch with it is not the configuration without it
+    (found by a newcomer: judged with the switch removed, each of these looked out of play)."""
+    plain = Baseline(flags={"--model-path": "/m/model"})
+    with_it = Baseline(flags={"--model-path": "/m/model", **switched_on})
+    view = PlannerView(case=Case.model_validate({"name": "c", "model": {"path": "/m/model"}}), fingerprint=HOST)
+    assert _inert_differences(plain, with_it, view, FLAGS) is None
+    assert _inert_differences(with_it, plain, view, FLAGS) is None
+    size_only = Baseline(flags={"--model-path": "/m/model", "--hicache-size": "160"})
+    assert _inert_differences(plain, size_only, view, FLAGS) == ["--hicache-size"]

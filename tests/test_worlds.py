@@ -280,6 +280,11 @@ def test_capture_failure_with_room_to_spare_gets_no_memory_change(tmp_path: Path
     for rule in (mem_fraction_for_graph_capture, cuda_graph_max_bs_that_fits):
         value, how = rule(ev)
         assert value is None and isinstance(how, Contradicted), (rule.__name__, value, how)
+    # the same figures beside an allocation failure (on a rank other than the one whose lines they are, say)
+    # contradict nothing: a lower fraction is proposed again
+    oom = ValueEvidence(facts=facts, total_gib=world.hardware.memory_mib / 1024, flags=flags, out_of_memory=True)
+    value, how = mem_fraction_for_graph_capture(oom)
+    assert value is not None and float(value) < 0.85 and not isinstance(how, Contradicted), how
     lower = Intervention(names=["--mem-fraction-static"], values=["0.8", "0.7"],
                          derive="mem_fraction_for_graph_capture")
     change, why = FlagMatcher(None).realize(lower, Baseline(flags=flags), ev)

@@ -40,7 +40,7 @@ from agent.planning.platform_builds import foreign_setting
 from agent.planning.seen_serving import served_before, serving_launches
 from agent.planning.served import user_keeps
 from agent.planning.switches import broad_switch
-from agent.planning.values import ValueEvidence, leaves_no_kv_cache
+from agent.planning.values import ValueEvidence, leaves_no_kv_cache, ran_out_of_memory
 from agent.planning.view import COST_ORDER, HistoryState, PlannerView, Proposal, default_launch_cost_s
 from agent.planning.weights import weights as tunables
 from agent.review.wording import count
@@ -254,7 +254,7 @@ class Chooser(FlagMatcher):
         fp = view.fingerprint
         total = fp.memory_total_mib / 1024 if fp and fp.memory_total_mib else None
         return ValueEvidence(facts=dict(ref.facts), total_gib=total, flags=dict(baseline.flags),
-                             cpu_count=fp.cpu_count if fp else None)
+                             cpu_count=fp.cpu_count if fp else None, out_of_memory=ran_out_of_memory(ref))
 
     def _candidates(
         self,

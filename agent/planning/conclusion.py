@@ -35,7 +35,7 @@ from agent.planning.observations import (
 )
 from agent.planning.served import OnHost, host_refusals, run_platform, served_settings, user_keeps
 from agent.planning.switches import broad_switch
-from agent.planning.values import ValueEvidence, derive
+from agent.planning.values import ValueEvidence, derive, ran_out_of_memory
 from agent.planning.view import COST_ORDER
 from agent.planning.workaround_fix import blockers, workaround_verdict
 from agent.planning.workarounds import mark_deployment_changes, mark_own_alternatives, root_and_workarounds
@@ -482,6 +482,7 @@ def _catalog_alternatives(
         total_gib=float(mib) / 1024 if mib else None,
         flags=dict(fix_exp.baseline.flags),
         cpu_count=(fingerprint or {}).get("cpu_count"),
+        out_of_memory=failing is not None and ran_out_of_memory(failing),
     )
     roles = (fingerprint or {}).get("flag_roles") or {}
 

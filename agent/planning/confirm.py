@@ -48,7 +48,8 @@ class FixKeeper:
         self.book.normalise(ledger, weights, set())
 
     @staticmethod
-    def _confirmed(st: HistoryState, exp: Experiment, best: Fix, backing: list[Hypothesis]) -> None:
+    def _confirmed(st: HistoryState, exp: Experiment, best: Fix, backing: list[Hypothesis],
+                   sibling: Change | None = None) -> None:
         """``best`` passed once more (``exp``: a re-run of it, or a test of its variable, ``sibling_passes``):
         once enough passed, its supported hypotheses are confirmed."""
         if st.confirmations < st.confirmations_needed:
@@ -62,8 +63,11 @@ class FixKeeper:
                         kind="experiment",
                         experiment_id=exp.id,
                         effect="confirms",
-                        detail=f"the fixing configuration ({best.change.describe()}) served "
-                        "correctly again",
+                        detail=(f"the fixing configuration ({best.change.describe()}) served correctly again"
+                                if sibling is None else
+                                f"{best.change.describe()} served, and so did another value of the same setting "
+                                f"({sibling.describe()}): if the setting did not matter both would have been "
+                                "luck, so that counts as a confirmation"),
                     )
                 )
 
@@ -153,8 +157,9 @@ class FixKeeper:
             # passes were luck" that is as unlikely as a re-run passing, so it counts as one (a workaround's
             # re-run still waits for the root-cause search after it)
             facts = st.failing_reference.facts if st.failing_reference else {}
+            other = next((f.change for f in st.fixes if sibling_passes(best.change, f.change)), None)
             self._confirmed(st, exp, best, [h for h in hp.ledger.values()
-                                             if self.book.prediction(h, best.change, facts) != "persists"])
+                                             if self.book.prediction(h, best.change, facts) != "persists"], other)
 
     def _fix_kind(
         self, hp: HistoryPass, change: Change, facts: dict[str, str]

@@ -50,24 +50,24 @@ def serving_launches(view: PlannerView, probes: list[Probe]) -> list[Experiment]
 
 def _inert_differences(target: Baseline, other: Baseline, view: PlannerView,
                        flags: FlagCatalog | None) -> list[str] | None:
-    """The settings in which ``other`` differs from ``target`` when none of them is in play in ``target``
-    (setting it to ``other``'s value, or to ``target``'s, changes nothing there); None when one is."""
+    """The settings in which ``other`` differs from ``target`` when each of them configures a subsystem that
+    is out of play in both configurations as they are (``--hicache-size`` where the hierarchical cache is off in
+    both); None when one of them is in play in either. A feature's own switch is in play wherever it is on
+    (``--pp-size 2`` against no ``--pp-size``), so it never counts as inert."""
     out = []
     kinds: tuple[tuple[Literal["flag", "env"], dict[str, FlagValue], dict[str, FlagValue]], ...] = (
         ("flag", target.flags, other.flags), ("env", dict(target.env), dict(other.env)))
+    checks = [InPlay(view.fingerprint, config, {}, flags) for config in (target, other)]
     for kind, mine, theirs in kinds:
         for name in sorted(set(mine) | set(theirs)):
             a, b = mine.get(name), theirs.get(name)
             if a == b:
                 continue
-            rest = Baseline(flags={k: v for k, v in target.flags.items() if not (kind == "flag" and k == name)},
-                            env={k: v for k, v in target.env.items() if not (kind == "env" and k == name)})
-            in_play = InPlay(view.fingerprint, rest, {}, flags)
             values = [v for v in (a, b) if v is not None and v is not False]
             if not values:
                 continue  # unset and off: the same
-            if any(in_play.why_not(Change(kind=kind, name=name, before=None, after=v)) is None
-                                 for v in values):
+            if any(c.why_not(Change(kind=kind, name=name, before=None, after=v)) is None
+                   for c in checks for v in values):
                 return None
             out.append(name)
     return out

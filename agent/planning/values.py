@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agent.domain.models import FlagValue
+from agent.domain.models import FlagValue, Outcome
 from agent.review.wording import count
 
 #: Which way each rule moves its flag, so a hypothesis can tell whether a change is "its" fix.
@@ -63,6 +63,10 @@ class ValueEvidence:
     flags: Mapping[str, FlagValue] = field(default_factory=dict)
     #: The host's CPU count (``HostFingerprint.cpu_count``), None when unknown.
     cpu_count: int | None = None
+    #: The failing run reported an allocation failure (a fatal or error line whose component is memory's,
+    #: knowledge/signatures.toml): the capture figures then never contradict a memory shortage, since they
+    #: may come from another rank than the one that ran out.
+    out_of_memory: bool = False
 
     def num(self, key: str) -> float | None:
         """A fact as a number (None if absent or not a number)."""
@@ -247,10 +251,18 @@ def leaves_no_kv_cache(name: str, value: object, ev: ValueEvidence) -> str | Non
             f"{total:.2f} GB, the pool needs more than {1 - free / total:.3f}")
 
 
-def _room_to_spare(need: float, cost: CaptureCost) -> Contradicted | None:
+def ran_out_of_memory(outcome: Outcome) -> bool:
+    """Whether ``outcome`` shows an allocation failure: a fatal or error line whose signature's component
+    is memory's (``memory.*`` in knowledge/signatures.toml: CUDA's "out of memory", HIP's)."""
+    return any(m.kind in ("fatal", "error") and any(c.startswith("memory.") for c in m.components)
+               for m in outcome.matches)
+
+
+def _room_to_spare(need: float, cost: CaptureCost, ev: ValueEvidence) -> Contradicted | None:
     """Why memory cannot be what stopped a capture whose projected ``need`` (GB, with ``CAPTURE_MARGIN``)
-    fits in the free memory it started with, or None when it does not fit."""
-    if need * CAPTURE_MARGIN > cost.free0:
+    fits in the free memory it started with, or None when it does not fit or the run reported an allocation
+    failure (``ValueEvidence.out_of_memory``)."""
+    if ev.out_of_memory or need * CAPTURE_MARGIN > cost.free0:
         return None
     return Contradicted(
         f"capture needs about {need:.2f} GB ({cost.workspace:.2f} GB workspace + graphs at {cost.text()}) "
@@ -270,7 +282,7 @@ def mem_fraction_for_graph_capture(ev: ValueEvidence) -> tuple[str | None, str]:
         return None, "needs the capture progress lines (free memory per captured batch) and the GPU size"
     need, cost = est
     free0 = cost.free0
-    if (spare := _room_to_spare(need, cost)) is not None:
+    if (spare := _room_to_spare(need, cost, ev)) is not None:
         return None, spare
     f = ev.fraction()
     shortfall = max(need * CAPTURE_MARGIN - free0, 0.01 * total)
@@ -300,7 +312,7 @@ def cuda_graph_max_bs_that_fits(ev: ValueEvidence) -> tuple[str | None, str]:
         return None, "needs the capture progress lines (free memory per captured batch)"
     need, cost = est
     sizes = cost.sizes
-    if not sizes and (spare := _room_to_spare(need, cost)) is not None:
+    if not sizes and (spare := _room_to_spare(need, cost, ev)) is not None:
         return None, spare
     if not sizes:
         return None, "needs the list of captured batch sizes ('Capture cuda graph bs [...]')"

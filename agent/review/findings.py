@@ -46,10 +46,11 @@ def _plain(text: str) -> str:
 
 def working_config(run: RecordedRun) -> tuple[dict[str, Any], dict[str, str]]:
     """Flags and env of the configuration that served correctly and was confirmed (the confirmation
-    run's; else the fixing experiment's baseline plus its change)."""
+    re-run's; else the fixing experiment's baseline plus its change: also when the confirmation was another
+    value of the fix's own setting, a test launched from the failing configuration)."""
     c = run.conclusion or {}
     confirm = run.run_of(c.get("confirmation_experiment_id"))
-    if confirm is not None:
+    if confirm is not None and confirm.experiment.get("purpose") == "confirm":
         base = confirm.experiment.get("baseline") or {}
         return dict(base.get("flags") or {}), dict(base.get("env") or {})
     fix = run.run_of(c.get("fix_experiment_id"))
@@ -64,6 +65,17 @@ def working_config(run: RecordedRun) -> tuple[dict[str, Any], dict[str, str]]:
     else:
         target[ch["name"]] = ch["after"]
     return flags, env
+
+
+def _confirmed_how(run: RecordedRun, c: dict[str, Any]) -> str:
+    """How the fix was confirmed, for a findings entry: a re-run, or another value of its own setting that also
+    served (``agent.planning.observations.sibling_passes``)."""
+    confirm = run.run_of(c.get("confirmation_experiment_id"))
+    if confirm is not None and confirm.experiment.get("purpose") == "test":
+        ch = confirm.experiment.get("change") or {}
+        return (f"with another value of the same setting ({ch.get('name')}: {_show(ch.get('after'))}, "
+                f"{c.get('confirmation_experiment_id')}), which counts as a confirmation")
+    return f"on a confirmation re-run ({c.get('confirmation_experiment_id')})"
 
 
 def _secret_ref(name: str, value: object) -> str | None:
@@ -125,7 +137,7 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     fix_run = run.run_of(c.get("fix_experiment_id"))
     lines.append(
         f"- Fix: {fix_text} (before: {_show(fix.get('before'))}); it served correctly in experiment "
-        f"{fix_run.step if fix_run else '?'} and again on a confirmation re-run ({c.get('confirmation_experiment_id')})"
+        f"{fix_run.step if fix_run else '?'} and again {_confirmed_how(run, c)}"
     )
     fact = _fix_fact(run, fix)
     if fact:

@@ -81,11 +81,14 @@ def _fix_summary(run: RecordedRun, c: dict[str, Any]) -> list[tuple[str, str]]:
         conf = run.run_of(c["confirmation_experiment_id"])
         if conf and conf.outcome:
             probes = conf.outcome.get("probes", [])
+            sibling = (" — another value of the fix's own setting that also served, which counts as a pass: if "
+                       "the setting did not matter, both would have been luck" if conf.experiment.get("purpose") == "test"
+                       else "")
             out.append(
                 (
                     "confirmation",
                     f"{_exp_label(conf)}: {conf.outcome.get('stage')}, "
-                    f"{sum(1 for p in probes if p.get('ok'))}/{len(probes)} probes ok",
+                    f"{sum(1 for p in probes if p.get('ok'))}/{len(probes)} probes ok{sibling}",
                 )
             )
     return out
