@@ -429,9 +429,9 @@ class Chooser(FlagMatcher):
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
             scored.append((score, -order, change, p_fix, how))
             considered.append({"change": change.describe(), "p_fix": round(p_fix, 3), "score": score})
-        if serving_launches(view, state.extra_probes()):
+        if launches := serving_launches(view, state.extra_probes()):
             for t in sorted(scored, key=lambda t: (t[0], t[1]), reverse=True):
-                if (seen := served_before(view, baseline, t[2], state.extra_probes(), self.flags)) is not None:
+                if (seen := served_before(view, launches, baseline, t[2], self.flags)) is not None:
                     e, diff = seen
                     inert = f" but for {', '.join(diff)}, which configure nothing there" if diff else ""
                     return self._test(state, baseline, t, cost, ref.facts,

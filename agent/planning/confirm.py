@@ -5,6 +5,7 @@ hypotheses that predicted it are refuted or reopened."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent.domain.models import Change, Evidence, Experiment, Hypothesis, Outcome
@@ -35,8 +36,7 @@ class FixKeeper:
         best = st.best_fix
         if best is None:
             return
-        facts = st.failing_reference.facts if st.failing_reference else {}
-        backing = [h for h in ledger.values() if self.book.prediction(h, best.change, facts) != "persists"]
+        backing = self._backing(st, best.change, ledger.values())
         if out.stage == "ok":
             st.confirmations += 1
             self._confirmed(st, exp, best, backing)
@@ -156,10 +156,13 @@ class FixKeeper:
             # another value of the fix's own variable served too: under "the variable does not matter and the
             # passes were luck" that is as unlikely as a re-run passing, so it counts as one (a workaround's
             # re-run still waits for the root-cause search after it)
-            facts = st.failing_reference.facts if st.failing_reference else {}
             other = next((f.change for f in st.fixes if sibling_passes(best.change, f.change)), None)
-            self._confirmed(st, exp, best, [h for h in hp.ledger.values()
-                                             if self.book.prediction(h, best.change, facts) != "persists"], other)
+            self._confirmed(st, exp, best, self._backing(st, best.change, hp.ledger.values()), other)
+
+    def _backing(self, st: HistoryState, change: Change, hyps: Iterable[Hypothesis]) -> list[Hypothesis]:
+        """The hypotheses that predict ``change`` fixes the failing reference (or may)."""
+        facts = st.failing_reference.facts if st.failing_reference else {}
+        return [h for h in hyps if self.book.prediction(h, change, facts) != "persists"]
 
     def _fix_kind(
         self, hp: HistoryPass, change: Change, facts: dict[str, str]

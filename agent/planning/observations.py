@@ -274,7 +274,7 @@ def timeout_control(fix: Experiment, experiments: list[Experiment], outcomes: di
 
 
 def sibling_confirmations(fix_exp: Experiment, experiments: dict[str, Experiment], outcomes: dict[str, Outcome],
-                    load_id: str | None) -> list[Experiment]:
+                          load_id: str | None) -> list[Experiment]:
     """The other tests of the fix's own variable on the configuration it fixed that served (with the case's
     load, ``load_id``) and whose engine did not resolve the change back (``left_as_it_was``): each is one
     pass towards the fix's confirmation (``sibling_passes``; read by the conclusion)."""
@@ -294,7 +294,7 @@ def sibling_confirmations(fix_exp: Experiment, experiments: dict[str, Experiment
 
 
 def failing_reference_of(fix_exp: Experiment, experiments: dict[str, Experiment],
-                       outcomes: dict[str, Outcome]) -> Outcome | None:
+                         outcomes: dict[str, Outcome]) -> Outcome | None:
     """The latest failing outcome of the configuration ``fix_exp`` changed, or None."""
     return next((outcomes[e.id] for e in reversed(list(experiments.values()))
                  if e.config() == fix_exp.baseline and e.id in outcomes and outcomes[e.id].stage != "ok"), None)

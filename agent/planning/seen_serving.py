@@ -21,14 +21,14 @@ from tools.flags import FlagCatalog
 from tools.probes import Probe
 
 
-def served_before(view: PlannerView, baseline: Baseline, change: Change, probes: list[Probe],
+def served_before(view: PlannerView, launches: list[Experiment], baseline: Baseline, change: Change,
                   flags: FlagCatalog | None) -> tuple[Experiment, list[str]] | None:
-    """The earliest launch of this run that served with every probe in ``probes`` (the case's load) on a
-    configuration equivalent to ``baseline`` with ``change``, with the settings in which the two differ
-    (each one not in play in the changed configuration); None when there is none. The launch of exactly
-    this change from this baseline is not one (it would be a repeat, never proposed)."""
+    """The earliest of ``launches`` (``serving_launches``: served under the case's load) whose configuration is
+    equivalent to ``baseline`` with ``change``, with the settings in which the two differ (``_inert_differences``);
+    None when there is none. The launch of exactly this change from this baseline is not one (it would be a
+    repeat, never proposed)."""
     target = baseline.apply(change)
-    for e in serving_launches(view, probes):
+    for e in launches:
         if e.baseline == baseline and e.change == change:
             continue
         diff = _inert_differences(target, e.config(), view, flags)

@@ -312,10 +312,8 @@ def cuda_graph_max_bs_that_fits(ev: ValueEvidence) -> tuple[str | None, str]:
         return None, "needs the capture progress lines (free memory per captured batch)"
     need, cost = est
     sizes = cost.sizes
-    if not sizes and (spare := _room_to_spare(need, cost, ev)) is not None:
-        return None, spare
     if not sizes:
-        return None, "needs the list of captured batch sizes ('Capture cuda graph bs [...]')"
+        return None, _room_to_spare(need, cost, ev) or "needs the list of captured batch sizes ('Capture cuda graph bs [...]')"
     room = cost.free0 * CAPTURE_SHARE
     fits = [b for b in sizes if cost.up_to(b) <= room]
     if not fits:

@@ -58,6 +58,7 @@ from agent.planning.served import served_settings, user_keeps
 from agent.planning.words import name_words, ordered_words, spelled
 from tools.engines import get_engine
 from tools.log_records import read_record
+from tools.tracebacks import Frame
 
 __all__ = ["IMPLICATED", "SettingsVsDefaultsGenerator", "implicated_setting", "long_prompt_only", "value_quoted"]
 
@@ -201,39 +202,37 @@ class SettingsVsDefaultsGenerator:
         )
 
 
-def _frame_words(inp: GeneratorInput) -> set[str]:
-    """The words (``name_words``) of the engine frames' module paths below the engine's package and their
-    functions, in the failing run's tracebacks, the outermost module's frames left out (``sglang.srt.speculative.eagle_worker_v2`` and
-    ``_draft_extend_for_decode``: speculative, eagle, v2, draft, extend, decode)."""
+def _own_frames(inp: GeneratorInput) -> list[Frame]:
+    """The engine's own frames of the failing run's tracebacks, each traceback's outermost module left out:
+    it is the process's driver (the scheduler's event loop), in every failure of that process, so its names
+    point at nothing in particular."""
     engine = engine_package(inp)
-    out: set[str] = set()
+    out = []
     for tb in inp.evidence.tracebacks:
         mine = [fr for fr in tb.frames if fr.package == engine and fr.module]
-        # the outermost module is the process's driver (the scheduler's event loop), in every failure of
-        # that process: its names point at nothing in particular
         driver = mine[-1].module if len(mine) > 1 else None
-        for fr in mine:
-            if fr.module != driver:
-                out |= name_words(str(fr.module).split(".", 1)[-1]) | name_words(fr.function or "")
-    return out - {engine}
+        out += [fr for fr in mine if fr.module != driver]
+    return out
+
+
+def _frame_words(inp: GeneratorInput) -> set[str]:
+    """The words (``name_words``) of the engine frames' module paths below the engine's package and their
+    functions (``_own_frames``: ``sglang.srt.speculative.eagle_worker_v2`` and ``_draft_extend_for_decode``:
+    speculative, eagle, v2, draft, extend, decode)."""
+    out: set[str] = set()
+    for fr in _own_frames(inp):
+        out |= name_words(str(fr.module).split(".", 1)[-1]) | name_words(fr.function or "")
+    return out - {engine_package(inp)}
 
 
 def _frame_pairs(inp: GeneratorInput) -> set[tuple[str, str]]:
-    """Adjacent word pairs (``name_words``' words, in order) within one engine frame's module name or
-    function name in the failing run's tracebacks, the outermost module's frames left out as in
-    ``_frame_words`` (``mem_cache.unified_radix_cache.load_back``: (unified, radix), (radix, cache), (load,
-    back))."""
-    engine = engine_package(inp)
+    """Adjacent word pairs (``ordered_words``) within one engine frame's module name or function name
+    (``_own_frames``: ``mem_cache.unified_radix_cache.load_back`` gives (unified, radix), (radix, cache))."""
     out: set[tuple[str, str]] = set()
-    for tb in inp.evidence.tracebacks:
-        mine = [fr for fr in tb.frames if fr.package == engine and fr.module]
-        driver = mine[-1].module if len(mine) > 1 else None
-        for fr in mine:
-            if fr.module == driver:
-                continue
-            for part in [*str(fr.module).split("."), fr.function or ""]:
-                words = ordered_words(part)
-                out |= set(zip(words, words[1:], strict=False))
+    for fr in _own_frames(inp):
+        for part in [*str(fr.module).split("."), fr.function or ""]:
+            words = ordered_words(part)
+            out |= set(zip(words, words[1:], strict=False))
     return out
 
 
