@@ -41,6 +41,8 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Feature = Literal["tools", "json_schema", "regex", "image", "logprobs"]
+#: Every request feature a load shape can ask for.
+FEATURES: tuple[str, ...] = Feature.__args__  # type: ignore[attr-defined]
 
 #: The JSON schema of a json_schema request: one string property.
 ANSWER_SCHEMA: dict[str, Any] = {

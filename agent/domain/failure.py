@@ -23,6 +23,7 @@ from tools.signatures import SignatureMatch
 from tools.tracebacks import TRACEBACK_START, Traceback, parse_numbered_lines
 
 __all__ = [
+    "DEVICE_SYMPTOMS",
     "SYMPTOM_CLASSES",
     "Launched",
     "SymptomClass",
@@ -58,6 +59,12 @@ SymptomClass = Literal[
     "no_repro",  # the reported failure did not show
 ]
 SYMPTOM_CLASSES: tuple[str, ...] = SymptomClass.__args__  # type: ignore[attr-defined]
+#: The symptom classes of a failure on the device itself: a kernel's numbers, memory or code (NaN, an illegal
+#: access, a kernel assert or fault, no kernel for this GPU, device memory), not the host's Python around it.
+DEVICE_SYMPTOMS: frozenset[str] = frozenset({
+    "nan_inf", "illegal_memory_access", "device_assert", "device_fault", "unsupported_arch",
+    "oom_weights", "oom_kv_pool", "oom_capture", "oom_runtime",
+})
 
 
 class Launched(Protocol):

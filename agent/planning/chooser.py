@@ -34,7 +34,7 @@ from agent.planning.intent import (
 )
 from agent.planning.localise import localiser_of
 from agent.planning.matching import FlagMatcher, same_value
-from agent.planning.observations import BURST_LEVELS, load_level, load_probe_for
+from agent.planning.observations import BURST_LEVELS, asked_features, load_level, load_probe_for
 from agent.planning.own_revert import own_first, own_reason
 from agent.planning.platform_builds import foreign_setting
 from agent.planning.seen_serving import served_before, serving_launches
@@ -297,8 +297,7 @@ class Chooser(FlagMatcher):
                 if (off := self._inert(change, baseline, ref, server_args)) is not None:
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
-                if (off := in_play().why_not(change) or leaves_no_kv_cache(change.name, change.after, evidence)
-                        or kernel(change, in_play()) or foreign_setting(change, in_play())):
+                if off := _out_of_play(change, in_play(), kernel, evidence, view, ref):
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
@@ -527,6 +526,16 @@ def _narrowed(
     considered.append({"narrowed": f"to the {', '.join(localised)} subsystem the localising launch's frames "
                        f"name: {len(inside)} of {len(candidates)} candidate changes"})
     return inside
+
+
+def _out_of_play(change: Change, in_play: InPlay, kernel: Callable[[Change, InPlay], str | None],
+                 evidence: ValueEvidence, view: PlannerView, ref: Outcome) -> str | None:
+    """Why ``change`` cannot matter for the failing run ``ref`` on this deployment, or None: its subsystem is
+    not in play, it leaves no room for the KV cache, it names a kernel this host cannot run, it is another
+    engine's setting, or it configures code that never reaches the device where the failure is."""
+    return (in_play.why_not(change) or leaves_no_kv_cache(change.name, change.after, evidence)
+            or kernel(change, in_play) or foreign_setting(change, in_play)
+            or in_play.off_the_device(change, ref.symptoms, asked_features(view.experiments, ref, view.case)))
 
 
 def _localise_if_it_pays(

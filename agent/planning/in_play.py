@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.domain.failure import SYMPTOM_CLASSES
+from agent.domain.failure import DEVICE_SYMPTOMS, SYMPTOM_CLASSES
 from agent.domain.models import Baseline, Change
 from agent.planning.platform_rule import platform_id
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, check_keys
+from tools.load_shapes import FEATURES
 
 __all__ = ["InPlay", "Knowledge", "load_subsystems", "platform_of", "subsystems_knowledge", "subsystems_of_frame"]
 
@@ -50,6 +52,8 @@ class Subsystem:
     bounds: re.Pattern[str] | None = None
     #: symptom classes its settings are known to cause (``implicated_by``; empty: none)
     implicated_by: frozenset[str] = frozenset()
+    #: request features without which its code runs on the host only (``device_work_only_with``; None: any)
+    device_work_only_with: frozenset[str] | None = None
 
 
 @dataclass
@@ -94,6 +98,10 @@ def _load(path: Path) -> Knowledge:
         if unknown:
             raise SubsystemsError(f"{path}: subsystem #{i + 1}: implicated_by: {unknown[0]!r} is not a symptom "
                                   f"class (expected one of {', '.join(SYMPTOM_CLASSES)})")
+        features = s.get("device_work_only_with")
+        if features is not None and (not isinstance(features, list) or any(f not in FEATURES for f in features)):
+            raise SubsystemsError(f"{path}: subsystem #{i + 1}: device_work_only_with: expected a list of request "
+                                  f"features ({', '.join(FEATURES)})")
         try:
             k.subsystems.append(
                 Subsystem(
@@ -107,6 +115,7 @@ def _load(path: Path) -> Knowledge:
                     carries_requests=bool(s.get("carries_requests", False)),
                     bounds=re.compile(s["bounds"]) if s.get("bounds") else None,
                     implicated_by=frozenset(str(c) for c in s.get("implicated_by", [])),
+                    device_work_only_with=frozenset(features) if features is not None else None,
                 )
             )
         except (KeyError, re.error) as exc:
@@ -132,7 +141,7 @@ _KEYS = {
     "platform": ["id", "device", "gpu_vendor", "log_says", "rank_setting", "rank_setting_source", "source"],
     "model_trait": ["id", "keys", "source"],
     "subsystem": ["id", "flags", "env", "in_play_any", "modules", "modules_source", "why", "source",
-                  "carries_requests", "bounds", "implicated_by"],
+                  "carries_requests", "bounds", "implicated_by", "device_work_only_with"],
     "implementation": ["flags", "values", "in_play_any", "why", "source"],
     "choice_option": ["selector", "choices", "flags", "source"],
 }
@@ -372,6 +381,22 @@ class InPlay:
             if value.strip().lower() not in {c.lower() for c in co.choices}:
                 return f"{name} is an option of {co.selector} {wanted}, not of the {value} this deployment selects"
         return None
+
+    def off_the_device(self, change: Change, symptoms: Iterable[str], features: Iterable[str]) -> str | None:
+        """Why ``change`` cannot cause this failure, or None: the failure is on the device (its ``symptoms``
+        include one of ``DEVICE_SYMPTOMS``), and every subsystem the setting configures runs its code on the
+        host only unless a request asks for one of its ``device_work_only_with`` features, which none of the
+        failing launch's requests (``features``) did: the output parsers read text the model already made."""
+        on_device = sorted(set(symptoms) & DEVICE_SYMPTOMS)
+        subs = self.subsystems_of(change.kind, change.name)
+        if not on_device or not subs or any(s.device_work_only_with is None for s in subs):
+            return None
+        if any(set(features) & (s.device_work_only_with or frozenset()) for s in subs):
+            return None
+        s = subs[0]
+        needs = " or ".join(sorted(s.device_work_only_with or ()))
+        return (f"{change.name} configures {s.id}, whose code reaches the device only for requests with {needs}: "
+                f"the failing requests asked none, and the failure is on the device ({on_device[0]})")
 
     def why_not(self, change: Change) -> str | None:
         """Why ``change`` cannot matter here (its subsystem is not in play), or None. A removal of a

@@ -179,6 +179,15 @@ def load_probe_for(case: Case, level: int) -> Probe:
     return base.model_copy(update=update)
 
 
+def asked_features(experiments: list[Experiment], outcome: Outcome, case: Case) -> set[str]:
+    """The request features (tools/load_shapes.py: tools, json_schema, ...) the launch of ``outcome`` asked
+    for in any of its probes, and those of the case's reported traffic (``[reproduce]``): what its requests
+    may have made the server do."""
+    exp = next((e for e in experiments if e.id == outcome.experiment_id), None)
+    shapes = [p.shape for p in (exp.probes if exp is not None else []) if p.shape is not None]
+    return {str(f) for sh in [*shapes, case.reproduce] for f in sh.features}
+
+
 def import_time_failure(outcome: Outcome) -> str | None:
     """The package whose import failed, when the failing traceback shows the exception was raised while
     the entry point was still importing its modules, before any of its functions ran (so before SGLang
