@@ -26,9 +26,11 @@ from rich.markup import escape
 
 from agent.domain.case import Case, CaseError, HostSpec, load_case
 from agent.record.redact import redact_data, run_redactor
+from agent.record.transcript import NewerFormat, SkippedLines, TranscriptError
 from tools.sanitize import SafeConsole, without_credentials
 
 if TYPE_CHECKING:
+    from agent.record.recorded import RecordedRun
     from agent.record.runs import GraphReader, RunInfo
 
 app = typer.Typer(
@@ -124,6 +126,35 @@ def fail(message: str, code: int = 2) -> NoReturn:
         JsonResult.pending = False
         print(json.dumps({"run_id": JsonResult.run_id, "status": "error", "error": message, "exit_code": code}))
     raise typer.Exit(code)
+
+
+def warn_skipped(skipped: SkippedLines) -> None:
+    """The damaged lines a command read past in a transcript, as one warning line on stderr (none: nothing)."""
+    if (text := skipped.summary()) is not None:
+        err_console.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def load_recorded(path: Path) -> RecordedRun:
+    """The run a transcript records, read past damaged lines (a torn last line, a line a crash or an edit
+    broke), which one warning line tells; a file with no whole event, a newer format or none to read
+    ends the command in one line (``fail``)."""
+    from agent.record.recorded import RecordedRun
+
+    skipped = SkippedLines()
+    try:
+        run = RecordedRun.load(path, on_bad=skipped)
+    except TranscriptError as exc:
+        unreadable(exc, skipped)
+    warn_skipped(skipped)
+    return run
+
+
+def unreadable(exc: TranscriptError, skipped: SkippedLines) -> NoReturn:
+    """End a command that could not read a transcript (``exc``) in one line: with the first damaged line
+    ``skipped`` holds when no line of the file was whole (which is then what is wrong with it)."""
+    if skipped.problems and not isinstance(exc, NewerFormat):
+        fail(f"{skipped.problems[0]} (no line of the file is a whole transcript event)")
+    fail(str(exc))
 
 
 def _owner_only(home: Path, created: bool) -> None:
