@@ -118,3 +118,18 @@ def test_a_bad_lab_time_scale_is_named_as_itself_not_as_the_host_target(tmp_path
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
     assert lines[0].startswith(f"error: {case}: host.env: HYPOLOOP_LAB_TIME_SCALE='fast': expected a positive number")
+
+
+def test_a_path_with_a_newline_or_control_character_stays_on_the_error_line(tmp_path: Path) -> None:
+    """A path given on the command line was printed raw in the error naming it, so a newline in it broke
+    the one-line error in two (found by a newcomer): control characters are shown as their pictures."""
+    bad = "bad\nname\x1b[31m\t.jsonl"
+    shown = "bad␊name␛[31m␉.jsonl"
+    for args, said in (
+        (("replay", bad), f"error: {shown}: no such transcript file"),
+        (("report", bad), f"error: {shown}: cannot read: No such file or directory"),
+        (("run", bad, "--auto"), f"error: {shown}: case file not found"),
+        (("findings", "add", bad, "--to", "F.md"), f"error: {shown}: cannot read: No such file or directory"),
+    ):
+        r = run_cli(tmp_path, *args)
+        assert r.returncode == 2 and r.stderr.splitlines() == [said], (args, r.stderr)

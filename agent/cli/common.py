@@ -27,7 +27,7 @@ from rich.markup import escape
 from agent.domain.case import Case, CaseError, HostSpec, load_case
 from agent.record.redact import redact_data, run_redactor
 from agent.record.transcript import NewerFormat, SkippedLines, TranscriptError
-from tools.sanitize import SafeConsole, without_credentials
+from tools.sanitize import SafeConsole, visible_line, without_credentials
 
 if TYPE_CHECKING:
     from agent.record.recorded import RecordedRun
@@ -116,12 +116,19 @@ class OutputWatch:
     reader_gone = False
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """End the command: ``message`` as one line on stderr (credentials masked), the pending ``--json``
-    line if one was promised, exit ``code`` (2: bad input, see the module's exit codes)."""
-    message = without_credentials(message)  # a URL's password is never echoed (nor in the --json line)
+def print_error(message: str) -> None:
+    """``message`` as one ``error:`` line on stderr: a newline or other control character in it (a path
+    given on the command line) shown visibly (`tools.sanitize.visible_line`), so it stays one line."""
     # soft_wrap: a one-line error stays one line however long its paths are.
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(visible_line(message))}", highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """End the command: ``message`` as one line on stderr (credentials masked, control characters shown,
+    `print_error`), the pending ``--json`` line if one was promised, exit ``code`` (2: bad input, see the
+    module's exit codes)."""
+    message = without_credentials(message)  # a URL's password is never echoed (nor in the --json line)
+    print_error(message)
     if JsonResult.pending:
         JsonResult.pending = False
         print(json.dumps({"run_id": JsonResult.run_id, "status": "error", "error": message, "exit_code": code}))
