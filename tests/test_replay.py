@@ -190,8 +190,11 @@ def test_replay_jumps_to_a_step(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "jumped to step 2" in r.stdout.splitlines()[0]
     assert "experiment 1 " not in r.stdout and "experiment 2 " in r.stdout
+    # a step past the end is an error like the others: one `error:` line on stderr, exit 2
+    steps = max(json.loads(line)["step"] for line in _lines(GLM5))
     r = _hypoloop(tmp_path, "replay", str(GLM5), "--step", "99")
-    assert r.returncode == 2 and "no step 99" in r.stdout
+    assert r.returncode == 2 and "no step" not in r.stdout
+    assert r.stderr.splitlines() == [f"error: no step 99: the transcript has steps 0 to {steps}"], r.stderr
 
 
 def test_unfinished_run_is_marked(tmp_path: Path) -> None:
@@ -443,3 +446,6 @@ def test_module_entry_point_replays_without_the_cli(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "jumped to step 3" in r.stdout and "run ended: isolated" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "agent.review.replay", str(GLM5), "--step", "99"], cwd=tmp_path,
+                       env=dict(os.environ, COLUMNS="200"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("error: no step 99: the transcript has steps 0 to "), r.stderr

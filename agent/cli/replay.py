@@ -54,6 +54,7 @@ def replay(
     """A recorded run step by step as it looked live, with the evidence behind each hypothesis and the
     alternatives each step weighed; or (--redecide) checked against the current planner, with the
     knowledge folder the run read (or --knowledge)."""
+    from agent.review.replay import no_step
     from agent.review.replay import replay as replay_run
 
     console = SafeConsole()
@@ -85,7 +86,7 @@ def replay(
         raise typer.Exit(130) from None
     warn_skipped(skipped)
     if step and summary.shown == 0:
-        raise typer.Exit(2)
+        fail(no_step(step, summary))
 
 
 def _redecide_knowledge(recorded: object, option: Path | None) -> tuple[Path | str | None, str | None]:

@@ -44,6 +44,7 @@ __all__ = [
     "ReplaySummary",
     "follow_events",
     "main",
+    "no_step",
     "replay",
 ]
 
@@ -361,8 +362,6 @@ def replay(
     if render.last_seq == 0 and not follow:
         raise TranscriptError(f"{path}: no transcript events (the file is empty or not a transcript)")
     summary = ReplaySummary(render.shown, render.last_seq, render.ended, render.max_step)
-    if from_step and render.shown == 0:
-        console.print(f"[yellow]no step {from_step}[/]: the transcript has steps 0 to {render.max_step}")
     if render.ended is None:
         tail = ""
         if not follow and _torn_tail(path):
@@ -426,7 +425,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped following {args.transcript}", file=sys.stderr)
         return 130
     _warn_skipped(skipped)
-    return 2 if args.step and summary.shown == 0 else 0
+    if args.step and summary.shown == 0:
+        print(f"error: {no_step(args.step, summary)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def no_step(step: int, summary: ReplaySummary) -> str:
+    """The error of a ``--step`` past the transcript's end (nothing shown from it): which steps there are."""
+    return f"no step {step}: the transcript has steps 0 to {summary.max_step}"
 
 
 def _warn_skipped(skipped: SkippedLines) -> None:
