@@ -53,6 +53,29 @@ def test_case_error_names_key_and_suggests(tmp_path: Path, text: str, expected: 
     assert "Extra inputs" not in str(err.value) and "Input should" not in str(err.value)
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('experiments = "8"', "field 'budget.experiments': expected a whole number, got '8'"),
+        ('host_seconds = "3600"', "field 'budget.host_seconds': expected a number, got '3600'"),
+        ('ready_timeout_s = "600"', "field 'budget.ready_timeout_s': expected a number, got '600'"),
+        ('stall_timeout_s = "1.5"', "field 'budget.stall_timeout_s': expected a number, got '1.5'"),
+    ],
+)
+def test_a_number_in_quotes_is_one_line_not_taken_as_the_number(tmp_path: Path, line: str, expected: str) -> None:
+    """``experiments = "8"`` was read as 8 without a word (found by a newcomer): a number in quotes is
+    refused in one line naming the file, the field and what it takes; TOML integers and floats load."""
+    p = _case(tmp_path, GOOD + f"[budget]\n{line}\n")
+    r = run_cli(tmp_path, "run", str(p), "--auto")
+    assert r.returncode == 2, r.stdout[-2000:]
+    assert r.stderr.strip().splitlines() == [f"error: {p}: {expected} (a number is written without quotes)"]
+    numbers = _case(tmp_path, GOOD + "[budget]\nexperiments = 8\nhost_seconds = 3600\nready_timeout_s = 1.5e3\n"
+                    "stall_timeout_s = 90.5\n")
+    budget = load_case(str(numbers)).budget
+    assert (budget.experiments, budget.host_seconds, budget.ready_timeout_s, budget.stall_timeout_s) == (
+        8, 3600.0, 1500.0, 90.5)
+
+
 def test_a_missing_knowledge_file_is_counted_from_1_and_a_folder_is_named_as_one(tmp_path: Path) -> None:
     (tmp_path / "FINDINGS.md").write_text("# FINDINGS\n")
     (tmp_path / "notes").mkdir()

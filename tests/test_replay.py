@@ -7,6 +7,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -69,9 +70,46 @@ def test_malformed_middle_line_names_the_line(tmp_path: Path) -> None:
     path.write_text("".join(lines), encoding="utf-8")
     with pytest.raises(TranscriptError, match=r"t\.jsonl: line 10: not JSON"):
         list(read_transcript(path))
-    r = _hypoloop(tmp_path, "replay", str(path))
-    assert r.returncode == 2
-    assert "line 10" in r.stderr
+    r = _hypoloop(tmp_path, "replay", str(path))  # the replay reads past it, and says so
+    assert r.returncode == 0 and "run ended: isolated" in r.stdout, r.stderr
+    assert len(r.stderr.splitlines()) == 1
+    assert r.stderr.startswith(f"warning: {path}: line 10: not JSON (") and "; skipped it, read the rest" in r.stderr
+
+
+@pytest.mark.parametrize("damage", ["torn last line", "damaged middle line", "two damaged lines"])
+def test_every_reader_reads_past_a_damaged_line_and_says_which(tmp_path: Path, damage: str) -> None:
+    """A transcript with a line a crash tore (or an edit broke) was refused whole by report and findings,
+    or read with no word of what was left out (found by a newcomer): each reader shows what is whole
+    and says in one line on stderr which line it skipped."""
+    lines = _lines(GLM5)
+    path = tmp_path / "t.jsonl"
+    if damage == "torn last line":  # a kill in the middle of a write: no newline after it
+        path.write_text("".join(lines) + lines[-1][:50], encoding="utf-8")
+        told = rf"{re.escape(str(path))}: line {len(lines) + 1}: the last line is incomplete \(a write cut short\); skipped it, read the rest"
+    elif damage == "damaged middle line":
+        lines[9] = lines[9][:40] + "\n"
+        path.write_text("".join(lines), encoding="utf-8")
+        told = rf"{re.escape(str(path))}: line 10: not JSON \(.+\); skipped it, read the rest"
+    else:
+        lines[9], lines[19] = lines[9][:40] + "\n", "{}\n"
+        path.write_text("".join(lines), encoding="utf-8")
+        told = rf"{re.escape(str(path))}: line 10: not JSON \(.+\); skipped it and 1 more damaged line \(line 20\), read the rest"
+    for args in (("report", str(path)), ("findings", "add", str(path), "--dry-run", "--to", "F.md"),
+                 ("replay", str(path)), ("replay", str(path), "--redecide")):
+        r = _hypoloop(tmp_path, *args)
+        assert r.returncode == 0, (args, r.stderr)
+        said = [ln for ln in r.stderr.splitlines() if ln.startswith(("warning:", "error:"))]
+        assert len(said) == 1 and re.fullmatch(f"warning: {told}", said[0]), (args, r.stderr)
+    report = _hypoloop(tmp_path, "report", str(path))
+    assert "--kv-cache-dtype" in report.stdout and "Root cause" in report.stdout
+    # a file in which no line is whole is still refused, naming its first line
+    (tmp_path / "junk.jsonl").write_text('{"a": 1}\nnot json\n')
+    for command in ("report", "replay"):
+        r = _hypoloop(tmp_path, command, "junk.jsonl")
+        assert r.returncode == 2 and r.stderr.splitlines() == [
+            "error: junk.jsonl: line 1: not a transcript event: field 'seq': Field required (no line of the file is "
+            "a whole transcript event)"
+        ], r.stderr
 
 
 def test_payload_error_names_the_line_and_field(tmp_path: Path) -> None:
@@ -152,8 +190,11 @@ def test_replay_jumps_to_a_step(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "jumped to step 2" in r.stdout.splitlines()[0]
     assert "experiment 1 " not in r.stdout and "experiment 2 " in r.stdout
+    # a step past the end is an error like the others: one `error:` line on stderr, exit 2
+    steps = max(json.loads(line)["step"] for line in _lines(GLM5))
     r = _hypoloop(tmp_path, "replay", str(GLM5), "--step", "99")
-    assert r.returncode == 2 and "no step 99" in r.stdout
+    assert r.returncode == 2 and "no step" not in r.stdout
+    assert r.stderr.splitlines() == [f"error: no step 99: the transcript has steps 0 to {steps}"], r.stderr
 
 
 def test_unfinished_run_is_marked(tmp_path: Path) -> None:
@@ -405,3 +446,6 @@ def test_module_entry_point_replays_without_the_cli(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "jumped to step 3" in r.stdout and "run ended: isolated" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "agent.review.replay", str(GLM5), "--step", "99"], cwd=tmp_path,
+                       env=dict(os.environ, COLUMNS="200"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("error: no step 99: the transcript has steps 0 to "), r.stderr

@@ -4,9 +4,10 @@ where their text does; ``run`` refusing a case at intake prints the error alone.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
-from clirun import run_auto, run_cli
+from clirun import HYPOLOOP, cli_env, run_auto, run_cli
 
 WORLD = Path(__file__).parents[1] / "lab" / "worlds" / "glm5-nvfp4-sm120" / "case.toml"
 
@@ -95,3 +96,40 @@ def test_a_base_url_that_is_not_an_http_url_is_one_line_naming_the_option(tmp_pa
         assert r.returncode == 2 and len(lines) == 1, (url, r.returncode, r.stderr[-2000:])
         assert "--base-url" in lines[0] and "http:// or https://" in lines[0], lines
         assert not (tmp_path / "tr").exists()  # refused before any run began
+
+
+def test_a_bad_lab_time_scale_is_named_as_itself_not_as_the_host_target(tmp_path: Path) -> None:
+    """``HYPOLOOP_LAB_TIME_SCALE=abc`` was reported as a problem of the case's ``host.target`` (found by a
+    newcomer): the line names the variable, its value and what it takes; set in the case's host.env, the
+    case file and that field too."""
+    for value in ("abc", "-1"):
+        r = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--auto", HYPOLOOP_LAB_TIME_SCALE=value)
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert r.stderr.strip().splitlines() == [
+            f"error: HYPOLOOP_LAB_TIME_SCALE={value!r}: expected a positive number (the lab's clock: a lab "
+            "world's durations are multiplied by it, e.g. 0.01; unset or 1 on a real host)"
+        ]
+    case = tmp_path / "case.toml"
+    case.write_text(_case(tmp_path).replace('HYPOLOOP_LAB_TIME_SCALE = "0.01"', 'HYPOLOOP_LAB_TIME_SCALE = "fast"'))
+    env = cli_env(tmp_path)
+    env.pop("HYPOLOOP_LAB_TIME_SCALE")
+    r = subprocess.run([*HYPOLOOP, "run", str(case), "--auto"], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=180, stdin=subprocess.DEVNULL)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert lines[0].startswith(f"error: {case}: host.env: HYPOLOOP_LAB_TIME_SCALE='fast': expected a positive number")
+
+
+def test_a_path_with_a_newline_or_control_character_stays_on_the_error_line(tmp_path: Path) -> None:
+    """A path given on the command line was printed raw in the error naming it, so a newline in it broke
+    the one-line error in two (found by a newcomer): control characters are shown as their pictures."""
+    bad = "bad\nname\x1b[31m\t.jsonl"
+    shown = "bad␊name␛[31m␉.jsonl"
+    for args, said in (
+        (("replay", bad), f"error: {shown}: no such transcript file"),
+        (("report", bad), f"error: {shown}: cannot read: No such file or directory"),
+        (("run", bad, "--auto"), f"error: {shown}: case file not found"),
+        (("findings", "add", bad, "--to", "F.md"), f"error: {shown}: cannot read: No such file or directory"),
+    ):
+        r = run_cli(tmp_path, *args)
+        assert r.returncode == 2 and r.stderr.splitlines() == [said], (args, r.stderr)

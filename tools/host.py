@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -185,16 +186,25 @@ def expand_argv(argv: Sequence[str], host: RunsPython) -> list[str]:
     return [str(a).replace("{python}", host.python) for a in argv]
 
 
+class TimeScaleError(HostError):
+    """HYPOLOOP_LAB_TIME_SCALE is set to something other than a positive number: a setting of this
+    process or of the case's ``host.env``, not a fault of the host it names."""
+
+
 def parse_time_scale(env: Mapping[str, str]) -> float:
     """The lab's time scale from `env`'s HYPOLOOP_LAB_TIME_SCALE (default 1.0; durations of a lab
-    world are multiplied by it). Raises `HostError` if it is not a positive number."""
+    world are multiplied by it). Raises `TimeScaleError` (a `HostError`) if it is not a positive,
+    finite number; the message names the variable, its value and what it takes."""
     raw = env.get(TIME_SCALE_ENV, "1.0")
     try:
         scale = float(raw)
     except ValueError:
-        raise HostError(f"{TIME_SCALE_ENV}={raw!r} is not a number") from None
-    if not scale > 0:
-        raise HostError(f"{TIME_SCALE_ENV}={raw!r} must be > 0")
+        scale = math.nan
+    if not (scale > 0 and math.isfinite(scale)):
+        raise TimeScaleError(
+            f"{TIME_SCALE_ENV}={raw!r}: expected a positive number (the lab's clock: a lab world's durations "
+            "are multiplied by it, e.g. 0.01; unset or 1 on a real host)"
+        )
     return scale
 
 

@@ -4,6 +4,8 @@ it reaches a terminal or a report.
 - `visible`: control and escape sequences shown as visible characters (ESC as ``␛``, so an OSC title
   ``ESC ] 0 ; x BEL`` prints as ``␛]0;x␇``; NUL as ``␀``; C1 controls and Unicode bidi/format controls
   as ``⟨U+202E⟩``); tab, newline and carriage return are kept (a terminal library lays them out).
+- `visible_line`: `visible`, with tab, newline and carriage return shown too (``␉``, ``␊``, ``␍``), for
+  text that must stay one line (a one-line error naming a path with a newline in it).
 - `visible_data`: the same over every string of a JSON-like value (dicts, lists, tuples, dataclasses).
 - `md_text`: `visible` plus HTML escaping of ``<``, ``>`` and ``&`` and backslash-escaped backticks, for
   Markdown prose (Markdown renderers pass raw HTML through; entities show as the characters they stand
@@ -55,6 +57,16 @@ def visible(text: str) -> str:
     if not isinstance(text, str):
         text = str(text)
     return _UNSAFE.sub(_shown, text)
+
+
+_LINE_BREAKS = re.compile("[" + _KEPT + "]")
+
+
+def visible_line(text: str) -> str:
+    """`visible` ``text`` with tab, newline and carriage return shown as their control pictures too
+    (``␉``, ``␊``, ``␍``), so outside text (a path, a name) cannot break a one-line message in two or
+    overwrite it. Plain text is returned unchanged."""
+    return _LINE_BREAKS.sub(lambda m: chr(0x2400 + ord(m.group())), visible(text))
 
 
 def visible_data(value: Any) -> Any:

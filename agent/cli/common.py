@@ -26,9 +26,11 @@ from rich.markup import escape
 
 from agent.domain.case import Case, CaseError, HostSpec, load_case
 from agent.record.redact import redact_data, run_redactor
-from tools.sanitize import SafeConsole, without_credentials
+from agent.record.transcript import NewerFormat, SkippedLines, TranscriptError
+from tools.sanitize import SafeConsole, visible_line, without_credentials
 
 if TYPE_CHECKING:
+    from agent.record.recorded import RecordedRun
     from agent.record.runs import GraphReader, RunInfo
 
 app = typer.Typer(
@@ -114,16 +116,52 @@ class OutputWatch:
     reader_gone = False
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """End the command: ``message`` as one line on stderr (credentials masked), the pending ``--json``
-    line if one was promised, exit ``code`` (2: bad input, see the module's exit codes)."""
-    message = without_credentials(message)  # a URL's password is never echoed (nor in the --json line)
+def print_error(message: str) -> None:
+    """``message`` as one ``error:`` line on stderr: a newline or other control character in it (a path
+    given on the command line) shown visibly (`tools.sanitize.visible_line`), so it stays one line."""
     # soft_wrap: a one-line error stays one line however long its paths are.
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(visible_line(message))}", highlight=False, soft_wrap=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """End the command: ``message`` as one line on stderr (credentials masked, control characters shown,
+    `print_error`), the pending ``--json`` line if one was promised, exit ``code`` (2: bad input, see the
+    module's exit codes)."""
+    message = without_credentials(message)  # a URL's password is never echoed (nor in the --json line)
+    print_error(message)
     if JsonResult.pending:
         JsonResult.pending = False
         print(json.dumps({"run_id": JsonResult.run_id, "status": "error", "error": message, "exit_code": code}))
     raise typer.Exit(code)
+
+
+def warn_skipped(skipped: SkippedLines) -> None:
+    """The damaged lines a command read past in a transcript, as one warning line on stderr (none: nothing)."""
+    if (text := skipped.summary()) is not None:
+        err_console.print(f"[yellow]warning:[/] {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def load_recorded(path: Path) -> RecordedRun:
+    """The run a transcript records, read past damaged lines (a torn last line, a line a crash or an edit
+    broke), which one warning line tells; a file with no whole event, a newer format or none to read
+    ends the command in one line (``fail``)."""
+    from agent.record.recorded import RecordedRun
+
+    skipped = SkippedLines()
+    try:
+        run = RecordedRun.load(path, on_bad=skipped)
+    except TranscriptError as exc:
+        unreadable(exc, skipped)
+    warn_skipped(skipped)
+    return run
+
+
+def unreadable(exc: TranscriptError, skipped: SkippedLines) -> NoReturn:
+    """End a command that could not read a transcript (``exc``) in one line: with the first damaged line
+    ``skipped`` holds when no line of the file was whole (which is then what is wrong with it)."""
+    if skipped.problems and not isinstance(exc, NewerFormat):
+        fail(f"{skipped.problems[0]} (no line of the file is a whole transcript event)")
+    fail(str(exc))
 
 
 def _owner_only(home: Path, created: bool) -> None:

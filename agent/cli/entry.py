@@ -11,13 +11,12 @@ import threading
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from agent.cli.common import (
     OutputWatch,
     ReaderGone,
     app,
-    err_console,
+    print_error,
 )
 from agent.domain.knowledge_dir import knowledge_dir
 
@@ -166,12 +165,12 @@ def main() -> None:
         weights()  # the planner's tunables: a bad file is one line, not a traceback
         knowledge_dir()  # a $HYPOLOOP_KNOWLEDGE that is no folder: one line
     except (PlannerWeightsError, KnowledgeDirError) as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        print_error(str(exc))
         sys.exit(2)
     command = typer.main.get_command(app)
     tidy_help(command)
     if (twice := repeated_option(command, sys.argv[1:])) is not None:
-        err_console.print(f"[bold red]error:[/] {escape(twice)}", highlight=False, soft_wrap=True)
+        print_error(twice)
         raise SystemExit(2)
     try:
         code = command.main(standalone_mode=False, prog_name="hypoloop")
@@ -183,10 +182,10 @@ def main() -> None:
     except _click_errors.UsageError as exc:
         hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
         message = exc.format_message().replace("Value error, ", "")
-        err_console.print(f"[bold red]error:[/] {escape(message)}{hint}", highlight=False, soft_wrap=True)
+        print_error(message + hint)
         raise SystemExit(exc.exit_code) from None
     except _click_errors.ClickException as exc:
-        err_console.print(f"[bold red]error:[/] {escape(exc.format_message())}", highlight=False, soft_wrap=True)
+        print_error(exc.format_message())
         raise SystemExit(exc.exit_code) from None
     except typer.Abort:
         raise SystemExit(130) from None

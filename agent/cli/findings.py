@@ -11,6 +11,7 @@ import typer
 from agent.cli.common import (
     err_console,
     fail,
+    load_recorded,
 )
 from agent.record.transcript import TranscriptError
 
@@ -30,11 +31,10 @@ def findings_add(
     """Append a dated entry (model, hardware, symptom, root cause, working command, ruled-out ideas, the
     run) to a findings file, never changing what is already there."""
     from agent.domain.models import command_text
-    from agent.record.recorded import RecordedRun
     from agent.review.findings import FindingsWriteError, add_finding
 
     try:
-        entry, finding = add_finding(RecordedRun.load(transcript), to, dry_run=dry_run)
+        entry, finding = add_finding(load_recorded(transcript), to, dry_run=dry_run)
     except (TranscriptError, FindingsWriteError) as exc:
         fail(str(exc))
     sys.stdout.write(entry)

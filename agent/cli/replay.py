@@ -15,12 +15,15 @@ from agent.cli.common import (
     PlannerName,
     err_console,
     fail,
+    load_recorded,
     transcript_of,
+    unreadable,
     using_knowledge,
+    warn_skipped,
 )
 from agent.cli.drive import check_knowledge
 from agent.domain.knowledge_dir import knowledge_dir
-from agent.record.transcript import TranscriptError
+from agent.record.transcript import SkippedLines, TranscriptError
 from tools.sanitize import SafeConsole
 
 
@@ -51,6 +54,7 @@ def replay(
     """A recorded run step by step as it looked live, with the evidence behind each hypothesis and the
     alternatives each step weighed; or (--redecide) checked against the current planner, with the
     knowledge folder the run read (or --knowledge)."""
+    from agent.review.replay import no_step
     from agent.review.replay import replay as replay_run
 
     console = SafeConsole()
@@ -70,15 +74,19 @@ def replay(
         fail(f"{transcript}: no such transcript file")
     if follow and not transcript.exists():
         err_console.print(f"waiting for {transcript} to appear (Ctrl-C to stop)")
+    skipped = SkippedLines()  # damaged lines are read past, and told once the replay stops
     try:
-        summary = replay_run(transcript, console, from_step=step, follow=follow, speed=speed, verbose=verbose)
+        summary = replay_run(transcript, console, from_step=step, follow=follow, speed=speed, verbose=verbose,
+                             on_bad=skipped)
     except TranscriptError as exc:
-        fail(str(exc))
+        unreadable(exc, skipped)
     except KeyboardInterrupt:
+        warn_skipped(skipped)
         err_console.print(f"stopped following {transcript}")
         raise typer.Exit(130) from None
+    warn_skipped(skipped)
     if step and summary.shown == 0:
-        raise typer.Exit(2)
+        fail(no_step(step, summary))
 
 
 def _redecide_knowledge(recorded: object, option: Path | None) -> tuple[Path | str | None, str | None]:
@@ -101,14 +109,10 @@ def _redecide(
     transcript: Path, planner_name: str, console: Console, *, verbose: bool, knowledge: Path | None = None
 ) -> None:
     from agent.planning.planner import make_planner
-    from agent.record.recorded import RecordedRun
     from agent.review.redecide import RedecideError, redecide_planner, redecide_table
     from agent.review.redecide import redecide as redecide_run
 
-    try:
-        recorded = RecordedRun.load(transcript)
-    except TranscriptError as exc:
-        fail(str(exc))
+    recorded = load_recorded(transcript)
     folder, note = _redecide_knowledge(recorded.started.get("knowledge_dir"), knowledge)
     try:
         with using_knowledge(folder, given=knowledge is not None):

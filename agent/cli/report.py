@@ -12,6 +12,7 @@ from agent.cli.common import (
     ReportFormat,
     err_console,
     fail,
+    load_recorded,
     transcript_of,
 )
 from agent.record.transcript import TranscriptError
@@ -25,11 +26,10 @@ def report(
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write here instead of stdout")] = None,
 ) -> None:
     """A review document of a run: root cause, fix, evidence with log excerpts, experiments, timelines."""
-    from agent.record.recorded import RecordedRun
     from agent.review.report import render
 
     try:
-        text = render(RecordedRun.load(transcript_of(transcript, _read_graph)), fmt)
+        text = render(load_recorded(transcript_of(transcript, _read_graph)), fmt)
     except TranscriptError as exc:
         fail(str(exc))
     if output is None:

@@ -18,8 +18,9 @@ from agent.cli.common import (
     resume_command,
     said,
     state_dir,
+    warn_skipped,
 )
-from agent.record.transcript import TranscriptError, read_transcript
+from agent.record.transcript import SkippedLines, TranscriptError, read_transcript
 from agent.review.render import EventRenderer, print_hanging
 from agent.review.wording import count
 from agent.run.approval.request import ApprovalRequest
@@ -50,11 +51,13 @@ def show(
     console = SafeConsole()
     render = EventRenderer(console, verbose=verbose)
     if info.transcript and Path(info.transcript).exists():
+        skipped = SkippedLines()  # damaged lines are read past, and told in one line
         try:
-            for ev in read_transcript(Path(info.transcript)):
+            for ev in read_transcript(Path(info.transcript), on_bad=skipped):
                 render(ev)
         except TranscriptError as exc:
             err_console.print(f"[yellow]warning:[/] {escape(str(exc))}")
+        warn_skipped(skipped)
     else:
         console.print(f"[dim](no transcript at {escape(str(info.transcript))})[/]")
     console.print()

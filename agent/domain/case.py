@@ -39,10 +39,11 @@ from tools.ssh import parse_target
 
 
 def _no_bool_for_number(model: type[BaseModel], value: Any, info: ValidationInfo) -> Any:
-    """``value`` unchanged, unless it is ``true``/``false`` for a number field: pydantic would take it as
-    1/0 (``concurrency = true`` ran with one request), so it is the error a wrong type is."""
+    """``value`` unchanged, unless it is ``true``/``false`` or a string for a number field: pydantic would
+    take ``true`` as 1 (``concurrency = true`` ran with one request) and ``"8"`` as 8, so a number in
+    quotes passed unseen; each is the error a wrong type is (TOML integers and floats pass)."""
     field = model.model_fields.get(info.field_name or "")
-    if not isinstance(value, bool) or field is None:
+    if not isinstance(value, bool | str) or field is None:
         return value
     kinds = {field.annotation, *typing.get_args(field.annotation)}
     if bool in kinds or str in kinds or not kinds & {int, float}:
@@ -510,13 +511,24 @@ def case_error_text(exc: ValidationError) -> str:
         f", got a {'table' if isinstance(got, dict) else 'list' if isinstance(got, list) else type(got).__name__}"
     )
     if kind in _EXPECTED:
-        return f"field '{field}': expected {_EXPECTED[kind]}{shown}{more}"
+        unquote = " (a number is written without quotes)" if kind in ("int_type", "float_type") and isinstance(
+            got, str) and _is_number(got) else ""
+        return f"field '{field}': expected {_EXPECTED[kind]}{shown}{unquote}{more}"
     if kind == "literal_error":
         choices = (err.get("ctx") or {}).get("expected", "")
         return f"field '{field}': expected one of {choices}{shown}{more}"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short"):
         return f"field '{field}': {err['msg'].lower()}{shown}{more}"
     return f"field '{field}': {err['msg'].removeprefix('Value error, ')}{more}"
+
+
+def _is_number(text: str) -> bool:
+    """Whether ``text`` reads as a number (``"8"``, ``"1.5e3"``): a number a case file put in quotes."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_observed_log(case_path: Path, raw: str, log: Path) -> None:

@@ -10,6 +10,7 @@ Units as in the transcript: an outcome's timings are modelled host-seconds, ``ts
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,11 +161,13 @@ class RecordedRun:
     # ------------------------------------------------------------------ building
 
     @classmethod
-    def load(cls, path: Path) -> RecordedRun:
-        """Read and fold a transcript; raises TranscriptError on a malformed line."""
+    def load(cls, path: Path, *, on_bad: Callable[[TranscriptError], None] | None = None) -> RecordedRun:
+        """Read and fold a transcript; raises TranscriptError on a malformed line, or hands it to
+        ``on_bad`` and reads on (``agent.record.transcript.read_transcript``). Raises TranscriptError when
+        no line holds an event."""
         run = cls(path=Path(path))
         count = 0
-        for ev in read_transcript(run.path):
+        for ev in read_transcript(run.path, on_bad=on_bad):
             run.add(ev)
             count += 1
         if count == 0:

@@ -27,7 +27,43 @@ TRANSCRIPT_VERSION = 1
 
 
 class TranscriptError(ValueError):
-    """A transcript line that is not valid; the message names the file and line number."""
+    """A transcript line that is not valid; the message names the file and line number (``line``, from 1,
+    when one line is at fault)."""
+
+    line: int | None = None
+
+
+class NewerFormat(TranscriptError):
+    """A line in a format version newer than this hypoloop reads: not damage, so never skipped by
+    `SkippedLines`."""
+
+
+class SkippedLines:
+    """``on_bad`` for a command that shows what a transcript holds: each damaged line (a torn last line
+    too) is skipped and kept for `summary`; a line of a newer format version is raised, since skipping
+    it would skip the whole file."""
+
+    def __init__(self) -> None:
+        self.problems: list[TranscriptError] = []
+
+    def __call__(self, exc: TranscriptError) -> None:
+        if isinstance(exc, NewerFormat):
+            raise exc
+        self.problems.append(exc)
+
+    def summary(self) -> str | None:
+        """One line telling what was skipped, with the line numbers and the first line's problem, e.g.
+        ``run.jsonl: line 94: not JSON (...); skipped it, read the rest``; None when nothing was."""
+        if not self.problems:
+            return None
+        first = self.problems[0]
+        if len(self.problems) == 1:
+            return f"{first}; skipped it, read the rest"
+        numbers = [str(p.line) for p in self.problems[1:] if p.line is not None]
+        shown = ", ".join(numbers[:10]) + (", ..." if len(numbers) > 10 else "")
+        more = len(self.problems) - 1
+        lines = "lines" if more > 1 else "line"
+        return f"{first}; skipped it and {more} more damaged {lines} ({lines} {shown}), read the rest"
 
 
 class TranscriptEvent(BaseModel):
@@ -196,7 +232,7 @@ def parse_event(line: str | bytes, *, where: str, payloads: bool = True) -> Tran
     except ValidationError as exc:
         raise TranscriptError(f"{where}: not a transcript event: {_field_error(exc)}") from None
     if ev.v > TRANSCRIPT_VERSION:
-        raise TranscriptError(
+        raise NewerFormat(
             f"{where}: format version {ev.v} is newer than this hypoloop reads ({TRANSCRIPT_VERSION})"
         )
     if payloads:
@@ -220,9 +256,10 @@ def read_transcript(
     """Events of a transcript in order, read line by line (memory does not grow with the file).
 
     A truncated last line (no newline at the end, not a valid event: a write cut short by a crash) is
-    skipped; any other malformed line raises TranscriptError naming the file, the line number and the
-    field, or, with ``on_bad``, is handed to it and skipped (recovery reads a damaged transcript up to
-    and past its bad lines). ``payloads=False`` checks the envelope only.
+    skipped (and, with ``on_bad``, handed to it); any other malformed line raises TranscriptError naming
+    the file, the line number and the field, or, with ``on_bad``, is handed to it and skipped (recovery
+    reads a damaged transcript up to and past its bad lines; `SkippedLines` keeps them to be told). A
+    line of a newer format version is a `NewerFormat`. ``payloads=False`` checks the envelope only.
     """
     try:
         fh = open(path, "rb")  # noqa: SIM115
@@ -235,8 +272,13 @@ def read_transcript(
             try:
                 ev = parse_event(raw, where=f"{path}: line {i}", payloads=payloads)
             except TranscriptError as exc:
-                if not raw.endswith(b"\n"):
-                    return  # a write cut short by a crash
+                exc.line = i
+                if not raw.endswith(b"\n"):  # a write cut short by a crash
+                    if on_bad is not None:
+                        torn = TranscriptError(f"{path}: line {i}: the last line is incomplete (a write cut short)")
+                        torn.line = i
+                        on_bad(torn)
+                    return
                 if on_bad is None:
                     raise
                 on_bad(exc)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 from rich.table import Table
 
-from agent.record.transcript import read_transcript
+from agent.record.transcript import read_transcript, skip_bad
 from agent.review.text import change_text
 from agent.review.wording import count
 
@@ -94,7 +94,8 @@ def redecide_planner(
         except CatalogError as exc:
             raise RedecideError(str(exc)) from None
     if name == "llm":
-        events = [ev.model_dump() for ev in read_transcript(run.path)]
+        # damaged lines were told when the run was loaded (``agent.cli.common.load_recorded``)
+        events = [ev.model_dump() for ev in read_transcript(run.path, on_bad=skip_bad)]
         first = next((e["data"] for e in events if e["type"] == "llm.request"), None)
         if first is None:
             raise RedecideError(

@@ -27,10 +27,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent.record.transcript import TranscriptError, TranscriptEvent, parse_event, read_transcript
+from agent.record.transcript import (
+    SkippedLines,
+    TranscriptError,
+    TranscriptEvent,
+    parse_event,
+    read_transcript,
+)
 from agent.review.render import EventRenderer, change_text, shown_line
 from agent.review.wording import count
-from tools.sanitize import SafeConsole
+from tools.sanitize import SafeConsole, visible
 
 __all__ = [
     "MAX_GAP_S",
@@ -38,6 +44,7 @@ __all__ = [
     "ReplaySummary",
     "follow_events",
     "main",
+    "no_step",
     "replay",
 ]
 
@@ -59,7 +66,11 @@ _EXPECT = {"fixed": "[green]fixed[/]", "may_fix": "[yellow]may fix[/]", "persist
 
 
 def follow_events(
-    path: Path, *, poll_s: float = 0.2, sleep: Callable[[float], None] = time.sleep
+    path: Path,
+    *,
+    poll_s: float = 0.2,
+    sleep: Callable[[float], None] = time.sleep,
+    on_bad: Callable[[TranscriptError], None] | None = None,
 ) -> Iterator[TranscriptEvent]:
     """Events of a transcript that may still be growing: everything written so far, then each new
     event as it is appended, until a ``run.ended`` that nothing follows (a resumed run appends after its
@@ -67,7 +78,8 @@ def follow_events(
 
     Only whole lines are parsed: a line still being written waits for its newline. A file that
     shrinks (a resumed run cuts a torn last line) is re-read from the last whole line. Memory holds one
-    line at a time. Waits for the file to appear. Raises TranscriptError on a malformed line.
+    line at a time. Waits for the file to appear. Raises TranscriptError on a malformed line, or hands it
+    to ``on_bad`` and reads on (as ``read_transcript``).
     """
     while not path.exists():
         sleep(poll_s)
@@ -99,7 +111,14 @@ def follow_events(
                 done += len(raw)
                 if not raw.strip():
                     continue
-                ev = parse_event(raw, where=f"{path}: line {lineno}")
+                try:
+                    ev = parse_event(raw, where=f"{path}: line {lineno}")
+                except TranscriptError as exc:
+                    exc.line = lineno
+                    if on_bad is None:
+                        raise
+                    on_bad(exc)
+                    continue
                 yield ev
                 ended = ev.type == "run.ended"
             buf = buf[start:]
@@ -322,12 +341,15 @@ def replay(
     verbose: bool = False,
     poll_s: float = 0.2,
     sleep: Callable[[float], None] = time.sleep,
+    on_bad: Callable[[TranscriptError], None] | None = None,
 ) -> ReplaySummary:
     """Print a transcript step by step (see module docstring). Raises TranscriptError on a malformed
-    line; KeyboardInterrupt passes through (the caller says where it stopped)."""
+    line, or hands it to ``on_bad`` and reads on (``agent.record.transcript.SkippedLines``);
+    KeyboardInterrupt passes through (the caller says where it stopped)."""
     render = ReplayRenderer(console, verbose=verbose, from_step=from_step)
     events: Iterator[TranscriptEvent] = (
-        follow_events(path, poll_s=poll_s, sleep=sleep) if follow else read_transcript(path)
+        follow_events(path, poll_s=poll_s, sleep=sleep, on_bad=on_bad) if follow
+        else read_transcript(path, on_bad=on_bad)
     )
     prev_ts: float | None = None
     for ev in events:
@@ -340,8 +362,6 @@ def replay(
     if render.last_seq == 0 and not follow:
         raise TranscriptError(f"{path}: no transcript events (the file is empty or not a transcript)")
     summary = ReplaySummary(render.shown, render.last_seq, render.ended, render.max_step)
-    if from_step and render.shown == 0:
-        console.print(f"[yellow]no step {from_step}[/]: the transcript has steps 0 to {render.max_step}")
     if render.ended is None:
         tail = ""
         if not follow and _torn_tail(path):
@@ -386,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             "error: --speed needs a positive number and a finished recording (not --follow)", file=sys.stderr
         )
         return 2
+    skipped = SkippedLines()
     try:
         summary = replay(
             args.transcript,
@@ -394,14 +415,32 @@ def main(argv: list[str] | None = None) -> int:
             follow=args.follow,
             speed=args.speed,
             verbose=args.verbose,
+            on_bad=skipped,
         )
     except TranscriptError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        _warn_skipped(skipped)
         print(f"stopped following {args.transcript}", file=sys.stderr)
         return 130
-    return 2 if args.step and summary.shown == 0 else 0
+    _warn_skipped(skipped)
+    if args.step and summary.shown == 0:
+        print(f"error: {no_step(args.step, summary)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def no_step(step: int, summary: ReplaySummary) -> str:
+    """The error of a ``--step`` past the transcript's end (nothing shown from it): which steps there are."""
+    return f"no step {step}: the transcript has steps 0 to {summary.max_step}"
+
+
+def _warn_skipped(skipped: SkippedLines) -> None:
+    import sys
+
+    if (text := skipped.summary()) is not None:
+        print(f"warning: {visible(text)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ graph's error edge goes to conclude.
 
 from __future__ import annotations
 
+import os
+
 from langgraph.config import get_config
 
 from agent.domain.case import Case, outside_warnings
@@ -34,7 +36,7 @@ from agent.run.state import RunState, case_of, seed_state
 from tools.engines import model_flags
 from tools.fingerprint import HostFingerprint, fingerprint, port_holder
 from tools.flags import FlagCatalog, FlagError
-from tools.host import Host, HostError, expand_argv
+from tools.host import TIME_SCALE_ENV, Host, HostError, TimeScaleError, expand_argv
 from tools.knowledge import KnowledgeError, read_findings, relevance
 from tools.logtext import decode_log
 from tools.model_config import checkpoint_facts, read_model_config
@@ -141,6 +143,9 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
                 raise FlagError(f"{kept} is not an option of the host's --help", flag=kept)
     except JobPending as exc:  # the cluster's queue is full: nothing is wrong with the case
         raise _InputError(f"the Slurm cluster could not start hypoloop's query of the host in time: {exc}") from None
+    except TimeScaleError as exc:  # hypoloop's own environment or the case's host.env, not the host
+        from_case = TIME_SCALE_ENV in case.host.env and TIME_SCALE_ENV not in os.environ
+        raise _InputError(f"{where}: host.env: {exc}" if from_case else str(exc)) from None
     except (HostError, FlagError) as exc:
         if step == "host.target" and host_option:
             raise _InputError(f"--host: {exc}") from None  # the user's option replaced host.target
