@@ -313,3 +313,24 @@ def test_a_tensor_parallel_size_that_cannot_split_the_heads_was_never_served() -
     for before, status in (("3", "isolated"), ("2", "not_isolated")):
         c = _ending_of_dropping("--tp-size", before, ckpt)
         assert c.status == status, (before, c.reason)
+
+
+def test_an_alternative_whose_re_run_failed_does_not_hide_the_fix_confirmed_after_it() -> None:
+    """After a fix served, another change served by luck and failed its re-run (the failure is flaky); the run
+    went back to the first fix and confirmed it. The ending names that fix, with the confirmation that completed
+    it, not "the other change did not hold" and no fix at all."""
+    other = Change(kind="env", name="SGLANG_USE_CUSTOM_AR", after="0")
+    base = _exp("baseline", BASE)
+    test = _exp("test", BASE, FIX)
+    alt = _exp("test", BASE, other)
+    alt_rerun = _exp("confirm", alt.config())
+    runs = [(base, False), (test, True), (alt, True), (alt_rerun, False)]
+    confirms = [_exp("confirm", test.config(), attempt=n) for n in range(1, 6)]
+    c = build_conclusion(_state([*runs, *((e, True) for e in confirms)]))  # type: ignore[arg-type]
+    assert c.fix_experiment_id == test.id
+    assert c.confirmation_experiment_id in {e.id for e in confirms}
+    assert c.status == "isolated" and "did not hold" not in (c.reason or "")
+    # without the first fix's confirmations it is not isolated, and the ending says that fix was not confirmed
+    c = build_conclusion(_state(runs))  # type: ignore[arg-type]
+    assert c.status == "not_isolated" and c.fix_experiment_id is None
+    assert test.id in (c.reason or "") and "not confirmed" in (c.reason or "")

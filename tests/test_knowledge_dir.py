@@ -156,3 +156,24 @@ def test_a_file_the_knowledge_folder_should_not_hold_is_refused_with_the_names_i
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert f"{folder.resolve() / 'hypothesis.toml'}: not a knowledge file" in lines[0]
     assert "hypotheses.toml" in lines[0] and "signatures.toml" in lines[0]
+
+
+def test_resume_refuses_unusable_knowledge_before_anything_is_launched(tmp_path: Path) -> None:
+    """A run paused before its first launch, resumed with --knowledge naming a folder whose subsystems.toml
+    is broken: one line naming the file, exit 2, and no launch (the run still waits, and a good resume
+    afterwards goes on)."""
+    first = _hypoloop(tmp_path, "run", "lab:nccl-p2p-hang", "--json")
+    assert first.returncode == 3, first.stderr[-2000:]
+    paused = json.loads(first.stdout.strip().splitlines()[-1])
+    folder = tmp_path / "bad-knowledge"
+    folder.mkdir()
+    text = (default_dir() / "subsystems.toml").read_text()
+    (folder / "subsystems.toml").write_text(text.replace('device_work_only_with = ["tools", "json_schema", "regex"]',
+                                                         'device_work_only_with = "tools"', 1))
+    r = _hypoloop(tmp_path, "resume", paused["run_id"], "--decision", "approve", "--auto", "--knowledge", str(folder))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "subsystems.toml" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    events = [json.loads(line) for line in Path(paused["transcript"]).read_text().splitlines()]
+    assert not [e for e in events if e["type"] == "server.launching"]
+    again = _hypoloop(tmp_path, "resume", paused["run_id"], "--decision", "approve", "--auto", "--json")
+    assert again.returncode == 0, again.stderr[-2000:]

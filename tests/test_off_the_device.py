@@ -87,3 +87,4 @@ def test_a_feature_the_load_shapes_do_not_know_is_a_one_line_error(tmp_path: Pat
         load_subsystems()
     msg = str(exc.value)
     assert "subsystems.toml" in msg and "device_work_only_with" in msg and "json_schema" in msg and "\n" not in msg
+    assert "video" in msg  # the bad value is quoted

@@ -25,6 +25,7 @@ from agent.cli.common import (
 )
 from agent.cli.drive import (
     RunSession,
+    check_knowledge,
     command_for,
     drive_guarded,
     pause_quietly,
@@ -111,6 +112,7 @@ def resume(
         recorded = (load_run(home, run_id, read_graph).values or {}).get("knowledge_dir")
         folder = knowledge or (recorded if recorded and Path(recorded).is_dir() else None)
         with using_knowledge(folder, given=knowledge is not None):
+            check_knowledge()  # unusable knowledge is refused before anything is launched, as by `run`
             _resume_locked(home, run_id, options)
     finally:
         lock.release()

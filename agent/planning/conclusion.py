@@ -87,11 +87,17 @@ def conclusion_of(state: RunState) -> Conclusion:
 
 
 def _fix_experiment(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> Experiment | None:
-    """The last test whose configuration served: in the test itself, or in a later launch of it
-    unchanged (a request that timed out in the test answered on the re-run, ``HistoryReader._rerun``)."""
+    """The last test whose configuration served (in the test itself, or in a later launch of it unchanged:
+    a request that timed out in the test answered on the re-run, ``HistoryReader._rerun``) and that no re-run
+    of it refuted; else the last that served, whose refuting re-run the ending then names. A root-cause
+    alternative that served by luck after a workaround, and failed its re-run, does not hide the workaround
+    the run went on to confirm (the planner's ``FixKeeper`` keeps the earlier fix the same way)."""
     served = [e.config() for e in experiments.values() if outcomes.get(e.id) and outcomes[e.id].stage == "ok"]
     tests = [e for e in experiments.values() if e.purpose == "test" and e.change and e.id in outcomes]
-    return next((e for e in reversed(tests) if any(e.config() == c for c in served)), None)
+    fixes = [e for e in reversed(tests) if any(e.config() == c for c in served)]
+    refuted = [e.baseline for e in experiments.values() if e.purpose == "confirm" and e.id in outcomes
+               and outcomes[e.id].stage not in ("ok", "infra_error")]
+    return next((e for e in fixes if e.config() not in refuted), fixes[0] if fixes else None)
 
 
 @dataclass(frozen=True)

@@ -100,8 +100,8 @@ def _load(path: Path) -> Knowledge:
                                   f"class (expected one of {', '.join(SYMPTOM_CLASSES)})")
         features = s.get("device_work_only_with")
         if features is not None and (not isinstance(features, list) or any(f not in FEATURES for f in features)):
-            raise SubsystemsError(f"{path}: subsystem #{i + 1}: device_work_only_with: expected a list of request "
-                                  f"features ({', '.join(FEATURES)})")
+            raise SubsystemsError(f"{path}: subsystem #{i + 1}: device_work_only_with: {features!r} is not a list of "
+                                  f"request features (expected some of {', '.join(FEATURES)})")
         try:
             k.subsystems.append(
                 Subsystem(
