@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 from agent.domain.models import Baseline, FlagValue
 from tools.engines import Engine, get_engine
 from tools.engines import detect as detect_engine
+from tools.flags.values import is_number
 from tools.host import HostError
 from tools.knowledge_files import item_path
 from tools.load_shapes import LoadShape
@@ -512,7 +513,7 @@ def case_error_text(exc: ValidationError) -> str:
     )
     if kind in _EXPECTED:
         unquote = " (a number is written without quotes)" if kind in ("int_type", "float_type") and isinstance(
-            got, str) and _is_number(got) else ""
+            got, str) and is_number(got) else ""
         return f"field '{field}': expected {_EXPECTED[kind]}{shown}{unquote}{more}"
     if kind == "literal_error":
         choices = (err.get("ctx") or {}).get("expected", "")
@@ -520,15 +521,6 @@ def case_error_text(exc: ValidationError) -> str:
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short"):
         return f"field '{field}': {err['msg'].lower()}{shown}{more}"
     return f"field '{field}': {err['msg'].removeprefix('Value error, ')}{more}"
-
-
-def _is_number(text: str) -> bool:
-    """Whether ``text`` reads as a number (``"8"``, ``"1.5e3"``): a number a case file put in quotes."""
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _check_observed_log(case_path: Path, raw: str, log: Path) -> None:
