@@ -274,7 +274,7 @@ class Chooser(FlagMatcher):
         # SGLang's printed settings of the failing run, parsed from its log at most once per step
         server_args = functools.cache(lambda: failure_evidence(ref).server_args)
         in_play = functools.cache(lambda: InPlay(view.fingerprint, baseline, server_args(), self.flags))
-        kernel = kernel_filter(view, ref)
+        kernel, asked = kernel_filter(view, ref), asked_features(view.experiments, ref, view.case)
         out: dict[str, tuple[Change, Intervention, str]] = {}
         for h in sorted(live, key=lambda h: -h.posterior):
             for iv in h.interventions:
@@ -297,7 +297,7 @@ class Chooser(FlagMatcher):
                 if (off := self._inert(change, baseline, ref, server_args)) is not None:
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
-                if off := _out_of_play(change, in_play(), kernel, evidence, view, ref):
+                if off := _out_of_play(change, in_play(), kernel, evidence, asked, ref):
                     considered.append({"hypothesis": h.id, "skipped": off})
                     continue
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
@@ -529,13 +529,13 @@ def _narrowed(
 
 
 def _out_of_play(change: Change, in_play: InPlay, kernel: Callable[[Change, InPlay], str | None],
-                 evidence: ValueEvidence, view: PlannerView, ref: Outcome) -> str | None:
-    """Why ``change`` cannot matter for the failing run ``ref`` on this deployment, or None: its subsystem is
-    not in play, it leaves no room for the KV cache, it names a kernel this host cannot run, it is another
-    engine's setting, or it configures code that never reaches the device where the failure is."""
+                 evidence: ValueEvidence, asked: set[str], ref: Outcome) -> str | None:
+    """Why ``change`` cannot matter for the failing run ``ref`` here, or None: its subsystem is not in play, it
+    leaves no room for the KV cache, it names a kernel this host cannot run, it is another engine's setting, or
+    its code reaches the device only for request features the failing requests never ``asked``."""
     return (in_play.why_not(change) or leaves_no_kv_cache(change.name, change.after, evidence)
             or kernel(change, in_play) or foreign_setting(change, in_play)
-            or in_play.off_the_device(change, ref.symptoms, asked_features(view.experiments, ref, view.case)))
+            or in_play.off_the_device(change, ref.symptoms, asked))
 
 
 def _localise_if_it_pays(

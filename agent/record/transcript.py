@@ -189,6 +189,15 @@ def _drop_torn_line(path: Path) -> None:
             fh.truncate(data.rfind(b"\n") + 1)
 
 
+def hand_over(exc: TranscriptError, line: int, on_bad: Callable[[TranscriptError], None] | None) -> None:
+    """Line ``line`` (from 1) of a transcript did not parse (``exc``): raise ``exc``, or, with ``on_bad``,
+    hand it over and let the reader read on (``read_transcript``, ``agent.review.replay.follow_events``)."""
+    exc.line = line
+    if on_bad is None:
+        raise exc
+    on_bad(exc)
+
+
 def skip_bad(exc: TranscriptError) -> None:
     """``on_bad`` for readers that recover what they can from a damaged transcript (bad lines skipped)."""
 
@@ -272,15 +281,11 @@ def read_transcript(
             try:
                 ev = parse_event(raw, where=f"{path}: line {i}", payloads=payloads)
             except TranscriptError as exc:
-                exc.line = i
                 if not raw.endswith(b"\n"):  # a write cut short by a crash
                     if on_bad is not None:
-                        torn = TranscriptError(f"{path}: line {i}: the last line is incomplete (a write cut short)")
-                        torn.line = i
-                        on_bad(torn)
+                        hand_over(TranscriptError(f"{path}: line {i}: the last line is incomplete (a write cut "
+                                                  "short)"), i, on_bad)
                     return
-                if on_bad is None:
-                    raise
-                on_bad(exc)
+                hand_over(exc, i, on_bad)
                 continue
             yield ev

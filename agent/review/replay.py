@@ -31,6 +31,7 @@ from agent.record.transcript import (
     SkippedLines,
     TranscriptError,
     TranscriptEvent,
+    hand_over,
     parse_event,
     read_transcript,
 )
@@ -114,10 +115,7 @@ def follow_events(
                 try:
                     ev = parse_event(raw, where=f"{path}: line {lineno}")
                 except TranscriptError as exc:
-                    exc.line = lineno
-                    if on_bad is None:
-                        raise
-                    on_bad(exc)
+                    hand_over(exc, lineno, on_bad)
                     continue
                 yield ev
                 ended = ev.type == "run.ended"
