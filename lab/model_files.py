@@ -46,6 +46,13 @@ _TOWERS = {
 }
 
 
+#: The DSA lightning indexer's keys a sparse-attention checkpoint's config.json carries (DeepSeek-V3.2-Exp
+#: config.json: index_topk 2048, index_n_heads 64, index_head_dim 128; GLM-5's glm_moe_dsa config carries the
+#: same keys). SGLang 0.5.23 srt/configs/model_config.py `is_deepseek_dsa` keys the sparse-attention path on
+#: `index_topk` being set; `[model.config]` overrides the figures with the reporter's own.
+_DSA_INDEXER = {"index_topk": 2048, "index_n_heads": 64, "index_head_dim": 128}
+
+
 def config_json(model: Any) -> dict[str, Any]:
     """The `config.json` of a world's model (`lab.world.Model`): facts first, `[model.config]` over them."""
     fields: Mapping[str, Any] = model.fields
@@ -65,6 +72,8 @@ def config_json(model: Any) -> dict[str, Any]:
     for feature, (key, tower) in _TOWERS.items():
         if feature in features:
             cfg[key] = dict(tower)
+    if "dsa" in features or fields.get("sparse_attention"):
+        cfg.update(_DSA_INDEXER)
     quant = fields.get("quantization")
     if not quant:
         quant = next((q for f, q in _QUANT_FEATURES.items() if f in features), None)

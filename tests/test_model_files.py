@@ -41,6 +41,10 @@ def test_every_world_has_its_model_config_where_hypoloop_reads_it(tmp_path: Path
     assert facts["moe"] == ("true" if "moe" in world.model.features else "false")
     # a multimodal checkpoint carries its encoder tower's sub-configuration, as a real one does
     assert bool(cfg.get("vision_config")) == ("vision" in world.model.features)
+    # a sparse-attention checkpoint carries its DSA indexer's keys: SGLang 0.5.23 keys that path on
+    # index_topk (srt/configs/model_config.py is_deepseek_dsa), and so does hypoloop's in-play reading
+    sparse = "dsa" in world.model.features or bool(world.model.fields.get("sparse_attention"))
+    assert (cfg.get("index_topk") is not None) == sparse
     quant = world.model.fields.get("quantization")
     if quant:
         assert facts["quant_method"] == quant
