@@ -471,8 +471,8 @@ class Chooser(FlagMatcher):
         considered: list[dict[str, Any]] = []
         candidates = self._candidates(view, state, base, ref, done, rejected_ids, considered)
         narrower = narrower_keys(view, state, (c[0] for c in candidates.values()))
-        intent = intent_reverts(view, state) | intent_alternatives(
-            view, state, (c[0] for c in candidates.values()), self.flags) | narrower
+        readers = intent_alternatives(view, state, (c[0] for c in candidates.values()), self.flags)
+        intent = intent_reverts(view, state) | readers | narrower
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
             if iv.workaround or broad_switch(change) is not None or (COST_ORDER[iv.cost] >= COST_ORDER[best.cost]
@@ -483,8 +483,8 @@ class Chooser(FlagMatcher):
                 score += 2.0 - 0.01 * featured.index(change.key())
             elif change.key() in narrower:
                 pass  # tried however unlikely, but after a likelier root fix the ledger names elsewhere
-            elif change.key() in intent:
-                score += 1.0  # ahead of the ledger's own choices, whose scores are per host-second
+            elif change.key() in intent:  # ahead of the ledger's own choices, whose scores are per host-second;
+                score += 1.5 if change.key() in readers else 1.0  # the path the workaround's value selects first
             elif p_fix < tunables().choice.min_alternative_p:
                 continue
             scored.append((score, -order, change, p_fix, how))

@@ -18,7 +18,13 @@ from collections.abc import Callable, Iterable
 from agent.domain.models import Baseline, Change, Hypothesis, Intervention
 from agent.planning.in_play import load_subsystems
 from agent.planning.matching import same_value
-from agent.planning.served import canonical_flag, lists_choices, served_settings, user_keeps
+from agent.planning.served import (
+    canonical_flag,
+    lists_choices,
+    localising_intent,
+    served_settings,
+    user_keeps,
+)
 from agent.planning.switches import Broad, broad_switch
 from agent.planning.view import HistoryState, PlannerView
 from tools.flags import FlagCatalog
@@ -79,11 +85,12 @@ def keeping_intent(
     (``user_keeps``: the case's intent, a value the case chose for the deployment) ranked as the costly
     workaround ``FixKeeper._fix_kind`` and the conclusion will call it, whichever hypothesis proposed it.
     ``flags``: the host's flag catalog (other spellings of a flag)."""
-    keeps = user_keeps(view.case, flags)
+    keeps = user_keeps(view.case, flags) - localising_intent(view.case, flags)
     for key, (change, iv, how) in out.items():
         if change.kind == "flag" and change.name in keeps:
             out[key] = (change, iv.model_copy(update={"workaround": True, "cost": "high"}), how)
     return out
+
 
 
 

@@ -24,7 +24,7 @@ from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 
-__all__ = ["HOST_BOUND_FACTS", "SHARD_FACT", "OnHost", "Served", "description_keeps", "host_refusals", "lists_choices", "run_platform", "served_settings",
+__all__ = ["HOST_BOUND_FACTS", "SHARD_FACT", "OnHost", "Served", "description_keeps", "host_refusals", "lists_choices", "localising_intent", "run_platform", "served_settings",
            "user_keeps", "whole_number"]
 
 
@@ -411,6 +411,22 @@ def user_keeps(case: Case, flags: FlagCatalog | None = None) -> set[str]:
         if served.chosen(name, value, flags):
             keep |= {name, canonical_flag(flags, name)}
     return keep
+
+
+def localising_intent(case: Case, flags: FlagCatalog | None) -> set[str]:
+    """The values the case's baseline chose for the deployment (knowledge/served.toml role ``intent``,
+    ``Served.chosen``) whose reader has other implementations (``read_by``), and which the user did not say
+    they need (``description_keeps``): reverting one is the quickest test of whether the failure lives in
+    the path that value selects (EAGLE's draft tree, an FP8 KV cache), so it is ranked as the ordinary
+    candidate it is before it is launched. When it serves it is still the workaround it is
+    (``FixKeeper._fix_kind`` reads ``user_keeps``), and the reader's other implementations are tried with
+    the user's value kept (``intent_alternatives``) before it is reported."""
+    served, said = served_settings(), description_keeps(case)
+    out: set[str] = set()
+    for name, value in case.baseline.flags.items():
+        if served.chosen(name, value, flags) and served.read_by(name, flags) and name not in said:
+            out |= {name, canonical_flag(flags, name)}
+    return out
 
 
 def run_platform(fingerprint: HostFingerprint | dict[str, object] | None, config: Baseline | None) -> str | None:
