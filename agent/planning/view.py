@@ -156,6 +156,23 @@ class Proposal(BaseModel):
     conclude_reason: str | None = None
     considered: list[dict[str, Any]] = Field(default_factory=list)
 
+    def recorded_considered(self, limit: int = 12) -> list[dict[str, Any]]:
+        """What the transcript keeps of ``considered``: the chosen change (a rule other than the score may
+        have picked it: a localising launch first), then the changes weighed with the best score, ``limit``
+        in all, then up to ``limit`` distinct reasons a candidate was skipped (one
+        entry per hypothesis and reason: several values of one flag skipped alike are one), then, when
+        anything was left out, ``{"omitted": N}`` so a reader knows the list is not whole."""
+        chosen = self.experiment.change.describe() if self.experiment and self.experiment.change else None
+        scored = sorted((c for c in self.considered if "change" in c),
+                        key=lambda c: (c["change"] != chosen, -float(c.get("score", 0.0))))
+        skipped: list[dict[str, Any]] = []
+        for c in self.considered:
+            if "change" not in c and c not in skipped:
+                skipped.append(c)
+        kept = scored[:limit] + skipped[:limit]
+        distinct = len(scored) + len(skipped)
+        return kept + ([{"omitted": distinct - len(kept)}] if distinct > len(kept) else [])
+
 
 class Planner(Protocol):
     """Decides: ledger from history, next experiment from ledger (docs/ARCHITECTURE.md, "Planners").

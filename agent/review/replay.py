@@ -291,6 +291,8 @@ class ReplayRenderer(EventRenderer):
                 self._p(
                     f"  [dim]skipped for {escape(str(c.get('hypothesis')))}: {escape(str(c['skipped']))}[/]"
                 )
+            elif "omitted" in c:
+                self._p(f"  [dim]… and {escape(str(c['omitted']))} more weighed or skipped, not recorded[/]")
 
     def _status(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         super()._status(ev, d)

@@ -241,7 +241,7 @@ def design_or_batch(state: RunState, rt: Runtime, steps: Steps) -> dict[str, Any
             to_payload(
                 "experiment.proposed",
                 exp,
-                considered=first.considered[:12] if i == 0 else [],
+                considered=first.recorded_considered() if i == 0 else [],
                 batch={"position": i + 1, "size": len(checked), "experiment_ids": ids},
             ),
             node="design",

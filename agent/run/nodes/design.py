@@ -50,7 +50,7 @@ def design(state: RunState, rt: Runtime) -> dict[str, Any]:
     tr.step = view.launches + 1
     tr.emit(
         "experiment.proposed",
-        to_payload("experiment.proposed", exp, considered=proposal.considered[:12]),
+        to_payload("experiment.proposed", exp, considered=proposal.recorded_considered()),
         node="design",
     )
     return {**kept, "pending": exp.model_dump(mode="json")}
