@@ -25,11 +25,13 @@ which give the same answers, so the planner takes the same decisions.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.domain.knowledge_dir import knowledge_dir
-from agent.domain.models import Hypothesis, Outcome
-from agent.planning.generators import CandidateGenerator, GeneratorInput
+
+if TYPE_CHECKING:  # the runtime holds a memo; what it keeps is the planner's
+    from agent.domain.models import Hypothesis, Outcome
+    from agent.planning.generators import CandidateGenerator, GeneratorInput
 
 __all__ = ["CandidateMemo", "reads_run"]
 

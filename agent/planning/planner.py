@@ -117,9 +117,9 @@ class RulePlanner:
     ``catalog``: hypothesis catalog entries; ``flags``: the host's flag catalog (legal names and values);
     ``generators``: the candidate generators (default ``agent.planning.generators.registry``; the
     catalog is one of them); ``memo``: the generators' answers for past launches, kept from one step of a run
-    to the next (``agent.planning.candidate_memo``; None: this planner's own). Composed of its parts, each given what it works with: the ledger
-    (``LedgerBook``), the fixes and confirmations (``FixKeeper``), the history reader
-    (``HistoryReader``) and the chooser of the next experiment (``Chooser``).
+    to the next (``agent.planning.candidate_memo``; None: this planner's own). Composed of its parts, each
+    given what it works with: the ledger (``LedgerBook``), the fixes and confirmations (``FixKeeper``), the
+    history reader (``HistoryReader``) and the chooser of the next experiment (``Chooser``).
     """
 
     name = "rules"
