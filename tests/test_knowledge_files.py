@@ -14,6 +14,7 @@ from clirun import run_cli
 
 from agent.domain.knowledge_dir import ENV_VAR, use_knowledge
 from tools.knowledge import KnowledgeError, gpu_names, infer_features, parse_findings, relevance
+from tools.knowledge_files import steady
 
 NOTES = """\
 ## 2026-03-01 — Zorblax-9B on 4x Quasar Q7: works
@@ -120,6 +121,17 @@ def test_a_file_added_to_the_folder_or_edited_while_the_process_runs_is_read_aga
         assert gpu_names("4x Nebula N100") == ["Quasar Q7"] and gpu_names("4x Quasar Q7") == []
         (folder / "hardware.toml").unlink()
         assert gpu_names("NVIDIA H200") == ["H200"]
+
+
+def test_one_planner_decision_reads_one_version_of_a_file_and_the_next_reads_the_edit(tmp_path: Path) -> None:
+    # the rule planner reads the folder inside a `steady` block per decision (its history, its proposal)
+    folder = _folder(tmp_path, model_families=FAMILIES, hardware=HARDWARE)
+    with use_knowledge(folder):
+        with steady():
+            assert gpu_names("4x Quasar Q7") == ["Quasar Q7"]
+            (folder / "hardware.toml").write_text(HARDWARE.replace("Quasar\\s*Q7", "Nebula\\s*N100"))
+            assert gpu_names("4x Quasar Q7") == ["Quasar Q7"]  # not half one version, half the other
+        assert gpu_names("4x Nebula N100") == ["Quasar Q7"] and gpu_names("4x Quasar Q7") == []
 
 
 @pytest.mark.parametrize(

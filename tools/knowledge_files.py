@@ -4,7 +4,9 @@ The folder in force is ``$HYPOLOOP_KNOWLEDGE`` (which ``--knowledge DIR`` sets f
 ``agent.domain.knowledge_dir``), else the repository's ``knowledge/``. A file the folder lacks is the
 repository's file of that name, so a folder can replace one file and keep the rest; a file that is
 present is used as it is. A `KnowledgeFile` reads its file once per version on disk (path, size and
-modification time), so a swapped folder, or an edited file, is read again and nothing else is.
+modification time), so a swapped folder, or an edited file, is read again and nothing else is. Within a
+`steady` block (one decision of the planner, which asks for some files thousands of times) a file is
+looked up on disk once per thread.
 
 A file that cannot be read, is not TOML, or does not have the fields its model expects raises the
 caller's error class with one line naming the file and the field (`read_toml`, `load_model`); an
@@ -13,6 +15,7 @@ unknown table or key is refused the same way (the models forbid extra fields).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import stat
@@ -20,7 +23,7 @@ import threading
 import tomllib
 import types
 import typing
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -37,6 +40,7 @@ __all__ = [
     "knowledge_path",
     "load_model",
     "read_toml",
+    "steady",
     "unknown_key",
 ]
 
@@ -154,6 +158,27 @@ def unknown_key(data: object, model: type[BaseModel]) -> str | None:
     return None
 
 
+#: Per thread: the files read inside the `steady` block in force (id of the `KnowledgeFile` -> value), or None.
+_STEADY = threading.local()
+
+
+@contextlib.contextmanager
+def steady() -> Iterator[None]:
+    """Within the block, each knowledge file is looked up on disk at most once in this thread: a caller
+    that asks for files thousands of times in one decision (the rule planner's step,
+    ``agent.planning.planner``) treats the folder in force and its files as unchanged meanwhile; another
+    folder chosen, or an edit made, during the block is read after it. A block inside another shares the
+    outer one's readings."""
+    if getattr(_STEADY, "seen", None) is not None:
+        yield
+        return
+    _STEADY.seen = {}
+    try:
+        yield
+    finally:
+        _STEADY.seen = None
+
+
 class KnowledgeFile(Generic[T]):
     """One file of the knowledge folder, ``parse``d once per version on disk.
 
@@ -174,7 +199,17 @@ class KnowledgeFile(Generic[T]):
 
     def __call__(self) -> T:
         """The file in force, parsed (a cached value when it has not changed on disk). One ``stat`` a
-        call: the planner asks for some files (its weights) thousands of times a step."""
+        call (none inside a `steady` block once read there): the planner asks for some files (its weights)
+        thousands of times a step."""
+        seen: dict[int, Any] | None = getattr(_STEADY, "seen", None)
+        if seen is None:
+            return self._read()
+        if id(self) not in seen:
+            seen[id(self)] = self._read()
+        return typing.cast(T, seen[id(self)])
+
+    def _read(self) -> T:
+        """The file in force, parsed, or the cached value when it has not changed on disk (one ``stat``)."""
         path, st = self._in_force()
         if st is None:
             if self._absent is not None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.domain.models import Baseline, Change, Experiment, value_key
-from agent.planning.unset import at_unset_value
+from agent.planning.unset import at_unset_value, unset_values
 from agent.planning.values import clean_value, env_value_ok, prose_punctuation
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFileError, check_keys, read_toml
@@ -70,9 +70,11 @@ def _same_baseline(a: Baseline, b: Baseline) -> bool:
     """Two baselines set the same values, whatever the spelling (``bf16`` is ``bfloat16``, ``0.930`` is
     ``0.93``); a flag set to the value the engine resolves when it is not given (``--kv-cache-dtype auto``,
     knowledge/served.toml ``default``: ``agent.planning.unset``) is the flag left out."""
+    unset = unset_values()
+
     def keyed(base: Baseline) -> tuple[dict[str, Any], dict[str, Any]]:
         return (
-            {k: value_key(v) for k, v in base.flags.items() if not at_unset_value(k, v)},
+            {k: value_key(v) for k, v in base.flags.items() if not at_unset_value(k, v, unset)},
             {k: value_key(v) for k, v in base.env.items()},
         )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Literal
 
 from agent.domain.models import Baseline, Evidence, Experiment, Hypothesis, Outcome
+from agent.planning.candidate_memo import CandidateMemo
 from agent.planning.catalog import CatalogEntry
 from agent.planning.generators import CandidateGenerator, GeneratorInput
 from agent.planning.generators.common import RaiseSite, raise_site, site_owner, specificity, stems
@@ -37,15 +38,18 @@ class LedgerBook(FlagMatcher):
 
     ``flags``: the host's flag catalog (None: names and values unchecked); ``catalog``: hypothesis
     catalog entries; ``generators``: the candidate generators (``agent.planning.generators.registry``);
-    the catalog is one of them.
+    the catalog is one of them; ``memo``: their answers for past launches, kept from one step of a run to
+    the next (``agent.planning.candidate_memo``; None: this book's own).
     """
 
     def __init__(
-        self, flags: FlagCatalog | None, catalog: list[CatalogEntry], generators: list[CandidateGenerator]
+        self, flags: FlagCatalog | None, catalog: list[CatalogEntry], generators: list[CandidateGenerator],
+        memo: CandidateMemo | None = None,
     ) -> None:
         super().__init__(flags)
         self.catalog = catalog
         self.generators = generators
+        self.memo = memo if memo is not None else CandidateMemo()
 
     def generator_input(
         self, view: PlannerView, outcome: Outcome, config: Baseline
@@ -82,12 +86,13 @@ class LedgerBook(FlagMatcher):
         its own only when none does.
         """
         inp = self.generator_input(view, outcome, config or view.case.baseline)
+        in_run = any(o is outcome for o in view.outcomes)
         new: dict[str, Hypothesis] = {}
         supporting: list[Hypothesis] = []
         #: this evidence's candidates for open hypotheses already in the ledger (``refresh``)
         again: dict[str, Hypothesis] = {}
-        for gen in self.generators:
-            for cand in gen.generate(inp):
+        for answer in self.memo.answers(self.generators, inp, in_run):
+            for cand in answer:
                 if cand.id in ledger:
                     old = ledger[cand.id]
                     if refresh and old.status == "refuted" and (why := _refuted_before(view, old, cand, inp)):

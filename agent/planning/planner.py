@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agent.domain.models import Baseline, Change, Hypothesis, Outcome, RelevantFinding
+from agent.planning.candidate_memo import CandidateMemo
 from agent.planning.catalog import CatalogEntry
 from agent.planning.chooser import Chooser
 from agent.planning.confirm import FixKeeper
@@ -78,6 +79,7 @@ from agent.planning.view import (
 )
 from agent.record.transcript import Transcript
 from tools.flags import FlagCatalog
+from tools.knowledge_files import steady
 
 __all__ = [
     "BURST_LEVELS",
@@ -114,9 +116,10 @@ class RulePlanner:
 
     ``catalog``: hypothesis catalog entries; ``flags``: the host's flag catalog (legal names and values);
     ``generators``: the candidate generators (default ``agent.planning.generators.registry``; the
-    catalog is one of them). Composed of its parts, each given what it works with: the ledger
-    (``LedgerBook``), the fixes and confirmations (``FixKeeper``), the history reader
-    (``HistoryReader``) and the chooser of the next experiment (``Chooser``).
+    catalog is one of them); ``memo``: the generators' answers for past launches, kept from one step of a run
+    to the next (``agent.planning.candidate_memo``; None: this planner's own). Composed of its parts, each
+    given what it works with: the ledger (``LedgerBook``), the fixes and confirmations (``FixKeeper``), the
+    history reader (``HistoryReader``) and the chooser of the next experiment (``Chooser``).
     """
 
     name = "rules"
@@ -126,21 +129,26 @@ class RulePlanner:
         catalog: list[CatalogEntry],
         flags: FlagCatalog | None,
         generators: list[CandidateGenerator] | None = None,
+        memo: CandidateMemo | None = None,
     ) -> None:
         self.flags = flags
         self.catalog = catalog
         self.generators = generators if generators is not None else default_generators()
-        self.book = LedgerBook(flags, catalog, self.generators)
+        self.book = LedgerBook(flags, catalog, self.generators, memo)
         self.reader = HistoryReader(self.book, FixKeeper(self.book))
         self.chooser = Chooser(flags, self.name)
 
     def history(self, view: PlannerView) -> HistoryState:
-        """Rebuild the ledger and the current baseline from the run's history (``agent.planning.history``)."""
-        return self.reader.history(view)
+        """Rebuild the ledger and the current baseline from the run's history (``agent.planning.history``);
+        the knowledge files are looked up on disk once meanwhile (``tools.knowledge_files.steady``)."""
+        with steady():
+            return self.reader.history(view)
 
     def propose(self, view: PlannerView, state: HistoryState) -> Proposal:
-        """The next experiment, or the reason to conclude (``agent.planning.chooser``)."""
-        return self.chooser.propose(view, state)
+        """The next experiment, or the reason to conclude (``agent.planning.chooser``), the knowledge files
+        looked up on disk once meanwhile."""
+        with steady():
+            return self.chooser.propose(view, state)
 
     def prediction(self, h: Hypothesis, change: Change | None, facts: dict[str, str] | None = None) -> str:
         """What ``h`` predicts for a change: fixed, may_fix or persists (``agent.planning.matching``)."""
@@ -165,15 +173,22 @@ def make_planner(
     *,
     transcript: Transcript | None = None,
     client: ChatClient | None = None,
+    memo: CandidateMemo | None = None,
 ) -> Planner:
     """The planner a run's checkpointed ``spec`` names (``None``: the rule planner); the one factory
     (``agent.planning.view.PlannerFactory``: the CLI gives it to the run's runtime). ``transcript``: where
-    the LLM planner writes its exchanges; ``client``: its chat client (e.g. recorded answers).
+    the LLM planner writes its exchanges; ``client``: its chat client (e.g. recorded answers); ``memo``:
+    the generators' answers for the run's past launches, kept by the run's runtime from one step to the
+    next (``agent.planning.candidate_memo``; None: the planner's own).
 
     Raises ValueError for a spec of kind ``llm`` without its options."""
     s = PlannerSpec.model_validate(spec or {})
     if s.kind == "rules":
-        return RulePlanner(catalog, flags)
+        return RulePlanner(catalog, flags, memo=memo)
     if s.llm is None:
         raise ValueError("planner kind 'llm' needs its options (model, base_url, ...)")
-    return LLMPlanner(catalog, flags, s.llm, rules=RulePlanner, memory=s.memory, transcript=transcript, client=client)
+
+    def rules(entries: list[CatalogEntry], flags: FlagCatalog | None) -> RulePlanner:
+        return RulePlanner(entries, flags, memo=memo)
+
+    return LLMPlanner(catalog, flags, s.llm, rules=rules, memory=s.memory, transcript=transcript, client=client)

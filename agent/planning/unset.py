@@ -45,10 +45,11 @@ def unset_values() -> dict[str, str]:
     return _UNSET()
 
 
-def at_unset_value(name: str, value: object) -> bool:
+def at_unset_value(name: str, value: object, values: dict[str, str] | None = None) -> bool:
     """Whether flag ``name`` set to ``value`` is what the engine resolves when the flag is left out
-    (``unset_values``): ``--kv-cache-dtype auto``, ``--tp-size 1``. A switch's ``True`` never is."""
-    unset = unset_values().get(name)
+    (``values``, default ``unset_values()``): ``--kv-cache-dtype auto``, ``--tp-size 1``. A switch's
+    ``True`` never is."""
+    unset = (unset_values() if values is None else values).get(name)
     if unset is None or value is None or isinstance(value, bool):
         return False
     text = str(value).strip().lower()

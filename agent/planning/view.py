@@ -20,6 +20,7 @@ from tools.knowledge import infer_features
 from tools.probes import Probe
 
 if TYPE_CHECKING:
+    from agent.planning.candidate_memo import CandidateMemo
     from agent.planning.catalog import CatalogEntry
     from agent.planning.llm_client import ChatClient
     from agent.record.transcript import Transcript
@@ -200,7 +201,9 @@ class Planner(Protocol):
 
 class PlannerFactory(Protocol):
     """Builds the planner a run's checkpointed spec names (``agent.planning.planner.make_planner``): the
-    CLI hands it to the run's ``Runtime``, so the run's modules know planners only by this protocol."""
+    CLI hands it to the run's ``Runtime``, so the run's modules know planners only by this protocol.
+    ``memo``: the generators' answers for the run's past launches, which the runtime keeps from one step
+    to the next (``agent.planning.candidate_memo``)."""
 
     def __call__(
         self,
@@ -210,6 +213,7 @@ class PlannerFactory(Protocol):
         *,
         transcript: Transcript | None = None,
         client: ChatClient | None = None,
+        memo: CandidateMemo | None = None,
     ) -> Planner: ...
 
 

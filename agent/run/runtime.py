@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.domain.case import Case
 from agent.domain.knowledge_dir import knowledge_file
+from agent.planning.candidate_memo import CandidateMemo
 from agent.planning.catalog import CatalogEntry, load_catalog
 from agent.record.recorded import RecordedRun, follow
 from agent.record.transcript import Transcript
@@ -62,6 +63,10 @@ class Runtime:
     #: (``agent.record.recorded.follow``): what conclude reads for the FINDINGS.md entry instead of the file.
     #: None when the transcript held a damaged line.
     recorded: RecordedRun | None = field(init=False, default=None)
+    #: The candidate generators' answers for this run's past launches, handed to every planner built
+    #: (``planner``), so a step does not ask them again for each launch before it
+    #: (``agent.planning.candidate_memo``). Per process: a resumed run fills a new one.
+    memo: CandidateMemo = field(default_factory=CandidateMemo)
 
     def __post_init__(self) -> None:
         self.recorded = follow(self.transcript)
@@ -155,7 +160,8 @@ class Runtime:
             raise RuntimeError("this runtime has no planner factory: it can only read a run's state")
         case = Case.model_validate(state["case"])
         version = engine_version(state.get("fingerprint"))
-        return self.make_planner(state.get("planner"), self.catalog, self.flags(case, version), transcript=self.transcript)
+        return self.make_planner(state.get("planner"), self.catalog, self.flags(case, version), transcript=self.transcript,
+                                 memo=self.memo)
 
     def close(self) -> None:
         """Stop anything still running and close the host connection.

@@ -114,7 +114,11 @@ Candidate = Hypothesis
 @runtime_checkable
 class CandidateGenerator(Protocol):
     """A way of finding candidate causes: ``generate(input) -> candidates`` (pure; never raises on odd
-    evidence: a generator that finds nothing returns ``[]``)."""
+    evidence: a generator that finds nothing returns ``[]``).
+
+    Its answer for a launch is kept for the rest of the run (``agent.planning.candidate_memo``) and it sees
+    the run only up to that launch, unless the class says ``reads_run = True``: it reads later launches too
+    (``run_outcomes``, ``experiments``) and is asked again on every step."""
 
     name: str
 

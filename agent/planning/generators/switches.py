@@ -68,6 +68,9 @@ class SwitchGenerator:
     """One candidate per switch whose subsystem a served workaround took out (see module docstring)."""
 
     name = "switches"
+    #: It reads the whole run (a later test of the failing configuration that served without the
+    #: subsystem), so its answers for a launch are never kept (``agent.planning.candidate_memo``).
+    reads_run = True
 
     def generate(self, inp: GeneratorInput) -> list[Hypothesis]:
         """Candidates ``switch:ID``."""
