@@ -88,9 +88,8 @@ class Probe(BaseModel):
 
 class ProbeResult(BaseModel):
     """Outcome of one probe. `latency_s` is wall seconds from request to answer or error. `traffic_s`: a
-    timed probe's (``shape.duration_s``) seconds of traffic on the host's clock, at most its duration
-    (less when a failure stopped it); None for a probe without a duration. A launch's host-seconds bill
-    it at that figure on a scaled host (tools/host_time.py)."""
+    timed probe's (``shape.duration_s``) seconds of traffic on the host's clock, at most its duration;
+    None without one (not dumped then). Host-seconds bill it on a scaled host (tools/host_time.py)."""
 
     probe_id: str
     ok: bool
@@ -103,8 +102,7 @@ class ProbeResult(BaseModel):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # a probe without a duration dumps as before traffic_s existed (transcripts and results unchanged)
-        data: dict[str, Any] = handler(self)
+        data: dict[str, Any] = handler(self)  # without a duration, as before traffic_s existed
         if data.get("traffic_s") is None:
             data.pop("traffic_s", None)
         return data
