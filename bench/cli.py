@@ -66,7 +66,9 @@ def render(result: BenchResult, console: Console) -> None:
     for note in result.notes:
         console.print(f"note: {escape(note)}", highlight=False)
     console.print(
-        "host-s: modelled GPU-host seconds (wall seconds of each launch / time scale). random: uniform one-change "
+        "host-s: modelled GPU-host seconds (each launch's load phase, to ready or to its end, in wall seconds / time "
+        "scale; its request phase in real seconds plus its timed traffic and unanswered requests' host time: "
+        "tools/host_time.py). random: uniform one-change "
         "search over the plausible changes, stopping at the first that passes (no confirmation launch); on a "
         "deterministic world every change is launched once and the figures are the exact expectation over all "
         "orders, 1 + (N+1)/(k+1) launches for k working changes of N (p: the chance the change found is a root "

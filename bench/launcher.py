@@ -1,7 +1,9 @@
 """Launch one configuration of a world the way the agent does, through ``tools``: ServerSession with the
 stall watch, then the case's probes; success means every probe passed and no fatal line appeared.
 
-Host-seconds are modelled like the agent's (wall seconds of the launch / the lab's time scale), so all
+Host-seconds are modelled like the agent's (``tools.host_time.launch_host_s``: the load phase's wall seconds
+divided by the lab's time scale, the request phase's as real seconds plus the host time its probes are known
+to hold), and each request waits as long as the agent's (``request_timeout_s`` of the time scale), so all
 methods are measured with the same clock.
 """
 
@@ -15,7 +17,8 @@ from pathlib import Path
 from agent.domain.case import Case
 from agent.domain.models import FlagValue
 from tools.host import LocalHost, expand_argv
-from tools.probes import Probe, run_probe
+from tools.host_time import launch_host_s
+from tools.probes import Probe, ProbeResult, request_timeout_s, run_probe
 from tools.server import ServerSession, SessionOptions, render_command
 from tools.signatures import Signature, SignatureMatcher
 from tools.stall import StallWatch
@@ -84,14 +87,14 @@ class Launcher:
         )
         t0 = time.monotonic()
         ok = False
+        results: list[ProbeResult] = []
         with session:
             res = session.wait_ready()
             status: str = res.status
             if res.status == "ready" and res.base_url:
-                results = []
                 for probe in probes_for(case):
-                    pr = run_probe(res.base_url, probe, model=case.model.path,
-                                   generate_api=engine.data.generate_api)
+                    pr = run_probe(res.base_url, probe, model=case.model.path, generate_api=engine.data.generate_api,
+                                   timeout_s=request_timeout_s(host.time_scale))
                     results.append(pr)
                     if pr.status in ("connection_error", "timeout"):
                         break
@@ -103,7 +106,7 @@ class Launcher:
         return LaunchRecord(
             ok=ok,
             status=status,
-            host_s=wall / host.time_scale,
+            host_s=launch_host_s(wall_s=wall, time_scale=host.time_scale, ready_s=res.t_ready_s, probes=results),
             wall_s=wall,
             signatures=[m.signature_id for m in matcher.matches() if m.kind in ("fatal", "error")],
         )

@@ -156,4 +156,5 @@ def _summary(probe: Probe, results: list[ProbeResult], traffic: Traffic, start: 
     error = f"{failed} of {sent} failed ({load})" + (f": {worst.error}" if worst.error else "") if failed else (
         worst.error
     )
-    return worst.model_copy(update={"latency_s": time.monotonic() - start, "error": error})
+    traffic_s = round(min(probe.shape.duration_s, traffic.elapsed()), 3) if probe.shape.duration_s else None
+    return worst.model_copy(update={"latency_s": time.monotonic() - start, "error": error, "traffic_s": traffic_s})

@@ -87,7 +87,9 @@ class Probe(BaseModel):
 
 
 class ProbeResult(BaseModel):
-    """Outcome of one probe. `latency_s` is wall seconds from request to answer or error."""
+    """Outcome of one probe. `latency_s` is wall seconds from request to answer or error. `traffic_s`: a
+    timed probe's (``shape.duration_s``) seconds of traffic on the host's clock, at most its duration;
+    None without one (not dumped then). Host-seconds bill it on a scaled host (tools/host_time.py)."""
 
     probe_id: str
     ok: bool
@@ -96,6 +98,14 @@ class ProbeResult(BaseModel):
     text: str | None = None
     latency_s: float
     error: str | None = None
+    traffic_s: float | None = Field(default=None, ge=0)
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)  # without a duration, as before traffic_s existed
+        if data.get("traffic_s") is None:
+            data.pop("traffic_s", None)
+        return data
 
 
 DEFAULT_PROBES: list[Probe] = [

@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 
 from agent.domain.excerpt import excerpt_of_text
 from agent.domain.models import LogLine, Timings
-from tools.probes import ProbeResult, patience_beyond_host_s
+from tools.host_time import launch_host_s
+from tools.probes import ProbeResult
 from tools.server import LaunchResult
 from tools.signatures import Signature, SignatureMatch, SignatureMatcher, scan_text
 from tools.stall import StallWatch
@@ -124,8 +125,13 @@ class RawEvidence(BaseModel):
         queued_s: float | None = None,
     ) -> RawEvidence:
         """A launch that was watched (``watched``) and stopped. ``final``: the session's last view of it;
-        ``t_ready_s``/``wall_s``: orchestrator wall seconds (divided by ``watched.time_scale`` to give host
-        seconds); ``server_info``: ``/get_server_info`` if the server answered it; ``queued_s``: on a
+        ``t_ready_s`` (from the server's start to its ready line) / ``wall_s`` (the whole launch, to the
+        verified stop): orchestrator wall seconds; the timings keep them as host seconds, divided by
+        ``watched.time_scale``. The launch's ``host_seconds`` are ``tools.host_time.launch_host_s``: the load
+        phase (to ready, or to the end of a launch never ready) divided by the time scale, the request
+        phase after ready as real seconds plus the host time its probes are known to hold (timed traffic,
+        unanswered requests); at time scale 1 simply the wall seconds less queue and patience.
+        ``server_info``: ``/get_server_info`` if the server answered it; ``queued_s``: on a
         batch-scheduler host, the part of ``wall_s`` the job waited in the queue (queue time is not GPU
         time: host-seconds count from the job's start; ``wall_s`` and ``queued_s`` are kept beside)."""
         matcher, stall, time_scale = watched.matcher, watched.stall, watched.time_scale
@@ -151,9 +157,10 @@ class RawEvidence(BaseModel):
             timings=Timings(
                 to_ready_s=None if t_ready_s is None else round(t_ready_s / time_scale, 3),
                 to_end_s=None if final.t_end_s is None else round(final.t_end_s / time_scale, 3),
-                # the orchestrator's floor on a request's wait is not host time (tools.probes)
-                host_seconds=round(max(0.0, wall_s - (queued_s or 0.0)
-                                       - patience_beyond_host_s(watched.probes, time_scale)) / time_scale, 3),
+                # the load phase scaled, the request phase as real seconds plus its known host time
+                # (tools.host_time); the orchestrator's floor on a request's wait is not host time
+                host_seconds=launch_host_s(wall_s=wall_s, time_scale=time_scale, ready_s=t_ready_s,
+                                           queued_s=queued_s, probes=watched.probes),
                 queued_s=None if queued_s is None else round(queued_s / time_scale, 3),
                 wall_s=None if queued_s is None else round(wall_s / time_scale, 3),
                 detection_delay_median_s=round(statistics.median(delays), 4) if delays else None,

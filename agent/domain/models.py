@@ -233,7 +233,9 @@ class RelevantFinding(BaseModel):
 class Timings(BaseModel):
     """Seconds of wall time on the orchestrator and modelled seconds on the host.
 
-    On a batch-scheduler host `queued_s` is the time the job waited in the queue and `wall_s` the whole
+    `host_seconds`: the launch's modelled host-seconds (``tools.host_time.launch_host_s``: on a scaled
+    host the load phase's wall seconds divided by the time scale, the request phase's as real seconds plus
+    the host time its probes are known to hold; at time scale 1 the wall seconds). On a batch-scheduler host `queued_s` is the time the job waited in the queue and `wall_s` the whole
     launch from submission; `host_seconds` counts from the job's start (queue time is not GPU time).
     """
 

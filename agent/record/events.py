@@ -313,6 +313,8 @@ class ProbeResultData(Payload):
     text: str | None = None
     latency_s: float | None = None
     error: str | None = None
+    #: A timed probe's seconds of traffic on the host's clock (``tools.probes.ProbeResult.traffic_s``).
+    traffic_s: float | None = None
 
 
 class SignatureMatchData(Payload):
