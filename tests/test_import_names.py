@@ -41,6 +41,19 @@ def test_the_local_hosts_python_says_which_distribution_provides_an_import_name(
     assert "json" not in names and all(v != [k] for k, v in names.items())  # only names spelled otherwise
 
 
+def test_an_ssh_hosts_python_answers_the_same_question(sshd: Any, tmp_path: Path) -> None:
+    from tools.ssh import SSHHost, SSHOptions
+
+    opts = SSHOptions(key_path=str(sshd.key), known_hosts=str(sshd.known_hosts), python=sys.executable,
+                      workdir_root=str(tmp_path / "remote-runs"))
+    host = SSHHost(sshd.target, options=opts)
+    try:
+        names, _, why = read_import_names(host, import_names_argv("{python}".replace("{python}", host.python)))
+    finally:
+        host.close()
+    assert why == "" and names["_pytest"] == ["pytest"]
+
+
 def test_the_real_engine_beds_python_maps_vllm_to_the_distribution_that_installed_it() -> None:
     bed = os.environ.get("HYPOLOOP_ENGINES")
     python = Path(bed or "") / "bin" / "python"
@@ -118,6 +131,7 @@ def test_a_kernel_wheel_that_cannot_load_is_blamed_by_its_distribution_name(tmp_
     assert result["status"] == "not_isolated"
     imp = result["implicated"]
     assert imp["package"] == "sglang-kernel" and "sgl_kernel" not in imp["packages"]
+    assert imp["imports"] == {"sglang-kernel": "sgl_kernel"}
     assert "sglang-kernel" in result["reason"] and "sgl_kernel" in result["reason"]  # the import kept as evidence
 
 

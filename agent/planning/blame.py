@@ -103,34 +103,31 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     generic = [p for p in rest if is_generic_runtime(p) and p != own]
     seen = named + told + rest
     logs = [p for p in logged if not is_generic_runtime(p) and not any(is_in(n, [p], installed, names) for n in seen)]
-    runtimes = [p for p in logged if p not in logs and p not in generic
-                and not any(is_in(n, [p], installed, names) for n in seen)]
+    runtimes = [p for p in logged if p not in logs and p not in generic and not any(is_in(n, [p], installed, names) for n in seen)]
     builds, built = _platform_only(case, fingerprint, installed, involved + told + aside + plain + logs)
     packages = involved + told + aside + plain + logs + built + [ch.name for ch in ordered if ch.name == engine]
     packages += generic + runtimes if not packages else []
     if not packages:
         return c
     dists = DistributionNames(names, installed, dict(fingerprint.get("import_versions") or {}))
-    update, pin = _record(packages, ordered, where, ev, told, dists)
+    update, pin = _record(packages, ordered, where, ev, told, dists, imports := dists.imports(frames + said + packages))
     install, asks = _asked_for(ev.asked, told, update)
     shown = [(lib, line) for lib, line in ev.logged if lib.package in logs or (not plain and lib.package in packages)]
-    named_by_error = [dists.label(p) for p in told if install != p]  # the one it asks to install: its own sentence
-    words = _words(ordered, named_by_error, [dists.label(p) for p in plain + generic], where, pin,
-                   crash if own in plain else None)
+    words = _words(ordered, [p for p in told if install != p], plain + generic, where, pin,  # asked: its own sentence
+                   crash if own in plain else None, dists, imports)
     words = _joined(_with_builds(update, words, builds, built), asks)
-    return c.model_copy(update={"implicated": {**imp, **update},
-                                "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
+    return c.model_copy(update={"implicated": {**imp, **update}, "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
 
 
 def _record(packages: list[str], ordered: list[PackageChange], where: dict[str, bool], ev: _Evidence,
-            told: list[str], dists: DistributionNames) -> tuple[dict[str, Any], str | None]:
+            told: list[str], dists: DistributionNames, imports: dict[str, str]) -> tuple[dict[str, Any], str | None]:
     """The ``implicated`` fields the blame adds (``package``, ``packages``, ``changed``, ``log_evidence``,
     ``pin``, ``imports``) and the pin: the earlier version of a changed package, unless the error names another
     package while the change is not involved (pinning that back is no fix). Packages are named by their
     distribution where the host's Python says which one provides an import name (``dists``), the import
-    name kept in ``imports`` (``{distribution: import name}``)."""
+    names the evidence spells kept in ``imports`` (``{distribution: import name}``) for those named."""
     named = list(dict.fromkeys(dists.name(p) for p in packages))
-    imports = {dists.name(p): p for p in packages if dists.name(p) != p}
+    imports = {d: p for d, p in imports.items() if d in named}
     update: dict[str, Any] = {
         "package": named[0],
         "packages": named,
@@ -253,6 +250,11 @@ class DistributionNames:
             found = [d for d in found if d in self.installed] or found
         return found[0] if len(found) == 1 and found[0] != dist_key(package) else package
 
+    def imports(self, packages: list[str]) -> dict[str, str]:
+        """``{distribution: import name}`` for the import names among ``packages`` another distribution
+        provides (``name``): the names the evidence spells, kept beside the distribution the ending names."""
+        return {self.name(p): p for p in packages if self.name(p) != p}
+
     def label(self, package: str) -> str:
         """``sglang-kernel 0.4.10 (import name sgl_kernel)`` for an import name another distribution provides
         (its version when the host said it), else ``package``."""
@@ -273,9 +275,13 @@ def _log_words(shown: list[tuple[Library, str]]) -> str:
 
 
 def _words(changes: list[PackageChange], said: list[str], others: list[str], where: dict[str, bool],
-           pin: str | None, crash: Frame | None = None) -> str:
-    """The ending's sentence about packages: what changed (with its source), the packages the error names,
-    where the process died (``crash``), then the frames' packages."""
+           pin: str | None, crash: Frame | None = None, dists: DistributionNames | None = None,
+           imports: dict[str, str] | None = None) -> str:
+    """The ending's sentence about packages: what changed (with its source; ``imports`` the import name the
+    evidence spells a changed distribution by), the packages the error names, where the process died
+    (``crash``), then the frames' packages; an import name by the distribution that provides it (``dists``)."""
+    label = dists.label if dists is not None else str
+    said, others = [label(p) for p in said], [label(p) for p in others]
     parts: list[str] = []
     if crash is not None:
         lib = crash.path.rsplit("/", 1)[-1]
@@ -285,7 +291,7 @@ def _words(changes: list[PackageChange], said: list[str], others: list[str], whe
                      f"{bundled}, the innermost frame of the crash's native stack that is not a system library "
                      "or a GPU runtime)")
     if changes:
-        told = "; ".join(f"{ch.describe()} ({ch.source}"
+        told = "; ".join(f"{ch.describe()}{_imported_as(ch.name, imports)} ({ch.source}"
                          + (", and the failing traceback or its error involves it)" if where[ch.name] else ")")
                          for ch in changes)
         parts.append(f"no launch setting repaired it, and packages changed on the host: {told}")
@@ -297,6 +303,12 @@ def _words(changes: list[PackageChange], said: list[str], others: list[str], whe
         parts.append(f"suggested fix outside the flag and environment experiments: pin {pin} (the version it "
                      "had before; hypoloop does not install packages)")
     return "; ".join(parts)
+
+
+def _imported_as(dist: str, imports: dict[str, str] | None) -> str:
+    """`` (imported as sgl_kernel)`` when the evidence spells the distribution ``dist`` by an import name."""
+    name = (imports or {}).get(dist)
+    return f" (imported as {name}: the distribution that provides it, the host's Python says)" if name else ""
 
 
 def _joined(reason: str, extra: str) -> str:
