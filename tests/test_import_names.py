@@ -140,3 +140,11 @@ def test_a_host_whose_python_cannot_say_leaves_the_import_name(tmp_path: Path) -
                                   'import_names_argv = ["{python}", "-c", "print(\'no json here\')"]'})
     assert result["status"] == "not_isolated"
     assert result["implicated"]["package"] == "sgl_kernel"
+
+
+def test_without_the_users_words_the_frames_import_name_is_still_named_by_its_distribution(tmp_path: Path) -> None:
+    result, _ = _run(tmp_path, **{" I already did what it says (pip install --upgrade sgl_kernel), same error.": ""})
+    imp = result["implicated"]
+    assert result["status"] == "not_isolated" and imp["changed"] == []
+    assert imp["package"] == "sglang-kernel" and imp["imports"] == {"sglang-kernel": "sgl_kernel"}
+    assert "sglang-kernel 0.4.10 (import name sgl_kernel)" in result["reason"]
