@@ -308,7 +308,7 @@ def _words(changes: list[PackageChange], said: list[str], others: list[str], whe
 def _imported_as(dist: str, imports: dict[str, str] | None) -> str:
     """`` (imported as sgl_kernel)`` when the evidence spells the distribution ``dist`` by an import name."""
     name = (imports or {}).get(dist)
-    return f" (imported as {name}: the distribution that provides it, the host's Python says)" if name else ""
+    return f" (imported as {name}, the host's Python says)" if name else ""
 
 
 def _joined(reason: str, extra: str) -> str:
