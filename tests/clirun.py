@@ -40,6 +40,7 @@ def run_cli(tmp_path: Path, *args: str, timeout: float = 180, **env: str) -> sub
 LAB_LAUNCHER = (
     '[launcher]\nargv = ["{python}", "-m", "lab.launch_server"]\n'
     'version_argv = ["{python}", "-m", "lab.launch_server", "--version"]\n'
+    'import_names_argv = ["{python}", "-m", "lab.metadata"]\n'
     'gpu_query_argv = ["{python}", "-m", "lab.nvidia_smi"]\n'
 )
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from tools.engines import Engine, get_engine
 from tools.host import Host, HostError, expand_argv
-from tools.installed import installed_from_check_env
+from tools.installed import installed_from_check_env, read_import_names
 
 GPU_QUERY_ARGS = ["--query-gpu=name,compute_cap,memory.total,driver_version", "--format=csv,noheader,nounits"]
 
@@ -60,6 +60,12 @@ class HostFingerprint(BaseModel):
     #: The host's installed packages as ``{distribution: version}`` (PEP 503 names), read by its own
     #: Python through check_env (``tools.installed``); empty when check_env did not run.
     installed: dict[str, str] = Field(default_factory=dict)
+    #: Which distributions provide a top-level import name, as the host's own Python says
+    #: (``tools.installed.read_import_names``: ``{"sgl_kernel": ["sglang-kernel"]}``), only the names spelled
+    #: otherwise than their distribution; empty when it was not asked or could not tell.
+    import_names: dict[str, list[str]] = Field(default_factory=dict)
+    #: The installed versions of the distributions ``import_names`` names (``{distribution: version}``).
+    import_versions: dict[str, str] = Field(default_factory=dict)
     #: The case's own ``--port`` when, before any launch, something on the host already listened there
     #: (`port_holder`); None when the case names no port, the port was free or the host could not tell.
     #: hypoloop launches on a port of its own, so such a conflict never shows in its launches.
@@ -202,6 +208,7 @@ def fingerprint(
     version_argv: Sequence[str] | None,
     check_env_argv: Sequence[str] | None = None,
     engine: Engine | None = None,
+    import_names_argv: Sequence[str] | None = None,
 ) -> HostFingerprint:
     """Query the host's GPUs and the engine's version (`engine`, default SGLang: `engine_version` and
     the engine's own field, `sglang_version` or `vllm_version`).
@@ -213,7 +220,8 @@ def fingerprint(
     when given; its report is evidence, and a failure of it is only a note. `version_argv`'s stdout
     (stripped; the last non-empty line if several) is the SGLang version; all with `{python}` expanded.
     Raises `HostError` (one line) if the version command fails or prints nothing, or a GPU tool's output
-    cannot be read.
+    cannot be read. `import_names_argv` (``tools.installed.import_names_argv``) asks the host's Python which
+    distribution provides each import name (``import_names``); a failure of it is only a note.
     """
     eng = engine or get_engine()
     fp = _query_gpus(host, gpu_query_argv, HostFingerprint(engine=eng.name))
@@ -226,6 +234,10 @@ def fingerprint(
             fp.check_env = parse_check_env(out)
             _fill_from_check_env(fp)
             fp.installed = installed_from_check_env(fp.check_env)
+    if import_names_argv:
+        names, versions, why = read_import_names(host, expand_argv(list(import_names_argv), host))
+        fp.import_names, fp.import_versions = names, versions
+        fp.notes += [why] if why else []
     if version_argv:
         _set_version(fp, eng, _read_version(host, version_argv))
     return fp

@@ -27,10 +27,11 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from agent.domain.models import Baseline, FlagValue
-from tools.engines import Engine, get_engine
+from tools.engines import Engine, get_engine, launcher_python
 from tools.engines import detect as detect_engine
 from tools.flags.values import is_number
 from tools.host import HostError
+from tools.installed import import_names_argv
 from tools.knowledge_files import item_path
 from tools.load_shapes import LoadShape
 from tools.logtext import NotText, decode_log
@@ -124,6 +125,10 @@ class LauncherSpec(_Strict):
     #: `python -m sglang.check_env` on the host (evidence; its failure is only a note). None: derived
     #: from `argv` by the engine (a `<package>.launch_server` module); [] turns it off.
     check_env_argv: list[str] | None = None
+    #: What asks the host's Python which distribution provides each import name (evidence for naming a
+    #: package; its failure is only a note). None: the launcher's interpreter runs
+    #: ``tools.installed.IMPORT_NAMES_CODE``; [] turns it off.
+    import_names_argv: list[str] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -153,6 +158,13 @@ class LauncherSpec(_Strict):
         if self.check_env_argv is not None:
             return list(self.check_env_argv)
         return self.engine_impl().check_env_argv(self.argv)
+
+    def import_names(self) -> list[str]:
+        """The command that maps import names to distributions on the host (``import_names_argv``, else
+        ``tools.installed.import_names_argv`` run by the launcher's interpreter), or [] when turned off."""
+        if self.import_names_argv is not None:
+            return list(self.import_names_argv)
+        return import_names_argv(launcher_python(self.argv))
 
 class ModelSpec(_Strict):
     """The model under test; ``features`` are optional hints such as moe, dsa, mla, nvfp4, fp8."""

@@ -51,10 +51,10 @@ from agent.planning.package_changes import (
     packages_knowledge,
 )
 from agent.planning.platform_change import PlatformBuilds, host_platform_id, platform_builds
-from tools.installed import dist_key
+from tools.installed import dist_key, provides
 from tools.tracebacks import Frame
 
-__all__ = ["blamed"]
+__all__ = ["DistributionNames", "blamed"]
 
 
 def blamed(c: Conclusion, state: Any) -> Conclusion:
@@ -73,59 +73,65 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
         return c
     fingerprint = state.get("fingerprint") or {}
     installed = dict(fingerprint.get("installed") or {})
+    names: dict[str, list[str]] = dict(fingerprint.get("import_names") or {})
     case = Case.model_validate(state["case"])
     findings = [RelevantFinding.model_validate(f) for f in state.get("findings") or []]
-    changes = package_changes(case, installed, findings)
-    ev = _evidence(state, imp.get("experiment_id"), installed, _vendor(fingerprint))
+    changes = package_changes(case, installed, findings, names)
+    ev = _evidence(state, imp.get("experiment_id"), installed, _vendor(fingerprint), names)
     frames, said, crash = _missing_first(imp, ev.frames, _vendor(fingerprint)), ev.said, ev.crash
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
     # frames' packages: it changed everything, so the frames say where
     engine = dist_key(str(fingerprint.get("engine") or "sglang"))
     # evidence against it, a generic runtime too; spelled as the frames spell it when they run in it
-    asked = [next((f for f in frames if is_in(n, [f], installed)), n) for n, _, _ in ev.asked if n != engine]
+    asked = [next((f for f in frames if is_in(n, [f], installed, names)), n) for n, _, _ in ev.asked if n != engine]
     # a distribution the error spells by its own name is named even when a frame's package is its import name:
     # "flashinfer-cubin version (0.6.13) does not match flashinfer version" blames that distribution of
     # flashinfer, not the package whose code raised it
     said = asked + [p for p in said if p != engine and p not in asked
-                    and (not is_in(p, frames, installed) or (p in ev.spelled and p not in frames))]
+                    and (not is_in(p, frames, installed, names) or (p in ev.spelled and p not in frames))]
     logged = [lib.package for lib, _ in ev.logged]
-    where = {ch.name: is_in(ch.name, frames + said + logged, installed) for ch in changes}
+    where = {ch.name: is_in(ch.name, frames + said + logged, installed, names) for ch in changes}
     ordered = sorted(changes, key=lambda ch: (ch.name == engine, not where[ch.name]))
     involved = [ch.name for ch in ordered if ch.name != engine and where[ch.name]]
     aside = [ch.name for ch in ordered if ch.name != engine and not where[ch.name]]
     named = involved + aside
     told = [p for p in said if (p in asked or not is_generic_runtime(p))
-            and not any(is_in(n, [p], installed) for n in named)]
-    rest = [p for p in frames + said if p not in told and not any(is_in(n, [p], installed) for n in named)]
+            and not any(is_in(n, [p], installed, names) for n in named)]
+    rest = [p for p in frames + said if p not in told and not any(is_in(n, [p], installed, names) for n in named)]
     own = crash.package if crash is not None else None  # died inside this package's compiled code
     plain = [p for p in rest if not is_generic_runtime(p) or p == own]
     generic = [p for p in rest if is_generic_runtime(p) and p != own]
     seen = named + told + rest
-    logs = [p for p in logged if not is_generic_runtime(p) and not any(is_in(n, [p], installed) for n in seen)]
-    runtimes = [p for p in logged if p not in logs and p not in generic and not any(is_in(n, [p], installed) for n in seen)]
+    logs = [p for p in logged if not is_generic_runtime(p) and not any(is_in(n, [p], installed, names) for n in seen)]
+    runtimes = [p for p in logged if p not in logs and p not in generic and not any(is_in(n, [p], installed, names) for n in seen)]
     builds, built = _platform_only(case, fingerprint, installed, involved + told + aside + plain + logs)
     packages = involved + told + aside + plain + logs + built + [ch.name for ch in ordered if ch.name == engine]
     packages += generic + runtimes if not packages else []
     if not packages:
         return c
-    update, pin = _record(packages, ordered, where, ev, told)
+    dists = DistributionNames(names, installed, dict(fingerprint.get("import_versions") or {}))
+    update, pin = _record(packages, ordered, where, ev, told, dists, imports := dists.imports(frames + said + packages))
     install, asks = _asked_for(ev.asked, told, update)
     shown = [(lib, line) for lib, line in ev.logged if lib.package in logs or (not plain and lib.package in packages)]
-    named_by_error = [p for p in told if install != p]  # the one it asks to install gets its own sentence
-    words = _words(ordered, named_by_error, plain + generic, where, pin, crash if own in plain else None)
+    words = _words(ordered, [p for p in told if install != p], plain + generic, where, pin,  # asked: its own sentence
+                   crash if own in plain else None, dists, imports)
     words = _joined(_with_builds(update, words, builds, built), asks)
-    return c.model_copy(update={"implicated": {**imp, **update},
-                                "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
+    return c.model_copy(update={"implicated": {**imp, **update}, "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
 
 
 def _record(packages: list[str], ordered: list[PackageChange], where: dict[str, bool], ev: _Evidence,
-            told: list[str]) -> tuple[dict[str, Any], str | None]:
+            told: list[str], dists: DistributionNames, imports: dict[str, str]) -> tuple[dict[str, Any], str | None]:
     """The ``implicated`` fields the blame adds (``package``, ``packages``, ``changed``, ``log_evidence``,
-    ``pin``) and the pin: the earlier version of a changed package, unless the error names another
-    package while the change is not involved (pinning that back is no fix)."""
+    ``pin``, ``imports``) and the pin: the earlier version of a changed package, unless the error names another
+    package while the change is not involved (pinning that back is no fix). Packages are named by their
+    distribution where the host's Python says which one provides an import name (``dists``), the import
+    names the evidence spells kept in ``imports`` (``{distribution: import name}``) for those named."""
+    named = list(dict.fromkeys(dists.name(p) for p in packages))
+    imports = {d: p for d, p in imports.items() if d in named}
     update: dict[str, Any] = {
-        "package": packages[0],
-        "packages": packages,
+        "package": named[0],
+        "packages": named,
+        **({"imports": imports} if imports else {}),
         "changed": [{"package": ch.name, "before": ch.before, "after": ch.after, "source": ch.source,
                      "in_frames": where[ch.name]} for ch in ordered],
     }
@@ -205,21 +211,58 @@ class _Evidence:
     spelled: list[str] = field(default_factory=list)
 
 
-def _evidence(state: Any, experiment_id: str | None, installed: dict[str, str], vendor: str | None) -> _Evidence:
-    """The failing launch's ``_Evidence`` (empty when the launch is not in the state)."""
+def _evidence(state: Any, experiment_id: str | None, installed: dict[str, str], vendor: str | None,
+              names: dict[str, list[str]]) -> _Evidence:
+    """The failing launch's ``_Evidence`` (empty when the launch is not in the state); ``names`` the host's
+    import names (``HostFingerprint.import_names``)."""
     raw = next((o for o in state.get("outcomes") or [] if o.get("experiment_id") == experiment_id), None)
     if raw is None:
         return _Evidence()
     outcome = Outcome.model_validate(raw)
     tracebacks = relabelled(outcome.tracebacks, vendor)
     errors = [tb.exception_line for tb in reversed(tracebacks) if tb.exception_line]
-    said = error_packages(errors, installed)
+    said = error_packages(errors, installed, names)
     crash = died_in(tracebacks, vendor) or crashed_in(tracebacks)
     text = " ".join(errors).lower()
     spelled = [p for p in said if re.search(rf"(?<![\w-]){re.escape(p.lower())}(?![\w-])", text)]
     return _Evidence(frame_packages(reversed(tracebacks)), said, crash,
                      log_evidence((ln.text for ln in outcome.log), vendor), install_advice(tracebacks, outcome.log),
                      spelled)
+
+
+@dataclass(frozen=True)
+class DistributionNames:
+    """How the ending names a package: a traceback's import name (``sgl_kernel``) by the one distribution the
+    host's own Python says provides it (``import_names``, ``HostFingerprint.import_names``: ``sglang-kernel``),
+    which is what ``pip install -U`` takes; as it is spelled when the host did not say, said several (a
+    namespace such as ``nvidia``), or it is an installed distribution's own name already."""
+
+    import_names: dict[str, list[str]] = field(default_factory=dict)
+    installed: dict[str, str] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+
+    def name(self, package: str) -> str:
+        """The distribution that provides ``package``, else ``package`` itself."""
+        if dist_key(package) in self.installed:
+            return package
+        found = provides(package, self.import_names)
+        if len(found) > 1:
+            found = [d for d in found if d in self.installed] or found
+        return found[0] if len(found) == 1 and found[0] != dist_key(package) else package
+
+    def imports(self, packages: list[str]) -> dict[str, str]:
+        """``{distribution: import name}`` for the import names among ``packages`` another distribution
+        provides (``name``): the names the evidence spells, kept beside the distribution the ending names."""
+        return {self.name(p): p for p in packages if self.name(p) != p}
+
+    def label(self, package: str) -> str:
+        """``sglang-kernel 0.4.10 (import name sgl_kernel)`` for an import name another distribution provides
+        (its version when the host said it), else ``package``."""
+        dist = self.name(package)
+        if dist == package:
+            return package
+        version = self.installed.get(dist) or self.versions.get(dist)
+        return f"{dist}{' ' + version if version else ''} (import name {package})"
 
 
 def _log_words(shown: list[tuple[Library, str]]) -> str:
@@ -232,9 +275,13 @@ def _log_words(shown: list[tuple[Library, str]]) -> str:
 
 
 def _words(changes: list[PackageChange], said: list[str], others: list[str], where: dict[str, bool],
-           pin: str | None, crash: Frame | None = None) -> str:
-    """The ending's sentence about packages: what changed (with its source), the packages the error names,
-    where the process died (``crash``), then the frames' packages."""
+           pin: str | None, crash: Frame | None = None, dists: DistributionNames | None = None,
+           imports: dict[str, str] | None = None) -> str:
+    """The ending's sentence about packages: what changed (with its source; ``imports`` the import name the
+    evidence spells a changed distribution by), the packages the error names, where the process died
+    (``crash``), then the frames' packages; an import name by the distribution that provides it (``dists``)."""
+    label = dists.label if dists is not None else str
+    said, others = [label(p) for p in said], [label(p) for p in others]
     parts: list[str] = []
     if crash is not None:
         lib = crash.path.rsplit("/", 1)[-1]
@@ -244,7 +291,7 @@ def _words(changes: list[PackageChange], said: list[str], others: list[str], whe
                      f"{bundled}, the innermost frame of the crash's native stack that is not a system library "
                      "or a GPU runtime)")
     if changes:
-        told = "; ".join(f"{ch.describe()} ({ch.source}"
+        told = "; ".join(f"{ch.describe()}{_imported_as(ch.name, imports)} ({ch.source}"
                          + (", and the failing traceback or its error involves it)" if where[ch.name] else ")")
                          for ch in changes)
         parts.append(f"no launch setting repaired it, and packages changed on the host: {told}")
@@ -256,6 +303,12 @@ def _words(changes: list[PackageChange], said: list[str], others: list[str], whe
         parts.append(f"suggested fix outside the flag and environment experiments: pin {pin} (the version it "
                      "had before; hypoloop does not install packages)")
     return "; ".join(parts)
+
+
+def _imported_as(dist: str, imports: dict[str, str] | None) -> str:
+    """`` (imported as sgl_kernel)`` when the evidence spells the distribution ``dist`` by an import name."""
+    name = (imports or {}).get(dist)
+    return f" (imported as {name}, the host's Python says)" if name else ""
 
 
 def _joined(reason: str, extra: str) -> str:

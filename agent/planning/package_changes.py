@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.planning.weights import weights as tunables
-from tools.installed import dist_key, distributions_of, same_version, toolkit_versions
+from tools.installed import dist_key, distributions_of, provides, same_version, toolkit_versions
 from tools.logwatch import LogLine
 from tools.tracebacks import Frame, Traceback
 
@@ -182,9 +182,11 @@ def _sentences(text: str) -> list[str]:
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+|\n+|;\s*", text) if s.strip()]
 
 
-def _from_text(description: str, installed: Mapping[str, str]) -> list[PackageChange]:
+def _from_text(description: str, installed: Mapping[str, str],
+               import_names: Mapping[str, Sequence[str]] | None = None) -> list[PackageChange]:
     """Changes the case's description tells (see the module docstring): a change word matches as a whole word
-    (``_INFLECTION``)."""
+    (``_INFLECTION``); an import name is read as the distribution the host's Python says provides it
+    (``import_names``)."""
     words = packages_knowledge().change_words.words
     out: list[PackageChange] = []
     for sentence in _sentences(description):
@@ -193,7 +195,7 @@ def _from_text(description: str, installed: Mapping[str, str]) -> list[PackageCh
             continue
         names: list[str] = []
         for tok in _TOKEN.findall(sentence):
-            for dist in distributions_of(tok, installed):
+            for dist in distributions_of(tok, installed, import_names):
                 if dist not in names:
                     names.append(dist)
         span = _FROM_TO.search(sentence) or _ARROW.search(sentence)
@@ -226,14 +228,17 @@ def _from_findings(findings: Iterable[RelevantFinding], installed: Mapping[str, 
     return out
 
 
-def package_changes(case: Case, installed: Mapping[str, str], findings: Iterable[RelevantFinding]) -> list[PackageChange]:
+def package_changes(case: Case, installed: Mapping[str, str], findings: Iterable[RelevantFinding],
+                    import_names: Mapping[str, Sequence[str]] | None = None) -> list[PackageChange]:
     """What changed on the host, the case's own words first, then known-good notes; one entry per
-    package (a note fills in an earlier version the words left unknown). ``[]`` when the host's
-    installed packages are unknown (nothing is matched against a guess)."""
+    package (a note fills in an earlier version the words left unknown). ``import_names``: which
+    distributions provide each import name, as the host's Python says (``HostFingerprint.import_names``),
+    so that words naming ``sgl_kernel`` find ``sglang-kernel``. ``[]`` when the host's installed packages are
+    unknown (nothing is matched against a guess)."""
     if not installed:
         return []
     merged: dict[str, PackageChange] = {}
-    for ch in [*_from_text(case.description or "", installed), *_from_findings(findings, installed)]:
+    for ch in [*_from_text(case.description or "", installed, import_names), *_from_findings(findings, installed)]:
         known = merged.get(ch.name)
         if known is None:
             merged[ch.name] = ch
@@ -276,12 +281,14 @@ def crashed_in(tracebacks: Iterable[Traceback]) -> Frame | None:
 _PKG_WORD = re.compile(r"(?<![\w.\-/])([A-Za-z][A-Za-z0-9]*(?:[_\-][A-Za-z0-9]+)*)(?![\w.\-/])(\s+v?\d+\.\d|\s+version)?")
 
 
-def error_packages(texts: Iterable[str], installed: Mapping[str, str]) -> list[str]:
+def error_packages(texts: Iterable[str], installed: Mapping[str, str],
+                   import_names: Mapping[str, Sequence[str]] | None = None) -> list[str]:
     """The installed distributions the error messages ``texts`` name, in the order named: a distribution's
     own name (``flashinfer-python``, ``sgl-kernel``) first; a name they are called after (``FlashInfer`` ->
     ``flashinfer-python``, ``flashinfer-cubin``) only when the text names none of them by its own name.
     A word counts when it looks like a package (``_PKG_WORD``); dotted names (``torch.cuda.OutOfMemoryError``,
-    a module path) are where the error was raised, not what it blames. ``[]`` without installed packages."""
+    a module path) are where the error was raised, not what it blames; an import name is read as the
+    distribution the host's Python says provides it (``import_names``). ``[]`` without installed packages."""
     if not installed:
         return []
     words = [m.group(1) for text in texts for m in _PKG_WORD.finditer(text)
@@ -292,7 +299,7 @@ def error_packages(texts: Iterable[str], installed: Mapping[str, str]) -> list[s
             exact.append(dist_key(w))
     out = list(exact)
     for w in words:
-        dists = distributions_of(w, installed)
+        dists = distributions_of(w, installed, import_names)
         if any(d in exact for d in dists):
             continue
         out += [d for d in dists if d not in out]
@@ -371,13 +378,17 @@ def install_advice(tracebacks: Sequence[Traceback], log: Sequence[LogLine]) -> l
     return list(out.values())
 
 
-def is_in(dist: str, packages: Iterable[str], installed: Mapping[str, str]) -> bool:
+def is_in(dist: str, packages: Iterable[str], installed: Mapping[str, str],
+          import_names: Mapping[str, Sequence[str]] | None = None) -> bool:
     """Whether a distribution is one of ``packages`` (import names such as ``frame_packages`` gives): the
-    same name as pip compares them, or a distribution named after one of them
+    same name as pip compares them, or one the host's Python says provides one of them (``import_names``:
+    ``sglang-kernel`` for ``sgl_kernel``), or a distribution named after one of them
     (``flashinfer-python`` for ``flashinfer``, ``tools.installed.distributions_of``), or one a
     ``knowledge/libraries.toml`` entry says ships it (``amd-aiter`` for ``aiter``)."""
     from agent.planning.evidence_packages import entry
 
     key = dist_key(dist)
+    packages = list(packages)
     ships = {p for p in packages if (lib := entry(p)) is not None and key in (dist_key(d) for d in lib.distributions)}
-    return any(dist_key(p) == key or key in distributions_of(p, installed) or p in ships for p in packages)
+    return any(dist_key(p) == key or key in distributions_of(p, installed, import_names)
+               or key in provides(p, import_names) or p in ships for p in packages)

@@ -106,6 +106,8 @@ class HostFingerprintData(Payload):
     checkpoint_source: str | None = None  # where it was read, or why not
     cpu_count: int | None = None  # logical CPUs of the host
     installed: dict[str, str] = Field(default_factory=dict)  # installed packages {distribution: version}
+    import_names: dict[str, list[str]] = Field(default_factory=dict)  # {import name: [distribution]}, host's Python
+    import_versions: dict[str, str] = Field(default_factory=dict)  # versions of the distributions just named
     taken_port: int | None = None  # the case's own --port, already listened on before any launch
     taken_by: str | None = None  # what listens there (ss -ltnp), when the host said
 

@@ -23,8 +23,9 @@ class ChangedPackageGenerator:
         w = packages_knowledge().weights
         frames = frame_packages(inp.evidence.tracebacks)
         out: list[Candidate] = []
-        for ch in package_changes(inp.case, installed, inp.findings):
-            in_frames = is_in(ch.name, frames, installed)
+        names = inp.fingerprint.import_names
+        for ch in package_changes(inp.case, installed, inp.findings, names):
+            in_frames = is_in(ch.name, frames, installed, names)
             where = "; the failing traceback runs in it" if in_frames else ""
             out.append(Candidate(
                 id=f"package:{ch.name}",

@@ -6,7 +6,8 @@ Side effects:
   (flag catalog), ``knowledge.read`` per knowledge file, ``observation`` (an observed log), ``error``
   (a case that cannot be used as written);
 - host: connects (``Runtime.host``), which lists servers that earlier runs left there and, when allowed,
-  stops them (``host.orphans*`` events); runs the GPU query, the version command and ``launch_server
+  stops them (``host.orphans*`` events); runs the GPU query, the version command, check_env, one
+  command asking the host's Python which distribution provides each import name, and ``launch_server
   --help``, and, when the case names a ``--port``, asks whether something already listens there
   (read-only; nothing is launched);
 - files: reads the case's knowledge files and observed log; the flag catalog is cached under
@@ -116,6 +117,7 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
             version_argv=expand_argv(case.launcher.version_argv, host),
             check_env_argv=case.launcher.check_env() or None,
             engine=case.launcher.engine_impl(),
+            import_names_argv=case.launcher.import_names() or None,
         )
         _read_model_and_cpus(host, case, fp)
         _check_case_port(host, case, fp)
