@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -70,6 +71,24 @@ def run_auto(tmp_path: Path, case: Path, *, timeout: float = 300, **env: str) ->
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     return result, transcript_events(Path(result["transcript"]))
+
+
+def run_case_copy(tmp_path: Path, case_dir: Path, *, timeout: float = 240,
+                  **replace: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
+    """``hypoloop run CASE --auto --json`` on a copy of the world folder ``case_dir`` (its ``case.toml``, each
+    key of ``replace`` swapped for its value; a key the case lacks fails the test); the result line and the
+    finished process. A non-zero exit fails the test."""
+    work = tmp_path / case_dir.name
+    shutil.copytree(case_dir, work, symlinks=False)
+    case = work / "case.toml"
+    text = case.read_text()
+    for old, new in replace.items():
+        assert old in text
+        text = text.replace(old, new)
+    case.write_text(text)
+    r = run_cli(tmp_path, "run", str(case), "--auto", "--json", "--transcript-dir", str(tmp_path), timeout=timeout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1]), r
 
 
 def live_processes(marker: str, *, only: str | None = None) -> dict[int, str]:

@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from clirun import run_cli
+from clirun import run_case_copy, run_cli, transcript_events
 
 from agent.record.recorded import RecordedRun
 from agent.review.findings import add_finding
@@ -25,19 +25,8 @@ UPGRADED = WORLDS / "torch-upgrade-kernel-abi"
 def _run(tmp_path: Path, case_dir: Path, **replace: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``hypoloop run CASE --auto --json`` on a copy of a test world's case (``replace``: case text to
     swap); the result line and the transcript's events."""
-    work = tmp_path / case_dir.name
-    shutil.copytree(case_dir, work, symlinks=False)
-    case = work / "case.toml"
-    text = case.read_text()
-    for old, new in replace.items():
-        assert old in text
-        text = text.replace(old, new)
-    case.write_text(text)
-    r = run_cli(tmp_path, "run", str(case), "--auto", "--json", "--transcript-dir", str(tmp_path), timeout=240)
-    assert r.returncode == 0, r.stderr[-3000:]
-    result = json.loads(r.stdout.strip().splitlines()[-1])
-    events = [json.loads(line) for line in Path(result["transcript"]).read_text().splitlines()]
-    return result, events
+    result, _ = run_case_copy(tmp_path, case_dir, **replace)
+    return result, transcript_events(Path(result["transcript"]))
 
 
 def test_the_case_says_what_was_upgraded_and_the_ending_names_it_with_old_and_new(tmp_path: Path) -> None:

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from clirun import run_cli
+from clirun import run_case_copy
 
 from agent.planning.blame import DistributionNames
 from agent.planning.package_changes import error_packages, is_in
@@ -113,17 +112,9 @@ def test_an_import_name_matches_and_is_named_by_the_distribution_the_host_says_p
 
 
 def _run(tmp_path: Path, **replace: str) -> tuple[dict[str, Any], str]:
-    work = tmp_path / CU13.name
-    shutil.copytree(CU13, work)
-    case = work / "case.toml"
-    text = case.read_text()
-    for old, new in replace.items():
-        assert old in text
-        text = text.replace(old, new)
-    case.write_text(text)
-    r = run_cli(tmp_path, "run", str(case), "--auto", "--json", "--transcript-dir", str(tmp_path), timeout=300)
-    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
+    result, r = run_case_copy(tmp_path, CU13, timeout=300, **replace)
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    return result, r.stderr
 
 
 def test_a_kernel_wheel_that_cannot_load_is_blamed_by_its_distribution_name(tmp_path: Path) -> None:
