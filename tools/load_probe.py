@@ -69,7 +69,10 @@ def run_shaped(
         api = "chat"
     traffic = Traffic(shape.duration_s)
     shared = shared_prefix(shape)
-    with httpx.Client(timeout=timeout_s, trust_env=False, headers=judging.auth(api_key)) as client:
+    # one connection per request in flight (httpx keeps 20 alive by default: a burst of 128 would close and
+    # reopen connections under its own requests)
+    limits = httpx.Limits(max_connections=probe.concurrency, max_keepalive_connections=probe.concurrency)
+    with httpx.Client(timeout=timeout_s, trust_env=False, headers=judging.auth(api_key), limits=limits) as client:
         send = _Sender(base, probe, client, traffic, api, model, shared, judging)
         send.vllm_style = generate_api == "completions"
         if shared is not None:  # the prefix is computed (and cached) before the others reuse it
@@ -108,6 +111,20 @@ class _Sender:
             self.traffic.stop.set()
         return out
 
+    def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        """POST ``body``; a connection the client held that broke under the request (a read or write error,
+        the peer's protocol error: not a refused connection, not a timeout) is the client's own pool as
+        much as the server (encode/httpx#3348: read errors under high concurrency), so the request is sent
+        once more on a fresh connection; a server that is down or drops it again fails that one. Counted
+        in ``traffic.resent``. Raises httpx.TransportError (and TimeoutException) as ``Client.post``."""
+        try:
+            return self.client.post(self.base + path, json=body)
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+            with self.traffic.lock:
+                self.traffic.resent += 1
+            with httpx.Client(timeout=self.client.timeout, trust_env=False, headers=self.client.headers) as fresh:
+                return fresh.post(self.base + path, json=body)
+
     def one(self, max_tokens: int) -> ProbeResult:
         probe, j = self.probe, self.judging
         start = time.monotonic()
@@ -117,7 +134,7 @@ class _Sender:
         with self.traffic.lock:
             self.traffic.sent += 1
         try:
-            resp = self.client.post(self.base + path, json=body)
+            resp = self._post(path, body)
         except httpx.TimeoutException as exc:
             return j.result(probe, "timeout", start, error=j.one_line(f"no answer within the timeout: {exc!r}"))
         except httpx.TransportError as exc:
@@ -156,5 +173,8 @@ def _summary(probe: Probe, results: list[ProbeResult], traffic: Traffic, start: 
     error = f"{failed} of {sent} failed ({load})" + (f": {worst.error}" if worst.error else "") if failed else (
         worst.error
     )
+    if traffic.resent:  # said, so a reader sees the client's re-sends beside the verdict
+        again = f"{traffic.resent} re-sent once on a fresh connection after a transport error"
+        error = f"{error}; {again}" if error else again
     traffic_s = round(min(probe.shape.duration_s, traffic.elapsed()), 3) if probe.shape.duration_s else None
     return worst.model_copy(update={"latency_s": time.monotonic() - start, "error": error, "traffic_s": traffic_s})

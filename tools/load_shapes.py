@@ -314,6 +314,8 @@ class Traffic:
         self.server_now: float | None = None
         self.stop = threading.Event()
         self.sent = 0
+        #: requests sent a second time after a transport error on a pooled connection (``tools.load_probe``)
+        self.resent = 0
         self.lock = threading.Lock()
 
     def seen(self, resp: httpx.Response) -> None:
