@@ -288,9 +288,8 @@ class ReplayRenderer(EventRenderer):
             self.console.print(t)
         for c in considered:
             if "skipped" in c:
-                self._p(
-                    f"  [dim]skipped for {escape(str(c.get('hypothesis')))}: {escape(str(c['skipped']))}[/]"
-                )
+                whose = f" for {escape(str(c['hypothesis']))}" if c.get("hypothesis") else ""
+                self._p(f"  [dim]skipped{whose}: {escape(str(c['skipped']))}[/]")
             elif "omitted" in c:
                 self._p(f"  [dim]… and {escape(str(c['omitted']))} more weighed or skipped, not recorded[/]")
 
