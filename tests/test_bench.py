@@ -243,11 +243,22 @@ def test_random_baseline_also_reverts_the_baselines_own_settings() -> None:
     assert "flag:--tp-size=null" not in keys  # the parallel layout is part of the deployment's identity
 
 
-def test_sealed_worlds_stay_out_of_the_default_run_and_run_on_request() -> None:
+def test_sealed_worlds_stay_out_of_the_default_run_and_run_on_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The default world set is the development worlds only; ``--sealed`` and ``--all-worlds`` add the
-    sealed half (lab/worlds-sealed), which a bare name also reaches; the flags refuse --worlds."""
-    from bench.worlds import SEALED_DIR, WORLDS_DIR
+    sealed half (lab/worlds-sealed), which a bare name also reaches; the flags refuse --worlds.
 
+    The sealed folder is a temporary one holding a copy of a development world under another name, so the
+    test neither reads the sealed half in force nor depends on whether one is committed (between halves
+    the folder is empty)."""
+    import bench.worlds
+    from bench.worlds import WORLDS_DIR
+
+    SEALED_DIR = tmp_path / "worlds-sealed"
+    source = WORLDS_DIR / sorted(p.name for p in WORLDS_DIR.iterdir() if (p / "case.toml").is_file())[0]
+    shutil.copytree(source, SEALED_DIR / "copied-sealed-world")
+    monkeypatch.setattr(bench.worlds, "SEALED_DIR", SEALED_DIR)
     dev = {w.case_path.parent for w in discover()}
     sealed = {w.case_path.parent for w in discover(None, "sealed")}
     assert sealed, "no sealed worlds found"
@@ -263,7 +274,7 @@ def test_sealed_worlds_stay_out_of_the_default_run_and_run_on_request() -> None:
     with pytest.raises(ValueError, match="world set"):
         discover(None, "everything")
     r = subprocess.run(
-        [sys.executable, "-m", "bench", "--sealed", "--worlds", one.name],
+        [sys.executable, "-m", "bench", "--sealed", "--worlds", "any-world"],
         capture_output=True,
         text=True,
         cwd=REPO,
