@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from agent.domain.failure import timed_out_only
 from agent.domain.models import Evidence, Experiment, Outcome
 from agent.planning.generators.evidence import failure_evidence
+from agent.planning.in_play import subsystems_of_frame
 from agent.planning.localise import localiser_of
 from agent.planning.observations import (
     BURST_LEVELS,
@@ -208,15 +209,43 @@ class HistoryReader:
 #: Symptom classes that only say where a failure happened, not what kind it is.
 _GENERIC_CLASSES = frozenset({"startup_error", "crash_at_decode"})
 
+#: Symptom classes a host-side check raises where the check is made (a kernel's architecture check, an
+#: import), so the frame they surface in is where they happened: unlike an asynchronous device fault
+#: (knowledge/localisers.toml), the same class raised in another subsystem's code is another failure.
+_RAISED_WHERE_CHECKED = frozenset({"unsupported_arch", "import_error"})
+
 
 def class_gone(reference: Outcome, outcome: Outcome) -> bool:
-    """Whether the failure class of ``reference`` (its specific symptom classes: out of memory at load,
-    NaN, illegal memory access, an import error, ...) is absent from ``outcome``. Two generic start-up
-    errors with different exceptions count as different classes."""
+    """Whether the failure of ``reference`` is absent from ``outcome``: its specific symptom classes (out
+    of memory at load, NaN, illegal memory access, an import error, ...) are, or the only classes both
+    share are ones raised where they are checked (``_RAISED_WHERE_CHECKED``) and the outcome raised them
+    in another subsystem's code (``failing_subsystems``: the attention's kernel refused the GPU, now the
+    MoE runner's does; the first blocker of a chain is passed). Two generic start-up errors with
+    different exceptions count as different classes."""
     ref = set(failure_evidence(reference).symptoms) - _GENERIC_CLASSES
     out = set(failure_evidence(outcome).symptoms) - _GENERIC_CLASSES
-    if ref & out:
+    shared = ref & out
+    if shared and not (shared <= _RAISED_WHERE_CHECKED and _moved(reference, outcome)):
         return False
     # the same error with other values (a quoted name, a figure) is the same failure in other words
     return not (error_templates(reference) & error_templates(outcome))
 
+
+def _moved(reference: Outcome, outcome: Outcome) -> bool:
+    """Whether both outcomes failed in code of known subsystems and no subsystem is common to both."""
+    before, now = failing_subsystems(reference), failing_subsystems(outcome)
+    return bool(before and now and not before & now)
+
+
+def failing_subsystems(outcome: Outcome) -> frozenset[str]:
+    """The ids of the subsystems (knowledge/subsystems.toml ``modules``) whose code the innermost frame of
+    the outcome's first traceback that lies in any subsystem's code is in; empty when none does. The
+    first traceback is the root error (later ones re-raise it or are other ranks')."""
+    for tb in failure_evidence(outcome).tracebacks:
+        if not tb.frames:
+            continue
+        for fr in tb.frames:  # innermost first
+            if fr.module and (subs := subsystems_of_frame(f"{fr.module}.{fr.function}")):
+                return frozenset(s.id for s in subs)
+        break
+    return frozenset()

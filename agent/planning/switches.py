@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent.domain.models import Change
 from tools.knowledge_files import KnowledgeFile, load_model
@@ -39,7 +39,16 @@ class Switch(BaseModel):
     alternative: str
     turned_off_by: list[str] = Field(default_factory=list)
     stall_stages: list[str] = Field(default_factory=list)
+    computes: bool = False
+    computes_source: str | None = None
     source: str
+
+    @model_validator(mode="after")
+    def _computes_has_source(self) -> Switch:
+        """``computes = true`` needs ``computes_source`` (where the engine's code shows it)."""
+        if self.computes and not self.computes_source:
+            raise ValueError("computes = true needs computes_source (where the engine's code shows it)")
+        return self
 
 
 class Broad(BaseModel):

@@ -21,6 +21,12 @@ implementation runs and the ranks wait on it (the switch's ``stall_stages``: NCC
 carries the first collectives at distributed init, a custom all-reduce every forward pass), with the same
 weight. Its test takes the whole subsystem out where a flag does (the ranks then no longer wait in it; once
 that serves, the other implementation is tried as above), else sets the switch's other value.
+
+Wrong numbers name no place either (NaN/Inf, garbage, a graded drop in accuracy: values carry them to where
+they are noticed): the implementation a switch selects by default is a suspect, with the same weight, when
+it computes on the activations of every forward pass (the switch's ``computes``: a custom all-reduce sums
+the ranks' partial results, each implementation in its own order; a transport computes nothing); its other
+implementation is the test, before the whole subsystem is taken out.
 """
 
 from __future__ import annotations
@@ -51,6 +57,9 @@ SUSPECT_FACTOR = 0.4
 SERVING = "serve"
 #: Symptoms of an asynchronous device fault, whose printed frame is not where the kernel failed.
 _ASYNC_FAULTS = frozenset({"illegal_memory_access", "device_assert", "device_fault"})
+#: Symptoms of wrong numbers (NaN/Inf, garbage, a graded drop): values, not a faulting kernel, carry them to
+#: where they are noticed, so no frame says which computation made them (knowledge/localisers.toml).
+_WRONG_NUMBERS = frozenset({"nan_inf", "garbage_output", "accuracy_drop"})
 
 
 def _served_without(sw: Switch, inp: GeneratorInput) -> tuple[str, str] | None:
@@ -79,6 +88,7 @@ class SwitchGenerator:
             return []
         platform = run_platform(inp.fingerprint, inp.baseline)
         faulted = inp.evidence.stage != "ok" and bool(_ASYNC_FAULTS & set(inp.evidence.symptoms))
+        wrong = inp.evidence.stage != "ok" and bool(_WRONG_NUMBERS & set(inp.evidence.symptoms))
         stalled_at = _silent_stall_stage(inp)
         out = []
         for sw in switches:
@@ -86,20 +96,23 @@ class SwitchGenerator:
                 continue
             served = _served_without(sw, inp)
             stalled = stalled_at is not None and stalled_at in sw.stall_stages
-            if served is None and not (stalled or (faulted and sw.turned_off_by)):
+            computed = wrong and sw.computes
+            if served is None and not (stalled or computed or (faulted and sw.turned_off_by)):
                 continue
             in_play = InPlay(inp.fingerprint, inp.baseline, inp.reference.server_args, inp.flags)
             if in_play.why_not(Change(kind="env", name=sw.env, before=inp.baseline.env.get(sw.env),
                                       after=sw.other)) is not None:
                 continue
-            out.append(self._hypothesis(sw, inp, served, stalled_at if stalled else None))
+            out.append(self._hypothesis(sw, inp, served, stalled_at if stalled else None,
+                                        computed and not (faulted and sw.turned_off_by)))
         return out
 
     def _hypothesis(self, sw: Switch, inp: GeneratorInput, served: tuple[str, str] | None,
-                    stalled_at: str | None = None) -> Hypothesis:
+                    stalled_at: str | None = None, computed: bool = False) -> Hypothesis:
         """The candidate of one switch: supported by the workaround that served, else a suspect of an
-        asynchronous device fault (its default implementation ran where the kernel may have failed) or of
-        a silent stall at a stage where it first runs (``stalled_at``)."""
+        asynchronous device fault (its default implementation ran where the kernel may have failed), of
+        a silent stall at a stage where it first runs (``stalled_at``), or of wrong numbers its default
+        implementation computed on (``computed``: the switch's ``computes``)."""
         flag = served[0] if served is not None else (sw.turned_off_by[0] if sw.turned_off_by else None)
         if served is not None:
             exp_id = served[1]
@@ -110,6 +123,12 @@ class SwitchGenerator:
         elif stalled_at is not None:
             why = (f"the server went silent during {stalled_at} with no error (a stall names no place) and "
                    f"{sw.implementation} first runs there, the ranks waiting on it: {sw.subsystem} is in play here")
+            evidence = Evidence(kind="fact", detail=why, experiment_id=inp.evidence.experiment_id)
+            weight = WEIGHT * SUSPECT_FACTOR
+        elif computed:
+            why = (f"the answers came out wrong with no frame to say which computation made them, and "
+                   f"{sw.implementation} computes on every forward pass's activations: "
+                   f"{sw.subsystem} is in play here")
             evidence = Evidence(kind="fact", detail=why, experiment_id=inp.evidence.experiment_id)
             weight = WEIGHT * SUSPECT_FACTOR
         else:
