@@ -149,3 +149,34 @@ def test_dropping_a_default_off_kernel_library_setting_is_a_broad_switch_off() -
     assert broad_switch(Change(kind="env", name="SGLANG_USE_AITER", before="1", after="0")) is not None
     assert broad_switch(Change(kind="env", name="SGLANG_USE_AITER", before=None, after="1")) is None
     assert broad_switch(Change(kind="flag", name="--disable-custom-all-reduce", before=True, after=None)) is None
+
+
+def test_wrong_answers_on_several_ranks_suspect_the_custom_all_reduce_that_sums_them(tmp_path: Path) -> None:
+    """A silent accuracy drop at tensor parallel 8 names no place: the custom all-reduce the platform
+    selects by default sums every layer's partial results (knowledge/switches.toml ``computes``), so its
+    other implementation is a test, before the whole custom all-reduce is taken out (a workaround). NCCL's
+    transport moves bytes and computes nothing: no suspect of wrong numbers."""
+    for host, switch, env, other in ((ROCM, "switch:hip-custom-all-reduce", "SGLANG_USE_AITER_AR", "0"),
+                                     (CUDA, "switch:cuda-custom-all-reduce-v2", "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2",
+                                      "0")):
+        fp, _ = _fingerprint(tmp_path / host.gpu_vendor, DENSE, host)
+        planner, view = _planner(fp)
+        _launch(planner, view, SERVED, graded=False)
+        ledger = {h.id: h for h in planner.history(view).hypotheses}
+        assert switch in ledger, sorted(ledger)
+        first, *rest = ledger[switch].interventions
+        assert (first.kind, first.names, first.values, first.workaround) == ("env", [env], [other], False)
+        assert [iv.workaround for iv in rest] == [True]
+        assert "switch:nccl-p2p-transport" not in ledger
+
+
+def test_wrong_answers_on_one_rank_do_not_suspect_an_all_reduce(tmp_path: Path) -> None:
+    """With one rank no all-reduce runs (the gpu_collectives subsystem is not in play)."""
+    fp, _ = _fingerprint(tmp_path, DENSE, ROCM)
+    case = Case.model_validate({"name": "c", "model": {"path": "/m/x"},
+                                "baseline": {"flags": {"--model-path": "/m/x", "--tp-size": 1}}})
+    case.baseline = Baseline(flags={FLAGS.resolve(k).name: v for k, v in case.baseline.flags.items()})
+    planner, view = RulePlanner(load_catalog(), FLAGS), PlannerView(case=case, fingerprint=fp)
+    _launch(planner, view, SERVED.replace("tp_size=8", "tp_size=1"), graded=False)
+    assert "accuracy_drop" in view.outcomes[-1].symptoms
+    assert not [h.id for h in planner.history(view).hypotheses if h.id.startswith("switch:")]
