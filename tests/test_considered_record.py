@@ -13,9 +13,10 @@ import json
 from pathlib import Path
 
 from clirun import run_cli
-from planner_steps import baseline_failed_with
+from planner_steps import after_served_launch, baseline_failed_with, experiment_of, ready_with_backend
 from test_intent_reader import A100, BASE, CRASH, FLAGS
 
+from agent.domain.models import Change
 from agent.planning.view import Proposal
 
 
@@ -35,6 +36,20 @@ def test_the_record_keeps_the_chosen_change_and_each_skip_once() -> None:
     assert left_out > 0 and kept[-1] == {"omitted": left_out}
     # the old record (the first twelve entries) left the chosen change out on this failure
     assert prop.experiment.change.describe() not in [c.get("change") for c in whole[:12]]
+
+
+def test_the_root_fix_tried_after_a_workaround_is_on_record_with_its_rivals() -> None:
+    """After a workaround served, the narrower change chosen in its place (``Chooser._alternative``) is on
+    record with the changes weighed against it, not only with the skipped ones (the newcomer's finding: that
+    step recorded skips alone)."""
+    planner, view, _ = baseline_failed_with(A100, BASE, CRASH, FLAGS)
+    revert = experiment_of(view.experiments[0].baseline,
+                           Change(kind="flag", name="--speculative-eagle-topk", before="2", after=None))
+    nxt = after_served_launch(planner, view, revert, ready_with_backend("flashinfer"))
+    assert nxt.experiment is not None and nxt.experiment.change is not None and "workaround" in nxt.experiment.rationale
+    scored = [c for c in nxt.recorded_considered() if "change" in c]
+    assert scored and scored[0]["change"] == nxt.experiment.change.describe(), scored
+    assert all("p_fix" in c and "score" in c for c in scored)
 
 
 def test_a_short_list_is_kept_whole_without_a_marker() -> None:

@@ -491,6 +491,7 @@ class Chooser(FlagMatcher):
         if not scored:
             return None
         scored.sort(key=lambda t: (t[0], t[1]), reverse=True)
+        considered += [{"change": c.describe(), "p_fix": round(p, 3), "score": s} for s, _, c, p, _ in scored]
         why = (
             f"{best.change.describe()} fixed the failure but is a "
             f"{'workaround' if best.workaround else 'costly change'}: a root-cause fix is tested first"
@@ -506,8 +507,6 @@ class Chooser(FlagMatcher):
                     and scored[0][2].after is not None else
                     " (the user's own setting the failure implicates, reverted before the workaround is reported)")
         return self._test(state, base, scored[0], cost, ref.facts, why, considered)
-
-
 
 
 def _narrowed(
