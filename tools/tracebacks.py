@@ -384,6 +384,12 @@ def _unrelated(missing: MissingImport, fatal: Traceback) -> bool:
     return True
 
 
+def is_library_file(name: str) -> bool:
+    """Whether ``name`` is a shared library's file name (``libnvrtc.so.12``, ``common_ops.abi3.so``,
+    ``foo.dylib``, ``foo.dll``) rather than a Python package's."""
+    return re.search(r"\.(?:so|dylib|dll)(?:\.[0-9][0-9.]*)?$", name) is not None
+
+
 def _missing_in(line: str, lineno: int) -> MissingImport | None:
     """The failed import one log ``line`` names (see ``missing_import``), or None."""
     if m := _NO_MODULE.search(line):
