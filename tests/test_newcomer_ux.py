@@ -27,3 +27,39 @@ def test_a_shared_library_that_fails_to_load_is_named_a_library_and_the_package_
     assert "libnvrtc.so.12" not in imp["packages"]
     assert "(package libnvrtc.so.12)" not in reason and "runs in libnvrtc.so.12" not in reason
     assert "the library libnvrtc.so.12, which the package sglang-kernel" in reason
+
+
+def _lab_case(tmp_path: Path, world: str, **launcher: str) -> Path:
+    """A copy of lab world ``world``'s case file whose [launcher] keys ``launcher`` replace the lab's."""
+    repo = Path(__file__).resolve().parent.parent
+    src = repo / "lab" / "worlds" / world
+    lines = []
+    for line in (src / "case.toml").read_text().replace("{case_dir}", str(src)).splitlines():
+        key = line.split(" =", 1)[0]
+        lines.append(f"{key} = {launcher.pop(key)}" if key in launcher else line)
+    path = tmp_path / "case.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+#: an import-names query that prints junk with a terminal escape in it, and one whose program is missing
+_JUNK = '["{python}", "-c", "print(\'\\\\x1b]0;owned\\\\x07 not json\')"]'
+_MISSING = '["/nonexistent/hypoloop-no-such-python", "-c", "pass"]'
+
+
+def test_a_failing_import_names_query_is_a_one_line_warning_in_run_show_and_doctor(tmp_path: Path) -> None:
+    """The [launcher] import_names_argv printing junk (or missing) is not only a note in the transcript:
+    ``run``, ``show`` and ``doctor`` say it in one warning line, its text escaped, no traceback."""
+    case = _lab_case(tmp_path, "qwen3-4b-rtx5080-cu13", import_names_argv=_JUNK)
+    r = run_cli(tmp_path, "run", str(case), "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_id = _result(r.stdout)["run_id"]
+    shown = run_cli(tmp_path, "show", run_id)
+    doctor = run_cli(tmp_path, "doctor", "--case", str(case))
+    for out in (r.stdout + r.stderr, shown.stdout, doctor.stdout):
+        warned = [ln for ln in out.splitlines() if "import_names_argv failed" in ln]
+        assert len(warned) == 1 and "not json" in warned[0], out[-3000:]
+        assert "\x1b" not in out and "␛" in warned[0] and "Traceback" not in out
+    missing = run_cli(tmp_path, "doctor", "--case", str(_lab_case(tmp_path, "qwen3-4b-rtx5080-cu13",
+                                                                  import_names_argv=_MISSING)))
+    assert [ln for ln in missing.stdout.splitlines() if "import_names_argv failed" in ln], missing.stdout

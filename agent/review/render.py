@@ -24,6 +24,7 @@ from agent.review.text import (
 )
 from agent.review.wording import count
 from tools.fingerprint import engine_label
+from tools.installed import import_names_warning
 from tools.sanitize import visible, visible_data
 
 _STATUS_STYLE = {"refuted": "red", "supported": "green", "confirmed": "bold green", "open": "yellow"}
@@ -108,6 +109,8 @@ class EventRenderer:
             cpus = f", {d.get('cpu_count')} CPUs" if d.get("cpu_count") else ""
             devices = f"CPU only{cpus}"
         self._p(f"  host: {devices}, " + escape(engine_label(d)))
+        if (names := import_names_warning([str(n) for n in d.get("notes") or []])) is not None:
+            self._p(f"  [yellow]warning:[/] {escape(visible(names))}")
         if d.get("taken_port") is not None:
             who = f" by {escape(str(d.get('taken_by')))}" if d.get("taken_by") else ""
             self._p(
