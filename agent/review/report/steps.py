@@ -230,9 +230,39 @@ def _why_dropped(run: RecordedRun, h: HypothesisRecord, design: list[DesignStep]
     return out
 
 
-def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
+def _approval(r: ExperimentRun) -> str:
+    """How the experiment was approved (``approve (auto)``), or "—"."""
+    dec = (r.proposal.decision or {}) if r.proposal else {}
+    approval = str(dec.get("decision") or ("— (observed log)" if r.observed_log else "—"))
+    return approval + (f" ({dec['by']})" if dec.get("by") else "")
+
+
+def _interrupted_rows(r: ExperimentRun) -> list[ExperimentRow]:
+    """A row for each launch of ``r`` that gave no outcome (the run was interrupted or killed while it ran):
+    it counts in the run's launches and host time, so the table lists it, marked interrupted; its host time
+    is the wall time it was seen running over the host's time scale (as the run counted it)."""
     rows = []
-    for r in run.executed():
+    for ev, wall in r.unconcluded_launches():
+        again = "; launched again after the run resumed" if ev is not r.launched[-1] else ""
+        rows.append(ExperimentRow(
+            label=_exp_label(r), number=r.step, experiment_id=r.id, purpose=str(r.experiment.get("purpose")),
+            change=change_text(r.experiment["change"]) if r.experiment.get("change") else "—",
+            approval=_approval(r), outcome="interrupted: no outcome (the run stopped while this server ran)",
+            stage="interrupted", to_ready_s=None, to_crash_s=None,
+            host_seconds=round(wall / float(ev.data.get("time_scale") or 1.0), 3), ok=False,
+            notes=f"interrupted{again}",
+        ))
+    return rows
+
+
+def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
+    """The experiment table's rows in the order the launches ran: each experiment with an outcome, and
+    each launch that gave none (``_interrupted_rows``)."""
+    rows = []
+    for r in run.runs:
+        rows += _interrupted_rows(r)
+        if r.outcome is None:
+            continue
         o = r.outcome or {}
         t = o.get("timings") or {}
         stage = str(o.get("stage"))
@@ -248,10 +278,7 @@ def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
             )
         else:
             outcome = str(o.get("summary") or stage)
-        dec = (r.proposal.decision or {}) if r.proposal else {}
-        approval = str(dec.get("decision") or ("— (observed log)" if r.observed_log else "—"))
-        if dec.get("by"):
-            approval += f" ({dec['by']})"
+        approval = _approval(r)
         crash = None if ok or stage == "ready" else t.get("to_end_s")
         notes = []
         for b in run.baseline_changes:
