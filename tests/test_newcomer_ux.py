@@ -63,3 +63,27 @@ def test_a_failing_import_names_query_is_a_one_line_warning_in_run_show_and_doct
     missing = run_cli(tmp_path, "doctor", "--case", str(_lab_case(tmp_path, "qwen3-4b-rtx5080-cu13",
                                                                   import_names_argv=_MISSING)))
     assert [ln for ln in missing.stdout.splitlines() if "import_names_argv failed" in ln], missing.stdout
+
+
+def _seconds(text: str) -> float | None:
+    """A report's duration ("410 s", "6.8 min", "1.2 h") in seconds; None for "—"."""
+    value, _, unit = text.strip().partition(" ")
+    if value == "—":
+        return None
+    return float(value) * {"s": 1, "min": 60, "h": 3600}[unit]
+
+
+def test_the_reports_crash_after_is_on_the_clock_of_its_host_time(tmp_path: Path) -> None:
+    """A launch that served, then crashed under the probes: its "crash after" and its "host time" are on
+    one clock (the request phase as real seconds), so the crash is never after the launch's whole host
+    time (within the table's rounding)."""
+    r = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = run_cli(tmp_path, "report", _result(r.stdout)["run_id"])
+    assert report.returncode == 0, report.stderr[-2000:]
+    rows = [ln.split("|")[1:-1] for ln in report.stdout.splitlines() if ln.startswith("| ") and ln[2].isdigit()]
+    crashed = [(_seconds(c[6]), _seconds(c[7])) for c in rows if _seconds(c[6]) is not None and _seconds(c[5])]
+    assert crashed, rows  # a launch that was ready, then crashed
+    for crash, host in crashed:
+        assert crash is not None and host is not None and crash <= host + 3.0, (crash, host)
+    assert "on the clock of *host time*" in report.stdout

@@ -17,6 +17,7 @@ from agent.review.report.model import (
     ExperimentRow,
 )
 from agent.review.text import change_text, shown_line
+from tools.host_time import on_host_clock
 
 
 def _exp_label(r: ExperimentRun) -> str:
@@ -255,6 +256,17 @@ def _interrupted_rows(r: ExperimentRun) -> list[ExperimentRow]:
     return rows
 
 
+def _crash_on_host_clock(r: ExperimentRun, t: dict[str, Any]) -> float | None:
+    """When the launch ended (``to_end_s``) on the clock of its host-seconds (``tools.host_time.on_host_clock``:
+    the request phase as real seconds, as the launch is billed), at most its host-seconds; None when unknown."""
+    end = t.get("to_end_s")
+    if end is None:
+        return None
+    scale = next((float(ev.data["time_scale"]) for ev in reversed(r.launched) if ev.data.get("time_scale")), 1.0)
+    at = on_host_clock(float(end), t.get("to_ready_s"), scale)
+    return min(at, r.host_seconds) if r.host_seconds > 0 else at
+
+
 def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
     """The experiment table's rows in the order the launches ran: each experiment with an outcome, and
     each launch that gave none (``_interrupted_rows``)."""
@@ -279,7 +291,7 @@ def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
         else:
             outcome = str(o.get("summary") or stage)
         approval = _approval(r)
-        crash = None if ok or stage == "ready" else t.get("to_end_s")
+        crash = None if ok or stage == "ready" else _crash_on_host_clock(r, t)
         notes = []
         for b in run.baseline_changes:
             if (b.data.get("adoption") or {}).get("experiment_id") == r.id:
