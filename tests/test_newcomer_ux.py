@@ -4,6 +4,7 @@ command run as a process against the lab host, its transcripts and its checkpoin
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from clirun import run_cli
@@ -87,3 +88,18 @@ def test_the_reports_crash_after_is_on_the_clock_of_its_host_time(tmp_path: Path
     for crash, host in crashed:
         assert crash is not None and host is not None and crash <= host + 3.0, (crash, host)
     assert "on the clock of *host time*" in report.stdout
+
+
+def test_confirmed_never_stands_bare_beside_a_small_probability(tmp_path: Path) -> None:
+    """Two hypotheses predicted the fix a run confirmed; the ledger gives the less likely one a small share.
+    ``show`` and ``replay`` print "confirmed" beside that probability only with what the number means."""
+    r = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_id = _result(r.stdout)["run_id"]
+    for args in (("show", run_id), ("replay", run_id)):
+        out = run_cli(tmp_path, *args).stdout
+        said = re.findall(r"confirmed (\S+) (.*?)p=(\d\.\d\d)( as the root cause)?", out)
+        assert said, out[-3000:]
+        small = [s for s in said if float(s[2]) < 0.5]
+        assert small, said  # the run confirmed one below 0.5: its line says what the number is
+        assert all(s[1] == "(its fix held) " and s[3] for s in small), said

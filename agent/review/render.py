@@ -22,7 +22,7 @@ from agent.review.text import (
     shown_line,
     summary_line,
 )
-from agent.review.wording import count
+from agent.review.wording import count, with_probability
 from tools.fingerprint import engine_label
 from tools.installed import import_names_warning
 from tools.sanitize import visible, visible_data
@@ -147,9 +147,8 @@ class EventRenderer:
             if e.get("lines"):
                 where = f" of {e['experiment_id']}" if e.get("experiment_id") else ""
                 ev_text += f" (log line{'s' if len(e['lines']) > 1 else ''} {', '.join(map(str, e['lines']))}{where})"
-        self._p(
-            f"  [{_STATUS_STYLE.get(status, 'white')}]{status}[/] {d['id']} p={d.get('posterior', 0):.2f}{ev_text}"
-        )
+        shown = with_probability(status, float(d.get("posterior", 0))).split(" ", 1)
+        self._p(f"  [{_STATUS_STYLE.get(status, 'white')}]{shown[0]}[/] {d['id']} {shown[1]}{ev_text}")
 
     _hypothesis_refuted = _status
     _hypothesis_supported = _status
