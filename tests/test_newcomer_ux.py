@@ -103,3 +103,31 @@ def test_confirmed_never_stands_bare_beside_a_small_probability(tmp_path: Path) 
         small = [s for s in said if float(s[2]) < 0.5]
         assert small, said  # the run confirmed one below 0.5: its line says what the number is
         assert all(s[1] == "(its fix held) " and s[3] for s in small), said
+
+
+def test_findings_add_takes_a_run_id_and_names_the_failure_a_flaky_run_debugged(tmp_path: Path) -> None:
+    """A flaky failure whose first launch served (lab seed "s3": the fault is dormant, then live): the
+    findings entry's symptom is the failure the run debugged, not the first launch's "ok"; and the run id
+    ``hypoloop runs`` lists is accepted in place of the transcript's path, as ``show`` and ``replay`` do."""
+    world = Path(__file__).resolve().parent / "data" / "worlds" / "flaky-nan" / "world.toml"
+    case = tmp_path / "case.toml"
+    case.write_text(
+        'name = "flaky"\ndescription = "the server sometimes crashes at the first request"\n'
+        f'[host]\nenv = {{ HYPOLOOP_LAB_WORLD = "{world}" }}\n'
+        '[launcher]\nargv = ["{python}", "-m", "lab.launch_server"]\n'
+        'version_argv = ["{python}", "-m", "lab.launch_server", "--version"]\n'
+        'gpu_query_argv = ["{python}", "-m", "lab.nvidia_smi"]\n'
+        '[model]\npath = "org/Small-MoE-FP8"\n[baseline]\nflags = {}\n[budget]\nexperiments = 8\n'
+    )
+    lab = {"HYPOLOOP_LAB_SEED": "s3", "HYPOLOOP_LAB_STATE": str(tmp_path / "lab-state")}
+    r = run_cli(tmp_path, "run", str(case), "--auto", "--json", **lab)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = _result(r.stdout)
+    assert result["status"] == "isolated"
+    stages = [json.loads(ln)["data"]["stage"] for ln in Path(result["transcript"]).read_text().splitlines()
+              if json.loads(ln)["type"] == "outcome"]
+    assert stages[0] == "ok" and stages[1] != "ok"  # the first baseline served, the second failed
+    added = run_cli(tmp_path, "findings", "add", result["run_id"], "--to", str(tmp_path / "FINDINGS.md"))
+    assert added.returncode == 0, added.stderr
+    symptom = next(ln for ln in (tmp_path / "FINDINGS.md").read_text().splitlines() if ln.startswith("- Symptom:"))
+    assert symptom.startswith(f"- Symptom: {stages[1]}") and "probability tensor" in symptom, symptom

@@ -260,7 +260,11 @@ def _launcher(run: RecordedRun, case: dict[str, Any]) -> list[str]:
 
 
 def _symptom(run: RecordedRun) -> str:
-    base = next((r for r in run.executed() if r.experiment.get("purpose") == "baseline"), None)
+    """The failure the run debugged: the first baseline launch that failed (on a flaky failure the first
+    may have served: its "ok" is not the symptom), else the first baseline launch."""
+    bases = [r for r in run.executed() if r.experiment.get("purpose") == "baseline"]
+    base = next((r for r in bases if (r.outcome or {}).get("stage") not in ("ok", "infra_error")), None)
+    base = base or next(iter(bases), None)
     if base is None or base.outcome is None:
         return "see the run's transcript"
     o = base.outcome
