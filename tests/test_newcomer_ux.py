@@ -131,3 +131,16 @@ def test_findings_add_takes_a_run_id_and_names_the_failure_a_flaky_run_debugged(
     assert added.returncode == 0, added.stderr
     symptom = next(ln for ln in (tmp_path / "FINDINGS.md").read_text().splitlines() if ln.startswith("- Symptom:"))
     assert symptom.startswith(f"- Symptom: {stages[1]}") and "probability tensor" in symptom, symptom
+
+
+def test_an_infinite_or_nan_number_in_a_case_is_a_one_line_error_naming_the_field(tmp_path: Path) -> None:
+    """TOML's ``inf`` and ``nan`` are floats; a budget of ``inf`` host-seconds is no budget. ``run`` refuses
+    the case before anything runs: exit 2, one line naming the field, no traceback."""
+    for value in ("inf", "nan"):
+        case = _lab_case(tmp_path, "qwen3-4b-rtx5080-cu13")
+        case.write_text(case.read_text().replace("host_seconds = 28800", f"host_seconds = {value}"))
+        r = run_cli(tmp_path, "run", str(case), "--auto")
+        assert r.returncode == 2, (r.stdout[-2000:], r.stderr[-2000:])
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "budget.host_seconds" in lines[0] and "finite" in lines[0], r.stderr
+        assert not (tmp_path / "transcripts").exists() or not list((tmp_path / "transcripts").iterdir())
