@@ -144,3 +144,18 @@ def test_an_infinite_or_nan_number_in_a_case_is_a_one_line_error_naming_the_fiel
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and "budget.host_seconds" in lines[0] and "finite" in lines[0], r.stderr
         assert not (tmp_path / "transcripts").exists() or not list((tmp_path / "transcripts").iterdir())
+
+
+def test_analyze_names_the_words_a_feature_shares_with_the_failing_code_whole_never_stems(tmp_path: Path) -> None:
+    """The words a component hypothesis says the failing code shares with a feature flag are the flag's own
+    words ("experts, fusion"), never the stems they are compared by ("expert, fus"; "ait" for "aiter")."""
+    r = run_cli(tmp_path, "run", "lab:glm5-shared-experts-fusion", "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    logs = sorted((tmp_path / "home" / "runs" / _result(r.stdout)["run_id"]).glob("*.log"))
+    said = []
+    for log in logs:
+        out = " ".join(run_cli(tmp_path, "analyze", str(log)).stdout.split())
+        said += re.findall(r"The ([a-z0-9 ]+) feature breaks in the failing component \(([^)]*)\)", out)
+    assert said, "no component hypothesis in the analysis of any launch"
+    for feature, words in said:
+        assert all(w in feature.split() for w in words.split(", ")), (feature, words)
