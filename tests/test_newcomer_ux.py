@@ -159,3 +159,17 @@ def test_analyze_names_the_words_a_feature_shares_with_the_failing_code_whole_ne
     assert said, "no component hypothesis in the analysis of any launch"
     for feature, words in said:
         assert all(w in feature.split() for w in words.split(", ")), (feature, words)
+
+
+def test_an_amd_gpu_is_named_by_its_gfx_arch_in_findings_and_the_run(tmp_path: Path) -> None:
+    """An AMD GPU's architecture is a gfx name: the findings entry and the run's host line say ``arch gfx…``,
+    never the "compute capability" PyTorch derives for it."""
+    r = run_cli(tmp_path, "run", "lab:glm5-fp8-mi325x", "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = _result(r.stdout)
+    assert result["status"] == "isolated", result
+    host = next(ln for ln in r.stderr.splitlines() + r.stdout.splitlines() if ln.strip().startswith("host:"))
+    added = run_cli(tmp_path, "findings", "add", result["transcript"], "--to", str(tmp_path / "F.md"), "--dry-run")
+    hardware = next(ln for ln in added.stdout.splitlines() if ln.startswith("- Hardware:"))
+    for line in (host, hardware):
+        assert re.search(r"arch gfx\d+", line) and "compute capability" not in line, line

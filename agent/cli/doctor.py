@@ -30,7 +30,7 @@ from agent.cli.common import (
 )
 from agent.domain.case import Case, CaseError, LauncherSpec, ModelSpec
 from tools.connect import connect_host
-from tools.fingerprint import HostFingerprint, fingerprint, package_versions, runtime_versions
+from tools.fingerprint import HostFingerprint, arch_label, fingerprint, package_versions, runtime_versions
 from tools.host import Host, HostError, expand_argv
 from tools.installed import IMPORT_NAMES_NOTE, import_names_warning
 from tools.sanitize import visible
@@ -159,7 +159,7 @@ def _doctor_rows(c: Case, fp: HostFingerprint) -> list[tuple[str, str]]:
     """The fingerprint as (label, value) rows for a person, notes last."""
     rows: list[tuple[str, str]] = [("host", c.host.target)]
     if fp.gpu_count:
-        where = f"compute capability {fp.compute_capability}" if fp.compute_capability else f"arch {fp.gpu_arch}"
+        where = arch_label(fp.model_dump())
         mem = f", {fp.memory_total_mib} MiB each" if fp.memory_total_mib else ""
         rows.append(("GPUs", f"{fp.gpu_count} × {fp.gpu_name} ({where}{mem})"))
     else:

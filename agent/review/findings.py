@@ -27,7 +27,7 @@ from agent.record.recorded import RecordedRun
 from agent.record.redact import REDACTED, run_redactor
 from agent.review.text import alternative_text
 from agent.review.wording import count
-from tools.fingerprint import engine_label
+from tools.fingerprint import arch_label, engine_label
 from tools.knowledge import Finding, gpu_names, infer_features, parse_findings
 
 
@@ -128,7 +128,7 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     features = sorted(set((case.get("model") or {}).get("features") or []) | infer_features(model))
     lines.append(f"- Model: {model}" + (f" ({', '.join(features)})" if features else ""))
     lines.append(
-        f"- Hardware: {gpu_count or '?'} × {gpu}, compute capability {fp.get('compute_capability') or '?'}, driver "
+        f"- Hardware: {gpu_count or '?'} × {gpu}, {arch_label(fp)}, driver "
         f"{fp.get('driver_version') or '?'}; {engine_label(fp)}"
     )
     lines += _packages_line(fp.get("installed") or {})

@@ -23,7 +23,7 @@ from agent.review.text import (
     summary_line,
 )
 from agent.review.wording import count, with_probability
-from tools.fingerprint import engine_label
+from tools.fingerprint import arch_label, engine_label
 from tools.installed import import_names_warning
 from tools.sanitize import visible, visible_data
 
@@ -102,8 +102,8 @@ class EventRenderer:
     def _host_fingerprint(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if d.get("gpu_count") or d.get("gpu_name"):
             devices = (
-                f"{d.get('gpu_count')} × {escape(str(d.get('gpu_name')))} (compute capability "
-                f"{d.get('compute_capability')}, {d.get('memory_total_mib')} MiB), driver {d.get('driver_version')}"
+                f"{d.get('gpu_count')} × {escape(str(d.get('gpu_name')))} ({escape(arch_label(d))}, "
+                f"{d.get('memory_total_mib')} MiB), driver {d.get('driver_version')}"
             )
         else:  # no GPU answered the query: say so, not "0 × None"
             cpus = f", {d.get('cpu_count')} CPUs" if d.get("cpu_count") else ""
