@@ -173,3 +173,13 @@ def test_an_amd_gpu_is_named_by_its_gfx_arch_in_findings_and_the_run(tmp_path: P
     hardware = next(ln for ln in added.stdout.splitlines() if ln.startswith("- Hardware:"))
     for line in (host, hardware):
         assert re.search(r"arch gfx\d+", line) and "compute capability" not in line, line
+
+
+def test_runs_keeps_to_a_40_column_terminal_and_never_splits_a_run_id(tmp_path: Path) -> None:
+    """``hypoloop runs`` at COLUMNS=40: no line is wider than the terminal; each run id is on a line whole."""
+    r = run_cli(tmp_path, "run", "lab:qwen3-4b-rtx5080-cu13", "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_id = _result(r.stdout)["run_id"]
+    out = run_cli(tmp_path, "runs", COLUMNS="40").stdout
+    assert all(len(ln) <= 40 for ln in out.splitlines()), out
+    assert any(ln.split() and ln.split()[0] == run_id for ln in out.splitlines()), out
