@@ -28,6 +28,9 @@ def test_a_shared_library_that_fails_to_load_is_named_a_library_and_the_package_
     assert "libnvrtc.so.12" not in imp["packages"]
     assert "(package libnvrtc.so.12)" not in reason and "runs in libnvrtc.so.12" not in reason
     assert "the library libnvrtc.so.12, which the package sglang-kernel" in reason
+    log = next((tmp_path / "home" / "runs" / result["run_id"]).glob(f"{imp['experiment_id']}*.log"))
+    analyzed = " ".join(run_cli(tmp_path, "analyze", str(log)).stdout.split())
+    assert "the library libnvrtc.so.12" in analyzed and "package libnvrtc" not in analyzed, analyzed
 
 
 def _lab_case(tmp_path: Path, world: str, **launcher: str) -> Path:
