@@ -75,11 +75,9 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     installed = dict(fingerprint.get("installed") or {})
     names: dict[str, list[str]] = dict(fingerprint.get("import_names") or {})
     case = Case.model_validate(state["case"])
-    dists = DistributionNames(names, installed, dict(fingerprint.get("import_versions") or {}))
-    if imp.get("library"):  # the package that loads the library, by its distribution's name
-        c = c.model_copy(update={"reason": c.reason.replace(missing_words(imp), missing_words(imp, dists))})
-    findings = [RelevantFinding.model_validate(f) for f in state.get("findings") or []]
-    changes = package_changes(case, installed, findings, names)
+    c = _loader_named(c, imp, dists := DistributionNames(names, installed, dict(fingerprint.get("import_versions") or {})))
+    changes = package_changes(case, installed, [RelevantFinding.model_validate(f) for f in state.get("findings") or []],
+                              names)
     ev = _evidence(state, imp.get("experiment_id"), installed, _vendor(fingerprint), names)
     frames, said, crash = _missing_first(imp, ev.frames, _vendor(fingerprint)), ev.said, ev.crash
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
@@ -119,6 +117,14 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
                    crash if own in plain else None, dists, imports)
     words = _joined(_with_builds(update, words, builds, built), asks)
     return c.model_copy(update={"implicated": {**imp, **update}, "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
+
+
+def _loader_named(c: Conclusion, imp: dict[str, Any], dists: DistributionNames) -> Conclusion:
+    """``c`` with the package that loads a shared library that failed to load named by its distribution
+    (``missing_words`` with ``dists``); unchanged when no library failed."""
+    if not imp.get("library"):
+        return c
+    return c.model_copy(update={"reason": c.reason.replace(missing_words(imp), missing_words(imp, dists))})
 
 
 def _record(packages: list[str], ordered: list[PackageChange], where: dict[str, bool], ev: _Evidence,
