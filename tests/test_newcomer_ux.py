@@ -3,11 +3,16 @@ command run as a process against the lab host, its transcripts and its checkpoin
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
+import subprocess
+import time
 from pathlib import Path
 
-from clirun import run_cli
+from clirun import HYPOLOOP, cli_env, run_cli, transcript_events
 
 
 def _result(out: str) -> dict:
@@ -186,3 +191,38 @@ def test_runs_keeps_to_a_40_column_terminal_and_never_splits_a_run_id(tmp_path: 
     out = run_cli(tmp_path, "runs", COLUMNS="40").stdout
     assert all(len(ln) <= 40 for ln in out.splitlines()), out
     assert any(ln.split() and ln.split()[0] == run_id for ln in out.splitlines()), out
+
+
+def test_runs_counts_a_server_a_killed_run_started_before_it_recorded_the_launch(tmp_path: Path) -> None:
+    """``kill -9`` of hypoloop after it wrote down a launch (``server.launching``) and spawned the server,
+    before it recorded ``server.launched``: ``runs`` shows the server left running, and counts its launch
+    (not "0 launches"). The window is milliseconds wide, so the run is killed once the server is launched
+    and the transcript is cut back to what a kill in that window leaves: the intent, no launch record."""
+    env = cli_env(tmp_path, HYPOLOOP_LAB_TIME_SCALE="0.05")
+    p = subprocess.Popen([*HYPOLOOP, "run", "lab:glm5-nvfp4-sm120", "--auto", "--transcript-dir", "tr"],
+                         cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    pgid = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and pgid is None:
+            found = list((tmp_path / "tr").glob("*.jsonl"))
+            launched = [e for e in transcript_events(found[0]) if e["type"] == "server.launched"] if found else []
+            pgid = int(launched[0]["data"]["pgid"]) if launched else None
+            time.sleep(0.05)
+        assert pgid is not None, "the run never launched a server"
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=30)
+        lines = found[0].read_text().splitlines(keepends=True)
+        cut = next(i for i, ln in enumerate(lines) if json.loads(ln)["type"] == "server.launched")
+        found[0].write_text("".join(lines[:cut]))
+        listed = json.loads(run_cli(tmp_path, "runs", "--json").stdout)
+        assert len(listed) == 1 and listed[0]["status"] == "interrupted", listed
+        assert len(listed[0]["leftovers"]) == 1 and listed[0]["launches"] == 1, listed
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        if pgid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
