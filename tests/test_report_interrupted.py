@@ -61,3 +61,29 @@ def test_report_counts_the_launch_of_an_experiment_that_never_concluded(tmp_path
     cost = next(ln for ln in r.stdout.splitlines() if ln.startswith("- **cost**"))
     m = re.search(r"(\d+) launch", cost)
     assert m is not None and int(m[1]) == len(launched) >= 2, (cost, launched)
+
+
+def _table_rows(report: str) -> list[str]:
+    """The rows of the report's experiment table (Markdown)."""
+    lines = report.splitlines()
+    start = lines.index("## Experiments")
+    return [ln for ln in lines[start:] if re.match(r"\| \d+ \|", ln)]
+
+
+def test_the_experiment_table_lists_the_interrupted_launch_its_totals_count(tmp_path: Path) -> None:
+    """Ctrl-C mid-launch, then ``resume``: the launch that gave no outcome counts in the report's totals,
+    so the experiment table lists it too, marked interrupted, before the launch that ran it again."""
+    transcript = _run_until_second_launch(tmp_path, signal.SIGINT)
+    run_id = transcript.stem
+    resumed = run_cli(tmp_path, "resume", run_id, "--auto", "--json", HYPOLOOP_LAB_TIME_SCALE="0.05")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    r = run_cli(tmp_path, "report", run_id)
+    assert r.returncode == 0, r.stderr[-2000:]
+    cost = next(ln for ln in r.stdout.splitlines() if ln.startswith("- **cost**"))
+    m = re.search(r"(\d+) launch", cost)
+    rows = _table_rows(r.stdout)
+    assert m is not None and len(rows) == int(m[1]), (cost, rows)
+    interrupted = [ln for ln in rows if "| interrupted |" in ln]
+    assert len(interrupted) == 1, rows
+    again = rows[rows.index(interrupted[0]) + 1]
+    assert again.split("|")[2] == interrupted[0].split("|")[2]  # the same change, launched again

@@ -306,6 +306,16 @@ def engine_label(fp: Mapping[str, Any] | None) -> str:
     return f"{get_engine(name).display} {engine_version(fp) or '?'}"
 
 
+def arch_label(fp: Mapping[str, Any] | None) -> str:
+    """How a person names the GPU's architecture, from a fingerprint dict: an AMD GPU by its gfx name
+    (``arch gfx942``; the compute capability PyTorch reports for it, 9.4, is no AMD term), any other by its
+    compute capability (``compute capability 12.0``); ``compute capability ?`` when neither is known."""
+    fp = fp or {}
+    if fp.get("gpu_arch") and (fp.get("gpu_vendor") == "amd" or not fp.get("compute_capability")):
+        return f"arch {fp['gpu_arch']}"
+    return f"compute capability {fp.get('compute_capability') or '?'}"
+
+
 def engine_version(fp: Mapping[str, Any] | None) -> str | None:
     """The launcher's engine version in a fingerprint dict (`engine_version`, else `sglang_version` of
     transcripts written before vLLM was known); None when unknown."""

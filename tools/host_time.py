@@ -70,3 +70,16 @@ def launch_host_s(
         requests_real = max(0.0, wall_s - (queued_s or 0.0) - max(0.0, ready_s) - patience)
         billed += -requests_real * (1.0 / time_scale - 1.0) + known_host_s(probes) * (1.0 - time_scale)
     return round(max(0.0, billed), 3)
+
+
+def on_host_clock(at_s: float, ready_s: float | None, time_scale: float) -> float:
+    """A moment of a launch, given in modelled seconds from its start (wall seconds over the time scale, as
+    ``Timings.to_end_s``), on the clock ``launch_host_s`` bills by: before the ready line (``ready_s``,
+    modelled; None: never ready) unchanged, after it the request phase counted as real seconds (its
+    modelled seconds times the scale). At time scale 1 it is ``at_s``. Seconds, rounded to the millisecond.
+    Raises ValueError for a time scale that is not positive."""
+    if not time_scale > 0:
+        raise ValueError(f"time scale must be positive, got {time_scale!r}")
+    if ready_s is None or at_s <= ready_s:
+        return round(at_s, 3)
+    return round(ready_s + (at_s - ready_s) * time_scale, 3)

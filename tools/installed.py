@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from tools.host import Host, HostError
 
 __all__ = [
-    "IMPORT_NAMES_CODE", "dist_key", "distributions_of", "import_names_argv", "installed_from_check_env",
+    "IMPORT_NAMES_CODE", "IMPORT_NAMES_NOTE", "dist_key", "distributions_of", "import_names_argv", "import_names_warning", "installed_from_check_env",
     "parse_import_names", "read_import_names", "same_version", "toolkit_versions",
 ]
 
@@ -144,14 +144,30 @@ def read_import_names(host: Host, argv: Sequence[str]) -> tuple[dict[str, list[s
         res = host.run(list(argv), timeout=60.0)
     except HostError as exc:
         return {}, {}, f"import names: {exc}"
-    if res.returncode != 0:
-        said = " ".join((res.stderr or res.stdout or "").split())[-200:] or "no output"
+    if res.returncode != 0:  # the last line it wrote (a traceback's exception line), not the traceback
+        lines = [ln.strip() for ln in (res.stderr or res.stdout or "").splitlines() if ln.strip()]
+        said = lines[-1][-200:] if lines else "no output"
         return {}, {}, f"import names: {argv[0]} exited with {res.returncode}: {said}"
     parsed = parse_import_names(res.stdout)
     if parsed is None:
         said = " ".join(res.stdout.split())[:120] or "nothing"
         return {}, {}, f"import names: {argv[0]} printed no JSON object of import names ({said})"
     return parsed[0], parsed[1], ""
+
+
+#: How a failed import-names query starts its note (``read_import_names``, ``HostFingerprint.notes``).
+IMPORT_NAMES_NOTE = "import names: "
+
+
+def import_names_warning(notes: Sequence[str]) -> str | None:
+    """The one-line warning a person sees when the host's import-names query failed (a note of
+    ``read_import_names`` among ``notes``), else None: packages are then named as tracebacks spell them.
+    Not escaped: the caller shows it as text from outside (``tools.sanitize.visible``)."""
+    why = next((n.removeprefix(IMPORT_NAMES_NOTE) for n in notes if n.startswith(IMPORT_NAMES_NOTE)), None)
+    if why is None:
+        return None
+    return (f"[launcher] import_names_argv failed ({why}); packages are named by their import names, "
+            "not by the distributions pip installs")
 
 
 #: The local version label PyTorch's wheels carry for the GPU toolkit they were built against: ``+cu128``

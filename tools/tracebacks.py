@@ -151,6 +151,13 @@ class MissingImport(BaseModel):
     text: str
     log_line: int = 0
 
+    def what(self) -> str:
+        """What to install, in words: "the package X", or for a shared library (``libnvrtc.so.12``) "the
+        library X (through the package that ships it)": a library file is no package."""
+        if self.kind == "library" and is_library_file(self.package):
+            return f"the library {self.package} (through the package that ships it)"
+        return f"the package {self.package}"
+
 
 def parse_tracebacks(text: str) -> list[Traceback]:
     """Every distinct traceback in a log text, in order of appearance; frames innermost first.
@@ -382,6 +389,12 @@ def _unrelated(missing: MissingImport, fatal: Traceback) -> bool:
             [*(f.module or "" for f in fatal.frames), fatal.message]).lower():
         return False
     return True
+
+
+def is_library_file(name: str) -> bool:
+    """Whether ``name`` is a shared library's file name (``libnvrtc.so.12``, ``common_ops.abi3.so``,
+    ``foo.dylib``, ``foo.dll``) rather than a Python package's."""
+    return re.search(r"\.(?:so|dylib|dll)(?:\.[0-9][0-9.]*)?$", name) is not None
 
 
 def _missing_in(line: str, lineno: int) -> MissingImport | None:

@@ -444,7 +444,7 @@ def _print_log_advice(
                 console,
                 f"[bold]only a package change can help[/]: the server fails importing {escape(missing.module)} "
                 f"(log line {missing.log_line}: {escape(missing.text)}) before it reads any launch flag; "
-                f"install or fix the package [bold]{escape(missing.package)}[/] in the server's Python, then "
+                f"install or fix {escape(missing.what())} in the server's Python, then "
                 "launch again",
             )
         elif missing is not None:  # a lazy import in code that runs after the flags were read
@@ -452,8 +452,8 @@ def _print_log_advice(
                 console,
                 f"[bold]a package change, or a setting that avoids this import[/]: the server fails importing "
                 f"{escape(missing.module)} (log line {missing.log_line}: {escape(missing.text)}) in code that "
-                "runs after it read its launch flags, so a flag or variable may lead there; install or fix the "
-                f"package [bold]{escape(missing.package)}[/], or look for what guards the import in the "
+                "runs after it read its launch flags, so a flag or variable may lead there; install or fix "
+                f"{escape(missing.what())}, or look for what guards the import in the "
                 "installed source at the traceback's frames (analyze --case CASE reads it on the case's host, "
                 "as a run does)",
             )

@@ -30,8 +30,10 @@ from agent.cli.common import (
 )
 from agent.domain.case import Case, CaseError, LauncherSpec, ModelSpec
 from tools.connect import connect_host
-from tools.fingerprint import HostFingerprint, fingerprint, package_versions, runtime_versions
+from tools.fingerprint import HostFingerprint, arch_label, fingerprint, package_versions, runtime_versions
 from tools.host import Host, HostError, expand_argv
+from tools.installed import IMPORT_NAMES_NOTE, import_names_warning
+from tools.sanitize import visible
 
 
 def doctor(
@@ -106,7 +108,8 @@ def _host_fingerprint(h: Host, c: Case) -> HostFingerprint:
     command is asked, and its failure is a note. A host that cannot be asked: one line, exit 1."""
     try:
         fp = fingerprint(h, gpu_query_argv=c.launcher.gpu_query_argv, version_argv=None,
-                         check_env_argv=c.launcher.check_env() or None)  # fmt: skip
+                         check_env_argv=c.launcher.check_env() or None,
+                         import_names_argv=c.launcher.import_names() or None)  # fmt: skip
         if fp.sglang_version is None:  # no check_env: ask the version command; its failure is a finding
             try:
                 fp.sglang_version = fingerprint(
@@ -156,7 +159,7 @@ def _doctor_rows(c: Case, fp: HostFingerprint) -> list[tuple[str, str]]:
     """The fingerprint as (label, value) rows for a person, notes last."""
     rows: list[tuple[str, str]] = [("host", c.host.target)]
     if fp.gpu_count:
-        where = f"compute capability {fp.compute_capability}" if fp.compute_capability else f"arch {fp.gpu_arch}"
+        where = arch_label(fp.model_dump())
         mem = f", {fp.memory_total_mib} MiB each" if fp.memory_total_mib else ""
         rows.append(("GPUs", f"{fp.gpu_count} × {fp.gpu_name} ({where}{mem})"))
     else:
@@ -171,7 +174,9 @@ def _doctor_rows(c: Case, fp: HostFingerprint) -> list[tuple[str, str]]:
     missing = [n.removeprefix("command not found: ") for n in fp.notes if n.startswith("command not found: ")]
     if missing:
         rows.append(("note", f"not found on the host: {', '.join(missing)}"))
+    if (names := import_names_warning(fp.notes)) is not None:
+        rows.append(("warning", visible(names)))
     for note in fp.notes:
-        if not note.startswith("command not found: "):
-            rows.append(("note", note))
+        if not note.startswith(("command not found: ", IMPORT_NAMES_NOTE)):
+            rows.append(("note", visible(note)))
     return rows

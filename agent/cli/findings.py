@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -12,6 +12,7 @@ from agent.cli.common import (
     err_console,
     fail,
     load_recorded,
+    transcript_of,
 )
 from agent.record.transcript import TranscriptError
 
@@ -24,7 +25,7 @@ findings_app = typer.Typer(
 
 @findings_app.command("add")
 def findings_add(
-    transcript: Annotated[Path, typer.Argument(help="the transcript of a run that isolated a fix")],
+    transcript: Annotated[Path, typer.Argument(help="the transcript of a run that isolated a fix, or its run id (see `hypoloop runs`)")],
     to: Annotated[Path, typer.Option("--to", help="the FINDINGS.md file to append to (created if missing; its folder must exist)")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print the entry, write nothing")] = False,
 ) -> None:
@@ -34,7 +35,7 @@ def findings_add(
     from agent.review.findings import FindingsWriteError, add_finding
 
     try:
-        entry, finding = add_finding(load_recorded(transcript), to, dry_run=dry_run)
+        entry, finding = add_finding(load_recorded(transcript_of(transcript, _read_graph)), to, dry_run=dry_run)
     except (TranscriptError, FindingsWriteError) as exc:
         fail(str(exc))
     sys.stdout.write(entry)
@@ -46,3 +47,10 @@ def findings_add(
         highlight=False,
     )
 
+
+
+def _read_graph(home: Path, saver: Any) -> Any:
+    """``agent.run.graph.read_graph``, imported only when a run id is looked up (as ``report`` does)."""
+    from agent.run.graph import read_graph
+
+    return read_graph(home, saver)

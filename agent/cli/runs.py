@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from agent.cli.common import (
     STATUS_STYLE,
@@ -19,6 +20,7 @@ from agent.cli.common import (
     said,
     state_dir,
 )
+from agent.review.text import print_hanging
 from agent.review.wording import count
 from agent.run.approval.request import ApprovalRequest
 from agent.run.approval.screen import describe_experiment
@@ -66,11 +68,15 @@ def runs(
         console.print(f"runs in {home}", style="bold")
         for i in infos:
             style = STATUS_STYLE.get(i.status, "white")
-            console.print(f"{i.run_id}  [{style}]{said(i.status)}[/]  {count(i.launches, 'launch')}", soft_wrap=True)
-            console.print(
-                f"  {escape(i.case)}, updated {i.updated[:19].replace('T', ' ')}", soft_wrap=True, highlight=False
-            )
-            console.print(f"  {escape(_run_detail(i))}", soft_wrap=True, highlight=False)
+            # each line wraps at spaces within the terminal (a hanging indent); the run id is never split
+            state = f"[{style}]{said(i.status)}[/]  {count(i.launches, 'launch')}"
+            if len(i.run_id) + 2 + Text.from_markup(state).cell_len <= console.width:
+                console.print(f"{i.run_id}  {state}", highlight=False)
+            else:  # the id alone, its state below it
+                console.print(i.run_id, highlight=False)
+                print_hanging(console, f"  {state}")
+            print_hanging(console, f"  {escape(i.case)}, updated {i.updated[:19].replace('T', ' ')}")
+            print_hanging(console, f"  {escape(_run_detail(i))}")
         return
     t = Table("run", "case", "status", "waiting for / result", "launches", "updated", title=f"runs in {home}")
     for col in t.columns:  # ids are what the user copies into `resume --experiment`: wrap, never cut

@@ -58,7 +58,7 @@ class _Strict(BaseModel):
     """Case-file sections refuse unknown keys, so a typo (``knowlege``, ``[budjet]``) is an error, and
     ``true``/``false`` where a number belongs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # inf or nan: a one-line error
 
     @field_validator("*", mode="before")
     @classmethod
@@ -197,7 +197,7 @@ class ReproduceSpec(LoadShape):
     ``logprobs``) and ``duration_s`` of traffic; every launch (reproduction, test, confirmation) then
     sends that load."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     concurrency: int = Field(default=1, ge=1, le=256)
     intermittent: bool = False

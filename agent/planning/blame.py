@@ -75,8 +75,9 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     installed = dict(fingerprint.get("installed") or {})
     names: dict[str, list[str]] = dict(fingerprint.get("import_names") or {})
     case = Case.model_validate(state["case"])
-    findings = [RelevantFinding.model_validate(f) for f in state.get("findings") or []]
-    changes = package_changes(case, installed, findings, names)
+    c = _loader_named(c, imp, dists := DistributionNames(names, installed, dict(fingerprint.get("import_versions") or {})))
+    changes = package_changes(case, installed, [RelevantFinding.model_validate(f) for f in state.get("findings") or []],
+                              names)
     ev = _evidence(state, imp.get("experiment_id"), installed, _vendor(fingerprint), names)
     frames, said, crash = _missing_first(imp, ev.frames, _vendor(fingerprint)), ev.said, ev.crash
     # changed where it failed first; a change of the engine itself (a new release, a new image) after the
@@ -109,7 +110,6 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     packages += generic + runtimes if not packages else []
     if not packages:
         return c
-    dists = DistributionNames(names, installed, dict(fingerprint.get("import_versions") or {}))
     update, pin = _record(packages, ordered, where, ev, told, dists, imports := dists.imports(frames + said + packages))
     install, asks = _asked_for(ev.asked, told, update)
     shown = [(lib, line) for lib, line in ev.logged if lib.package in logs or (not plain and lib.package in packages)]
@@ -117,6 +117,14 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
                    crash if own in plain else None, dists, imports)
     words = _joined(_with_builds(update, words, builds, built), asks)
     return c.model_copy(update={"implicated": {**imp, **update}, "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
+
+
+def _loader_named(c: Conclusion, imp: dict[str, Any], dists: DistributionNames) -> Conclusion:
+    """``c`` with the package that loads a shared library that failed to load named by its distribution
+    (``missing_words`` with ``dists``); unchanged when no library failed."""
+    if not imp.get("library"):
+        return c
+    return c.model_copy(update={"reason": c.reason.replace(missing_words(imp), missing_words(imp, dists))})
 
 
 def _record(packages: list[str], ordered: list[PackageChange], where: dict[str, bool], ev: _Evidence,
@@ -178,12 +186,30 @@ def _with_builds(update: dict[str, Any], words: str, builds: PlatformBuilds | No
     return _joined(words, builds.words())
 
 
+def missing_words(imp: dict[str, Any], dists: DistributionNames | None = None) -> str:
+    """The ending's sentence on a failed import no setting avoids (``imp``: ``implicated_of``'s record), or "".
+    A shared library (``library``, ``libnvrtc.so.12``) is named as a library and the package as the
+    distribution whose code loads it (by its distribution's name where ``dists`` knows it), never the
+    library as a package."""
+    lib, package = imp.get("library"), imp.get("package")
+    avoids = "that no flag or environment variable in the installed source avoids"
+    if lib:
+        who = dists.label(str(package)) if dists is not None and package else package
+        loader = f", which the package {who} loads," if package and package != lib else ""
+        return f"the failure is a failed load of the library {lib}{loader} {avoids}"
+    if imp.get("missing"):
+        return f"the failure is a failed import of {imp['missing']} (package {package}) {avoids}"
+    return ""
+
+
 def _missing_first(imp: dict[str, Any], frames: list[str], vendor: str | None) -> list[str]:
     """The frames' packages with what a failed import names first (a shared library by the package that
     ships it, ``knowledge/libraries.toml``: ``libcudnn.so.8`` is the cuDNN wheel's)."""
     if not (imp.get("missing") and imp.get("package")):
         return frames
     lost = library_file(str(imp["missing"]), vendor)
+    if lost is None and imp.get("library"):  # an unknown shared library: no package ships it by name here
+        return frames
     first = lost.package if lost is not None else str(imp["package"])
     return [first, *(p for p in frames if p != first)]
 

@@ -21,7 +21,7 @@ from agent.domain.models import (
     Outcome,
     Rejection,
 )
-from agent.planning.blame import blamed
+from agent.planning.blame import blamed, missing_words
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.foreign import ruled_out_by_platform
 from agent.planning.llm_spec import usage_summary
@@ -39,6 +39,7 @@ from agent.planning.values import ValueEvidence, derive, ran_out_of_memory
 from agent.planning.view import COST_ORDER
 from agent.planning.workaround_fix import blockers, workaround_verdict
 from agent.planning.workarounds import mark_deployment_changes, mark_own_alternatives, root_and_workarounds
+from tools.tracebacks import is_library_file
 
 if TYPE_CHECKING:
     from agent.run.state import RunState
@@ -171,12 +172,8 @@ def _not_isolated(
 ) -> Conclusion:
     """The ending without a confirmed fix, naming a missing import no flag avoids when that is the failure."""
     implicated = implicated_of(experiments, outcomes)
-    if implicated and implicated.get("missing"):
-        reason = joined(
-            reason,
-            f"the failure is a failed import of {implicated['missing']} (package {implicated['package']}) "
-            "that no flag or environment variable in the installed source avoids",
-        )
+    if implicated:
+        reason = joined(reason, missing_words(implicated))
     return base.model_copy(update={"reason": reason or "no fix found", "untested": untested, "implicated": implicated})
 
 
@@ -398,13 +395,16 @@ def implicated_of(experiments: dict[str, Experiment], outcomes: dict[str, Outcom
         sig = failing[-1].failure_signatures()
         component = sig[0] if sig else failing[-1].stage
     missing = failing[-1].source_reading.missing if failing[-1].source_reading is not None else None
+    library = missing.package if missing is not None and missing.kind == "library" and is_library_file(missing.package) else None
     if missing is not None:
-        # A failed import names what is missing: that package is what no flag or variable avoided.
-        package, exc = missing.package, missing.text
+        # A failed import names what is missing: that package is what no flag or variable avoided; a shared
+        # library is no package (``library``): the package is the distribution whose code loads it.
+        package, exc = (package if library else None) or missing.package, missing.text
     return {
         "component": component,
         "package": package,
         "missing": missing.module if missing is not None else None,
+        **({"library": library} if library else {}),
         "evidence": exc or failing[-1].summary,  # the whole line: evidence is never cut where shown
         "experiment_id": failing[-1].experiment_id,
         "symptoms": ev.symptoms,

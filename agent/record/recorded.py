@@ -59,10 +59,30 @@ class ExperimentRun:
     notes: list[TranscriptEvent] = field(default_factory=list)
     outcome: dict[str, Any] | None = None
     outcome_seq: int | None = None
+    #: the ``ts`` of each of its server events while a server ran (``server.lost``, written later, left out)
+    seen: list[float] = field(default_factory=list)
+    stops: list[TranscriptEvent] = field(default_factory=list)  #: every ``server.stopped``, in order
 
     @property
     def id(self) -> str:
         return str(self.experiment["id"])
+
+    def unconcluded_launches(self) -> list[tuple[TranscriptEvent, float]]:
+        """Its launches that gave no outcome (stopped by Ctrl-C, lost with a killed run), each with the
+        seconds of wall time it was seen running (its launch to its stop, else to its last server event
+        before the next launch): every ``server.launched`` but the last when the experiment has an outcome, all of them when
+        it has none. An ingested log has none."""
+        if not self.launched_server:
+            return []
+        launches = [ev for ev in self.launched if ev.type == "server.launched"]
+        out = []
+        for i, ev in enumerate(launches[:-1] if self.outcome is not None else launches):
+            start = float(ev.data.get("started_wall") or ev.ts)
+            until = launches[i + 1].ts if i + 1 < len(launches) else float("inf")
+            stop = next((t.ts for t in self.stops if ev.ts <= t.ts < until), None)
+            last = stop if stop is not None else max((t for t in self.seen if ev.ts <= t < until), default=start)
+            out.append((ev, max(0.0, last - start)))
+        return out
 
     @property
     def launched_server(self) -> bool:
@@ -297,6 +317,8 @@ class RecordedRun:
         if r is None:
             return
         t = ev.type
+        if t != "server.lost":
+            r.seen.append(ev.ts)
         if t in ("server.launched", "server.adopted"):
             r.launched.append(ev)
         elif t == "server.ready":
@@ -305,6 +327,7 @@ class RecordedRun:
             r.ended = ev
         elif t == "server.stopped":
             r.stopped = ev
+            r.stops.append(ev)
         elif t == "observation":
             r.observations.append(dict(ev.data))
         elif t == "probe.result":

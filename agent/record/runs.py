@@ -269,10 +269,12 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
     conclusion = values.get("conclusion") or {}
     launches = int(values.get("launches", 0))
     host_seconds = float(values.get("host_seconds", 0.0))
+    leftovers = [] if holder else local_leftovers(home, run_id)
     if status in ("interrupted", "running") and values.get("transcript"):
         # A launch made after the last checkpoint (its process was killed, or is still watching it)
         # is only in the transcript yet; it is counted in the state when the run continues.
-        made = _launches_in(Path(values["transcript"]))
+        running = {str(p["log"]) for p in leftovers} if status == "interrupted" else None
+        made = _launches_in(Path(values["transcript"]), running)
         host_seconds += sum(made[launches:])
         launches = max(launches, len(made))
     return RunInfo(
@@ -287,7 +289,7 @@ def run_info(home: Path, graph: Any, run_id: str) -> RunInfo | None:
         host_seconds=round(host_seconds, 3),
         holder=holder,
         next=steps,
-        leftovers=[] if holder else local_leftovers(home, run_id),
+        leftovers=leftovers,
         values=values,
     )
 
@@ -321,19 +323,26 @@ def local_leftovers(home: Path, run_id: str) -> list[dict[str, Any]]:
     ]
 
 
-def _launches_in(transcript: Path) -> list[float]:
+def _launches_in(transcript: Path, running: set[str] | None = None) -> list[float]:
     """The modelled host-seconds of each server launched according to a transcript, in launch order
     (``server.launched`` events; none if it is unreadable): a launch with an outcome, its outcome's
     host-seconds; else its wall seconds to its ``server.stopped``, or (still open when the transcript
-    ends: its process was killed) to the last sign of it (`_open_for`), over the host's time scale."""
+    ends: its process was killed) to the last sign of it (`_open_for`), over the host's time scale.
+    ``running``: the logs of servers of the run found running here; given (the run's process is gone), a
+    last ``server.launching`` no ``server.launched`` followed (killed between the two) counts too when its
+    server started: it runs, or wrote its log (over the time scale of the run's other launches, else 1)."""
     launched: list[tuple[str, float, float, str]] = []  # (experiment id, wall-clock start, time scale, log)
     spent: list[float | None] = []
     last = 0.0
+    intent: tuple[str, float, str] | None = None  # a launch written down, not yet seen launched
     try:
         for ev in read_transcript(transcript, on_bad=skip_bad):
             last = max(last, ev.ts)
             exp = ev.data.get("experiment_id")
+            if ev.type == "server.launching":
+                intent = (str(exp), ev.ts, str(ev.data.get("log") or ""))
             if ev.type == "server.launched":
+                intent = None
                 start = float(ev.data.get("started_wall") or ev.ts)
                 launched.append((str(exp), start, float(ev.data.get("time_scale") or 1.0), str(ev.data.get("log") or "")))
                 spent.append(None)
@@ -347,8 +356,19 @@ def _launches_in(transcript: Path) -> list[float]:
                 spent[i] = float(timings["host_seconds"])
     except (OSError, TranscriptError):
         return []
+    if intent is not None and running is not None and (intent[2] in running or _wrote(intent[2])):
+        launched.append((intent[0], intent[1], launched[-1][2] if launched else 1.0, intent[2]))
+        spent.append(None)
     return [_open_for(start, last, log) / scale if s is None else s
             for (_, start, scale, log), s in zip(launched, spent, strict=True)]
+
+
+def _wrote(log: str) -> bool:
+    """Whether a server's log on this machine has anything in it (its server started)."""
+    try:
+        return bool(log) and Path(log).stat().st_size > 0
+    except (OSError, ValueError):
+        return False
 
 
 def _open_for(start: float, last: float, log: str) -> float:

@@ -27,7 +27,7 @@ from agent.record.recorded import RecordedRun
 from agent.record.redact import REDACTED, run_redactor
 from agent.review.text import alternative_text
 from agent.review.wording import count
-from tools.fingerprint import engine_label
+from tools.fingerprint import arch_label, engine_label
 from tools.knowledge import Finding, gpu_names, infer_features, parse_findings
 
 
@@ -128,7 +128,7 @@ def entry_for(run: RecordedRun, *, level: int = 2) -> str:
     features = sorted(set((case.get("model") or {}).get("features") or []) | infer_features(model))
     lines.append(f"- Model: {model}" + (f" ({', '.join(features)})" if features else ""))
     lines.append(
-        f"- Hardware: {gpu_count or '?'} × {gpu}, compute capability {fp.get('compute_capability') or '?'}, driver "
+        f"- Hardware: {gpu_count or '?'} × {gpu}, {arch_label(fp)}, driver "
         f"{fp.get('driver_version') or '?'}; {engine_label(fp)}"
     )
     lines += _packages_line(fp.get("installed") or {})
@@ -260,7 +260,11 @@ def _launcher(run: RecordedRun, case: dict[str, Any]) -> list[str]:
 
 
 def _symptom(run: RecordedRun) -> str:
-    base = next((r for r in run.executed() if r.experiment.get("purpose") == "baseline"), None)
+    """The failure the run debugged: the first baseline launch that failed (on a flaky failure the first
+    may have served: its "ok" is not the symptom), else the first baseline launch."""
+    bases = [r for r in run.executed() if r.experiment.get("purpose") == "baseline"]
+    base = next((r for r in bases if (r.outcome or {}).get("stage") not in ("ok", "infra_error")), None)
+    base = base or next(iter(bases), None)
     if base is None or base.outcome is None:
         return "see the run's transcript"
     o = base.outcome

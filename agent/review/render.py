@@ -22,8 +22,9 @@ from agent.review.text import (
     shown_line,
     summary_line,
 )
-from agent.review.wording import count
-from tools.fingerprint import engine_label
+from agent.review.wording import count, with_probability
+from tools.fingerprint import arch_label, engine_label
+from tools.installed import import_names_warning
 from tools.sanitize import visible, visible_data
 
 _STATUS_STYLE = {"refuted": "red", "supported": "green", "confirmed": "bold green", "open": "yellow"}
@@ -101,13 +102,15 @@ class EventRenderer:
     def _host_fingerprint(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if d.get("gpu_count") or d.get("gpu_name"):
             devices = (
-                f"{d.get('gpu_count')} × {escape(str(d.get('gpu_name')))} (compute capability "
-                f"{d.get('compute_capability')}, {d.get('memory_total_mib')} MiB), driver {d.get('driver_version')}"
+                f"{d.get('gpu_count')} × {escape(str(d.get('gpu_name')))} ({escape(arch_label(d))}, "
+                f"{d.get('memory_total_mib')} MiB), driver {d.get('driver_version')}"
             )
         else:  # no GPU answered the query: say so, not "0 × None"
             cpus = f", {d.get('cpu_count')} CPUs" if d.get("cpu_count") else ""
             devices = f"CPU only{cpus}"
         self._p(f"  host: {devices}, " + escape(engine_label(d)))
+        if (names := import_names_warning([str(n) for n in d.get("notes") or []])) is not None:
+            self._p(f"  [yellow]warning:[/] {escape(visible(names))}")
         if d.get("taken_port") is not None:
             who = f" by {escape(str(d.get('taken_by')))}" if d.get("taken_by") else ""
             self._p(
@@ -144,9 +147,8 @@ class EventRenderer:
             if e.get("lines"):
                 where = f" of {e['experiment_id']}" if e.get("experiment_id") else ""
                 ev_text += f" (log line{'s' if len(e['lines']) > 1 else ''} {', '.join(map(str, e['lines']))}{where})"
-        self._p(
-            f"  [{_STATUS_STYLE.get(status, 'white')}]{status}[/] {d['id']} p={d.get('posterior', 0):.2f}{ev_text}"
-        )
+        shown = with_probability(status, float(d.get("posterior", 0))).split(" ", 1)
+        self._p(f"  [{_STATUS_STYLE.get(status, 'white')}]{shown[0]}[/] {d['id']} {shown[1]}{ev_text}")
 
     _hypothesis_refuted = _status
     _hypothesis_supported = _status

@@ -36,7 +36,7 @@ from agent.record.transcript import (
     read_transcript,
 )
 from agent.review.render import EventRenderer, change_text, shown_line
-from agent.review.wording import count
+from agent.review.wording import count, status_word
 from tools.sanitize import SafeConsole, visible
 
 __all__ = [
@@ -229,7 +229,7 @@ class ReplayRenderer(EventRenderer):
             style = {"refuted": "red", "supported": "green", "confirmed": "bold green"}.get(h["status"], "")
             row = [
                 f"  {float(h['posterior']):.2f}",
-                f"[{style}]{h['status']}[/]" if style else h["status"],
+                f"[{style}]{status_word(h['status'], float(h['posterior']))}[/]" if style else h["status"],
                 f"{hid} [dim]({escape(h['component'])})[/]",
             ]
             if predictions:

@@ -24,4 +24,25 @@ def count(n: float | int | None, one: str, many: str | None = None, fmt: str = "
     return f"{shown} {one if shown == '1' else (many or plural(one))}"
 
 
-__all__ = ["count", "plural"]
+#: Below this probability a confirmed hypothesis is not the likeliest explanation of the fix it predicted.
+_SHARED_BELOW = 0.5
+
+
+def with_probability(status: str, p: float) -> str:
+    """A hypothesis's status with its ledger probability as shown (``show``, ``replay``, the run): "supported
+    p=0.62". A confirmed one below 0.5 says what the number is, so "confirmed" never stands bare beside a
+    small probability: its predicted fix held, and ``p`` is its probability of being the root cause, which
+    the hypotheses that predicted the same fix share ("confirmed (its fix held) p=0.04 as the root cause,
+    shared with the others that predicted the same fix")."""
+    if status == "confirmed" and p < _SHARED_BELOW:
+        return f"confirmed (its fix held) p={p:.2f} as the root cause, shared with the others that predicted the same fix"
+    return f"{status} p={p:.2f}"
+
+
+def status_word(status: str, p: float) -> str:
+    """A hypothesis's status in a ledger table beside its probability: "confirmed, fix shared" for a
+    confirmed one below 0.5 (see ``with_probability``), else ``status``."""
+    return "confirmed, fix shared" if status == "confirmed" and p < _SHARED_BELOW else status
+
+
+__all__ = ["count", "plural", "status_word", "with_probability"]

@@ -365,7 +365,7 @@ class ImplicatedComponentGenerator:
                 Hypothesis(
                     id=f"component:{spec.name}",
                     statement=f"The {what} feature breaks in the failing component "
-                    f"({', '.join(sorted(shared))}); {'turning it off' if on else 'leaving it off'} avoids the failure",
+                    f"({', '.join(words_with_stems(what, shared) or sorted(shared))}); {'turning it off' if on else 'leaving it off'} avoids the failure",
                     component=name.split("-", 1)[1].replace("-", "_"),
                     weight=weight,
                     rationale="the failing frames name this feature's code",

@@ -30,6 +30,7 @@ from agent.planning.generators.common import (
     raise_site,
     specificity,
     stems,
+    words_with_stems,
 )
 from agent.planning.resolution import load_resolution
 from tools.flags import FlagSpec
@@ -54,7 +55,8 @@ def _named_by(spec: FlagSpec, words: set[str], code: str, inp: GeneratorInput) -
     strength = specificity(inp.flags, shared) if inp.flags is not None and shared else 0.0
     if strength < MIN_SPECIFICITY:
         return 0.0, ""
-    return strength, f"the failing frame shares '{', '.join(sorted(shared))}' with it"
+    said = words_with_stems(spec.name, shared) or sorted(shared)  # whole words, never a stem ("aiter", not "ait")
+    return strength, f"the failing frame shares '{', '.join(said)}' with it"
 
 
 class ResolutionGenerator:

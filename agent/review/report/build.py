@@ -12,7 +12,7 @@ from agent.review.render import alternative_text, answer_rows, change_text, show
 from agent.review.report.model import DesignStep, HypothesisView, Report, _dur, _verdict
 from agent.review.report.steps import _design_steps, _evidence, _exp_label, _experiment_rows, _why_dropped
 from agent.review.wording import count
-from tools.fingerprint import engine_label
+from tools.fingerprint import arch_label, engine_label
 
 
 def _hardware(fp: dict[str, Any]) -> str:
@@ -20,7 +20,7 @@ def _hardware(fp: dict[str, Any]) -> str:
     if not fp:
         return "unknown (no fingerprint recorded)"
     return (
-        f"{fp.get('gpu_count')} × {fp.get('gpu_name')} (compute capability {fp.get('compute_capability')}, "
+        f"{fp.get('gpu_count')} × {fp.get('gpu_name')} ({arch_label(fp)}, "
         f"driver {fp.get('driver_version')}), {engine_label(fp)}"
     )
 

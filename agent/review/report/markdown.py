@@ -51,6 +51,8 @@ def _md_experiments(rep: Report) -> list[str]:
             f"{_md(e.outcome)} | {e.stage} | {_dur(e.to_ready_s)} | {_dur(e.to_crash_s)} | "
             f"{e.host_seconds:.0f} s | {_md(e.notes)} |"
         )
+    out += ["", "*ready after* and *crash after* are host time from the launch, on the clock of *host time*: "
+            "the load modelled, requests as the real seconds they took."]
     timeline = [md_raw(line) for line in _text_timeline(rep)]
     tick = fence("\n".join(timeline))
     out += ["", "Timeline (host time; `=` loading, `#` serving, `X` crash, `|` stop):", "", tick + "text"]

@@ -17,6 +17,7 @@ from agent.review.report.model import (
     ExperimentRow,
 )
 from agent.review.text import change_text, shown_line
+from tools.host_time import on_host_clock
 
 
 def _exp_label(r: ExperimentRun) -> str:
@@ -230,9 +231,50 @@ def _why_dropped(run: RecordedRun, h: HypothesisRecord, design: list[DesignStep]
     return out
 
 
-def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
+def _approval(r: ExperimentRun) -> str:
+    """How the experiment was approved (``approve (auto)``), or "—"."""
+    dec = (r.proposal.decision or {}) if r.proposal else {}
+    approval = str(dec.get("decision") or ("— (observed log)" if r.observed_log else "—"))
+    return approval + (f" ({dec['by']})" if dec.get("by") else "")
+
+
+def _interrupted_rows(r: ExperimentRun) -> list[ExperimentRow]:
+    """A row for each launch of ``r`` that gave no outcome (the run was interrupted or killed while it ran):
+    it counts in the run's launches and host time, so the table lists it, marked interrupted; its host time
+    is the wall time it was seen running over the host's time scale (as the run counted it)."""
     rows = []
-    for r in run.executed():
+    for ev, wall in r.unconcluded_launches():
+        again = "; launched again after the run resumed" if ev is not r.launched[-1] else ""
+        rows.append(ExperimentRow(
+            label=_exp_label(r), number=r.step, experiment_id=r.id, purpose=str(r.experiment.get("purpose")),
+            change=change_text(r.experiment["change"]) if r.experiment.get("change") else "—",
+            approval=_approval(r), outcome="interrupted: no outcome (the run stopped while this server ran)",
+            stage="interrupted", to_ready_s=None, to_crash_s=None,
+            host_seconds=round(wall / float(ev.data.get("time_scale") or 1.0), 3), ok=False,
+            notes=f"interrupted{again}",
+        ))
+    return rows
+
+
+def _crash_on_host_clock(r: ExperimentRun, t: dict[str, Any]) -> float | None:
+    """When the launch ended (``to_end_s``) on the clock of its host-seconds (``tools.host_time.on_host_clock``:
+    the request phase as real seconds, as the launch is billed), at most its host-seconds; None when unknown."""
+    end = t.get("to_end_s")
+    if end is None:
+        return None
+    scale = next((float(ev.data["time_scale"]) for ev in reversed(r.launched) if ev.data.get("time_scale")), 1.0)
+    at = on_host_clock(float(end), t.get("to_ready_s"), scale)
+    return min(at, r.host_seconds) if r.host_seconds > 0 else at
+
+
+def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
+    """The experiment table's rows in the order the launches ran: each experiment with an outcome, and
+    each launch that gave none (``_interrupted_rows``)."""
+    rows = []
+    for r in run.runs:
+        rows += _interrupted_rows(r)
+        if r.outcome is None:
+            continue
         o = r.outcome or {}
         t = o.get("timings") or {}
         stage = str(o.get("stage"))
@@ -248,11 +290,8 @@ def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
             )
         else:
             outcome = str(o.get("summary") or stage)
-        dec = (r.proposal.decision or {}) if r.proposal else {}
-        approval = str(dec.get("decision") or ("— (observed log)" if r.observed_log else "—"))
-        if dec.get("by"):
-            approval += f" ({dec['by']})"
-        crash = None if ok or stage == "ready" else t.get("to_end_s")
+        approval = _approval(r)
+        crash = None if ok or stage == "ready" else _crash_on_host_clock(r, t)
         notes = []
         for b in run.baseline_changes:
             if (b.data.get("adoption") or {}).get("experiment_id") == r.id:
