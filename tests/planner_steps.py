@@ -19,10 +19,14 @@ from agent.run.nodes.analyze import classify_outcome
 from agent.run.nodes.intake import _read_model_and_cpus
 from bench.run import empty_catalog_knowledge
 from tools.fingerprint import HostFingerprint
-from tools.flags import FlagCatalog
+from tools.flags import FlagCatalog, parse_help
 from tools.host import LocalHost
 from tools.probes import ProbeResult
 from tools.signatures import for_engine, load_signatures
+
+#: SGLang 0.5.23's own ``--help`` (tests/data/help_sglang_0.5.23.txt), read as the planner reads a host's.
+SGLANG_0_5_23_FLAGS: FlagCatalog = parse_help((Path(__file__).parent / "data" / "help_sglang_0.5.23.txt").read_text(),
+                                              source="fixture", version="0.5.23")
 
 _SITE = "/usr/local/lib/python3.12/dist-packages"
 

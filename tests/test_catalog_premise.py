@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner_steps import baseline_failed_with, experiment_of, fingerprint_with_model
+from planner_steps import SGLANG_0_5_23_FLAGS, baseline_failed_with, experiment_of, fingerprint_with_model
 
 from agent.domain.models import Baseline, Change
 from agent.planning.guard import changes_nothing, launched_before
 from agent.planning.unset import resolved_from_checkpoint
 from tools.fingerprint import HostFingerprint
-from tools.flags import FlagCatalog, parse_help
 
-DATA = Path(__file__).parent / "data"
-FLAGS: FlagCatalog = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="fixture", version="0.5.23")
+FLAGS = SGLANG_0_5_23_FLAGS
 SITE = "/usr/local/lib/python3.12/dist-packages"
 H100 = HostFingerprint(gpu_vendor="nvidia", gpu_name="NVIDIA H100 80GB HBM3", gpu_count=1, compute_capability="9.0",
                        memory_total_mib=81559, sglang_version="0.5.23")

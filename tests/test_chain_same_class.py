@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner_steps import after_failed_launch, baseline_failed_with, experiment_of, fingerprint_with_model
+from planner_steps import (
+    SGLANG_0_5_23_FLAGS,
+    after_failed_launch,
+    baseline_failed_with,
+    experiment_of,
+    fingerprint_with_model,
+)
 
 from agent.domain.models import Change, Experiment
 from tools.fingerprint import HostFingerprint
-from tools.flags import FlagCatalog, parse_help
 
-DATA = Path(__file__).parent / "data"
-FLAGS: FlagCatalog = parse_help((DATA / "help_sglang_0.5.23.txt").read_text(), source="fixture", version="0.5.23")
+FLAGS = SGLANG_0_5_23_FLAGS
 SITE = "/usr/local/lib/python3.12/dist-packages"
 SM120 = HostFingerprint(gpu_vendor="nvidia", gpu_name="NVIDIA RTX PRO 6000 Blackwell Server Edition", gpu_count=1,
                         compute_capability="12.0", memory_total_mib=97887, sglang_version="0.5.23")
