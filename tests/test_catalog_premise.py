@@ -1,4 +1,4 @@
-"""Changes that cannot matter for the served model. A catalog hypothesis fires only where its premise holds: "the attention backend cannot use a low-precision KV
+"""A catalog hypothesis fires only where its premise holds: "the attention backend cannot use a low-precision KV
 cache" (knowledge/hypotheses.toml ``kv-pool-lowprec-unsupported``) needs a low-precision KV cache in force, not
 only a bare AssertionError. Before, any bare assertion proposed ``--kv-cache-dtype bf16`` first (P(fix) 0.32 on a
 CPU host whose cache was BF16: a launch that could not matter). In process: the rule planner with the
@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner_steps import SGLANG_0_5_23_FLAGS, baseline_failed_with, experiment_of, fingerprint_with_model
+from planner_steps import SGLANG_0_5_23_FLAGS, baseline_failed_with, fingerprint_with_model
 
-from agent.domain.models import Baseline, Change
-from agent.planning.guard import changes_nothing, launched_before
-from agent.planning.unset import resolved_from_checkpoint
 from tools.fingerprint import HostFingerprint
 
 FLAGS = SGLANG_0_5_23_FLAGS
@@ -47,22 +44,3 @@ def test_a_bare_assertion_suspects_the_kv_cache_type_only_when_it_is_low_precisi
     assert "kv-pool-lowprec-unsupported" not in _ledger(tmp_path, "auto")
     assert "kv-pool-lowprec-unsupported" not in _ledger(tmp_path, "bfloat16")
 
-
-def test_removing_a_kv_cache_type_after_the_models_own_type_served_launches_nothing_new(tmp_path: Path) -> None:
-    """``--kv-cache-dtype`` left to the engine is the model's own dtype when the checkpoint sets no KV-cache
-    quantization (SGLang 0.5.23 mem_cache/kv_cache_dtype.py; knowledge/served.toml ``resolves_to``): on a BF16
-    model, dropping the user's FP8 cache launches what ``--kv-cache-dtype bf16`` launched, so once that served
-    the removal is no new experiment; with ``--dtype`` given, or a ModelOpt checkpoint that may quantize its
-    cache, nothing is assumed."""
-    base = Baseline(flags={"--model-path": "/m", "--kv-cache-dtype": "fp8_e4m3"})
-    served = experiment_of(base, Change(kind="flag", name="--kv-cache-dtype", before="fp8_e4m3", after="bf16"))
-    removal = Change(kind="flag", name="--kv-cache-dtype", before="fp8_e4m3", after=None)
-    bf16 = resolved_from_checkpoint({"torch_dtype": "bfloat16"}, base.flags)
-    assert launched_before(base, removal, [served], [], bf16) is served
-    assert launched_before(base, removal, [served], []) is None  # without the model's dtype: a new launch
-    assert launched_before(base, removal, [served], [], resolved_from_checkpoint({"torch_dtype": "float16"})) is None
-    assert resolved_from_checkpoint({"torch_dtype": "bfloat16"}, {"--dtype": "float16"}) == {}
-    assert resolved_from_checkpoint({"torch_dtype": "bfloat16", "quant_method": "modelopt"}) == {}
-    unset = Baseline(flags={"--model-path": "/m"})
-    assert changes_nothing(unset, Change(kind="flag", name="--kv-cache-dtype", before=None, after="bfloat16"), bf16)
-    assert not changes_nothing(unset, Change(kind="flag", name="--kv-cache-dtype", before=None, after="fp8_e4m3"), bf16)

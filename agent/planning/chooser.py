@@ -40,7 +40,6 @@ from agent.planning.platform_builds import foreign_setting
 from agent.planning.seen_serving import served_before, serving_launches
 from agent.planning.served import user_keeps
 from agent.planning.switches import broad_switch
-from agent.planning.unset import resolved_from_checkpoint
 from agent.planning.values import ValueEvidence, leaves_no_kv_cache, ran_out_of_memory
 from agent.planning.view import COST_ORDER, HistoryState, PlannerView, Proposal, default_launch_cost_s
 from agent.planning.weights import weights as tunables
@@ -276,7 +275,6 @@ class Chooser(FlagMatcher):
         server_args = functools.cache(lambda: failure_evidence(ref).server_args)
         in_play = functools.cache(lambda: InPlay(view.fingerprint, baseline, server_args(), self.flags))
         kernel, asked = kernel_filter(view, ref), asked_features(view.experiments, ref, view.case)
-        resolved = resolved_from_checkpoint(view.fingerprint.checkpoint if view.fingerprint else {}, baseline.flags)
         out: dict[str, tuple[Change, Intervention, str]] = {}
         for h in sorted(live, key=lambda h: -h.posterior):
             for iv in h.interventions:
@@ -285,13 +283,15 @@ class Chooser(FlagMatcher):
                     and not iv.derive
                     and any(same_value(ref.facts.get(iv.fact), v) for v in iv.values)
                 ):
-                    considered.append({"hypothesis": h.id, "skipped": f"{iv.fact} is already {ref.facts[iv.fact]}"})
+                    considered.append(
+                        {"hypothesis": h.id, "skipped": f"{iv.fact} is already {ref.facts[iv.fact]}"}
+                    )
                     continue
                 change, how = self.realize(iv, baseline, evidence)
                 if change is None:
                     considered.append({"hypothesis": h.id, "skipped": how})
                     continue
-                if changes_nothing(baseline, change, resolved):  # a launch identical to the baseline tests nothing
+                if changes_nothing(baseline, change):  # a launch identical to the baseline tests nothing
                     considered.append({"hypothesis": h.id, "skipped": f"{change.describe()} changes nothing"})
                     continue
                 if (off := self._inert(change, baseline, ref, server_args)) is not None:
@@ -303,7 +303,7 @@ class Chooser(FlagMatcher):
                 exp_id = Experiment.make_id(baseline, change, "test", probes=probes)
                 if exp_id in done:
                     continue
-                if (ran := launched_before(baseline, change, view.experiments, probes, resolved)) is not None:
+                if (ran := launched_before(baseline, change, view.experiments, probes)) is not None:
                     considered.append({"hypothesis": h.id, "skipped": f"{change.describe()} launches {ran.id}'s configuration again"})
                     continue
                 if exp_id in rejected_ids or change.key() in rejected_keys:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,44 +66,37 @@ class GuardError(ValueError):
     """A proposal that must not run; the message says which rule it broke, in one line."""
 
 
-def _same_baseline(a: Baseline, b: Baseline, resolved: Mapping[str, str] | None = None) -> bool:
+def _same_baseline(a: Baseline, b: Baseline) -> bool:
     """Two baselines set the same values, whatever the spelling (``bf16`` is ``bfloat16``, ``0.930`` is
     ``0.93``); a flag set to the value the engine resolves when it is not given (``--kv-cache-dtype auto``,
-    knowledge/served.toml ``default``: ``agent.planning.unset``) is the flag left out, and so is one set to
-    the value it resolves to for the served model (``resolved``: ``resolved_from_checkpoint``, the KV cache
-    of a BF16 model is BF16)."""
+    knowledge/served.toml ``default``: ``agent.planning.unset``) is the flag left out."""
     unset = unset_values()
-    model = {k: value_key(v) for k, v in (resolved or {}).items()}
 
     def keyed(base: Baseline) -> tuple[dict[str, Any], dict[str, Any]]:
         return (
-            {k: value_key(v) for k, v in base.flags.items()
-             if not at_unset_value(k, v, unset) and not (k in model and value_key(v) == model[k])},
+            {k: value_key(v) for k, v in base.flags.items() if not at_unset_value(k, v, unset)},
             {k: value_key(v) for k, v in base.env.items()},
         )
 
     return keyed(a) == keyed(b)
 
 
-def changes_nothing(baseline: Baseline, change: Change, resolved: Mapping[str, str] | None = None) -> bool:
+def changes_nothing(baseline: Baseline, change: Change) -> bool:
     """Whether ``change`` leaves ``baseline`` as it is: it sets the value the baseline has (in any
     spelling), or removes a flag or variable the baseline does not set, or sets a flag the baseline leaves
-    out to the value the engine resolves for it then (``--kv-cache-dtype auto``, or for the served model:
-    ``resolved``; or removes one the baseline sets to that value). Its launch would be the baseline's."""
-    return _same_baseline(baseline, baseline.apply(change), resolved)
+    out to the value the engine resolves for it then (``--kv-cache-dtype auto``; or removes one the baseline
+    sets to that value). Its launch would be the baseline's."""
+    return _same_baseline(baseline, baseline.apply(change))
 
 
-def launched_before(baseline: Baseline, change: Change, experiments: list[Experiment], probes: list[Any],
-                    resolved: Mapping[str, str] | None = None) -> Experiment | None:
+def launched_before(baseline: Baseline, change: Change, experiments: list[Experiment], probes: list[Any]) -> Experiment | None:
     """The done experiment that already launched the configuration ``change`` makes of ``baseline``
-    (flags and env, in any spelling; ``resolved`` as for ``changes_nothing``) with at least ``probes``, or
-    None. A new test of it would repeat a launch the run has seen (after an adoption or a user's edit,
-    undoing one change can land on an earlier configuration, and removing a flag on the configuration
-    that set it to what the engine resolves it to); a repeat for flakiness is a baseline or confirmation
-    run, not a test."""
+    (flags and env, in any spelling) with at least ``probes``, or None. A new test of it would repeat a
+    launch the run has seen (after an adoption or a user's edit, undoing one change can land on an
+    earlier configuration); a repeat for flakiness is a baseline or confirmation run, not a test."""
     config = baseline.apply(change)
     for e in experiments:
-        if e.status == "done" and _same_baseline(e.config(), config, resolved) and all(p in e.probes for p in probes):
+        if e.status == "done" and _same_baseline(e.config(), config) and all(p in e.probes for p in probes):
             return e
     return None
 

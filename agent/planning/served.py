@@ -307,8 +307,7 @@ def _load(path: Path) -> Served:
     unset: dict[str, str] = {}
     for i, s in enumerate(data.get("setting", [])):
         check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "checkpoint_only", "divides",
-                             "default", "read_by", "host_sized_on", "resolves_to", "resolves_unless_quant",
-                             "resolves_unless_set", "source"],
+                             "default", "read_by", "host_sized_on", "source"],
                    KnowledgeFileError, f"setting #{i + 1}")
         kind, role = str(s.get("kind", "flag")), str(s.get("role", ""))
         if kind not in ("flag", "env") or role not in ("served", "place", "intent") or not s.get("name"):

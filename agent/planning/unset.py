@@ -12,12 +12,11 @@ A leaf (it imports nothing of ``agent/``), so the guard can read it within the i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, read_toml
 
-__all__ = ["at_unset_value", "resolved_from_checkpoint", "unset_values"]
+__all__ = ["at_unset_value", "unset_values"]
 
 
 def _load(path: Path) -> dict[str, str]:
@@ -60,44 +59,3 @@ def at_unset_value(name: str, value: object, values: dict[str, str] | None = Non
         return float(text) == float(unset)
     except ValueError:
         return False
-
-
-def _load_resolved(path: Path) -> dict[str, tuple[str, frozenset[str], frozenset[str]]]:
-    """Every spelling of a flag setting with ``resolves_to`` -> (the config.json digest key it resolves to,
-    the quantization methods and the flags that keep it from resolving). Raises KnowledgeFileError (one
-    line) for a ``resolves_to`` that is not a string."""
-    data = read_toml(path, KnowledgeFileError)
-    out: dict[str, tuple[str, frozenset[str], frozenset[str]]] = {}
-    settings = data.get("setting", [])
-    for i, s in enumerate(settings if isinstance(settings, list) else []):
-        if not isinstance(s, dict) or "resolves_to" not in s:
-            continue
-        if not isinstance(s["resolves_to"], str):
-            raise KnowledgeFileError(f"{path}: field 'setting #{i + 1}.resolves_to': expected a config.json digest key")
-        unless = frozenset(str(q).lower() for q in s.get("resolves_unless_quant", []))
-        unless_set = frozenset(str(f) for f in s.get("resolves_unless_set", []))
-        for name in [s.get("name"), *s.get("aliases", [])]:
-            if isinstance(name, str):
-                out[name] = (s["resolves_to"], unless, unless_set)
-    return out
-
-
-_RESOLVED: KnowledgeFile[dict[str, tuple[str, frozenset[str], frozenset[str]]]] = KnowledgeFile(
-    "served.toml", _load_resolved, absent=dict)
-
-
-def resolved_from_checkpoint(checkpoint: Mapping[str, str], flags: Mapping[str, object] | None = None) -> dict[str, str]:
-    """Flag -> the value the engine gives it, when it is not given, for the served model whose config.json
-    digest is ``checkpoint`` (``HostFingerprint.checkpoint``): served.toml's ``resolves_to`` key of the
-    digest (``--kv-cache-dtype`` is the model's ``torch_dtype``, SGLang 0.5.23 mem_cache/kv_cache_dtype.py),
-    left out when the digest lacks the key or the checkpoint's quantization method may set it otherwise
-    (``resolves_unless_quant``) or the configuration's ``flags`` set one that decides it instead
-    (``resolves_unless_set``: ``--dtype``). Empty without a digest. Raises KnowledgeFileError (one line)."""
-    out: dict[str, str] = {}
-    method = str(checkpoint.get("quant_method", "")).lower()
-    given = {k for k, v in (flags or {}).items() if v is not None and str(v).lower() != "auto"}
-    for name, (key, unless, unless_set) in _RESOLVED().items():
-        value = checkpoint.get(key)
-        if value and method not in unless and not unless_set & given:
-            out[name] = str(value).removeprefix("torch.")
-    return out
