@@ -275,7 +275,7 @@ def _experiment_rows(run: RecordedRun) -> list[ExperimentRow]:
         rows += _interrupted_rows(r)
         if r.outcome is None:
             continue
-        o = r.outcome or {}
+        o = r.outcome
         t = o.get("timings") or {}
         stage = str(o.get("stage"))
         ok = stage == "ok"
