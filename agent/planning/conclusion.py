@@ -39,16 +39,19 @@ from agent.planning.values import ValueEvidence, derive, ran_out_of_memory
 from agent.planning.view import COST_ORDER
 from agent.planning.workaround_fix import blockers, workaround_verdict
 from agent.planning.workarounds import mark_deployment_changes, mark_own_alternatives, root_and_workarounds
+from tools.flags import FlagCatalog
 from tools.tracebacks import is_library_file
 
 if TYPE_CHECKING:
     from agent.run.state import RunState
 
 
-def conclusion_of(state: RunState) -> Conclusion:
+def conclusion_of(state: RunState, flags: FlagCatalog | None = None) -> Conclusion:
     """The run's ending from its state: root cause and fix when a confirmed fix exists, else what was
     ruled out (an isolated one gets its FINDINGS.md entry from the conclude node,
-    ``agent.run.nodes.conclude.build_conclusion``)."""
+    ``agent.run.nodes.conclude.build_conclusion``). ``flags``: the host's flag catalog when it was read
+    (an intent value the engine refused where no setting offers another way is not kept,
+    ``agent.planning.served.user_keeps``)."""
     hyps = [Hypothesis.model_validate(h) for h in state.get("hypotheses", [])]
     experiments = {e["id"]: Experiment.model_validate(e) for e in state.get("experiments", [])}
     outcomes = {o["experiment_id"]: Outcome.model_validate(o) for o in state.get("outcomes", [])}
@@ -71,10 +74,11 @@ def conclusion_of(state: RunState) -> Conclusion:
         base, untested = _ruled_out_by_import(base, untested, hyps, experiments, outcomes)
         base, untested = ruled_out_by_platform(base, untested, hyps, experiments, outcomes, state)
         return blamed(_not_isolated(base, reason, untested, experiments, outcomes), state)
-    deployment = _changes_deployment(fix_exp, Case.model_validate(state["case"]),
-                                     (state.get("fingerprint") or {}).get("checkpoint") or {},
+    case = Case.model_validate(state["case"])
+    keeps = user_keeps(case, flags, outcomes.values())
+    deployment = _changes_deployment(fix_exp, case, (state.get("fingerprint") or {}).get("checkpoint") or {},
                                      OnHost(run_platform(state.get("fingerprint"), fix_exp.config()),
-                                            host_refusals(outcomes.values())))
+                                            host_refusals(outcomes.values())), keeps)
     if deployment:
         return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
                                        changes_deployment=deployment), state)
@@ -84,7 +88,7 @@ def conclusion_of(state: RunState) -> Conclusion:
     reason = joined(reason, why) if why else reason
     if around:
         return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes), state)
-    return _isolated(state, base, reason, untested, _Tested(hyps, experiments, outcomes), fix_exp, confirm)
+    return _isolated(state, base, reason, untested, _Tested(hyps, experiments, outcomes), fix_exp, confirm, keeps)
 
 
 def _fix_experiment(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> Experiment | None:
@@ -267,9 +271,10 @@ def _isolated(
     tested: _Tested,
     fix_exp: Experiment,
     confirm: Experiment,
+    keeps: set[str],
 ) -> Conclusion:
     """The isolated ending: the confirmed cause (or the fix itself), the fix with its original value, and
-    the alternatives."""
+    the alternatives (``keeps``: the settings the user keeps, ``user_keeps``)."""
     assert fix_exp.change is not None
     hyps, experiments, outcomes = tested.hyps, tested.experiments, tested.outcomes
     cause = max((h for h in hyps if h.status == "confirmed"), key=lambda h: h.posterior, default=None)
@@ -278,7 +283,7 @@ def _isolated(
     fix = fix_exp.change.model_copy(update={"before": original.value(fix_exp.change.kind, fix_exp.change.name)})
     fingerprint = state.get("fingerprint")
     alternatives = _alternatives(cause, fix_exp, hyps, experiments, outcomes, fingerprint)
-    served, keeps = served_settings(), user_keeps(case)
+    served = served_settings()
     checkpoint = (fingerprint or {}).get("checkpoint") or {}
     platform = run_platform(fingerprint, fix_exp.config())
     mark_deployment_changes(alternatives, experiments, lambda ch: served.changes_deployment(
@@ -306,18 +311,12 @@ def _isolated(
     )
 
 
-
-
-
-
-
-
 def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str],
-                        platform: str | OnHost | None = None) -> str | None:
+                        platform: str | OnHost | None, keeps: set[str]) -> str | None:
     """The setting the fix (or a blocker adopted on the way to it) changed that defines what is served
-    (knowledge/served.toml) or that the user needs (the case's intent), as ``NAME before → after``; else
-    None."""
-    served, keeps = served_settings(), user_keeps(case)
+    (knowledge/served.toml) or that the user needs (``keeps``: the case's intent, ``user_keeps``), as
+    ``NAME before → after``; else None."""
+    served = served_settings()
     original = case.baseline
     changes = [fix_exp.change] if fix_exp.change else []
     changes += [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in blockers(original, fix_exp)]

@@ -172,7 +172,7 @@ class FixKeeper:
         checkpoint = view.fingerprint.checkpoint if view.fingerprint else {}
         platform = run_platform(view.fingerprint, hp.state.baseline)
         if served_settings().changes_deployment(change.kind, change.name, change.after, self.book.flags,
-                                                user_keeps(view.case, self.book.flags), checkpoint, change.before,
+                                                user_keeps(view.case, self.book.flags, view.outcomes), checkpoint, change.before,
                                                 OnHost(platform, facts)) \
                 or removes_budget_on_purpose(view.case, change.kind, change.name, change.after):
             return True, "high"  # it changes what is served: at most a workaround (knowledge/served.toml)

@@ -85,7 +85,7 @@ def keeping_intent(
     (``user_keeps``: the case's intent, a value the case chose for the deployment) ranked as the costly
     workaround ``FixKeeper._fix_kind`` and the conclusion will call it, whichever hypothesis proposed it.
     ``flags``: the host's flag catalog (other spellings of a flag)."""
-    keeps = user_keeps(view.case, flags) - localising_intent(view.case, flags)
+    keeps = user_keeps(view.case, flags, view.outcomes) - localising_intent(view.case, flags)
     for key, (change, iv, how) in out.items():
         if change.kind == "flag" and change.name in keeps:
             out[key] = (change, iv.model_copy(update={"workaround": True, "cost": "high"}), how)

@@ -19,6 +19,7 @@ from typing import NamedTuple
 from agent.domain.case import Case
 from agent.domain.models import Baseline, Outcome
 from agent.planning.in_play import DEVICE_FLAG, platform_of, subsystems_knowledge
+from agent.planning.refused import refused_here
 from agent.planning.words import stems
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
@@ -400,15 +401,18 @@ def description_keeps(case: Case) -> set[str]:
     return keep
 
 
-def user_keeps(case: Case, flags: FlagCatalog | None = None) -> set[str]:
+def user_keeps(case: Case, flags: FlagCatalog | None = None, outcomes: Iterable[Outcome] = ()) -> set[str]:
     """Settings the user needs kept (``description_keeps``) plus each ``intent`` setting the case's own
     baseline sets away from SGLang's default (``Served.chosen``: the user's FP8 KV cache): changing or
     removing one changes the deployment the user asked for, so it is a workaround, never the fix (issue
-    20, point 5). ``flags`` resolves other spellings of a flag (None: names as written)."""
+    20, point 5). An intent value a failed launch among ``outcomes`` was refused for, under a condition no
+    setting chooses (``agent.planning.refused.refused_here``: "CPU FP8 KV cache is only supported for
+    MHA."), was never served on this host and is not kept, unless the description says the user needs it.
+    ``flags`` resolves other spellings of a flag (None: names as written)."""
     keep = description_keeps(case)
-    served = served_settings()
+    served, seen = served_settings(), list(outcomes)
     for name, value in case.baseline.flags.items():
-        if served.chosen(name, value, flags):
+        if served.chosen(name, value, flags) and not refused_here(name, value, seen, flags, DEVICE_FLAG):
             keep |= {name, canonical_flag(flags, name)}
     return keep
 

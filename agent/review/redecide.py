@@ -338,7 +338,7 @@ def _compare_conclusion(run: RecordedRun, planner: Planner, case: Case) -> Decis
         "host_seconds": view.host_seconds,
         "conclude_reason": none.data.get("reason") if none else None,
     }
-    c = conclusion_of(state)  # type: ignore[arg-type]
+    c = conclusion_of(state, getattr(planner, "flags", None))  # type: ignore[arg-type]
     rec = run.conclusion or {}
 
     def key(status: Any, root: Any, fix: Any) -> str:

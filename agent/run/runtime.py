@@ -135,6 +135,12 @@ class Runtime:
         return self._flags
 
     @property
+    def loaded_flags(self) -> FlagCatalog | None:
+        """The host's flag catalog if this process has read it already (``flags``), else None: nothing is
+        asked of the host (the conclusion reads it where it can)."""
+        return self._flags
+
+    @property
     def signatures(self) -> list[Signature]:
         """Log signatures from ``signatures.toml`` of the knowledge folder in force (``agent.domain.knowledge_dir``)."""
         if self._signatures is None:

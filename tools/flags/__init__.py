@@ -33,6 +33,7 @@ from tools.flags.spec import (
     InvalidFlagValueError,
     UnknownFlagError,
     ValueType,
+    documented_choices,
 )
 from tools.flags.values import value_words
 
@@ -46,6 +47,7 @@ __all__ = [
     "InvalidFlagValueError",
     "UnknownFlagError",
     "ValueType",
+    "documented_choices",
     "catalog_from_server_args",
     "non_default_flags",
     "load_flag_catalog",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -70,3 +72,24 @@ class FlagSpec(BaseModel):
 def one_line(message: str) -> str:
     """``message`` with every run of whitespace (newlines too) made one space."""
     return " ".join(message.split())
+
+
+_QUOTED_LIST = re.compile(r"(?:'[A-Za-z0-9_.+-]+'\s*,\s*)+'[A-Za-z0-9_.+-]+'")
+
+
+def documented_choices(spec: FlagSpec) -> list[str]:
+    """A value flag's choices: argparse's, else a list of quoted values in its help text (SGLang 0.5.23's
+    ``--device``: "The device to use ('cuda', 'xpu', 'hpu', 'npu', 'cpu', 'musa')"); [] if none."""
+    if spec.choices:
+        return list(spec.choices)
+    if not spec.takes_value:
+        return []
+    return list(_quoted_choices(spec.help or ""))
+
+
+@functools.lru_cache(maxsize=4096)
+def _quoted_choices(help_text: str) -> tuple[str, ...]:
+    """The values of the first quoted list in a flag's help text (cached by the text: asked of every flag
+    of the catalog for every error line, each step)."""
+    m = _QUOTED_LIST.search(help_text)
+    return tuple(re.findall(r"'([^']+)'", m.group(0))) if m else ()

@@ -136,26 +136,6 @@ def alternative_choices(
 
 #: A list of quoted values in a flag's help text: "The device to use ('cuda', 'xpu', 'cpu')." (SGLang
 #: documents choices this way where argparse has none, e.g. 0.5.23's --device).
-_QUOTED_LIST = re.compile(r"(?:'[A-Za-z0-9_.+-]+'\s*,\s*)+'[A-Za-z0-9_.+-]+'")
-
-
-def documented_choices(spec: FlagSpec) -> list[str]:
-    """A value flag's choices: argparse's, else a list of quoted values in its help text; [] if none."""
-    if spec.choices:
-        return list(spec.choices)
-    if not spec.takes_value:
-        return []
-    return list(_quoted_choices(spec.help or ""))
-
-
-@functools.lru_cache(maxsize=4096)
-def _quoted_choices(help_text: str) -> tuple[str, ...]:
-    """The values of the first quoted list in a flag's help text (cached by the text: asked of every flag
-    of the catalog for every error line, each step)."""
-    m = _QUOTED_LIST.search(help_text)
-    return tuple(re.findall(r"'([^']+)'", m.group(0))) if m else ()
-
-
 def explicit(inp: GeneratorInput, spec: FlagSpec) -> bool:
     """Whether the failing baseline sets this flag itself."""
     return any(n in inp.baseline.flags for n in spec.option_strings)

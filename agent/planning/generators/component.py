@@ -238,7 +238,7 @@ def _served_alternatives(inp: GeneratorInput, spec: FlagSpec, current: object,
     if served.role("flag", spec.name, inp.flags) != "served":
         return alts, set()
     checkpoint = inp.fingerprint.checkpoint if inp.fingerprint else {}
-    keeps = user_keeps(inp.case, inp.flags)
+    keeps = user_keeps(inp.case, inp.flags, inp.outcomes)
     alts = [c for c in alts if not served.unservable(inp.flags, spec.name, c, checkpoint)]
     changes = {c for c in alts if served.changes_deployment("flag", spec.name, c, inp.flags, keeps, checkpoint,
                                                             current)}

@@ -95,7 +95,7 @@ class FewerRanksGenerator:
                 if current is None or value is None:
                     continue
                 deployment = served.changes_deployment(
-                    "flag", spec.name, str(value), inp.flags, user_keeps(inp.case, inp.flags), checkpoint, current,
+                    "flag", spec.name, str(value), inp.flags, user_keeps(inp.case, inp.flags, inp.outcomes), checkpoint, current,
                     OnHost(run_platform(inp.fingerprint, inp.baseline), {SHARD_FACT: dest}))
                 out[spec.name] = self._candidate(inp, spec.name, current, value, ll, is_error, deployment)
         return list(out.values())

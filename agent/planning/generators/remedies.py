@@ -26,7 +26,6 @@ from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import (
     ERROR_WORD,
     canon,
-    documented_choices,
     effective_value,
     error_lines,
     fact_flag,
@@ -36,7 +35,7 @@ from agent.planning.generators.common import (
 )
 from agent.planning.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.planning.values import fit_cpu_list, rule_for
-from tools.flags import FlagSpec
+from tools.flags import FlagSpec, documented_choices
 
 #: One remedy a launch's evidence names: (ledger id, intervention, kind of line, the line, description).
 Remedy = tuple[str, Intervention, str, LogLine, str]

@@ -135,7 +135,7 @@ class SettingsVsDefaultsGenerator:
         keeps = set()
         # a value the user chose whose reader has other implementations is reverted as an ordinary suspect
         # (a localising test); served, it is the workaround it is (agent.planning.confirm reads user_keeps)
-        for k in user_keeps(inp.case, inp.flags) - localising_intent(inp.case, inp.flags):
+        for k in user_keeps(inp.case, inp.flags, inp.outcomes) - localising_intent(inp.case, inp.flags):
             ks = canon(inp.flags, k)
             keeps.add(ks.name if ks else k)
         for name, value in inp.baseline.flags.items():

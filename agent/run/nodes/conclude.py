@@ -20,13 +20,14 @@ from agent.record.wire import to_payload
 from agent.review.findings import FindingsWriteError, entry_for
 from agent.run.runtime import Runtime
 from agent.run.state import RunState
+from tools.flags import FlagCatalog
 
 
 def conclude(state: RunState, rt: Runtime) -> RunState:
     """The conclude node: see the module docstring."""
     left = rt.stop_sessions()  # nothing outlives its run, and the stop is recorded before the run's end
     # A state without a transcript path (LangGraph Studio's) gets no findings entry, as before.
-    c = build_conclusion(state, rt.recorded if state.get("transcript") else None)
+    c = build_conclusion(state, rt.recorded if state.get("transcript") else None, rt.loaded_flags)
     if left and c.status == "error":  # the host failed under them: say where they are and who stops them
         c.reason = joined(
             c.reason,
@@ -42,11 +43,12 @@ def conclude(state: RunState, rt: Runtime) -> RunState:
     return {"conclusion": c.model_dump(mode="json"), "status": c.status}
 
 
-def build_conclusion(state: RunState, recorded: RecordedRun | None = None) -> Conclusion:
+def build_conclusion(state: RunState, recorded: RecordedRun | None = None,
+                     flags: FlagCatalog | None = None) -> Conclusion:
     """The run's ending (``agent.planning.conclusion.conclusion_of``): root cause and fix when a confirmed
     fix exists, else what was ruled out; an isolated one with its FINDINGS.md entry when ``recorded`` (the
-    run as its transcript tells it) is given."""
-    c = conclusion_of(state)
+    run as its transcript tells it) is given. ``flags``: the host's flag catalog when read."""
+    c = conclusion_of(state, flags)
     if c.status == "isolated":
         c.findings_entry = findings_entry(recorded, c)
     return c
