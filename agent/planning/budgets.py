@@ -24,7 +24,7 @@ from agent.domain.case import Case
 from agent.domain.models import Baseline
 from tools.knowledge_files import KnowledgeFile, load_model
 
-__all__ = ["Budget", "BudgetsError", "Resource", "bounded_on_purpose", "budget_of", "kv_bytes_per_token",
+__all__ = ["Budget", "BudgetsError", "Resource", "Sizer", "Table", "bounded_on_purpose", "budget_of", "kv_bytes_per_token",
            "load_budgets", "need_bytes", "raised_value", "removes_budget_on_purpose"]
 
 GIB = 2**30
@@ -70,6 +70,32 @@ class Budget(BaseModel):
     source: str
 
 
+class Sizer(BaseModel):
+    """A setting a table's size is proportional to (see knowledge/budgets.toml ``[[table]]``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    from_checkpoint: str = ""
+
+
+class Table(BaseModel):
+    """A device tensor whose shape follows settings (see knowledge/budgets.toml ``[[table]]``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    modules: str
+    code: str
+    sized_by: list[Sizer] = Field(min_length=1)
+    source: str
+
+    @cached_property
+    def patterns(self) -> tuple[re.Pattern[str], re.Pattern[str]]:
+        """``modules`` and ``code`` compiled."""
+        return re.compile(self.modules), re.compile(self.code)
+
+
 class Budgets(BaseModel):
     """The whole file."""
 
@@ -77,6 +103,7 @@ class Budgets(BaseModel):
 
     resource: list[Resource] = Field(default_factory=list)
     budget: list[Budget] = Field(default_factory=list)
+    table: list[Table] = Field(default_factory=list)
 
     def resource_of(self, budget: Budget) -> Resource | None:
         """The resource ``budget`` bounds."""
@@ -89,6 +116,12 @@ def _load(path: Path) -> Budgets:
     for i, b in enumerate(data.budget):
         if b.resource not in ids:
             raise BudgetsError(f"{path}: field 'budget.{i}.resource': {b.resource!r} is no [[resource]] id")
+    for t in data.table:
+        for field in ("modules", "code"):
+            try:
+                re.compile(getattr(t, field))
+            except re.error as exc:
+                raise BudgetsError(f"{path}: field 'table.{t.id}.{field}': not a regex: {exc}") from None
     for r in data.resource:
         for j, p in enumerate(r.intent):
             try:

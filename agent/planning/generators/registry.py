@@ -22,6 +22,7 @@ from agent.planning.generators.resolution import ResolutionGenerator
 from agent.planning.generators.settings import SettingsVsDefaultsGenerator
 from agent.planning.generators.switches import SwitchGenerator
 from agent.planning.generators.symptoms import SymptomClassGenerator
+from agent.planning.generators.tables import TableSizeGenerator
 from agent.planning.generators.toolchain import ToolchainGenerator
 
 __all__ = ["REGISTRY", "default_generators"]
@@ -41,6 +42,7 @@ REGISTRY: list[type[CandidateGenerator]] = [
     ResolutionGenerator,
     LoadGenerator,
     BudgetGenerator,
+    TableSizeGenerator,
     SettingsVsDefaultsGenerator,
     KnownGoodDiffGenerator,
     ChangedPackageGenerator,
