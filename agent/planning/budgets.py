@@ -25,7 +25,7 @@ from agent.domain.models import Baseline
 from tools.knowledge_files import KnowledgeFile, load_model
 
 __all__ = ["Budget", "BudgetsError", "Resource", "Sizer", "Table", "bounded_on_purpose", "budget_of", "kv_bytes_per_token",
-           "load_budgets", "need_bytes", "raised_value", "removes_budget_on_purpose"]
+           "doubled", "load_budgets", "need_bytes", "raised_value", "removes_budget_on_purpose"]
 
 GIB = 2**30
 #: Binary suffixes the engine's integer parser reads (vLLM's ``human_readable_int``: K = 2**10 ...).
@@ -64,7 +64,7 @@ class Budget(BaseModel):
     name: str
     kind: Literal["flag", "env"] = "flag"
     resource: str
-    unit: Literal["bytes", "GiB"]
+    unit: Literal["bytes", "GiB", "count"]
     short: list[str] = Field(min_length=1)
     overrides: list[str] = Field(default_factory=list)
     source: str
@@ -247,6 +247,15 @@ def need_bytes(budget: Budget, facts: Mapping[str, str], baseline: Baseline,
         return None, how if per_token is None else where
     need = per_token * tokens
     return need, f"{how} x {where} tokens = {_size(need)}"
+
+
+def doubled(value: object) -> tuple[str | None, str]:
+    """A short pool of whole slots (unit ``count``) the engine states no need for: twice its size, with how
+    that was found; (None, why) when ``value`` is no positive whole number."""
+    n = _number(value)
+    if n is None or n < 1 or n != int(n):
+        return None, f"{value} is no slot count"
+    return str(int(n) * 2), f"the engine states no figure; twice the user's {int(n)} slots"
 
 
 def raised_value(budget: Budget, need: float) -> str:

@@ -12,7 +12,15 @@ that revert is a workaround that changes the deployment, and the raise is the ro
 from __future__ import annotations
 
 from agent.domain.models import Evidence, Hypothesis, Intervention
-from agent.planning.budgets import Budget, budget_bytes, budget_of, load_budgets, need_bytes, raised_value
+from agent.planning.budgets import (
+    Budget,
+    budget_bytes,
+    budget_of,
+    doubled,
+    load_budgets,
+    need_bytes,
+    raised_value,
+)
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon
 
@@ -53,14 +61,19 @@ class BudgetGenerator:
 
     def _candidate(self, inp: GeneratorInput, budget: Budget, name: str, value: object,
                    line: int | None) -> Hypothesis | None:
-        checkpoint = inp.fingerprint.checkpoint if inp.fingerprint else {}
-        need, how = need_bytes(budget, inp.evidence.facts, inp.baseline, checkpoint)
-        if need is None:
-            return None
-        have = budget_bytes(budget, value)
-        raised = raised_value(budget, need)
-        if have is not None and have >= (budget_bytes(budget, raised) or 0):
-            return None  # already at least what the raise would set: the need is not the problem
+        if budget.unit == "count":
+            raised, how = doubled(value)
+            if raised is None:
+                return None
+        else:
+            checkpoint = inp.fingerprint.checkpoint if inp.fingerprint else {}
+            need, how = need_bytes(budget, inp.evidence.facts, inp.baseline, checkpoint)
+            if need is None:
+                return None
+            have = budget_bytes(budget, value)
+            raised = raised_value(budget, need)
+            if have is not None and have >= (budget_bytes(budget, raised) or 0):
+                return None  # already at least what the raise would set: the need is not the problem
         at = f" (log line {line})" if line else ""
         resource = load_budgets().resource_of(budget)
         return Hypothesis(
