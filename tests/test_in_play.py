@@ -496,3 +496,16 @@ def test_the_mxfp4_moe_precision_is_in_play_only_for_an_mxfp4_model(tmp_path: Pa
     assert seen["mxfp4"] is None, seen
     flags = {"--model-path": "/m/x", "--quantization": "mxfp4"}
     assert InPlay(GPU_HOST.model_copy(update={"checkpoint": {}}), Baseline(flags=flags), {}, FLAGS).why_not(change) is None
+
+
+def test_the_data_parallel_routing_is_in_play_only_with_replicas_or_pd_disaggregation() -> None:
+    """SGLang 0.5.23's --load-balance-method spreads requests over data-parallel replicas (or follows a PD
+    prefill server's bootstrap room): with one replica and no disaggregation it picks among replicas that do
+    not exist, so changing it is no candidate (knowledge/subsystems.toml ``data_parallel_routing``)."""
+    from agent.domain.models import Change
+    from agent.planning.in_play import InPlay
+
+    change = Change(kind="flag", name="--load-balance-method", after="round_robin")
+    assert "not in play" in (InPlay(GPU_HOST, Baseline(), {}, FLAGS).why_not(change) or "")
+    assert InPlay(GPU_HOST, Baseline(flags={"--dp-size": "2"}), {}, FLAGS).why_not(change) is None
+    assert InPlay(GPU_HOST, Baseline(flags={"--disaggregation-mode": "prefill"}), {}, FLAGS).why_not(change) is None

@@ -60,6 +60,8 @@ class Served:
         self.checkpoint_only = checkpoint_only or {}
         #: flag (any spelling) -> the config.json digest key its value must divide (the attention heads)
         self.divides = divides or {}
+        #: flag (any spelling) -> value -> the declared checkpoint values it also loads (``accepts``)
+        self.accepts: dict[str, dict[str, frozenset[str]]] = {}
         #: flag (any spelling) -> platform ids on which the engine sizes it from the host (``host_sized_on``)
         self.host_sized: dict[str, frozenset[str]] = {}
         #: flag (any spelling) -> every spelling of its setting, for those ``host_sized_on``
@@ -171,12 +173,23 @@ class Served:
                    checkpoint: dict[str, str] | None) -> bool:
         """Whether setting ``name`` to ``value`` cannot serve these weights: a ``checkpoint_only`` value
         (AWQ, GPTQ, ...) while the checkpoint's config.json is known and declares no such format (the
-        engine reads that format's parameters from the checkpoint's own files and refuses the launch)."""
+        engine reads that format's parameters from the checkpoint's own files and refuses the launch); or,
+        for a setting with ``accepts``, another value than the one the checkpoint declares, unless the same
+        format in another spelling (``awq_marlin`` for ``awq``) or one ``accepts`` lists for it (SGLang
+        0.5.23 configs/model_config.py _verify_quantization: "Quantization method specified in the model
+        config (X) does not match the quantization method specified in the `quantization` argument (Y).")."""
         canon = canonical_flag(flags, name)
         key = next((k for n, k in self.from_checkpoint.items() if canonical_flag(flags, n) == canon), None)
-        if not key or not checkpoint or checkpoint.get(key) is not None:
+        if not key or not checkpoint:
             return False
-        return self._checkpoint_only(flags, canon, value)
+        declared = checkpoint.get(key)
+        if declared is None:
+            return self._checkpoint_only(flags, canon, value)
+        accepts = next((a for n, a in self.accepts.items() if canonical_flag(flags, n) == canon), None)
+        if accepts is None or _numeric(value) or _same_format(declared, value):
+            return False
+        loads = accepts.get(str(value).strip().lower(), frozenset())
+        return "*" not in loads and declared.strip().lower() not in loads
 
     def _checkpoint_only(self, flags: FlagCatalog | None, canon: str, value: object) -> bool:
         values = next((v for n, v in self.checkpoint_only.items() if canonical_flag(flags, n) == canon), frozenset())
@@ -306,9 +319,10 @@ def _load(path: Path) -> Served:
     host_sized: dict[str, frozenset[str]] = {}
     spellings: dict[str, frozenset[str]] = {}
     unset: dict[str, str] = {}
+    accepts: dict[str, dict[str, frozenset[str]]] = {}
     for i, s in enumerate(data.get("setting", [])):
         check_keys(path, s, ["name", "kind", "role", "aliases", "from_checkpoint", "checkpoint_only", "divides",
-                             "default", "read_by", "host_sized_on", "source"],
+                             "default", "read_by", "host_sized_on", "accepts", "source"],
                    KnowledgeFileError, f"setting #{i + 1}")
         kind, role = str(s.get("kind", "flag")), str(s.get("role", ""))
         if kind not in ("flag", "env") or role not in ("served", "place", "intent") or not s.get("name"):
@@ -327,6 +341,8 @@ def _load(path: Path) -> Served:
                 only[n] = frozenset(str(v).lower() for v in s["checkpoint_only"])
             if s.get("divides"):
                 divides[n] = str(s["divides"])
+            if isinstance(s.get("accepts"), dict):
+                accepts[n] = {str(k).lower(): frozenset(str(v).lower() for v in vs) for k, vs in s["accepts"].items()}
             if role == "served" and kind == "flag" and n == str(s["name"]) and ("default" in s or s.get("from_checkpoint")):
                 unset[n] = str(s.get("default", "None"))
             if s.get("host_sized_on"):
@@ -338,7 +354,7 @@ def _load(path: Path) -> Served:
         from_ckpt, only, divides, need,
     )
     served.intent, served.host_sized, served.spellings, served.unset = intent, host_sized, spellings, unset
-    served.on_purpose = on_purpose
+    served.on_purpose, served.accepts = on_purpose, accepts
     return served
 
 
