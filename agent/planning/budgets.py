@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.domain.case import Case
 from agent.domain.models import Baseline
+from agent.planning.kv_layout import kv_bytes_per_token
 from tools.knowledge_files import KnowledgeFile, load_model
 
 __all__ = ["Budget", "BudgetsError", "Resource", "Sizer", "Table", "bounded_on_purpose", "budget_of", "kv_bytes_per_token",
@@ -195,30 +196,6 @@ def budget_bytes(budget: Budget, value: object) -> float | None:
             n = _number(text[:-1])
             return n * mult if n is not None else None
     return _number(text)
-
-
-def kv_bytes_per_token(checkpoint: Mapping[str, str], dtype_bytes: Mapping[str, float]) -> tuple[float | None, str]:
-    """Bytes of KV cache one token takes over all layers, from a config.json digest
-    (``tools.model_config.checkpoint_facts``): 2 (K and V) x layers x KV heads x head size x dtype bytes,
-    as vLLM 0.32.0 lays out full attention (``AttentionSpec.page_size_bytes``, per layer). The head size
-    is ``head_dim``, else hidden_size / attention heads; the KV heads ``num_key_value_heads``, else the
-    attention heads. Returns (None, why) when the digest lacks a figure."""
-    layers = _number(checkpoint.get("num_hidden_layers"))
-    heads = _number(checkpoint.get("num_attention_heads"))
-    kv_heads = _number(checkpoint.get("num_key_value_heads")) or heads
-    head = _number(checkpoint.get("head_dim"))
-    if head is None and heads and (hidden := _number(checkpoint.get("hidden_size"))):
-        head = hidden / heads
-    dtype = str(checkpoint.get("torch_dtype", "")).removeprefix("torch.").lower()
-    size = dtype_bytes.get(dtype)
-    missing = [n for n, v in (("num_hidden_layers", layers), ("num_key_value_heads", kv_heads),
-                              ("head_dim", head), ("torch_dtype", size)) if not v]
-    if missing:
-        return None, f"config.json gives no {', '.join(missing)}"
-    assert layers and kv_heads and head and size
-    per_token = 2 * layers * kv_heads * head * size
-    return per_token, (f"2 x {layers:g} layers x {kv_heads:g} KV heads x {head:g} head size x {size:g} bytes "
-                       f"({dtype}) = {per_token:g} bytes a token")
 
 
 def _tokens(resource: Resource, baseline: Baseline, checkpoint: Mapping[str, str]) -> tuple[float | None, str]:

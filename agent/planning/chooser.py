@@ -253,8 +253,8 @@ class Chooser(FlagMatcher):
     def _evidence(self, view: PlannerView, ref: Outcome, baseline: Baseline) -> ValueEvidence:
         fp = view.fingerprint
         total = fp.memory_total_mib / 1024 if fp and fp.memory_total_mib else None
-        return ValueEvidence(facts=dict(ref.facts), total_gib=total, flags=dict(baseline.flags),
-                             cpu_count=fp.cpu_count if fp else None, out_of_memory=ran_out_of_memory(ref))
+        return ValueEvidence(facts=dict(ref.facts), total_gib=total, flags=dict(baseline.flags), out_of_memory=ran_out_of_memory(ref),
+                             cpu_count=fp.cpu_count if fp else None, checkpoint=dict(fp.checkpoint) if fp else {})
 
     def _candidates(
         self,

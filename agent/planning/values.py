@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agent.domain.models import FlagValue, Outcome
+from agent.planning.kv_layout import rank_share_cap
 from agent.review.wording import count
 
 #: Which way each rule moves its flag, so a hypothesis can tell whether a change is "its" fix.
@@ -63,6 +64,8 @@ class ValueEvidence:
     flags: Mapping[str, FlagValue] = field(default_factory=dict)
     #: The host's CPU count (``HostFingerprint.cpu_count``), None when unknown.
     cpu_count: int | None = None
+    #: The model's config.json digest (``tools.model_config.checkpoint_facts``), empty when unknown.
+    checkpoint: Mapping[str, str] = field(default_factory=dict)
     #: The failing run reported an allocation failure (a fatal or error line whose component is memory's,
     #: knowledge/signatures.toml): the capture figures then never contradict a memory shortage, since they
     #: may come from another rank than the one that ran out.
@@ -514,6 +517,11 @@ def _is_cpu_list(value: object) -> bool:
 CPU_MAX_NUM_SEQS = 128
 
 
+def max_total_tokens_for_rank_share(ev: ValueEvidence) -> tuple[str | None, str]:
+    """A KV-pool cap in tokens for CPU ranks that share a NUMA node (``agent.planning.kv_layout.rank_share_cap``)."""
+    return rank_share_cap(ev.facts, ev.flags, ev.checkpoint)
+
+
 def kv_cache_for_max_seqs(ev: ValueEvidence) -> tuple[str | None, str]:
     """``kv_cache_gib_for_max_seqs`` as a size ``--kv-cache-memory-bytes`` reads (``NG``: N GiB)."""
     gib, why = kv_cache_gib_for_max_seqs(ev)
@@ -544,6 +552,9 @@ RULES["kv_cache_for_max_seqs"] = kv_cache_for_max_seqs
 RULES["kv_cache_gib_for_max_seqs"] = kv_cache_gib_for_max_seqs
 RULE_FLAGS["kv_cache_for_max_seqs"] = "--kv-cache-memory-bytes"
 DIRECTIONS["kv_cache_for_max_seqs"] = "lower"
+RULES["max_total_tokens_for_rank_share"] = max_total_tokens_for_rank_share
+RULE_FLAGS["max_total_tokens_for_rank_share"] = "--max-total-tokens"
+DIRECTIONS["max_total_tokens_for_rank_share"] = "lower"
 #: Rules whose value has a shape rather than a direction: a change matches when its value has it.
 SHAPES: dict[str, Callable[[object], bool]] = {"cpu_list_per_rank": _is_cpu_list}
 

@@ -68,6 +68,9 @@ _BYPASSES = re.compile(r"\bto (?:bypass|skip|disable|ignore|override|circumvent)
                        r"(?:\w+ )?(?:checks?|validations?|assertions?|guards?)\b", re.I)
 _RAISE = re.compile(r"\b(?:increase|raise|larger|higher|bigger|more)\b", re.I)
 _LOWER = re.compile(r"\b(?:decrease|lower|reduce|smaller|less)\b", re.I)
+#: "Please set proper `--max-total-tokens` to avoid the out-of-memory error." (SGLang 0.5.23 numa_utils.py): a
+#: bound the engine asks for against running out of memory, i.e. a lower one.
+_BOUND_FOR_MEMORY = re.compile(r"\bset (?:a |an )?(?:proper|appropriate|suitable)\b.{0,60}\b(?:out[- ]of[- ]memory|OOM)\b", re.I)
 _AT_LEAST = re.compile(r"at least (?P<v>\d+(?:\.\d+)?)")
 _AT_MOST = re.compile(r"at most (?P<v>\d+(?:\.\d+)?)")
 _EXAMPLES = re.compile(r"e\.g\.,?\s*(?P<v>[0-9.]+(?:\s*(?:or|,)\s*[0-9.]+)*)")
@@ -81,8 +84,10 @@ _REMEDY_WORDS = re.compile(r"\b(?:use|set|try|increase|decrease|lower|raise|redu
                            r"please|consider|specify|by)\b", re.I)
 
 
-def _where(lines: list[LogLine], exceptions: set[str]) -> list[tuple[LogLine, str]]:
-    """(line, kind) for each line that may name a remedy: error, solution or warning."""
+def _where(lines: list[LogLine], exceptions: set[str], warned: frozenset[int] = frozenset()) -> list[tuple[LogLine, str]]:
+    """(line, kind) for each line that may name a remedy: error, solution or warning (a line that says so, or
+    one a signature of severity ``warning`` matched: ``warned``, line numbers; SGLang's own log format prints
+    no level)."""
     out: list[tuple[LogLine, str]] = []
     in_list = False
     for ll in lines:
@@ -98,7 +103,7 @@ def _where(lines: list[LogLine], exceptions: set[str]) -> list[tuple[LogLine, st
         stripped = text.strip()
         if stripped in exceptions or finds(ERROR_WORD, text):
             out.append((ll, "error"))
-        elif re.search(r"\bWARN(?:ING)?\b|warning", text, re.I):
+        elif ll.line in warned or re.search(r"\bWARN(?:ING)?\b|warning", text, re.I):
             out.append((ll, "warning"))
     return out
 
@@ -111,8 +116,9 @@ def remedies_in(inp: GeneratorInput) -> list[Remedy]:
     """(id, intervention, kind, line, description) for every remedy named in the kept log lines."""
     ev = inp.evidence
     exceptions = {tb.exception_line for tb in ev.tracebacks}
+    warned = frozenset(n for m in ev.matches if m.severity == "warning" for n in m.line_numbers)
     found: list[Remedy] = []
-    for ll, kind in _where(ev.log, exceptions):
+    for ll, kind in _where(ev.log, exceptions, warned):
         text = ll.text
         if kind != "solution" and not _REMEDY_WORDS.search(text):
             continue
@@ -152,7 +158,8 @@ def _flag_remedy(inp: GeneratorInput, m: re.Match[str], kind: str, ll: LogLine) 
     value = _no_full_stop(m.group("value"))
     values: list[FlagValue] = []
     derive = None
-    direction = "raise" if _RAISE.search(sentence) else "lower" if _LOWER.search(sentence) else None
+    direction = "raise" if _RAISE.search(sentence) else "lower" if _LOWER.search(sentence) or \
+        _BOUND_FOR_MEMORY.search(sentence) else None
     if (at := _AT_LEAST.search(after_text)) and direction != "lower":
         values = [_round_up(float(at.group("v")))]
         direction = "raise"
