@@ -3,6 +3,16 @@ command, or the lab as a real process)."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,3 +28,51 @@ def test_replay_refuses_a_speed_that_is_not_a_positive_finite_number_in_one_line
     assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout[-500:])
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "--speed" in lines[0] and "positive finite number" in lines[0], r.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_labs_log_timestamps_never_go_back_under_concurrent_requests(tmp_path: Path) -> None:
+    """A burst of concurrent requests to the lab server (its HTTP handlers log from their own threads): the
+    timestamps of consecutive records never decrease. At a fast clock (0.001: a simulated second is a
+    millisecond) a record stamped before another thread's was sometimes written after it."""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HYPOLOOP_LAB_")}
+    env.update(HYPOLOOP_LAB_WORLD="glm5-nvfp4-sm120", HYPOLOOP_LAB_TIME_SCALE="0.001", PYTHONPATH=str(REPO))
+    log = tmp_path / "server.log"
+    argv = [sys.executable, "-m", "lab.launch_server", "--model-path", "zai-org/GLM-5-NVFP4", "--tp-size", "8",
+            "--trust-remote-code", "--quantization", "modelopt_fp4", "--kv-cache-dtype", "bf16", "--port", str(port)]
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+
+    def generate() -> None:
+        body = {"text": "What is the capital of France?", "sampling_params": {"max_new_tokens": 16, "temperature": 0}}
+        req = urllib.request.Request(f"{url}/generate", data=json.dumps(body).encode(),
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            resp.read()
+
+    try:
+        deadline = time.monotonic() + 60
+        while "ready to roll" not in log.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-2000:]
+            time.sleep(0.02)
+        for _ in range(3):
+            threads = [threading.Thread(target=generate) for _ in range(48)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    stamps = [m.group(1) for ln in log.read_text(errors="replace").splitlines()
+              if (m := re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", ln))]
+    assert len(stamps) > 150, len(stamps)
+    back = [(a, b) for a, b in zip(stamps, stamps[1:], strict=False) if b < a]
+    assert back == [], back[:5]
