@@ -14,9 +14,10 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
-from clirun import run_cli
+from clirun import HYPOLOOP, cli_env, live_processes, run_cli, transcript_events
 
 REPO = Path(__file__).resolve().parents[1]
 GLM5 = REPO / "transcripts" / "reference" / "glm5-nvfp4-sm120.jsonl"
@@ -76,3 +77,55 @@ def test_the_labs_log_timestamps_never_go_back_under_concurrent_requests(tmp_pat
     assert len(stamps) > 150, len(stamps)
     back = [(a, b) for a, b in zip(stamps, stamps[1:], strict=False) if b < a]
     assert back == [], back[:5]
+
+
+def _paused(tmp_path: Path) -> tuple[str, Path]:
+    """A run of the GLM-5 world waiting for approval of its baseline (no terminal): its id and transcript."""
+    r = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--json", "--transcript-dir", "tr")
+    assert r.returncode == 3, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    return out["run_id"], tmp_path / out["transcript"]
+
+
+def _killed_while_loading(tmp_path: Path, run_id: str, transcript: Path, *, scale: str) -> dict[str, Any]:
+    """``resume --decision approve`` at the lab clock ``scale``, killed -9 while its server loads; the
+    ``server.launched`` record."""
+    env = cli_env(tmp_path, HYPOLOOP_LAB_TIME_SCALE=scale)
+    proc = subprocess.Popen([*HYPOLOOP, "resume", run_id, "--decision", "approve"], cwd=tmp_path, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        launched: list[dict[str, Any]] = []
+        while not launched:
+            assert time.monotonic() < deadline and proc.poll() is None, "no launch"
+            launched = [e for e in transcript_events(transcript) if e["type"] == "server.launched"]
+            time.sleep(0.02)
+        log = Path(launched[0]["data"]["log"])
+        while not (log.exists() and log.stat().st_size > 0):
+            assert time.monotonic() < deadline, "the server wrote nothing"
+            time.sleep(0.02)
+        assert not any(e["type"] == "server.ready" for e in transcript_events(transcript)), "kill it while loading"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    return dict(launched[0]["data"])
+
+
+def test_experiments_are_numbered_one_by_one_after_a_lost_launch_is_relaunched(tmp_path: Path) -> None:
+    """Killed while the baseline loads, its server lost too; resumed: the baseline is launched again. The
+    experiments are still numbered 1, 2, 3 in ``show``, ``replay`` and the report (it was 1, 3, 4: the
+    number counted launches), and the relaunch keeps the baseline's number 1."""
+    run_id, transcript = _paused(tmp_path)
+    launched = _killed_while_loading(tmp_path, run_id, transcript, scale="0.01")
+    os.killpg(int(launched["pgid"]), signal.SIGKILL)  # the server dies too while nobody watches
+    r = run_cli(tmp_path, "resume", run_id, "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["launches"] == 4  # the lost launch counts
+    for cmd in ("show", "replay"):
+        out = run_cli(tmp_path, cmd, run_id).stdout
+        assert re.findall(r"^experiment (\d+) exp-", out, re.M) == ["1", "2", "3"], (cmd, out[-3000:])
+    report = run_cli(tmp_path, "report", run_id).stdout
+    table = report.split("## Experiments", 1)[1].split("\n\n", 2)[1]
+    numbers = [ln.split("|")[1].strip() for ln in table.splitlines()[2:]]
+    assert numbers == ["1", "1", "2", "3"], table  # the interrupted launch and its relaunch: experiment 1
+    assert not live_processes(run_id, only="lab.launch_server")

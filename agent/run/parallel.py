@@ -51,7 +51,7 @@ from agent.record.wire import to_payload
 from agent.run.crashsafe import infra_failure
 from agent.run.recovery import prior_launch, recover, save_result
 from agent.run.runtime import Runtime
-from agent.run.state import RunState, case_of, planner_view
+from agent.run.state import RunState, case_of, next_step, planner_view
 from tools.host import HostError, ProcessHandle
 
 if TYPE_CHECKING:  # the nodes are given by the graph (``Steps``), not imported here
@@ -235,7 +235,7 @@ def design_or_batch(state: RunState, rt: Runtime, steps: Steps) -> dict[str, Any
     memo = pl.checkpoint()
     ids = [e.id for e in checked]
     for i, exp in enumerate(checked):
-        tr.step = view.launches + 1 + i  # each member is its own experiment: numbered as the launches will be
+        tr.step = view.next_step + i  # each member is its own experiment, numbered in turn
         tr.emit(
             "experiment.proposed",
             to_payload(
@@ -300,7 +300,7 @@ def execute_or_batch(state: RunState, rt: Runtime, steps: Steps) -> RunState:
     tr = rt.transcript
     case = case_of(state)
     run_id = state["run_id"]
-    tr.step = state.get("launches", 0) + 1
+    tr.step = next_step(state)
     tally = _Tally()
     try:
         launch = _recover_batch(rt, case, run_id, approved, tally)

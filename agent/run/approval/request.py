@@ -106,6 +106,8 @@ class RequestContext:
     error: str | None = None
     batch: Sequence[str] = ()
     lead_blocked: LeadBlocked | None = None
+    #: the number the experiment is shown with (``agent.run.state.next_step``); 0: ``launches + 1``
+    step: int = 0
 
 
 def build_request(exp: Experiment, hypotheses: Sequence[Hypothesis], ctx: RequestContext) -> ApprovalRequest:
@@ -127,7 +129,7 @@ def build_request(exp: Experiment, hypotheses: Sequence[Hypothesis], ctx: Reques
     return ApprovalRequest(
         run_id=ctx.run_id,
         experiment=exp,
-        step=ctx.launches + 1,
+        step=ctx.step or ctx.launches + 1,
         tests=tests,
         hypotheses=lines,
         launches=ctx.launches,

@@ -46,7 +46,7 @@ from agent.run.crashsafe import infra_failure, probe_through_drops, server_info_
 from agent.run.progress import LoadProgress
 from agent.run.recovery import prior_launch, record_intent, recover, save_result
 from agent.run.runtime import Runtime
-from agent.run.state import RunState, case_of
+from agent.run.state import RunState, case_of, next_step
 from tools.host import (
     MIN_FREE_BYTES,
     Host,
@@ -87,7 +87,7 @@ def execute(state: RunState, rt: Runtime) -> RunState:
     if any(o["experiment_id"] == exp.id for o in state.get("outcomes", [])):
         tr.emit("experiment.skipped", {"experiment_id": exp.id, "reason": "already executed"}, node="execute")
         return {"pending": None}
-    tr.step = state.get("launches", 0) + 1
+    tr.step = next_step(state)
     unreachable: RunState = {}
     # Earlier attempts of this experiment that launched a server which was lost or stopped before
     # its outcome was read: their launches and host time count against the budget too.
