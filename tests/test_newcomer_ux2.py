@@ -87,9 +87,10 @@ def _paused(tmp_path: Path) -> tuple[str, Path]:
     return out["run_id"], tmp_path / out["transcript"]
 
 
-def _killed_while_loading(tmp_path: Path, run_id: str, transcript: Path, *, scale: str) -> dict[str, Any]:
-    """``resume --decision approve`` at the lab clock ``scale``, killed -9 while its server loads; the
-    ``server.launched`` record."""
+def _killed_while_loading(tmp_path: Path, run_id: str, transcript: Path, *, scale: str,
+                          ready: bool = False) -> dict[str, Any]:
+    """``resume --decision approve`` at the lab clock ``scale``, killed -9 while its server loads (``ready``:
+    once it is ready); the ``server.launched`` record."""
     env = cli_env(tmp_path, HYPOLOOP_LAB_TIME_SCALE=scale)
     proc = subprocess.Popen([*HYPOLOOP, "resume", run_id, "--decision", "approve"], cwd=tmp_path, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -104,7 +105,11 @@ def _killed_while_loading(tmp_path: Path, run_id: str, transcript: Path, *, scal
         while not (log.exists() and log.stat().st_size > 0):
             assert time.monotonic() < deadline, "the server wrote nothing"
             time.sleep(0.02)
-        assert not any(e["type"] == "server.ready" for e in transcript_events(transcript)), "kill it while loading"
+        while ready and not any(e["type"] == "server.ready" for e in transcript_events(transcript)):
+            assert time.monotonic() < deadline and proc.poll() is None, "never ready"
+            time.sleep(0.02)
+        if not ready:
+            assert not any(e["type"] == "server.ready" for e in transcript_events(transcript)), "kill it loading"
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
@@ -128,4 +133,40 @@ def test_experiments_are_numbered_one_by_one_after_a_lost_launch_is_relaunched(t
     table = report.split("## Experiments", 1)[1].split("\n\n", 2)[1]
     numbers = [ln.split("|")[1].strip() for ln in table.splitlines()[2:]]
     assert numbers == ["1", "1", "2", "3"], table  # the interrupted launch and its relaunch: experiment 1
+    assert not live_processes(run_id, only="lab.launch_server")
+
+
+def _host_s_of_outcomes(transcript: Path) -> dict[str, float]:
+    return {e["data"]["experiment_id"]: float(e["data"]["timings"]["host_seconds"])
+            for e in transcript_events(transcript) if e["type"] == "outcome"}
+
+
+def test_a_lost_launch_is_billed_at_the_time_scale_it_ran_under(tmp_path: Path) -> None:
+    """Launched at the lab clock 0.01, lost with its process once ready, relaunched by a ``resume`` at 0.004:
+    the lost launch's host-seconds are its wall seconds over 0.01, not over the resumed process's 0.004."""
+    run_id, transcript = _paused(tmp_path)
+    launched = _killed_while_loading(tmp_path, run_id, transcript, scale="0.01", ready=True)
+    os.killpg(int(launched["pgid"]), signal.SIGKILL)
+    exp = launched["experiment_id"]
+    seen = [e["ts"] for e in transcript_events(transcript) if e["data"].get("experiment_id") == exp]
+    wall = max(seen) - float(launched["started_wall"])  # as long as it was seen running
+    r = run_cli(tmp_path, "resume", run_id, "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    total = float(json.loads(r.stdout.strip().splitlines()[-1])["host_seconds"])
+    lost = total - sum(_host_s_of_outcomes(transcript).values())
+    assert abs(lost - wall / 0.01) < 1.0, (lost, wall / 0.01, wall / 0.004)
+
+
+def test_an_adopted_server_is_billed_at_the_time_scale_it_was_launched_with(tmp_path: Path) -> None:
+    """Launched at the lab clock 0.01, its process killed while it loads, adopted by a ``resume`` at 0.004:
+    its host-seconds are those of a launch at its own clock (about what the next launches cost), not its
+    wall seconds over 0.004 (2.5 times as many; a margin for a loaded machine)."""
+    run_id, transcript = _paused(tmp_path)
+    launched = _killed_while_loading(tmp_path, run_id, transcript, scale="0.01")
+    r = run_cli(tmp_path, "resume", run_id, "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert any(e["type"] == "server.adopted" for e in transcript_events(transcript))
+    billed = _host_s_of_outcomes(transcript)
+    adopted = billed.pop(launched["experiment_id"])
+    assert billed and adopted < 1.8 * max(billed.values()), (adopted, billed)
     assert not live_processes(run_id, only="lab.launch_server")

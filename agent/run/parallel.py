@@ -355,7 +355,7 @@ def _recover_batch(
             continue
         if adopt is None:
             tally.earlier += prior.attempts
-            tally.earlier_host_s += prior.wall_s / host.time_scale
+            tally.earlier_host_s += prior.host_s(host.time_scale)
         launch[exp.id] = _launch_args(adopt, record, prior.attempts + 1)
     return launch
 
@@ -397,7 +397,7 @@ def _record_losses(
         tr.emit("error", {"message": str(err), "experiment_id": exp_id}, node="execute")
         lost = prior_launch(tr.path, exp_id)
         tally.earlier += lost.attempts
-        tally.earlier_host_s += lost.wall_s / rt.host(case).time_scale
+        tally.earlier_host_s += lost.host_s(rt.host(case).time_scale)
         infra = RawEvidence.infra_error(exp_id, str(err))
         tally.outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify(infra)))
         # Any host failure ends the run, as for one experiment (agent.run.crashsafe.infra_failure): an
