@@ -170,3 +170,17 @@ def test_an_adopted_server_is_billed_at_the_time_scale_it_was_launched_with(tmp_
     adopted = billed.pop(launched["experiment_id"])
     assert billed and adopted < 1.8 * max(billed.values()), (adopted, billed)
     assert not live_processes(run_id, only="lab.launch_server")
+
+
+def test_show_gives_the_runs_host_seconds_as_one_figure_in_the_conclusion_and_the_run_line(tmp_path: Path) -> None:
+    """The conclusion's cost and ``show``'s run line are one figure, rounded once: the conclusion kept the
+    total rounded to 0.1, and rounding that again to whole seconds could differ by one from the run line."""
+    r = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", "--auto", "--json")
+    assert r.returncode == 0, r.stderr[-3000:]
+    run_id = json.loads(r.stdout.strip().splitlines()[-1])["run_id"]
+    info = json.loads(run_cli(tmp_path, "show", run_id, "--json").stdout)
+    assert info["conclusion"]["host_seconds"] == info["host_seconds"], info["conclusion"]["host_seconds"]
+    out = run_cli(tmp_path, "show", run_id).stdout
+    cost = re.findall(r"cost\s+\d+ launches, (\d+) host-seconds", out)
+    total = re.findall(r"finished, \d+ launches, (\d+) host-seconds", out)
+    assert cost and cost == total == [f"{info['host_seconds']:.0f}"], (cost, total)

@@ -134,7 +134,7 @@ def build_request(exp: Experiment, hypotheses: Sequence[Hypothesis], ctx: Reques
         hypotheses=lines,
         launches=ctx.launches,
         budget_launches=ctx.budget_launches,
-        host_seconds=round(ctx.host_seconds, 1),
+        host_seconds=round(ctx.host_seconds, 3),  # as the run keeps it: one rounding, when shown
         budget_host_seconds=ctx.budget_host_seconds,
         mode=ctx.mode,
         risky=list(ctx.risky),
