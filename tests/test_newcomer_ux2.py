@@ -184,3 +184,20 @@ def test_show_gives_the_runs_host_seconds_as_one_figure_in_the_conclusion_and_th
     cost = re.findall(r"cost\s+\d+ launches, (\d+) host-seconds", out)
     total = re.findall(r"finished, \d+ launches, (\d+) host-seconds", out)
     assert cost and cost == total == [f"{info['host_seconds']:.0f}"], (cost, total)
+
+
+def test_the_reports_experiment_table_holds_under_each_title_what_it_says(tmp_path: Path) -> None:
+    """``hypoloop report``: the column titled "outcome" holds each launch's outcome (request_failed, ok) as
+    ``show`` names it, and the signature it showed is under "what it showed" (the outcome was under
+    "stage reached" and the signature under "outcome"), in Markdown and in HTML alike."""
+    md = run_cli(tmp_path, "report", str(GLM5))
+    assert md.returncode == 0, md.stderr[-2000:]
+    lines = md.stdout.split("## Experiments", 1)[1].strip().split("\n\n", 1)[0].splitlines()
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = [dict(zip(head, (c.strip() for c in ln.strip("|").split("|")), strict=True)) for ln in lines[2:]]
+    assert "stage reached" not in head
+    assert [r["outcome"] for r in rows] == ["request_failed", "ok", "ok"], rows
+    assert rows[0]["what it showed"].startswith("probability_tensor_nan (log line "), rows
+    html = run_cli(tmp_path, "report", str(GLM5), "--format", "html")
+    assert '<td data-label="outcome" class="fail">request_failed</td>' in html.stdout
+    assert '<td data-label="what it showed">probability_tensor_nan (log line' in html.stdout
