@@ -201,3 +201,28 @@ def test_the_reports_experiment_table_holds_under_each_title_what_it_says(tmp_pa
     html = run_cli(tmp_path, "report", str(GLM5), "--format", "html")
     assert '<td data-label="outcome" class="fail">request_failed</td>' in html.stdout
     assert '<td data-label="what it showed">probability_tensor_nan (log line' in html.stdout
+
+
+def test_runs_and_show_say_a_run_asked_at_another_terminal_runs_there_not_answer_with_resume(tmp_path: Path) -> None:
+    """``hypoloop run`` at a terminal, waiting at its approval prompt (it holds the run): ``runs`` and ``show``
+    from another shell say it runs in that process (its pid), and do not tell to answer with ``resume``,
+    which that process's lock would refuse."""
+    import pexpect  # a dev dependency (pyproject.toml)
+
+    env = cli_env(tmp_path, COLUMNS="120", LINES="50", TERM="xterm-256color")
+    child = pexpect.spawn(HYPOLOOP[0], [*HYPOLOOP[1:], "run", "lab:glm5-nvfp4-sm120"], cwd=str(tmp_path), env=env,
+                          encoding="utf-8", timeout=120, dimensions=(50, 120))
+    try:
+        child.expect(r"\[a\]pprove / \[e\]dit / \[r\]eject / \[h\]ypotheses / \[s\]top: ")
+        listed = json.loads(run_cli(tmp_path, "runs", "--json").stdout)
+        assert len(listed) == 1 and listed[0]["holder"] == child.pid, listed
+        run_id = listed[0]["run_id"]
+        runs = " ".join(run_cli(tmp_path, "runs", COLUMNS="100").stdout.split())  # one run a few lines
+        shown = " ".join(run_cli(tmp_path, "show", run_id).stdout.replace("│", " ").split())
+        child.sendline("s")
+        child.expect(pexpect.EOF, timeout=60)
+    finally:
+        child.close(force=True)
+    held = f"running in another hypoloop process (pid {child.pid})"
+    assert held in runs and "resume" not in runs, runs
+    assert held in shown and "answer with" not in shown and "hypoloop resume" not in shown, shown[-1500:]
