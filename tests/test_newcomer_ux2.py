@@ -226,3 +226,19 @@ def test_runs_and_show_say_a_run_asked_at_another_terminal_runs_there_not_answer
     held = f"running in another hypoloop process (pid {child.pid})"
     assert held in runs and "resume" not in runs, runs
     assert held in shown and "answer with" not in shown and "hypoloop resume" not in shown, shown[-1500:]
+
+
+def test_show_and_runs_at_40_columns_never_split_a_run_id(tmp_path: Path) -> None:
+    """At COLUMNS=40 a run id is never broken across lines in ``show`` or ``runs``: the transcript's path,
+    which ends with it, folds after a ``/`` (it was cut mid-id at the terminal's edge)."""
+    run_id, _ = _paused(tmp_path)
+    for args in (("show", run_id), ("runs",)):
+        out = run_cli(tmp_path, *args, COLUMNS="40")
+        assert out.returncode == 0, out.stderr[-2000:]
+        lines = out.stdout.splitlines()
+        assert sum(run_id in ln for ln in lines) >= (3 if args[0] == "show" else 1), out.stdout
+        broken = [ln for ln in lines if run_id[:9] in ln and run_id not in ln]
+        assert broken == [], out.stdout
+    shown = run_cli(tmp_path, "show", run_id, COLUMNS="40").stdout
+    assert any(ln.strip() == f"{run_id}.jsonl" or ln.rstrip().endswith(f"/{run_id}.jsonl") for ln in shown.splitlines())
+
