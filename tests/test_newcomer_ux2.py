@@ -242,3 +242,38 @@ def test_show_and_runs_at_40_columns_never_split_a_run_id(tmp_path: Path) -> Non
     shown = run_cli(tmp_path, "show", run_id, COLUMNS="40").stdout
     assert any(ln.strip() == f"{run_id}.jsonl" or ln.rstrip().endswith(f"/{run_id}.jsonl") for ln in shown.splitlines())
 
+
+def test_edits_offered_after_a_refusal_leave_out_what_the_host_refused_and_the_baselines_own_value(
+    tmp_path: Path,
+) -> None:
+    """At the terminal: the baseline fails with its FP8 KV cache (SGLang chose fp8_e4m3), the test of bf16 is
+    rejected, and an edit to fp4_e2m1 is refused by the host ("only supports bf16/bfloat16 or fp8_e4m3").
+    The next screen offers no KV-cache dtype the host refused (fp8_e5m2) nor the baseline's own effective
+    fp8_e4m3 (a launch that changes nothing): both were offered."""
+    import pexpect  # a dev dependency (pyproject.toml)
+
+    prompt = r"\[a\]pprove / \[e\]dit / \[r\]eject / \[h\]ypotheses / \[s\]top: "
+    env = cli_env(tmp_path, COLUMNS="130", LINES="60", TERM="xterm-256color")
+    child = pexpect.spawn(HYPOLOOP[0], [*HYPOLOOP[1:], "run", "lab:glm5-nvfp4-sm120"], cwd=str(tmp_path), env=env,
+                          encoding="utf-8", timeout=120, dimensions=(60, 130))
+    try:
+        child.expect(prompt)
+        child.sendline("a")
+        child.expect(prompt)
+        child.sendline("r")
+        child.expect("reason")
+        child.sendline("a bf16 KV cache halves the tokens that fit")
+        child.expect(prompt)
+        child.sendline("e")
+        child.expect("one change")
+        child.sendline("--kv-cache-dtype=fp4_e2m1")
+        child.expect(prompt)
+        screen = " ".join(re.sub(r"[│╭╮╰╯─]", " ", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", child.before)).split())
+        child.sendline("s")
+        child.expect(pexpect.EOF, timeout=60)
+    finally:
+        child.close(force=True)
+    assert "only supports bf16/bfloat16 or fp8_e4m3" in screen  # the host refused the edit's value
+    note = screen.split("can no longer be tested as proposed", 1)[1]
+    offered = re.findall(r"--kv-cache-dtype=[\w.]+", note)
+    assert "--kv-cache-dtype=fp8_e5m2" not in offered and "--kv-cache-dtype=fp8_e4m3" not in offered, note[:600]
