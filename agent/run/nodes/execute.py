@@ -211,8 +211,7 @@ def run_experiment(
     name = exp.id if launch_no <= 1 else f"{exp.id}.launch{launch_no}"
     log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{name}.log"
     matcher = SignatureMatcher(rt.signatures_for(case))
-    # an adopted server keeps the clock it was launched with, which a resumed process may not share
-    scale = float((record or {}).get("time_scale") or host.time_scale) if adopt is not None else host.time_scale
+    scale = _launch_scale(host, record if adopt is not None else None)
     watched = WatchedLaunch(exp.id, matcher, _stall_watch(rt, case, scale), log_path, scale)
     watch = rt.progress.launch(exp.id, rt.signatures_for(case)) if rt.progress is not None else None
     # excerpt: the lines kept as evidence (tracebacks, errors, warnings, the tail)
@@ -249,6 +248,12 @@ def run_experiment(
         log_excerpt=launch.excerpt.lines(),
         queued_s=queued,
     )
+
+
+def _launch_scale(host: Host, adopted: dict[str, Any] | None) -> float:
+    """The host time scale a launch runs on: the host's, or for a server adopted from an earlier process
+    (``adopted``: its launch record) the one it was launched with, which a resumed process may not share."""
+    return float((adopted or {}).get("time_scale") or host.time_scale)
 
 
 def _ended_by_scheduler(host: Host, session: ServerSession, res: LaunchResult) -> str | None:
