@@ -41,8 +41,12 @@ class SimLog:
         if sim_seconds > 0:
             time.sleep(sim_seconds * self.scale)
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, *, stamped: str | None = None) -> None:
+        """Write one record; ``stamped``: its prefix with ``{stamp}`` for the simulated time, taken under
+        the lock so that records written by concurrent threads (the HTTP handlers) never go back in time."""
         with self._lock:
+            if stamped is not None:
+                text = stamped.format(stamp=self.stamp()) + text
             if self._bar_open:  # end the bar's physical line first, so the record starts a line of its own
                 text = "\n" + text
                 self._bar_open = False
@@ -56,12 +60,11 @@ class SimLog:
         if _LEVELS.get(level, 20) < self.threshold:
             return
         if source == "scheduler":
-            prefix = f"[{self.stamp()} TP{rank}] "
+            self._write(text, stamped=f"[{{stamp}} TP{rank}] ")
         elif source == "server":
-            prefix = f"[{self.stamp()}] "
+            self._write(text, stamped="[{stamp}] ")
         else:
-            prefix = ""
-        self._write(prefix + text)
+            self._write(text)
 
     def ranks(self, make: Any, tp_size: int, *, level: str = "info") -> None:
         """One scheduler line per TP rank; `make(rank)` returns the text."""
@@ -71,7 +74,7 @@ class SimLog:
     def uvicorn(self, text: str, level: str = "info") -> None:
         if _LEVELS.get(level, 20) < self.http_threshold:
             return
-        self._write(f"[{self.stamp()}] {level.upper() + ':':<9} {text}")
+        self._write(text, stamped=f"[{{stamp}}] {level.upper() + ':':<9} ")
 
     def progress(self, text: str, *, last: bool = False) -> None:
         """A tqdm progress-bar update: no prefix, never filtered by --log-level, redrawn in place.

@@ -307,6 +307,13 @@ def resume_command(run_id: str) -> str:
     return " ".join([*words, "hypoloop", "resume", run_id])
 
 
+def held_elsewhere(holder: int) -> str:
+    """What a run held by another live hypoloop process (``RunInfo.holder``, its pid; -1 when its lock file
+    names none) is doing, for ``runs`` and ``show``: it runs there, not waiting for ``resume``."""
+    who = f" (pid {holder})" if holder > 0 else ""
+    return f"running in another hypoloop process{who}, which holds the run and asks for the answer"
+
+
 def said(status: str) -> str:
     """A status as a person reads it (``waiting_for_approval`` → "waiting for approval")."""
     return status.replace("_", " ")

@@ -3,6 +3,7 @@ planner."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -64,8 +65,8 @@ def replay(
         return
     if knowledge is not None:
         fail("--knowledge is for --redecide (a replay shows what the run recorded)")
-    if speed is not None and speed <= 0:
-        fail(f"--speed {speed}: expected a positive number")
+    if speed is not None and not (math.isfinite(speed) and speed > 0):  # nan compares false with everything
+        fail(f"--speed {speed}: expected a positive finite number (how many times faster than recorded)")
     if speed is not None and follow:
         fail("--speed replays a finished recording; --follow shows a live run at its own pace")
     if transcript.is_dir():

@@ -257,7 +257,7 @@ def _continue_transcript(info: RunInfo, run_id: str) -> tuple[Transcript, Path]:
         fail(f"{tpath}: cannot continue the transcript: {exc}")
     for problem in damaged_lines(tpath)[:3]:  # recovery reads past them; the file stays as it is
         err_console.print(f"[yellow]warning:[/] {escape(problem)} (skipped; the run continues after it)")
-    tr.step = info.launches + 1
+    tr.step = len(info.values.get("experiments", [])) + 1
     return tr, tpath
 
 

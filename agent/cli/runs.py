@@ -13,6 +13,7 @@ from rich.text import Text
 from agent.cli.common import (
     STATUS_STYLE,
     fail,
+    held_elsewhere,
     piped_console,
     redacted,
     redacted_info,
@@ -37,7 +38,8 @@ def _run_detail(info: RunInfo) -> str:
         left = f"; {count(len(info.leftovers), 'server')} left running ({pid_word} {pids})"
     if info.pending:
         req = ApprovalRequest.model_validate(info.pending)
-        return f"{req.experiment.id}: {describe_experiment(req.experiment)}{left}"
+        held = f"; {held_elsewhere(info.holder)}" if info.holder else ""
+        return f"{req.experiment.id}: {describe_experiment(req.experiment)}{held}{left}"
     if info.status == "running":
         return f"pid {info.holder}" if info.holder and info.holder > 0 else ""
     if info.status == "interrupted":

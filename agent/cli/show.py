@@ -13,6 +13,7 @@ from agent.cli.common import (
     STATUS_STYLE,
     err_console,
     fail,
+    held_elsewhere,
     redacted,
     redacted_info,
     resume_command,
@@ -72,6 +73,9 @@ def show(
         # -v lists every open hypothesis with its statement (the screen's [h]); without it, the screen as asked
         request = ApprovalRequest.model_validate(info.pending)
         console.print(approval_panel(request, full=verbose, keys=False))
+        if info.holder:  # asked at that process's terminal: `resume` would be refused while it holds the run
+            print_hanging(console, f"{held_elsewhere(info.holder)}: answer there")
+            return
         hint = answer_hint(request, resume_command(info.run_id), decision_optional=True)
         print_hanging(console, f"answer with: {escape(hint)}")
     elif info.status == "interrupted":

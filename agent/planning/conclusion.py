@@ -136,7 +136,9 @@ def _base_conclusion(state: RunState, hyps: list[Hypothesis], rejections: list[R
             if h.status == "refuted"
         ],
         launches=state.get("launches", 0),
-        host_seconds=round(state.get("host_seconds", 0.0), 1),
+        # the run's own figure (kept to the ms), so the conclusion's whole host-seconds are the run's: rounding
+        # a figure already rounded to 0.1 could show 1314 where the run's total shows 1315
+        host_seconds=round(state.get("host_seconds", 0.0), 3),
         rejected=[
             {
                 "experiment_id": r.experiment_id,

@@ -198,7 +198,7 @@ class LLMPlanner:
         choices from the model (validated, retried with the refusal reason, else the rule fallback)."""
         rule = self.rules.propose(view, state)
         if self.transcript is not None:  # the exchanges belong to the step being designed
-            self.transcript.step = view.launches + 1
+            self.transcript.step = view.next_step
         why_not = self._procedural(view, state)
         if why_not:
             self._emit("llm.skipped", {"reason": why_not})

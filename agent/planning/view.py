@@ -43,6 +43,12 @@ class PlannerView(BaseModel):
     launches: int = 0
     host_seconds: float = 0.0
 
+    @property
+    def next_step(self) -> int:
+        """The number the next experiment is shown with: the experiments run so far + 1. An experiment
+        launched again after its server was lost counts once (``launches`` counts every server start)."""
+        return len(self.experiments) + 1
+
     def outcome_of(self, experiment_id: str) -> Outcome | None:
         """The outcome of an experiment, if it ran."""
         return next((o for o in self.outcomes if o.experiment_id == experiment_id), None)

@@ -3,8 +3,10 @@ a launch's summary line, a duration, an alternative fix, and a line printed with
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
@@ -37,8 +39,10 @@ def change_text(change: dict[str, Any] | None) -> str:
 def print_hanging(console: Console, text: str, *, hang: int = 2, highlight: bool = False) -> None:
     """Print one line of rich markup whose leading spaces are its indentation; when it is wider than the
     terminal, its continuation lines start ``hang`` columns further in (not at column 0), so a story of
-    indented lines keeps its shape on a narrow terminal. Nothing is cut: a word longer than a line is
-    folded. A line that fits, or a terminal too narrow to indent (< 20 columns left), prints as is."""
+    indented lines keeps its shape on a narrow terminal. Nothing is cut, and no word is split inside: a
+    word longer than a line (a path) is folded after a ``/`` (or a ``.``, ...) where one fits, and a part with no such place
+    (a run id, an experiment id) is printed whole, wider than the terminal. A line that fits, or a terminal
+    too narrow to indent (< 20 columns left), prints as is."""
     text = visible(text)  # before the layout: a control shown as ⟨U+202E⟩ is wider than the control
     body = text.lstrip(" ")
     indent = len(text) - len(body)
@@ -47,10 +51,50 @@ def print_hanging(console: Console, text: str, *, hang: int = 2, highlight: bool
     if width < 20 or line.cell_len <= console.width - indent:
         console.print(text, highlight=highlight)
         return
-    line.overflow = "fold"
-    for i, part in enumerate(line.wrap(console, width)):
+    parts = [p for wrapped in line.divide(_breaks(line.plain, width)) for p in _at_slashes(wrapped, width)]
+    for i, part in enumerate(parts):
         part.rstrip()
-        console.print(Text(" " * (indent if i == 0 else indent + hang)) + part, highlight=highlight)
+        console.print(Text(" " * (indent if i == 0 else indent + hang)) + part, highlight=highlight,
+                      overflow="ignore", crop=False)
+
+
+def _breaks(plain: str, width: int) -> list[int]:
+    """Where to break ``plain`` into lines of at most ``width`` cells, at spaces only: a word wider than a
+    line gets a line of its own, whole (``_at_slashes`` may fold it)."""
+    breaks: list[int] = []
+    used = 0
+    for m in re.finditer(r"\s*\S+\s*", plain):
+        word = m.group()
+        if used and used + cell_len(word.rstrip()) > width:
+            breaks.append(m.start())
+            used = 0
+        used += cell_len(word)
+    return breaks
+
+
+#: Where a word wider than a line may be folded: after a path's ``/``, a dotted name's ``.``, an ``_``
+#: or punctuation; never inside a run id or an experiment id (digits, letters and ``-``).
+_SAFE_BREAKS = frozenset("/._,;:=")
+
+
+def _at_slashes(line: Text, width: int) -> list[Text]:
+    """``line`` (one word wider than ``width`` when it is too wide) in parts of at most ``width`` cells,
+    each ending after a ``_SAFE_BREAKS`` character; a part that none can end within ``width`` runs on to
+    the next one."""
+    plain = line.plain.rstrip()
+    if len(plain) <= width:
+        return [line]
+    cuts: list[int] = []
+    start = 0
+    while len(plain) - start > width:
+        slashes = [i + 1 for i, ch in enumerate(plain) if ch in _SAFE_BREAKS and start < i + 1 < len(plain)]
+        fits = [c for c in slashes if c - start <= width]
+        cut = fits[-1] if fits else next(iter(slashes), None)
+        if cut is None:
+            break
+        cuts.append(cut)
+        start = cut
+    return list(line.divide(cuts)) if cuts else [line]
 
 
 def summary_line(status: str, elapsed: float, stage_seconds: dict[str, float], where: str | None) -> str:

@@ -51,7 +51,7 @@ from agent.record.wire import to_payload
 from agent.run.crashsafe import infra_failure
 from agent.run.recovery import prior_launch, recover, save_result
 from agent.run.runtime import Runtime
-from agent.run.state import RunState, case_of, planner_view
+from agent.run.state import RunState, case_of, next_step, planner_view
 from tools.host import HostError, ProcessHandle
 
 if TYPE_CHECKING:  # the nodes are given by the graph (``Steps``), not imported here
@@ -235,7 +235,7 @@ def design_or_batch(state: RunState, rt: Runtime, steps: Steps) -> dict[str, Any
     memo = pl.checkpoint()
     ids = [e.id for e in checked]
     for i, exp in enumerate(checked):
-        tr.step = view.launches + 1 + i  # each member is its own experiment: numbered as the launches will be
+        tr.step = view.next_step + i  # each member is its own experiment, numbered in turn
         tr.emit(
             "experiment.proposed",
             to_payload(
@@ -300,7 +300,7 @@ def execute_or_batch(state: RunState, rt: Runtime, steps: Steps) -> RunState:
     tr = rt.transcript
     case = case_of(state)
     run_id = state["run_id"]
-    tr.step = state.get("launches", 0) + 1
+    tr.step = next_step(state)
     tally = _Tally()
     try:
         launch = _recover_batch(rt, case, run_id, approved, tally)
@@ -355,7 +355,7 @@ def _recover_batch(
             continue
         if adopt is None:
             tally.earlier += prior.attempts
-            tally.earlier_host_s += prior.wall_s / host.time_scale
+            tally.earlier_host_s += prior.host_s(host.time_scale)
         launch[exp.id] = _launch_args(adopt, record, prior.attempts + 1)
     return launch
 
@@ -397,7 +397,7 @@ def _record_losses(
         tr.emit("error", {"message": str(err), "experiment_id": exp_id}, node="execute")
         lost = prior_launch(tr.path, exp_id)
         tally.earlier += lost.attempts
-        tally.earlier_host_s += lost.wall_s / rt.host(case).time_scale
+        tally.earlier_host_s += lost.host_s(rt.host(case).time_scale)
         infra = RawEvidence.infra_error(exp_id, str(err))
         tally.outcomes.append(_arrived(rt, next(e for e in approved if e.id == exp_id), classify(infra)))
         # Any host failure ends the run, as for one experiment (agent.run.crashsafe.infra_failure): an

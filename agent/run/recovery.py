@@ -23,7 +23,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,21 +108,33 @@ class PriorLaunch:
     ``wall_s``: wall-clock seconds those launches are known to have run (seconds), from each launch to its
     ``server.stopped``, or to the last event recorded while it was being watched when nobody stopped it;
     ``open_wall_s``: the part of ``wall_s`` that belongs to the launch still open (a server adopted keeps
-    counting its own clock from its start, so that part is not added again).
+    counting its own clock from its start, so that part is not added again). ``scales``: each launch's
+    host time scale as its ``server.launched`` recorded it (None where it did not), in launch order;
+    ``walls``: each launch's part of ``wall_s``; ``unstopped``: the last launch has no ``server.stopped``.
     """
 
     open: dict[str, Any] | None
     attempts: int
     wall_s: float = 0.0
     open_wall_s: float = 0.0
+    walls: list[float] = field(default_factory=list)
+    scales: list[float | None] = field(default_factory=list)
+    unstopped: bool = False
 
-    def before_adopted(self) -> tuple[int, float]:
-        """Launches and wall seconds of the earlier attempts when the open launch's server is adopted: every
-        attempt but the adopted one (which counts as this experiment's launch), or all of them when the
-        adopted server was found from a launch intent that no ``server.launched`` recorded."""
+    def host_s(self, default_scale: float, *, skip_open: bool = False) -> float:
+        """Host-seconds of the launches seen: each launch's wall seconds over the time scale it ran under
+        (a resumed process may run at another one), ``default_scale`` where none was recorded;
+        ``skip_open``: without the launch still open (its server is adopted and keeps its own clock)."""
+        walls = self.walls[:-1] if skip_open and self.unstopped else self.walls
+        return round(sum(w / (s or default_scale) for w, s in zip(walls, self.scales, strict=False)), 3)
+
+    def before_adopted(self, default_scale: float) -> tuple[int, float]:
+        """Launches and host-seconds (``host_s``) of the earlier attempts when the open launch's server is
+        adopted: every attempt but the adopted one (which counts as this experiment's launch), or all of
+        them when the adopted server was found from a launch intent that no ``server.launched`` recorded."""
         if self.open is not None and not self.open.get("intent") and self.attempts:
-            return self.attempts - 1, round(self.wall_s - self.open_wall_s, 3)
-        return self.attempts, self.wall_s
+            return self.attempts - 1, self.host_s(default_scale, skip_open=True)
+        return self.attempts, self.host_s(default_scale)
 
 
 def prior_launch(transcript: Path, experiment_id: str) -> PriorLaunch:
@@ -132,6 +144,8 @@ def prior_launch(transcript: Path, experiment_id: str) -> PriorLaunch:
     wall = open_wall = 0.0
     start: float | None = None  # wall-clock start of the attempt being followed
     last = 0.0  # the latest event seen while it ran
+    walls: list[float] = []
+    scales: list[float | None] = []
     try:
         for ev in read_transcript(transcript, on_bad=skip_bad):
             if ev.data.get("experiment_id") != experiment_id:
@@ -142,8 +156,9 @@ def prior_launch(transcript: Path, experiment_id: str) -> PriorLaunch:
                 record = {**ev.data, "intent": True}
             elif ev.type == "server.launched":
                 if start is not None:
-                    wall += max(0.0, last - start)
+                    walls.append(max(0.0, last - start))
                 attempts += 1
+                scales.append(float(ev.data["time_scale"]) if ev.data.get("time_scale") else None)
                 record = dict(ev.data)
                 start = float(ev.data.get("started_wall") or ev.ts)
             elif ev.type == "server.adopted":
@@ -152,14 +167,16 @@ def prior_launch(transcript: Path, experiment_id: str) -> PriorLaunch:
                 record = None
             last = max(last, ev.ts)
             if ev.type == "server.stopped" and start is not None:
-                wall += max(0.0, last - start)
+                walls.append(max(0.0, last - start))
                 start = None
         if start is not None:
             open_wall = max(0.0, last - start)
-            wall += open_wall
+            walls.append(open_wall)
     except TranscriptError:
         pass
-    return PriorLaunch(open=record, attempts=attempts, wall_s=round(wall, 3), open_wall_s=round(open_wall, 3))
+    wall = sum(walls)
+    return PriorLaunch(open=record, attempts=attempts, wall_s=round(wall, 3), open_wall_s=round(open_wall, 3),
+                       walls=walls, scales=scales, unstopped=start is not None)
 
 
 def handle_from_record(record: dict[str, Any]) -> ProcessHandle | None:

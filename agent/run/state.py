@@ -83,6 +83,11 @@ def sglang_version(state: RunState) -> str | None:
     return engine_version(state.get("fingerprint"))
 
 
+def next_step(state: RunState) -> int:
+    """The number the next experiment is shown with (``PlannerView.next_step``): experiments run + 1."""
+    return len(state.get("experiments", [])) + 1
+
+
 def planner_view(state: RunState) -> PlannerView:
     """What a planner sees of the run: case, host, findings, experiments, outcomes, budget spent."""
     return PlannerView(

@@ -18,8 +18,10 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
 
 from agent.domain.models import Evidence, FlagValue, Hypothesis, Intervention, LogLine
+from agent.planning.allowed import PLAIN_WORDS, no_full_stop, stated_allowed
 from agent.planning.budgets import overridden
 from agent.planning.catalog import load_roles
 from agent.planning.generators import GeneratorInput
@@ -35,7 +37,7 @@ from agent.planning.generators.common import (
 )
 from agent.planning.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.planning.values import fit_cpu_list, rule_for
-from tools.flags import FlagSpec, documented_choices
+from tools.flags import FlagCatalog, FlagSpec, documented_choices
 
 #: One remedy a launch's evidence names: (ledger id, intervention, kind of line, the line, description).
 Remedy = tuple[str, Intervention, str, LogLine, str]
@@ -155,7 +157,7 @@ def _flag_remedy(inp: GeneratorInput, m: re.Match[str], kind: str, ll: LogLine) 
                           cost="high" if costly else ("medium" if workaround else "low"),
                           workaround=workaround, note=note)
         return (f"remedy:{spec.name}", iv, kind, ll, f"{spec.name}")
-    value = _no_full_stop(m.group("value"))
+    value = no_full_stop(m.group("value"))
     values: list[FlagValue] = []
     derive = None
     direction = "raise" if _RAISE.search(sentence) else "lower" if _LOWER.search(sentence) or \
@@ -198,7 +200,7 @@ def _env_remedy(inp: GeneratorInput, m: re.Match[str], kind: str, ll: LogLine) -
     if _condition_fails(text[: m.start()]) is not None or _SILENCES.search(_sentence_of(text, m.start())):
         return None  # offered only if something holds that its own figures deny, or only to quiet a message
     override = bool(_OVERRIDE.search(m.group("name")) or _BYPASSES.search(_sentence_of(text, m.start())))
-    env_value, _why = fit_cpu_list(str(_no_full_stop(m.group("value"))), _sentence_of(text, m.start()),
+    env_value, _why = fit_cpu_list(str(no_full_stop(m.group("value"))), _sentence_of(text, m.start()),
                                    cpu_count=_cpu_count(inp), ranks=_ranks(inp))
     if env_value is None:
         return None  # an example for another machine, or a value the guard would refuse (left_out)
@@ -233,21 +235,12 @@ def left_out(inp: GeneratorInput) -> list[str]:
     out: list[str] = []
     for ll, _kind in _where(inp.evidence.log, {tb.exception_line for tb in inp.evidence.tracebacks}):
         for m in _ENV.finditer(ll.text):
-            raw = str(_no_full_stop(m.group("value")))
+            raw = str(no_full_stop(m.group("value")))
             value, why = fit_cpu_list(raw, _sentence_of(ll.text, m.start()), cpu_count=_cpu_count(inp),
                                       ranks=_ranks(inp))
             if why and (line := f"{m.group('name')}={raw} (log line {ll.line}): {why}") not in out:
                 out.append(line)
     return out
-
-
-def _no_full_stop(value: str | None) -> str | None:
-    """A value read from prose without the sentence's trailing full stop (``=1.`` is ``1``), unless the
-    dot is all there is."""
-    if value is None:
-        return None
-    stripped = value.rstrip(".,;:")
-    return stripped or value
 
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_+-]*")
@@ -279,7 +272,7 @@ def _alternatives(inp: GeneratorInput) -> list[Remedy]:
             if not choices and spec.name == DEVICE_FLAG:
                 # a catalog read off a log's server-args line knows no choices: the platforms' devices are
                 choices = sorted(device_values)
-            named = [c for c in choices if len(c) >= 3 and c.lower() in words and c.lower() not in _PLAIN]
+            named = [c for c in choices if len(c) >= 3 and c.lower() in words and c.lower() not in PLAIN_WORDS]
             if len(named) < 2:
                 continue
             current = effective_value(inp, spec)
@@ -311,17 +304,9 @@ def _alternatives(inp: GeneratorInput) -> list[Remedy]:
     return out
 
 
-#: An error that states the values a setting allows (``DeepSeek DSA only supports bf16/bfloat16 or
-#: fp8_e4m3 kv_cache_dtype``, sglang/srt/arg_groups/overrides.py in 0.5.23; ``... must be one of ...``,
-#: ``... only supports kv-cache-dtype of fp8_e4m3, bf16, or auto``): the list and the setting it names.
-_ALLOWS = re.compile(
-    r"\b(?:only supports?|must be(?: one of)?|should be one of|expected one of|supported values? (?:are|is)|"
-    r"requires one of)\s+(?P<rest>.+)$",
-    re.I,
-)
-_VALUE_TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
-_SETTING = re.compile(r"(?<![\w-])(?:--)?(?P<name>[a-z][a-z0-9]*(?:[_-][a-z0-9]+)+)(?![\w-])")
-_LIST_WORDS = frozenset({"or", "and", "of", "the", "a", "an", "either", "one", "values", "value", "are", "is"})
+def _flag_named(flags: FlagCatalog) -> Callable[[str], FlagSpec | None]:
+    """The host's flag an error names by its flag spelling or its argparse dest (``kv_cache_dtype``)."""
+    return lambda name: canon(flags, "--" + name.replace("_", "-")) or fact_flag(flags, name.replace("-", "_"))
 
 
 def _allowed_values(inp: GeneratorInput) -> list[Remedy]:
@@ -334,28 +319,10 @@ def _allowed_values(inp: GeneratorInput) -> list[Remedy]:
         return []
     out: list[Remedy] = []
     for ll in error_lines(inp):
-        m = _ALLOWS.search(ll.text)
-        if m is None:
-            continue
-        rest = m.group("rest")
-        for sm in _SETTING.finditer(rest):
-            name = sm.group("name")
-            spec = canon(inp.flags, "--" + name.replace("_", "-")) or fact_flag(inp.flags, name.replace("-", "_"))
-            if spec is None or not spec.takes_value:
-                continue
-            listed = rest[: sm.start()] or rest[sm.end():]
-            values: list[str] = []
-            for tok in _VALUE_TOKEN.findall(re.sub(r"[/|]", " ", listed)):
-                v = _no_full_stop(tok) or tok
-                if v.lower() in _LIST_WORDS or v in values or v.lower() in _PLAIN:
-                    continue
-                values.append(v)
-            choices = documented_choices(spec)
-            if choices:
-                values = [v for v in values if v in choices]
+        for spec, values in stated_allowed(ll.text, _flag_named(inp.flags), documented_choices):
             current = effective_value(inp, spec)
             cur = str(current).lower() if current is not None else None
-            if not values or cur is None or cur in {v.lower() for v in values}:
+            if cur is None or cur in {v.lower() for v in values}:
                 continue
             # nearest the user's value first (its family: fp8_e4m3 for fp8_e5m2 keeps what it was for)
             values.sort(key=lambda v: -len(os.path.commonprefix([v.lower(), cur])))
@@ -481,7 +448,6 @@ def _explicitly_set(inp: GeneratorInput, name: str) -> bool:
 
 
 #: Words that are choices of many flags and say nothing about one (``auto``, ``none``, ``default``).
-_PLAIN = frozenset({"auto", "none", "null", "default", "true", "false", "off", "on", "all"})
 _MISSING = re.compile(
     r"No module named '(?P<a>[A-Za-z_][\w.]*)'|(?P<b>[A-Za-z_][\w-]*) (?:package )?is not installed|"
     r"(?:install|installed) (?P<c>[A-Za-z_][\w-]*) (?:first|to use)",

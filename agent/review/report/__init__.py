@@ -2,7 +2,7 @@
 
 Contents: the summary (root cause, fix, confirmation, symptom, what was ruled out and why, cost), how
 the run got there step by step (why each experiment was chosen over the alternatives it weighed), the
-experiment table (change, outcome, stage reached, time to ready / to crash, host-seconds), a timeline
+experiment table (change, outcome, what it showed, time to ready / to crash, host-seconds), a timeline
 of the experiments (launch → ready / crash → stop), the hypothesis ledger with each verdict and its
 evidence (log excerpts with line numbers), the probabilities of the hypotheses over the steps, the
 knowledge used, and the FINDINGS.md entry.

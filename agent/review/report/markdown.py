@@ -42,13 +42,13 @@ def _md_experiments(rep: Report) -> list[str]:
     """The experiment table and the text timeline."""
     out = ["", "## Experiments", ""]
     out.append(
-        "| # | change | approval | outcome | stage reached | ready after | crash after | host time | note |"
+        "| # | change | approval | outcome | what it showed | ready after | crash after | host time | note |"
     )
     out.append("|---|---|---|---|---|---|---|---|---|")
     for e in rep.experiments:
         out.append(
             f"| {e.number} | {_md(e.change if e.change != '—' else e.label.split(' ', 1)[1])} | {_md(e.approval)} | "
-            f"{_md(e.outcome)} | {e.stage} | {_dur(e.to_ready_s)} | {_dur(e.to_crash_s)} | "
+            f"{e.stage} | {_md(e.outcome)} | {_dur(e.to_ready_s)} | {_dur(e.to_crash_s)} | "
             f"{e.host_seconds:.0f} s | {_md(e.notes)} |"
         )
     out += ["", "*ready after* and *crash after* are host time from the launch, on the clock of *host time*: "

@@ -106,7 +106,9 @@ class ExperimentRow:
     purpose: str
     change: str
     approval: str
+    #: what the launch showed: its fatal signature and log line, "served correctly (n/m probes ok)", or its summary
     outcome: str
+    #: the outcome class (Outcome.stage: request_failed, ok, interrupted ...), shown under "outcome"
     stage: str
     to_ready_s: float | None
     to_crash_s: float | None

@@ -18,6 +18,7 @@ from agent.domain.models import (
     Rejection,
     value_key,
 )
+from agent.planning.allowed import allowed_by_errors
 from agent.planning.view import PlannerView
 from agent.run.approval.policy import ApprovalMode
 from tools.flags import FlagCatalog, FlagError
@@ -106,6 +107,8 @@ class RequestContext:
     error: str | None = None
     batch: Sequence[str] = ()
     lead_blocked: LeadBlocked | None = None
+    #: the number the experiment is shown with (``agent.run.state.next_step``); 0: ``launches + 1``
+    step: int = 0
 
 
 def build_request(exp: Experiment, hypotheses: Sequence[Hypothesis], ctx: RequestContext) -> ApprovalRequest:
@@ -127,12 +130,12 @@ def build_request(exp: Experiment, hypotheses: Sequence[Hypothesis], ctx: Reques
     return ApprovalRequest(
         run_id=ctx.run_id,
         experiment=exp,
-        step=ctx.launches + 1,
+        step=ctx.step or ctx.launches + 1,
         tests=tests,
         hypotheses=lines,
         launches=ctx.launches,
         budget_launches=ctx.budget_launches,
-        host_seconds=round(ctx.host_seconds, 1),
+        host_seconds=round(ctx.host_seconds, 3),  # as the run keeps it: one rounding, when shown
         budget_host_seconds=ctx.budget_host_seconds,
         mode=ctx.mode,
         risky=list(ctx.risky),
@@ -234,15 +237,20 @@ def _offer_other_values(
     offers: _EditOffers,
 ) -> None:
     """Offer the other values the host accepts for the rejected flag (its ``--help`` choices), without
-    the default, the failing run's effective values, and ``auto`` when the flag is unset."""
+    the default, the effective values of the baseline's own failing run and of the last failing run,
+    ``auto`` when the flag is unset, and the values the host refused on this run (a failing launch's
+    error said the setting allows only others: ``allowed_by_errors``)."""
     if rejected.kind != "flag" or flags is None:
         return
     try:
         spec = flags.resolve(rejected.name)
     except FlagError:
         spec = None
-    facts = next((o.facts for o in reversed(view.outcomes) if o.stage != "ok"), {})
-    effective = {value_key(v) for v in facts.values()}
+    failing = [o for o in view.outcomes if o.stage != "ok"]
+    own = [o for e in view.experiments if e.config() == baseline and (o := view.outcome_of(e.id)) and o.stage != "ok"]
+    facts = own[-1].facts if own else (failing[-1].facts if failing else {})
+    effective = {value_key(v) for o in (own[-1:] + failing[-1:]) for v in o.facts.values()}
+    allowed = allowed_by_errors(failing, flags).get(spec.name) if spec else None
     fact = next((iv.fact for iv in lead.interventions if iv.fact and iv.fact in facts), None)
     now = f"the failing run's {facts[fact]}" if fact else f"{rejected.before or 'the default'}"
     unset = baseline.value("flag", spec.name) is None if spec else False
@@ -254,6 +262,7 @@ def _offer_other_values(
             # SGLang spells "let the server choose" as auto: with the flag unset, that is the baseline
             or (unset and value_key(choice) == "auto")
             or value_key(choice) in effective
+            or (allowed is not None and str(choice).lower() not in allowed)  # the host refused it
             or predict(lead, change) != "persists"  # the rejected value in another spelling
         ):
             continue

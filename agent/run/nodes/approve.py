@@ -29,7 +29,15 @@ from agent.run.approval.request import (
 )
 from agent.run.recovery import emit_once
 from agent.run.runtime import Runtime
-from agent.run.state import RunState, batch_lines, case_of, hypotheses_of, planner_view, sglang_version
+from agent.run.state import (
+    RunState,
+    batch_lines,
+    case_of,
+    hypotheses_of,
+    next_step,
+    planner_view,
+    sglang_version,
+)
 from tools.flags import FlagError
 from tools.host import HostError
 
@@ -44,7 +52,7 @@ def approve(state: RunState, rt: Runtime) -> Command[Route]:
     exp = Experiment.model_validate(state["pending"])
     seq = state.get("approval_seq", 0) + 1
     mode = rt.approval_override or state.get("approval") or "each"
-    rt.transcript.step = state.get("launches", 0) + 1
+    rt.transcript.step = next_step(state)
     risky = risky_reasons(exp, load_risk_rules())
     if not must_ask(mode, risky):
         answer = ApprovalAnswer(decision="approve", by="auto" if mode == "auto" else "policy")
@@ -67,6 +75,7 @@ def _ask(
         RequestContext(
             run_id=state["run_id"],
             launches=state.get("launches", 0),
+            step=next_step(state),
             host_seconds=state.get("host_seconds", 0.0),
             budget_launches=case.budget.experiments,
             budget_host_seconds=case.budget.host_seconds,

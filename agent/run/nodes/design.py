@@ -47,7 +47,7 @@ def design(state: RunState, rt: Runtime) -> dict[str, Any]:
     except GuardError as exc:  # a planner bug: never execute, say so, conclude
         tr.emit("error", {"message": f"planner proposal refused: {exc}"}, node="design")
         return {**kept, "conclude_reason": f"planner proposal refused: {exc}"}
-    tr.step = view.launches + 1
+    tr.step = view.next_step
     tr.emit(
         "experiment.proposed",
         to_payload("experiment.proposed", exp, considered=proposal.recorded_considered()),

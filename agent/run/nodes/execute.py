@@ -46,7 +46,7 @@ from agent.run.crashsafe import infra_failure, probe_through_drops, server_info_
 from agent.run.progress import LoadProgress
 from agent.run.recovery import prior_launch, record_intent, recover, save_result
 from agent.run.runtime import Runtime
-from agent.run.state import RunState, case_of
+from agent.run.state import RunState, case_of, next_step
 from tools.host import (
     MIN_FREE_BYTES,
     Host,
@@ -87,7 +87,7 @@ def execute(state: RunState, rt: Runtime) -> RunState:
     if any(o["experiment_id"] == exp.id for o in state.get("outcomes", [])):
         tr.emit("experiment.skipped", {"experiment_id": exp.id, "reason": "already executed"}, node="execute")
         return {"pending": None}
-    tr.step = state.get("launches", 0) + 1
+    tr.step = next_step(state)
     unreachable: RunState = {}
     # Earlier attempts of this experiment that launched a server which was lost or stopped before
     # its outcome was read: their launches and host time count against the budget too.
@@ -102,10 +102,9 @@ def execute(state: RunState, rt: Runtime) -> RunState:
         prior = prior_launch(tr.path, exp.id)  # one read of the transcript serves both
         evidence, adopt, record = recover(rt, host, state["run_id"], exp.id, prior=prior)
         if evidence is None and adopt is None:
-            earlier, earlier_host_s = prior.attempts, prior.wall_s / host.time_scale
+            earlier, earlier_host_s = prior.attempts, prior.host_s(host.time_scale)
         elif evidence is None:  # an adopted server counts as the launch and keeps its own clock
-            before, before_wall = prior.before_adopted()
-            earlier, earlier_host_s = before, before_wall / host.time_scale
+            earlier, earlier_host_s = prior.before_adopted(host.time_scale)
         if evidence is None:
             evidence = run_experiment(
                 rt, case, state["run_id"], exp, adopt=adopt, record=record, launch_no=prior.attempts + 1
@@ -122,7 +121,7 @@ def execute(state: RunState, rt: Runtime) -> RunState:
         # Launches of this experiment that produced no outcome, this one included (the host failed
         # under a running server): each used the host, so each counts, with the time it was seen.
         lost = prior_launch(tr.path, exp.id)
-        earlier, earlier_host_s = lost.attempts, lost.wall_s / time_scale
+        earlier, earlier_host_s = lost.attempts, lost.host_s(time_scale)
         # The host failed, not the server: that is no evidence about the deployment, and nothing more
         # can be learned there. The run ends in error (conclude stops what it can still reach).
         unreachable = infra_failure(rt, exp.id, exc)
@@ -212,7 +211,8 @@ def run_experiment(
     name = exp.id if launch_no <= 1 else f"{exp.id}.launch{launch_no}"
     log_path = adopt.log_path if adopt is not None else f"{host.workdir(run_id)}/{name}.log"
     matcher = SignatureMatcher(rt.signatures_for(case))
-    watched = WatchedLaunch(exp.id, matcher, _stall_watch(rt, case, host), log_path, host.time_scale)
+    scale = _launch_scale(host, record if adopt is not None else None)
+    watched = WatchedLaunch(exp.id, matcher, _stall_watch(rt, case, scale), log_path, scale)
     watch = rt.progress.launch(exp.id, rt.signatures_for(case)) if rt.progress is not None else None
     # excerpt: the lines kept as evidence (tracebacks, errors, warnings, the tail)
     launch = _Launch(rt, case, run_id, exp, host, watched, LogExcerpt(), watch)
@@ -250,6 +250,12 @@ def run_experiment(
     )
 
 
+def _launch_scale(host: Host, adopted: dict[str, Any] | None) -> float:
+    """The host time scale a launch runs on: the host's, or for a server adopted from an earlier process
+    (``adopted``: its launch record) the one it was launched with, which a resumed process may not share."""
+    return float((adopted or {}).get("time_scale") or host.time_scale)
+
+
 def _ended_by_scheduler(host: Host, session: ServerSession, res: LaunchResult) -> str | None:
     """Why the scheduler ended the job of a launch that did not end ready (`QueuesJobs.job_failure`:
     cancelled by an operator, preempted, node failure...), in the words `_record_stop` uses; None when
@@ -278,13 +284,13 @@ def _raise_if_the_host_failed(session: ServerSession, host: Host, log_path: str)
         raise disk_full_error(host.name, folder, free)
 
 
-def _stall_watch(rt: Runtime, case: Case, host: Host) -> StallWatch:
+def _stall_watch(rt: Runtime, case: Case, time_scale: float) -> StallWatch:
     """The launch's stall watch: no log progress for a stage-appropriate time (tools/stall.py), capped by
-    the case's stall_timeout_s when given."""
+    the case's stall_timeout_s when given; ``time_scale``: the host clock the server runs on."""
     return StallWatch(
         rt.signatures_for(case),
-        time_scale=host.time_scale,
-        ceiling_s=case.budget.stall_timeout_s * host.time_scale if case.budget.stall_timeout_s else None,
+        time_scale=time_scale,
+        ceiling_s=case.budget.stall_timeout_s * time_scale if case.budget.stall_timeout_s else None,
     )
 
 
@@ -306,7 +312,7 @@ def _new_session(launch: _Launch, port: int) -> tuple[ServerSession, list[str]]:
         matcher=watched.matcher,
         on_event=lambda ev: _on_watch_event(launch, ev),
         options=SessionOptions(
-            ready_timeout_s=case.budget.ready_timeout_s * host.time_scale,
+            ready_timeout_s=case.budget.ready_timeout_s * watched.time_scale,
             stall_timeout_s=watched.stall.limit,
             api_key=server_api_key(exp.config().flags),
         ),
