@@ -4,9 +4,10 @@ the planner's next proposal (the graph's launch, analyse and design nodes withou
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from agent.domain.case import Case
 from agent.domain.evidence import RawEvidence
@@ -115,3 +116,14 @@ def empty_catalog(tmp_path: Path) -> Iterator[None]:
     agent-empty method, every file that maps a symptom to a remedy emptied."""
     with use_knowledge(empty_catalog_knowledge(tmp_path)):
         yield
+
+T = TypeVar("T")
+
+
+def under_catalog(catalog: str, tmp_path: Path, decide: Callable[[], T]) -> T:
+    """``decide()`` with the repository's knowledge (``catalog`` "catalog") or under the bench's ablation
+    (``"empty"``: ``empty_catalog``, its folder made under ``tmp_path``)."""
+    if catalog == "empty":
+        with empty_catalog(tmp_path / "empty-knowledge"):
+            return decide()
+    return decide()

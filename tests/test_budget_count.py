@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from planner_steps import SGLANG_0_5_23_FLAGS, baseline_failed_with, empty_catalog, fingerprint_with_model
+from planner_steps import SGLANG_0_5_23_FLAGS, baseline_failed_with, fingerprint_with_model, under_catalog
 
 from tools.fingerprint import HostFingerprint
 
@@ -52,11 +52,7 @@ def test_a_short_state_pool_the_user_capped_is_doubled_not_the_ratio_the_cap_ove
         catalog: str, tmp_path: Path) -> None:
     """The user's --max-mamba-cache-size 16 and the pool-is-short assertion: the first change is the cap at 32,
     never --mamba-full-memory-ratio (which sizes nothing while the cap is set)."""
-    if catalog == "empty":
-        with empty_catalog(tmp_path / "k"):
-            first = _first(tmp_path, 16)
-    else:
-        first = _first(tmp_path, 16)
+    first = under_catalog(catalog, tmp_path, lambda: _first(tmp_path, 16))
     assert first == ("--max-mamba-cache-size", "32"), first
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from planner_steps import SGLANG_0_5_23_FLAGS, baseline_failed_with, empty_catalog, fingerprint_with_model
+from planner_steps import SGLANG_0_5_23_FLAGS, baseline_failed_with, fingerprint_with_model, under_catalog
 
 from tools.fingerprint import HostFingerprint
 
@@ -47,11 +47,7 @@ def _first(tmp_path: Path, log: str) -> tuple[str, object] | None:
 def test_ranks_sharing_a_node_get_the_kv_cap_the_engine_asks_for(catalog: str, tmp_path: Path) -> None:
     """215.7 GB free / 2 ranks a node x 0.8 / (2 x 64 layers x 2 KV heads a rank x 128 x 2 bytes) = 1.3M
     tokens, rounded down: the first change is --max-total-tokens 1000000, with or without the catalog."""
-    if catalog == "empty":
-        with empty_catalog(tmp_path / "k"):
-            first = _first(tmp_path, LOG)
-    else:
-        first = _first(tmp_path, LOG)
+    first = under_catalog(catalog, tmp_path, lambda: _first(tmp_path, LOG))
     assert first == ("--max-total-tokens", "1000000"), first
 
 

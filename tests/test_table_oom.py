@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from planner_steps import SGLANG_0_5_23_FLAGS, baseline_failed_with, empty_catalog, fingerprint_with_model
+from planner_steps import SGLANG_0_5_23_FLAGS, baseline_failed_with, fingerprint_with_model, under_catalog
 
 from tools.fingerprint import HostFingerprint
 
@@ -55,11 +55,7 @@ def test_a_request_table_larger_than_the_device_is_shrunk_by_the_context_length(
     """The first change is --context-length at a value whose table takes at most a tenth of the device (the
     model's 10M window scaled by 7.9 / 80 GiB, rounded down: 1000000), with or without the catalog."""
     log = _log("memory_pool.py", "self.req_to_token = torch.zeros(", "80.04")
-    if catalog == "empty":
-        with empty_catalog(tmp_path / "k"):
-            first = _first_change(tmp_path, log)
-    else:
-        first = _first_change(tmp_path, log)
+    first = under_catalog(catalog, tmp_path, lambda: _first_change(tmp_path, log))
     assert first == ("--context-length", "1000000"), first
 
 
