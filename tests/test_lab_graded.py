@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
@@ -174,3 +174,23 @@ def test_a_bad_graded_fault_is_one_line_naming_the_field(tmp_path: Path, model: 
     with pytest.raises(WorldError, match=message) as err:
         load_world(str(path))
     assert "\n" not in str(err.value)
+
+
+def test_a_drop_that_needs_concurrent_requests_shows_when_the_set_is_asked_as_a_burst(tmp_path: Path) -> None:
+    """A drop the user sees only under a burst (a fault that needs 4 requests running at once): the set asked
+    one question at a time scores the healthy level, asked 16 at a time (the case's `[reproduce]
+    concurrency`, `tools.probe_set.run_probe_set`) it is below it with 95% confidence. Real lab server, real
+    concurrent HTTP requests."""
+    burst = DROP.format(amount="accuracy = 0.5").replace('kv_cache_dtype = "fp8_e4m3"', "running_requests = { ge = 4 }")
+    world = WORLD.format(model="accuracy = 0.95", fault=burst)
+
+    def send_to(base: str) -> Callable[[Probe], ProbeResult]:
+        return lambda probe: run_probe(base, probe, model="org/M", timeout_s=30)
+
+    with _lab(tmp_path / "w", world, []) as (base, _):
+        alone = run_probe_set(load_probe_set(), send_to(base))
+        together = run_probe_set(load_probe_set(), send_to(base), concurrency=16)
+    n = len(load_probe_set().item)
+    assert alone.asked == together.asked == n
+    assert not judge(alone.correct, n, 0.95).below
+    assert judge(together.correct, n, 0.95).below, together

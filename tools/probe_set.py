@@ -11,6 +11,7 @@ expects is decided in ``agent.domain.accuracy``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import tomllib
 from collections.abc import Callable
@@ -143,14 +144,23 @@ class SetRun(BaseModel):
     latency_s: float = 0.0
 
 
-def run_probe_set(probe_set: ProbeSet, send: Callable[[Probe], ProbeResult]) -> SetRun:
-    """Ask every question of ``probe_set`` one after another through ``send`` (a probe -> its result:
-    ``tools.probes.run_probe`` bound to a server, or a caller's wrapper that reconnects) and count the right
-    answers. Stops at the first request the server did not answer (``NO_ANSWER``). Never raises for
-    server-side problems."""
+def run_probe_set(probe_set: ProbeSet, send: Callable[[Probe], ProbeResult], concurrency: int = 1) -> SetRun:
+    """Ask every question of ``probe_set`` through ``send`` (a probe -> its result: ``tools.probes.run_probe``
+    bound to a server, or a caller's wrapper that reconnects) and count the right answers: one after another,
+    or with ``concurrency`` above 1 that many at once on threads (a case whose drop shows only under a burst of
+    concurrent requests), counted in the set's order either way. The count stops at the first question (in
+    that order) the server did not answer (``NO_ANSWER``). Never raises for server-side problems."""
     run = SetRun(name=probe_set.set.name)
-    for item in probe_set.item:
-        result = send(probe_set.probe(item))
+    if concurrency > 1:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
+            results = list(pool.map(lambda item: send(probe_set.probe(item)), probe_set.item))
+    else:
+        results = []
+        for item in probe_set.item:
+            results.append(send(probe_set.probe(item)))
+            if results[-1].status in NO_ANSWER:
+                break
+    for item, result in zip(probe_set.item, results, strict=False):
         run.latency_s += result.latency_s
         if result.status in NO_ANSWER:
             run.failure = result

@@ -484,7 +484,7 @@ def _probe_or_record_failure(launch: _Launch, res: LaunchResult) -> dict[str, An
     send = functools.partial(probe_through_drops, tr, host, res.base_url, model=case.model.path,
                              experiment_id=exp.id, api_key=api_key, generate_api=engine.generate_api)
     asks: list[Callable[[], ProbeResult]] = [functools.partial(send, p) for p in [*case.probes, *exp.probes]]
-    for ask in [*asks, *probe_set_jobs(case.reproduce.accuracy, send)]:  # the probe set: graded wrong output
+    for ask in [*asks, *probe_set_jobs(case.reproduce.accuracy, send, case.reproduce.concurrency)]:  # graded
         pr = ask()
         probes.append(pr)
         if not pr.ok:  # the server may die of it: what it answered is kept before anything else happens
