@@ -21,7 +21,8 @@ Sources: E. B. Wilson, "Probable inference, the law of succession, and statistic
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from statistics import NormalDist
 
 from pydantic import BaseModel
@@ -110,6 +111,50 @@ def judge(correct: int, asked: int, expected: float, confidence: float = CONFIDE
         correct=correct, asked=asked, expected=expected, accuracy=correct / asked, low=low, high=high,
         p_value=p_value, confidence=confidence, below=p_value < 1 - confidence,
     )
+
+
+_COUNT = re.compile(r"\baccuracy (\d+)/(\d+) = ")
+
+
+def graded_count(probes: Iterable[ProbeResult]) -> tuple[int, int] | None:
+    """(right, asked) of the probe set among a launch's ``probes`` (its result's verdict text, ``set_result``),
+    or None when the launch answered no probe set."""
+    for p in probes:
+        if p.probe_id == PROBE_ID and (m := _COUNT.search(f"{p.text or ''} {p.error or ''}")):
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def improved_p(better: tuple[int, int], worse: tuple[int, int]) -> float:
+    """The one-sided p-value of Fisher's exact test that ``better`` (right, asked) has a higher accuracy than
+    ``worse``: the chance, with both drawn from one accuracy, of at least ``better``'s right answers given
+    the totals (the hypergeometric upper tail; scipy.stats.fisher_exact with ``alternative="greater"``
+    gives the same). Raises ValueError for counts outside 0 <= right <= asked."""
+    (a, n1), (c, n2) = better, worse
+    if not (0 <= a <= n1 and 0 <= c <= n2):
+        raise ValueError(f"improved_p needs 0 <= right <= asked, got {better}, {worse}")
+    total = a + c
+
+    def log_pmf(k: int) -> float:
+        return (math.lgamma(n1 + 1) - math.lgamma(k + 1) - math.lgamma(n1 - k + 1) + math.lgamma(n2 + 1)
+                - math.lgamma(total - k + 1) - math.lgamma(n2 - total + k + 1) - math.lgamma(n1 + n2 + 1)
+                + math.lgamma(total + 1) + math.lgamma(n1 + n2 - total + 1))
+
+    top = min(n1, total)
+    return min(1.0, sum(math.exp(log_pmf(k)) for k in range(a, top + 1) if total - k <= n2))
+
+
+def restored(after: Iterable[ProbeResult], failing: Iterable[ProbeResult], confidence: float = CONFIDENCE) -> bool:
+    """Whether a launch that passed (``after``: its probes) restored the accuracy a graded failure lost
+    (``failing``: the failing launch's probes): its probe-set count is above the failing one's with
+    ``confidence`` (``improved_p``). A pass of the set says only "not below the expected level with 95%
+    confidence", which a change that fixed nothing passes often when the drop is a few points (0.87 against
+    an expected 0.91 passes half the time with 200 questions); an engineer compares the change with the
+    failing run on the same questions. True when either launch answered no probe set (nothing to compare)."""
+    now, then = graded_count(after), graded_count(failing)
+    if now is None or then is None:
+        return True
+    return improved_p(now, then) < 1 - confidence
 
 
 def set_result(run: SetRun, expected: float) -> ProbeResult:

@@ -24,6 +24,7 @@ from agent.domain.models import (
 from agent.planning.blame import blamed, missing_words
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.foreign import ruled_out_by_platform
+from agent.planning.graded import judged_against_failure
 from agent.planning.llm_spec import usage_summary
 from agent.planning.observations import (
     import_time_failure,
@@ -54,7 +55,7 @@ def conclusion_of(state: RunState, flags: FlagCatalog | None = None) -> Conclusi
     ``agent.planning.served.user_keeps``)."""
     hyps = [Hypothesis.model_validate(h) for h in state.get("hypotheses", [])]
     experiments = {e["id"]: Experiment.model_validate(e) for e in state.get("experiments", [])}
-    outcomes = {o["experiment_id"]: Outcome.model_validate(o) for o in state.get("outcomes", [])}
+    outcomes = {o.experiment_id: o for o in judged_against_failure(Outcome.model_validate(o) for o in state.get("outcomes", []))}
     rejections = [Rejection.model_validate(r) for r in state.get("rejections", [])]
     base = _base_conclusion(state, hyps, rejections)
     if state.get("status") == "error":

@@ -46,6 +46,7 @@ from agent.planning.chooser import Chooser
 from agent.planning.confirm import FixKeeper
 from agent.planning.generators import CandidateGenerator, GeneratorInput
 from agent.planning.generators.registry import default_generators
+from agent.planning.graded import judged_against_failure
 from agent.planning.history import HistoryReader, class_gone
 from agent.planning.ledger import LedgerBook
 from agent.planning.llm_client import ChatClient
@@ -142,13 +143,13 @@ class RulePlanner:
         """Rebuild the ledger and the current baseline from the run's history (``agent.planning.history``);
         the knowledge files are looked up on disk once meanwhile (``tools.knowledge_files.steady``)."""
         with steady():
-            return self.reader.history(view)
+            return self.reader.history(judged_view(view))
 
     def propose(self, view: PlannerView, state: HistoryState) -> Proposal:
         """The next experiment, or the reason to conclude (``agent.planning.chooser``), the knowledge files
         looked up on disk once meanwhile."""
         with steady():
-            return self.chooser.propose(view, state)
+            return self.chooser.propose(judged_view(view), state)
 
     def prediction(self, h: Hypothesis, change: Change | None, facts: dict[str, str] | None = None) -> str:
         """What ``h`` predicts for a change: fixed, may_fix or persists (``agent.planning.matching``)."""
@@ -192,3 +193,12 @@ def make_planner(
         return RulePlanner(entries, flags, memo=memo)
 
     return LLMPlanner(catalog, flags, s.llm, rules=rules, memory=s.memory, transcript=transcript, client=client)
+
+
+def judged_view(view: PlannerView) -> PlannerView:
+    """``view`` with its outcomes read by ``agent.planning.graded.judged_against_failure`` (a graded pass that
+    does not beat the failing launch is that failure again); the same object when none changes."""
+    judged = judged_against_failure(view.outcomes)
+    if all(a is b for a, b in zip(judged, view.outcomes, strict=True)):
+        return view
+    return view.model_copy(update={"outcomes": judged})
