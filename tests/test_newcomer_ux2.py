@@ -277,3 +277,16 @@ def test_edits_offered_after_a_refusal_leave_out_what_the_host_refused_and_the_b
     note = screen.split("can no longer be tested as proposed", 1)[1]
     offered = re.findall(r"--kv-cache-dtype=[\w.]+", note)
     assert "--kv-cache-dtype=fp8_e5m2" not in offered and "--kv-cache-dtype=fp8_e4m3" not in offered, note[:600]
+
+
+def test_the_command_to_paste_is_printed_on_one_line_however_long(tmp_path: Path) -> None:
+    """A run waiting for approval without a terminal prints the `hypoloop resume ...` answer on a line of its
+    own, never wrapped (at 80 columns the old sentence broke it before `--experiment`, and pasting ran only
+    the first half); `show` does the same."""
+    waiting = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120", COLUMNS="80")
+    assert waiting.returncode == 3, waiting.stderr[-2000:]
+    lines = [ln for ln in waiting.stdout.splitlines() if "hypoloop resume" in ln]
+    assert lines and all("--experiment" in ln and "--decision" in ln for ln in lines), waiting.stdout[-2000:]
+    run_id = json.loads(run_cli(tmp_path, "runs", "--json").stdout)[0]["run_id"]
+    shown = run_cli(tmp_path, "show", run_id, COLUMNS="80").stdout
+    assert any("hypoloop resume" in ln and "--experiment" in ln for ln in shown.splitlines()), shown[-2000:]

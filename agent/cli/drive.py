@@ -34,6 +34,7 @@ from agent.domain.knowledge_dir import knowledge_file
 from agent.planning.catalog import CatalogError
 from agent.record.transcript import Transcript
 from agent.review.render import print_hanging
+from agent.review.text import print_command
 from agent.review.wording import count
 from agent.run.approval.request import ApprovalRequest
 from agent.run.approval.screen import answer_hint, approval_panel, ask, describe_experiment
@@ -124,8 +125,9 @@ def _pause(
     print_hanging(
         console,
         f"run [bold]{request.run_id}[/] waits for approval of {exp.id} ({escape(describe_experiment(exp))}); "
-        f"{why}. Answer with: {escape(answer_hint(request, resume_command(request.run_id)))}",
+        f"{why}. Answer with:",
     )
+    print_command(console, answer_hint(request, resume_command(request.run_id)))
     if json_out:
         print(_waiting_json(request, tr.path))
     raise typer.Exit(code)
@@ -426,10 +428,8 @@ def confirm_orphans(orphans: list[dict[str, Any]]) -> bool:
 def pause_quietly(request: ApprovalRequest, console: Console, *, json_out: bool, tpath: Path) -> NoReturn:
     """`resume` without --decision and without a terminal: show what waits, change nothing, exit 3."""
     console.print(approval_panel(request, keys=False))
-    console.print(
-        f"run {request.run_id} still waits for approval; no terminal is attached. Answer with: "
-        f"{escape(answer_hint(request, resume_command(request.run_id)))}"
-    )
+    console.print(f"run {request.run_id} still waits for approval; no terminal is attached. Answer with:")
+    print_command(console, answer_hint(request, resume_command(request.run_id)))
     if json_out:
         print(_waiting_json(request, tpath))
     raise typer.Exit(3)

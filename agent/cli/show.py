@@ -23,6 +23,7 @@ from agent.cli.common import (
 )
 from agent.record.transcript import SkippedLines, TranscriptError, read_transcript
 from agent.review.render import EventRenderer, print_hanging
+from agent.review.text import print_command
 from agent.review.wording import count
 from agent.run.approval.request import ApprovalRequest
 from agent.run.approval.screen import answer_hint, approval_panel
@@ -76,8 +77,8 @@ def show(
         if info.holder:  # asked at that process's terminal: `resume` would be refused while it holds the run
             print_hanging(console, f"{held_elsewhere(info.holder)}: answer there")
             return
-        hint = answer_hint(request, resume_command(info.run_id), decision_optional=True)
-        print_hanging(console, f"answer with: {escape(hint)}")
+        console.print("answer with:")
+        print_command(console, answer_hint(request, resume_command(info.run_id), decision_optional=True))
     elif info.status == "interrupted":
         console.print(f"nothing is driving it: continue with {escape(resume_command(info.run_id))}")
 

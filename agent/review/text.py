@@ -140,3 +140,12 @@ def failure_line(lineno: int, text: str, shown: set[int]) -> str | None:
     if len(shown) > 1:
         return f"    [dim]the failure: log:{lineno} (above)[/]"
     return None
+
+
+def print_command(console: Console, command: str, *, indent: int = 2) -> None:
+    """Print a shell command to paste on a line of its own, ``indent`` columns in, never wrapped: a command
+    broken over two lines runs only its first half when pasted (the terminal folds a long line for the eye
+    and the copy stays one line). ``command`` is plain text (rich markup is escaped)."""
+    from rich.markup import escape
+
+    console.print(" " * indent + escape(visible(command)), soft_wrap=True, highlight=False)
