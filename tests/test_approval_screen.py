@@ -20,6 +20,8 @@ if TMUX is None and os.environ.get("CI") != "true":
     pytest.skip("tmux is not installed", allow_module_level=True)
 
 PROMPT = "[a]pprove / [e]dit / [r]eject / [h]ypotheses / [s]top:"
+#: A baseline run changes nothing: its prompt offers no edit.
+BASELINE_PROMPT = "[a]pprove / [r]eject / [h]ypotheses / [s]top:"
 
 
 class Terminal:
@@ -61,7 +63,7 @@ def test_approval_screen_fits_80x24_with_the_change_above_the_prompt(tmp_path: P
     term = Terminal(cmd, cli_env(tmp_path), tmp_path)
     try:
         term.wait_for("approve experiment 1?")
-        term.wait_for(PROMPT, last_line=True)
+        term.wait_for(BASELINE_PROMPT, last_line=True)
         term.send("a", "Enter")
         screen = term.wait_for(PROMPT, last_line=True, timeout=180)
         while not any("approve experiment 2?" in ln for ln in screen):  # the baseline ran; the next box

@@ -290,3 +290,14 @@ def test_the_command_to_paste_is_printed_on_one_line_however_long(tmp_path: Path
     run_id = json.loads(run_cli(tmp_path, "runs", "--json").stdout)[0]["run_id"]
     shown = run_cli(tmp_path, "show", run_id, COLUMNS="80").stdout
     assert any("hypoloop resume" in ln and "--experiment" in ln for ln in shown.splitlines()), shown[-2000:]
+
+
+def test_a_baseline_waiting_for_approval_offers_no_edit(tmp_path: Path) -> None:
+    """A baseline run changes nothing, so there is nothing to edit: `show --json` lists approve, reject and
+    stop for it (it listed edit, and the terminal prompt offered [e]dit only to answer "nothing to edit")."""
+    waiting = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm120")
+    assert waiting.returncode == 3, waiting.stderr[-2000:]
+    run_id = json.loads(run_cli(tmp_path, "runs", "--json").stdout)[0]["run_id"]
+    shown = json.loads(run_cli(tmp_path, "show", run_id, "--json").stdout.strip().splitlines()[-1])
+    assert shown["pending"]["experiment"]["purpose"] == "baseline"
+    assert shown["pending"]["choices"] == ["approve", "reject", "stop"]

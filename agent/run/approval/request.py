@@ -142,6 +142,9 @@ def build_request(exp: Experiment, hypotheses: Sequence[Hypothesis], ctx: Reques
         error=ctx.error,
         batch=list(ctx.batch),
         lead_blocked=ctx.lead_blocked,
+        # a baseline or confirmation run changes nothing: there is no change to edit
+        choices=["approve", "edit", "reject", "stop"] if exp.purpose == "test" and exp.change is not None
+        else ["approve", "reject", "stop"],
     )
 
 

@@ -203,7 +203,8 @@ def ask(
     console.print(approval_panel(req))
     exp_id = req.experiment.id
     while True:
-        word = reader("[a]pprove / [e]dit / [r]eject / [h]ypotheses / [s]top: ").strip().lower()
+        word = reader("[a]pprove / [e]dit / [r]eject / [h]ypotheses / [s]top: " if editable(req.experiment)
+                      else "[a]pprove / [r]eject / [h]ypotheses / [s]top: ").strip().lower()
         if word in ("h", "hypotheses", "more"):
             console.print(approval_panel(req, full=True))
             continue
