@@ -73,7 +73,8 @@ def _breaks(plain: str, width: int) -> list[int]:
 
 
 #: Where a word wider than a line may be folded: after a path's ``/``, a dotted name's ``.``, an ``_``
-#: or punctuation; never inside a run id or an experiment id (digits, letters and ``-``).
+#: or punctuation; after a ``-`` only where none of these fits (never inside a run id or an experiment id
+#: that such a place can keep whole).
 _SAFE_BREAKS = frozenset("/._,;:=")
 
 
@@ -89,7 +90,10 @@ def _at_slashes(line: Text, width: int) -> list[Text]:
     while len(plain) - start > width:
         slashes = [i + 1 for i, ch in enumerate(plain) if ch in _SAFE_BREAKS and start < i + 1 < len(plain)]
         fits = [c for c in slashes if c - start <= width]
-        cut = fits[-1] if fits else next(iter(slashes), None)
+        # a word with no such place within the line (a flag's name: --remote-instance-weight-loader-...) is
+        # folded after a hyphen rather than run past the terminal's edge
+        hyphens = [i + 1 for i, ch in enumerate(plain[: start + width]) if ch == "-" and start < i + 1 < len(plain)]
+        cut = fits[-1] if fits else hyphens[-1] if hyphens else next(iter(slashes), None)
         if cut is None:
             break
         cuts.append(cut)
