@@ -16,7 +16,8 @@ WORLD = "lab:glm5-nvfp4-sm120"
 REASON = "a bf16 KV cache halves the tokens that fit"
 
 
-PROMPT = r"\[a\]pprove / \[e\]dit / \[r\]eject / \[h\]ypotheses / \[s\]top: "
+#: The answer prompt; a baseline or confirmation run, which changes nothing, offers no edit.
+PROMPT = r"\[a\]pprove / (?:\[e\]dit / )?\[r\]eject / \[h\]ypotheses / \[s\]top: "
 
 
 def _screen(child: pexpect.spawn) -> str:

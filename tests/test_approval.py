@@ -427,7 +427,7 @@ def test_interactive_session_approves_edits_and_stops(tmp_path: Path) -> None:
     )
     try:
         child.expect(r"approve experiment 1\?")
-        child.expect(r"\[a\]pprove / \[e\]dit / \[r\]eject / \[h\]ypotheses / \[s\]top: ")
+        child.expect(r"\[a\]pprove / \[r\]eject / \[h\]ypotheses / \[s\]top: ")  # a baseline: nothing to edit
         child.sendline("a")  # the baseline run
         child.expect(r"approve experiment 2\?")
         child.expect("--kv-cache-dtype: \\(unset\\) → bf16")

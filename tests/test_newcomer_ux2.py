@@ -213,7 +213,7 @@ def test_runs_and_show_say_a_run_asked_at_another_terminal_runs_there_not_answer
     child = pexpect.spawn(HYPOLOOP[0], [*HYPOLOOP[1:], "run", "lab:glm5-nvfp4-sm120"], cwd=str(tmp_path), env=env,
                           encoding="utf-8", timeout=120, dimensions=(50, 120))
     try:
-        child.expect(r"\[a\]pprove / \[e\]dit / \[r\]eject / \[h\]ypotheses / \[s\]top: ")
+        child.expect(r"\[a\]pprove / \[r\]eject / \[h\]ypotheses / \[s\]top: ")  # the baseline: no edit
         listed = json.loads(run_cli(tmp_path, "runs", "--json").stdout)
         assert len(listed) == 1 and listed[0]["holder"] == child.pid, listed
         run_id = listed[0]["run_id"]
@@ -252,7 +252,7 @@ def test_edits_offered_after_a_refusal_leave_out_what_the_host_refused_and_the_b
     fp8_e4m3 (a launch that changes nothing): both were offered."""
     import pexpect  # a dev dependency (pyproject.toml)
 
-    prompt = r"\[a\]pprove / \[e\]dit / \[r\]eject / \[h\]ypotheses / \[s\]top: "
+    prompt = r"\[a\]pprove / (?:\[e\]dit / )?\[r\]eject / \[h\]ypotheses / \[s\]top: "  # no edit at a baseline
     env = cli_env(tmp_path, COLUMNS="130", LINES="60", TERM="xterm-256color")
     child = pexpect.spawn(HYPOLOOP[0], [*HYPOLOOP[1:], "run", "lab:glm5-nvfp4-sm120"], cwd=str(tmp_path), env=env,
                           encoding="utf-8", timeout=120, dimensions=(60, 130))
