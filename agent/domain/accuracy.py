@@ -144,19 +144,6 @@ def improved_p(better: tuple[int, int], worse: tuple[int, int]) -> float:
     return min(1.0, sum(math.exp(log_pmf(k)) for k in range(a, top + 1) if total - k <= n2))
 
 
-def restored(after: Iterable[ProbeResult], failing: Iterable[ProbeResult], confidence: float = CONFIDENCE) -> bool:
-    """Whether a launch that passed (``after``: its probes) restored the accuracy a graded failure lost
-    (``failing``: the failing launch's probes): its probe-set count is above the failing one's with
-    ``confidence`` (``improved_p``). A pass of the set says only "not below the expected level with 95%
-    confidence", which a change that fixed nothing passes often when the drop is a few points (0.87 against
-    an expected 0.91 passes half the time with 200 questions); an engineer compares the change with the
-    failing run on the same questions. True when either launch answered no probe set (nothing to compare)."""
-    now, then = graded_count(after), graded_count(failing)
-    if now is None or then is None:
-        return True
-    return improved_p(now, then) < 1 - confidence
-
-
 def set_result(run: SetRun, expected: float) -> ProbeResult:
     """The probe result that stands for a probe set's answers (``PROBE_ID``): ``wrong_answer`` when the
     accuracy is below ``expected`` with 95% confidence, else ``ok``, the verdict's numbers in ``error`` and

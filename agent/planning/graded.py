@@ -4,7 +4,7 @@
 A launch that answers the probe set "not below the expected level with 95% confidence" passes it; with a
 drop of a few points a change that fixed nothing passes half the time (0.87 against an expected 0.91, 200
 questions). An engineer compares the change with the failing run on the same set: the run's outcomes are
-read with every such pass that does not beat the run's first graded failure (``agent.domain.accuracy.restored``:
+read with every such pass that does not beat the run's first graded failure (``agent.domain.accuracy.improved_p``:
 Fisher's exact test, 95%) counted as that failure again, so that the history, its confirmations and the
 ending all see one verdict.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agent.domain.accuracy import PROBE_ID, graded_count, restored
+from agent.domain.accuracy import CONFIDENCE, PROBE_ID, graded_count, improved_p
 from agent.domain.models import Outcome
 
 __all__ = ["judged_against_failure"]
@@ -26,17 +26,18 @@ def judged_against_failure(outcomes: Iterable[Outcome]) -> list[Outcome]:
     run with none, are unchanged."""
     seen = list(outcomes)
     failing = next((o for o in seen if o.stage == "wrong_output" and graded_count(o.probes) is not None), None)
-    if failing is None:
+    then = graded_count(failing.probes) if failing is not None else None
+    if then is None:
         return seen
     out: list[Outcome] = []
     for o in seen:
-        if o.stage == "ok" and graded_count(o.probes) is not None and not restored(o.probes, failing.probes):
-            now, then = graded_count(o.probes), graded_count(failing.probes)
+        now = graded_count(o.probes) if o.stage == "ok" else None
+        if now is not None and improved_p(now, then) >= 1 - CONFIDENCE:
             note = (f"the probe set's {now[0]}/{now[1]} is not above the failing launch's {then[0]}/{then[1]} "
-                    "with 95% confidence (Fisher's exact test): the accuracy is not shown restored") if now and then else ""
+                    "with 95% confidence (Fisher's exact test): the accuracy is not shown restored")
             data = o.model_dump()
             data["probes"] = [p if p["probe_id"] != PROBE_ID else {**p, "ok": False, "status": "wrong_answer",
-                                                                    "error": note or p.get("error")}
+                                                                    "error": note}
                               for p in data["probes"]]
             data.update(stage="wrong_output", summary="; ".join(x for x in (o.summary, note) if x))
             o = Outcome.model_validate(data)  # a new object: no reading cached from the pass survives
