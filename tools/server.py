@@ -22,6 +22,7 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel, Field
 
+from tools import interrupts
 from tools.container import prepare as prepare_container
 from tools.container import recover as recover_container
 from tools.engines import Engine, get_engine, model_flags
@@ -303,9 +304,12 @@ class ServerSession:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if isinstance(exc, KeyboardInterrupt):
+            interrupts.delivered()  # caught: the server is stopped now, not raised into again
         try:
             self.stop()
         except KeyboardInterrupt:
+            interrupts.delivered()
             if self.handle is not None:
                 self.host.terminate(self.handle, grace_s=0.0)
             raise

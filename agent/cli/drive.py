@@ -38,6 +38,7 @@ from agent.review.text import print_command
 from agent.review.wording import count
 from agent.run.approval.request import ApprovalRequest
 from agent.run.approval.screen import answer_hint, approval_panel, ask, describe_experiment
+from tools import interrupts
 from tools.knowledge import KnowledgeError, check_knowledge_files
 from tools.probe_set import load_probe_set
 from tools.signatures import load_signatures
@@ -76,13 +77,9 @@ def _interrupted(session: RunSession, reason: str = "interrupted (Ctrl-C or SIGT
 
 def sigterm_as_interrupt() -> None:
     """From now on SIGTERM and SIGHUP end the run as Ctrl-C does (``KeyboardInterrupt``: its servers are
-    stopped, exit 130)."""
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-    # A closed terminal (SIGHUP) ends the run the same way: its servers are stopped, not left running.
-    signal.signal(signal.SIGHUP, handler)
+    stopped, exit 130); a closed terminal (SIGHUP) too. An interrupt Python drops (raised inside a
+    weakref callback) is raised again until the run catches it (tools/interrupts.py)."""
+    interrupts.install((signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
 
 
 def _waiting_json(request: ApprovalRequest, transcript: Path) -> str:
@@ -161,6 +158,7 @@ def _drive(graph: Any, config: dict[str, Any], first: Any, session: RunSession, 
                 check_edit=functools.partial(edit_experiment, rt, values, request.experiment),  # type: ignore[arg-type]
             )
         except (EOFError, KeyboardInterrupt) as exc:
+            interrupts.delivered()
             console.print()
             eof = isinstance(exc, EOFError)
             _pause(
@@ -193,6 +191,7 @@ def drive_guarded(
     try:
         return _drive(graph, config, first, session, mode)
     except KeyboardInterrupt as exc:  # ReaderGone, or the main thread's interrupt for it, or Ctrl-C
+        interrupts.delivered()
         if isinstance(exc, ReaderGone) or OutputWatch.reader_gone:
             _interrupted(session, "stopped: the reader of its output went away (broken pipe)")
         _interrupted(session)
