@@ -475,8 +475,9 @@ class Chooser(FlagMatcher):
         intent = intent_reverts(view, state) | readers | narrower
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
-            if iv.workaround or broad_switch(change) is not None or (COST_ORDER[iv.cost] >= COST_ORDER[best.cost]
-                                                                      and change.key() not in narrower | set(featured)):
+            # another implementation inside what a broad switch-off took out is narrower, if a workaround itself
+            if (iv.workaround and change.key() not in narrower) or broad_switch(change) is not None \
+                    or (COST_ORDER[iv.cost] >= COST_ORDER[best.cost] and change.key() not in narrower | set(featured)):
                 continue
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
             if change.key() in featured:  # the user's own settings inside the feature dropped, most implicated first

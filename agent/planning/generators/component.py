@@ -276,6 +276,8 @@ class ImplicatedComponentGenerator:
         current = effective_value(inp, spec)
         fp = inp.fingerprint
         alts = alternative_choices(spec, current, fp.gpu_name if fp else None, fp.gpu_vendor if fp else None)
+        if not explicit(inp, spec):  # setting the default (or "auto": what an unset flag resolves by) changes nothing
+            alts = [c for c in alts if norm(c) not in {norm(str(spec.default or "auto")), "auto"}]
         if not alts:
             return None
         cur = norm(str(current)) if current is not None else ""
