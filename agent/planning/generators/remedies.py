@@ -35,6 +35,7 @@ from agent.planning.generators.common import (
     is_log_level_flag,
     norm,
 )
+from agent.planning.generators.set_dest import set_dest_remedies
 from agent.planning.in_play import DEVICE_FLAG, device_for, load_subsystems, platform_of
 from agent.planning.values import fit_cpu_list, rule_for
 from tools.flags import FlagCatalog, FlagSpec, documented_choices
@@ -127,6 +128,7 @@ def remedies_in(inp: GeneratorInput) -> list[Remedy]:
         found += [r for m in _FLAG.finditer(text) if (r := _flag_remedy(inp, m, kind, ll)) is not None]
         found += [r for m in _ENV.finditer(text) if (r := _env_remedy(inp, m, kind, ll)) is not None]
     found += _named_settings(inp)
+    found += set_dest_remedies(inp)
     found += _alternatives(inp)
     found += _allowed_values(inp)
     found += _bounded_settings(inp)
