@@ -41,3 +41,22 @@ def test_a_reason_without_a_decision_is_refused_in_one_line_and_nothing_is_decid
     events = [json.loads(x) for x in next((tmp_path / "tr").glob("*.jsonl")).read_text().splitlines()]
     decided = [e["data"] for e in events if e["type"] == "approval.decided"]
     assert decided and decided[0]["reason"] == "the baseline takes too long"
+
+
+def test_analyze_of_a_file_that_is_no_server_log_says_so_instead_of_a_failed_load(tmp_path: Path) -> None:
+    """A README (which quotes error messages in its prose) and a few lines of plain text were reported as
+    ``stage reached load_failed`` (the README's even with a hypothesis and an experiment)."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("shopping list\neggs, milk\nremember to call the landlord\n")
+    for path in (REPO / "README.md", notes):
+        for args in ((), ("--json",)):
+            r = run_cli(tmp_path, "analyze", str(path), *args)
+            assert r.returncode == 2 and r.stdout == "", (path, args, r.stdout[-1000:])
+            lines = r.stderr.strip().splitlines()
+            assert len(lines) == 1 and "does not look like a server log" in lines[0], r.stderr
+            assert "load_failed" not in r.stderr and "SGLang" in lines[0] and "vLLM" in lines[0]
+    # a real log, even one of a server that never spoke (its argparse error only), is still read
+    log = REPO / "tests" / "data" / "logs_0.5.23" / "argparse-int-suffix.log"
+    r = run_cli(tmp_path, "analyze", str(log), "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["signatures"]
