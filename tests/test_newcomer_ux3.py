@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 from pathlib import Path
 from typing import Any
 
-from clirun import run_cli
+import pexpect
+from clirun import HYPOLOOP, cli_env, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD = "lab:glm5-nvfp4-sm120"
@@ -60,3 +64,42 @@ def test_analyze_of_a_file_that_is_no_server_log_says_so_instead_of_a_failed_loa
     r = run_cli(tmp_path, "analyze", str(log), "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["signatures"]
+
+
+def test_a_run_killed_at_the_approval_prompt_waits_for_approval_in_every_view(tmp_path: Path) -> None:
+    """Killed (kill -9) while its terminal showed the approval question: `runs` and `show` said "waiting for
+    approval", `replay` and `report` that the run was unfinished (still going, waiting or dead). The
+    checkpoint holds the question and `resume` asks it again: every view says the run waits for approval."""
+    env = cli_env(tmp_path, COLUMNS="130", LINES="60", TERM="xterm-256color")
+    child = pexpect.spawn(HYPOLOOP[0], [*HYPOLOOP[1:], "run", WORLD, "--transcript-dir", "tr"], cwd=str(tmp_path),
+                          env=env, encoding="utf-8", timeout=120, dimensions=(60, 130))
+    try:
+        child.expect(r"approve experiment 1\?")
+        child.expect(r"\[s\]top: ")
+        os.kill(child.pid, signal.SIGKILL)
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    transcript = next((tmp_path / "tr").glob("*.jsonl"))
+    run_id = transcript.stem
+    listed = json.loads(run_cli(tmp_path, "runs", "--json").stdout)
+    assert [(r["run_id"], r["status"]) for r in listed] == [(run_id, "waiting_for_approval")]
+    exp = listed[0]["pending"]["experiment"]["id"]
+    shown = " ".join(run_cli(tmp_path, "show", run_id).stdout.split())
+    assert "waiting for approval" in shown
+    for view in (("replay", run_id), ("replay", str(transcript)), ("report", run_id),
+                 ("report", run_id, "--format", "html")):
+        r = run_cli(tmp_path, *view)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = " ".join(r.stdout.split())
+        said = re.search(rf"waiting for approval(?:\*\*:|:</b>)? (?:of )?(?:experiment )?{exp}", out, re.IGNORECASE)
+        assert said, (view, out[-1500:])
+        assert f"hypoloop resume {run_id}" in out, view
+        assert "unfinished" not in out.lower() and "interrupted" not in out.lower(), view
+    report = " ".join(run_cli(tmp_path, "report", run_id).stdout.split())
+    assert f"**status**: waiting for approval — experiment {exp}" in report
+    # and resume acts on that status: with no terminal it leaves the run waiting on the same question
+    resumed = run_cli(tmp_path, "resume", run_id, "--json")
+    assert resumed.returncode == 3, resumed.stderr[-2000:]
+    out = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert out["status"] == "waiting_for_approval" and out["pending"]["experiment_id"] == exp
