@@ -99,3 +99,18 @@ def test_a_vllm_failure_is_localised_in_vllms_own_frames_and_implicates_no_vllm_
     assert site is not None and site.where.startswith("vllm.")
     imp = implicated(inp)
     assert imp.innermost.startswith("vllm.") and "vllm" not in imp.packages
+
+
+def test_every_real_log_looks_like_one_and_no_document_of_the_repository_does() -> None:
+    """`hypoloop analyze` refuses a file with no line a server writes (tools.log_records.looks_like_log):
+    every real log kept here is read, the one of an argparse error before the engine said anything too,
+    and the repository's documents, which quote a server's messages in prose, are refused."""
+    from tools.log_records import looks_like_log
+
+    repo = DATA.parents[1]
+    logs = sorted(DATA.glob("logs_*/*.log"))
+    assert len(logs) > 20
+    assert [p.name for p in logs if not looks_like_log(p.read_text(errors="replace"))] == []
+    docs = [repo / "README.md", repo / "docs" / "ARCHITECTURE.md", repo / "lab" / "README.md",
+            repo / "transcripts" / "README.md"]
+    assert [p.name for p in docs if looks_like_log(p.read_text())] == []

@@ -61,3 +61,31 @@ def read_record(text: str) -> LogRecord:
         return LogRecord("", None, text)
     level = m.group("level") or m.group("plain")
     return LogRecord(m.group("header"), level.upper() if level else None, text[m.end():])
+
+
+#: Lines only a program's output holds, whatever its logger: Python's traceback header and exception line
+#: (``ValueError: ...``, ``torch.OutOfMemoryError: ...``: traceback.format_exception_only), faulthandler's
+#: ``Fatal Python error:``, argparse's usage and error lines (``usage: PROG ...``, ``PROG: error: ...``:
+#: ArgumentParser.print_usage and .error) and the C++ runtime's ``terminate called ...``.
+_OUTPUT_LINE = re.compile(
+    r"Traceback \(most recent call last\):"
+    r"|\s*(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)(?::\s|:?\s*$)"
+    r"|Fatal Python error:|usage: \S|[\w./ -]{1,80}: error: |terminate called "
+)
+
+
+def looks_like_log(text: str) -> bool:
+    """Whether ``text`` holds at least one line a server's output holds and prose does not: a record with
+    a logger's header (`read_record`'s shapes), a Python traceback or exception line, an argparse usage or
+    error line. A README or notes that quote a server's messages inline have none; a log cut before the
+    engine spoke may also have none. Reads line by line and stops at the first such line."""
+    start = 0
+    while start <= len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        line = text[start:end]
+        m = _HEADER.match(line)
+        if (m and m.group("header")) or _OUTPUT_LINE.match(line):
+            return True
+        start = end + 1
+    return False

@@ -460,7 +460,10 @@ def read_log_text(path: Path) -> str:
     regular file is refused. A line over 64 KiB is cut to its first 64 KiB and a note
     (``tools.logwatch.read_capped``, as a run's watcher reads it). Stray NUL and invalid UTF-8 bytes are
     replaced (``tools.logtext.decode_log``), with a note on stderr saying what and where. A missing,
-    unreadable, special or mostly binary file is a one-line error (exit 2)."""
+    unreadable, special or mostly binary file, or a text with no line a server writes
+    (``tools.log_records.looks_like_log``: a README, notes), is a one-line error (exit 2)."""
+    from tools.engines import engines_data
+    from tools.log_records import looks_like_log
     from tools.logtext import NotText, decode_log
     from tools.logwatch import read_capped
 
@@ -480,6 +483,11 @@ def read_log_text(path: Path) -> str:
         fail(f"{path}: not a text file: {exc} (expected a log)")
     if (note := decoded.note()) is not None:
         err_console.print(f"note: {escape(str(path))}: {escape(note)}", highlight=False, soft_wrap=True)
+    if decoded.text.strip() and not looks_like_log(decoded.text):  # a README's quoted errors are no failure
+        engines = " or ".join(d.display for d in engines_data().values())
+        fail(f"{path}: does not look like a server log: none of its lines is a log record (a time or level "
+             "header), a Python traceback or error, or a command-line error; nothing to analyze (expected the "
+             f"output of an inference server such as {engines})")
     return decoded.text
 
 

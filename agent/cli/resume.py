@@ -141,6 +141,9 @@ def _checked_decision(decision: str | None, reason: str | None, edits: list[str]
         fail("--decision edit needs the change: --set NAME=VALUE")
     if decision == "reject" and not reason:
         fail("a rejection needs a reason: --reason TEXT (the planner is told why)")
+    if reason is not None and decision is None and not edits:  # never dropped unread
+        fail("--reason says why of an answer: give it with --decision (reject needs one; approve, edit and "
+             "stop record it) or with --set; nothing was decided")
     if edits and decision is None:
         decision = "edit"
     return decision

@@ -175,6 +175,8 @@ class RecordedRun:
     conclusion: dict[str, Any] | None = None
     conclusion_seq: int = 0
     ended: dict[str, Any] | None = None
+    #: The ``approval.requested`` the run waits on, unanswered (`awaited_approval`), or None.
+    waiting: dict[str, Any] | None = None
     truncated_tail: bool = False
     launch_argv: list[str] = field(default_factory=list)
 
@@ -206,6 +208,7 @@ class RecordedRun:
         """Fold one event in (events must come in transcript order)."""
         self.events += 1
         self.run_id = self.run_id or ev.run_id
+        self.waiting = awaited_approval(self.waiting, ev)
         self.first_ts = ev.ts if self.first_ts is None else self.first_ts
         self.last_ts = ev.ts
         d = ev.data
@@ -390,9 +393,11 @@ class RecordedRun:
 
     @property
     def status(self) -> str:
+        """How the run ended (``run.ended``), else ``waiting for approval`` (its last request unanswered: the
+        status ``hypoloop runs`` gives and ``resume`` acts on), else ``unfinished``."""
         if self.ended:
             return str(self.ended.get("status"))
-        return "unfinished"
+        return "waiting for approval" if self.waiting else "unfinished"
 
     def run_of(self, experiment_id: str | None) -> ExperimentRun | None:
         """The executed experiment with this id (the last one if it ran more than once)."""
@@ -462,6 +467,22 @@ class RecordedRun:
                     out.append(h.id)
                     break
         return out
+
+
+def awaited_approval(waiting: dict[str, Any] | None, ev: TranscriptEvent) -> dict[str, Any] | None:
+    """The ``approval.requested`` payload a run waits on after ``ev``, given the one it waited on before it
+    (None: none). A request stays awaited through what its own wait writes (``run.paused``, a
+    ``run.resumed`` that brought no answer, the approve node's other lines); an answer (``approval.decided``,
+    ``approval.refused``: asked again as a new request, a ``run.resumed`` carrying one), ``run.ended`` or
+    any other node's event ends it. Killed at the question, the run still waits there: its checkpoint holds
+    the question, and ``hypoloop resume`` asks it again (``agent.record.runs.run_info``)."""
+    if ev.type == "approval.requested":
+        return dict(ev.data)
+    if waiting is None or ev.type in ("approval.decided", "approval.refused", "run.ended"):
+        return None
+    if ev.type == "run.resumed":
+        return None if ev.data.get("answer") else waiting
+    return waiting if ev.type == "run.paused" or ev.node == "approve" else None
 
 
 def follow(transcript: Transcript) -> RecordedRun | None:

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from agent.record.recorded import awaited_approval
 from agent.record.transcript import (
     SkippedLines,
     TranscriptError,
@@ -142,6 +143,7 @@ class ReplayRenderer(EventRenderer):
         self.run_id = ""
         self.case = ""
         self.ended: dict[str, Any] | None = None
+        self.waiting: dict[str, Any] | None = None  # the approval request the run waits on, unanswered
         self.last_seq = 0
         self.max_step = 0
         self.shown = 0
@@ -162,6 +164,7 @@ class ReplayRenderer(EventRenderer):
     def _track(self, ev: TranscriptEvent) -> None:
         d = ev.data
         self.last_seq = ev.seq
+        self.waiting = awaited_approval(self.waiting, ev)
         self.max_step = max(self.max_step, ev.step)
         self.run_id = self.run_id or ev.run_id
         if ev.type == "run.started":
@@ -361,7 +364,15 @@ def replay(
     if render.last_seq == 0 and not follow:
         raise TranscriptError(f"{path}: no transcript events (the file is empty or not a transcript)")
     summary = ReplaySummary(render.shown, render.last_seq, render.ended, render.max_step)
-    if render.ended is None:
+    if render.ended is None and render.waiting is not None and not _torn_tail(path):
+        # as `hypoloop runs` says it, whether the process that asked is still at its prompt or was killed there
+        console.print(
+            f"[bold yellow]⏸ waiting for approval[/] of {escape(str(render.waiting.get('experiment_id')))}: the "
+            f"transcript ends at this question, unanswered; the run continues from it with: hypoloop resume "
+            f"{escape(render.run_id)}",
+            highlight=False,
+        )
+    elif render.ended is None:
         tail = ""
         if not follow and _torn_tail(path):
             tail = "; its last line is incomplete (a write cut short)"

@@ -98,7 +98,7 @@ def _summary(run: RecordedRun, c: dict[str, Any], status: str, symptom: str) -> 
     """The summary rows in order: status, the fix rows, symptom, why it stopped, the leading
     hypothesis (when no root cause was named) and the cost."""
     summary: list[tuple[str, str]] = []
-    summary.append(("status", status if run.finished else f"{status} — the transcript has no run.ended"))
+    summary.append(("status", status if run.finished else f"{status} — {_unended(run)}"))
     summary += _fix_summary(run, c)
     summary.append(("symptom", symptom))
     if c.get("reason") and not c.get("root_cause"):
@@ -153,10 +153,23 @@ def _narrative(
         narrative.append(f"Conclusion: {c.get('reason')}.")
     if not run.finished:
         narrative.append(
+            f"The run waits: {_unended(run)}; this report shows what was recorded so far." if run.waiting else
             "The transcript ends without run.ended: the run is still going, waits for an approval, or its "
             "process died; this report shows what was recorded so far."
         )
     return narrative
+
+
+def _unended(run: RecordedRun) -> str:
+    """What the end of an unfinished run's transcript says: the approval it waits on (the status `hypoloop
+    runs` gives it, killed at the question or not) and how to continue it, else that run.ended is missing."""
+    if not run.waiting:
+        return "the transcript has no run.ended"
+    exp = str(run.waiting.get("experiment_id"))
+    prop = next((p for p in reversed(run.proposals) if p.experiment_id == exp), None)
+    change = f" ({change_text(prop.data['change'])})" if prop and prop.data.get("change") else ""
+    return (f"experiment {exp}{change} was proposed and its approval is unanswered; answer with: "
+            f"hypoloop resume {run.run_id}")
 
 
 def _hypothesis_views(run: RecordedRun, c: dict[str, Any], design: list[DesignStep]) -> list[HypothesisView]:
@@ -262,6 +275,7 @@ def build_report(run: RecordedRun) -> Report:
         started=started,
         status=status,
         finished=run.finished,
+        waiting=_unended(run) if run.waiting and not run.finished else "",
         summary=_summary(run, c, status, _symptom(run, executed)),
         narrative=_narrative(run, c, design, executed),
         ruled_out=_ruled_out(run, c, design),

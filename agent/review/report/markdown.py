@@ -18,7 +18,9 @@ def _md_summary(rep: Report) -> list[str]:
     out.append(
         f"Model **{rep.model}** on {rep.hardware}. Started {rep.started}. Transcript {md_code(rep.transcript)}."
     )
-    if not rep.finished:
+    if rep.waiting:
+        out += ["", f"> **Waiting for approval**: {_md(rep.waiting)}."]
+    elif not rep.finished:
         out += ["", "> **Unfinished run**: the transcript ends without `run.ended`."]
     if rep.answer:
         out += ["", "## Answer", ""]

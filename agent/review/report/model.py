@@ -130,6 +130,8 @@ class Report:
     started: str
     status: str
     finished: bool
+    #: an unfinished run waiting for approval: the request and how to answer it ("" otherwise)
+    waiting: str
     summary: list[tuple[str, str]]
     narrative: list[str]
     ruled_out: list[tuple[str, str]]
