@@ -155,6 +155,7 @@ def parse_hardware(ctx: FileContext, raw: Any) -> Hardware:
             power_limit_w=float(data.get("power_limit_w", 600.0)),
             vendor=str(data.get("vendor", "nvidia")),
             gfx_target=str(data.get("gfx_target", "")),
+            cpu_count=int(data.get("cpu_count", 0)),
         )
     except KeyError as exc:
         raise ctx.fail("hardware", f"missing field {exc.args[0]!r}") from None
@@ -162,6 +163,8 @@ def parse_hardware(ctx: FileContext, raw: Any) -> Hardware:
         raise ctx.fail("hardware", f"bad value: {exc}") from None
     if not re.fullmatch(r"\d+\.\d+", hw.compute_capability):
         raise ctx.fail("hardware.compute_capability", "expected a string like '12.0'")
+    if hw.cpu_count < 0:
+        raise ctx.fail("hardware.cpu_count", "expected the host's logical CPU count (a positive integer)")
     if hw.vendor not in ("nvidia", "amd", "cpu"):
         raise ctx.fail("hardware.vendor", "expected 'nvidia', 'amd' or 'cpu'")
     return hw

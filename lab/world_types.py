@@ -288,6 +288,9 @@ class Hardware:
     #: torch reports on ROCm, e.g. "9.4" for gfx942) or "cpu" (no GPU tool answers).
     vendor: str = "nvidia"
     gfx_target: str = ""  # AMD only, e.g. "gfx942"
+    #: Logical CPUs of the host (`getconf _NPROCESSORS_ONLN` there; `python -m lab.cpu_query` answers it);
+    #: 0: this machine's own count.
+    cpu_count: int = 0
 
     @property
     def cc_major(self) -> int:

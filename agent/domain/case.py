@@ -122,6 +122,9 @@ class LauncherSpec(_Strict):
     argv: list[str] = Field(default_factory=list)
     version_argv: list[str] = Field(default_factory=list)
     gpu_query_argv: list[str] = Field(default_factory=lambda: ["nvidia-smi"])
+    #: What prints the host's logical CPU count (POSIX ``getconf _NPROCESSORS_ONLN``; the CPU lists a rank
+    #: binding is split into are sized by it). Its failure leaves the count unknown, never an error.
+    cpu_query_argv: list[str] = Field(default_factory=lambda: ["getconf", "_NPROCESSORS_ONLN"])
     #: `python -m sglang.check_env` on the host (evidence; its failure is only a note). None: derived
     #: from `argv` by the engine (a `<package>.launch_server` module); [] turns it off.
     check_env_argv: list[str] | None = None
