@@ -23,6 +23,8 @@ from tools.knowledge_files import field_error, knowledge_path, read_toml
 Severity = Literal["info", "warning", "error", "fatal"]
 Kind = Literal["progress", "ready", "fatal", "warning", "fact", "error"]
 Stage = Literal["launch", "load", "capture", "serve", "decode", "request"]
+#: The start-up and serving stages a signature belongs to, in the order a launch reaches them.
+STAGES: tuple[str, ...] = Stage.__args__  # type: ignore[attr-defined]
 
 #: The signature file's name in a knowledge folder (``tools.knowledge_files``).
 SIGNATURES_FILE = "signatures.toml"

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from agent.domain.failure import DEVICE_SYMPTOMS, SYMPTOM_CLASSES
-from agent.domain.models import Baseline, Change
+from agent.domain.models import Baseline, Change, Outcome
 from agent.planning.platform_rule import platform_id
 from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, FlagError
 from tools.knowledge_files import KnowledgeFile, check_keys
 from tools.load_shapes import FEATURES
+from tools.signatures import STAGES
 
 __all__ = ["InPlay", "Knowledge", "load_subsystems", "platform_of", "subsystems_knowledge", "subsystems_of_frame"]
 
@@ -54,6 +55,8 @@ class Subsystem:
     implicated_by: frozenset[str] = frozenset()
     #: request features without which its code runs on the host only (``device_work_only_with``; None: any)
     device_work_only_with: frozenset[str] | None = None
+    #: the start-up stage a launch must have reached for its code to have run (``runs_after_stage``)
+    runs_after_stage: str | None = None
 
 
 @dataclass
@@ -102,6 +105,9 @@ def _load(path: Path) -> Knowledge:
         if features is not None and (not isinstance(features, list) or any(f not in FEATURES for f in features)):
             raise SubsystemsError(f"{path}: subsystem #{i + 1}: device_work_only_with: {features!r} is not a list of "
                                   f"request features (expected some of {', '.join(FEATURES)})")
+        if s.get("runs_after_stage") and s["runs_after_stage"] not in STAGES:
+            raise SubsystemsError(f"{path}: subsystem #{i + 1}: runs_after_stage: {s['runs_after_stage']!r} is not a "
+                                  f"stage (expected one of {', '.join(STAGES)})")
         try:
             k.subsystems.append(
                 Subsystem(
@@ -116,6 +122,7 @@ def _load(path: Path) -> Knowledge:
                     bounds=re.compile(s["bounds"]) if s.get("bounds") else None,
                     implicated_by=frozenset(str(c) for c in s.get("implicated_by", [])),
                     device_work_only_with=frozenset(features) if features is not None else None,
+                    runs_after_stage=str(s["runs_after_stage"]) if s.get("runs_after_stage") else None,
                 )
             )
         except (KeyError, re.error) as exc:
@@ -141,7 +148,8 @@ _KEYS = {
     "platform": ["id", "device", "gpu_vendor", "log_says", "rank_setting", "rank_setting_source", "source"],
     "model_trait": ["id", "keys", "source"],
     "subsystem": ["id", "flags", "env", "in_play_any", "modules", "modules_source", "why", "source",
-                  "carries_requests", "bounds", "implicated_by", "device_work_only_with"],
+                  "carries_requests", "bounds", "implicated_by", "device_work_only_with", "runs_after_stage",
+                  "runs_after_source"],
     "implementation": ["flags", "values", "in_play_any", "why", "source"],
     "choice_option": ["selector", "choices", "flags", "source"],
 }
@@ -397,6 +405,27 @@ class InPlay:
         needs = " or ".join(sorted(s.device_work_only_with or ()))
         return (f"{change.name} configures {s.id}, whose code reaches the device only for requests with {needs}: "
                 f"the failing requests asked none, and the failure is on the device ({on_device[0]})")
+
+    def not_reached(self, change: Change, failing: Outcome) -> str | None:
+        """Why ``change`` cannot cause the ``failing`` launch's failure, or None: every subsystem the setting
+        configures runs its code only once a launch reached a start-up stage (``runs_after_stage``) of which
+        the failing launch printed no progress line (knowledge/signatures.toml ``stage``), and its error
+        does not name the setting (an argument check that refuses the setting's value names it)."""
+        subs = self.subsystems_of(change.kind, change.name)
+        if not subs or any(s.runs_after_stage is None for s in subs) or failing.stage == "ok":
+            return None
+        reached = {m.stage for m in failing.matches if m.kind == "progress"}
+        if any(s.runs_after_stage in reached for s in subs):
+            return None
+        spellings = {change.name.lstrip("-").lower(), change.name.lstrip("-").replace("-", "_").lower()}
+        errors = [m.first_line for m in failing.matches if m.kind in ("error", "fatal")]
+        errors += [tb.exception_line or "" for tb in failing.tracebacks]
+        if any(sp in line.lower() for line in errors for sp in spellings):
+            return None
+        s = subs[0]
+        return (f"{change.name} configures {s.id}, whose code first runs once a launch is past the "
+                f"{s.runs_after_stage} stage's start: this launch failed before it, and its error does not name "
+                "the setting")
 
     def why_not(self, change: Change) -> str | None:
         """Why ``change`` cannot matter here (its subsystem is not in play), or None. A removal of a

@@ -30,6 +30,7 @@ from agent.planning.generators.common import (
     canon,
     effective_value,
     error_lines,
+    explicit,
     fact_flag,
     finds,
     is_log_level_flag,
@@ -128,7 +129,8 @@ def remedies_in(inp: GeneratorInput) -> list[Remedy]:
         found += [r for m in _FLAG.finditer(text) if (r := _flag_remedy(inp, m, kind, ll)) is not None]
         found += [r for m in _ENV.finditer(text) if (r := _env_remedy(inp, m, kind, ll)) is not None]
     found += _named_settings(inp)
-    found += set_dest_remedies(inp)
+    found += set_dest_remedies(error_lines(inp), lambda dest: fact_flag(inp.flags, dest) if inp.flags else None,
+                               lambda spec: explicit(inp, spec))
     found += _alternatives(inp)
     found += _allowed_values(inp)
     found += _bounded_settings(inp)

@@ -11,10 +11,9 @@ check requires is the configuration the engine supports, so it is no workaround 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 
 from agent.domain.models import FlagValue, Intervention, LogLine
-from agent.planning.generators import GeneratorInput
-from agent.planning.generators.common import error_lines, explicit, fact_flag
 from tools.flags import FlagSpec
 
 __all__ = ["SET_DEST", "set_dest_remedies"]
@@ -28,17 +27,21 @@ _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off", "none"})
 
 
-def set_dest_remedies(inp: GeneratorInput) -> list[tuple[str, Intervention, str, LogLine, str]]:
-    """(ledger id, intervention, "named", line, description) for each setting a fatal error line tells
-    the user to set by its dest, in the shape of ``agent.planning.generators.remedies.Remedy``."""
+def set_dest_remedies(
+    lines: Iterable[LogLine], flag_of: Callable[[str], FlagSpec | None], explicit: Callable[[FlagSpec], bool]
+) -> list[tuple[str, Intervention, str, LogLine, str]]:
+    """(ledger id, intervention, "named", line, description) for each setting a fatal error line (``lines``:
+    the failure's error lines) tells the user to set by its dest, in the shape of
+    ``agent.planning.generators.remedies.Remedy``. ``flag_of`` turns a dest into the host's flag (None: not
+    one of its flags); ``explicit`` says whether the failing baseline sets a flag itself."""
     out: list[tuple[str, Intervention, str, LogLine, str]] = []
-    for ll in error_lines(inp):
+    for ll in lines:
         for m in SET_DEST.finditer(ll.text):
             dest, raw = m.group("dest"), m.group("value").rstrip(".")
-            spec = fact_flag(inp.flags, dest) if inp.flags is not None else None
+            spec = flag_of(dest)
             if spec is None:
                 continue
-            values = _values(inp, spec, raw)
+            values = _values(spec, raw, explicit)
             if values is None:
                 continue
             # what the engine's own check requires is the configuration it supports, not an avoidance
@@ -64,13 +67,13 @@ def set_dest_remedies(inp: GeneratorInput) -> list[tuple[str, Intervention, str,
     return out
 
 
-def _values(inp: GeneratorInput, spec: FlagSpec, raw: str) -> list[FlagValue] | None:
+def _values(spec: FlagSpec, raw: str, explicit: Callable[[FlagSpec], bool]) -> list[FlagValue] | None:
     """The flag value ``raw`` stands for, or None when it names nothing this flag can take."""
     low = raw.lower()
     if not spec.takes_value:
         if low in _TRUE:
             return [True]
-        return [None] if low in _FALSE and explicit(inp, spec) else None
+        return [None] if low in _FALSE and explicit(spec) else None
     if spec.choices and raw not in spec.choices:
         return None
     return [raw]
