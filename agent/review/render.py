@@ -365,7 +365,7 @@ def conclusion_panel(d: dict[str, Any], *, answered: bool = False) -> Panel:
             "root cause", f"{escape(d['root_cause']['statement'])} [dim]({d['root_cause']['component']})[/]"
         )
     for b in d.get("blockers", []):
-        t.add_row("blocker fixed", escape(f"{change_text(b)} (adopted first; the fix needs it too)"))
+        t.add_row("blocker fixed", escape(f"{change_text(b)} (adopted first; the fix was found and confirmed with it in place)"))
     if d.get("fix") and not answered:
         t.add_row("fix", escape(change_text(d["fix"])))
     if d.get("confirmation_experiment_id"):

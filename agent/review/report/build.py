@@ -64,7 +64,7 @@ def _fix_summary(run: RecordedRun, c: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     for b in c.get("blockers", []):
-        out.append(("blocker fixed", change_text(b) + " — adopted into the baseline first; the fix needs it too"))
+        out.append(("blocker fixed", change_text(b) + " — adopted into the baseline first; the fix was found and confirmed with it in place"))
     if c.get("fix"):
         fix_run = run.run_of(c.get("fix_experiment_id"))
         how = ""
