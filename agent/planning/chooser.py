@@ -25,6 +25,7 @@ from agent.planning.guard import changes_nothing, launched_before
 from agent.planning.in_play import InPlay, load_subsystems
 from agent.planning.intent import (
     INTENT_LAUNCHES,
+    as_narrower,
     dropped_feature,
     feature_reverts,
     intent_alternatives,
@@ -475,11 +476,10 @@ class Chooser(FlagMatcher):
         intent = intent_reverts(view, state) | readers | narrower
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
-            # another implementation inside what a broad switch-off took out is narrower, if a workaround itself
             if (iv.workaround and change.key() not in narrower) or broad_switch(change) is not None \
                     or (COST_ORDER[iv.cost] >= COST_ORDER[best.cost] and change.key() not in narrower | set(featured)):
-                continue
-            score, p_fix = self._score(state, change, iv, cost, ref.facts)
+                continue  # (inside a broad switch-off another implementation is narrower, if a workaround itself)
+            score, p_fix = self._score(state, change, as_narrower(iv) if change.key() in narrower else iv, cost, ref.facts)
             if change.key() in featured:  # the user's own settings inside the feature dropped, most implicated first
                 score += 2.0 - 0.01 * featured.index(change.key())
             elif change.key() in narrower:

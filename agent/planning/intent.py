@@ -30,7 +30,7 @@ from agent.planning.view import HistoryState, PlannerView
 from tools.flags import FlagCatalog
 
 __all__ = ["INTENT_LAUNCHES", "dropped_feature", "drops_feature", "feature_suspects", "feature_reverts", "inside_broad", "intent_alternatives",
-           "keeping_intent", "narrower_keys", "spent_after_fix"]
+           "as_narrower", "keeping_intent", "narrower_keys", "spent_after_fix"]
 
 #: Launches spent, after a workaround served, on each kind of change of this module.
 INTENT_LAUNCHES = 2
@@ -102,6 +102,13 @@ def inside_broad(broad: Broad, change: Change) -> bool:
     subs = [s for s in load_subsystems().subsystems if s.id in broad.subsystems]
     return any((p := (s.flags if change.kind == "flag" else s.env)) is not None and p.search(change.name)
                for s in subs)
+
+
+def as_narrower(iv: Intervention) -> Intervention:
+    """``iv`` as a change inside what a broad switch-off took out: next to the switch-off no choice there is
+    a workaround or costly, so narrower changes are ranked by how likely each is to fix, not halved for
+    avoiding the implementation the error named."""
+    return iv.model_copy(update={"workaround": False, "cost": "low"})
 
 
 def narrower_keys(view: PlannerView, state: HistoryState, changes: Iterable[Change]) -> set[str]:
