@@ -64,7 +64,9 @@ def test_the_same_fault_under_requests_with_tools_keeps_the_parsers_candidates()
     planner = RulePlanner(load_catalog(), FLAGS)
     first = planner.propose(view, planner.history(view)).experiment
     assert first is not None
-    prop = after_failed_launch(planner, view, first, HSA)
+    # the fault came under requests: the server had come up (its ready line), so every start-up stage ran
+    serving = HSA.replace("\n", "\n[2026-12-01 10:00:05] The server is fired up and ready to roll!\n", 1)
+    prop = after_failed_launch(planner, view, first, serving)
     changes = [str(c.get("change")) for c in prop.considered if "change" in c]
     assert any("--tool-call-parser" in c for c in changes)
     assert not any("output_parsers" in str(c.get("skipped")) for c in prop.considered)

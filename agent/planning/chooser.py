@@ -534,8 +534,8 @@ def _out_of_play(change: Change, in_play: InPlay, kernel: Callable[[Change, InPl
     leaves no room for the KV cache, it names a kernel this host cannot run, it is another engine's setting, or
     its code reaches the device only for request features the failing requests never ``asked``."""
     return (in_play.why_not(change) or leaves_no_kv_cache(change.name, change.after, evidence)
-            or kernel(change, in_play) or foreign_setting(change, in_play) or in_play.not_reached(change, ref)
-            or in_play.off_the_device(change, ref.symptoms, asked))
+            or kernel(change, in_play) or foreign_setting(change, in_play)
+            or in_play.off_the_device(change, ref.symptoms, asked) or in_play.not_reached(change, ref))
 
 
 def _localise_if_it_pays(

@@ -143,6 +143,9 @@ def _load(path: Path) -> Knowledge:
     return k
 
 
+#: Stages of a launch whose server never came up (``agent.domain.models.Stage``).
+_NEVER_READY = frozenset({"launch_failed", "load_failed", "timeout"})
+
 #: The tables of subsystems.toml and the keys of each (``in_play_any`` conditions: ``_holds``).
 _KEYS = {
     "platform": ["id", "device", "gpu_vendor", "log_says", "rank_setting", "rank_setting_source", "source"],
@@ -412,14 +415,15 @@ class InPlay:
         the failing launch printed no progress line (knowledge/signatures.toml ``stage``), and its error
         does not name the setting (an argument check that refuses the setting's value names it)."""
         subs = self.subsystems_of(change.kind, change.name)
-        if not subs or any(s.runs_after_stage is None for s in subs) or failing.stage == "ok":
-            return None
+        if not subs or any(s.runs_after_stage is None for s in subs) or failing.stage not in _NEVER_READY:
+            return None  # a server that came up went through every start-up stage
         reached = {m.stage for m in failing.matches if m.kind == "progress"}
         if any(s.runs_after_stage in reached for s in subs):
             return None
         spellings = {change.name.lstrip("-").lower(), change.name.lstrip("-").replace("-", "_").lower()}
         errors = [m.first_line for m in failing.matches if m.kind in ("error", "fatal")]
-        errors += [tb.exception_line or "" for tb in failing.tracebacks]
+        for tb in failing.tracebacks:  # the error, and the code it surfaced in
+            errors += [tb.exception_line or ""] + [f"{f.module}.{f.function} {f.code or ''}" for f in tb.frames]
         if any(sp in line.lower() for line in errors for sp in spellings):
             return None
         s = subs[0]
