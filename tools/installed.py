@@ -16,6 +16,7 @@ each installed distribution's ``top_level.txt`` or ``RECORD``); nothing is guess
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +36,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]*$")
 _IMPORT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+@functools.lru_cache(maxsize=4096)
 def dist_key(name: str) -> str:
     """A distribution name as pip compares them (PEP 503: lower case, runs of ``-``, ``_``, ``.`` as one
     ``-``): ``Flashinfer_Python`` -> ``flashinfer-python``."""

@@ -182,6 +182,27 @@ def entry(package: str) -> Library | None:
     """The first entry naming ``package`` (an import name or one of its distributions), else None."""
     from tools.installed import dist_key
 
-    key = dist_key(package)
-    return next((lib for lib in libraries()
-                 if dist_key(lib.package) == key or key in (dist_key(d) for d in lib.distributions)), None)
+    return entries_by_name(libraries()).get(dist_key(package))
+
+
+def entries_by_name(entries: tuple[Library, ...]) -> dict[str, Library]:
+    """``entries`` (``libraries()``) by each name they go by (``dist_key`` of the import name and of each
+    distribution), the first entry for a name shared, as ``entry`` finds it; built once per version of the
+    file (``entry`` is asked for every package of every candidate change, each step)."""
+    from tools.installed import dist_key
+
+    key = id(entries)
+    kept = _BY_NAME.get(key)
+    if kept is not None and kept[0] is entries:
+        return kept[1]
+    out: dict[str, Library] = {}
+    for lib in entries:
+        for name in (lib.package, *lib.distributions):
+            out.setdefault(dist_key(name), lib)
+    _BY_NAME.clear()  # one version of the file in use at a time
+    _BY_NAME[key] = (entries, out)
+    return out
+
+
+#: ``entries_by_name``'s index, by the id of the tuple it indexes (kept with it, so the id stays its own).
+_BY_NAME: dict[int, tuple[tuple[Library, ...], dict[str, Library]]] = {}

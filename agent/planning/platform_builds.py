@@ -8,12 +8,13 @@ a package whose builds all target other platforms than the host's (``--flashinfe
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from agent.domain.models import Change
-from agent.planning.evidence_packages import Library, entry, libraries
+from agent.planning.evidence_packages import Library, entries_by_name, entry, libraries
 from tools.installed import dist_key
 
 if TYPE_CHECKING:
@@ -43,17 +44,29 @@ def foreign_build(lib: Library, host: str, version: str | None) -> bool:
     return version is not None and not any(re.search(p.version, version) for p in ports)
 
 
-def _tokens(text: str) -> list[str]:
-    return [t for t in re.split(r"[^a-z0-9]+", text.lower()) if t]
+@functools.lru_cache(maxsize=4096)
+def _tokens(text: str) -> tuple[str, ...]:
+    return tuple(t for t in re.split(r"[^a-z0-9]+", text.lower()) if t)
 
 
 def names_package(text: str, package: str) -> bool:
     """Whether ``text`` (a setting's name and value) names ``package`` or one of its distributions as a
     word, or as words run together: ``--flashinfer-mxfp4-moe-precision`` and ``flashinfer_cutlass`` name
     flashinfer, ``SGLANG_ENABLE_JIT_DEEPGEMM`` names deep_gemm; ``--deepep-mode`` does not name deep_gemm."""
-    lib = entry(package)
+    return _names_entry(text, package, entry(package))
+
+
+def _names_entry(text: str, package: str, lib: Library | None) -> bool:
+    """``names_package`` with ``lib`` the package's entry (``entry(package)``), looked up by the caller."""
+    return _names_any(text, frozenset({package, *(lib.distributions if lib is not None else ())}))
+
+
+@functools.lru_cache(maxsize=8192)
+def _names_any(text: str, names: frozenset[str]) -> bool:
+    """Whether ``text`` names one of ``names`` as ``names_package`` says (cached: every candidate change
+    against every package, each step)."""
     tokens = _tokens(text)
-    for name in {package, *(lib.distributions if lib is not None else ())}:
+    for name in names:
         parts = _tokens(name)
         if parts and ("".join(parts) in tokens or any(tokens[i:i + len(parts)] == parts for i in range(len(tokens)))):
             return True
@@ -73,8 +86,10 @@ def foreign_option(change: Change, platform: str | None, installed: Mapping[str,
     if platform is None or change.after is None:
         return None
     text = f"{change.name} {change.after if isinstance(change.after, str) else ''}"
-    for lib in libraries():
-        if not lib.platforms or not names_package(text, lib.package):
+    entries = libraries()
+    named = entries_by_name(entries)  # ``entry`` of each package, from this version of the file
+    for lib in entries:
+        if not lib.platforms or not _names_entry(text, lib.package, named.get(dist_key(lib.package))):
             continue
         if foreign_build(lib, platform, installed_version(lib, lib.package, installed)[1]):
             return (f"{change.name} configures {lib.package}, whose builds target {' / '.join(lib.platforms)}, not "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import re
 
-__all__ = ["GENERIC_WORDS", "name_words", "ordered_words", "spelled", "stem", "stems"]
+__all__ = ["GENERIC_WORDS", "name_words", "ordered_words", "spelled", "spells", "stem", "stems"]
 
 #: Words too common in module paths, function names and help texts to implicate anything.
 GENERIC_WORDS = frozenset(
@@ -64,11 +64,27 @@ def name_words(text: str) -> set[str]:
 def ordered_words(text: str) -> list[str]:
     """``name_words`` of ``text`` in the order they are written (a generic word left out makes the words on
     either side of it neighbours)."""
-    return [w for w in (p.lower() for p in re.split(r"[^A-Za-z0-9]+|_", text))
-            if len(w) >= 2 and not w.isdigit() and w not in GENERIC_WORDS]
+    return list(_ordered_words(text))
+
+
+@functools.lru_cache(maxsize=8192)
+def _ordered_words(text: str) -> tuple[str, ...]:
+    """``ordered_words`` (cached: the same setting names and log messages are read for every candidate, each
+    step)."""
+    return tuple(w for w in (p.lower() for p in re.split(r"[^A-Za-z0-9]+|_", text))
+                 if len(w) >= 2 and not w.isdigit() and w not in GENERIC_WORDS)
 
 
 def spelled(word: str, others: set[str]) -> set[str]:
     """The words of ``others`` that ``word`` names: the same word, or (four letters or more) an
     abbreviation of one or one of its abbreviations (``spec`` and ``speculative``)."""
-    return {o for o in others if o == word or (min(len(o), len(word)) >= 4 and (o.startswith(word) or word.startswith(o)))}
+    if len(word) < 4:  # too short to abbreviate or be abbreviated: the same word only
+        return {word} if word in others else set()
+    return {o for o in others if o == word or (len(o) >= 4 and (o.startswith(word) or word.startswith(o)))}
+
+
+def spells(word: str, others: set[str]) -> bool:
+    """Whether ``word`` names a word of ``others`` (``spelled`` is not empty), stopping at the first."""
+    if word in others:
+        return True
+    return len(word) >= 4 and any(len(o) >= 4 and (o.startswith(word) or word.startswith(o)) for o in others)

@@ -109,6 +109,10 @@ def is_secret_name(name: str) -> bool:
 #: Texts up to this many characters, at most this many, are remembered with their redaction.
 _MEMO_TEXT_MAX = 4096
 _MEMO_ENTRIES = 20000
+#: Longer texts up to this many characters, at most this many, are remembered too (a launch's settings line
+#: and log excerpt, some 20,000 characters, pass three times: its partial and final saves and its outcome).
+_MEMO_LONG_MAX = 1_000_000
+_MEMO_LONG_ENTRIES = 32
 
 
 class Redactor:
@@ -131,6 +135,7 @@ class Redactor:
         self._placeholders: dict[str, str] = {}
         # Texts already redacted (the same flag help, paths and log lines pass many times in a run).
         self._memo: dict[str, str] = {}
+        self._memo_long: dict[str, str] = {}
 
     @classmethod
     def for_env(
@@ -158,14 +163,15 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         """``text`` with every secret replaced by ``<redacted>`` (and hosts masked if asked)."""
-        done = self._memo.get(text)
+        memo = self._memo if len(text) <= _MEMO_TEXT_MAX else self._memo_long
+        done = memo.get(text)
         if done is not None:
             return done
         out = self._redact(text)
-        if len(text) <= _MEMO_TEXT_MAX:
-            if len(self._memo) >= _MEMO_ENTRIES:
-                self._memo.clear()
-            self._memo[text] = out
+        if len(text) <= _MEMO_LONG_MAX:
+            if len(memo) >= (_MEMO_ENTRIES if memo is self._memo else _MEMO_LONG_ENTRIES):
+                memo.clear()
+            memo[text] = out
         return out
 
     def _redact(self, text: str) -> str:

@@ -84,9 +84,13 @@ def named_choice(spec: FlagSpec, error_text: str) -> str | None:
 def _named_choice(choices: tuple[str, ...], error_text: str) -> str | None:
     """`named_choice` of a flag's ``choices`` (cached: every selecting flag against every failing launch of
     the history, each step)."""
+    # An ASCII choice absent from an ASCII text as a substring cannot be in it as a whole word: no pattern to
+    # compile or run (outside ASCII, case-insensitive matching folds more than ``lower`` does).
+    lowered = error_text.lower() if error_text.isascii() else None
     named = [
         c for c in choices
         if len(c) >= 3 and c.lower() not in _NO_IMPLEMENTATION
+        and (lowered is None or not c.isascii() or c.lower() in lowered)
         and _whole_word(c).search(error_text)
     ]
     return named[0] if len(named) == 1 else None

@@ -55,7 +55,7 @@ from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import load_subsystems, subsystems_of_frame
 from agent.planning.quoted import failing_lines, held_alone, quoted_values
 from agent.planning.served import localising_intent, served_settings, user_keeps
-from agent.planning.words import name_words, ordered_words, spelled
+from agent.planning.words import name_words, ordered_words, spelled, spells
 from tools.engines import get_engine
 from tools.log_records import read_record
 from tools.tracebacks import Frame
@@ -411,8 +411,8 @@ class _Implication:
         others = [ws for o in self.names if o != name
                   if len(ws := name_words(o.lstrip("-")) - {self.engine}) >= 2]
         # a line that spells this setting and no other of the baseline's (not the engine's echo of them all)
-        line = next((ll for ll, words in self.said if all(spelled(w, words) for w in mine)
-                     and not any(all(spelled(w, words) for w in ws) for ws in others)), None)
+        line = next((ll for ll, words in self.said if all(spells(w, words) for w in mine)
+                     and not any(all(spells(w, words) for w in ws) for ws in others)), None)
         if line is None:
             return None
         named = set().union(*(spelled(w, self.failing_words) for w in mine))
