@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.clirun import LAB_LAUNCHER, run_cli, transcript_events
+from clirun import LAB_LAUNCHER, run_cli, transcript_events
 
 WORLD = Path(__file__).parent / "data" / "worlds" / "cpu-ranks-above-numa-nodes" / "world.toml"
 

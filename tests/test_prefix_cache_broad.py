@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.clirun import run_cli, transcript_events
+from clirun import run_cli, transcript_events
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD = "lab:qwen35-27b-xeon8592-2s"

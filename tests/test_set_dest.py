@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from test_generators import H100, SITE, _case, _changes, _outcome
+
 from agent.domain.case import Case
 from agent.planning.generators import Candidate, GeneratorInput
 from agent.planning.generators.remedies import RemediesGenerator
-from tests.test_generators import H100, SITE, _case, _changes, _outcome
 from tools.flags import parse_help
 
 FLAGS = parse_help(
