@@ -323,6 +323,25 @@ def test_prompt_asks_again_after_a_refused_edit() -> None:
     assert (answer.decision, answer.reason) == ("reject", "too risky")
 
 
+def test_an_unknown_answer_lists_only_the_choices_offered() -> None:
+    """At a confirmation or baseline run nothing can be edited: the help after an unknown answer does not
+    offer e (edit), as the prompt does not (the newcomer read "e (edit)" and got "nothing to edit")."""
+    req = _request(Experiment(id="exp-c", purpose="confirm", baseline=BASE))
+    prompts: list[str] = []
+    answers = iter(["", "a"])
+    console = Console(width=160, record=True, color_system=None)
+
+    def read(prompt: str) -> str:
+        prompts.append(prompt)
+        return next(answers)
+
+    answer = ask(req, console, check_edit=lambda items: _test_exp(), read=read)  # type: ignore[arg-type]
+    assert answer.decision == "approve"
+    said = console.export_text().rsplit("╯", 1)[-1]
+    assert "answer a, r, h or s" in said and "edit" not in said, said
+    assert prompts[0] == "[a]pprove / [r]eject / [h]ypotheses / [s]top: "
+
+
 # ------------------------------------------------------------------------------------------ the node
 
 

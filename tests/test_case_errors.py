@@ -217,8 +217,10 @@ def test_a_flag_check_error_leaves_no_run(tmp_path: Path, flags: str, expected: 
         (b"  \n\n", "the log is empty"),
         (bytes(range(256)) * 20, "not a text file"),
         (None, "is a directory"),
+        (b"# Notes\n\nOn SM120 the warm-up died with `ptxas fatal: Value 'sm_120a' is not defined`.\n",
+         "does not look like a server log"),
     ],
-    ids=["empty", "blank", "binary", "directory"],
+    ids=["empty", "blank", "binary", "directory", "notes"],
 )
 def test_an_observed_log_that_is_no_log_is_one_line(tmp_path: Path, content: bytes | None, expected: str) -> None:
     """A case's observed_log read as the baseline's log must be one: an empty or binary file was taken for

@@ -105,3 +105,13 @@ def test_a_run_leaves_no_secret_and_only_private_state(tmp_path: Path) -> None:
         if path.is_file() and path.suffix != ".sqlite":
             assert SHORT_KEY not in path.read_text(encoding="utf-8", errors="replace"), path
     assert (home / "checkpoints.sqlite").exists() and list((home / "runs").rglob("*.log"))
+
+
+def test_a_shell_reference_to_a_secret_is_kept_so_the_pasted_command_reads_it() -> None:
+    """The copy-paste launch command writes a redacted secret as the variable the reader sets
+    (``OPENAI_API_KEY="$OPENAI_API_KEY"``); redacting the reference itself made the pasted command set the
+    key to the literal ``<redacted>``. A value is still redacted."""
+    r = Redactor()
+    assert r('OPENAI_API_KEY="$OPENAI_API_KEY" \\') == 'OPENAI_API_KEY="$OPENAI_API_KEY" \\'
+    assert r('api_key="${KEY}"') == 'api_key="${KEY}"'
+    assert "sk-abcdefghijklmnop" not in r('OPENAI_API_KEY="sk-abcdefghijklmnop"')

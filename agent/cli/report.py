@@ -21,13 +21,17 @@ from agent.record.transcript import TranscriptError
 def report(
     transcript: Annotated[Path, typer.Argument(help="a transcript JSONL file, or a run id (see `hypoloop runs`)")],
     fmt: Annotated[
-        ReportFormat, typer.Option("--format", help="md: Markdown; html: one self-contained page with charts")
-    ] = "md",
+        ReportFormat | None,
+        typer.Option("--format", help="md: Markdown; html: one self-contained page with charts "
+                     "[default: html for an --output ending in .html or .htm, else md]"),
+    ] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="write here instead of stdout")] = None,
 ) -> None:
     """A review document of a run: root cause, fix, evidence with log excerpts, experiments, timelines."""
     from agent.review.report import render
 
+    if fmt is None:  # `-o report.html` asks for HTML
+        fmt = "html" if output is not None and output.suffix.lower() in (".html", ".htm") else "md"
     try:
         text = render(load_recorded(transcript_of(transcript, _read_graph)), fmt)
     except TranscriptError as exc:

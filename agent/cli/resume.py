@@ -254,6 +254,9 @@ def _continue_transcript(info: RunInfo, run_id: str) -> tuple[Transcript, Path]:
     if not info.transcript:
         fail(f"run {run_id}: its checkpoint names no transcript; it cannot be resumed by this version")
     tpath = Path(info.transcript)
+    if not tpath.is_file():  # a new file would hold the rest of the run without its start: no report could read it
+        fail(f"{tpath}: the transcript of run {run_id} is gone (moved or deleted); put it back there to resume "
+             "the run: a resumed run continues its own transcript")
     try:
         tr = Transcript(tpath, run_id, redact=run_redactor(Case.model_validate(info.values["case"])))
     except (OSError, TranscriptError) as exc:

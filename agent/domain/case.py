@@ -34,6 +34,7 @@ from tools.host import HostError
 from tools.installed import import_names_argv
 from tools.knowledge_files import item_path
 from tools.load_shapes import LoadShape
+from tools.log_records import looks_like_log
 from tools.logtext import NotText, decode_log
 from tools.probes import DEFAULT_PROBES, Probe
 from tools.slurm import SlurmOptions, is_slurm_target, parse_slurm_target
@@ -559,3 +560,6 @@ def _check_observed_log(case_path: Path, raw: str, log: Path) -> None:
         raise CaseError(f"{where}: not a text file: {exc} (expected the server's log)") from None
     if not head.strip():
         raise CaseError(f"{where}: the log is empty (expected the lines the server printed)")
+    if not looks_like_log(decode_log(head).text):  # notes that quote a server's errors are no log of it
+        raise CaseError(f"{where}: does not look like a server log: none of its first lines is a log record, a "
+                        "Python traceback or error, or a command-line error (expected the lines the server printed)")

@@ -51,6 +51,9 @@ def over_budget(view: PlannerView, cost: float, slots: int) -> str | None:
     if view.launches + slots > budget.experiments:
         return f"experiment budget spent ({view.launches} of {count(budget.experiments, 'launch')})"
     if view.host_seconds + cost > budget.host_seconds:
+        if view.host_seconds < 0.5:  # nothing spent yet: the budget cannot hold one launch
+            return (f"host-second budget too small: the next launch needs ~{cost:.0f} s of the "
+                    f"{budget.host_seconds:.0f} s allowed")
         return (
             f"host-second budget spent ({view.host_seconds:.0f} of {budget.host_seconds:.0f} s; "
             f"next launch ~{cost:.0f} s)"

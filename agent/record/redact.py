@@ -261,7 +261,7 @@ _API_KEY_FIELD = re.compile(r"""(?i)(\b\w*api_key['"]?\s*[=:]\s*)(['"])([^'"]+)\
 
 
 def _api_key_field(m: re.Match[str]) -> str:
-    if m.group(3).lower() in _NOT_SECRET_VALUES:
+    if m.group(3).lower() in _NOT_SECRET_VALUES or m.group(3).startswith("$"):  # "$OPENAI_API_KEY": where it is
         return m.group(0)
     return f"{m.group(1)}{m.group(2)}{REDACTED}{m.group(2)}"
 

@@ -202,9 +202,11 @@ def ask(
     reader = read or (lambda prompt: console.input(Text(prompt)))  # Text: no markup, no highlighting
     console.print(approval_panel(req))
     exp_id = req.experiment.id
+    offers = [("a", "approve"), *([("all", "all")] if req.batch else []),
+              *([("e", "edit")] if editable(req.experiment) else []), ("r", "reject"), ("h", "hypotheses"), ("s", "stop")]
+    prompt = " / ".join(f"[{k}]{w[len(k):]}" if w.startswith(k) else f"{k} ({w})" for k, w in offers) + ": "
     while True:
-        word = reader("[a]pprove / [e]dit / [r]eject / [h]ypotheses / [s]top: " if editable(req.experiment)
-                      else "[a]pprove / [r]eject / [h]ypotheses / [s]top: ").strip().lower()
+        word = reader(prompt).strip().lower()
         if word in ("h", "hypotheses", "more"):
             console.print(approval_panel(req, full=True))
             continue
@@ -240,4 +242,5 @@ def ask(
             return ApprovalAnswer(decision="reject", reason=reason, experiment_id=exp_id)
         if word in ("s", "stop", "q", "quit"):
             return ApprovalAnswer(decision="stop", experiment_id=exp_id)
-        console.print("answer a (approve), e (edit), r (reject) or s (stop)")
+        console.print("answer " + ", ".join(k for k, _ in offers[:-1]) + f" or {offers[-1][0]} (" + ", ".join(
+            w if k == w else f"{k}: {w}" for k, w in offers) + ")")

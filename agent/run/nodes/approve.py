@@ -113,6 +113,8 @@ def _ask(
 def _carry_out(state: RunState, rt: Runtime, exp: Experiment, seq: int, answer: ApprovalAnswer) -> Command[Route]:
     """Record the decision and route: execute (approved or edited), design (rejected), conclude (stop)."""
     tr = rt.transcript
+    if answer.reason:  # kept in the run's state, shown on later screens, told to the planner: never a secret
+        answer.reason = tr.redact(answer.reason)
     done: dict[str, Any] = {"pending": None, "approval_seq": seq, "approval_error": None}
     if answer.mode or rt.approval_override:
         done["approval"] = answer.mode or rt.approval_override
