@@ -58,3 +58,9 @@ def test_the_setting_an_argument_check_asks_for_is_a_remedy_and_no_workaround() 
 def test_a_value_the_error_asks_for_is_that_value_of_the_flag() -> None:
     found = _remedies(PP, {"--pp-size": "2"})
     assert ("--pp-size", "1") in [ch for chs in found.values() for ch in chs], found
+
+
+def test_a_word_after_to_is_no_value_of_a_number_flag() -> None:
+    text = PP.replace("Please set pp_size=1", "Please set max_running_requests to reduce the memory it takes")
+    found = _remedies(text, {"--max-running-requests": "64"})
+    assert not any(name == "--max-running-requests" for chs in found.values() for name, _ in chs), found

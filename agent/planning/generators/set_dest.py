@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 
 from agent.domain.models import FlagValue, Intervention, LogLine
 from tools.flags import FlagSpec
+from tools.flags.values import is_number
 
 __all__ = ["SET_DEST", "set_dest_remedies"]
 
@@ -75,5 +76,7 @@ def _values(spec: FlagSpec, raw: str, explicit: Callable[[FlagSpec], bool]) -> l
             return [True]
         return [None] if low in _FALSE and explicit(spec) else None
     if spec.choices and raw not in spec.choices:
+        return None
+    if spec.value_type in ("int", "float") and not is_number(raw):  # "set max_running_requests to reduce ..."
         return None
     return [raw]
