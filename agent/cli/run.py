@@ -216,7 +216,6 @@ def run_case(options: RunOptions) -> None:
     c = _checked_case(options)
     run_id = time.strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
     tpath = (options.transcript_dir / f"{run_id}.jsonl").absolute()  # printed and recorded: usable from anywhere
-    JsonResult.run_id = run_id
     sdir = state_dir()
     store = open_checkpointer(sdir)
     try:
@@ -230,6 +229,7 @@ def run_case(options: RunOptions) -> None:
         store.__exit__(None, None, None)
         lock.release()
         fail(f"{options.transcript_dir}: cannot write the transcript: {exc.strerror}")
+    JsonResult.run_id = run_id  # the run exists from here: an error before it names none (README: null)
     session = _session(options, tr, tpath, sdir)
     result: dict[str, Any] = {}
     bad_input: str | None = None
