@@ -80,11 +80,14 @@ def spelled(word: str, others: set[str]) -> set[str]:
     abbreviation of one or one of its abbreviations (``spec`` and ``speculative``)."""
     if len(word) < 4:  # too short to abbreviate or be abbreviated: the same word only
         return {word} if word in others else set()
-    return {o for o in others if o == word or (len(o) >= 4 and (o.startswith(word) or word.startswith(o)))}
+    return {o for o in others if _names(word, o)}
 
 
 def spells(word: str, others: set[str]) -> bool:
     """Whether ``word`` names a word of ``others`` (``spelled`` is not empty), stopping at the first."""
-    if word in others:
-        return True
-    return len(word) >= 4 and any(len(o) >= 4 and (o.startswith(word) or word.startswith(o)) for o in others)
+    return word in others or (len(word) >= 4 and any(_names(word, o) for o in others))
+
+
+def _names(word: str, other: str) -> bool:
+    """Whether ``word`` (four letters or more) names ``other``: the same word, or one abbreviates the other."""
+    return other == word or (len(other) >= 4 and (other.startswith(word) or word.startswith(other)))

@@ -281,7 +281,7 @@ class ImplicatedComponentGenerator:
         fp = inp.fingerprint
         alts = alternative_choices(spec, current, fp.gpu_name if fp else None, fp.gpu_vendor if fp else None)
         if not explicit(inp, spec):  # setting the default (or "auto": what an unset flag resolves by) changes nothing
-            alts = [c for c in alts if norm(c) not in {norm(str(spec.default or "auto")), "auto"}]
+            alts = [c for c in alts if norm(c) != "auto" and (spec.default is None or norm(c) != norm(str(spec.default)))]
         if not alts:
             return None
         cur = norm(str(current)) if current is not None else ""
