@@ -43,7 +43,9 @@ def test_help_shows_choices_and_no_type_tags(tmp_path: Path) -> None:
     resume_help = run_cli(tmp_path, "resume", "--help", COLUMNS="150").stdout
     assert re.search(r"--decision\s+approve\|approve-all\|edit\|reject\|stop", resume_help)
     report_help = run_cli(tmp_path, "report", "--help", COLUMNS="150").stdout
-    assert re.search(r"--format\s+md\|html", report_help) and "[default: md]" in report_help
+    assert re.search(r"--format\s+md\|html", report_help)
+    flat = " ".join(report_help.split())
+    assert "[default: html for an --output ending in .html or .htm, else md]" in flat
 
 
 def test_a_value_outside_the_choices_is_one_line(tmp_path: Path) -> None:
