@@ -172,6 +172,24 @@ def test_a_broad_switch_off_that_served_and_held_is_a_workaround_never_isolated(
     assert build_conclusion(_state(runs)).status == "not_isolated"  # type: ignore[arg-type]
 
 
+def test_a_workaround_found_past_a_blocker_names_the_blocker_it_needs() -> None:
+    """The user's own setting was dropped to get past a first error, and only a switch-off served behind
+    it: the ending names both, the blocker first, so the user can rebuild the configuration that served;
+    it does not repeat the design's "fix found and confirmed" after saying no root fix was found."""
+    own = Change(kind="flag", name="--tp-size", before="2", after=None)
+    past = BASE.apply(own)
+    base, blocker = _exp("baseline", BASE), _exp("test", BASE, own)
+    eager = _exp("test", past, EAGER)
+    runs = [(base, False), (blocker, False), (eager, True), (_exp("confirm", eager.config()), True)]
+    state = _state(runs)
+    state["outcomes"][1] = _out(blocker, False, "[t TP0] Load weight begin. avail mem=40 GB\n").model_dump(mode="json")
+    c = build_conclusion(state)  # type: ignore[arg-type]
+    assert c.status == "not_isolated", c.reason
+    assert [b["change"] for b in c.blockers] == [own.describe()]
+    assert f"{EAGER.describe()} past {own.describe()}" in c.reason
+    assert "fix found and confirmed" not in c.reason
+
+
 def test_a_confirmation_without_the_cases_full_load_does_not_confirm() -> None:
     """With ``[reproduce] concurrency``, a re-run that did not send the case's load is no confirmation
     (issue 20, point 6: a second blocker may need the full load to show)."""

@@ -27,6 +27,7 @@ from agent.planning.intent import (
     INTENT_LAUNCHES,
     as_narrower,
     dropped_feature,
+    drops_feature,
     feature_reverts,
     intent_alternatives,
     keeping_intent,
@@ -38,7 +39,7 @@ from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, asked_features, load_level, load_probe_for
 from agent.planning.own_revert import own_first, own_reason
 from agent.planning.platform_builds import foreign_setting
-from agent.planning.seen_serving import served_before, serving_launches
+from agent.planning.seen_serving import remedy_before_drops, seen_first, serving_launches
 from agent.planning.served import user_keeps
 from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, leaves_no_kv_cache, ran_out_of_memory
@@ -429,14 +430,10 @@ class Chooser(FlagMatcher):
             score, p_fix = self._score(state, change, iv, cost, ref.facts)
             scored.append((score, -order, change, p_fix, how))
             considered.append({"change": change.describe(), "p_fix": round(p_fix, 3), "score": score})
-        if launches := serving_launches(view, state.extra_probes()):
-            for t in sorted(scored, key=lambda t: (t[0], t[1]), reverse=True):
-                if (seen := served_before(view, launches, baseline, t[2], self.flags)) is not None:
-                    e, diff = seen
-                    inert = f" but for {', '.join(diff)}, which configure nothing there" if diff else ""
-                    return self._test(state, baseline, t, cost, ref.facts,
-                                      f"the configuration it gives already served in {e.id}{inert}, under the same "
-                                      "load: the run's own launch is the strongest evidence it has", considered)
+        scored = remedy_before_drops(view, scored, state.hypotheses, self.flags)
+        launches = serving_launches(view, state.extra_probes())
+        if launches and (seen := seen_first(view, launches, baseline, scored, self.flags)):
+            return self._test(state, baseline, seen[0], cost, ref.facts, seen[1], considered)
         first = next((t for t in scored if localiser_of(t[2]) is not None), None)
         if first is not None:
             return self._test(state, baseline, first, cost, ref.facts, _localise_first(first[2]), considered)
@@ -473,7 +470,7 @@ class Chooser(FlagMatcher):
         candidates = self._candidates(view, state, base, ref, done, rejected_ids, considered)
         narrower = narrower_keys(view, state, (c[0] for c in candidates.values()))
         readers = intent_alternatives(view, state, (c[0] for c in candidates.values()), self.flags)
-        intent = intent_reverts(view, state) | readers | narrower
+        intent = intent_reverts(view, state, self.flags) | readers | narrower
         scored = []
         for order, (change, iv, how) in enumerate(candidates.values()):
             if (iv.workaround and change.key() not in narrower) or broad_switch(change) is not None \
@@ -565,13 +562,14 @@ def _localise_first(change: Change) -> str:
     )
 
 
-def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
+def intent_reverts(view: PlannerView, state: HistoryState, flags: FlagCatalog | None) -> set[str]:
     """Keys of the changes that revert a setting of the failing baseline the failure implicates
     (``agent.planning.generators.settings.implicated_setting``, or a setting sharing a word with the
     workaround that served: a variable that allows a longer X beside the user's ``--X``; any of them when
     the workaround turned off a setting the user keeps, ``agent.planning.served.user_keeps``) as the case
     itself sets it (not one this run adopted past a blocker), while fewer than ``INTENT_LAUNCHES`` such
-    reverts were launched after the best fix; else empty."""
+    reverts were launched after the best fix; else empty. Never the removal of a feature's selector
+    (``agent.planning.intent.drops_feature``): it gives up the whole feature the workaround kept."""
     best, base = state.best_fix, state.failing_baseline
     if best is None or base is None or spent_after_fix(view, state, lambda ch: ch.after is None) >= INTENT_LAUNCHES:
         return set()
@@ -590,8 +588,10 @@ def intent_reverts(view: PlannerView, state: HistoryState) -> set[str]:
                 users = view.case.baseline.value(iv.kind, name)
                 if same_value(users, None) or not same_value(users, base.value(iv.kind, name)):
                     continue  # not the user's own setting: this run set it (a blocker's change)
-                if drops_kept or implicated_setting(h) or stems(name.lstrip("-")) & workaround_words:
-                    out.add(Change(kind=iv.kind, name=name, before=base.value(iv.kind, name), after=None).key())
+                revert = Change(kind=iv.kind, name=name, before=base.value(iv.kind, name), after=None)
+                if drops_feature(view.case.baseline, revert, flags) is None and (
+                        drops_kept or implicated_setting(h) or stems(name.lstrip("-")) & workaround_words):
+                    out.add(revert.key())
     return out
 
 

@@ -35,10 +35,9 @@ from agent.planning.observations import (
     timeout_control,
 )
 from agent.planning.served import OnHost, host_refusals, run_platform, served_settings, user_keeps
-from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, derive, ran_out_of_memory
 from agent.planning.view import COST_ORDER
-from agent.planning.workaround_fix import blockers, workaround_verdict
+from agent.planning.workaround_fix import blockers, workaround_only, workaround_verdict
 from agent.planning.workarounds import mark_deployment_changes, mark_own_alternatives, root_and_workarounds
 from tools.flags import FlagCatalog
 from tools.tracebacks import is_library_file
@@ -81,14 +80,15 @@ def conclusion_of(state: RunState, flags: FlagCatalog | None = None) -> Conclusi
                                      OnHost(run_platform(state.get("fingerprint"), fix_exp.config()),
                                             host_refusals(outcomes.values())), keeps)
     if deployment:
-        return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes,
-                                       changes_deployment=deployment), state)
+        return blamed(workaround_only(base, reason, untested, fix_exp, confirm, (experiments, outcomes),
+                                      case.baseline, changes_deployment=deployment), state)
     platform = run_platform(state.get("fingerprint"), fix_exp.config())
     around, why = workaround_verdict(fix_exp, Case.model_validate(state["case"]).baseline, hyps,
                                      (experiments, outcomes), platform)
     reason = joined(reason, why) if why else reason
     if around:
-        return blamed(_workaround_only(base, reason, untested, fix_exp, confirm, experiments, outcomes), state)
+        return blamed(workaround_only(base, reason, untested, fix_exp, confirm, (experiments, outcomes),
+                                      case.baseline), state)
     return _isolated(state, base, reason, untested, _Tested(hyps, experiments, outcomes), fix_exp, confirm, keeps)
 
 
@@ -223,47 +223,6 @@ def _ruled_out_by_import(
     ]
     rest = [u for u in untested if u["id"] not in flag_only]
     return base.model_copy(update={"refuted": [*base.refuted, *ruled]}), rest
-
-
-def _workaround_only(
-    base: Conclusion,
-    reason: str,
-    untested: list[dict[str, Any]],
-    fix_exp: Experiment,
-    confirm: Experiment,
-    experiments: dict[str, Experiment],
-    outcomes: dict[str, Outcome],
-    changes_deployment: str | None = None,
-) -> Conclusion:
-    """The ending when only a workaround held: it avoids the broken part without naming the cause, so the
-    root cause is not isolated (the workaround is reported as an alternative that fixed it).
-    ``changes_deployment``: the setting it changed defines what is served or the user needs it
-    (knowledge/served.toml, the case's intent), so it is a workaround that changes the deployment."""
-    assert fix_exp.change is not None
-    broad = broad_switch(fix_exp.change)
-    what = (f"only a change of what is served avoided the failure ({changes_deployment} changed: a workaround "
-            "that changes the deployment; " if changes_deployment else
-            f"only a workaround avoided the failure (a broad switch-off: it turns off {broad.what}, a workaround "
-            "until a narrower change inside it is found, and none served; " if broad else "only a workaround avoided the failure (")
-    reverted = [f"{e.change.describe()} in {e.id}" for e in experiments.values()
-                if e.purpose == "test" and e.change is not None and e.change.after is None
-                and e.baseline == fix_exp.baseline and e.id in outcomes and outcomes[e.id].stage != "ok"]
-    tried = f" (reverting the user's own settings did not serve: {', '.join(reverted)})" if reverted else ""
-    return base.model_copy(
-        update={
-            "reason": f"{what}{fix_exp.change.describe()}, confirmed by "
-            f"{confirm.id}); the root cause is not isolated, no root fix found{tried}"
-            + (f"; {reason}" if reason else ""),
-            "untested": untested,
-            "implicated": implicated_of(experiments, outcomes),
-            "alternatives": [
-                {"change": fix_exp.change.describe(), "kind": fix_exp.change.kind, "name": fix_exp.change.name,
-                 "workaround": True, "cost": "high" if changes_deployment else "medium",
-                 "note": "changes what is served (the deployment the user asked for)" if changes_deployment else "",
-                 "decisive": True, "experiment_id": fix_exp.id, "result": "fixed"}
-            ],
-        }
-    )
 
 
 def _isolated(

@@ -8,17 +8,50 @@ the load already served") and tries that change before generic ones. ``served_be
 the two configurations differ only in settings that are not in play in the candidate's configuration
 (``agent.planning.in_play``: ``--hicache-size`` without ``--enable-hierarchical-cache``), and the launch
 answered every probe the current test would send.
+
+Not when the change drops a feature the case turned on while the new failure's own log names a remedy
+(``remedy:`` hypotheses, ``agent.planning.generators.remedies``) that keeps the feature: the earlier launch
+shows the feature's drop serves, which the run already knows; the remedy the engine prints is what an
+engineer tries first on the new error (``remedy_before_drops``).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from agent.domain.models import Baseline, Change, Experiment, FlagValue, Outcome
+from agent.domain.models import Baseline, Change, Experiment, FlagValue, Hypothesis, Outcome
 from agent.planning.in_play import InPlay
+from agent.planning.intent import drops_feature
 from agent.planning.view import PlannerView
 from tools.flags import FlagCatalog
 from tools.probes import Probe
+
+
+def remedy_before_drops(view: PlannerView, scored: list[tuple[Any, ...]], hypotheses: list[Hypothesis],
+                        flags: FlagCatalog | None) -> list[tuple[Any, ...]]:
+    """``scored`` (``(score, -order, change, ...)`` tuples, the chooser's) without the changes that drop a
+    feature the case turned on (``agent.planning.intent.drops_feature``) while another of them is a remedy
+    the failing log names (an open ``remedy:`` hypothesis's change): that remedy keeps the feature, and the
+    engine printed it for this very error, so it is tried first; the drops come back once it is refuted."""
+    advised = {(iv.kind, n) for h in hypotheses if h.status == "open" and h.id.startswith("remedy:")
+               for iv in h.interventions for n in iv.names}
+    if not any((t[2].kind, t[2].name) in advised for t in scored):
+        return scored
+    kept = [t for t in scored if drops_feature(view.case.baseline, t[2], flags) is None]
+    return kept or scored
+
+
+def seen_first(view: PlannerView, launches: list[Experiment], baseline: Baseline, scored: list[tuple[Any, ...]],
+               flags: FlagCatalog | None) -> tuple[tuple[Any, ...], str] | None:
+    """The best of ``scored`` (``(score, -order, change, ...)`` tuples, the chooser's) whose configuration one
+    of ``launches`` already ran (``served_before``), with the sentence saying so; None when there is none."""
+    for t in sorted(scored, key=lambda t: (t[0], t[1]), reverse=True):
+        if (seen := served_before(view, launches, baseline, t[2], flags)) is not None:
+            e, diff = seen
+            inert = f" but for {', '.join(diff)}, which configure nothing there" if diff else ""
+            return t, (f"the configuration it gives already served in {e.id}{inert}, under the same load: the "
+                       "run's own launch is the strongest evidence it has")
+    return None
 
 
 def served_before(view: PlannerView, launches: list[Experiment], baseline: Baseline, change: Change,

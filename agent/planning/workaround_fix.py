@@ -8,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.domain.models import Baseline, Change, Experiment, Hypothesis, Outcome, value_key
+from agent.domain.models import Baseline, Change, Conclusion, Experiment, Hypothesis, Outcome, value_key
 from agent.planning.in_play import Subsystem, load_subsystems, subsystems_of_frame
 from agent.planning.switches import Broad, broad_switch, load_switches
 
-__all__ = ["blockers", "drop_beside_implicated", "exhausted", "is_workaround", "narrowest_words", "workaround_verdict"]
+__all__ = ["blockers", "drop_beside_implicated", "exhausted", "is_workaround", "narrowest_words", "workaround_only",
+           "workaround_verdict"]
 
 _OFF = frozenset({"false", "none", "0", "off", ""})
 
@@ -164,3 +165,53 @@ def workaround_verdict(
     if is_workaround(fix_exp, original, hyps, narrowest=bool(narrowed)):
         return True, ""
     return False, narrowest_words(broad, narrowed) if broad is not None and narrowed else ""
+
+
+def workaround_only(
+    base: Conclusion,
+    reason: str,
+    untested: list[dict[str, Any]],
+    fix_exp: Experiment,
+    confirm: Experiment,
+    tested: tuple[dict[str, Experiment], dict[str, Outcome]],
+    original: Baseline,
+    changes_deployment: str | None = None,
+) -> Conclusion:
+    """The ending when only a workaround held: it avoids the broken part without naming the cause, so the
+    root cause is not isolated (the workaround is reported as an alternative that fixed it).
+    ``changes_deployment``: the setting it changed defines what is served or the user needs it
+    (knowledge/served.toml, the case's intent), so it is a workaround that changes the deployment.
+    ``tested``: the run's experiments and outcomes by id; ``original``: the case's baseline (the blockers
+    passed on the way to the workaround are named with it)."""
+    from agent.planning.conclusion import implicated_of  # the ending's own reading of the last failure
+
+    experiments, outcomes = tested
+    assert fix_exp.change is not None
+    broad = broad_switch(fix_exp.change)
+    what = (f"only a change of what is served avoided the failure ({changes_deployment} changed: a workaround "
+            "that changes the deployment; " if changes_deployment else
+            f"only a workaround avoided the failure (a broad switch-off: it turns off {broad.what}, a workaround "
+            "until a narrower change inside it is found, and none served; " if broad else "only a workaround avoided the failure (")
+    reverted = [f"{e.change.describe()} in {e.id}" for e in experiments.values()
+                if e.purpose == "test" and e.change is not None and e.change.after is None
+                and e.baseline == fix_exp.baseline and e.id in outcomes and outcomes[e.id].stage != "ok"]
+    tried = f" (reverting the user's own settings did not serve: {', '.join(reverted)})" if reverted else ""
+    passed = blockers(original, fix_exp)
+    past = f" past {', '.join(b['change'] for b in passed)} (a blocker passed first)" if passed else ""
+    reason = "" if reason == "fix found and confirmed" else reason  # the workaround's own confirmation, said above
+    return base.model_copy(
+        update={
+            "reason": f"{what}{fix_exp.change.describe()}{past}, confirmed by "
+            f"{confirm.id}); the root cause is not isolated, no root fix found{tried}"
+            + (f"; {reason}" if reason else ""),
+            "blockers": passed,
+            "untested": untested,
+            "implicated": implicated_of(experiments, outcomes),
+            "alternatives": [
+                {"change": fix_exp.change.describe(), "kind": fix_exp.change.kind, "name": fix_exp.change.name,
+                 "workaround": True, "cost": "high" if changes_deployment else "medium",
+                 "note": "changes what is served (the deployment the user asked for)" if changes_deployment else "",
+                 "decisive": True, "experiment_id": fix_exp.id, "result": "fixed"}
+            ],
+        }
+    )

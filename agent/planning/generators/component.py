@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from agent.domain.models import Evidence, Hypothesis, Intervention
+from agent.domain.models import Change, Evidence, Hypothesis, Intervention
 from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import (
     Implicated,
@@ -282,6 +282,8 @@ class ImplicatedComponentGenerator:
         alts = alternative_choices(spec, current, fp.gpu_name if fp else None, fp.gpu_vendor if fp else None)
         if not explicit(inp, spec):  # setting the default (or "auto": what an unset flag resolves by) changes nothing
             alts = [c for c in alts if norm(c) != "auto" and (spec.default is None or norm(c) != norm(str(spec.default)))]
+        # a choice of a subsystem not in play here (LoRA without adapters) configures nothing that ran
+        alts = [c for c in alts if rd.play.why_not(Change(kind="flag", name=spec.name, before=None, after=c)) is None]
         if not alts:
             return None
         cur = norm(str(current)) if current is not None else ""
