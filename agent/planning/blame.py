@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.domain.case import Case
-from agent.domain.models import Conclusion, Outcome, RelevantFinding
+from agent.domain.models import Conclusion, Experiment, Outcome, RelevantFinding
 from agent.planning.evidence_packages import (
     Library,
     died_in,
@@ -52,9 +52,9 @@ from agent.planning.package_changes import (
 )
 from agent.planning.platform_change import PlatformBuilds, host_platform_id, platform_builds
 from tools.installed import dist_key, provides
-from tools.tracebacks import Frame
+from tools.tracebacks import Frame, is_library_file
 
-__all__ = ["DistributionNames", "blamed"]
+__all__ = ["DistributionNames", "blamed", "implicated_of"]
 
 
 def blamed(c: Conclusion, state: Any) -> Conclusion:
@@ -339,3 +339,46 @@ def _imported_as(dist: str, imports: dict[str, str] | None) -> str:
 
 def _joined(reason: str, extra: str) -> str:
     return f"{reason}; {extra}" if reason and extra else (reason or extra)
+
+
+def implicated_of(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> dict[str, Any] | None:
+    """What a run that found no fix blames: the component (the innermost SGLang module of the last
+    failure's traceback) and the third-party package in its frames, with the exception line as
+    evidence; None when nothing failed (a failure that did not reproduce blames nothing)."""
+    from agent.planning.generators.evidence import failure_evidence
+
+    failing = [outcomes[e.id] for e in experiments.values()
+               if e.id in outcomes and outcomes[e.id].stage not in ("ok", "infra_error")]
+    if not failing:
+        return None
+    ev = failure_evidence(failing[-1])
+    frames = [f for tb in reversed(ev.tracebacks) for f in tb.frames]
+    sglang = next((f for f in frames if f.package == "sglang" and f.module), None)
+    package = next((f.package for f in frames if f.package and f.package not in _NOT_BLAMED), None)
+    package = package or next((f.package for f in frames if f.package == "torch"), None)
+    exc = next((tb.exception_line for tb in reversed(ev.tracebacks) if tb.exception_line), "")
+    component = sglang.module.removeprefix("sglang.srt.").removeprefix("sglang.") if sglang and sglang.module else None
+    if component is None and not package:
+        sig = failing[-1].failure_signatures()
+        component = sig[0] if sig else failing[-1].stage
+    missing = failing[-1].source_reading.missing if failing[-1].source_reading is not None else None
+    library = missing.package if missing is not None and missing.kind == "library" and is_library_file(missing.package) else None
+    if missing is not None:
+        # A failed import names what is missing: that package is what no flag or variable avoided; a shared
+        # library is no package (``library``): the package is the distribution whose code loads it.
+        package, exc = (package if library else None) or missing.package, missing.text
+    return {
+        "component": component,
+        "package": package,
+        "missing": missing.module if missing is not None else None,
+        **({"library": library} if library else {}),
+        "evidence": exc or failing[-1].summary,  # the whole line: evidence is never cut where shown
+        "experiment_id": failing[-1].experiment_id,
+        "symptoms": ev.symptoms,
+    }
+
+
+#: Packages a failure is not blamed on by name: SGLang itself (its module is the component), PyTorch
+#: (blamed only when nothing else is in the frames) and the standard library's machinery.
+_NOT_BLAMED = frozenset({"sglang", "torch", "runpy", "importlib", "asyncio", "concurrent", "threading",
+                         "multiprocessing", "typing", "contextlib", "functools"})

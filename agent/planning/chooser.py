@@ -4,9 +4,8 @@ root-cause fixes are tested first), a root-cause alternative after a workaround 
 confirmation run of the best fix, or repeats of a baseline that served although a failure was reported
 (bursts of concurrent requests, then plain repeats); else the reason to conclude.
 
-The ratio rule (P(fix) / cost) is the classic rule for sequential search: it minimises the expected cost
-of finding the fix when tests are independent.
-"""
+The ratio rule (P(fix) / cost) is the classic rule for sequential search: it minimises the expected cost of
+finding the fix when tests are independent."""
 
 from __future__ import annotations
 
@@ -32,6 +31,7 @@ from agent.planning.intent import (
     intent_alternatives,
     keeping_intent,
     narrower_keys,
+    remedy_before_drops,
     spent_after_fix,
 )
 from agent.planning.localise import localiser_of
@@ -39,7 +39,7 @@ from agent.planning.matching import FlagMatcher, same_value
 from agent.planning.observations import BURST_LEVELS, asked_features, load_level, load_probe_for
 from agent.planning.own_revert import own_first, own_reason
 from agent.planning.platform_builds import foreign_setting
-from agent.planning.seen_serving import remedy_before_drops, seen_first, serving_launches
+from agent.planning.seen_serving import seen_first, serving_launches
 from agent.planning.served import user_keeps
 from agent.planning.switches import broad_switch
 from agent.planning.values import ValueEvidence, leaves_no_kv_cache, ran_out_of_memory
@@ -495,7 +495,7 @@ class Chooser(FlagMatcher):
             f"{'workaround' if best.workaround else 'costly change'}: a root-cause fix is tested first"
         )
         if scored[0][2].key() in featured:
-            why = own_reason(best.change)
+            why = own_reason(best.change, scored[0][2])
         elif scored[0][2].key() in narrower:
             why += (f" (a narrower change inside what {best.change.describe()} turned off as a whole: that "
                     "switch-off is a workaround until one is found)")

@@ -21,7 +21,7 @@ from agent.domain.models import (
     Outcome,
     Rejection,
 )
-from agent.planning.blame import blamed, missing_words
+from agent.planning.blame import blamed, implicated_of, missing_words
 from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.foreign import ruled_out_by_platform
 from agent.planning.graded import judged_against_failure
@@ -34,13 +34,13 @@ from agent.planning.observations import (
     sibling_confirmations,
     timeout_control,
 )
+from agent.planning.own_tuning import tuning_verdict
 from agent.planning.served import OnHost, host_refusals, run_platform, served_settings, user_keeps
 from agent.planning.values import ValueEvidence, derive, ran_out_of_memory
 from agent.planning.view import COST_ORDER
 from agent.planning.workaround_fix import blockers, workaround_only, workaround_verdict
 from agent.planning.workarounds import mark_deployment_changes, mark_own_alternatives, root_and_workarounds
 from tools.flags import FlagCatalog
-from tools.tracebacks import is_library_file
 
 if TYPE_CHECKING:
     from agent.run.state import RunState
@@ -80,15 +80,17 @@ def conclusion_of(state: RunState, flags: FlagCatalog | None = None) -> Conclusi
                                      OnHost(run_platform(state.get("fingerprint"), fix_exp.config()),
                                             host_refusals(outcomes.values())), keeps)
     if deployment:
-        return blamed(workaround_only(base, reason, untested, fix_exp, confirm, (experiments, outcomes),
-                                      case.baseline, changes_deployment=deployment), state)
+        return blamed(workaround_only(base, reason, untested, (fix_exp, confirm), (experiments, outcomes),
+                                      case.baseline, implicated_of(experiments, outcomes),
+                                      changes_deployment=deployment), state)
     platform = run_platform(state.get("fingerprint"), fix_exp.config())
     around, why = workaround_verdict(fix_exp, Case.model_validate(state["case"]).baseline, hyps,
-                                     (experiments, outcomes), platform)
+                                     (experiments, outcomes), platform,
+                                     tuning_verdict(fix_exp, case.baseline, experiments, outcomes, flags))
     reason = joined(reason, why) if why else reason
     if around:
-        return blamed(workaround_only(base, reason, untested, fix_exp, confirm, (experiments, outcomes),
-                                      case.baseline), state)
+        return blamed(workaround_only(base, reason, untested, (fix_exp, confirm), (experiments, outcomes),
+                                      case.baseline, implicated_of(experiments, outcomes)), state)
     return _isolated(state, base, reason, untested, _Tested(hyps, experiments, outcomes), fix_exp, confirm, keeps)
 
 
@@ -333,49 +335,6 @@ def _confirmation(
         needed = confirmations_required([e for e in experiments.values() if e.id in outcomes], outcomes,
                                         said_intermittent=said)
     return (passing[-1] if len(passing) >= needed and (control_failed or not weak) else None), None
-
-
-def implicated_of(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> dict[str, Any] | None:
-    """What a run that found no fix blames: the component (the innermost SGLang module of the last
-    failure's traceback) and the third-party package in its frames, with the exception line as
-    evidence; None when nothing failed (a failure that did not reproduce blames nothing)."""
-    from agent.planning.generators.evidence import failure_evidence
-
-    failing = [outcomes[e.id] for e in experiments.values()
-               if e.id in outcomes and outcomes[e.id].stage not in ("ok", "infra_error")]
-    if not failing:
-        return None
-    ev = failure_evidence(failing[-1])
-    frames = [f for tb in reversed(ev.tracebacks) for f in tb.frames]
-    sglang = next((f for f in frames if f.package == "sglang" and f.module), None)
-    package = next((f.package for f in frames if f.package and f.package not in _NOT_BLAMED), None)
-    package = package or next((f.package for f in frames if f.package == "torch"), None)
-    exc = next((tb.exception_line for tb in reversed(ev.tracebacks) if tb.exception_line), "")
-    component = sglang.module.removeprefix("sglang.srt.").removeprefix("sglang.") if sglang and sglang.module else None
-    if component is None and not package:
-        sig = failing[-1].failure_signatures()
-        component = sig[0] if sig else failing[-1].stage
-    missing = failing[-1].source_reading.missing if failing[-1].source_reading is not None else None
-    library = missing.package if missing is not None and missing.kind == "library" and is_library_file(missing.package) else None
-    if missing is not None:
-        # A failed import names what is missing: that package is what no flag or variable avoided; a shared
-        # library is no package (``library``): the package is the distribution whose code loads it.
-        package, exc = (package if library else None) or missing.package, missing.text
-    return {
-        "component": component,
-        "package": package,
-        "missing": missing.module if missing is not None else None,
-        **({"library": library} if library else {}),
-        "evidence": exc or failing[-1].summary,  # the whole line: evidence is never cut where shown
-        "experiment_id": failing[-1].experiment_id,
-        "symptoms": ev.symptoms,
-    }
-
-
-#: Packages a failure is not blamed on by name: SGLang itself (its module is the component), PyTorch
-#: (blamed only when nothing else is in the frames) and the standard library's machinery.
-_NOT_BLAMED = frozenset({"sglang", "torch", "runpy", "importlib", "asyncio", "concurrent", "threading",
-                         "multiprocessing", "typing", "contextlib", "functools"})
 
 
 def _why_open(

@@ -14,6 +14,7 @@ from agent.planning.generators.settings import implicated_setting
 from agent.planning.intent import drops_feature, feature_suspects
 from agent.planning.observations import config_key, sibling_passes
 from agent.planning.own_revert import own_reverts_for
+from agent.planning.own_tuning import tuning_tests
 from agent.planning.served import OnHost, run_platform, served_settings, user_keeps
 from agent.planning.switches import broad_switch
 from agent.planning.view import COST_ORDER, Fix, HistoryPass, HistoryState
@@ -141,7 +142,8 @@ class FixKeeper:
         before = st.best_fix
         around = not (st.flaky or st.intermittent) and bool(
             own_reverts_for(hp.view.case.baseline, exp.baseline, change, hp.ledger.values(), self.book.flags,
-                            drops_feature(hp.view.case.baseline, change, self.book.flags)))
+                            drops_feature(hp.view.case.baseline, change, self.book.flags))
+            or tuning_tests(hp.view.case.baseline, exp.baseline, change, self.book.flags))
         st.fixes.append(Fix(experiment_id=exp.id, change=change, config=exp.config(), workaround=workaround,
                             cost=cost, around_own=around))
         best = st.best_fix

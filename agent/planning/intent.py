@@ -14,6 +14,7 @@ path. ``keeping_intent`` ranks a change of such a value as the workaround it is 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from agent.domain.models import Baseline, Change, Hypothesis, Intervention
 from agent.planning.in_play import load_subsystems
@@ -30,7 +31,7 @@ from agent.planning.view import HistoryState, PlannerView
 from tools.flags import FlagCatalog
 
 __all__ = ["INTENT_LAUNCHES", "dropped_feature", "drops_feature", "feature_suspects", "feature_reverts", "inside_broad", "intent_alternatives",
-           "as_narrower", "keeping_intent", "narrower_keys", "spent_after_fix"]
+           "as_narrower", "keeping_intent", "narrower_keys", "remedy_before_drops", "spent_after_fix"]
 
 #: Launches spent, after a workaround served, on each kind of change of this module.
 INTENT_LAUNCHES = 2
@@ -199,3 +200,17 @@ def feature_suspects(case_baseline: Baseline, base: Baseline, drop: Change, hypo
         return []
     ranked.sort(key=lambda t: (t[0], t[1]), reverse=True)
     return list(dict.fromkeys(k for _, _, k in ranked))
+
+
+def remedy_before_drops(view: PlannerView, scored: list[tuple[Any, ...]], hypotheses: list[Hypothesis],
+                        flags: FlagCatalog | None) -> list[tuple[Any, ...]]:
+    """``scored`` (``(score, -order, change, ...)`` tuples, the chooser's) without the changes that drop a
+    feature the case turned on (``agent.planning.intent.drops_feature``) while another of them is a remedy
+    the failing log names (an open ``remedy:`` hypothesis's change): that remedy keeps the feature, and the
+    engine printed it for this very error, so it is tried first; the drops come back once it is refuted."""
+    advised = {(iv.kind, n) for h in hypotheses if h.status == "open" and h.id.startswith("remedy:")
+               for iv in h.interventions for n in iv.names}
+    if not any((t[2].kind, t[2].name) in advised for t in scored):
+        return scored
+    kept = [t for t in scored if drops_feature(view.case.baseline, t[2], flags) is None]
+    return kept or scored

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from agent.domain.models import Baseline, Change, Hypothesis
 from agent.planning.in_play import load_subsystems
 from agent.planning.matching import same_value
+from agent.planning.own_tuning import tuning_keys
 from agent.planning.served import canonical_flag, lists_choices
 from agent.planning.view import HistoryState, PlannerView
 from tools.flags import FlagCatalog
@@ -88,20 +89,28 @@ def own_first(view: PlannerView, state: HistoryState, flags: FlagCatalog | None,
     """Keys of the reverts to launch, most wanted first, before the best fix so far is confirmed: the
     user's own implicated settings inside a feature it dropped (``featured``:
     ``agent.planning.intent.feature_reverts``), then the user's own settings it goes around
-    (``own_reverts_for``; ``feature``: the subsystem it drops, or None), while ``may_spend`` (fewer than
-    ``agent.planning.intent.INTENT_LAUNCHES`` reverts were launched after it); never on a failure seen flaky or said intermittent (there a
-    revert that serves once is no evidence, and the fix's own confirmations need the budget). Empty when
-    there is none."""
+    (``own_reverts_for``; ``feature``: the subsystem it drops, or None) while ``may_spend`` (fewer than
+    ``agent.planning.intent.INTENT_LAUNCHES`` reverts were launched after it), then the user's own tuning
+    of the implementation a switch of implementation left (``agent.planning.own_tuning.tuning_keys``: a
+    few settings, each reverted and flipped at most once, and the fix is no fix until they are); never on
+    a failure seen flaky or said intermittent (there a revert that serves once is no evidence, and the
+    fix's own confirmations need the budget). Empty when there is none."""
     best, base = state.best_fix, state.failing_baseline
-    if best is None or base is None or state.confirmations > 0 or not may_spend \
-            or state.flaky or state.intermittent:
+    if best is None or base is None or state.confirmations > 0 or state.flaky or state.intermittent:
         return featured
-    own = [c.key() for c in own_reverts_for(view.case.baseline, base, best.change, state.hypotheses, flags, feature)]
-    return list(dict.fromkeys([*featured, *own]))
+    own = [c.key() for c in own_reverts_for(view.case.baseline, base, best.change, state.hypotheses, flags, feature)
+           ] if may_spend else []
+    tuning = tuning_keys(view.case.baseline, base, best.change, flags, state.hypotheses)
+    return list(dict.fromkeys([*featured, *own, *tuning]))
 
 
-def own_reason(fix: Change) -> str:
-    """Why the user's own setting is launched after ``fix`` served (the step's rationale)."""
+def own_reason(fix: Change, chosen: Change | None = None) -> str:
+    """Why the user's own setting (``chosen``, when known) is launched after ``fix`` served (the step's
+    rationale)."""
+    if fix.after is not None and chosen is not None and chosen.name != fix.name:
+        return (f"{fix.describe()} fixed the failure by switching away from the implementation the user chose "
+                "and tuned: the user's own tuning of it is tested first (reverted, a switch also flipped), "
+                "before switching implementations is reported as the fix (agent.planning.own_tuning)")
     if fix.after is not None:
         return (f"{fix.describe()} fixed the failure by giving another value to a setting the user chose: the "
                 "user's own setting is reverted first (unset, the engine's default), the smallest change from "

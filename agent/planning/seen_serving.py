@@ -12,33 +12,18 @@ answered every probe the current test would send.
 Not when the change drops a feature the case turned on while the new failure's own log names a remedy
 (``remedy:`` hypotheses, ``agent.planning.generators.remedies``) that keeps the feature: the earlier launch
 shows the feature's drop serves, which the run already knows; the remedy the engine prints is what an
-engineer tries first on the new error (``remedy_before_drops``).
+engineer tries first on the new error (``agent.planning.intent.remedy_before_drops``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from agent.domain.models import Baseline, Change, Experiment, FlagValue, Hypothesis, Outcome
+from agent.domain.models import Baseline, Change, Experiment, FlagValue, Outcome
 from agent.planning.in_play import InPlay
-from agent.planning.intent import drops_feature
 from agent.planning.view import PlannerView
 from tools.flags import FlagCatalog
 from tools.probes import Probe
-
-
-def remedy_before_drops(view: PlannerView, scored: list[tuple[Any, ...]], hypotheses: list[Hypothesis],
-                        flags: FlagCatalog | None) -> list[tuple[Any, ...]]:
-    """``scored`` (``(score, -order, change, ...)`` tuples, the chooser's) without the changes that drop a
-    feature the case turned on (``agent.planning.intent.drops_feature``) while another of them is a remedy
-    the failing log names (an open ``remedy:`` hypothesis's change): that remedy keeps the feature, and the
-    engine printed it for this very error, so it is tried first; the drops come back once it is refuted."""
-    advised = {(iv.kind, n) for h in hypotheses if h.status == "open" and h.id.startswith("remedy:")
-               for iv in h.interventions for n in iv.names}
-    if not any((t[2].kind, t[2].name) in advised for t in scored):
-        return scored
-    kept = [t for t in scored if drops_feature(view.case.baseline, t[2], flags) is None]
-    return kept or scored
 
 
 def seen_first(view: PlannerView, launches: list[Experiment], baseline: Baseline, scored: list[tuple[Any, ...]],

@@ -22,7 +22,7 @@ from agent.planning.in_play import DEVICE_FLAG, platform_of, subsystems_knowledg
 from agent.planning.refused import refused_here
 from agent.planning.words import stems
 from tools.fingerprint import HostFingerprint
-from tools.flags import FlagCatalog, FlagError
+from tools.flags import FlagCatalog, lists_choices
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 
 __all__ = ["HOST_BOUND_FACTS", "SHARD_FACT", "OnHost", "Served", "description_keeps", "host_refusals", "lists_choices", "localising_intent", "run_platform", "served_settings",
@@ -293,17 +293,6 @@ def canonical_flag(flags: FlagCatalog | None, name: str) -> str:
     if flags is None:
         return name
     return flags.canonical_name(name) or name
-
-
-def lists_choices(flags: FlagCatalog | None, name: str) -> bool | None:
-    """Whether flag ``name`` chooses among named values (its ``--help`` lists choices: backends, dtypes):
-    False when the host does not know the flag, None when there is no catalog to ask."""
-    if flags is None:
-        return None
-    try:
-        return bool(flags.resolve(name).choices)
-    except FlagError:
-        return False
 
 
 def _load(path: Path) -> Served:

@@ -149,17 +149,24 @@ def workaround_verdict(
     hyps: list[Hypothesis],
     history: tuple[dict[str, Experiment], dict[str, Outcome]],
     platform: str | None,
+    tuned: tuple[bool, str] | None = None,
 ) -> tuple[bool, str]:
     """Whether a confirmed fix that keeps the deployment is only a workaround, and the words the ending's
     reason gains ("" for none): a feature dropped beside the user's implicated setting
     (``drop_beside_implicated``) is a workaround; a broad switch-off is the fix only when nothing narrower
     is left (``exhausted``), else ``is_workaround`` decides. ``history``: the run's experiments and
-    outcomes by id; ``platform``: the run's platform id (``served.run_platform``)."""
+    outcomes by id; ``platform``: the run's platform id (``served.run_platform``). A switch of the
+    implementation the user chose and tuned is a workaround until that tuning was tested and failed, and
+    then the fix: ``tuned`` is that verdict (``agent.planning.own_tuning.tuning_verdict``), None when the
+    user tuned nothing of the implementation the fix left."""
     experiments, outcomes = history
     beside = drop_beside_implicated(fix_exp, original, experiments, outcomes)
     if beside is not None:
         return True, (f"the failure it avoided implicates the user's {beside}: the two together fail, and "
                       "dropping the feature avoids that without a fix of it")
+    if tuned is not None and not any(broad_switch(Change.model_validate(
+            {k: v for k, v in b.items() if k != "change"})) for b in blockers(original, fix_exp)):
+        return tuned
     broad = broad_switch(fix_exp.change) if fix_exp.change else None
     narrowed = exhausted(broad, fix_exp, experiments, outcomes, platform) if broad else []
     if is_workaround(fix_exp, original, hyps, narrowest=bool(narrowed)):
@@ -171,21 +178,21 @@ def workaround_only(
     base: Conclusion,
     reason: str,
     untested: list[dict[str, Any]],
-    fix_exp: Experiment,
-    confirm: Experiment,
+    fixed: tuple[Experiment, Experiment],
     tested: tuple[dict[str, Experiment], dict[str, Outcome]],
     original: Baseline,
+    implicated: dict[str, Any] | None,
     changes_deployment: str | None = None,
 ) -> Conclusion:
     """The ending when only a workaround held: it avoids the broken part without naming the cause, so the
     root cause is not isolated (the workaround is reported as an alternative that fixed it).
     ``changes_deployment``: the setting it changed defines what is served or the user needs it
     (knowledge/served.toml, the case's intent), so it is a workaround that changes the deployment.
-    ``tested``: the run's experiments and outcomes by id; ``original``: the case's baseline (the blockers
-    passed on the way to the workaround are named with it)."""
-    from agent.planning.conclusion import implicated_of  # the ending's own reading of the last failure
-
-    experiments, outcomes = tested
+    ``fixed``: the experiment of the workaround and its confirmation; ``tested``: the run's experiments and
+    outcomes by id; ``original``: the case's baseline (the blockers
+    passed on the way to the workaround are named with it); ``implicated``: what the last failure blames
+    (``agent.planning.blame.implicated_of``)."""
+    (fix_exp, confirm), (experiments, outcomes) = fixed, tested
     assert fix_exp.change is not None
     broad = broad_switch(fix_exp.change)
     what = (f"only a change of what is served avoided the failure ({changes_deployment} changed: a workaround "
@@ -206,7 +213,7 @@ def workaround_only(
             + (f"; {reason}" if reason else ""),
             "blockers": passed,
             "untested": untested,
-            "implicated": implicated_of(experiments, outcomes),
+            "implicated": implicated,
             "alternatives": [
                 {"change": fix_exp.change.describe(), "kind": fix_exp.change.kind, "name": fix_exp.change.name,
                  "workaround": True, "cost": "high" if changes_deployment else "medium",

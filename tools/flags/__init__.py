@@ -20,7 +20,7 @@ Facts about the help format (argparse in CPython 3.8-3.14, SGLang 0.5.x ``Server
 
 from __future__ import annotations
 
-from tools.flags.catalog import FlagCatalog
+from tools.flags.catalog import FlagCatalog, lists_choices
 from tools.flags.help import parse_help
 from tools.flags.load import load_flag_catalog
 from tools.flags.server_args import catalog_from_server_args, non_default_flags
@@ -43,6 +43,7 @@ __all__ = [
     "FlagCatalog",
     "FlagError",
     "FlagSpec",
+    "lists_choices",
     "FlagValue",
     "InvalidFlagValueError",
     "UnknownFlagError",

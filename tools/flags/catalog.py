@@ -236,3 +236,14 @@ class FlagCatalog(BaseModel):
                 )
             out[canonical] = normalised
         return out
+
+
+def lists_choices(flags: FlagCatalog | None, name: str) -> bool | None:
+    """Whether flag ``name`` chooses among named values (its ``--help`` lists choices: backends, dtypes):
+    False when the host does not know the flag, None when there is no catalog to ask."""
+    if flags is None:
+        return None
+    try:
+        return bool(flags.resolve(name).choices)
+    except FlagError:
+        return False

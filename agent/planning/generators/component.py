@@ -282,8 +282,7 @@ class ImplicatedComponentGenerator:
         alts = alternative_choices(spec, current, fp.gpu_name if fp else None, fp.gpu_vendor if fp else None)
         if not explicit(inp, spec):  # setting the default (or "auto": what an unset flag resolves by) changes nothing
             alts = [c for c in alts if norm(c) != "auto" and (spec.default is None or norm(c) != norm(str(spec.default)))]
-        # a choice of a subsystem not in play here (LoRA without adapters) configures nothing that ran
-        alts = [c for c in alts if rd.play.why_not(Change(kind="flag", name=spec.name, before=None, after=c)) is None]
+        alts = [c for c in alts if rd.play.why_not(Change(kind="flag", name=spec.name, after=c)) is None]  # in play
         if not alts:
             return None
         cur = norm(str(current)) if current is not None else ""

@@ -53,6 +53,7 @@ from agent.planning.generators.common import (
 )
 from agent.planning.generators.implementations import implementations
 from agent.planning.in_play import load_subsystems, subsystems_of_frame
+from agent.planning.own_tuning import flip_of
 from agent.planning.quoted import failing_lines, held_alone, quoted_values
 from agent.planning.served import localising_intent, served_settings, user_keeps
 from agent.planning.words import name_words, ordered_words, spelled, spells
@@ -66,6 +67,9 @@ __all__ = ["IMPLICATED", "SettingsVsDefaultsGenerator", "implicated_setting", "l
 #: flag with choices) is a likelier suspect than a tuning knob.
 WEIGHT = 0.02
 CHOICE_FACTOR = 2.0
+#: A switch's other position weighs this much of its revert: tried after it (the revert is the smaller
+#: change), as the test when the switch's default is the user's own position.
+FLIP_FACTOR = 0.5
 #: Multiplier for a setting the failing frames or error name (by a specific shared word).
 IMPLICATED_FACTOR = 5.0
 #: Weight of a setting whose own value the failing error quotes: as strong as a remedy the error itself
@@ -168,6 +172,8 @@ class SettingsVsDefaultsGenerator:
             purpose = _on_purpose(inp, "env", name)
             weight, why = weigh(name, value, WEIGHT)
             out.append(self._candidate(inp, "env", name, value, weight, deployment or bool(purpose), why, purpose))
+            if (other := flip_of(value)) is not None and not deployment and not purpose:
+                out.append(_flipped(inp, name, value, other, weight * FLIP_FACTOR))
         return out
 
     def _candidate(self, inp: GeneratorInput, kind: str, name: str, value: object, weight: float,
@@ -202,6 +208,24 @@ class SettingsVsDefaultsGenerator:
                 if deployment else "",
             )],
         )
+
+
+def _flipped(inp: GeneratorInput, name: str, value: object, other: str, weight: float) -> Hypothesis:
+    """``flip:NAME``: the user's own switch ``NAME=value`` in its other position. Its default may be the
+    same position as the user's, so the revert alone may change nothing (agent.planning.own_tuning)."""
+    return Hypothesis(
+        id=f"flip:{name}",
+        statement=f"The path the baseline's own switch {name}={value} turns on fails here; in its other "
+        f"position ({other}) the failure goes away",
+        component=f"env.{name}",
+        weight=weight,
+        rationale="a switch the user turned on may equal its default, so unsetting it changes nothing; its "
+        "other position is the test of the path it selects",
+        generator="settings",
+        evidence=[Evidence(kind="fact", detail=f"the baseline sets {name}={value} explicitly",
+                           experiment_id=inp.evidence.experiment_id)],
+        interventions=[Intervention(kind="env", names=[name], values=[other], decisive=True, cost="low")],
+    )
 
 
 def _own_frames(inp: GeneratorInput) -> list[Frame]:
