@@ -90,7 +90,7 @@ def test_an_asynchronous_fault_makes_the_default_implementation_of_a_switch_a_su
         case = Case.model_validate({"name": "c", "model": {"path": "/m/q"}, "baseline": {"flags": {}, "env": {}}})
         one = PlannerView(case=case, fingerprint=MI300X)
         _launch(planner, one, ARGS.replace("tp_size=8", "tp_size=1") + HSA)
-        assert not any(h.id.startswith(SWITCH_PREFIX) for h in planner.history(one).hypotheses)
+        assert not any(h.id == f"{SWITCH_PREFIX}{sw.id}" for h in planner.history(one).hypotheses)
 
 
 def _narrower_tried_and_failed() -> tuple[RulePlanner, PlannerView]:
@@ -177,3 +177,25 @@ def test_a_switch_off_is_a_workaround_while_the_other_implementation_is_untested
     c = _ending(planner, view)
     assert c.status == "not_isolated" and c.fix is None, c.reason
     assert "a broad switch-off" in c.reason
+
+
+def test_off_cuda_the_overlap_schedulers_barrier_is_tried_before_overlap_off_is_reported() -> None:
+    """On one MI300X (no collectives run) a hardware exception; the overlap scheduler off serves. On a
+    platform other than CUDA SGLang runs that scheduler without its write-after-read barrier unless a
+    variable asks for it (scheduler.py ``is_cuda() or envs.SGLANG_ENABLE_WAR_BARRIER.get()``): the barrier
+    on, the overlap kept, is the next test. On an H200 the barrier always runs: nothing is proposed."""
+    from planner_steps import after_served_launch, baseline_failed_with, experiment_of
+
+    from agent.domain.models import Change
+
+    off = Change(kind="flag", name="--disable-overlap-schedule", before=None, after=True)
+    sw = next(s for s in load_switches() if "--disable-overlap-schedule" in s.turned_off_by)
+    for fp, expected in ((MI300X, True), (H200, False)):
+        planner, view, _ = baseline_failed_with(fp.model_copy(update={"gpu_count": 1}), {"--model-path": "/m/q"},
+                                                ARGS.replace("tp_size=8", "tp_size=1") + HSA, FLAGS)
+        nxt = after_served_launch(planner, view, experiment_of(view.case.baseline, off), ARGS + SERVED).experiment
+        barrier = nxt is not None and nxt.change is not None and (nxt.change.kind, nxt.change.name) == ("env", sw.env)
+        assert barrier is expected, nxt
+        if expected:
+            assert nxt is not None and nxt.change is not None and nxt.change.after == sw.other
+            assert "workaround" in nxt.rationale
