@@ -486,3 +486,26 @@ def test_an_import_error_sglang_says_it_ignored_is_not_the_missing_import() -> N
     assert "Ignore import error when loading sglang.srt.models.falcon_mamba: cannot import name" in text
     assert missing_import(text) is None
     assert missing_import(text + "\nModuleNotFoundError: No module named 'sgl_kernel'\n") is not None
+
+
+def test_the_ignored_import_of_the_models_own_implementation_is_the_missing_import() -> None:
+    """SGLang's registry skips a model module whose import fails (0.5.23 srt/models/registry.py: "Ignore import
+    error when loading {name}: {e}") and the loader then says the architecture has no implementation of its
+    own and falls back to Transformers (srt/model_loader/utils.py): that skipped import is why the native
+    class is missing, and it is the failed import, whatever the fallback then raises. The other modules'
+    skipped imports, and the same lines without the fallback, are not."""
+    real = (DATA / "logs_0.5.23" / "port-taken.log").read_text()
+    ts = "[2026-12-01 10:00:00 TP0]"
+    ignored = (f"{ts} Ignore import error when loading sglang.srt.models.deepseek_v4_dspark: No module named 'cutlass'\n"
+               f"{ts} Ignore import error when loading sglang.srt.models.deepseek_v4: No module named 'cutlass'\n")
+    fallback = (f"{ts} DeepseekV4ForCausalLM has no SGLang implementation, falling back to Transformers "
+                "implementation. Some features may not be supported and performance may not be optimal.\n")
+    fatal = ("Traceback (most recent call last):\n"
+             '  File "/usr/local/lib/python3.12/dist-packages/transformers/models/auto/auto_factory.py", line 252, '
+             "in from_config\n    raise ValueError(\nValueError: Unrecognized configuration class <class "
+             "'sglang.srt.utils.hf_transformers.common._DeepseekV4ConfigAlias'> for this kind of AutoModel: AutoModel.\n")
+    found = missing_import(real + ignored + fallback + fatal)
+    assert found is not None and found.module == "cutlass", found
+    assert missing_import(real + ignored + fatal) is None  # the native class was registered: not why it failed
+    other = fallback.replace("DeepseekV4ForCausalLM", "Glm5ForCausalLM")
+    assert missing_import(real + ignored + other + fatal) is None  # skipped modules of another model

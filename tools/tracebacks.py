@@ -333,10 +333,6 @@ _NO_LIBRARY = re.compile(
     r"|[Cc]ould not load (?:library |dynamic library )?(?P<lib2>\S+)"
     r"|(?P<ext>/[\w./+-]+\.so): undefined symbol"
 )
-#: SGLang's notice for an optional module it skips ("Ignore import error when loading
-#: sglang.srt.models.falcon_mamba: cannot import name ..."; 0.5.23 srt/models/registry.py,
-#: srt/managers/multimodal_processor.py): printed on every start, so never the failing import.
-_IGNORED_IMPORT = "Ignore import error when loading"
 _SITE = re.compile(r"/(?:site|dist)-packages/(?P<pkg>[A-Za-z_]\w*)")
 
 
@@ -348,10 +344,13 @@ def missing_import(text: str, tracebacks: list[Traceback] | None = None) -> Miss
     shared object file", "could not load ... library" or "undefined symbol". An extension module with an
     undefined symbol is named by the package it lives in (``.../site-packages/sgl_kernel/common_ops.so``
     is ``sgl_kernel``). Wording from CPython's import system and the dynamic loader's ``dlerror``. A
-    line where the engine says it ignored the import error (``_IGNORED_IMPORT``) is not one, nor a line
+    line where the engine says it ignored the import error (``_IGNORED``: "Ignore import error when loading
+    sglang.srt.models.falcon_mamba: cannot import name ...", printed on every start) is not one, nor a line
     outside the tracebacks, written before the last traceback, when that traceback is a fatal error of
     another kind that never runs in what the line says is missing (``_unrelated``): a warning's import is
-    not the failure then.
+    not the failure then. Except the model's own implementation: when SGLang says an architecture has no
+    implementation of its own and falls back to Transformers, the ignored import of the module that
+    implements it (``sglang.srt.models.deepseek_v4`` for ``DeepseekV4ForCausalLM``) is why, and is the failure.
     """
     tbs = tracebacks if tracebacks is not None else parse_tracebacks(text)
     candidates: list[tuple[str, int]] = []
@@ -360,16 +359,39 @@ def missing_import(text: str, tracebacks: list[Traceback] | None = None) -> Miss
             candidates.append((f"{tb.exception}: {tb.message}", tb.log_line))
     # no traceback is a failed import: its last one is the fatal error, and a loose line must touch it
     fatal = tbs[-1] if tbs and not candidates and tbs[-1].exception else None
-    for lineno, line in enumerate(re.split(r"\r\n|\r|\n", text), 1):
-        if _IGNORED_IMPORT in line:  # the engine caught it and went on: not the failure
-            continue
+    lines = re.split(r"\r\n|\r|\n", text)
+    fallen = {_arch_key(m.group("arch")) for line in lines if (m := _FALLBACK.search(line))}
+    own: set[int] = set()  # lines of an ignored import of the model's own implementation
+    for lineno, line in enumerate(lines, 1):
+        if (m := _IGNORED.search(line)) is not None:
+            if _arch_key(m.group("module").rsplit(".", 1)[-1]) in fallen:
+                candidates.append((m.group("error").strip(), lineno))
+                own.add(lineno)
+            continue  # otherwise the engine caught it and went on: not the failure
         if "module named" in line or "cannot import name" in line or ".so" in line or "load" in line:
             candidates.append((line.strip(), lineno))
     for line, lineno in candidates:
         found = _missing_in(line, lineno)
-        if found is not None and (fatal is None or lineno > fatal.log_line or not _unrelated(found, fatal)):
+        if found is not None and (fatal is None or lineno > fatal.log_line or lineno in own
+                                  or not _unrelated(found, fatal)):
             return found
     return None
+
+
+#: SGLang's notice that a model's own implementation is missing from its registry (0.5.23
+#: srt/model_loader/utils.py: "%s has no SGLang implementation, falling back to Transformers implementation.").
+_FALLBACK = re.compile(r"(?P<arch>[A-Za-z_]\w*) has no SGLang implementation, falling back to Transformers")
+#: The registry's notice for a model module whose import failed (0.5.23 srt/models/registry.py
+#: ``import_model_classes``: "Ignore import error when loading {name}: {e}"): skipped, so the architecture it
+#: implements is not registered.
+_IGNORED = re.compile(r"Ignore import error when loading (?P<module>[\w.]+): (?P<error>.+)$")
+
+
+def _arch_key(name: str) -> str:
+    """A model architecture or model module name compared loosely: ``DeepseekV4ForCausalLM`` and
+    ``deepseek_v4`` are both ``deepseekv4`` (the class suffix that says what kind of head it has left out)."""
+    key = re.sub(r"(?:For(?:CausalLM|ConditionalGeneration|SequenceClassification)|Model|LMHeadModel)$", "", name)
+    return key.replace("_", "").lower()
 
 
 #: Exceptions that are themselves a failed import (CPython's import system; the loader's OSError).
