@@ -141,6 +141,20 @@ def test_a_flag_given_twice_in_two_spellings_is_one_line(tmp_path: Path, flags: 
     _one_line_refusal(tmp_path, _lab_case(tmp_path, flags), expected)
 
 
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        # the model served is model.path; another model here would be dropped at launch yet pasted into the
+        # working command (found by a newcomer)
+        ('{ "--model-path" = "other/model" }', "baseline.flags: --model-path 'other/model' is not model.path"),
+        ('{ "--port" = 99999 }', "baseline.flags: --port '99999' is not a TCP port (expected 1-65535)"),
+        ('{ "--port" = "http" }', "baseline.flags: --port 'http' is not a TCP port"),
+    ],
+)
+def test_a_model_or_port_flag_that_cannot_be_what_runs_is_one_line(tmp_path: Path, flags: str, expected: str) -> None:
+    _one_line_refusal(tmp_path, _lab_case(tmp_path, flags), expected)
+
+
 def test_a_kept_setting_the_host_has_no_option_for_is_one_line(tmp_path: Path) -> None:
     # a misspelt flag in [intent] keep would keep nothing, silently (found by a newcomer)
     case = _lab_case(tmp_path, '{ "--tp-size" = 2 }', '\n[intent]\nkeep = ["--context-lenght"]\n')

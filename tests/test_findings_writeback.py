@@ -63,6 +63,19 @@ def test_second_add_of_the_same_run_changes_nothing(tmp_path: Path) -> None:
     assert path.read_bytes() == once
 
 
+def test_a_file_the_entry_would_take_over_what_a_case_reads_is_left_alone(tmp_path: Path) -> None:
+    """A case refuses a findings file over 1 MiB; ``findings add`` does not make one (found by a newcomer:
+    it appended, said it read back, and the next run on it was refused)."""
+    from tools.knowledge import MAX_FINDINGS_BYTES
+
+    path = tmp_path / "FINDINGS.md"
+    path.write_text("# notes\n\n" + "x" * (MAX_FINDINGS_BYTES - 200) + "\n")
+    before = path.read_bytes()
+    r = _hypoloop(tmp_path, "findings", "add", str(GLM5), "--to", str(path))
+    assert r.returncode == 2 and "over 1 MiB" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert path.read_bytes() == before
+
+
 def test_a_run_without_a_fix_is_not_written(tmp_path: Path) -> None:
     path, original = _notes(tmp_path)
     r = _hypoloop(tmp_path, "findings", "add", str(REJECTED), "--to", str(path))

@@ -69,7 +69,7 @@ def test_run_isolates_the_glm5_nan_crash(tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_the_server_it_launched(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [*HYPOLOOP, "run", "lab:glm5-nvfp4-sm120", "--auto", "--transcript-dir", "tr"],
+        [*HYPOLOOP, "run", "lab:glm5-nvfp4-sm120", "--auto", "--json", "--transcript-dir", "tr"],
         cwd=tmp_path,
         env=_env(tmp_path, HYPOLOOP_LAB_TIME_SCALE="0.05"),
         stdout=subprocess.PIPE,
@@ -104,6 +104,9 @@ def test_ctrl_c_stops_the_server_it_launched(tmp_path: Path) -> None:
     # the README's promise: an interrupted run prints the line that continues it, whole on one line
     said = [ln for ln in err.splitlines() if ln.startswith("continue it with: ")]
     assert said and said[-1].endswith(f"hypoloop resume {run_id}") and "HYPOLOOP_HOME=" in said[-1], err[-2000:]
+    # --json's last line counts what the run spent, the launch cut short included (README, result line)
+    last = json.loads(out.strip().splitlines()[-1])
+    assert last["status"] == "stopped" and last["launches"] >= 1 and last["host_seconds"] >= 0, last
 
 
 def test_ctrl_c_tests_hold_when_the_suite_starts_with_sigint_ignored(tmp_path: Path) -> None:

@@ -67,3 +67,22 @@ def test_a_resumed_run_prints_the_same_command_with_the_host_env(tmp_path: Path)
     words = _env_part(_pasted_command(done.stdout))
     assert any(w.startswith("HYPOLOOP_LAB_WORLD=") for w in words), words
     assert f"https_proxy={PROXY}" in words and words[-3:] == ["env", "-u", "http_proxy"], words
+
+
+def test_the_model_flag_the_case_repeats_is_in_the_command_once(tmp_path: Path) -> None:
+    """A case that also writes its model as a flag (``"--model-path"`` = model.path) launches it once, and
+    the command that worked names it once: pasted twice it would be two values of one flag (found by a
+    newcomer)."""
+    import shutil
+
+    folder = tmp_path / "case"
+    shutil.copytree(ROOT / "lab" / "worlds" / "qwen3-next-b200x4", folder)
+    case = folder / "case.toml"
+    text = case.read_text()
+    case.write_text(text.replace('flags = { "--tp-size" = 4,',
+                                 'flags = { "--model-path" = "Qwen/Qwen3-Next-80B-A3B-Instruct-FP8", "--tp-size" = 4,'))
+    done = run_cli(tmp_path, "run", str(case), "--auto", COLUMNS="80")
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = _words(_pasted_command(done.stdout))
+    assert words.count("--model-path") == 1, words
+    assert any("ready to roll" in line for line in _serves(_pasted_command(done.stdout)))

@@ -34,6 +34,7 @@ __all__ = [
     "detect_log",
     "engines_data",
     "model_flags",
+    "port_flags",
     "get_engine",
 ]
 
@@ -264,6 +265,11 @@ def get_engine(name: str | None = None) -> Engine:
 def model_flags() -> frozenset[str]:
     """Every engine's spellings of the model flag (``--model-path``, ``--model``; ``engines.toml``)."""
     return frozenset({f for d in engines_data().values() for f in (d.model_flag, d.fallback_model_flag) if f})
+
+
+def port_flags() -> frozenset[str]:
+    """Every engine's flag for the port the server listens on (``--port``; ``engines.toml``)."""
+    return frozenset({d.port_flag for d in engines_data().values() if d.port_flag})
 
 
 def deployment_flags() -> frozenset[str]:

@@ -70,9 +70,23 @@ def _interrupted(session: RunSession, reason: str = "interrupted (Ctrl-C or SIGT
     err_console.print(f"{reason}; every server this run launched is stopped. transcript: {tpath}")
     err_console.print(f"continue it with: {escape(resume_command(run_id))}", soft_wrap=True)
     if session.json_out:  # the promised last line; "stopped" because the user ended it
+        launches, host_s = _spent(tpath)
         print(json.dumps({"run_id": run_id, "status": "stopped", "reason": "interrupted", "root_cause": None,
-                          "transcript": str(tpath)}))
+                          "launches": launches, "host_seconds": host_s, "transcript": str(tpath)}))
     raise typer.Exit(130)
+
+
+def _spent(tpath: Path) -> tuple[int, float]:
+    """Launches and host-seconds the run's transcript records (a launch cut short counts), as the README's
+    result line gives them; (0, 0.0) when it cannot be read."""
+    from agent.record.recorded import RecordedRun
+    from agent.record.transcript import TranscriptError
+
+    try:
+        run = RecordedRun.load(tpath, on_bad=lambda _exc: None)
+    except (TranscriptError, OSError):
+        return 0, 0.0
+    return run.launches(), run.host_seconds()
 
 
 def sigterm_as_interrupt() -> None:

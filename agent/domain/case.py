@@ -27,7 +27,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from agent.domain.models import Baseline, FlagValue
-from tools.engines import Engine, get_engine, launcher_python
+from tools.engines import Engine, get_engine, launcher_python, model_flags, port_flags
 from tools.engines import detect as detect_engine
 from tools.flags.values import is_number
 from tools.host import HostError
@@ -268,6 +268,21 @@ class Case(_Strict):
             for name in env:
                 if not _ENV_NAME.match(name):
                     raise ValueError(f"{where}: {name!r} is not a variable name (expected e.g. NCCL_P2P_DISABLE)")
+        return self
+
+    @model_validator(mode="after")
+    def _deployment_flags(self) -> Case:
+        # hypoloop passes the model and where the server listens itself: a model flag naming another model
+        # would be dropped at launch yet pasted into the working command; a port no socket can take is no port
+        for name in sorted(model_flags() & set(self.baseline.flags)):
+            value = self.baseline.flags[name]
+            if value is not None and str(value) != self.model.path:
+                raise ValueError(f"baseline.flags: {name} {value!r} is not model.path {self.model.path!r}; the model "
+                                 f"served is model.path: remove {name} or give the same model")
+        for name in sorted(port_flags() & set(self.baseline.flags)):
+            value = self.baseline.flags[name]
+            if value is not None and not (str(value).isdigit() and 1 <= int(str(value)) <= 65535):
+                raise ValueError(f"baseline.flags: {name} {value!r} is not a TCP port (expected 1-65535)")
         return self
 
     @model_validator(mode="after")

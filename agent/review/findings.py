@@ -27,8 +27,9 @@ from agent.record.recorded import RecordedRun
 from agent.record.redact import REDACTED, run_redactor
 from agent.review.text import alternative_text
 from agent.review.wording import count
+from tools.engines import model_flags
 from tools.fingerprint import arch_label, engine_label
-from tools.knowledge import Finding, gpu_names, infer_features, parse_findings
+from tools.knowledge import MAX_FINDINGS_BYTES, Finding, gpu_names, infer_features, parse_findings
 
 
 class FindingsWriteError(ValueError):
@@ -180,8 +181,8 @@ def working_command(run: RecordedRun, *, host_env: bool = False) -> str:
     engine = _launcher_spec(case).engine_impl()
     cmd = [
         " ".join([*launcher, *(shlex.quote(a) for a in engine.model_args(launcher, run.model_path()))]),
-        *(_secret_ref(k, v) or command_text({k: v}) for k, v in flags.items()),
-    ]
+        *(_secret_ref(k, v) or command_text({k: v}) for k, v in flags.items() if k not in model_flags()),
+    ]  # the model flag is the engine's model argument above, once
     words = [_secret_ref(k, v) or command_text({}, {k: v}) for k, v in env.items()]
     unset = _unset_env(run)
     if unset:  # the fix took these out of the environment: a shell that sets them must not pass them on
@@ -341,6 +342,9 @@ def add_finding(run: RecordedRun, path: Path, *, dry_run: bool = False) -> tuple
         raise FindingsWriteError(f"{path}: run {run.run_id} is already recorded there; nothing appended")
     entry = entry_for(run, level=_heading_level(before))
     sep = "" if not before or before.endswith("\n\n") else ("\n" if before.endswith("\n") else "\n\n")
+    if len(old) + len((sep + entry).encode("utf-8")) > MAX_FINDINGS_BYTES:  # a case could no longer read it
+        raise FindingsWriteError(f"{path}: with this entry the file would be over {MAX_FINDINGS_BYTES >> 20} MiB, "
+                                 "the most a case reads as its findings; nothing appended (start another file)")
     fix = (run.conclusion or {})["fix"]
     mine = _check(parse_findings(before + sep + entry, source=str(path)), entry, fix, path)
     if dry_run:
