@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+import pytest
 import typer
 from clirun import run_cli
 
@@ -105,3 +107,19 @@ def test_a_bare_command_group_prints_its_help(tmp_path: Path) -> None:
         listed = [line.split()[0] for line in r.stdout.split("Commands:")[1].splitlines() if line.startswith("  ")]
         for child in children:
             assert child in listed, f"{where} does not list {child}:\n{r.stdout}"
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "lab:glm5-nvfp4-sm120", "--json", "--bogus"],
+    ["run", "lab:glm5-nvfp4-sm120", "--json", "--approve", "sometimes"],
+    ["show", "nope", "--json"],
+    ["flags", "--json"],
+])
+def test_a_usage_error_with_json_ends_with_the_error_line_too(tmp_path: Path, args: list[str]) -> None:
+    """With ``--json`` a script reads the last stdout line: a usage mistake (an unknown option, a value not
+    among the choices) and a failure before the command's own output give the error's JSON line, as a
+    failed run does (found by a newcomer: only ``--parallel 0`` did)."""
+    r = run_cli(tmp_path, *args)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    last = json.loads(r.stdout.strip().splitlines()[-1])
+    assert last["status"] == "error" and last["exit_code"] == 2 and last["error"] in r.stderr, last

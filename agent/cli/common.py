@@ -100,6 +100,8 @@ class JsonResult:
 
     pending = False
     run_id: str | None = None
+    #: a command's own JSON went out (``hypoloop show --json``): an error after it adds no second line
+    printed = False
 
 
 class ReaderGone(KeyboardInterrupt):
@@ -129,10 +131,18 @@ def fail(message: str, code: int = 2) -> NoReturn:
     module's exit codes)."""
     message = without_credentials(message)  # a URL's password is never echoed (nor in the --json line)
     print_error(message)
-    if JsonResult.pending:
-        JsonResult.pending = False
+    if JsonResult.pending or (json_asked() and not JsonResult.printed):
+        JsonResult.pending, JsonResult.printed = False, True
         print(json.dumps({"run_id": JsonResult.run_id, "status": "error", "error": message, "exit_code": code}))
     raise typer.Exit(code)
+
+
+def json_asked(argv: list[str] | None = None) -> bool:
+    """Whether the command line (``sys.argv`` by default) asks for ``--json`` before a ``--``: a usage error
+    or a failure before the command printed its own JSON then gives the error's JSON line, so a script
+    reading the last stdout line always finds one."""
+    args = (sys.argv if argv is None else argv)[1:]
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
 
 
 def warn_skipped(skipped: SkippedLines) -> None:

@@ -17,6 +17,7 @@ from agent.cli.common import (
     HostOpt,
     HostOptions,
     InsecureOpt,
+    JsonResult,
     KeyOpt,
     KnownOpt,
     LauncherOpt,
@@ -66,6 +67,7 @@ def doctor(
         fp.notes.append(f"command not found: {missing}")
     if json_out:
         print(json.dumps(redacted(_doctor_json(c, fp))))
+        JsonResult.printed = True  # the launcher's failure below is in that line already: no second one
         _fail_launcher(missing, c, case)
         return
     t = Table.grid(padding=(0, 2))

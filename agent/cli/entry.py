@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import inspect
+import json
 import os
 import sys
 import threading
@@ -16,6 +17,7 @@ from agent.cli.common import (
     OutputWatch,
     ReaderGone,
     app,
+    json_asked,
     print_error,
 )
 from agent.domain.knowledge_dir import knowledge_dir
@@ -183,6 +185,9 @@ def main() -> None:
         hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
         message = exc.format_message().replace("Value error, ", "")
         print_error(message + hint)
+        if json_asked():
+            # the promised last line, as any other failure of a --json command gives it (JsonResult)
+            print(json.dumps({"run_id": None, "status": "error", "error": message + hint, "exit_code": exc.exit_code}))
         raise SystemExit(exc.exit_code) from None
     except _click_errors.ClickException as exc:
         print_error(exc.format_message())
