@@ -105,3 +105,14 @@ def test_a_run_killed_at_the_approval_prompt_waits_for_approval_in_every_view(tm
     assert resumed.returncode == 3, resumed.stderr[-2000:]
     out = json.loads(resumed.stdout.strip().splitlines()[-1])
     assert out["status"] == "waiting_for_approval" and out["pending"]["experiment_id"] == exp
+
+
+def test_follow_of_a_run_that_waits_with_no_process_to_drive_it_ends(tmp_path: Path) -> None:
+    """`replay --follow` on a run saved while it waits for approval (no process holds it) showed "waiting for
+    approval" and then waited for lines nobody would write, until Ctrl-C (found by a newcomer): it now ends
+    there, saying how the run continues."""
+    run_id = _paused(tmp_path)["run_id"]
+    transcript = tmp_path / "tr" / f"{run_id}.jsonl"
+    r = run_cli(tmp_path, "replay", str(transcript), "--follow", timeout=60, COLUMNS="250")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "waiting for approval" in r.stdout and f"hypoloop resume {run_id}" in r.stdout, r.stdout[-2000:]

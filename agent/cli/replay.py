@@ -17,6 +17,7 @@ from agent.cli.common import (
     err_console,
     fail,
     load_recorded,
+    state_dir,
     transcript_of,
     unreadable,
     using_knowledge,
@@ -24,6 +25,7 @@ from agent.cli.common import (
 )
 from agent.cli.drive import check_knowledge
 from agent.domain.knowledge_dir import knowledge_dir
+from agent.record.runs import lock_holder
 from agent.record.transcript import SkippedLines, TranscriptError
 from tools.sanitize import SafeConsole
 
@@ -78,7 +80,7 @@ def replay(
     skipped = SkippedLines()  # damaged lines are read past, and told once the replay stops
     try:
         summary = replay_run(transcript, console, from_step=step, follow=follow, speed=speed, verbose=verbose,
-                             on_bad=skipped)
+                             on_bad=skipped, driven=lambda: lock_holder(state_dir(), transcript.stem) is not None)
     except TranscriptError as exc:
         unreadable(exc, skipped)
     except KeyboardInterrupt:

@@ -73,10 +73,13 @@ def follow_events(
     poll_s: float = 0.2,
     sleep: Callable[[float], None] = time.sleep,
     on_bad: Callable[[TranscriptError], None] | None = None,
+    idle: Callable[[], bool] | None = None,
 ) -> Iterator[TranscriptEvent]:
     """Events of a transcript that may still be growing: everything written so far, then each new
     event as it is appended, until a ``run.ended`` that nothing follows (a resumed run appends after its
-    earlier ``run.ended``), or until the caller stops iterating (e.g. on Ctrl-C).
+    earlier ``run.ended``), until ``idle()`` says, at the end of what is written, that nothing will write
+    more (a run waiting for approval that no process drives), or until the caller stops iterating (e.g.
+    on Ctrl-C).
 
     Only whole lines are parsed: a line still being written waits for its newline. A file that
     shrinks (a resumed run cuts a torn last line) is re-read from the last whole line. Memory holds one
@@ -97,7 +100,7 @@ def follow_events(
         while True:
             chunk = fh.read(1 << 16)
             if not chunk:
-                if ended and not buf:
+                if (ended or (idle is not None and idle())) and not buf:
                     return
                 if os.fstat(fh.fileno()).st_size < done + len(buf):
                     fh.seek(done)  # the torn tail was cut; what follows is written from there
@@ -344,13 +347,19 @@ def replay(
     poll_s: float = 0.2,
     sleep: Callable[[float], None] = time.sleep,
     on_bad: Callable[[TranscriptError], None] | None = None,
+    driven: Callable[[], bool] | None = None,
 ) -> ReplaySummary:
     """Print a transcript step by step (see module docstring). Raises TranscriptError on a malformed
     line, or hands it to ``on_bad`` and reads on (``agent.record.transcript.SkippedLines``);
-    KeyboardInterrupt passes through (the caller says where it stopped)."""
+    KeyboardInterrupt passes through (the caller says where it stopped). ``driven``: whether a process
+    still drives the run (holds its lock); following stops at a question for approval nobody drives."""
     render = ReplayRenderer(console, verbose=verbose, from_step=from_step)
+
+    def undriven() -> bool:  # waiting for an answer, and no process is there to ask for it
+        return driven is not None and render.ended is None and render.waiting is not None and not driven()
+
     events: Iterator[TranscriptEvent] = (
-        follow_events(path, poll_s=poll_s, sleep=sleep, on_bad=on_bad) if follow
+        follow_events(path, poll_s=poll_s, sleep=sleep, on_bad=on_bad, idle=undriven) if follow
         else read_transcript(path, on_bad=on_bad)
     )
     prev_ts: float | None = None
