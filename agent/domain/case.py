@@ -99,7 +99,7 @@ class HostSpec(_Strict):
         if v != "local" and not v.startswith("ssh://") and not is_slurm_target(v):
             raise ValueError(
                 "expected 'local', 'ssh://[USER@]HOST[:PORT]', 'slurm://PARTITION' or "
-                "'slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION'"
+                "'slurm+ssh://[USER@]LOGIN[:PORT]/PARTITION'" + ("" if "@" in v or ":" in v else f", got {v!r}")
             )
         try:
             if v.startswith("ssh://"):
