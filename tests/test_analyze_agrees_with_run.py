@@ -5,9 +5,11 @@ cpu_engine.log, the baseline launch of bench/real/sglang-cpu-engine) it forms th
 the run's probabilities and proposes the run's first experiment, where it used to say only "install
 sgl_kernel".
 
-The run's figures below are from its transcript (run 20261202-134622-bcd01f, `hypoloop run
+The run's figures below are from its transcript (run 20261205-004656-357439, `hypoloop run
 bench/real/sglang-cpu-engine` on the real-engine bed, step 1 ``hypothesis.added`` and step 2
-``experiment.proposed``). The source files are the bed's own installed SGLang ($HYPOLOOP_ENGINES); the
+``experiment.proposed``; recorded again when choices of subsystems out of play stopped being hypotheses and
+a switch the user set got its ``flip:``). Like the run, analyze reads the model's config.json on the case's
+host (the multimodal attention is out of play for the bed's text-only model). The source files are the bed's own installed SGLang ($HYPOLOOP_ENGINES); the
 launcher of the case prints SGLang 0.5.23's real --help (tests/data/help_sglang_0.5.23.txt), launching
 nothing.
 """
@@ -27,12 +29,10 @@ RECORDED_BED = "/root/.cache/hypoloop/engines-v1"
 
 #: (hypothesis id, posterior) after the run's baseline launch, as its transcript records them
 RUN_HYPOTHESES = [
-    ("component:--attention-backend", 0.0339), ("component:--decode-attention-backend", 0.0339),
-    ("component:--prefill-attention-backend", 0.0339), ("component:--mm-attention-backend", 0.0339),
-    ("component:--boundary-reduction", 0.1356), ("component:--speculative-attention-mode", 0.0339),
-    ("component:--hicache-host-memory-mode", 0.0678), ("component:--hicache-mem-layout", 0.1356),
-    ("source:env:SGLANG_USE_CPU_ENGINE", 0.0847), ("revert:--device", 0.0339),
-    ("revert:--max-total-tokens", 0.0339), ("revert:SGLANG_USE_CPU_ENGINE", 0.1695),
+    ("component:--attention-backend", 0.05), ("component:--decode-attention-backend", 0.05),
+    ("component:--prefill-attention-backend", 0.05), ("flip:SGLANG_USE_CPU_ENGINE", 0.125),
+    ("revert:--device", 0.05), ("revert:--max-total-tokens", 0.05), ("revert:SGLANG_USE_CPU_ENGINE", 0.25),
+    ("source:env:SGLANG_USE_CPU_ENGINE", 0.125),
 ]
 
 

@@ -134,12 +134,19 @@ def test_moe_settings_are_not_candidates_on_a_dense_model_but_are_on_an_moe_one(
     log = FLASHINFER_MISSING.replace("flashinfer", "moe_kernels").replace("attention_backend", "x")
     log = log.replace("layers/attention/moe_kernels_backend.py", "layers/moe/fused_moe_triton/layer.py")
 
-    def moe_skips(fp: HostFingerprint, path: str) -> list[str]:
-        _, _, prop = _run(fp, {"--model-path": path}, log)
-        return [c["skipped"] for c in prop.considered if "skipped" in c and "configures moe" in c["skipped"]]
+    def moe_candidates(fp: HostFingerprint, path: str) -> tuple[list[str], list[str]]:
+        """MoE settings skipped as not in play, and MoE settings among the candidates or the ledger's
+        interventions (a choice of a subsystem out of play is no hypothesis at all)."""
+        planner, view, prop = _run(fp, {"--model-path": path}, log)
+        skipped = [c["skipped"] for c in prop.considered if "skipped" in c and "configures moe" in c["skipped"]]
+        named = [n for h in planner.history(view).hypotheses for iv in h.interventions for n in iv.names
+                 if n.startswith("--moe-") and iv.values != [None]]
+        return skipped, named
 
-    assert moe_skips(dense, model), "a dense model's MoE settings are skipped as not in play"
-    assert not moe_skips(moe, model2)
+    skipped, named = moe_candidates(dense, model)
+    assert not named, f"a dense model's MoE settings are no candidates (not in play): {named}"
+    skipped, named = moe_candidates(moe, model2)
+    assert not skipped and named, "on an MoE model the failing MoE layer's settings are candidates"
 
 
 def test_an_unreadable_model_config_skips_nothing_on_a_guess(tmp_path: Path) -> None:
