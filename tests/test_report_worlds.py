@@ -4,7 +4,8 @@ reproduce; each truth fix applied alone to the baseline serves; a chain needs ev
 all of them. Pure checks (``plan_launch`` and the memory plan), so a world whose text promises a fix that
 its rules do not honour fails here before any planner is measured on it. Faults that fire only under load
 or on some launches are counted as present: ``plan_launch`` cannot see a batch size or a draw, so they are
-checked by their conditions on the configuration, with a large batch and the request lengths the case's
+checked by their conditions on the configuration, with a large batch, a request sent after the ready line
+(``serving_s``, as every request after the server's warm-up is) and the request lengths the case's
 ``[reproduce]`` reports."""
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def _argv(flags: dict[str, Any]) -> list[str]:
 
 #: A heavy load: load-only faults (``running_requests``) hold when their configuration does.
 LOAD = 64
+#: Simulated seconds since the ready line: faults on requests after the warm-up (``serving_s > 0``) hold.
+SERVING_S = 60.0
 
 
 def _requests(case_path: Path) -> dict[str, Any]:
@@ -69,7 +72,7 @@ def _fails(world: World, argv: list[str], env: dict[str, str], requests: dict[st
     except SystemExit:  # argparse refused the command line (exit 2): the launch fails at once
         return True
     res, ctx = resolve(world, args, user, env)
-    ctx.extra.update(running_requests=LOAD, sampled=True, **requests)
+    ctx.extra.update(running_requests=LOAD, sampled=True, serving_s=SERVING_S, **requests)
     effective = dict(res.args)
     # SGLang 0.5.23 turns the decode graphs off with --disable-decode-cuda-graph or
     # --cuda-graph-backend-decode disabled as well as the deprecated --disable-cuda-graph; the lab's
