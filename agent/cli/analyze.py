@@ -212,9 +212,9 @@ def _analyze_host_fingerprint(c: Case, fp: HostFingerprint, notes: list[str]) ->
             fp = fingerprint(
                 qhost, gpu_query_argv=expand_argv(c.launcher.gpu_query_argv, qhost), version_argv=None
             )
-            from agent.run.nodes.intake import _read_model_and_cpus
+            from agent.run.nodes.intake import read_model
 
-            _read_model_and_cpus(qhost, c, fp)  # the model's config.json, as a run's intake reads it
+            read_model(qhost, c, fp)  # the model's config.json, as a run's intake reads it
         finally:
             qhost.close()
         if fp.gpu_count or fp.gpu_name:

@@ -102,6 +102,8 @@ class JsonResult:
     run_id: str | None = None
     #: a command's own JSON went out (``hypoloop show --json``): an error after it adds no second line
     printed = False
+    #: the command keeps its own promise (``run``/``resume`` set ``pending``): no line is added for it
+    managed = False
 
 
 class ReaderGone(KeyboardInterrupt):
@@ -131,7 +133,7 @@ def fail(message: str, code: int = 2) -> NoReturn:
     module's exit codes)."""
     message = without_credentials(message)  # a URL's password is never echoed (nor in the --json line)
     print_error(message)
-    if JsonResult.pending or (json_asked() and not JsonResult.printed):
+    if JsonResult.pending or (json_asked() and not JsonResult.printed and not JsonResult.managed):
         JsonResult.pending, JsonResult.printed = False, True
         print(json.dumps({"run_id": JsonResult.run_id, "status": "error", "error": message, "exit_code": code}))
     raise typer.Exit(code)

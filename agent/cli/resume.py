@@ -93,7 +93,7 @@ def resume(
     """Continue a run: answer the approval it waits for, or pick it up where an ended process left it.
 
     The run keeps the knowledge folder it started with unless --knowledge names another."""
-    JsonResult.pending, JsonResult.run_id = json_out, run_id
+    JsonResult.pending, JsonResult.run_id, JsonResult.managed = json_out, run_id, True
     from agent.record.runs import RunError, RunInUse, RunLock, load_run
     from agent.run.graph import read_graph
     mode = approval_mode(approve, auto)

@@ -125,7 +125,7 @@ def run(
     parallel: _ParallelOpt = 1,
 ) -> None:
     """Debug a deployment: hypothesize, run one-change experiments, conclude with the root cause."""
-    JsonResult.pending = json_out
+    JsonResult.pending, JsonResult.managed = json_out, True
     options = RunOptions(
         case=case,
         mode=approval_mode(approve, auto),

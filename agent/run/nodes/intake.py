@@ -177,15 +177,21 @@ def checked_baseline(case: Case, flags: FlagCatalog) -> Baseline:
     return baseline
 
 
-def _read_model_and_cpus(host: Host, case: Case, fp: HostFingerprint) -> None:
-    """The served model's config.json (where ``--model-path`` points, read through the host) and the
-    host's CPU count (``launcher.cpu_query_argv``), into the fingerprint; what cannot be read stays unknown (never an error)."""
+def read_model(host: Host, case: Case, fp: HostFingerprint) -> None:
+    """The served model's config.json (where ``--model-path`` points, read through the host) into the
+    fingerprint's ``checkpoint``; what cannot be read stays unknown (never an error)."""
     path = next((str(v) for k, v in case.baseline.flags.items() if k in model_flags() and v),
                 case.model.path)
     config, where = read_model_config(host, path, {**case.host.env, **case.baseline.env})
     fp.checkpoint_source = where
     if config is not None:
         fp.checkpoint = checkpoint_facts(config)
+
+
+def _read_model_and_cpus(host: Host, case: Case, fp: HostFingerprint) -> None:
+    """The served model's config.json (where ``--model-path`` points, read through the host) and the
+    host's CPU count (``launcher.cpu_query_argv``), into the fingerprint; what cannot be read stays unknown (never an error)."""
+    read_model(host, case, fp)
     try:
         res = host.run(expand_argv(case.launcher.cpu_query_argv, host), timeout=10.0)
         if res.returncode == 0 and res.stdout.strip().isdigit():
