@@ -34,6 +34,13 @@ def blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
                 out.append({**change.model_dump(mode="json"), "change": change.describe()})
     return out
 
+def broad_blocker(original: Baseline, fix_exp: Experiment) -> bool:
+    """Whether a change adopted past a blocker on the way to the fix (``blockers``) is a broad switch-off
+    (knowledge/switches.toml ``[[broad]]``): the fix then stands on a workaround, whatever it is itself."""
+    return any(broad_switch(Change.model_validate({k: v for k, v in b.items() if k != "change"})) is not None
+               for b in blockers(original, fix_exp))
+
+
 def exhausted(broad: Broad, fix_exp: Experiment, experiments: Mapping[str, Experiment],
               outcomes: Mapping[str, Outcome], platform: str | None) -> list[Experiment]:
     """The failed tests that leave nothing narrower inside ``broad`` (a ``closed`` broad switch-off,
@@ -82,8 +89,7 @@ def is_workaround(fix_exp: Experiment, original: Baseline, hyps: list[Hypothesis
     still is)."""
     change = fix_exp.change
     assert change is not None
-    adopted = [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in blockers(original, fix_exp)]
-    if any(broad_switch(ch) is not None for ch in adopted):
+    if broad_blocker(original, fix_exp):
         return True
     if broad_switch(change) is not None:
         return not narrowest  # what made it a workaround (a narrower change may exist) is settled either way
@@ -164,8 +170,7 @@ def workaround_verdict(
     if beside is not None:
         return True, (f"the failure it avoided implicates the user's {beside}: the two together fail, and "
                       "dropping the feature avoids that without a fix of it")
-    if tuned is not None and not any(broad_switch(Change.model_validate(
-            {k: v for k, v in b.items() if k != "change"})) for b in blockers(original, fix_exp)):
+    if tuned is not None and not broad_blocker(original, fix_exp):
         return tuned
     broad = broad_switch(fix_exp.change) if fix_exp.change else None
     narrowed = exhausted(broad, fix_exp, experiments, outcomes, platform) if broad else []
