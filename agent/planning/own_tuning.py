@@ -71,7 +71,12 @@ def tuning_exhausted(fix_exp: Experiment, original: Baseline, experiments: Mappi
     did not tune the implementation it left (``tuning_tests`` is empty); True when every such test was
     launched from the fix's own failing configuration and failed; False while one is untested or served."""
     assert fix_exp.change is not None
-    tests = tuning_tests(original, fix_exp.baseline, fix_exp.change, flags)
+    return _all_failed(fix_exp, tuning_tests(original, fix_exp.baseline, fix_exp.change, flags), experiments, outcomes)
+
+
+def _all_failed(fix_exp: Experiment, tests: list[Change], experiments: Mapping[str, Experiment],
+                outcomes: Mapping[str, Outcome]) -> bool | None:
+    """``tuning_exhausted`` over the tuning ``tests`` already worked out."""
     if not tests:
         return None
     for t in tests:
@@ -98,10 +103,13 @@ def tuning_verdict(fix_exp: Experiment, original: Baseline, experiments: Mapping
     """The ending's verdict on a fix that switched implementations away from one the user tuned: (True, why)
     a workaround while that tuning is untested, (False, why) the fix once all of it failed
     (``tuning_exhausted``); None when the user tuned nothing of it."""
-    tuned = tuning_exhausted(fix_exp, original, experiments, outcomes, flags)
-    if tuned is None or fix_exp.change is None:
+    if fix_exp.change is None:
         return None
-    tests = ", ".join(t.describe() for t in tuning_tests(original, fix_exp.baseline, fix_exp.change, flags))
+    found = tuning_tests(original, fix_exp.baseline, fix_exp.change, flags)
+    tuned = _all_failed(fix_exp, found, experiments, outcomes)
+    if tuned is None:
+        return None
+    tests = ", ".join(t.describe() for t in found)
     if tuned:
         return False, (f"the user's own tuning of the implementation it left failed alone ({tests}): switching "
                        "implementations is the narrowest change that served")
