@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -195,6 +196,20 @@ def test_terminate_all_stops_every_spawned_group(tmp_path: Path) -> None:
     assert sorted(stopped) == sorted(x.pid for x in handles)
     assert all(not _alive(x.pid) for x in handles)
     assert terminate_all() == []
+
+
+def test_a_server_port_is_never_one_a_client_connection_may_take(host: LocalHost) -> None:
+    # CI found a launch on hypoloop's own port failing "[Errno 98] address already in use": the port the
+    # kernel picked for bind(0) is an ephemeral one, and a client connection of another process took it
+    # as its source port before the server bound it. The run then blamed the deployment.
+    lo, hi = (int(w) for w in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    picked = [host.free_port() for _ in range(50)]
+    assert not [p for p in picked if lo <= p <= hi]
+    assert len(set(picked)) == len(picked)  # never handed out twice
+    with socket.socket() as held:  # nor one something listens on
+        held.bind(("127.0.0.1", picked[0]))
+        held.listen()
+        assert picked[0] not in {LocalHost().free_port() for _ in range(200)}
 
 
 def test_free_port_and_workdir(host: LocalHost, tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
-from tools import leftovers, local_procs
+from tools import leftovers, local_procs, ports
 
 TIME_SCALE_ENV = "HYPOLOOP_LAB_TIME_SCALE"
 
@@ -295,6 +295,7 @@ class LocalHost:
         self._root = root
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock = threading.Lock()
+        self._ports_handed_out: set[int] = set()
         self.time_scale = parse_time_scale(self.host_env())
 
     # -- environment ------------------------------------------------------------------------------
@@ -508,10 +509,9 @@ class LocalHost:
         return port
 
     def free_port(self) -> int:
-        """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            return int(s.getsockname()[1])
+        """A TCP port on 127.0.0.1 that was free a moment ago, below the kernel's ephemeral range so no
+        client connection takes it before the server binds (`tools.ports.local_free_port`)."""
+        return ports.local_free_port(self._ports_handed_out)
 
     def workdir(self, run_id: str) -> str:
         """A per-run directory (created): `<root>/<run_id>`, root defaulting to ./.hypoloop/runs.

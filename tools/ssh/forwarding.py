@@ -9,6 +9,7 @@ from typing import Any
 
 import paramiko
 
+from tools import ports
 from tools.host import HostError
 from tools.relay import Relay
 from tools.ssh.files import SSHFiles
@@ -67,7 +68,7 @@ class SSHForwarding(SSHFiles):
             if len(cols) > 3 and ":" in cols[1]:
                 with contextlib.suppress(ValueError):
                     taken.add(int(cols[1].rsplit(":", 1)[1], 16))
-        candidates = [p for p in range(20000, 32768) if p not in taken]
+        candidates = ports.candidates(taken)
         if not candidates:
             raise HostError(f"no free TCP port in 20000-32767 on {self.name}")
         port = random.choice(candidates)
