@@ -12,6 +12,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
 from clirun import lab_case, run_auto
 
 TEST_WORLDS = Path(__file__).parent / "data" / "worlds"
@@ -19,6 +20,7 @@ FEATURE = "--enable-return-routed-experts"
 FLAGS = (f'{{ "{FEATURE}" = true, "--chunked-prefill-size" = -1, "--disable-radix-cache" = true, '
          '"--max-running-requests" = 64 }')
 ON_PURPOSE = "Our RL rollout server with routing replay enabled for the trainer. Long prompts kill it."
+SERVED_WITH = "We serve Qwen3-8B with routed-expert capture for our RL rollouts. Long prompts kill it."
 PLAIN = "Our server dies when a long prompt comes in; short ones are fine."
 
 
@@ -50,8 +52,10 @@ def test_a_users_own_setting_is_the_root_fix_and_the_feature_is_kept(tmp_path: P
             assert alt["workaround"] is True, alt
 
 
-def test_when_only_turning_the_feature_off_serves_it_is_named_a_workaround(tmp_path: Path) -> None:
-    result, events = _run(tmp_path, "feature-on-purpose-any-prompt", ON_PURPOSE)
+@pytest.mark.parametrize("description", [ON_PURPOSE, SERVED_WITH], ids=["enabled-for", "served-with"])
+def test_when_only_turning_the_feature_off_serves_it_is_named_a_workaround(tmp_path: Path, description: str) -> None:
+    # "We serve MODEL with FEATURE" says the feature is part of what the user deploys, as "enabled for" does
+    result, events = _run(tmp_path, "feature-on-purpose-any-prompt", description)
     assert result["status"] == "not_isolated", result
     assert result["root_cause"] is None
     assert [w["name"] for w in result["workarounds"]] == [FEATURE], result["workarounds"]

@@ -132,8 +132,12 @@ class HistoryReader:
         # Against the current baseline: a failed test that was not adopted leaves the baseline as it
         # was, so its own change is not "the baseline's setting" to revert or to diff (after an
         # adoption the current baseline is this test's configuration).
+        # A change that failed earlier than the failure it tested ("different") shows its own failure,
+        # not the baseline's: what that error implicates explains why the change cannot run, and a test of
+        # it on the baseline, which never meets that error, says nothing about the failure being debugged.
         created = (
-            self.book.create(hp.view, out, ledger, weights, st.baseline, refresh=blocker) if out.stage != "ok" else []
+            self.book.create(hp.view, out, ledger, weights, st.baseline, refresh=blocker)
+            if out.stage != "ok" and obs != "different" else []
         )
         self.book.normalise(ledger, weights, set(created))
 

@@ -379,6 +379,13 @@ _SERVED = KnowledgeFile("served.toml", _load, absent=lambda: Served(frozenset(),
 _CLAUSE = re.compile(r";\s*|(?:,|\s+(?:and|but|so|while|then))\s+(?!--)")
 
 
+def _selectors() -> frozenset[str]:
+    """Flags that put a subsystem in play by being set at all, whatever their value (knowledge/subsystems.toml
+    ``in_play_any`` ``{ setting = FLAG }``: ``--speculative-algorithm EAGLE`` turns speculative decoding on)."""
+    return frozenset(str(c["setting"]) for s in subsystems_knowledge().subsystems for c in s.in_play_any
+                     if set(c) == {"setting"})
+
+
 def description_keeps(case: Case) -> set[str]:
     """Settings the user says they need: the case's ``[intent] keep`` plus every ``--flag`` or
     ``ENV_NAME`` the description names in a clause that says it is needed ("we need --context-length
@@ -387,14 +394,16 @@ def description_keeps(case: Case) -> set[str]:
     the case's baseline turns on (a ``--flag`` set to true, not a ``--disable-``/``--no-`` one) that such a
     sentence, or one saying a feature is on for a purpose (``[description] on_purpose``: "with routing
     replay enabled for the trainer"), names in words: a word of the flag's name (generic words such as
-    "enable" left out) shares its stem with a word of the sentence."""
+    "enable" left out) shares its stem with a word of the sentence; a feature's selector set to any value
+    (``_selectors``: "we serve it with EAGLE speculative decoding" and ``--speculative-algorithm``) is one.
+    "We serve MODEL with FEATURE" is such a sentence: the feature is part of what the user deploys."""
     keep = set(case.intent.keep)
     settings = served_settings()
     said = [p for p in (settings.need, settings.on_purpose) if p is not None]
     if not said:
         return keep
     switched_on = [n for n, v in case.baseline.flags.items()
-                   if v is True and not re.match(r"--(?:disable|no)-", n)]
+                   if (v is True and not re.match(r"--(?:disable|no)-", n)) or (v not in (None, False) and n in _selectors())]
     for sentence in re.split(r"(?<=[.!?])\s+|\n", case.description or ""):
         for clause in _CLAUSE.split(sentence):
             if settings.need is not None and settings.need.search(clause):
