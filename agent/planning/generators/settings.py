@@ -310,6 +310,7 @@ class _Implication:
         values = [*((s.name if (s := specs[n]) else n, v) for n, v in inp.baseline.flags.items()),
                   *inp.baseline.env.items()]
         self.frame_words = _frame_words(inp)
+        self.frame_stems = stems(" ".join(sorted(self.frame_words)))
         self.frame_pairs = _frame_pairs(inp)
         failing = failing_lines(inp.evidence)
         #: the words of the lines that state the failure (its error, a native message before an abort)
@@ -344,6 +345,8 @@ class _Implication:
         elif not theirs and (named := self.value_words.get(name, set())) and named <= self.site_words:
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, the code its value "
                                               f"{value} selects")
+        elif not theirs and (ran := self.selected_in_frames(name)) is not None:
+            return base * IMPLICATED_FACTOR, ran
         elif ((own := _only_in(name, self.site_words - self._chosen(name), self._rivals(name))) and not self._elsewhere(name)
               and site_owner(inp.flags, self.site_flags, name, words=own) is None):
             return base * IMPLICATED_FACTOR, (f"the failure surfaced in {self.site}, whose code names "
@@ -367,6 +370,21 @@ class _Implication:
             return base, ""
         strength = specificity(inp.flags, shared) if inp.flags is not None else 1.0
         return base * max(1.0, IMPLICATED_FACTOR * strength), ""
+
+    def selected_in_frames(self, name: str) -> str | None:
+        """Why the failing run went through the code the user's value of setting ``name`` selects although
+        the error surfaced below it (in a kernel's wrapper, a shared helper): the failing engine frames'
+        names spell every word of the value and a word of the setting's own name (``--speculative-algorithm
+        EAGLE`` and ``speculative/eagle_utils.eagle_sample``), and no other of the baseline's values is
+        spelled there too. None otherwise."""
+        named = self.value_words.get(name)
+        if not named or not named <= self.frame_stems:
+            return None
+        hits = sorted(w for w in name_words(name.lstrip("-")) - {self.engine} if spells(w, self.frame_words))
+        if not hits or any(n != name and w <= self.frame_stems for n, w in self.value_words.items()):
+            return None
+        return (f"the failing frames' names spell its value ({', '.join(sorted(named))}) and {', '.join(hits)} of "
+                "its name: the failure ran on the path the user's value selects")
 
     def _rivals(self, name: str) -> list[str]:
         """The baseline's settings that compete with ``name`` for the failing code's words: all of them,
