@@ -74,13 +74,13 @@ def after_served_launch(planner: RulePlanner, view: PlannerView, exp: Experiment
 
 
 def baseline_failed_with(
-    fp: HostFingerprint, flags: dict[str, object], log: str, catalog: FlagCatalog
+    fp: HostFingerprint, flags: dict[str, object], log: str, catalog: FlagCatalog, description: str = ""
 ) -> tuple[RulePlanner, PlannerView, Proposal]:
     """A case with the baseline ``flags`` (spelt as ``catalog`` resolves them; ``--model-path`` its model) on
-    the host ``fp``: its first launch (the baseline) failed with ``log``. Returns the planner, its view and its
-    next proposal."""
+    the host ``fp`` (its ``description`` the user's words): its first launch (the baseline) failed with ``log``.
+    Returns the planner, its view and its next proposal."""
     case = Case.model_validate({"name": "c", "model": {"path": str(flags["--model-path"])},
-                                "baseline": {"flags": flags}})
+                                "baseline": {"flags": flags}, "description": description})
     case.baseline = Baseline(flags={catalog.resolve(k).name: v for k, v in case.baseline.flags.items()})
     view = PlannerView(case=case, fingerprint=fp)
     planner = RulePlanner(load_catalog(), catalog)

@@ -316,7 +316,7 @@ class Chooser(FlagMatcher):
                     # a change any hypothesis calls a workaround is one (as ``FixKeeper._fix_kind`` and the
                     # conclusion read it): it is ranked as one, whichever hypothesis proposed it first
                     out[change.key()] = (prev[0], prev[1].model_copy(update={"workaround": True}), prev[2])
-        return keeping_intent(view, out, self.flags)
+        return keeping_intent(view, out, self.flags, {h.id for h in state.hypotheses if implicated_setting(h)})
 
     def _inert(
         self, change: Change, baseline: Baseline, ref: Outcome, server_args: Callable[[], dict[str, str]]

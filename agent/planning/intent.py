@@ -13,7 +13,7 @@ path. ``keeping_intent`` ranks a change of such a value as the workaround it is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from agent.domain.models import Baseline, Change, Hypothesis, Intervention
@@ -80,14 +80,20 @@ def intent_alternatives(view: PlannerView, state: HistoryState, changes: Iterabl
 
 
 def keeping_intent(
-    view: PlannerView, out: dict[str, tuple[Change, Intervention, str]], flags: FlagCatalog | None
+    view: PlannerView, out: dict[str, tuple[Change, Intervention, str]], flags: FlagCatalog | None,
+    implicated: Collection[str] = frozenset(),
 ) -> dict[str, tuple[Change, Intervention, str]]:
     """``out`` (candidate changes by key) with each change of a setting the user needs kept
     (``user_keeps``: the case's intent, a value the case chose for the deployment) ranked as the costly
     workaround ``FixKeeper._fix_kind`` and the conclusion will call it, whichever hypothesis proposed it.
-    ``flags``: the host's flag catalog (other spellings of a flag)."""
+    ``flags``: the host's flag catalog (other spellings of a flag). ``implicated``: ids of the reverts the
+    failing launch implicates as the user's own setting (the failing frames ran the path its value
+    selects): such a revert is the localising test and ranks as the ordinary candidate its generator made
+    it; served, it is still the workaround it is."""
     keeps = user_keeps(view.case, flags, view.outcomes) - localising_intent(view.case, flags)
     for key, (change, iv, how) in out.items():
+        if f"revert:{change.name}" in implicated and change.after is None:
+            continue
         if change.kind == "flag" and change.name in keeps:
             out[key] = (change, iv.model_copy(update={"workaround": True, "cost": "high"}), how)
     return out

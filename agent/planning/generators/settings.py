@@ -156,8 +156,10 @@ class SettingsVsDefaultsGenerator:
                 if (where := weigh.surfaced_in(canonical)) is not None:
                     out.append(self._candidate(inp, "flag", canonical, value, WEIGHT_SURFACED_IN, True, where))
                 continue
-            deployment = served.changes_deployment("flag", canonical, None, inp.flags, keeps, checkpoint,
-                                                   value)
+            # the failure ran on the path a kept value selects: its revert is the localising test (served,
+            # it is still the workaround it is: agent.planning.confirm reads user_keeps)
+            own = keeps - {canonical} if canonical in keeps and weigh.selected_in_frames(canonical) else keeps
+            deployment = served.changes_deployment("flag", canonical, None, inp.flags, own, checkpoint, value)
             purpose = _on_purpose(inp, "flag", canonical)
             if spec is not None and spec.default is not None and str(spec.default) == str(value):
                 continue  # set to the default: reverting changes nothing
