@@ -25,7 +25,7 @@ from tools.fingerprint import HostFingerprint
 from tools.flags import FlagCatalog, lists_choices
 from tools.knowledge_files import KnowledgeFile, KnowledgeFileError, check_keys, read_toml
 
-__all__ = ["HOST_BOUND_FACTS", "SHARD_FACT", "OnHost", "Served", "description_keeps", "host_refusals", "lists_choices", "localising_intent", "run_platform", "served_settings",
+__all__ = ["HOST_BOUND_FACTS", "SHARD_FACT", "WHOLE_FACT", "OnHost", "Served", "description_keeps", "host_refusals", "lists_choices", "localising_intent", "run_platform", "served_settings",
            "user_keeps", "whole_number"]
 
 
@@ -125,6 +125,8 @@ class Served:
             return True
         platform, refused = (platform.platform, platform.refused) if isinstance(platform, OnHost) else (platform, None)
         if self.role(kind, name, flags) != "served":
+            return False
+        if _experts_kept_whole(canon, before, after, refused):
             return False
         sized = [n for n, on in self.host_sized.items() if platform and platform in on and
                  (n == name or canonical_flag(flags, n) == canon)]
@@ -231,6 +233,10 @@ HOST_BOUND_FACTS = ("host_bounded", "host_limit")
 #: The failing run's fact naming the setting (argparse dest) whose split gave a rank a shard of a weight that
 #: a kernel refused (knowledge/signatures.toml ``rank_shard_refused``).
 SHARD_FACT = "shard_split_by"
+#: The failing run's fact naming the setting (argparse dest) that hands each rank whole experts instead of a
+#: slice of each, so a larger value of it shrinks the split that gave the refused shard (knowledge/
+#: signatures.toml ``expert_shard_refused``: the MoE layer's split is tp_size / ep_size).
+WHOLE_FACT = "shard_whole_by"
 
 
 def _fits_host(names: Iterable[str], before: object, after: object, refused: dict[str, str] | None) -> bool:
@@ -251,6 +257,15 @@ def _fits_host(names: Iterable[str], before: object, after: object, refused: dic
     return was > limit >= now
 
 
+def _experts_kept_whole(name: str, before: object, after: object, refused: dict[str, str] | None) -> bool:
+    """Whether ``after`` raises setting ``name`` (a flag) above ``before`` (None: the engine's default, one)
+    after a rank's slice of the routed experts did not fit a kernel and the failing run's ``WHOLE_FACT``
+    names it: more of the same GPUs then hold whole experts, the same model on the same devices."""
+    whole = {d.strip() for d in (refused or {}).get(WHOLE_FACT, "").split("*") if d.strip()}
+    was, now = (1 if before is None else whole_number(before)), whole_number(after)
+    return name.lstrip("-").replace("-", "_") in whole and was is not None and now is not None and now > was
+
+
 def host_refusals(outcomes: Iterable[Outcome]) -> dict[str, str]:
     """The host bounds the failed launches among ``outcomes`` were refused with (their ``HOST_BOUND_FACTS``),
     and the setting whose split gave a rank a shard a kernel refused (``SHARD_FACT``), for
@@ -259,8 +274,9 @@ def host_refusals(outcomes: Iterable[Outcome]) -> dict[str, str]:
     for o in outcomes:
         if o.stage != "ok" and all(k in o.facts for k in HOST_BOUND_FACTS):
             out.update({k: o.facts[k] for k in HOST_BOUND_FACTS})
-        if o.stage != "ok" and SHARD_FACT in o.facts:
-            out[SHARD_FACT] = o.facts[SHARD_FACT]
+        for fact in (SHARD_FACT, WHOLE_FACT):
+            if o.stage != "ok" and fact in o.facts:
+                out[fact] = o.facts[fact]
     return out
 
 

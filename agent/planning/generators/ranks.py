@@ -30,6 +30,7 @@ from agent.planning.generators import GeneratorInput
 from agent.planning.generators.common import canon, effective_value, fact_flag
 from agent.planning.served import (
     SHARD_FACT,
+    WHOLE_FACT,
     OnHost,
     canonical_flag,
     run_platform,
@@ -98,7 +99,40 @@ class FewerRanksGenerator:
                     "flag", spec.name, str(value), inp.flags, user_keeps(inp.case, inp.flags, inp.outcomes), checkpoint, current,
                     OnHost(run_platform(inp.fingerprint, inp.baseline), {SHARD_FACT: dest}))
                 out[spec.name] = self._candidate(inp, spec.name, current, value, ll, is_error, deployment)
+            whole = self._whole_experts(inp, ll, is_error)
+            if whole is not None and whole.interventions[0].names[0] not in out:
+                out[whole.interventions[0].names[0]] = whole
         return list(out.values())
+
+    def _whole_experts(self, inp: GeneratorInput, ll: LogLine, is_error: bool) -> Hypothesis | None:
+        """Expert parallelism as wide as the tensor parallelism, when the refused shard is a slice of the
+        routed experts (the failing run's ``WHOLE_FACT`` names the setting, knowledge/signatures.toml
+        ``expert_shard_refused``): each rank then holds whole experts and no expert is sliced, on the same
+        GPUs (a change that keeps what is served: ``Served.changes_deployment``). None when the setting is
+        unknown or already that wide."""
+        assert inp.flags is not None
+        dest, split = inp.evidence.facts.get(WHOLE_FACT), inp.evidence.facts.get(SHARD_FACT, "")
+        spec = fact_flag(inp.flags, str(dest)) if dest else None
+        tp_spec = fact_flag(inp.flags, split.split("*")[0].strip()) if split else None
+        if spec is None or tp_spec is None or not spec.takes_value:
+            return None
+        tp = whole_number(effective_value(inp, tp_spec))
+        current = whole_number(effective_value(inp, spec)) or 1
+        if not tp or tp <= current:
+            return None
+        deployment = served_settings().changes_deployment(
+            "flag", spec.name, str(tp), inp.flags, user_keeps(inp.case, inp.flags, inp.outcomes),
+            inp.fingerprint.checkpoint if inp.fingerprint else {}, current,
+            OnHost(run_platform(inp.fingerprint, inp.baseline), {WHOLE_FACT: str(dest)}))
+        h = self._candidate(inp, spec.name, current, tp, ll, is_error, deployment)
+        iv = h.interventions[0].model_copy(update={"note": "whole experts per rank on the same GPUs: no expert is "
+                                                            "sliced across the ranks"})
+        return h.model_copy(update={
+            "statement": f"A rank's slice of every routed expert at {spec.name} {current} does not fit the kernel "
+                         f"that runs it; with {spec.name} {tp} each rank holds whole experts and the failure goes away",
+            "rationale": "tensor parallelism slices every routed expert across the ranks; expert parallelism as wide "
+                         "hands each rank whole experts instead, on the same GPUs",
+            "interventions": [iv]})
 
     def _candidate(self, inp: GeneratorInput, flag: str, current: int, value: int, ll: LogLine, is_error: bool,
                    deployment: bool) -> Hypothesis:
