@@ -105,8 +105,9 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     seen = named + told + rest
     logs = [p for p in logged if not is_generic_runtime(p) and not any(is_in(n, [p], installed, names) for n in seen)]
     runtimes = [p for p in logged if p not in logs and p not in generic and not any(is_in(n, [p], installed, names) for n in seen)]
-    builds, built = _platform_only(case, fingerprint, installed, involved + told + aside + plain + logs)
-    packages = involved + told + aside + plain + logs + built + [ch.name for ch in ordered if ch.name == engine]
+    prebuilt = _prebuilt_for_arch(imp, installed, names, seen + logged, _vendor(fingerprint))
+    builds, built = _platform_only(case, fingerprint, installed, involved + told + aside + plain + prebuilt + logs)
+    packages = involved + told + aside + plain + prebuilt + logs + built + [ch.name for ch in ordered if ch.name == engine]
     packages += generic + runtimes if not packages else []
     if not packages:
         return c
@@ -115,8 +116,40 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     shown = [(lib, line) for lib, line in ev.logged if lib.package in logs or (not plain and lib.package in packages)]
     words = _words(ordered, [p for p in told if install != p], plain + generic, where, pin,  # asked: its own sentence
                    crash if own in plain else None, dists, imports)
-    words = _joined(_with_builds(update, words, builds, built), asks)
+    words = _joined(_joined(_with_builds(update, words, builds, built), asks), _prebuilt_words(prebuilt, dists))
     return c.model_copy(update={"implicated": {**imp, **update}, "reason": _joined(c.reason, _joined(words, _log_words(shown)))})
+
+
+def _prebuilt_for_arch(imp: dict[str, Any], installed: dict[str, str], names: dict[str, list[str]],
+                       seen: list[str], vendor: str | None) -> list[str]:
+    """The installed kernel packages whose wheels carry GPU code compiled ahead of time for a fixed list of
+    architectures (knowledge/libraries.toml ``prebuilt``), when the failure says a kernel has no code for this
+    GPU (symptom ``unsupported_arch``: "no kernel image is available for execution on the device") and no
+    frame or line of the evidence (``seen``) names one of them: such a kernel fails unchecked, and the error
+    surfaces at the next launch that checks, whichever package's that is (a torch op's). Empty otherwise,
+    and when one of them is named already."""
+    if "unsupported_arch" not in (imp.get("symptoms") or []):
+        return []
+    out: list[str] = []
+    for lib in libraries():
+        if not lib.prebuilt or not lib.applies_to(vendor):
+            continue
+        if any(is_in(lib.package, [p], installed, names) for p in seen):
+            return []
+        if any(dist_key(d) in installed for d in lib.distributions):
+            out.append(lib.package)
+    return out
+
+
+def _prebuilt_words(prebuilt: list[str], dists: DistributionNames) -> str:
+    """The ending's sentence on the ahead-of-time kernel packages ``_prebuilt_for_arch`` names ("" for none)."""
+    if not prebuilt:
+        return ""
+    names = ", ".join(dists.label(p) for p in prebuilt)
+    return (f"{names} ships GPU code compiled ahead of time for a fixed list of architectures: a kernel of it "
+            "without this GPU's code fails unchecked, and the error surfaces at the next launch that checks, "
+            "so it is named although no frame runs in it (a build with this GPU's architecture, or another GPU, "
+            "is needed; no launch setting adds the code)")
 
 
 def _loader_named(c: Conclusion, imp: dict[str, Any], dists: DistributionNames) -> Conclusion:

@@ -59,6 +59,8 @@ class Library(BaseModel):
     platforms: tuple[str, ...] = ()
     ports: tuple[Port, ...] = ()
     platforms_source: str | None = None
+    prebuilt: bool = False
+    prebuilt_source: str | None = None
     source: str = Field(min_length=1)
 
     def applies_to(self, vendor: str | None) -> bool:
@@ -89,6 +91,8 @@ def _of(path: Path, mtime: float) -> tuple[Library, ...]:
     for i, lib in enumerate(entries):
         if (lib.platforms or lib.ports) and not lib.platforms_source:
             raise LibrariesError(f"{path}: field 'library.{i}.platforms_source': required with platforms and ports")
+        if lib.prebuilt and not lib.prebuilt_source:
+            raise LibrariesError(f"{path}: field 'library.{i}.prebuilt_source': required with prebuilt")
         for j, port in enumerate(lib.ports):
             try:
                 re.compile(port.version)
