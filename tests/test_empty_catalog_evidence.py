@@ -117,6 +117,26 @@ def test_nccls_transport_is_no_suspect_where_it_does_not_run_then(
     assert "switch:nccl-p2p-transport" not in _ledger(planner, view), what
 
 
+#: Silent from the server arguments on: no scheduler ever printed a line (the stall watcher's stage ``launch``).
+BEFORE_SCHEDULERS = {"stalled_after": "server_args_line", "stall_stage": "launch"}
+
+
+@pytest.mark.parametrize(("fp", "suspect"), [(H200.model_copy(update={"gpu_count": 2}), True),
+                                             (MI300X.model_copy(update={"gpu_count": 2}), False)], ids=["cuda", "rocm"])
+def test_a_stall_before_any_scheduler_line_tests_numa_binding_inside_the_process(
+    empty: None, fp: HostFingerprint, suspect: bool
+) -> None:
+    """SGLang 0.5.23 starts each GPU rank's scheduler under a numactl wrapper on a host with several NUMA nodes
+    (srt/utils/numa_utils.py configure_subprocess, SGLANG_NUMA_BIND_V2 on by default); a scheduler that never
+    starts leaves the log silent right after the server arguments. The binding from inside the process is the
+    test (sgl-project/sglang#40627: a hardened container); on ROCm the wrapper is not used."""
+    planner, view, nxt = _failed(fp, {"--tp-size": 2}, ARGS.format(tp=2), status="stalled", facts=BEFORE_SCHEDULERS)
+    assert ("switch:numa-bind-wrapper" in _ledger(planner, view)) is suspect
+    if suspect:
+        assert nxt is not None and nxt.change is not None
+        assert (nxt.change.kind, nxt.change.name, nxt.change.after) == ("env", "SGLANG_NUMA_BIND_V2", "0")
+
+
 def test_an_error_naming_ptxas_points_triton_at_the_host_toolkits_copy(empty: None) -> None:
     planner, view, nxt = _failed(RTX5090, {"--attention-backend": "triton"}, ARGS.format(tp=1) + PTXAS)
     assert nxt is not None and nxt.change is not None
