@@ -32,7 +32,8 @@ class Switch(BaseModel):
     id: str
     subsystem: str
     platforms: list[str] = Field(min_length=1)
-    env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    flag: str | None = Field(default=None, pattern=r"^--[a-z0-9][a-z0-9-]*$")
     default: str
     other: str
     implementation: str
@@ -45,10 +46,30 @@ class Switch(BaseModel):
 
     @model_validator(mode="after")
     def _computes_has_source(self) -> Switch:
-        """``computes = true`` needs ``computes_source`` (where the engine's code shows it)."""
+        """``computes = true`` needs ``computes_source`` (where the engine's code shows it); exactly one of
+        ``env`` and ``flag`` names the setting."""
         if self.computes and not self.computes_source:
             raise ValueError("computes = true needs computes_source (where the engine's code shows it)")
+        if (self.env is None) == (self.flag is None):
+            raise ValueError("exactly one of env and flag names the switch's setting")
         return self
+
+    @property
+    def kind(self) -> Literal["env", "flag"]:
+        """Whether the switch is an environment variable or a launch flag."""
+        return "env" if self.env is not None else "flag"
+
+    @property
+    def name(self) -> str:
+        """The variable or flag that selects the implementation."""
+        return self.env or self.flag or ""
+
+    def value(self, text: str) -> str | bool:
+        """``text`` (``default`` or ``other``) as the setting takes it: a flag's ``true``/``false`` is a
+        boolean switch (set or absent), a variable's value its text."""
+        if self.kind == "flag" and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        return text
 
 
 class Broad(BaseModel):

@@ -56,11 +56,11 @@ def exhausted(broad: Broad, fix_exp: Experiment, experiments: Mapping[str, Exper
     base = fix_exp.baseline
     failed: list[Experiment] = []
     for sw in switches:
-        in_force = base.value("env", sw.env)
+        in_force = base.value(sw.kind, sw.name)
         other = sw.other if in_force is None or str(in_force).lower() == sw.default.lower() else sw.default
         test = next((e for e in experiments.values()
                      if e.purpose == "test" and e.baseline == base and e.change is not None
-                     and (e.change.kind, e.change.name) == ("env", sw.env)
+                     and (e.change.kind, e.change.name) == (sw.kind, sw.name)
                      and str(e.change.after).lower() == other.lower()
                      and (o := outcomes.get(e.id)) is not None and o.stage not in ("ok", "infra_error")), None)
         if test is None:

@@ -92,7 +92,7 @@ class SwitchGenerator:
         stalled_at = _silent_stall_stage(inp)
         out = []
         for sw in switches:
-            if platform not in sw.platforms or same_value(inp.baseline.env.get(sw.env), sw.other):
+            if platform not in sw.platforms or same_value(inp.baseline.value(sw.kind, sw.name), sw.value(sw.other)):
                 continue
             served = _served_without(sw, inp)
             stalled = stalled_at is not None and stalled_at in sw.stall_stages
@@ -100,8 +100,8 @@ class SwitchGenerator:
             if served is None and not (stalled or computed or (faulted and sw.turned_off_by)):
                 continue
             in_play = InPlay(inp.fingerprint, inp.baseline, inp.reference.server_args, inp.flags)
-            if in_play.why_not(Change(kind="env", name=sw.env, before=inp.baseline.env.get(sw.env),
-                                      after=sw.other)) is not None:
+            if in_play.why_not(Change(kind=sw.kind, name=sw.name, before=inp.baseline.value(sw.kind, sw.name),
+                                      after=sw.value(sw.other))) is not None:
                 continue
             out.append(self._hypothesis(sw, inp, served, stalled_at if stalled else None,
                                         computed and not (faulted and sw.turned_off_by)))
@@ -136,7 +136,7 @@ class SwitchGenerator:
                    f"{sw.implementation} ran: {sw.subsystem} is in play here")
             evidence = Evidence(kind="fact", detail=why, experiment_id=inp.evidence.experiment_id)
             weight = WEIGHT * SUSPECT_FACTOR
-        other = Intervention(kind="env", names=[sw.env], values=[sw.other], decisive=True, cost="none",
+        other = Intervention(kind=sw.kind, names=[sw.name], values=[sw.value(sw.other)], decisive=True, cost="none",
                              note=f"{sw.alternative} instead of {sw.implementation}")
         if flag is None:
             interventions = [other]
@@ -148,12 +148,12 @@ class SwitchGenerator:
             interventions = [whole] if stalled_at is not None else [other, whole]
         return Hypothesis(
             id=f"{SWITCH_PREFIX}{sw.id}",
-            statement=f"{sw.implementation}, which {sw.env} selects by default ({sw.default}) on this "
+            statement=f"{sw.implementation}, which {sw.name} selects by default ({sw.default}) on this "
             f"platform, is the {sw.subsystem} implementation that fails; {sw.alternative} "
-            f"({sw.env}={sw.other}) avoids it",
+            f"({sw.name}={sw.other}) avoids it",
             component=sw.subsystem,
             weight=weight,
-            rationale=f"{why}; {sw.env} chooses its implementation ({sw.source})",
+            rationale=f"{why}; {sw.name} chooses its implementation ({sw.source})",
             generator=self.name,
             evidence=[evidence],
             interventions=interventions,
