@@ -1,6 +1,7 @@
 """Implementation switches (issue 20, point 5: root fix before workaround): environment variables that choose
-which implementation of a subsystem runs where ``--help`` has no flag for the choice
-(``knowledge/switches.toml``, with the code that reads each one).
+which implementation of a subsystem runs where ``--help`` has no flag for the choice, and the few flags
+that only choose between two implementations of one part (``--disable-overlap-schedule``: the overlap or
+the normal event loop) (``knowledge/switches.toml``, with the code that reads each one).
 
 Once a change that takes the whole subsystem out has served (``turned_off_by``, a workaround), the other
 implementation is the narrower change an engineer tries before concluding that the subsystem must stay
