@@ -64,10 +64,9 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     ``{package, before, after, source, in_frames}``), ``packages`` (changed first, then the frames'),
     ``package`` (the first of them), ``pin`` (``NAME==OLD`` when the earlier version is known) and
     ``log_evidence`` (each ``{package, line, source}`` a log line names, ``knowledge/libraries.toml``),
-    ``platform_builds`` (the kernel packages built only for the host's platform, when the description says
-    another build of it served: ``agent.planning.platform_change``), ``install`` (``NAME==VERSION`` the
-    failing error's own message asks to install, ``install_advice``: that distribution is named first,
-    a generic runtime too); and says it in ``reason``. Any other conclusion is returned as it is."""
+    ``platform_builds`` (kernel packages built only for the host's platform, when the description says another
+    build served: ``agent.planning.platform_change``), ``install`` (``NAME==VERSION`` the error asks to install,
+    ``install_advice``: named first, a generic runtime too); says it in ``reason``. Else ``c`` as it is."""
     imp = c.implicated
     if c.status != "not_isolated" or not imp or any(not a.get("workaround") for a in c.alternatives):
         return c
@@ -100,8 +99,8 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
             and not any(is_in(n, [p], installed, names) for n in named)]
     rest = [p for p in frames + said if p not in told and not any(is_in(n, [p], installed, names) for n in named)]
     own = crash.package if crash is not None else None  # died inside this package's compiled code
-    plain = [p for p in rest if not is_generic_runtime(p) or p == own]
-    generic = [p for p in rest if is_generic_runtime(p) and p != own]
+    plain, generic = ([p for p in rest if not is_generic_runtime(p) or p == own],
+                      [p for p in rest if is_generic_runtime(p) and p != own])
     seen = named + told + rest
     logs = [p for p in logged if not is_generic_runtime(p) and not any(is_in(n, [p], installed, names) for n in seen)]
     runtimes = [p for p in logged if p not in logs and p not in generic and not any(is_in(n, [p], installed, names) for n in seen)]

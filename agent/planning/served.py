@@ -118,15 +118,13 @@ class Served:
         run's facts: ``host_bounded``/``host_limit`` say "the ranks (dp_size * tp_size * pp_size = 8) should
         be smaller than or equal to number of numa node on the machine 6"), fitted within it, or lowered
         after a rank said its shard of a weight did not fit a kernel (``shard_split_by`` names it: fewer
-        ranks serve the same model on the same box). Neither holds where the engine does not size it from
-        the host (a GPU's tensor-parallel size gives devices back)."""
+        ranks serve the same model on the same box); on a GPU that gives devices back. Raising the setting
+        that keeps experts whole (``WHOLE_FACT``) after a slice of them did not fit keeps the deployment."""
         canon = canonical_flag(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True
         platform, refused = (platform.platform, platform.refused) if isinstance(platform, OnHost) else (platform, None)
-        if self.role(kind, name, flags) != "served":
-            return False
-        if _experts_kept_whole(canon, before, after, refused):
+        if self.role(kind, name, flags) != "served" or _experts_kept_whole(canon, before, after, refused):
             return False
         sized = [n for n, on in self.host_sized.items() if platform and platform in on and
                  (n == name or canonical_flag(flags, n) == canon)]
