@@ -125,7 +125,9 @@ def _check_change(exp: Experiment, ch: Change, flags: FlagCatalog | None) -> Non
     """Raise GuardError unless ``ch`` names a known flag (canonical spelling, legal and in-range value)
     or a plain environment variable with a value no shell would interpret, without prose punctuation."""
     if ch.kind == "flag":
-        if flags is not None:
+        # removing a baseline flag the host's --help does not list (kept as the case wrote it) is allowed
+        unlisted = ch.after is None and ch.name in exp.baseline.flags and flags is not None and flags.lookup(ch.name) is None
+        if flags is not None and not unlisted:
             try:
                 if ch.after is None:  # removing the flag from the baseline: only the name must exist
                     canon = flags.resolve(ch.name).name

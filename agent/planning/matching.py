@@ -60,7 +60,8 @@ class FlagMatcher:
         change's ``before`` is unset)."""
         if change.kind != iv.kind:
             return False
-        names = {self._canon(iv.kind, n) for n in iv.names} if iv.role is None else {self._role(iv)}
+        # a name the host does not know stays as written: only a baseline flag carries one (its removal)
+        names = {self._canon(iv.kind, n) or n for n in iv.names} if iv.role is None else {self._role(iv)}
         if change.name not in names:
             return False
         # ``false`` in the catalog is a removal, as realize() makes it (after = None).
@@ -85,6 +86,12 @@ class FlagMatcher:
         name = (
             next((c for n in iv.names if (c := self._canon(iv.kind, n))), None) if iv.role is None else self._role(iv)
         )
+        if name is None and iv.role is None and any(v is None or v is False for v in iv.values):
+            # a baseline flag the host's --help does not list (a launch script from another release):
+            # removing it is the one change it can take
+            name = next((n for n in iv.names if n in baseline.flags), None)
+            if name is not None:
+                return Change(kind="flag", name=name, before=baseline.flags[name], after=None), ""
         if name is None:
             return None, f"no flag among {iv.names} on this host"
         candidates: list[FlagValue] = list(iv.values)

@@ -20,6 +20,7 @@ graph's error edge goes to conclude.
 from __future__ import annotations
 
 import os
+import re
 
 from langgraph.config import get_config
 
@@ -36,7 +37,8 @@ from agent.run.runtime import Runtime
 from agent.run.state import RunState, case_of, seed_state
 from tools.engines import model_flags
 from tools.fingerprint import HostFingerprint, fingerprint, port_holder
-from tools.flags import FlagCatalog, FlagError
+from tools.flags import FlagCatalog, FlagError, FlagSpec, FlagValue, UnknownFlagError
+from tools.flags.values import checked_value
 from tools.host import TIME_SCALE_ENV, Host, HostError, TimeScaleError, expand_argv
 from tools.knowledge import KnowledgeError, read_findings, relevance
 from tools.logtext import decode_log
@@ -139,6 +141,8 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
         fp.flag_roles = role_spellings(flags)
         step = "baseline.flags"
         baseline = checked_baseline(case, flags)
+        for why in not_in_catalog(case, flags):  # launched as written: the host's own refusal is evidence
+            tr.emit("case.warning", {"message": f"{where}: baseline.flags: {why}; launched as written"}, node="intake")
         step = "intent.keep"
         for kept in case.intent.keep:  # a setting the user needs kept is one this host has
             if kept.startswith("-") and flags.lookup(kept) is None:
@@ -155,17 +159,41 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
     return fp, baseline
 
 
+def not_in_catalog(case: Case, flags: FlagCatalog) -> list[str]:
+    """Why each baseline flag kept as written is no option of the host's ``--help`` (one line each, with
+    the catalog's nearest spelling when it has one)."""
+    return [why for n in case.baseline.flags if _LONG_FLAG.fullmatch(n) and (why := _unknown(flags, n))]
+
+
+def _unknown(flags: FlagCatalog, name: str) -> str:
+    """The catalog's one-line refusal of ``name`` as an unknown flag, or "" (known, or refused otherwise)."""
+    try:
+        flags.resolve(name)
+    except UnknownFlagError as exc:
+        return str(exc)
+    except FlagError:
+        return ""
+    return ""
+
+
 def checked_baseline(case: Case, flags: FlagCatalog) -> Baseline:
     """The case's baseline with each flag canonical and its value normalised by the host's catalog.
 
-    Raises FlagError (one line) for a flag the host refuses, a list where the flag takes one value, or
-    one flag given in two spellings (``--tp-size`` and ``--tensor-parallel-size``: aliases by its --help).
+    A ``--long-name`` the host's ``--help`` does not list is kept as written (its value checked like any
+    text value): a launch script carried over from another release is a case to debug, and the host's own
+    refusal of it is the evidence. Raises FlagError (one line) for an illegal value of a known flag, a
+    list where the flag takes one value, or one flag given in two spellings (``--tp-size`` and
+    ``--tensor-parallel-size``: aliases by its --help).
     """
     baseline = Baseline(env=dict(case.baseline.env))
     spelled: dict[str, str] = {}
     for name, value in case.baseline.flags.items():
         # a TOML list is checked as a list: the catalog takes one only where the flag takes several values
         given = str(value).split() if name in case.list_flags and isinstance(value, str) else value
+        if _unknown(flags, name) and _LONG_FLAG.fullmatch(name):
+            if value is not False:
+                baseline.flags[name] = _as_written(name, given)
+            continue
         canon, norm = flags.validate(name, given)
         if canon in spelled:
             raise FlagError(
@@ -175,6 +203,22 @@ def checked_baseline(case: Case, flags: FlagCatalog) -> Baseline:
         spelled[canon] = name
         baseline.flags[canon] = norm
     return baseline
+
+
+#: A long option's name as argparse spells one (``--enable-foo``); anything else unknown stays refused.
+_LONG_FLAG = re.compile(r"--[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _as_written(name: str, value: FlagValue) -> str | bool:
+    """The value of a flag the host's --help does not list: ``true`` is the bare flag, anything else the
+    text checked as any value (no shell characters, whitespace or empty text; a list as its words)."""
+    if value is True:
+        return True
+    spec = FlagSpec(name=name, takes_value=True, nargs="+" if isinstance(value, list | tuple) else None)
+    words: list[FlagValue] = list(value) if isinstance(value, list | tuple) else [value]
+    if not words:
+        raise FlagError(f"{name}: empty list", flag=name)
+    return " ".join(checked_value(spec, w) for w in words)
 
 
 def read_model(host: Host, case: Case, fp: HostFingerprint) -> None:

@@ -1,0 +1,29 @@
+"""A baseline flag the host's ``--help`` does not list (a launch script carried over from another release)
+is a case to debug, not bad input: the run launches it as written, reads the host's own argparse refusal,
+and removes the flag as a blocker before it looks for the failure behind it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from clirun import lab_case, run_auto
+
+WORLD = Path(__file__).resolve().parent.parent / "lab" / "worlds" / "cuda-graph-oom" / "world.toml"
+MODEL = "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic"
+RETIRED = "--enable-retired-option"  # no option of any release's --help
+
+
+def _case(tmp_path: Path) -> Path:
+    flags = f'flags = {{ "--tp-size" = 4, "{RETIRED}" = true, "--mem-fraction-static" = 0.9 }}'
+    return lab_case(tmp_path / "case.toml", WORLD, model=MODEL, baseline=flags, budget="experiments = 10")
+
+
+def test_a_baseline_flag_the_host_lacks_is_launched_and_removed_as_a_blocker(tmp_path: Path) -> None:
+    result, events = run_auto(tmp_path, _case(tmp_path), HYPOLOOP_LAB_TIME_SCALE="0.004")
+    warnings = [e["data"]["message"] for e in events if e["type"] == "case.warning"]
+    assert any(RETIRED in w and "launched as written" in w for w in warnings), warnings
+    first = next(e for e in events if e["type"] == "tool.call" and e["data"].get("tool") == "launch_server")
+    assert RETIRED in first["data"]["argv"]  # the user's own command line, as written
+    assert result["launches"] >= 2 and result["status"] == "isolated", result
+    assert {"kind": "flag", "name": RETIRED, "before": True, "after": None} in result["root_cause"]["blockers"]
+
