@@ -61,3 +61,32 @@ def test_what_a_change_that_failed_earlier_implicates_is_not_tested_on_the_basel
     assert not born_of_detour, born_of_detour
     assert nxt.experiment is not None and nxt.experiment.change is not None, nxt.conclude_reason
     assert "moe" not in nxt.experiment.change.name, nxt.experiment.change
+
+
+#: The change's own setting refused in start-up, the error naming the value to use instead (the shape of
+#: SGLang 0.5.23's NVFP4 MoE check: srt/layers/quantization/modelopt_quant.py apply, "Unsupported moe_runner_backend
+#: for NVFP4 MoE: triton. Use --moe-runner-backend flashinfer_cutlass instead.").
+OWN_SETTING_REFUSED = f"""[2026-12-04 10:10:00] server_args=ServerArgs(model_path='MODEL', moe_runner_backend='triton')
+[2026-12-04 10:10:30 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 6368, in run_scheduler_process
+    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)
+  File "{SITE}/sglang/srt/layers/quantization/modelopt_quant.py", line 3366, in apply
+    raise NotImplementedError(
+NotImplementedError: Unsupported moe_runner_backend for NVFP4 MoE: triton. Use --moe-runner-backend flashinfer_cutlass instead.
+[2026-12-04 10:10:30] Received sigquit from a child process. It usually means the child failed.
+"""
+
+
+def test_what_a_failed_change_says_of_its_own_setting_still_counts(tmp_path: Path) -> None:
+    """The same detour, when the change set the MoE runner and its error names the value to use instead: that
+    value is a candidate for the baseline (another value of the setting the change touched)."""
+    fp, model = fingerprint_with_model(tmp_path, MOE, H100X2)
+    flags = {"--model-path": model, "--tp-size": 2, "--moe-runner-backend": "flashinfer_trtllm"}
+    planner, view, prop = baseline_failed_with(fp, flags, TRITON_DECODE_CRASH, SGLANG_0_5_23_FLAGS)
+    assert prop.experiment is not None, prop.conclude_reason
+    base = prop.experiment.baseline
+    detour = experiment_of(base, Change(kind="flag", name="--moe-runner-backend", before="flashinfer_trtllm",
+                                        after="triton"))
+    after_failed_launch(planner, view, detour, OWN_SETTING_REFUSED.replace("MODEL", model))
+    ledger = {h.id for h in planner.history(view).hypotheses}
+    assert "remedy:--moe-runner-backend=flashinfer_cutlass" in ledger, sorted(ledger)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from agent.domain.failure import timed_out_only
-from agent.domain.models import Evidence, Experiment, Outcome
+from agent.domain.models import Change, Evidence, Experiment, Hypothesis, Outcome
 from agent.planning.generators.evidence import failure_evidence
 from agent.planning.in_play import subsystems_of_frame
 from agent.planning.localise import localiser_of
@@ -133,11 +133,13 @@ class HistoryReader:
         # was, so its own change is not "the baseline's setting" to revert or to diff (after an
         # adoption the current baseline is this test's configuration).
         # A change that failed earlier than the failure it tested ("different") shows its own failure,
-        # not the baseline's: what that error implicates explains why the change cannot run, and a test of
-        # it on the baseline, which never meets that error, says nothing about the failure being debugged.
+        # not the baseline's: what that error implicates elsewhere explains why the change cannot run, and a
+        # test of it on the baseline, which never meets that error, says nothing about the failure being
+        # debugged. What it says of the setting the change set (another value its error names) still counts.
+        only = (lambda h: _sets(h, exp.change)) if obs == "different" else None
         created = (
-            self.book.create(hp.view, out, ledger, weights, st.baseline, refresh=blocker)
-            if out.stage != "ok" and obs != "different" else []
+            self.book.create(hp.view, out, ledger, weights, st.baseline, refresh=blocker, only=only)
+            if out.stage != "ok" else []
         )
         self.book.normalise(ledger, weights, set(created))
 
@@ -208,6 +210,11 @@ class HistoryReader:
             hp.weights[h.id] *= tunables().ledger.passed_blocker_own if own else tunables().ledger.passed_blocker
         st.fixes, st.failing_baseline, st.failing_reference = [], None, None
         st.confirmations, st.localised = 0, []
+
+
+def _sets(h: Hypothesis, change: Change | None) -> bool:
+    """Whether one of ``h``'s interventions sets the variable ``change`` changed (another value of it)."""
+    return change is not None and any(iv.kind == change.kind and change.name in iv.names for iv in h.interventions)
 
 
 #: Symptom classes that only say where a failure happened, not what kind it is.

@@ -10,6 +10,7 @@ cause" remainder (``normalise``). The ledger is a pair of dicts (id -> hypothesi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 from agent.domain.models import Baseline, Evidence, Experiment, Hypothesis, Outcome
@@ -73,8 +74,10 @@ class LedgerBook(FlagMatcher):
         )
 
     def create(self, view: PlannerView, outcome: Outcome, ledger: dict[str, Hypothesis], weights: dict[str, float],
-               config: Baseline | None = None, refresh: bool = False) -> list[str]:
-        """Add the hypotheses the generators propose for the failing ``outcome`` of ``config``.
+               config: Baseline | None = None, refresh: bool = False,
+               only: Callable[[Hypothesis], bool] | None = None) -> list[str]:
+        """Add the hypotheses the generators propose for the failing ``outcome`` of ``config`` (those ``only``
+        keeps, when given).
 
         ``refresh``: ``outcome`` is a new blocker the run moved on to; an open hypothesis that its
         evidence proposes again gets at least the weight this evidence gives it (it was weighed against
@@ -93,6 +96,8 @@ class LedgerBook(FlagMatcher):
         again: dict[str, Hypothesis] = {}
         for answer in self.memo.answers(self.generators, inp, in_run):
             for cand in answer:
+                if only is not None and not only(cand):
+                    continue
                 if cand.id in ledger:
                     old = ledger[cand.id]
                     if refresh and old.status == "refuted" and (why := _refuted_before(view, old, cand, inp)):
