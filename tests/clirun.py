@@ -73,6 +73,18 @@ def run_auto(tmp_path: Path, case: Path, *, timeout: float = 300, **env: str) ->
     return result, transcript_events(Path(result["transcript"]))
 
 
+def run_world(tmp_path: Path, world: str, catalog: str = "catalog") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``run_auto`` on the development lab world ``world``'s own case (lab/worlds), the lab seeded and its state
+    under ``tmp_path``; ``catalog`` "empty" runs it under the bench's ablation (``agent-empty``)."""
+    from bench.run import empty_catalog_knowledge
+    from lab.world import WORLDS_DIR
+
+    env = {"HYPOLOOP_LAB_SEED": "t", "HYPOLOOP_LAB_STATE": str(tmp_path / "lab-state")}
+    if catalog == "empty":
+        env["HYPOLOOP_KNOWLEDGE"] = str(empty_catalog_knowledge(tmp_path))
+    return run_auto(tmp_path, WORLDS_DIR / world / "case.toml", **env)
+
+
 def run_case_copy(tmp_path: Path, case_dir: Path, *, timeout: float = 240,
                   **replace: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
     """``hypoloop run CASE --auto --json`` on a copy of the world folder ``case_dir`` (its ``case.toml``, each

@@ -13,11 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clirun import run_auto
+from clirun import run_world
 from planner_steps import SGLANG_0_5_23_FLAGS, baseline_failed_with, fingerprint_with_model
 
-from bench.run import empty_catalog_knowledge
-from lab.world import WORLDS_DIR
 from tools.fingerprint import HostFingerprint
 
 SITE = "/usr/local/lib/python3.12/dist-packages"
@@ -61,10 +59,7 @@ def test_a_refused_slice_of_the_experts_is_given_whole_experts_first(tmp_path: P
 
 @pytest.mark.parametrize("catalog", ["catalog", "empty"])
 def test_the_lab_case_ends_on_expert_parallelism_as_the_fix(tmp_path: Path, catalog: str) -> None:
-    env = {"HYPOLOOP_LAB_SEED": "t", "HYPOLOOP_LAB_STATE": str(tmp_path / "lab-state")}
-    if catalog == "empty":
-        env["HYPOLOOP_KNOWLEDGE"] = str(empty_catalog_knowledge(tmp_path))
-    result, _ = run_auto(tmp_path, WORLDS_DIR / "minimax-m27-h100x8" / "case.toml", **env)
+    result, _ = run_world(tmp_path, "minimax-m27-h100x8", catalog)
     assert result["status"] == "isolated", result["reason"]
     fix = result["root_cause"]["fix"]
     assert fix["name"] == "--ep-size" and fix.get("workaround") is not True, fix

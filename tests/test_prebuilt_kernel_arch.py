@@ -11,22 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from clirun import run_auto
+from clirun import run_world
 
 from agent.domain.models import Conclusion
 from agent.planning.blame import blamed
-from bench.run import empty_catalog_knowledge
-from lab.world import WORLDS_DIR
 
 WORDS = "compiled ahead of time"
 
 
 @pytest.mark.parametrize("catalog", ["catalog", "empty"])
 def test_the_kernel_wheel_built_for_other_gpus_is_named(tmp_path: Path, catalog: str) -> None:
-    env = {"HYPOLOOP_LAB_SEED": "t", "HYPOLOOP_LAB_STATE": str(tmp_path / "lab-state")}
-    if catalog == "empty":
-        env["HYPOLOOP_KNOWLEDGE"] = str(empty_catalog_knowledge(tmp_path))
-    result, events = run_auto(tmp_path, WORLDS_DIR / "qwen25-14b-t4x4" / "case.toml", **env)
+    result, events = run_world(tmp_path, "qwen25-14b-t4x4", catalog)
     assert result["status"] == "not_isolated", result
     conclusion = next(e["data"] for e in events if e["type"] == "conclusion")
     assert conclusion["implicated"]["package"] in ("sgl_kernel", "sglang-kernel"), conclusion["implicated"]
