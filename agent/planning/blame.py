@@ -33,6 +33,7 @@ from agent.domain.models import Conclusion, Experiment, Outcome, RelevantFinding
 from agent.planning.evidence_packages import (
     Library,
     died_in,
+    entry,
     libraries,
     library_file,
     library_of,
@@ -71,10 +72,10 @@ def blamed(c: Conclusion, state: Any) -> Conclusion:
     if c.status != "not_isolated" or not imp or any(not a.get("workaround") for a in c.alternatives):
         return c
     fingerprint = state.get("fingerprint") or {}
-    installed = dict(fingerprint.get("installed") or {})
-    names: dict[str, list[str]] = dict(fingerprint.get("import_names") or {})
+    installed, names = dict(fingerprint.get("installed") or {}), dict(fingerprint.get("import_names") or {})
     case = Case.model_validate(state["case"])
-    c = _loader_named(c, imp, dists := DistributionNames(names, installed, dict(fingerprint.get("import_versions") or {})))
+    dists = DistributionNames(names, installed, dict(fingerprint.get("import_versions") or {}), imp.get("missing"))
+    c = _loader_named(c, imp, dists)
     changes = package_changes(case, installed, [RelevantFinding.model_validate(f) for f in state.get("findings") or []],
                               names)
     ev = _evidence(state, imp.get("experiment_id"), installed, _vendor(fingerprint), names)
@@ -298,14 +299,21 @@ class DistributionNames:
     import_names: dict[str, list[str]] = field(default_factory=dict)
     installed: dict[str, str] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
+    missing: str | None = None
 
     def name(self, package: str) -> str:
-        """The distribution that provides ``package``, else ``package`` itself."""
+        """The distribution that provides ``package``, else ``package`` itself. The module the failure says
+        is missing (``missing``), which no installed distribution provides, is named by the distribution that
+        ships it (knowledge/libraries.toml ``distributions``: ``cutlass`` by ``nvidia-cutlass-dsl``), which is
+        what ``pip install`` takes."""
         if dist_key(package) in self.installed:
             return package
         found = provides(package, self.import_names)
         if len(found) > 1:
             found = [d for d in found if d in self.installed] or found
+        if not found and package == self.missing and (lib := entry(package)) is not None and lib.package == package \
+                and lib.distributions:
+            return lib.distributions[0] if dist_key(lib.distributions[0]) != dist_key(package) else package
         return found[0] if len(found) == 1 and found[0] != dist_key(package) else package
 
     def imports(self, packages: list[str]) -> dict[str, str]:
