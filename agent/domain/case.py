@@ -446,8 +446,11 @@ def explicit_path(raw: str) -> bool:
 
 def outside_warnings(case: Case) -> list[str]:
     """One line per explicitly named file outside the case's folder (they are used, and said so)."""
+    folder = Path(case.source_path).resolve().parent if case.source_path else None
     return [
-        f"{case.source_path}: {field} = {raw} is outside the case's folder ({resolved}); using it as named"
+        f"{case.source_path}: {field} = {raw}"
+        + ("" if str(resolved) == raw else f" (that is {resolved})")
+        + f" is outside the case's folder ({folder}); using it as named"
         for field, raw, resolved in case.paths_outside_folder()
     ]
 
