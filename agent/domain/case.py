@@ -552,7 +552,8 @@ def case_error_text(exc: ValidationError) -> str:
     if kind == "literal_error":
         choices = (err.get("ctx") or {}).get("expected", "")
         return f"field '{field}': expected one of {choices}{shown}{more}"
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short"):
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short",
+                "finite_number"):
         return f"field '{field}': {err['msg'].lower()}{shown}{more}"
     return f"field '{field}': {err['msg'].removeprefix('Value error, ')}{more}"
 
