@@ -44,6 +44,8 @@ def _case(tmp_path: Path, text: str) -> Path:
         ('name = "x"\n[model]\nfeatures = []\n', "required key 'path' is missing in [model]"),
         # a number past 64 bits reached the checkpoint store and ended the run as an internal error
         (GOOD + "[budget]\nexperiments = 99999999999999999999\n", "field 'budget.experiments'"),
+        # TOML reads 1e400 as infinity: said in the case file's words, with what was written
+        (GOOD + "[budget]\nhost_seconds = 1e400\n", "field 'budget.host_seconds': input should be a finite number, got inf"),
     ],
 )
 def test_case_error_names_key_and_suggests(tmp_path: Path, text: str, expected: str) -> None:

@@ -217,6 +217,9 @@ def test_case_paths_outside_the_folder_only_when_named_explicitly(tmp_path: Path
     from agent.domain.case import outside_warnings
 
     assert [w for w in outside_warnings(case) if "knowledge #1" in w and "outside the case's folder" in w]
+    assert outside_warnings(case) == [
+        f"{case_dir / 'case.toml'}: knowledge #1 = {outside} is outside the case's folder ({case_dir}); using it as named"
+    ], "the warning names the case's folder, not the file a second time"
     (case_dir / "link.md").symlink_to(outside)  # a link inside that points out is not "named explicitly"
     (case_dir / "case.toml").write_text('name = "c"\nknowledge = ["link.md"]\n[model]\npath = "m"\n')
     with pytest.raises(CaseError, match="knowledge #1"):

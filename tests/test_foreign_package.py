@@ -172,3 +172,18 @@ def test_a_run_on_a_rocm_host_with_a_cuda_only_package_ends_naming_it(tmp_path: 
     assert "budget" not in result["reason"]
     assert result["implicated"]["package"] in ("deep_gemm", "deep-gemm")
     assert "built for cuda" in result["reason"] and "this host is rocm" in result["reason"]
+
+
+def test_a_libraries_entry_is_named_counted_from_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal names the entry as a person counts ``[[library]]`` tables (``library #3``), as every
+    hypoloop error does, not by Python's index from 0."""
+    import tomllib
+
+    text = (default_dir() / "libraries.toml").read_text(encoding="utf-8")
+    cut = "\n".join(ln for ln in text.splitlines() if not ln.startswith("platforms_source"))
+    first = next(i for i, lib in enumerate(tomllib.loads(cut)["library"]) if lib.get("platforms") or lib.get("ports"))
+    (tmp_path / "libraries.toml").write_text(cut, encoding="utf-8")
+    capsys.readouterr()
+    with use_knowledge(tmp_path), pytest.raises(typer.Exit):
+        check_knowledge()
+    assert f"field 'library #{first + 1}.platforms_source'" in capsys.readouterr().err

@@ -676,3 +676,18 @@ def test_every_test_and_confirmation_runs_the_cases_load() -> None:
     h.record(test, _outcome(test.id, "ok", [], kv_cache_dtype="bf16"))
     confirm = h.propose()
     assert confirm is not None and confirm.purpose == "confirm" and [p.concurrency for p in confirm.probes] == [16]
+
+
+def test_the_burst_repeat_of_a_served_baseline_keeps_its_words_in_the_transcript() -> None:
+    """The baseline served although a failure was reported: the repeat with bursts says why in words the
+    transcript's redactor leaves alone ("single requests pass: send ..." read as a ``pass: VALUE``
+    secret and was recorded as "single requests pass: <redacted> bursts of ...")."""
+    from agent.record.redact import REDACTED, run_redactor
+
+    h = History(_case())
+    base = h.propose()
+    assert base is not None and base.purpose == "baseline"
+    h.record(base, _outcome(base.id, "ok", []))
+    again = h.propose()
+    assert again is not None and again.purpose == "baseline" and "bursts" in again.rationale
+    assert REDACTED not in run_redactor()(again.rationale), again.rationale

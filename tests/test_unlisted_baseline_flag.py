@@ -27,3 +27,20 @@ def test_a_baseline_flag_the_host_lacks_is_launched_and_removed_as_a_blocker(tmp
     assert result["launches"] >= 2 and result["status"] == "isolated", result
     assert {"kind": "flag", "name": RETIRED, "before": True, "after": None} in result["root_cause"]["blockers"]
 
+
+
+def test_the_warning_about_a_flag_the_host_lacks_is_shown_live_and_in_replay(tmp_path: Path) -> None:
+    """The warning reaches the person at the terminal, not only the transcript: the live run prints it once
+    (before the first launch), and ``replay`` of the run shows it too."""
+    from clirun import run_cli
+
+    case = _case(tmp_path)
+    live = run_cli(tmp_path, "run", str(case), "--auto", "--transcript-dir", str(tmp_path / "tr"), timeout=300)
+    assert live.returncode == 0, live.stderr[-3000:]
+    out = " ".join((live.stdout + live.stderr).split())  # the warning wraps at the terminal's width
+    warning = f"warning: {case}: baseline.flags: {RETIRED}: unknown flag"
+    assert out.count(warning) == 1, out[:3000]
+    assert "launched as written" in out[out.index(warning):out.index("server launched")], "warned before the launch"
+    transcript = next((tmp_path / "tr").glob("*.jsonl"))
+    shown = run_cli(tmp_path, "replay", str(transcript))
+    assert shown.returncode == 0 and f"warning: {case}: baseline.flags: {RETIRED}" in shown.stdout, shown.stdout[:3000]

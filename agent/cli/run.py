@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from agent.cli.common import (
     HostOpt,
@@ -41,7 +40,7 @@ from agent.cli.drive import (
     report_result,
     sigterm_as_interrupt,
 )
-from agent.domain.case import Case, outside_warnings
+from agent.domain.case import Case
 from agent.domain.knowledge_dir import chosen_dir
 from agent.planning.planner import make_planner
 from agent.record.redact import run_redactor
@@ -194,13 +193,12 @@ def _planner_spec(options: PlannerOptions) -> Any:
 
 
 def _checked_case(options: RunOptions) -> Case:
-    """The case with the command line's host settings, the knowledge folder checked, and its warnings
-    about settings outside what it tests printed; bad input ends the command in one line (exit 2)."""
+    """The case with the command line's host settings and the knowledge folder checked (its warnings are
+    the run's ``case.warning`` events, shown as the run goes); bad input ends the command in one line
+    (exit 2)."""
     c = read_case(options.case, options.host.host)
     c = with_host_options(c, options.host)
     check_knowledge()  # unusable knowledge is refused before a run (and its checkpoint) exists
-    for warning in outside_warnings(c):
-        err_console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     return c
 
 

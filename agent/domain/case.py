@@ -446,8 +446,11 @@ def explicit_path(raw: str) -> bool:
 
 def outside_warnings(case: Case) -> list[str]:
     """One line per explicitly named file outside the case's folder (they are used, and said so)."""
+    folder = Path(case.source_path).resolve().parent if case.source_path else None
     return [
-        f"{case.source_path}: {field} = {raw} is outside the case's folder ({resolved}); using it as named"
+        f"{case.source_path}: {field} = {raw}"
+        + ("" if str(resolved) == raw else f" (that is {resolved})")
+        + f" is outside the case's folder ({folder}); using it as named"
         for field, raw, resolved in case.paths_outside_folder()
     ]
 
@@ -549,7 +552,8 @@ def case_error_text(exc: ValidationError) -> str:
     if kind == "literal_error":
         choices = (err.get("ctx") or {}).get("expected", "")
         return f"field '{field}': expected one of {choices}{shown}{more}"
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short"):
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short",
+                "finite_number"):
         return f"field '{field}': {err['msg'].lower()}{shown}{more}"
     return f"field '{field}': {err['msg'].removeprefix('Value error, ')}{more}"
 

@@ -221,7 +221,7 @@ class Chooser(FlagMatcher):
         if not state.load_tried:
             probes = [load_probe_for(case, n) for n in BURST_LEVELS]
             why = (
-                "single requests pass: send bursts of "
+                "single requests pass, so send bursts of "
                 f"{', '.join(map(str, BURST_LEVELS))} concurrent requests to the unchanged baseline"
             )
         elif runs < plain_runs + 1:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tools.knowledge_files import item_path
 from tools.tracebacks import Frame, Traceback
 
 __all__ = [
@@ -87,23 +88,24 @@ def _of(path: Path, mtime: float) -> tuple[Library, ...]:
         raise LibrariesError(f"{path}: {exc}") from None
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise LibrariesError(f"{path}: field '{'.'.join(str(p) for p in err['loc'])}': {err['msg']}") from None
-    for i, lib in enumerate(entries):
+        raise LibrariesError(f"{path}: field '{item_path(err['loc'])}': {err['msg']}") from None
+    for n, lib in enumerate(entries):
+        i = f"library #{n + 1}"  # counted as a person counts [[library]] tables
         if (lib.platforms or lib.ports) and not lib.platforms_source:
-            raise LibrariesError(f"{path}: field 'library.{i}.platforms_source': required with platforms and ports")
+            raise LibrariesError(f"{path}: field '{i}.platforms_source': required with platforms and ports")
         if lib.prebuilt and not lib.prebuilt_source:
-            raise LibrariesError(f"{path}: field 'library.{i}.prebuilt_source': required with prebuilt")
+            raise LibrariesError(f"{path}: field '{i}.prebuilt_source': required with prebuilt")
         for j, port in enumerate(lib.ports):
             try:
                 re.compile(port.version)
             except re.error as exc:
-                raise LibrariesError(f"{path}: field 'library.{i}.ports.{j}.version': {port.version!r}: {exc}") from None
+                raise LibrariesError(f"{path}: field '{i}.ports #{j + 1}.version': {port.version!r}: {exc}") from None
         for field in ("files", "symbols", "log"):
             for pat in getattr(lib, field):
                 try:
                     re.compile(pat)
                 except re.error as exc:
-                    raise LibrariesError(f"{path}: field 'library.{i}.{field}': {pat!r}: {exc}") from None
+                    raise LibrariesError(f"{path}: field '{i}.{field}': {pat!r}: {exc}") from None
     return entries
 
 

@@ -119,6 +119,11 @@ class EventRenderer:
                 "started with the case's own command cannot listen there"
             )
 
+    def _case_warning(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
+        # what the case asks that the run does anyway (a file from outside its folder, a flag the host's
+        # --help lacks, launched as written): the person at the terminal reads it, not only the transcript
+        self._p(f"  [yellow]warning:[/] {escape(str(d.get('message')))}")
+
     def _tool_result(self, ev: TranscriptEvent, d: dict[str, Any]) -> None:
         if d.get("tool") == "flag_catalog":
             self._p(f"  flag catalog: {count(d.get('flags'), 'flag')} from the launcher's --help")
