@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clirun import lab_case, run_auto
+from clirun import changes_tested, lab_case, run_auto
 
 WORLD = Path(__file__).resolve().parent.parent / "lab" / "worlds" / "cuda-graph-oom" / "world.toml"
 MODEL = "RedHatAI/Llama-3.3-70B-Instruct-FP8-dynamic"
@@ -27,6 +27,21 @@ def test_a_baseline_flag_the_host_lacks_is_launched_and_removed_as_a_blocker(tmp
     assert result["launches"] >= 2 and result["status"] == "isolated", result
     assert {"kind": "flag", "name": RETIRED, "before": True, "after": None} in result["root_cause"]["blockers"]
 
+
+def test_a_misspelt_flag_the_launcher_names_is_removed_first(tmp_path: Path) -> None:
+    """The demo case with a misspelt flag carrying a value (a newcomer's case): the launcher's refusal names
+    it ("unrecognized arguments: --kv-cache-dtypo bf16"), so removing it is the first change tested, before
+    any other suspect of a failed launch."""
+    from clirun import run_case_copy, transcript_events
+
+    from lab.world import WORLDS_DIR
+
+    old = '"--quantization" = "modelopt_fp4" }'
+    result, _ = run_case_copy(tmp_path, WORLDS_DIR / "glm5-nvfp4-sm120",
+                              **{old: '"--quantization" = "modelopt_fp4", "--kv-cache-dtypo" = "bf16" }'})
+    events = transcript_events(Path(result["transcript"]))
+    tested = changes_tested(events)
+    assert tested and tested[0]["name"] == "--kv-cache-dtypo" and tested[0]["after"] is None, tested
 
 
 def test_the_warning_about_a_flag_the_host_lacks_is_shown_live_and_in_replay(tmp_path: Path) -> None:

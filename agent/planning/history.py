@@ -29,8 +29,10 @@ from agent.planning.observations import (
     load_probe_for,
     speaks_of_flakiness,
 )
+from agent.planning.served import canonical_flag
 from agent.planning.view import HistoryPass, HistoryState, PlannerView
 from agent.planning.weights import weights as tunables
+from tools.flags import FlagCatalog
 
 if TYPE_CHECKING:  # the parts are given, not built here
     from agent.planning.confirm import FixKeeper
@@ -136,7 +138,7 @@ class HistoryReader:
         # not the baseline's: what that error implicates elsewhere explains why the change cannot run, and a
         # test of it on the baseline, which never meets that error, says nothing about the failure being
         # debugged. What it says of the setting the change set (another value its error names) still counts.
-        only = (lambda h: _sets(h, exp.change)) if obs == "different" else None
+        only = (lambda h: _sets(h, exp.change, self.book.flags)) if obs == "different" else None
         created = (
             self.book.create(hp.view, out, ledger, weights, st.baseline, refresh=blocker, only=only)
             if out.stage != "ok" else []
@@ -212,9 +214,14 @@ class HistoryReader:
         st.confirmations, st.localised = 0, []
 
 
-def _sets(h: Hypothesis, change: Change | None) -> bool:
-    """Whether one of ``h``'s interventions sets the variable ``change`` changed (another value of it)."""
-    return change is not None and any(iv.kind == change.kind and change.name in iv.names for iv in h.interventions)
+def _sets(h: Hypothesis, change: Change | None, flags: FlagCatalog | None) -> bool:
+    """Whether one of ``h``'s interventions sets the variable ``change`` changed (another value of it), a flag
+    in any spelling the host's ``--help`` gives it (``flags``)."""
+    if change is None:
+        return False
+    name = canonical_flag(flags, change.name) if change.kind == "flag" else change.name
+    return any(iv.kind == change.kind and name in {canonical_flag(flags, n) if iv.kind == "flag" else n for n in iv.names}
+               for iv in h.interventions)
 
 
 #: Symptom classes that only say where a failure happened, not what kind it is.

@@ -118,8 +118,8 @@ class Served:
         run's facts: ``host_bounded``/``host_limit`` say "the ranks (dp_size * tp_size * pp_size = 8) should
         be smaller than or equal to number of numa node on the machine 6"), fitted within it, or lowered
         after a rank said its shard of a weight did not fit a kernel (``shard_split_by`` names it: fewer
-        ranks serve the same model on the same box); on a GPU that gives devices back. Raising the setting
-        that keeps experts whole (``WHOLE_FACT``) after a slice of them did not fit keeps the deployment."""
+        ranks serve the same model on the same box; a GPU's fewer ranks give devices back, a change). Raising
+        the setting that keeps experts whole (``WHOLE_FACT``) after a slice of them did not fit keeps it too."""
         canon = canonical_flag(flags, name) if kind == "flag" else name
         if name in keeps or canon in keeps:
             return True

@@ -79,6 +79,10 @@ WEIGHT_VALUE_QUOTED = 0.3
 #: subsystem it configures (knowledge/subsystems.toml ``modules``): the frame is read first, as strongly as
 #: an error quoting the user's value; as a change of what is served it still ranks as a costly workaround.
 WEIGHT_SURFACED_IN = WEIGHT_VALUE_QUOTED
+#: Weight of a flag the launcher refused to parse (its usage error names it): every other launch fails the same way.
+WEIGHT_UNPARSED = 1.0
+#: The component of the signatures that say the launcher refused its command line (knowledge/signatures.toml).
+_COMMAND_LINE = "cli."
 #: How the evidence of an implicated setting begins (read back by ``implicated_setting``).
 IMPLICATED = "the failure implicates the user's own setting"
 #: Values too short or too common to identify a setting when an error quotes them (``-1``, ``on``).
@@ -317,6 +321,7 @@ class _Implication:
         failing = failing_lines(inp.evidence)
         #: the words of the lines that state the failure (its error, a native message before an abort)
         self.failing_words: set[str] = set().union(*(name_words(ll.text) for ll in failing))
+        self.failing_text = " ".join(ll.text for ll in failing)
         #: the other lines of the failing run, with their messages' words: what the engine said while it ran
         said = {ll.line for ll in failing}
         #: (a logger's record: a traceback's frame and code lines are where the failure went, not what the
@@ -341,6 +346,13 @@ class _Implication:
             pass  # set by this run (an adopted blocker): judged by shared words alone, below
         elif not theirs and value_quoted(value, imp.error_text):
             return max(base, WEIGHT_VALUE_QUOTED), f"the failing error quotes its value {value}"
+        elif name.startswith("--") and re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])",
+                                                 f"{imp.error_text} {self.failing_text}"):
+            # the error names the flag as the user wrote it; when it is the launcher refusing the command line
+            # ("unrecognized arguments: --x", knowledge/signatures.toml component cli.args) nothing else can be
+            # tested until the command parses: its removal comes first
+            parsed = not any(c.startswith(_COMMAND_LINE) for m in inp.evidence.matches for c in m.components)
+            return max(base, WEIGHT_VALUE_QUOTED if parsed else WEIGHT_UNPARSED), f"the failing error names {name} itself"
         elif not theirs and (held := self.alone.get(name)) is not None:
             return max(base, WEIGHT_VALUE_QUOTED), (f"the failing error quotes its value {value} (log line "
                                                     f"{held.quoted.line.line}), which no other setting holds")

@@ -142,7 +142,7 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
         step = "baseline.flags"
         baseline = checked_baseline(case, flags)
         for why in not_in_catalog(case, flags):  # launched as written: the host's own refusal is evidence
-            tr.emit("case.warning", {"message": f"{where}: baseline.flags: {why}; launched as written"}, node="intake")
+            tr.emit("case.warning", {"message": f"{where}: baseline.flags: {why} (launched as written)"}, node="intake")
         step = "intent.keep"
         for kept in case.intent.keep:  # a setting the user needs kept is one this host has
             if kept.startswith("-") and flags.lookup(kept) is None:
