@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from clirun import lab_case, run_cli
 
 from lab.rules import plan_launch
 from lab.world import WorldError, load_world
+from tools.ports import local_free_port
 
 REPO = Path(__file__).resolve().parents[1]
 GLM = "glm5-nvfp4-sm120"
@@ -47,9 +47,12 @@ def _env(world: str | Path = GLM, scale: str = SCALE, **extra: str) -> dict[str,
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port for a lab server, below the kernel's ephemeral range (tools/ports.py: a port bind(0) picks may
+    be taken as a client's source port before the server binds it)."""
+    return local_free_port(_HANDED_OUT)
+
+
+_HANDED_OUT: set[int] = set()
 
 
 def _run(module: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from agent.domain.case import load_case
 from lab.memory import MemoryPlan, default_cuda_graph_max_bs, plan_memory
 from lab.rules import applies, parse_command_line, resolve
 from lab.world import WORLDS_DIR, Fault, World, load_world
+from tools.ports import local_free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SEALED_DIR = WORLDS_DIR.parent / "worlds-sealed"
@@ -207,9 +207,12 @@ PREFILL_GRAPHS = ["--cuda-graph-backend-prefill", "full"]
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port for a lab server, below the kernel's ephemeral range (tools/ports.py: a port bind(0) picks may
+    be taken as a client's source port before the server binds it)."""
+    return local_free_port(_HANDED_OUT)
+
+
+_HANDED_OUT: set[int] = set()
 
 
 def _server_fails(world: Path, argv: list[str], tmp_path: Path) -> bool:
