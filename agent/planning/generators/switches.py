@@ -163,11 +163,13 @@ class SwitchGenerator:
 def _silent_stall_stage(inp: GeneratorInput) -> str | None:
     """The stage at which the failing launch went silent: its ``stall_stage`` fact when it never became
     ready and its log shows no error (symptom ``hang``, no traceback), ``SERVING`` when a ready server's
-    only failure is a request that got no answer with no error in the log (``timed_out_only``), else
-    None."""
+    only failure is a request that got no answer with no error in the log (``timed_out_only``) and single
+    requests were not answered either (not only a burst), else None."""
     ev = inp.evidence
     if timed_out_only(ev):
-        return SERVING
+        # requests lost only in a burst while single ones were answered: the loop runs every batch and did
+        # serve; what the burst adds (queues, routing of replies) is on the request path, not in the loop
+        return None if ev.burst_failed else SERVING
     if ev.stage != "timeout" or "hang" not in ev.symptoms or ev.tracebacks:
         return None
     return ev.facts.get("stall_stage")
