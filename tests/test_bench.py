@@ -79,12 +79,14 @@ def test_bench_runs_on_one_world_and_prints_json_with_targets(tmp_path: Path) ->
 
 
 def test_a_case_refused_as_bad_input_is_a_miss_not_a_crash(tmp_path: Path) -> None:
-    """A world whose case hypoloop refuses before any launch (a baseline flag the host's --help lacks)
+    """A world whose case hypoloop refuses before any launch (an illegal value of a flag the host's --help lists)
     scores as a miss with the refusal's reason; the bench goes on and prints its table."""
     world = tmp_path / "refused-world"
     shutil.copytree(REPO / "lab" / "worlds" / "llama8b-a100", world)
     case = world / "case.toml"
-    case.write_text(case.read_text().replace('flags = {', 'flags = { "--no-such-flag-x" = true,', 1))
+    text = case.read_text()
+    assert '"--mem-fraction-static" = 0.85' in text
+    case.write_text(text.replace('"--mem-fraction-static" = 0.85', '"--mem-fraction-static" = "lots"', 1))
     r = subprocess.run(
         [sys.executable, "-m", "bench", "--worlds", str(world), "--methods", "agent", "--json", "--quiet"],
         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240,
@@ -92,7 +94,7 @@ def test_a_case_refused_as_bad_input_is_a_miss_not_a_crash(tmp_path: Path) -> No
     assert r.returncode == 0, r.stderr[-3000:]
     agent = json.loads(r.stdout)["worlds"]["refused-world"]["agent"]
     assert agent["correct_root_cause"] is False and agent["launches"] == 0
-    assert "refused" in agent["status"] and "--no-such-flag-x" in agent["status"], agent
+    assert "refused" in agent["status"] and "--mem-fraction-static" in agent["status"], agent
 
 
 class _TableLauncher:

@@ -27,12 +27,12 @@ def test_a_case_file_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
 
 def test_run_refusing_a_case_at_intake_prints_the_error_alone(tmp_path: Path) -> None:
     case = tmp_path / "case.toml"
-    case.write_text(_case(tmp_path, ', "--no-such-flag" = 1'))
+    case.write_text(_case(tmp_path, ', "--mem-fraction-static" = "lots"'))  # an illegal value of a listed flag
     r = run_cli(tmp_path, "run", str(case), "--auto")
     assert r.returncode == 2, r.stderr
     assert r.stdout == "", r.stdout  # no header of a run that never was
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--no-such-flag" in lines[0], r.stderr
+    assert len(lines) == 1 and "--mem-fraction-static" in lines[0], r.stderr
 
 
 def test_findings_add_refuses_a_missing_folder_in_one_line(tmp_path: Path) -> None:
@@ -74,16 +74,16 @@ def test_a_directory_given_for_a_file_says_so(tmp_path: Path) -> None:
     assert result["status"] != "error" and result["launches"] >= 1, result
 
 
-def test_analyze_with_a_case_refuses_a_baseline_flag_the_host_lacks_as_run_does(tmp_path: Path) -> None:
+def test_analyze_with_a_case_refuses_an_illegal_baseline_value_as_run_does(tmp_path: Path) -> None:
     case = tmp_path / "case.toml"
-    case.write_text(_case(tmp_path, ', "--no-such-flag" = 1'))
+    case.write_text(_case(tmp_path, ', "--mem-fraction-static" = "lots"'))  # (an unlisted flag is launched)
     log = tmp_path / "crash.log"
     log.write_text('Traceback (most recent call last):\n  File "/x.py", line 1, in f\nRuntimeError: boom\n')
     analyzed = run_cli(tmp_path, "analyze", str(log), "--case", str(case))
     ran = run_cli(tmp_path, "run", str(case), "--auto")
     assert analyzed.returncode == ran.returncode == 2, (analyzed.stderr, ran.stderr)
     lines = analyzed.stderr.strip().splitlines()
-    assert len(lines) == 1 and "baseline.flags" in lines[0] and "--no-such-flag" in lines[0], analyzed.stderr
+    assert len(lines) == 1 and "baseline.flags" in lines[0] and "--mem-fraction-static" in lines[0], analyzed.stderr
     assert lines == ran.stderr.strip().splitlines()  # the same line as run's
     assert analyzed.stdout == ""  # no reading of a log against a case the host cannot run
 

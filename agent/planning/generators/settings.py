@@ -351,7 +351,9 @@ class _Implication:
             # the error names the flag as the user wrote it; when it is the launcher refusing the command line
             # ("unrecognized arguments: --x", knowledge/signatures.toml component cli.args) nothing else can be
             # tested until the command parses: its removal comes first
-            parsed = not any(c.startswith(_COMMAND_LINE) for m in inp.evidence.matches for c in m.components)
+            # (a listed flag's bad value is refused on the command line too: its value remedies compete as usual)
+            parsed = (inp.flags is None or inp.flags.lookup(name) is not None
+                      or not any(c.startswith(_COMMAND_LINE) for m in inp.evidence.matches for c in m.components))
             return max(base, WEIGHT_VALUE_QUOTED if parsed else WEIGHT_UNPARSED), f"the failing error names {name} itself"
         elif not theirs and (held := self.alone.get(name)) is not None:
             return max(base, WEIGHT_VALUE_QUOTED), (f"the failing error quotes its value {value} (log line "
