@@ -38,7 +38,7 @@ from agent.planning.own_tuning import tuning_verdict
 from agent.planning.served import OnHost, host_refusals, run_platform, served_settings, user_keeps
 from agent.planning.values import ValueEvidence, derive, ran_out_of_memory
 from agent.planning.view import COST_ORDER
-from agent.planning.workaround_fix import blockers, workaround_only, workaround_verdict
+from agent.planning.workaround_fix import blocker_changes, blockers, workaround_only, workaround_verdict
 from agent.planning.workarounds import mark_deployment_changes, mark_own_alternatives, root_and_workarounds
 from tools.flags import FlagCatalog
 
@@ -283,7 +283,7 @@ def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, s
     served = served_settings()
     original = case.baseline
     changes = [fix_exp.change] if fix_exp.change else []
-    changes += [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in blockers(original, fix_exp)]
+    changes += blocker_changes(original, fix_exp)
     for ch in changes:
         if ch is None:
             continue

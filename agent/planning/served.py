@@ -243,11 +243,11 @@ def _fits_host(names: Iterable[str], before: object, after: object, refused: dic
     is above ``host_limit``) and ``after`` (None: the engine's default, one) is within it; or a rank's
     shard at ``before`` did not fit a kernel (``shard_split_by`` names the setting) and ``after`` is fewer."""
     facts = refused or {}
-    bounded = {d.strip() for d in facts.get(HOST_BOUND_FACTS[0], "").split("*")}
+    bounded = _dests(facts, HOST_BOUND_FACTS[0])
     limit, was = whole_number(facts.get(HOST_BOUND_FACTS[1])), whole_number(before)
     now = 1 if after is None else whole_number(after)
     dests = {n.lstrip("-").replace("-", "_") for n in names}
-    split = {d.strip() for d in facts.get(SHARD_FACT, "").split("*")}
+    split = _dests(facts, SHARD_FACT)
     if split & dests and was and now and now < was:
         return True  # a rank's shard did not fit a kernel: fewer ranks on the same host
     if not (bounded & dests and limit and was and now):
@@ -259,9 +259,14 @@ def _experts_kept_whole(name: str, before: object, after: object, refused: dict[
     """Whether ``after`` raises setting ``name`` (a flag) above ``before`` (None: the engine's default, one)
     after a rank's slice of the routed experts did not fit a kernel and the failing run's ``WHOLE_FACT``
     names it: more of the same GPUs then hold whole experts, the same model on the same devices."""
-    whole = {d.strip() for d in (refused or {}).get(WHOLE_FACT, "").split("*") if d.strip()}
     was, now = (1 if before is None else whole_number(before)), whole_number(after)
-    return name.lstrip("-").replace("-", "_") in whole and was is not None and now is not None and now > was
+    return name.lstrip("-").replace("-", "_") in _dests(refused or {}, WHOLE_FACT) and was is not None \
+        and now is not None and now > was
+
+
+def _dests(facts: dict[str, str], key: str) -> set[str]:
+    """The argparse dests a fact names, ``*``-joined as the engine multiplies them (``dp_size * tp_size``)."""
+    return {d.strip() for d in facts.get(key, "").split("*") if d.strip()}
 
 
 def host_refusals(outcomes: Iterable[Outcome]) -> dict[str, str]:

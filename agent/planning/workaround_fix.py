@@ -34,11 +34,16 @@ def blockers(original: Baseline, fix_exp: Experiment) -> list[dict[str, Any]]:
                 out.append({**change.model_dump(mode="json"), "change": change.describe()})
     return out
 
+
+def blocker_changes(original: Baseline, fix_exp: Experiment) -> list[Change]:
+    """The changes ``blockers`` lists, as changes (its ``change`` text left out)."""
+    return [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in blockers(original, fix_exp)]
+
+
 def broad_blocker(original: Baseline, fix_exp: Experiment) -> bool:
     """Whether a change adopted past a blocker on the way to the fix (``blockers``) is a broad switch-off
     (knowledge/switches.toml ``[[broad]]``): the fix then stands on a workaround, whatever it is itself."""
-    return any(broad_switch(Change.model_validate({k: v for k, v in b.items() if k != "change"})) is not None
-               for b in blockers(original, fix_exp))
+    return any(broad_switch(ch) is not None for ch in blocker_changes(original, fix_exp))
 
 
 def exhausted(broad: Broad, fix_exp: Experiment, experiments: Mapping[str, Experiment],
