@@ -9,7 +9,11 @@ below when present):
 - ``kv_dtype_assert.log``: srt/arg_groups/overrides.py ``_dsa_kv_cache_dtype_default``, the assertion
   that a DSA model allows only a bf16/bfloat16 or fp8_e4m3 KV cache, with an explicit attention backend;
 - ``unsupported_arch.log``: srt/models/registry.py ``_raise_for_unsupported`` (after the Transformers
-  fallback also failed: no launch setting can help).
+  fallback also failed: no launch setting can help);
+- ``prefill_capture_oom.log``: a prefill CUDA graph (0.5.23's breakable backend) runs out of memory during
+  capture: model_runner_components/cuda_graph_setup.py ``Capture target prefill CUDA graph begin.``,
+  breakable_cuda_graph/context.py logging runner_backend_utils ``PREFILL_CUDA_GRAPH_CAPTURE_FAILED_MSG``
+  ("Fail when using backend: breakable for prefill runner." and its "Possible suggestions:").
 """
 
 from __future__ import annotations
@@ -31,6 +35,12 @@ SOURCES = [
     ("kv_dtype_assert.log", "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype",
      "sglang/srt/arg_groups/overrides.py"),
     ("unsupported_arch.log", "are not supported for now. ", "sglang/srt/models/registry.py"),
+    ("prefill_capture_oom.log", "Fail when using backend: ", "sglang/srt/model_executor/runner_backend_utils/__init__.py"),
+    ("prefill_capture_oom.log", "Possible suggestions:", "sglang/srt/model_executor/runner_backend_utils/__init__.py"),
+    ("prefill_capture_oom.log", "1. disable the prefill CUDA graph by --cuda-graph-backend-prefill=disabled",
+     "sglang/srt/model_executor/runner_backend_utils/breakable_cuda_graph/context.py"),
+    ("prefill_capture_oom.log", " CUDA graph begin. ",
+     "sglang/srt/model_executor/model_runner_components/cuda_graph_setup.py"),
 ]
 
 
@@ -148,3 +158,19 @@ def test_fit_cpu_list_checks_against_the_host() -> None:
     assert fit_cpu_list("0-31|32-63", "the same as setting X=0-31|32-63", cpu_count=None, ranks=2)[0] == "0|1"
     assert fit_cpu_list("0-3", example, cpu_count=2, ranks=4)[0] is None  # fewer CPUs than ranks
     assert fit_cpu_list("16", example, cpu_count=2, ranks=1) == ("16", "")  # a count, not a CPU list
+
+
+def test_a_prefill_graph_out_of_memory_is_a_capture_failure_whose_suggestions_are_read(tmp_path: Path) -> None:
+    """0.5.23 words a prefill graph's capture failure differently from a decode graph's ("Fail when using
+    backend: X for prefill runner." and "Possible suggestions:", not "Capture cuda graph failed" and
+    "Possible solutions:"): it is still a capture failure, SGLang's own suggestions are read, and the
+    first change is the static fraction they name first, not a torch GEMM backend the frames pass through."""
+    doc = json.loads(_analyze(tmp_path, "prefill_capture_oom.log", "--json"))
+    ids = {s["id"] for s in doc["signatures"]}
+    assert {"cuda_graph_capture_begin", "cuda_graph_capture_failed", "cuda_out_of_memory"} <= ids, ids
+    said = [s["text"] for s in doc["sglang_suggestions"]]
+    assert any("--cuda-graph-backend-prefill=disabled" in t for t in said), said
+    assert any("--cuda-graph-max-bs-prefill" in t for t in said), said
+    first = doc["first_experiment"]
+    assert first["name"] == "--mem-fraction-static", first
+    assert float(first["after"]) < 0.836  # below what the log shows the server ran with

@@ -342,14 +342,16 @@ def effective_before(kind: str, name: str, before: FlagValue, facts: Mapping[str
     return facts.get(name.lstrip("-").replace("-", "_"))
 
 
-_SOLUTIONS_HEAD = re.compile(r"\bPossible solutions:?\s*$")
+_SOLUTIONS_HEAD = re.compile(r"\bPossible (?:solutions|suggestions):?\s*$")
 _SOLUTION_ITEM = re.compile(r"^\s*\d+\.\s+(?P<text>\S.*?)\s*$")
 
 
 def suggestions_in_log(lines: Sequence[str]) -> list[tuple[int, str]]:
     """SGLang's own numbered "Possible solutions:" list after a failure (1-based line number, text),
     e.g. after "Capture cuda graph failed" (sglang/srt/model_executor/cuda_graph_runner.py, 0.5.9;
-    runner_backend_utils CUDA_GRAPH_CAPTURE_FAILED_MSG, 0.5.23). Each list is read once."""
+    runner_backend_utils CUDA_GRAPH_CAPTURE_FAILED_MSG, 0.5.23), or "Possible suggestions:" after a
+    prefill graph's failure (runner_backend_utils PREFILL_CUDA_GRAPH_CAPTURE_FAILED_MSG, 0.5.23). Each
+    list is read once."""
     out: list[tuple[int, str]] = []
     seen: set[str] = set()
     i = 0

@@ -82,7 +82,7 @@ _NOT_USING = re.compile(r"\b(?:not using|without|remove|drop|do not use|don't us
 #: A setting offered only to quiet the message itself ("To silence this warning, specify ...": no remedy).
 _SILENCES = re.compile(r"\bto (?:silence|suppress|hide|mute|quiet) (?:this|the|these) (?:warnings?|messages?|logs?)\b", re.I)
 _COSTLY = re.compile(r"not recommended|performance loss|much slower|slow(?:s|er)? down", re.I)
-_SOLUTIONS = re.compile(r"possible solutions|you can try|to fix this|workarounds?:", re.I)
+_SOLUTIONS = re.compile(r"possible (?:solutions|suggestions)|you can try|to fix this|workarounds?:", re.I)
 _ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*])\s+")
 _REMEDY_WORDS = re.compile(r"\b(?:use|set|try|increase|decrease|lower|raise|reduce|pass|add|enable|disable|"
                            r"please|consider|specify|by)\b", re.I)
