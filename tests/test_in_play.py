@@ -516,3 +516,53 @@ def test_the_data_parallel_routing_is_in_play_only_with_replicas_or_pd_disaggreg
     assert "not in play" in (InPlay(GPU_HOST, Baseline(), {}, FLAGS).why_not(change) or "")
     assert InPlay(GPU_HOST, Baseline(flags={"--dp-size": "2"}), {}, FLAGS).why_not(change) is None
     assert InPlay(GPU_HOST, Baseline(flags={"--disaggregation-mode": "prefill"}), {}, FLAGS).why_not(change) is None
+
+
+#: SGLang 0.5.23 at TP=8 on 8 NVIDIA GPUs: the fused all-reduce + RMSNorm it enabled on its own faults inside
+#: FlashInfer's communication kernels (srt/layers/flashinfer_comm_fusion.py calling flashinfer/comm/allreduce.py;
+#: sgl-project/sglang#29485), while SGLang also resolved FlashInfer as the sampling backend.
+FUSED_ALLREDUCE_FAULT = f"""[t] server_args={{'model_path': 'm', 'tp_size': 8, 'sampling_backend': 'flashinfer', \
+'flashinfer_allreduce_fusion_backend': None, 'enable_flashinfer_allreduce_fusion': False, 'dcp_size': 1}}
+[t] Auto-enabling FlashInfer AllReduce Fusion (auto) for GlmMoeDsaForCausalLM
+[t TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 6368, in run_scheduler_process
+    scheduler.run_event_loop()
+  File "{SITE}/sglang/srt/layers/layernorm.py", line 248, in _forward_with_allreduce_fusion
+    fused_result = flashinfer_allreduce_residual_rmsnorm(
+  File "{SITE}/sglang/srt/layers/flashinfer_comm_fusion.py", line 921, in flashinfer_allreduce_residual_rmsnorm
+    _flashinfer_comm.allreduce_fusion(**kwargs)
+  File "{SITE}/flashinfer/comm/allreduce.py", line 909, in allreduce_fusion
+    norm_result, residual_result = trtllm_mnnvl_fused_allreduce_add_rmsnorm(
+  File "{SITE}/flashinfer/comm/trtllm_mnnvl_ar.py", line 501, in trtllm_mnnvl_fused_allreduce_add_rmsnorm
+    module.trtllm_mnnvl_allreduce_fusion(
+RuntimeError: Check failed: (status == cudaSuccess) is false: trtllm_mnnvl_allreduce_fusion failed with error code an illegal memory access was encountered
+"""
+
+
+def test_a_fault_in_the_fused_all_reduce_points_at_its_backend_not_at_another_user_of_the_same_package() -> None:
+    """FlashInfer serves sampling, attention and the fused all-reduce: frames that enter it from the
+    collectives' code (knowledge/subsystems.toml ``gpu_collectives`` ``modules``) implicate the fusion's
+    backend first; the sampling backend, whose value is merely the same package, comes after. Flags of what
+    is not in play (AITER's fusion on a CUDA host, the decode-context-parallel backend at --dcp-size 1) are
+    no candidates, and the deprecated --enable-flashinfer-allreduce-fusion, off while SGLang enabled the
+    fusion itself, does not make the fusion's backend inert."""
+    from agent.domain.models import Change
+    from agent.planning.generators import GeneratorInput
+    from agent.planning.generators.component import ImplicatedComponentGenerator
+    from agent.planning.in_play import InPlay
+
+    fp = GPU_HOST.model_copy(update={"gpu_count": 8})
+    raw = RawEvidence.from_log("e", FUSED_ALLREDUCE_FAULT, _sglang_signatures(), "x.log")
+    out = classify_outcome(raw.model_copy(update={"status": "crashed"}))
+    case = Case.model_validate({"name": "c", "model": {"path": "m"}, "baseline": {"flags": {"--tp-size": 8}}})
+    inp = GeneratorInput(case=case, baseline=case.baseline, reference=out, fingerprint=fp, flags=FLAGS)
+    weight = {c.id: c.weight for c in ImplicatedComponentGenerator().generate(inp)}
+    fusion, sampling = weight["component:--flashinfer-allreduce-fusion-backend"], weight.get("component:--sampling-backend", 0.0)
+    assert fusion > sampling, sorted(weight.items(), key=lambda kv: -kv[1])[:6]
+    here = InPlay(fp, case.baseline, {}, FLAGS)
+    assert "not in play" in (here.why_not(Change(kind="flag", name="--disable-aiter-allreduce-fusion-in-decode", after=True)) or "")
+    assert "not in play" in (here.why_not(Change(kind="flag", name="--dcp-comm-backend", after="a2a")) or "")
+    assert InPlay(fp, Baseline(flags={"--tp-size": "8", "--dcp-size": "2"}), {}, FLAGS).why_not(
+        Change(kind="flag", name="--dcp-comm-backend", after="a2a")) is None
+    assert FLAGS.feature_switch("--flashinfer-allreduce-fusion-backend") is None
+    assert FLAGS.feature_switch("--hicache-io-backend") is not None  # a live --enable-X switch still is one

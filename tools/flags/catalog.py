@@ -86,7 +86,9 @@ class FlagCatalog(BaseModel):
         alias is ``--enable-hicache``) or an ``--X-mode`` that is off by default
         (``--disaggregation-decode-allocation-policy`` of ``--disaggregation-mode null``); SGLang's
         ``server_args.py``. None when no switch's X (three letters or more) prefixes the flag's name, or
-        when the flag is itself a switch."""
+        when the flag is itself a switch. A deprecated switch is none: SGLang 0.5.23's
+        ``--enable-flashinfer-allreduce-fusion`` ("Deprecated: use --flashinfer-allreduce-fusion-backend=auto")
+        is off while the fusion is enabled by the backend flag or by SGLang for the model."""
         switches = self._lookups().switches
         if name not in switches:
             switches[name] = self._feature_switch(name)
@@ -98,8 +100,8 @@ class FlagCatalog(BaseModel):
             return None
         opts = spec.option_strings
         for switch in self.flags.values():
-            if switch is spec:
-                continue
+            if switch is spec or switch.deprecated:
+                continue  # a deprecated switch no longer says whether the feature runs (another flag does)
             for opt in switch.option_strings:
                 if not switch.takes_value and opt.startswith("--enable-"):
                     feature = opt.removeprefix("--enable-")

@@ -135,14 +135,14 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
     imp = rd.imp
     factor, how = 0.0, []
     cur = norm(str(current)) if current is not None else ""
-    if cur and cur in imp.packages:
-        factor = max(factor, PACKAGE_FACTOR)
-        how.append(f"its value {current} is the package the failing frames run in")
     site = [pat for _, pat in imp.subsystems]
+    sub = imp.subsystem_of(spec.name)
+    if (pkg := _package_reading(imp, cur, current, elsewhere=bool(site) and sub is None)) is not None:
+        factor = max(factor, pkg[0])
+        how.append(pkg[1])
     named = named_choice(spec, imp.error_text)
     if named is not None and site_owner(inp.flags, site, spec.name, value=named):
         named = None  # a choice of the flag of the subsystem whose code raised it: that one's value
-    sub = imp.subsystem_of(spec.name)
     if named is not None and norm(named) == cur:
         factor = max(factor, PACKAGE_FACTOR)
         how.append(f"the error names its value {current}")
@@ -163,11 +163,13 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
         # points at, however many flags share its words (a full --help has dozens of hicache-*).
         factor = max(factor, 1.0)
         how.append(f"the error surfaced in {imp.innermost}, code of the {sub} subsystem it configures")
-        if rd.crashy and spec.name.endswith("-backend") and cur not in ("", "none", "auto"):
-            # a kernel faulted there, and this is the kernel implementation that subsystem ran:
+        if rd.crashy and spec.name.endswith("-backend") and (cur not in ("", "none", "auto") or imp.packages):
+            # a kernel faulted there, and this is the kernel implementation that subsystem ran (its value
+            # left to the engine, the frames go on from the subsystem's code into a kernel package):
             # as strong as failing frames inside the package a choice selects
             factor = max(factor, PACKAGE_FACTOR)
-            how.append(f"a kernel failed in that subsystem and its {spec.name} {current} ran there")
+            ran = current if cur not in ("", "none") else "(the engine's choice)"
+            how.append(f"a kernel failed in that subsystem and its {spec.name} {ran} ran there")
     # A whole word of the warning ("auto" is not named by "automatically increase").
     if cur and len(cur) >= 4 and re.search(rf"(?<![\w-]){re.escape(cur)}(?![\w-])", rd.warn_text):
         factor = max(factor, 1.0)
@@ -184,6 +186,18 @@ def _implication(inp: GeneratorInput, spec: FlagSpec, current: object, rd: _Read
         factor = SUSPECT_FACTOR
         how.append("a kernel failed and this backend is one the failing run used")
     return factor, how
+
+
+def _package_reading(imp: Implicated, cur: str, current: object, *, elsewhere: bool) -> tuple[float, str] | None:
+    """(factor, reason) when the choice in force (``cur``, normalised) is a package the failing frames run in,
+    else None. One package serves several subsystems (FlashInfer: attention, sampling, the fused all-reduce):
+    when the error surfaced in another subsystem's code (``elsewhere``), which entered the package, the
+    package alone does not say this choice ran."""
+    if not cur or cur not in imp.packages:
+        return None
+    if elsewhere:
+        return 1.0, f"its value {current} is the package the failing frames run in, entered from {imp.innermost} (another subsystem's code)"
+    return PACKAGE_FACTOR, f"its value {current} is the package the failing frames run in"
 
 
 def _avoids(inp: GeneratorInput, spec: FlagSpec, rd: _Reading, cur: str, named: str | None, how: list[str]) -> bool:
