@@ -437,7 +437,7 @@ class Chooser(FlagMatcher):
         first = next((t for t in scored if localiser_of(t[2]) is not None), None)
         if first is not None:
             return self._test(state, baseline, first, cost, ref.facts, _localise_first(first[2]), considered)
-        scored.sort(key=lambda t: (t[0], not str(t[4]).startswith("fallback"), t[1]), reverse=True)  # derived first
+        scored.sort(key=lambda t: (t[0], bool(t[4]) and not str(t[4]).startswith("fallback"), t[1]), reverse=True)
         best_p = possible_share(max(t[3] for t in scored), view, ref, state.hypotheses,
                                 lambda h: any(self.prediction(h, t[2], ref.facts) != "persists" for t in scored))
         if best_p < tunables().choice.min_test_p and tested_any(view):

@@ -87,6 +87,10 @@ _COMMAND_LINE = "cli."
 IMPLICATED = "the failure implicates the user's own setting"
 #: Values too short or too common to identify a setting when an error quotes them (``-1``, ``on``).
 _MIN_QUOTED_LEN = 3
+#: Words of a line that tells which way to move a setting ("set --mem-fraction-static to a smaller value",
+#: "Please try to increase --mem-fraction-static"): an instruction the remedies generator reads as a value
+#: to try, not a sign that the setting as the user wrote it is the culprit (its removal goes anywhere).
+_MOVES = re.compile(r"\b(?:smaller|larger|bigger|lower|higher|increase|decrease|reduce|raise)\b", re.IGNORECASE)
 _UNQUOTABLE = frozenset({"true", "false", "none", "null", "auto", "default"})
 
 
@@ -318,10 +322,12 @@ class _Implication:
         self.frame_words = _frame_words(inp)
         self.frame_stems = stems(" ".join(sorted(self.frame_words)))
         self.frame_pairs = _frame_pairs(inp)
+        # (a line that tells which way to move a setting is a remedy, read as one, not the failure's statement)
+        stating = [ll for ll in failing_lines(inp.evidence) if not _MOVES.search(ll.text)]
         failing = failing_lines(inp.evidence)
         #: the words of the lines that state the failure (its error, a native message before an abort)
-        self.failing_words: set[str] = set().union(*(name_words(ll.text) for ll in failing))
-        self.failing_text = " ".join(ll.text for ll in failing)
+        self.failing_words: set[str] = set().union(*(name_words(ll.text) for ll in stating))
+        self.failing_text = " ".join(ll.text for ll in stating)
         #: the other lines of the failing run, with their messages' words: what the engine said while it ran
         said = {ll.line for ll in failing}
         #: (a logger's record: a traceback's frame and code lines are where the failure went, not what the
