@@ -10,6 +10,8 @@ off (``agent.planning.generators.switches``).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -43,16 +45,26 @@ class Switch(BaseModel):
     stall_stages: list[str] = Field(default_factory=list)
     computes: bool = False
     computes_source: str | None = None
+    package: str | None = None
+    callers: str | None = None
+    legacy: list[str] = Field(default_factory=list)
     source: str
 
     @model_validator(mode="after")
     def _computes_has_source(self) -> Switch:
         """``computes = true`` needs ``computes_source`` (where the engine's code shows it); exactly one of
-        ``env`` and ``flag`` names the setting."""
+        ``env`` and ``flag`` names the setting; ``package`` and ``callers`` come together (``callers`` a
+        regex); ``legacy`` spellings only for a variable."""
         if self.computes and not self.computes_source:
             raise ValueError("computes = true needs computes_source (where the engine's code shows it)")
         if (self.env is None) == (self.flag is None):
             raise ValueError("exactly one of env and flag names the switch's setting")
+        if (self.package is None) != (self.callers is None):
+            raise ValueError("package and callers come together (the engine's modules the switch gates)")
+        if self.callers is not None:
+            re.compile(self.callers)
+        if self.legacy and self.env is None:
+            raise ValueError("legacy spellings are a variable's (env)")
         return self
 
     @property
@@ -64,6 +76,17 @@ class Switch(BaseModel):
     def name(self) -> str:
         """The variable or flag that selects the implementation."""
         return self.env or self.flag or ""
+
+    def spelling(self, env: Mapping[str, object]) -> str:
+        """The name a change of this switch sets against a baseline whose variables are ``env``: a legacy
+        spelling the baseline sets (the engine rewrites it over ``env`` at start-up, so it wins), else
+        ``name``."""
+        return next((n for n in self.legacy if n in env), self.name)
+
+    def calls_package(self, caller: str | None) -> bool:
+        """Whether the engine module ``caller`` (dotted) is one whose calls into ``package`` this switch
+        gates."""
+        return self.callers is not None and caller is not None and re.search(self.callers, caller) is not None
 
     def value(self, text: str) -> str | bool:
         """``text`` (``default`` or ``other``) as the setting takes it: a flag's ``true``/``false`` is a
