@@ -171,6 +171,8 @@ def test_a_prefill_graph_out_of_memory_is_a_capture_failure_whose_suggestions_ar
     said = [s["text"] for s in doc["sglang_suggestions"]]
     assert any("--cuda-graph-backend-prefill=disabled" in t for t in said), said
     assert any("--cuda-graph-max-bs-prefill" in t for t in said), said
+    assert doc["facts"]["capture_phase"] == "prefill"  # the phase whose capture began last
+    assert doc["hypotheses"][0]["component"] == "cuda_graph.prefill_capture_memory", doc["hypotheses"][:2]
     first = doc["first_experiment"]
     assert first["name"] == "--mem-fraction-static", first
     assert float(first["after"]) < 0.836  # below what the log shows the server ran with
