@@ -259,6 +259,28 @@ def exception_of(lines: Iterable[tuple[int, str]], start: int) -> tuple[int, str
     return current.log_line, current.exception_line
 
 
+def chained_to_cause(tracebacks: list[Traceback], text: dict[int, str]) -> list[Traceback]:
+    """``tracebacks`` (in log order) with each chain of exceptions reversed, its original error last: where
+    CPython printed "During handling of the above exception, another exception occurred:" or "The above
+    exception was the direct cause of the following exception:" (and nothing else) between one traceback's
+    exception line and the next one's header, the first is the cause. A reader that takes the last
+    traceback as the failure's site then reads where the original error was raised (a kernel package's
+    assertion), not the wrapper that caught and re-raised it ("Capture cuda graph failed: ..."). ``text``:
+    the log's lines by 1-based number (lines not kept are absent, which breaks a chain)."""
+    out: list[Traceback] = []
+    group: list[Traceback] = []
+    for tb in tracebacks:
+        prev = group[-1] if group else None
+        between = ([_without_repeated_header(text.get(n, "\0")).strip() for n in range(prev.log_line + 1, tb.start_line)]
+                   if prev is not None else [])
+        if prev is not None and any(_CHAIN.match(b) for b in between) and all(not b or _CHAIN.match(b) for b in between):
+            group.append(tb)
+            continue
+        out += reversed(group)
+        group = [tb]
+    return out + list(reversed(group))
+
+
 def _dumps(lines: Iterable[tuple[int, str]]) -> list[Traceback]:
     """The faulthandler dumps in numbered lines, as tracebacks (see the module docstring). A dump's blank
     lines are seldom kept as evidence: a gap in the numbers does not end it, a line outside it does."""

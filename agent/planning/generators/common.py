@@ -16,6 +16,7 @@ from agent.planning.words import GENERIC_WORDS, stem, stems
 from tools.engines import get_engine
 from tools.flags import FlagCatalog, FlagError, FlagSpec
 from tools.log_records import LEVELS, read_record
+from tools.tracebacks import chained_to_cause
 
 if TYPE_CHECKING:
     from agent.planning.generators import GeneratorInput
@@ -303,7 +304,9 @@ def implicated(inp: GeneratorInput) -> Implicated:
     framework = implementations().packages.framework  # no kernel package: knowledge/implementations.toml
     engine, display = engine_package(inp), get_engine(inp.case.launcher.engine).display
     errors = [without_response_bodies(tb.exception_line) for tb in inp.evidence.tracebacks if tb.exception_line]
-    for tb in reversed(inp.evidence.tracebacks):
+    # the last chain's original error first (a wrapper that re-raised it is not where it happened)
+    text = {ll.line: ll.text for ll in inp.evidence.log}
+    for tb in reversed(chained_to_cause(list(inp.evidence.tracebacks), text)):
         first_engine = True
         for fr in tb.frames:
             if fr.package and fr.package not in framework and fr.package != engine:
