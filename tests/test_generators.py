@@ -360,6 +360,21 @@ def test_load_generator_caps_the_batch_below_the_failing_burst() -> None:
     assert LoadGenerator().generate(_input("", _case(), outcome=single)) == []
 
 
+def test_a_batch_only_feature_the_user_turned_on_is_turned_back_off_ahead_of_default_features() -> None:
+    """Only a burst fails and the baseline opts into mixing prefills into decode batches
+    (--enable-mixed-chunk, off by default in SGLang): turning it back off is a suspect, as likely as a
+    backend the user chose, and no workaround (it is SGLang's default)."""
+    out = _outcome("[t] The server is fired up and ready to roll!\n", status="ready", probes=[
+        ProbeResult(probe_id="chat", ok=True, status="ok", latency_s=0.1),
+        ProbeResult(probe_id="load:chat:x32", ok=False, status="connection_error", latency_s=0.1)])
+    cands = LoadGenerator().generate(_input("", _case({"--enable-mixed-chunk": True}), outcome=out))
+    mine = next(c for c in cands if c.id == "load:--enable-mixed-chunk")
+    assert _changes(mine) == [("--enable-mixed-chunk", False)] and not mine.interventions[0].workaround  # removed
+    assert all(mine.weight > c.weight for c in cands if c is not mine)
+    # not turned on by the user: no such suspect
+    assert not any(c.id == "load:--enable-mixed-chunk" for c in LoadGenerator().generate(_input("", _case(), outcome=out)))
+
+
 # ----- the registry ------------------------------------------------------------------------------------
 
 

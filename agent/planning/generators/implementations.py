@@ -67,11 +67,14 @@ class Load(_Strict):
     batch_caps_source: str
     batch_features: str
     batch_features_source: str
+    #: opt-in switches (``--enable-X``, off by default) whose features act only on batches of several requests
+    batch_opt_ins: str = "(?!)"
+    batch_opt_ins_source: str = ""
     #: flags that bound how many prompt tokens one forward takes (a prompt longer goes in chunks)
     prompt_bounds: tuple[str, ...] = ()
     prompt_bounds_source: str = ""
 
-    _check = field_validator("batch_features")(_pattern)
+    _check = field_validator("batch_features", "batch_opt_ins")(_pattern)
 
 
 class Implementations(_Strict):
@@ -90,6 +93,11 @@ class Implementations(_Strict):
     def batch_features(self) -> re.Pattern[str]:
         """``load.batch_features`` compiled (case-insensitive)."""
         return re.compile(self.load.batch_features, re.IGNORECASE)
+
+    @functools.cached_property
+    def batch_opt_ins(self) -> re.Pattern[str]:
+        """``load.batch_opt_ins`` compiled (case-insensitive)."""
+        return re.compile(self.load.batch_opt_ins, re.IGNORECASE)
 
 
 def load_implementations(path: Path) -> Implementations:

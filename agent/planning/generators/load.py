@@ -22,6 +22,9 @@ __all__ = ["LoadGenerator", "passing_level"]
 #: Weights: a batch cap avoids any batch-dependent fault but costs throughput (a workaround).
 CAP_WEIGHT = 0.06
 FEATURE_WEIGHT = 0.05
+#: The user's own opt-in of such a feature: as a backend the user chose over one SGLang chose
+#: (component generator's EXPLICIT_FACTOR 2 over a feature's weight); no new tunable.
+OPT_IN_WEIGHT = 2 * FEATURE_WEIGHT
 
 
 def passing_level(inp: GeneratorInput, failing: int) -> int:
@@ -72,6 +75,7 @@ class LoadGenerator:
                                                 note="fewer requests run together: lower throughput")],
                 )
             )
+        out += _opt_ins(inp, evidence)
         if inp.flags is not None:
             batch_features = implementations().batch_features  # knowledge/implementations.toml
             for spec in inp.flags.flags.values():
@@ -94,3 +98,23 @@ class LoadGenerator:
                     )
                 )
         return out
+
+
+def _opt_ins(inp: GeneratorInput, evidence: list[Evidence]) -> list[Hypothesis]:
+    """The user's own opt-ins (``--enable-X`` set in the baseline) of features that act only on batches of
+    several requests (knowledge/implementations.toml ``batch_opt_ins``): turning one back off is the test."""
+    pattern = implementations().batch_opt_ins
+    out: list[Hypothesis] = []
+    for name, value in inp.baseline.flags.items():
+        spec = canon(inp.flags, name)
+        flag = spec.name if spec is not None else name
+        if value is not True or not pattern.match(flag):
+            continue
+        what = flag.removeprefix("--enable-").replace("-", " ")
+        out.append(Hypothesis(
+            id=f"load:{flag}", statement=f"The {what} feature the baseline turns on mishandles batches of several requests",
+            component=f"scheduler.{flag.removeprefix('--enable-').replace('-', '_')}", weight=OPT_IN_WEIGHT,
+            rationale="the user turned on a feature that acts only when several requests share a batch, and only a "
+            "burst fails", generator="load", evidence=evidence,
+            interventions=[Intervention(names=[name], values=[False], decisive=True, cost="low")]))
+    return out
