@@ -44,3 +44,26 @@ def test_a_bare_assertion_suspects_the_kv_cache_type_only_when_it_is_low_precisi
     assert "kv-pool-lowprec-unsupported" not in _ledger(tmp_path, "auto")
     assert "kv-pool-lowprec-unsupported" not in _ledger(tmp_path, "bfloat16")
 
+
+
+#: The same bare assertion after the server was ready, while it served a batch (the scheduler's event loop,
+#: SGLang 0.5.23 srt/managers/scheduler.py): the KV pool was built long before, at load.
+SERVING = f"""[2026-12-04 10:00:00] server_args=ServerArgs(model_path='MODEL', kv_cache_dtype='KV')
+[2026-12-04 10:00:30] The server is fired up and ready to roll!
+[2026-12-04 10:01:00] Scheduler hit an exception: Traceback (most recent call last):
+  File "{SITE}/sglang/srt/managers/scheduler.py", line 6368, in run_scheduler_process
+    scheduler.run_event_loop()
+  File "{SITE}/sglang/srt/mem_cache/radix_cache.py", line 512, in load_back
+    assert node.value is not None
+AssertionError
+[2026-12-04 10:01:00] Received sigquit from a child process. It usually means the child failed.
+"""
+
+
+def test_an_assertion_while_serving_is_not_the_kv_pool_refusing_its_type(tmp_path: Path) -> None:
+    """The pool is created while the server loads: an assertion after it was ready does not suspect the
+    low-precision KV cache's layout (its premise is the pool's creation)."""
+    fp, model = fingerprint_with_model(tmp_path, DENSE, H100)
+    flags: dict[str, object] = {"--model-path": model, "--kv-cache-dtype": "fp8_e4m3"}
+    planner, view, _ = baseline_failed_with(fp, flags, SERVING.replace("MODEL", model).replace("KV", "fp8_e4m3"), FLAGS)
+    assert "kv-pool-lowprec-unsupported" not in {h.id for h in planner.history(view).hypotheses}
