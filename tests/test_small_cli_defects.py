@@ -43,6 +43,15 @@ def test_findings_add_refuses_a_missing_folder_in_one_line(tmp_path: Path) -> No
     assert r.returncode == 2 and not (tmp_path / "notes").exists(), (r.stdout, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and str(target) in lines[0], r.stderr
+    a_file = tmp_path / "notes.md"
+    a_file.write_text("x\n")
+    r = run_cli(tmp_path, "findings", "add", result["transcript"], "--to", str(a_file / "FINDINGS.md"))
+    assert r.returncode == 2 and "is not a folder" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # a file that cannot be opened for writing (a link into a folder that is gone): one line, no traceback
+    (tmp_path / "gone.md").symlink_to(tmp_path / "gone" / "FINDINGS.md")
+    r = run_cli(tmp_path, "findings", "add", result["transcript"], "--to", str(tmp_path / "gone.md"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "cannot write" in r.stderr, r.stderr
     ok = run_cli(tmp_path, "findings", "add", result["transcript"], "--to", str(tmp_path / "FINDINGS.md"))
     assert ok.returncode == 0 and (tmp_path / "FINDINGS.md").is_file(), ok.stderr  # its folder exists
 

@@ -330,7 +330,8 @@ def add_finding(run: RecordedRun, path: Path, *, dry_run: bool = False) -> tuple
     UTF-8, the entry would not read back, or the file changed under the write."""
     path = Path(path)
     if not path.parent.is_dir():  # a mistyped folder is never created: say so
-        raise FindingsWriteError(f"{path}: its folder {path.parent} does not exist; create it or give another --to")
+        what = "is not a folder" if path.parent.exists() else "does not exist"
+        raise FindingsWriteError(f"{path}: its folder {path.parent} {what}; create it or give another --to")
     try:
         old = path.read_bytes() if path.exists() else b""
         before = old.decode("utf-8")
@@ -350,7 +351,10 @@ def add_finding(run: RecordedRun, path: Path, *, dry_run: bool = False) -> tuple
     if dry_run:
         return entry, mine
     data = (sep + entry).encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise FindingsWriteError(f"{path}: cannot write: {exc.strerror}; nothing appended") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if os.fstat(fd).st_size != len(old):
