@@ -59,3 +59,19 @@ def test_the_warning_about_a_flag_the_host_lacks_is_shown_live_and_in_replay(tmp
     transcript = next((tmp_path / "tr").glob("*.jsonl"))
     shown = run_cli(tmp_path, "replay", str(transcript))
     assert shown.returncode == 0 and f"warning: {case}: baseline.flags: {RETIRED}" in shown.stdout, shown.stdout[:3000]
+
+
+def test_a_misspelt_flag_is_set_right_with_the_users_value_after_its_removal(tmp_path: Path) -> None:
+    """A newcomer's demo case with ``--tp-sise 8``: the launcher refuses it and it is removed first; then the
+    flag it is one slip from (``--tp-size``) is set to the user's 8, and that restores what the user asked for
+    rather than changing it: the run ends on the demo's own fix, not on "a change of what is served". A flag
+    further from every listed one (RETIRED above) is only removed."""
+    from clirun import run_case_copy, transcript_events
+
+    from lab.world import WORLDS_DIR
+
+    result, _ = run_case_copy(tmp_path, WORLDS_DIR / "glm5-nvfp4-sm120", **{'"--tp-size" = 8': '"--tp-sise" = 8'})
+    tested = changes_tested(transcript_events(Path(result["transcript"])))
+    assert [(c["name"], c["after"]) for c in tested[:2]] == [("--tp-sise", None), ("--tensor-parallel-size", "8")], tested
+    assert result["status"] == "isolated", result
+    assert result["root_cause"]["fix"]["name"] == "--kv-cache-dtype", result["root_cause"]

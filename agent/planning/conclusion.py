@@ -26,6 +26,7 @@ from agent.planning.budgets import removes_budget_on_purpose
 from agent.planning.foreign import ruled_out_by_platform
 from agent.planning.graded import judged_against_failure
 from agent.planning.llm_spec import usage_summary
+from agent.planning.misspelt import spelt_right
 from agent.planning.observations import (
     import_time_failure,
     load_level,
@@ -78,7 +79,7 @@ def conclusion_of(state: RunState, flags: FlagCatalog | None = None) -> Conclusi
     keeps = user_keeps(case, flags, outcomes.values())
     deployment = _changes_deployment(fix_exp, case, (state.get("fingerprint") or {}).get("checkpoint") or {},
                                      OnHost(run_platform(state.get("fingerprint"), fix_exp.config()),
-                                            host_refusals(outcomes.values())), keeps)
+                                            host_refusals(outcomes.values())), keeps, flags)
     if deployment:
         return blamed(workaround_only(base, reason, untested, (fix_exp, confirm), (experiments, outcomes),
                                       case.baseline, implicated_of(experiments, outcomes),
@@ -276,7 +277,7 @@ def _isolated(
 
 
 def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str],
-                        platform: str | OnHost | None, keeps: set[str]) -> str | None:
+                        platform: str | OnHost | None, keeps: set[str], flags: FlagCatalog | None = None) -> str | None:
     """The setting the fix (or a blocker adopted on the way to it) changed that defines what is served
     (knowledge/served.toml) or that the user needs (``keeps``: the case's intent, ``user_keeps``), as
     ``NAME before → after``; else None."""
@@ -285,8 +286,8 @@ def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, s
     changes = [fix_exp.change] if fix_exp.change else []
     changes += blocker_changes(original, fix_exp)
     for ch in changes:
-        if ch is None:
-            continue
+        if ch is None or spelt_right(original, ch, flags):
+            continue  # the flag a misspelt one of the user's meant, at the user's value: what they asked for
         if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint,
                                      before=ch.before, platform=platform) or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after):
             return ch.name

@@ -15,6 +15,7 @@ from agent.planning.generators.host_share import HostShareGenerator
 from agent.planning.generators.installed_source import InstalledSourceGenerator
 from agent.planning.generators.load import LoadGenerator
 from agent.planning.generators.localisers import LocaliserGenerator
+from agent.planning.generators.misspelt import MisspeltFlagGenerator
 from agent.planning.generators.quoted import QuotedValueGenerator
 from agent.planning.generators.ranks import FewerRanksGenerator
 from agent.planning.generators.remedies import RemediesGenerator
@@ -32,6 +33,7 @@ __all__ = ["REGISTRY", "default_generators"]
 REGISTRY: list[type[CandidateGenerator]] = [
     CatalogGenerator,
     RemediesGenerator,
+    MisspeltFlagGenerator,
     QuotedValueGenerator,
     HostShareGenerator,
     FewerRanksGenerator,
