@@ -142,3 +142,11 @@ def test_a_path_with_a_newline_or_control_character_stays_on_the_error_line(tmp_
     ):
         r = run_cli(tmp_path, *args)
         assert r.returncode == 2 and r.stderr.splitlines() == [said], (args, r.stderr)
+
+
+def test_a_mistyped_lab_world_is_one_short_line_with_the_nearest_name(tmp_path: Path) -> None:
+    r = run_cli(tmp_path, "run", "lab:glm5-nvfp4-sm12", "--auto")
+    assert r.returncode == 2, r.stderr
+    line = r.stderr.strip()
+    assert "\n" not in line and len(line) < 200, line  # not every world's name on one line
+    assert "did you mean lab:glm5-nvfp4-sm120?" in line and "hypoloop lab list" in line, line

@@ -374,7 +374,9 @@ def resolve_case_path(ref: str) -> Path:
         path = worlds / world / "case.toml"
         if not path.is_file():
             known = sorted(p.parent.name for p in worlds.glob("*/case.toml"))
-            raise CaseError(f"{ref}: no such lab world; known worlds: {', '.join(known) or 'none'}")
+            near = difflib.get_close_matches(world, known, n=1)
+            hint = f"did you mean lab:{near[0]}? " if near else ""
+            raise CaseError(f"{ref}: no such lab world; {hint}`hypoloop lab list` lists the {len(known)} known worlds")
         return path
     path = Path(ref).expanduser()
     if path.is_dir():  # a case's folder stands for the case.toml in it
