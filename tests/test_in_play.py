@@ -566,3 +566,28 @@ def test_a_fault_in_the_fused_all_reduce_points_at_its_backend_not_at_another_us
         Change(kind="flag", name="--dcp-comm-backend", after="a2a")) is None
     assert FLAGS.feature_switch("--flashinfer-allreduce-fusion-backend") is None
     assert FLAGS.feature_switch("--hicache-io-backend") is not None  # a live --enable-X switch still is one
+
+
+#: SGLang 0.5.23 launched with a model id the hub does not know (transformers' utils/hub.py cached_files).
+NO_SUCH_MODEL = f"""[t] server_args={{'model_path': 'org/NoSuchModel', 'sampling_defaults': 'model'}}
+Traceback (most recent call last):
+  File "{SITE}/sglang/launch_server.py", line 32, in <module>
+    server_args = prepare_server_args(sys.argv[1:])
+  File "{SITE}/transformers/utils/hub.py", line 479, in cached_files
+    raise EnvironmentError(
+OSError: org/NoSuchModel is not a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'
+"""
+
+
+def test_an_error_about_the_model_does_not_blame_a_choice_named_model() -> None:
+    """``--sampling-defaults model`` (the checkpoint's own generation config) is no implementation an error
+    about the model's files names: a wrong model id implicates no sampling choice."""
+    from agent.planning.generators import GeneratorInput
+    from agent.planning.generators.component import ImplicatedComponentGenerator
+
+    raw = RawEvidence.from_log("e", NO_SUCH_MODEL, _sglang_signatures(), "x.log")
+    out = classify_outcome(raw.model_copy(update={"status": "crashed"}))
+    case = Case.model_validate({"name": "c", "model": {"path": "org/NoSuchModel"}})
+    inp = GeneratorInput(case=case, baseline=case.baseline, reference=out, fingerprint=GPU_HOST, flags=FLAGS)
+    ids = {c.id for c in ImplicatedComponentGenerator().generate(inp)}
+    assert "component:--sampling-defaults" not in ids, ids

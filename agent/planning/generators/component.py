@@ -62,8 +62,10 @@ _KERNEL_SYMPTOMS = frozenset({"nan_inf", "garbage_output", "accuracy_drop", "ill
                               "unsupported_arch", "crash_at_decode"})
 #: Facts whose keys name an implementation choice (SGLang ServerArgs dests of backend / dtype flags).
 _CHOICE_FACT_SUFFIXES = ("_backend", "kv_cache_dtype")
-#: Values that name no implementation (a flag left to SGLang, or a switch), never "named by the error".
-_NO_IMPLEMENTATION = frozenset({"auto", "none", "null", "default", "true", "false", "off", "on", "all"})
+#: Values that name no implementation (a flag left to SGLang, or a switch), never "named by the error"; nor
+#: does "model" (``--sampling-defaults model``: the checkpoint's own generation config), a word every error
+#: about the model's files uses.
+_NO_IMPLEMENTATION = frozenset({"auto", "none", "null", "default", "true", "false", "off", "on", "all", "model"})
 
 
 @functools.lru_cache(maxsize=4096)
