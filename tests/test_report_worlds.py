@@ -5,8 +5,9 @@ all of them. Pure checks (``plan_launch`` and the memory plan), so a world whose
 its rules do not honour fails here before any planner is measured on it. Faults that fire only under load
 or on some launches are counted as present: ``plan_launch`` cannot see a batch size or a draw, so they are
 checked by their conditions on the configuration, with a large batch, a request sent after the ready line
-(``serving_s``, as every request after the server's warm-up is) and the request lengths the case's
-``[reproduce]`` reports. A fault on the memory model (``mem.*``) sees what the server's memory keys hold when
+(``serving_s``, as every request after the server's warm-up is) and the request lengths and shared prefix
+the case's ``[reproduce]`` reports (that prefix is cached on the requests after the first, as the lab's
+radix cache counts it: ``_cached``). A fault on the memory model (``mem.*``) sees what the server's memory keys hold when
 its phase fires, from the same memory plan (``_memory_seen``)."""
 
 from __future__ import annotations
@@ -61,9 +62,23 @@ def _requests(case_path: Path) -> dict[str, Any]:
     no radix hit), or a short question: faults on long prompts or outputs are present when the case's
     traffic has them."""
     shape = load_case(str(case_path)).reproduce
-    prompt = shape.prompt_tokens or 32
+    shared = shape.shared_prefix_tokens or 0
+    prompt = shape.prompt_tokens or shared + 32
     output = shape.output_tokens or 16
-    return {"req.prompt_tokens": prompt, "req.output_tokens": output, "req.max_new_tokens": output, "req.cached_tokens": 0}
+    return {
+        "req.prompt_tokens": prompt, "req.output_tokens": output, "req.max_new_tokens": output,
+        "req.cached_tokens": shared,
+    }
+
+
+def _cached(requests: dict[str, Any], args: dict[str, Any]) -> int:
+    """The cached tokens a request after the first sees, as lab/generation.py counts them: the shared
+    prefix, none with the radix cache off, below the prompt's length, in whole pages (``--page-size``)."""
+    if args.get("disable_radix_cache"):
+        return 0
+    cached = min(int(requests.get("req.cached_tokens", 0)), int(requests.get("req.prompt_tokens", 1)) - 1)
+    page = max(1, int(args.get("page_size") or 1))
+    return max(0, cached - cached % page)
 FATAL = (
     "launch_error", "load_error", "capture_error", "hang", "crash_at_first_decode", "wrong_output", "scheduler_dead",
     "signal_death", "degrade_accuracy",
@@ -80,8 +95,10 @@ def _fails(world: World, argv: list[str], env: dict[str, str], requests: dict[st
     except SystemExit:  # argparse refused the command line (exit 2): the launch fails at once
         return True
     res, ctx = resolve(world, args, user, env)
-    ctx.extra.update(running_requests=LOAD, sampled=True, serving_s=SERVING_S, **requests)
     effective = dict(res.args)
+    ctx.extra.update(running_requests=LOAD, sampled=True, serving_s=SERVING_S, **requests)
+    if requests:
+        ctx.extra["req.cached_tokens"] = _cached(requests, effective)
     # SGLang 0.5.23 turns the decode graphs off with --disable-decode-cuda-graph or
     # --cuda-graph-backend-decode disabled as well as the deprecated --disable-cuda-graph; the lab's
     # server and memory plan read only the latter's dest, so the check folds the others into it.
@@ -265,3 +282,28 @@ def test_check_sees_the_memory_the_server_sees(
     argv = ["--model-path", "Qwen/Qwen3-8B", *flags]
     assert _server_fails(path, argv, tmp_path) is fails
     assert _fails(load_world(str(path)), argv, {}, {}) is fails
+
+
+#: A world whose one fault fires on a request that reuses a cached prefix (the radix cache's hit).
+PREFIX_WORLD = SLACK_WORLD.replace('at = "{at}"\nprogress = {progress}\nwhen = {{ expr = "mem.avail_gb < 8" }}', (
+    'at = "first_decode"\nwhen = {{ "req.cached_tokens" = {{ ge = 1 }} }}'
+)).replace("short-of-slack", "prefix-hit")
+
+
+@pytest.mark.parametrize(
+    ("reproduce", "flags", "fails"),
+    [
+        ("shared_prefix_tokens = 400", [], True),
+        ("shared_prefix_tokens = 400", ["--disable-radix-cache"], False),  # nothing is cached
+        ("prompt_tokens = 100", [], False),  # no shared prefix: every prompt is new
+    ],
+)
+def test_check_sees_the_prefix_the_case_shares(reproduce: str, flags: list[str], fails: bool, tmp_path: Path) -> None:
+    world = tmp_path / "world.toml"
+    world.write_text(PREFIX_WORLD.format(effect="wrong_output"))
+    case = tmp_path / "case.toml"
+    case.write_text(
+        f'name = "prefix"\n[model]\npath = "Qwen/Qwen3-8B"\n[baseline]\nflags = {{}}\n[reproduce]\n{reproduce}\n'
+    )
+    argv = ["--model-path", "Qwen/Qwen3-8B", *flags]
+    assert _fails(load_world(str(world)), argv, {}, _requests(case)) is fails
