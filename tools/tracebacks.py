@@ -252,11 +252,18 @@ def exception_of(lines: Iterable[tuple[int, str]], start: int) -> tuple[int, str
     for tb in tracebacks:
         if tb.start_line <= current.log_line or not tb.exception_line:
             continue
-        between = [_without_repeated_header(text.get(n, "\0")).strip() for n in range(current.log_line + 1, tb.start_line)]
-        if not any(_CHAIN.match(b) for b in between) or not all(not b or _CHAIN.match(b) for b in between):
+        if not _chained(text, current, tb):
             break  # not a chained exception: another failure, after this one
         current = tb
     return current.log_line, current.exception_line
+
+
+def _chained(text: dict[int, str], cause: Traceback, tb: Traceback) -> bool:
+    """Whether the lines between ``cause``'s exception line and ``tb``'s header (``text``: the log's lines by
+    number, a line not kept absent) are CPython's chain lines and blanks only, one chain line at least: ``tb``
+    was raised while handling ``cause``."""
+    between = [_without_repeated_header(text.get(n, "\0")).strip() for n in range(cause.log_line + 1, tb.start_line)]
+    return any(_CHAIN.match(b) for b in between) and all(not b or _CHAIN.match(b) for b in between)
 
 
 def chained_to_cause(tracebacks: list[Traceback], text: dict[int, str]) -> list[Traceback]:
@@ -270,10 +277,7 @@ def chained_to_cause(tracebacks: list[Traceback], text: dict[int, str]) -> list[
     out: list[Traceback] = []
     group: list[Traceback] = []
     for tb in tracebacks:
-        prev = group[-1] if group else None
-        between = ([_without_repeated_header(text.get(n, "\0")).strip() for n in range(prev.log_line + 1, tb.start_line)]
-                   if prev is not None else [])
-        if prev is not None and any(_CHAIN.match(b) for b in between) and all(not b or _CHAIN.match(b) for b in between):
+        if group and _chained(text, group[-1], tb):
             group.append(tb)
             continue
         out += reversed(group)

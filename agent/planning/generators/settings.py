@@ -322,9 +322,9 @@ class _Implication:
         self.frame_words = _frame_words(inp)
         self.frame_stems = stems(" ".join(sorted(self.frame_words)))
         self.frame_pairs = _frame_pairs(inp)
-        # (a line that tells which way to move a setting is a remedy, read as one, not the failure's statement)
-        stating = [ll for ll in failing_lines(inp.evidence) if not _MOVES.search(ll.text)]
         failing = failing_lines(inp.evidence)
+        # (a line that tells which way to move a setting is a remedy, read as one, not the failure's statement)
+        stating = [ll for ll in failing if not _MOVES.search(ll.text)]
         #: the words of the lines that state the failure (its error, a native message before an abort)
         self.failing_words: set[str] = set().union(*(name_words(ll.text) for ll in stating))
         self.failing_text = " ".join(ll.text for ll in stating)
