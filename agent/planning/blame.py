@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.domain.case import Case
-from agent.domain.models import Conclusion, Experiment, Outcome, RelevantFinding
+from agent.domain.models import STAGE_ORDER, Conclusion, Experiment, Outcome, RelevantFinding
 from agent.planning.evidence_packages import (
     Library,
     died_in,
@@ -384,13 +384,17 @@ def _joined(reason: str, extra: str) -> str:
 def implicated_of(experiments: dict[str, Experiment], outcomes: dict[str, Outcome]) -> dict[str, Any] | None:
     """What a run that found no fix blames: the component (the innermost SGLang module of the last
     failure's traceback) and the third-party package in its frames, with the exception line as
-    evidence; None when nothing failed (a failure that did not reproduce blames nothing)."""
+    evidence; None when nothing failed (a failure that did not reproduce blames nothing). The failure read
+    is the last of those that got furthest (``STAGE_ORDER``): a test whose own change failed earlier (a
+    kernel backend refused at start-up) shows what that change broke, not the failure the run chased."""
     from agent.planning.generators.evidence import failure_evidence
 
     failing = [outcomes[e.id] for e in experiments.values()
                if e.id in outcomes and outcomes[e.id].stage not in ("ok", "infra_error")]
     if not failing:
         return None
+    furthest = max(STAGE_ORDER[o.stage] for o in failing)
+    failing = [o for o in failing if STAGE_ORDER[o.stage] == furthest]
     ev = failure_evidence(failing[-1])
     frames = [f for tb in reversed(ev.tracebacks) for f in tb.frames]
     sglang = next((f for f in frames if f.package == "sglang" and f.module), None)

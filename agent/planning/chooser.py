@@ -2,10 +2,9 @@
 change with the best probability of fixing the symptom per host-second (a workaround scores less, so
 root-cause fixes are tested first), a root-cause alternative after a workaround fixed it, the
 confirmation run of the best fix, or repeats of a baseline that served although a failure was reported
-(bursts of concurrent requests, then plain repeats); else the reason to conclude.
-
-The ratio rule (P(fix) / cost) is the classic rule for sequential search: it minimises the expected cost of
-finding the fix when tests are independent."""
+(bursts of concurrent requests, then plain repeats); else the reason to conclude. The ratio rule (P(fix) /
+cost) is the classic rule for sequential search: it minimises the expected cost of finding the fix when
+tests are independent."""
 
 from __future__ import annotations
 
@@ -31,6 +30,7 @@ from agent.planning.intent import (
     intent_alternatives,
     keeping_intent,
     narrower_keys,
+    ranked,
     remedy_before_drops,
     spent_after_fix,
 )
@@ -437,7 +437,7 @@ class Chooser(FlagMatcher):
         first = next((t for t in scored if localiser_of(t[2]) is not None), None)
         if first is not None:
             return self._test(state, baseline, first, cost, ref.facts, _localise_first(first[2]), considered)
-        scored.sort(key=lambda t: (t[0], bool(t[4]) and not str(t[4]).startswith("fallback"), t[1]), reverse=True)
+        scored = ranked(scored, state.hypotheses)
         best_p = possible_share(max(t[3] for t in scored), view, ref, state.hypotheses,
                                 lambda h: any(self.prediction(h, t[2], ref.facts) != "persists" for t in scored))
         if best_p < tunables().choice.min_test_p and tested_any(view):

@@ -8,6 +8,7 @@ recorded run (``agent.review.redecide``) compares it with the recorded one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ from agent.planning.observations import (
     timeout_control,
 )
 from agent.planning.own_tuning import tuning_verdict
+from agent.planning.required import required_by_error
 from agent.planning.served import OnHost, host_refusals, run_platform, served_settings, user_keeps
 from agent.planning.values import ValueEvidence, derive, ran_out_of_memory
 from agent.planning.view import COST_ORDER
@@ -79,7 +81,7 @@ def conclusion_of(state: RunState, flags: FlagCatalog | None = None) -> Conclusi
     keeps = user_keeps(case, flags, outcomes.values())
     deployment = _changes_deployment(fix_exp, case, (state.get("fingerprint") or {}).get("checkpoint") or {},
                                      OnHost(run_platform(state.get("fingerprint"), fix_exp.config()),
-                                            host_refusals(outcomes.values())), keeps, flags)
+                                            host_refusals(outcomes.values())), keeps, flags, outcomes.values())
     if deployment:
         return blamed(workaround_only(base, reason, untested, (fix_exp, confirm), (experiments, outcomes),
                                       case.baseline, implicated_of(experiments, outcomes),
@@ -277,10 +279,13 @@ def _isolated(
 
 
 def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, str],
-                        platform: str | OnHost | None, keeps: set[str], flags: FlagCatalog | None = None) -> str | None:
+                        platform: str | OnHost | None, keeps: set[str], flags: FlagCatalog | None = None,
+                        refused: Iterable[Outcome] = ()) -> str | None:
     """The setting the fix (or a blocker adopted on the way to it) changed that defines what is served
     (knowledge/served.toml) or that the user needs (``keeps``: the case's intent, ``user_keeps``), as
-    ``NAME before → after``; else None."""
+    ``NAME before → after``; else None. A change a failed launch among ``refused`` states as required
+    (``agent.planning.required``) is what the engine asks for, not counted."""
+    refused = list(refused)
     served = served_settings()
     original = case.baseline
     changes = [fix_exp.change] if fix_exp.change else []
@@ -288,6 +293,8 @@ def _changes_deployment(fix_exp: Experiment, case: Case, checkpoint: dict[str, s
     for ch in changes:
         if ch is None or spelt_right(original, ch, flags):
             continue  # the flag a misspelt one of the user's meant, at the user's value: what they asked for
+        if required_by_error(ch, refused):
+            continue  # the engine refused the user's combination without it: what the engine asks for
         if served.changes_deployment(ch.kind, ch.name, ch.after, keeps=keeps, checkpoint=checkpoint,
                                      before=ch.before, platform=platform) or removes_budget_on_purpose(case, ch.kind, ch.name, ch.after):
             return ch.name

@@ -15,6 +15,7 @@ from agent.planning.intent import drops_feature, feature_suspects
 from agent.planning.observations import config_key, sibling_passes
 from agent.planning.own_revert import own_reverts_for
 from agent.planning.own_tuning import tuning_tests
+from agent.planning.required import required_by_error
 from agent.planning.served import OnHost, run_platform, served_settings, user_keeps
 from agent.planning.switches import broad_switch
 from agent.planning.view import COST_ORDER, Fix, HistoryPass, HistoryState
@@ -138,7 +139,7 @@ class FixKeeper:
         st = hp.state
         if st.failing_baseline is None or config_key(st.failing_baseline) != config_key(exp.baseline):
             st.failing_baseline, st.failing_reference, st.fixes = exp.baseline, ref, []
-        workaround, cost = self._fix_kind(hp, change, ref.facts)
+        workaround, cost = self._fix_kind(hp, change, ref)
         before = st.best_fix
         around = not (st.flaky or st.intermittent) and bool(
             own_reverts_for(hp.view.case.baseline, exp.baseline, change, hp.ledger.values(), self.book.flags,
@@ -167,10 +168,14 @@ class FixKeeper:
         return [h for h in hyps if self.book.prediction(h, change, facts) != "persists"]
 
     def _fix_kind(
-        self, hp: HistoryPass, change: Change, facts: dict[str, str]
+        self, hp: HistoryPass, change: Change, ref: Outcome
     ) -> tuple[bool, Literal["none", "low", "medium", "high"]]:
-        """Whether a change is a workaround and its performance cost, from the interventions it matches."""
-        view = hp.view
+        """Whether a change is a workaround and its performance cost, from the interventions it matches. A
+        change the failing ``ref``'s error states as required (``agent.planning.required``) is no workaround:
+        the engine refused the user's combination without it."""
+        view, facts = hp.view, ref.facts
+        if required_by_error(change, [ref]):
+            return False, "low"
         checkpoint = view.fingerprint.checkpoint if view.fingerprint else {}
         platform = run_platform(view.fingerprint, hp.state.baseline)
         if served_settings().changes_deployment(change.kind, change.name, change.after, self.book.flags,

@@ -31,7 +31,8 @@ from agent.planning.view import HistoryState, PlannerView
 from tools.flags import FlagCatalog
 
 __all__ = ["INTENT_LAUNCHES", "dropped_feature", "drops_feature", "feature_suspects", "feature_reverts", "inside_broad", "intent_alternatives",
-           "as_narrower", "keeping_intent", "narrower_keys", "remedy_before_drops", "spent_after_fix"]
+           "as_narrower", "keeping_intent", "narrower_keys", "ranked", "remedy_before_drops",
+           "spent_after_fix", "switches_off"]
 
 #: Launches spent, after a workaround served, on each kind of change of this module.
 INTENT_LAUNCHES = 2
@@ -218,5 +219,34 @@ def remedy_before_drops(view: PlannerView, scored: list[tuple[Any, ...]], hypoth
                for iv in h.interventions for n in iv.names}
     if not any((t[2].kind, t[2].name) in advised for t in scored):
         return scored
-    kept = [t for t in scored if drops_feature(view.case.baseline, t[2], flags) is None]
+    kept = [t for t in scored if drops_feature(view.case.baseline, t[2], flags) is None
+            and not switches_off(view.case.baseline, t[2], flags)]
     return kept or scored
+
+
+def ranked(scored: list[tuple[Any, ...]], hypotheses: Iterable[Hypothesis]) -> list[tuple[Any, ...]]:
+    """``scored`` (the chooser's ``(score, -order, change, p_fix, how)`` tuples) best first: by score; at
+    equal score, a change to a value an open ``remedy:`` hypothesis proposes (the failing log names it, "use
+    --speculative-eagle-topk 1") before another (a revert of the same setting to the engine's default),
+    then a value derived from the evidence before a literal or fallback one, then the earlier candidate."""
+    named = {Change(kind=iv.kind, name=n, before=None, after=v).key()
+             for h in hypotheses if h.status == "open" and h.id.startswith("remedy:")
+             for iv in h.interventions for n in iv.names for v in iv.values if v is not None}
+    return sorted(scored, key=lambda t: (t[0], t[2].key() in named,
+                                         bool(t[4]) and not str(t[4]).startswith("fallback"), t[1]), reverse=True)
+
+
+def switches_off(case_baseline: Baseline, change: Change, flags: FlagCatalog | None) -> bool:
+    """Whether ``change`` turns off a feature the case's own baseline switched on with a boolean
+    ``--enable-X`` (set to true; removed or set false by ``change``), a switch the host's ``--help`` does
+    not call deprecated. SGLang's ``server_args.py`` names its opt-in features so (``--enable-hisparse``,
+    ``--enable-dp-attention``): the user turned the feature on for what it gives, so dropping it gives
+    that up, whatever knowledge/subsystems.toml knows of the feature."""
+    if change.kind != "flag" or not (same_value(change.after, None) or same_value(change.after, False)):
+        return False
+    if case_baseline.value("flag", change.name) is not True:
+        return False
+    spec = flags.lookup(change.name) if flags is not None else None
+    if spec is not None and (spec.deprecated or spec.takes_value):
+        return False
+    return any(o.startswith("--enable-") for o in (spec.option_strings if spec is not None else [change.name]))

@@ -5,15 +5,16 @@ past blockers on the way to it, a change the ledger calls a workaround, and a br
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agent.domain.models import Baseline, Change, Conclusion, Experiment, Hypothesis, Outcome, value_key
 from agent.planning.in_play import Subsystem, load_subsystems, subsystems_of_frame
+from agent.planning.required import required_by_error
 from agent.planning.switches import Broad, broad_switch, load_switches
 
-__all__ = ["blockers", "drop_beside_implicated", "exhausted", "is_workaround", "narrowest_words", "workaround_only",
-           "workaround_verdict"]
+__all__ = ["blockers", "drop_beside_implicated", "exhausted", "is_workaround", "narrowest_words",
+           "workaround_only", "workaround_verdict"]
 
 _OFF = frozenset({"false", "none", "0", "off", ""})
 
@@ -40,10 +41,13 @@ def blocker_changes(original: Baseline, fix_exp: Experiment) -> list[Change]:
     return [Change.model_validate({k: v for k, v in b.items() if k != "change"}) for b in blockers(original, fix_exp)]
 
 
-def broad_blocker(original: Baseline, fix_exp: Experiment) -> bool:
+def broad_blocker(original: Baseline, fix_exp: Experiment, outcomes: Iterable[Outcome] = ()) -> bool:
     """Whether a change adopted past a blocker on the way to the fix (``blockers``) is a broad switch-off
-    (knowledge/switches.toml ``[[broad]]``): the fix then stands on a workaround, whatever it is itself."""
-    return any(broad_switch(ch) is not None for ch in blocker_changes(original, fix_exp))
+    (knowledge/switches.toml ``[[broad]]``) that no failed launch among ``outcomes`` stated as required
+    (``required_by_error``): the fix then stands on a workaround, whatever it is itself."""
+    seen = list(outcomes)
+    return any(broad_switch(ch) is not None and not required_by_error(ch, seen)
+               for ch in blocker_changes(original, fix_exp))
 
 
 def exhausted(broad: Broad, fix_exp: Experiment, experiments: Mapping[str, Experiment],
@@ -84,19 +88,20 @@ def narrowest_words(broad: Broad, failed: list[Experiment]) -> str:
 
 
 def is_workaround(fix_exp: Experiment, original: Baseline, hyps: list[Hypothesis],
-                  narrowest: bool = False) -> bool:
+                  narrowest: bool = False, outcomes: Iterable[Outcome] = ()) -> bool:
     """Whether the fix is a workaround: the ledger calls it one (an intervention making it says so, as
     the planner ranks fixes, ``agent.planning.confirm.FixKeeper._fix_kind``), or it or a blocker adopted
     on the way to it is a broad switch-off (knowledge/switches.toml ``[[broad]]``: a whole subsystem or
     kernel library off avoids the blocker without naming it, issue 20 points 3 and 5). ``narrowest``: the
     fix is a broad switch-off every implementation inside which failed (``exhausted``): the fix itself is
     then no workaround, whatever an intervention says of the switch-off (a blocker adopted on the way
-    still is)."""
+    still is). A switch-off a failed launch among ``outcomes`` stated as required (``required_by_error``)
+    is no workaround, as fix or as blocker."""
     change = fix_exp.change
     assert change is not None
-    if broad_blocker(original, fix_exp):
+    if broad_blocker(original, fix_exp, outcomes):
         return True
-    if broad_switch(change) is not None:
+    if broad_switch(change) is not None and not required_by_error(change, outcomes):
         return not narrowest  # what made it a workaround (a narrower change may exist) is settled either way
     key = value_key(change.after)
     for h in hyps:
@@ -175,11 +180,11 @@ def workaround_verdict(
     if beside is not None:
         return True, (f"the failure it avoided implicates the user's {beside}: the two together fail, and "
                       "dropping the feature avoids that without a fix of it")
-    if tuned is not None and not broad_blocker(original, fix_exp):
+    if tuned is not None and not broad_blocker(original, fix_exp, outcomes.values()):
         return tuned
     broad = broad_switch(fix_exp.change) if fix_exp.change else None
     narrowed = exhausted(broad, fix_exp, experiments, outcomes, platform) if broad else []
-    if is_workaround(fix_exp, original, hyps, narrowest=bool(narrowed)):
+    if is_workaround(fix_exp, original, hyps, narrowest=bool(narrowed), outcomes=list(outcomes.values())):
         return True, ""
     return False, narrowest_words(broad, narrowed) if broad is not None and narrowed else ""
 

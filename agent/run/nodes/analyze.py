@@ -163,9 +163,10 @@ def _stage(evidence: RawEvidence, matches: list[SignatureMatch]) -> Stage:
         return "timeout"
     if not ready:
         # A launch-stage error after loading began (a ValueError raised while sizing the KV pool) is a
-        # load failure: the arguments were accepted.
+        # load failure: the arguments were accepted. Any error before loading began is a launch failure,
+        # whatever its exception's class (an AssertionError and a ValueError of the same argument check).
         loading = any(m.kind == "progress" and m.stage in ("load", "capture") for m in matches)
-        launch_failed = ("launch" in stages and not loading) or (not stages and evidence.exit_code == 2)
+        launch_failed = (bool(stages) and not loading) or (not stages and evidence.exit_code == 2)
         return "launch_failed" if launch_failed else "load_failed"
     if any(p.status in ("connection_error", "http_error", "timeout") for p in probes) or "fatal" in kinds:
         return "request_failed"
