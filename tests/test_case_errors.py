@@ -107,6 +107,25 @@ def test_a_case_file_that_is_not_text_is_one_line(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("text", ["", "# nothing yet\n"])
+def test_an_empty_case_file_is_called_empty(tmp_path: Path, text: str) -> None:
+    p = _case(tmp_path, text)
+    r = run_cli(tmp_path, "run", str(p), "--auto")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: {p}: the case file is empty (expected at least name, [model] path and [baseline])"
+    ]
+
+
+def test_a_transcript_dir_that_is_a_file_is_one_line_and_leaves_no_run(tmp_path: Path) -> None:
+    p = _case(tmp_path, GOOD + "[baseline]\nflags = {}\n")
+    (tmp_path / "out").write_text("not a folder")
+    r = run_cli(tmp_path, "run", str(p), "--auto", "--transcript-dir", "out")
+    assert r.returncode != 0 and r.stderr.strip().splitlines()[-1] == (
+        "error: --transcript-dir out: cannot write the transcript: a file, expected a folder"), r.stderr
+    assert (tmp_path / "out").read_text() == "not a folder"
+    assert "no runs" in run_cli(tmp_path, "runs").stdout.lower()
+
+
 @pytest.mark.parametrize("command", ["flags", "doctor"])
 def test_an_empty_launcher_is_one_line(tmp_path: Path, command: str) -> None:
     r = run_cli(tmp_path, command, "--host", "local", "--launcher", "  ")

@@ -226,7 +226,8 @@ def run_case(options: RunOptions) -> None:
     except OSError as exc:
         store.__exit__(None, None, None)
         lock.release()
-        fail(f"{options.transcript_dir}: cannot write the transcript: {exc.strerror}")
+        why = "a file, expected a folder" if options.transcript_dir.is_file() else exc.strerror
+        fail(f"--transcript-dir {options.transcript_dir}: cannot write the transcript: {why}")
     JsonResult.run_id = run_id  # the run exists from here: an error before it names none (README: null)
     session = _session(options, tr, tpath, sdir)
     result: dict[str, Any] = {}

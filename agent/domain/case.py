@@ -403,6 +403,8 @@ def load_case(ref: str, *, host_target: str | None = None) -> Case:
         raise CaseError(f"{path}: not a text file (expected a TOML case file in UTF-8)") from None
     except OSError as exc:
         raise CaseError(f"{path}: cannot read: {exc.strerror}") from None
+    if not data:
+        raise CaseError(f"{path}: the case file is empty (expected at least name, [model] path and [baseline])")
     data["source_path"] = str(path)
     data["list_flags"] = _list_flags(data.get("baseline"))
     if host_target is not None:
