@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from clirun import run_world
 from planner_steps import SGLANG_0_5_23_FLAGS, baseline_failed_with, under_catalog
+from sglang_logs import capture_failed
 from test_localise import H200, MI300X
 
 from agent.planning.generators.switches import SWITCH_PREFIX
@@ -56,22 +57,7 @@ def capture_failure(caller: str) -> str:
     return func(*args, **kwargs)
   File "{SITE}/torch/_ops.py", line 1243, in __call__
     return self._op(*args, **kwargs)
-{ERROR}
-
-During handling of the above exception, another exception occurred:
-
-Traceback (most recent call last):
-  File "{SITE}/sglang/srt/managers/scheduler.py", line 6362, in run_scheduler_process
-    scheduler = Scheduler(server_args, port_args)
-  File "{SITE}/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py", line 602, in __init__
-    raise Exception(
-Exception: Capture cuda graph failed: {ERROR.split(": ", 1)[1]}
-Possible solutions:
-1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)
-2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)
-3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. (Not recommended. Huge performance loss)
-Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose
-[2026-12-05 10:02:01] Received sigquit from a child process. It usually means the child failed.
+{capture_failed(ERROR, SITE)}[2026-12-05 10:02:01] Received sigquit from a child process. It usually means the child failed.
 """
 
 
