@@ -328,6 +328,34 @@ def test_a_flag_that_takes_json_accepts_a_json_object_kept_as_spelled(sglang: Fl
         sglang.validate("--model-path", '{"a": 1}')
 
 
+def test_a_help_that_names_a_json_file_or_choice_does_not_make_its_flag_take_json() -> None:
+    """A help that says where a default is read from ("the tokenizer's vocab.json") or that offers ``json``
+    as one of its choices does not make the flag a JSON-taking one: its plain values are accepted as the
+    launcher would accept them, and a flag whose help says it takes JSON still takes only JSON."""
+    help_text = textwrap.dedent("""\
+        usage: serve.py [-h] [--vocab-source VOCAB_SOURCE] [--trace-format {plain,json}] [--extra EXTRA]
+
+        options:
+          -h, --help            show this help message and exit
+          --vocab-source VOCAB_SOURCE
+                                Where the vocabulary comes from; by default the
+                                tokenizer's vocab.json.
+          --trace-format {plain,json}
+                                How traces are written: 'plain' or 'json' (one
+                                object per line).
+          --extra EXTRA         Extra settings as a JSON string.
+        """)
+    flags = parse_help(help_text, source="made-up help")
+    assert flags.validate("--vocab-source", "hub") == ("--vocab-source", "hub")
+    assert flags.validate("--trace-format", "plain") == ("--trace-format", "plain")
+    assert flags.validate("--trace-format", "json") == ("--trace-format", "json")
+    with pytest.raises(InvalidFlagValueError, match="is not one of plain, json"):
+        flags.validate("--trace-format", "yaml")
+    assert flags.validate("--extra", '{"a":1}') == ("--extra", '{"a": 1}')
+    with pytest.raises(InvalidFlagValueError, match="not a one-line JSON object or array"):
+        flags.validate("--extra", "hub")
+
+
 def test_parses_and_normalises_numbers(sglang: FlagCatalog) -> None:
     assert sglang.validate("--tp", 8) == ("--tensor-parallel-size", "8")
     assert sglang.validate("--tp", "08") == ("--tensor-parallel-size", "8")

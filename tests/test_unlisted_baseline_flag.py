@@ -75,3 +75,18 @@ def test_a_misspelt_flag_is_set_right_with_the_users_value_after_its_removal(tmp
     assert [(c["name"], c["after"]) for c in tested[:2]] == [("--tp-sise", None), ("--tensor-parallel-size", "8")], tested
     assert result["status"] == "isolated", result
     assert result["root_cause"]["fix"]["name"] == "--kv-cache-dtype", result["root_cause"]
+
+
+def test_a_baseline_flag_that_is_an_ambiguous_prefix_is_launched_as_written(tmp_path: Path) -> None:
+    """A launch script's ``--schedule lpm`` where the host's --help has several options starting so (argparse:
+    "ambiguous option"): like an unlisted flag it is the user's own command, launched as written with a
+    warning naming the options it could match, not refused before any launch."""
+    flags = 'flags = { "--tp-size" = 4, "--schedule" = "lpm", "--mem-fraction-static" = 0.9 }'
+    case = lab_case(tmp_path / "case.toml", WORLD, model=MODEL, baseline=flags, budget="experiments = 10")
+    result, events = run_auto(tmp_path, case, HYPOLOOP_LAB_TIME_SCALE="0.004")
+    warnings = [e["data"]["message"] for e in events if e["type"] == "case.warning"]
+    assert any("--schedule: ambiguous option" in w and "launched as written" in w for w in warnings), warnings
+    first = next(e for e in events if e["type"] == "tool.call" and e["data"].get("tool") == "launch_server")
+    argv = first["data"]["argv"]
+    assert argv[argv.index("--schedule") + 1] == "lpm", argv  # the user's own command line, as written
+    assert result["status"] != "error" and result["launches"] >= 1, result

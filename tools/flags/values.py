@@ -57,15 +57,17 @@ def value_text(spec: FlagSpec, value: str | int | float) -> str:
     return str(value)
 
 
-# "JSON" in a name or help, but not "Path to the JSON file ..." (--quantization-param-path).
-_JSON_WORD_RE = re.compile(r"\bjson\b(?![\s-]+files?\b)", re.IGNORECASE)
+# "JSON" in a name or help, but not "Path to the JSON file ..." (--quantization-param-path) nor a file name
+# such as "read from the model's config.json" (a help that says where a default comes from).
+_JSON_WORD_RE = re.compile(r"(?<!\.)\bjson\b(?![\s-]+files?\b)", re.IGNORECASE)
 
 
 def takes_json(spec: FlagSpec) -> bool:
     """Whether a value flag takes JSON: its name or help says so (SGLang's ``--json-model-override-args``:
     "A dictionary in JSON string format ..."), or its default is an empty JSON object or array
-    (``--model-loader-extra-config``, default ``{}``)."""
-    if spec.value_type != "str":
+    (``--model-loader-extra-config``, default ``{}``). A flag with choices takes one of them, never JSON
+    (``--log-requests-format {text,json}``)."""
+    if spec.value_type != "str" or spec.choices:
         return False
     return spec.default in ("{}", "[]") or bool(
         _JSON_WORD_RE.search(f"{spec.name.replace('-', ' ')} {spec.help}")

@@ -37,7 +37,7 @@ from agent.run.runtime import Runtime
 from agent.run.state import RunState, case_of, seed_state
 from tools.engines import model_flags
 from tools.fingerprint import HostFingerprint, fingerprint, port_holder
-from tools.flags import FlagCatalog, FlagError, FlagSpec, FlagValue, UnknownFlagError
+from tools.flags import AmbiguousFlagError, FlagCatalog, FlagError, FlagSpec, FlagValue, UnknownFlagError
 from tools.flags.values import checked_value
 from tools.host import TIME_SCALE_ENV, Host, HostError, TimeScaleError, expand_argv
 from tools.knowledge import KnowledgeError, read_findings, relevance
@@ -161,15 +161,16 @@ def _probe_host(rt: Runtime, case: Case, *, host_option: str | None) -> tuple[Ho
 
 def not_in_catalog(case: Case, flags: FlagCatalog) -> list[str]:
     """Why each baseline flag kept as written is no option of the host's ``--help`` (one line each, with
-    the catalog's nearest spelling when it has one)."""
+    the catalog's nearest spelling when it has one, or the options an ambiguous prefix could match)."""
     return [why for n in case.baseline.flags if _LONG_FLAG.fullmatch(n) and (why := _unknown(flags, n))]
 
 
 def _unknown(flags: FlagCatalog, name: str) -> str:
-    """The catalog's one-line refusal of ``name`` as an unknown flag, or "" (known, or refused otherwise)."""
+    """The catalog's one-line refusal of ``name`` as an unknown flag or an ambiguous prefix (the host's
+    argparse refuses both at once), or "" (known, or refused otherwise)."""
     try:
         flags.resolve(name)
-    except UnknownFlagError as exc:
+    except (UnknownFlagError, AmbiguousFlagError) as exc:
         return str(exc)
     except FlagError:
         return ""
@@ -179,11 +180,11 @@ def _unknown(flags: FlagCatalog, name: str) -> str:
 def checked_baseline(case: Case, flags: FlagCatalog) -> Baseline:
     """The case's baseline with each flag canonical and its value normalised by the host's catalog.
 
-    A ``--long-name`` the host's ``--help`` does not list is kept as written (its value checked like any
-    text value): a launch script carried over from another release is a case to debug, and the host's own
-    refusal of it is the evidence. Raises FlagError (one line) for an illegal value of a known flag, a
-    list where the flag takes one value, or one flag given in two spellings (``--tp-size`` and
-    ``--tensor-parallel-size``: aliases by its --help).
+    A ``--long-name`` the host's ``--help`` does not list, or lists only as the prefix of several options,
+    is kept as written (its value checked like any text value): a launch script carried over from another
+    release is a case to debug, and the host's own refusal of it is the evidence. Raises FlagError (one
+    line) for an illegal value of a known flag, a list where the flag takes one value, or one flag given in
+    two spellings (``--tp-size`` and ``--tensor-parallel-size``: aliases by its --help).
     """
     baseline = Baseline(env=dict(case.baseline.env))
     spelled: dict[str, str] = {}
