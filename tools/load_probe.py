@@ -22,6 +22,7 @@ from tools.load_shapes import (
     shaped_prompt,
     shared_prefix,
 )
+from tools.tls import http_client
 
 #: A probe and its result (tools.probes.Probe / ProbeResult). This module cannot import tools.probes,
 #: which sends shaped probes through it, so the probe module's judging comes in as `Judging`.
@@ -72,7 +73,7 @@ def run_shaped(
     # one connection per request in flight (httpx keeps 20 alive by default: a burst of 128 would close and
     # reopen connections under its own requests)
     limits = httpx.Limits(max_connections=probe.concurrency, max_keepalive_connections=probe.concurrency)
-    with httpx.Client(timeout=timeout_s, trust_env=False, headers=judging.auth(api_key), limits=limits) as client:
+    with http_client(timeout=timeout_s, headers=judging.auth(api_key), limits=limits) as client:
         send = _Sender(base, probe, client, traffic, api, model, shared, judging)
         send.vllm_style = generate_api == "completions"
         if shared is not None:  # the prefix is computed (and cached) before the others reuse it
@@ -122,7 +123,7 @@ class _Sender:
         except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
             with self.traffic.lock:
                 self.traffic.resent += 1
-            with httpx.Client(timeout=self.client.timeout, trust_env=False, headers=self.client.headers) as fresh:
+            with http_client(timeout=self.client.timeout, headers=self.client.headers) as fresh:
                 return fresh.post(self.base + path, json=body)
 
     def one(self, max_tokens: int) -> ProbeResult:

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from tools.load_probe import run_shaped
 from tools.load_shapes import LoadShape
+from tools.tls import http_client, tls_context
 
 ProbeStatus = Literal[
     "ok", "http_error", "connection_error", "timeout", "empty", "degenerate", "wrong_answer"
@@ -290,9 +291,8 @@ def _run_chat(
 ) -> ProbeResult:
     import openai  # here, not at the top: it takes ~0.35 s to import and most commands never probe
 
-    client = openai.OpenAI(
-        base_url=f"{base_url}/v1", api_key=api_key or "EMPTY", max_retries=0, timeout=timeout_s
-    )
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key or "EMPTY", max_retries=0,
+                           timeout=timeout_s, http_client=openai.DefaultHttpxClient(verify=tls_context()))
     max_tokens = probe.max_tokens
     try:
         while True:
@@ -354,7 +354,7 @@ def _post(
     """POST one probe's JSON; the response, or the probe's result when no usable answer came (a timeout,
     a transport error, an HTTP status of 400 or more)."""
     try:
-        with httpx.Client(timeout=timeout_s, trust_env=False, headers=_auth(api_key)) as client:
+        with http_client(timeout=timeout_s, headers=_auth(api_key)) as client:
             resp = client.post(url, json=payload)
     except httpx.TimeoutException as exc:
         return _result(probe, "timeout", start, error=_one_line(f"no answer within {timeout_s:g} s: {exc!r}"))
@@ -560,7 +560,7 @@ def get_server_info(
     if not paths:
         return None
     base = base_url.rstrip("/")
-    with httpx.Client(timeout=timeout_s, trust_env=False, headers=_auth(api_key)) as client:
+    with http_client(timeout=timeout_s, headers=_auth(api_key)) as client:
         for path in paths:
             try:
                 resp = client.get(base + path)

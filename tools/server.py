@@ -30,6 +30,7 @@ from tools.flags import value_words
 from tools.host import Host, HostError, ProcessHandle, QueuesJobs, SchedulerError, expand_argv
 from tools.logwatch import LogLine, LogWatcher
 from tools.signatures import SignatureMatch, SignatureMatcher
+from tools.tls import http_client
 
 EventKind = Literal["line", "ready", "fatal", "exited", "timeout", "stalled"]
 LaunchStatus = Literal["ready", "crashed", "exited", "timeout", "stalled", "launch_failed"]
@@ -478,7 +479,7 @@ class ServerSession:
         if self.base_url is None:
             return
         try:
-            with httpx.Client(timeout=self.options.health_timeout_s, trust_env=False) as client:
+            with http_client(timeout=self.options.health_timeout_s) as client:
                 self.health_status = client.get(f"{self.base_url}/health").status_code
         except httpx.HTTPError:
             self.health_status = None
@@ -492,7 +493,7 @@ class ServerSession:
         self._next_health_poll = now + self.options.health_poll_s
         headers = {"Authorization": f"Bearer {self.options.api_key}"} if self.options.api_key else {}
         try:
-            with httpx.Client(timeout=min(self.options.health_timeout_s, 2.0), trust_env=False, headers=headers) as c:
+            with http_client(timeout=min(self.options.health_timeout_s, 2.0), headers=headers) as c:
                 status = c.get(f"{self.base_url}/health").status_code
         except httpx.HTTPError:
             return False
