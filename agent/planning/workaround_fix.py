@@ -101,7 +101,9 @@ def is_workaround(fix_exp: Experiment, original: Baseline, hyps: list[Hypothesis
     assert change is not None
     if broad_blocker(original, fix_exp, outcomes):
         return True
-    if broad_switch(change) is not None and not required_by_error(change, outcomes):
+    if required_by_error(change, outcomes):
+        return False  # what the engine's refusal asks for, whatever a remedy's reading called it
+    if broad_switch(change) is not None:
         return not narrowest  # what made it a workaround (a narrower change may exist) is settled either way
     key = value_key(change.after)
     for h in hyps:

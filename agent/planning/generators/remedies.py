@@ -156,6 +156,8 @@ def _flag_remedy(inp: GeneratorInput, m: re.Match[str], kind: str, ll: LogLine) 
         iv = Intervention(names=[spec.name], values=[None], decisive=kind == "error", cost="low", note=note)
         return (f"remedy:{spec.name}=off", iv, kind, ll, f"without {spec.name}")
     if not spec.takes_value:
+        if any(inp.baseline.flags.get(n) is True for n in spec.option_strings):
+            return None  # on already: the error names the switch in force ("--enable-X is not supported ...")
         workaround = spec.name.startswith("--disable-")
         iv = Intervention(names=[spec.name], values=[True], decisive=kind == "error",
                           cost="high" if costly else ("medium" if workaround else "low"),
@@ -208,6 +210,8 @@ def _env_remedy(inp: GeneratorInput, m: re.Match[str], kind: str, ll: LogLine) -
                                    cpu_count=_cpu_count(inp), ranks=_ranks(inp))
     if env_value is None:
         return None  # an example for another machine, or a value the guard would refuse (left_out)
+    if str(inp.baseline.env.get(m.group("name"), "")) == str(env_value):
+        return None  # the value in force, which the error quotes ("the unified-KV path (NAME=VALUE)")
     iv = Intervention(kind="env", names=[m.group("name")], values=[env_value],
                       decisive=kind == "error", cost="low", workaround=override,
                       note=" ".join(text.split()))
