@@ -265,6 +265,37 @@ def test_a_full_disk_under_hypoloops_own_files_is_one_line_and_resume_goes_on(
     assert any(e["type"] == "run.resumed" for e in _events(transcript))
 
 
+def test_a_transcript_made_read_only_mid_run_is_one_line_and_resume_goes_on(tmp_path: Path) -> None:
+    """The transcript is made immutable (``chattr +i``: even root cannot write it) after the baseline: one
+    line saying hypoloop's own file is not writable and naming it, exit 1, no traceback, every server
+    stopped; once it is writable again, `resume` finishes the run."""
+    probe = tmp_path / "probe"
+    probe.write_text("x")
+    if subprocess.run(["chattr", "+i", str(probe)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported on this file system")
+    subprocess.run(["chattr", "-i", str(probe)], check=True)
+    holder: dict[str, Path] = {}
+
+    def lock() -> None:
+        holder["t"] = next((tmp_path / "tr").glob("*.jsonl"))
+        subprocess.run(["chattr", "+i", str(holder["t"])], check=True)
+
+    r, transcript = _run_and_act(tmp_path, ["run", f"lab:{WORLD.name}", "--auto"], when="outcome", act=lock)
+    run_id = transcript.stem
+    try:
+        assert r.returncode == 1, r.stderr[-3000:]
+        assert not _traceback(r.stderr) and "internal error" not in r.stderr, r.stderr[-3000:]
+        said = [line for line in r.stderr.splitlines() if "not writable" in line]
+        assert len(said) == 1 and str(transcript) in said[0] and f"hypoloop resume {run_id}" in said[0], r.stderr
+        assert not _servers(run_id)
+    finally:
+        subprocess.run(["chattr", "-i", str(holder.get("t", transcript))], capture_output=True)
+        _kill_servers(run_id)
+    again = run_cli(tmp_path, "resume", run_id, "--auto", "--json")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["status"] == "isolated"
+
+
 # ------------------------------------------------------------------------------------------ over SSH
 
 

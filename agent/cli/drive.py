@@ -220,10 +220,14 @@ def drive_guarded(
         full = _no_space(exc)
         if full is not None:  # hypoloop's own files (transcript, results, checkpoints): not a bug
             _out_of_space(rt, tr, session.run_id, full)
+        refused = _not_writable(exc, (str(session.tpath), str(rt.state_dir)))
+        if refused is not None:  # the same files made read-only under the run: not a bug either
+            _out_of_space(rt, tr, session.run_id, refused, full=False)
         # a bug: keep the details in the transcript, tell the user in one line
         rt.close()
-        tr.emit("error", {"message": f"internal error: {exc!r}", "traceback": traceback.format_exc()})
-        tr.emit("run.ended", {"status": "error", "reason": f"internal error: {exc!r}"})
+        with contextlib.suppress(OSError):
+            tr.emit("error", {"message": f"internal error: {exc!r}", "traceback": traceback.format_exc()})
+            tr.emit("run.ended", {"status": "error", "reason": f"internal error: {exc!r}"})
         fail(f"internal error: {exc!r} (traceback in {session.tpath})", code=1)
     finally:
         OutputWatch.stop_run = False
@@ -246,14 +250,31 @@ def _no_space(exc: BaseException) -> str | None:
     return None
 
 
-def _out_of_space(rt: Runtime, tr: Transcript, run_id: str, what: str) -> NoReturn:
-    """End a run whose own files could not be written (the disk is full): stop its servers, say so in one
-    line (exit 1). Its checkpoint keeps every step completed before, so ``resume`` continues it once there
-    is room; what cannot be written now is not written."""
+def _not_writable(exc: BaseException, own: tuple[str, ...]) -> str | None:
+    """What could not be written, when ``exc`` (or an exception it came from) is a permission or read-only
+    file system error (EACCES, EPERM, EROFS) on one of hypoloop's own files (a path starting with one of
+    ``own``: the transcript, the state folder); else None."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.EACCES, errno.EPERM, errno.EROFS) \
+                and str(current.filename or "").startswith(own):
+            return f"cannot write {current.filename} ({current.strerror})"
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _out_of_space(rt: Runtime, tr: Transcript, run_id: str, what: str, *, full: bool = True) -> NoReturn:
+    """End a run whose own files could not be written (the disk is full, or ``full`` False: a file or
+    folder of it was made read-only): stop its servers, say so in one line (exit 1). Its checkpoint keeps
+    every step completed before, so ``resume`` continues it once the files can be written; what cannot be
+    written now is not written."""
+    first, then = (("the disk is full", f"free some space in {rt.state_dir} and beside the transcript") if full
+                   else ("hypoloop's own files are not writable", "make them writable again"))
     message = (
-        f"the disk is full: {what}; every server this run launched is stopped and its state is kept up to "
-        f"its last completed step: free some space in {rt.state_dir} and beside the transcript, then "
-        f"continue with: {resume_command(run_id)}"
+        f"{first}: {what}; every server this run launched is stopped and its state is kept up to its last "
+        f"completed step: {then}, then continue with: {resume_command(run_id)}"
     )
     with contextlib.suppress(OSError):
         rt.close()
