@@ -99,3 +99,13 @@ def test_a_findings_file_over_the_limit_is_one_line(tmp_path: Path) -> None:
     assert len(errors) == 1 and "FINDINGS.md" in errors[0], r.stderr[-2000:]
     assert f"over {MAX_FINDINGS_BYTES >> 20} MiB" in errors[0] and "Traceback" not in r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1])["status"] == "error"
+
+
+def test_a_long_run_of_letters_in_one_line_is_read_in_bounded_time(tmp_path: Path) -> None:
+    """A log line that is one long run of letters (no space to end a word) is read once, not once from
+    each letter: `analyze` answers well inside its usual time (the old pattern of the model-fallback notice
+    took ~24 s on a 64 KiB run, quadratic in it; a normal log takes ~1 s)."""
+    log = tmp_path / "run.log"
+    log.write_text("[2026-01-01 00:00:00] " + "x" * 1_000_000 + "\n")
+    r = run_cli(tmp_path, "analyze", str(log), timeout=15)
+    assert r.returncode == 0, r.stderr[-2000:]

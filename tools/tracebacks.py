@@ -386,7 +386,8 @@ def missing_import(text: str, tracebacks: list[Traceback] | None = None) -> Miss
     # no traceback is a failed import: its last one is the fatal error, and a loose line must touch it
     fatal = tbs[-1] if tbs and not candidates and tbs[-1].exception else None
     lines = re.split(r"\r\n|\r|\n", text)
-    fallen = {_arch_key(m.group("arch")) for line in lines if (m := _FALLBACK.search(line))}
+    fallen = {_arch_key(m.group("arch")) for line in lines  # a word run is read once (\b), not from each letter
+              if "has no SGLang" in line and (m := _FALLBACK.search(line))}
     own: set[int] = set()  # lines of an ignored import of the model's own implementation
     for lineno, line in enumerate(lines, 1):
         if (m := _IGNORED.search(line)) is not None:
@@ -406,7 +407,7 @@ def missing_import(text: str, tracebacks: list[Traceback] | None = None) -> Miss
 
 #: SGLang's notice that a model's own implementation is missing from its registry (0.5.23
 #: srt/model_loader/utils.py: "%s has no SGLang implementation, falling back to Transformers implementation.").
-_FALLBACK = re.compile(r"(?P<arch>[A-Za-z_]\w*) has no SGLang implementation, falling back to Transformers")
+_FALLBACK = re.compile(r"\b(?P<arch>[A-Za-z_]\w*) has no SGLang implementation, falling back to Transformers")
 #: The registry's notice for a model module whose import failed (0.5.23 srt/models/registry.py
 #: ``import_model_classes``: "Ignore import error when loading {name}: {e}"): skipped, so the architecture it
 #: implements is not registered.
