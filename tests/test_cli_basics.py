@@ -243,6 +243,19 @@ def test_hypoloop_home_that_is_a_file_is_one_clear_line(tmp_path: Path, args: tu
         assert "set HYPOLOOP_HOME to a folder" in lines[0] and "File exists" not in lines[0]
 
 
+def test_reading_commands_do_not_create_a_mistyped_hypoloop_home(tmp_path: Path) -> None:
+    """`runs` and `show` only read: a HYPOLOOP_HOME that does not exist (a typo) is reported, not created
+    with all its parents, which hid the typo (a newcomer found `runs` printing "no runs" and making it)."""
+    home = tmp_path / "typo" / "x" / "y"
+    listed = run_cli(tmp_path, "runs", HYPOLOOP_HOME=str(home))
+    assert listed.returncode == 0 and f"no runs in {home} (no such folder)" in listed.stdout, listed.stdout
+    assert json.loads(run_cli(tmp_path, "runs", "--json", HYPOLOOP_HOME=str(home)).stdout) == []
+    shown = run_cli(tmp_path, "show", "20260101-000000-abcdef", HYPOLOOP_HOME=str(home))
+    assert shown.returncode == 2 and shown.stderr.strip().splitlines() == [
+        f"error: no run 20260101-000000-abcdef: HYPOLOOP_HOME {home} does not exist"], shown.stderr
+    assert not (tmp_path / "typo").exists()
+
+
 def test_a_folder_hypoloop_home_points_at_keeps_its_mode_and_an_empty_value_is_not_the_current_folder(
     tmp_path: Path,
 ) -> None:
@@ -254,16 +267,16 @@ def test_a_folder_hypoloop_home_points_at_keeps_its_mode_and_an_empty_value_is_n
     r = run_cli(tmp_path, "runs", HYPOLOOP_HOME=str(shared))
     assert r.returncode == 0, r.stderr
     assert stat.S_IMODE(shared.stat().st_mode) == 0o1777
-    fresh = tmp_path / "made-by-hypoloop"
-    assert run_cli(tmp_path, "runs", HYPOLOOP_HOME=str(fresh)).returncode == 0
+    fresh = tmp_path / "made-by-hypoloop"  # made by a command that writes there (`resume` takes its lock)
+    assert "no run" in run_cli(tmp_path, "resume", "20260101-000000-abcdef", HYPOLOOP_HOME=str(fresh)).stderr
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o700  # a folder it makes itself is private
     work = tmp_path / "work"
     work.mkdir()
     work.chmod(0o755)
     fake_home = tmp_path / "user"
     fake_home.mkdir()
-    r = run_cli(work, "runs", HYPOLOOP_HOME="", HOME=str(fake_home))
-    assert r.returncode == 0, r.stderr
+    r = run_cli(work, "resume", "20260101-000000-abcdef", HYPOLOOP_HOME="", HOME=str(fake_home))
+    assert "no run" in r.stderr, r.stderr
     assert stat.S_IMODE(work.stat().st_mode) == 0o755 and list(work.iterdir()) == []
     assert (fake_home / ".hypoloop").is_dir()
 

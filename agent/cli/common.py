@@ -189,12 +189,28 @@ def _owner_only(home: Path, created: bool) -> None:
             if st.st_uid == os.getuid():
                 path.chmod(0o700 if path.is_dir() else 0o600)
 
+def state_home() -> Path:
+    """Where ``state_dir`` is, not created: ``$HYPOLOOP_HOME`` or ``~/.hypoloop``."""
+    return Path(os.environ.get("HYPOLOOP_HOME") or "~/.hypoloop").expanduser()
+
+
+def no_state_yet() -> bool:
+    """Whether the state folder does not exist while it could be made (its nearest existing parent is a
+    folder): the commands that only read (``runs``, ``show``) then report it rather than create it, so a
+    mistyped ``HYPOLOOP_HOME`` is seen. A path through a file is left to ``state_dir``'s one-line error."""
+    home = state_home()
+    if home.exists():
+        return False
+    parent = next((p for p in home.parents if p.exists()), None)
+    return parent is not None and parent.is_dir()
+
+
 def state_dir() -> Path:
     """Where checkpoints, locks, run logs and caches live: ``$HYPOLOOP_HOME`` or ``~/.hypoloop`` (also
     when the variable is set but empty: never the current folder).
 
     Created if missing; an unusable location is a one-line error (exit 2)."""
-    home = Path(os.environ.get("HYPOLOOP_HOME") or "~/.hypoloop").expanduser()
+    home = state_home()
     try:
         created = not home.exists()
         home.mkdir(parents=True, exist_ok=True)

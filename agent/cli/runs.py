@@ -14,12 +14,14 @@ from agent.cli.common import (
     STATUS_STYLE,
     fail,
     held_elsewhere,
+    no_state_yet,
     piped_console,
     redacted,
     redacted_info,
     resume_command,
     said,
     state_dir,
+    state_home,
 )
 from agent.review.text import print_hanging
 from agent.review.wording import count
@@ -53,6 +55,12 @@ def runs(
     """List the runs in $HYPOLOOP_HOME: running, waiting for approval, interrupted or finished."""
     from agent.record.runs import RunError, list_runs
     from agent.run.graph import read_graph
+    if no_state_yet():  # nothing to list: a mistyped HYPOLOOP_HOME is not created by a reader
+        if json_out:
+            print("[]")
+        else:
+            piped_console().print(f"no runs in {state_home()} (no such folder)")
+        return
     home = state_dir()
     try:
         infos = list_runs(home, read_graph)

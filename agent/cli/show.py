@@ -14,11 +14,13 @@ from agent.cli.common import (
     err_console,
     fail,
     held_elsewhere,
+    no_state_yet,
     redacted,
     redacted_info,
     resume_command,
     said,
     state_dir,
+    state_home,
     warn_skipped,
 )
 from agent.record.transcript import SkippedLines, TranscriptError, read_transcript
@@ -38,6 +40,8 @@ def show(
     """A run's story so far (from its transcript) and the approval it waits for, if any."""
     from agent.record.runs import RunError, load_run
     from agent.run.graph import read_graph
+    if no_state_yet():
+        fail(f"no run {run_id}: HYPOLOOP_HOME {state_home()} does not exist")
     try:
         info = load_run(state_dir(), run_id, read_graph)
     except RunError as exc:
