@@ -296,16 +296,21 @@ def test_the_answer_hint_lists_exactly_the_options_that_apply_to_the_waiting_exp
     m = re.search(r"Answer with: (.*?hypoloop resume .*)$", said)
     assert m is not None, said[-2000:]
     hint = m[1].strip()
-    assert hint.endswith(f"resume {run_id} --experiment {baseline} --decision approve|reject|stop [--reason TEXT]"), hint
+    assert hint.endswith(f"resume {run_id} --experiment {baseline} --decision approve/reject/stop [--reason TEXT]"), hint
     shown = " ".join(run_cli(tmp_path, "show", run_id).stdout.split())
-    assert f"--experiment {baseline} [--decision approve|reject|stop] [--reason TEXT]" in shown and "edit" not in shown
+    assert f"--experiment {baseline} [--decision approve/reject/stop] [--reason TEXT]" in shown and "edit" not in shown
     # the printed command, with one of its decisions, answers the baseline; the next one waits for a change
     words = shlex.split(re.sub(r"\[[^]]*\]", "", hint.split("hypoloop ", 1)[1]))  # the optional parts left out
-    args = [w if "|" not in w else "approve" for w in words]
+    # pasted without picking a decision, it is refused as an invalid choice: nothing is approved or run
+    pasted = run_cli(tmp_path, *words)
+    assert pasted.returncode == 2 and "approve/reject/stop" in pasted.stderr, pasted.stderr[-2000:]
+    assert json.loads(run_cli(tmp_path, "show", run_id, "--json").stdout.strip().splitlines()[-1])["pending"][
+        "experiment"]["id"] == baseline
+    args = [w if "/" not in w else "approve" for w in words]
     done = run_cli(tmp_path, *args)
     assert done.returncode == 3, done.stderr[-2000:]
     nxt = json.loads(run_cli(tmp_path, "show", run_id, "--json").stdout.strip().splitlines()[-1])["pending"]
     assert nxt["experiment"]["change"] and nxt["experiment"]["id"] != baseline
     said = " ".join(done.stdout.split())
-    assert (f"--experiment {nxt['experiment']['id']} --decision approve|edit|reject|stop [--reason TEXT] "
+    assert (f"--experiment {nxt['experiment']['id']} --decision approve/edit/reject/stop [--reason TEXT] "
             "[--set NAME=VALUE]") in said

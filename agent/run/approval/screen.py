@@ -66,11 +66,12 @@ def answer_hint(req: ApprovalRequest, resume: str, *, decision_optional: bool = 
     it: ``--experiment`` (the answer counts only while this experiment waits), ``approve-all`` only in a
     ``--parallel`` batch, ``edit`` and ``--set`` only for a change (``editable``). ``resume``: the command
     up to the run id (``resume_command``); ``decision_optional``: ``--decision`` in brackets (without it
-    ``resume`` asks at the terminal)."""
+    ``resume`` asks at the terminal). The choices are joined by "/": a line pasted without picking one is
+    refused as an invalid choice, where "|" made the shell pipe it into another command after approving."""
     exp = req.experiment
     can_edit = editable(exp)
     decisions = ["approve", *(["approve-all"] if req.batch else []), *(["edit"] if can_edit else []), "reject", "stop"]
-    decision = "--decision " + "|".join(decisions)
+    decision = "--decision " + "/".join(decisions)  # pasted as is: one invalid choice, never a shell pipe
     words = [resume, f"--experiment {exp.id}", f"[{decision}]" if decision_optional else decision,
              "[--reason TEXT]", *(["[--set NAME=VALUE]"] if can_edit else [])]
     return " ".join(words)
