@@ -116,6 +116,27 @@ def test_an_empty_case_file_is_called_empty(tmp_path: Path, text: str) -> None:
     ]
 
 
+def test_an_empty_case_argument_and_a_nested_field_are_said_once(tmp_path: Path) -> None:
+    """`hypoloop run ""` said ": is a directory with no case.toml in it"; `argv = []` named its field twice
+    ("field 'launcher': field 'launcher.argv': ...")."""
+    r = run_cli(tmp_path, "run", "", "--auto")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "error: the case is empty: expected a case file, a case's folder or lab:WORLD"], r.stderr
+    p = _case(tmp_path, GOOD + "[launcher]\nargv = []\n")
+    r = run_cli(tmp_path, "run", str(p), "--auto")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"error: {p}: field 'launcher.argv': expected a non-empty list of strings"], r.stderr
+
+
+def test_a_transcript_dir_that_is_a_dangling_link_says_where_it_points(tmp_path: Path) -> None:
+    p = _case(tmp_path, GOOD + "[baseline]\nflags = {}\n")
+    (tmp_path / "out").symlink_to(tmp_path / "gone" / "tr")
+    r = run_cli(tmp_path, "run", str(p), "--auto", "--transcript-dir", "out")
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"error: --transcript-dir out: cannot write the transcript: a link to {tmp_path / 'gone' / 'tr'}, "
+        "which does not exist"), r.stderr
+
+
 def test_a_transcript_dir_that_is_a_file_is_one_line_and_leaves_no_run(tmp_path: Path) -> None:
     p = _case(tmp_path, GOOD + "[baseline]\nflags = {}\n")
     (tmp_path / "out").write_text("not a folder")

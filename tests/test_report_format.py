@@ -20,3 +20,9 @@ def test_the_output_files_extension_chooses_the_format(tmp_path: Path) -> None:
         done = run_cli(tmp_path, *args)
         assert done.returncode == 0, done.stderr[-2000:]
         assert (tmp_path / name).read_text().startswith(start), name
+    # a name that says another format (a PDF) is refused rather than filled with Markdown; --format allows it
+    pdf = run_cli(tmp_path, "report", run_id, "-o", "r.pdf")
+    assert pdf.returncode == 2 and not (tmp_path / "r.pdf").exists(), pdf.stderr
+    assert pdf.stderr.strip().splitlines() == ["error: --output r.pdf: a report is Markdown (.md, .markdown, .txt) "
+                                               "or HTML (.html, .htm); give --format to write it under another name"]
+    assert run_cli(tmp_path, "report", run_id, "-o", "r.pdf", "--format", "md").returncode == 0

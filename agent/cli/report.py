@@ -30,8 +30,12 @@ def report(
     """A review document of a run: root cause, fix, evidence with log excerpts, experiments, timelines."""
     from agent.review.report import render
 
+    suffix = output.suffix.lower() if output is not None else ""
+    if fmt is None and suffix not in _MARKDOWN + _HTML:  # `-o r.pdf`: Markdown bytes under a PDF's name
+        fail(f"--output {output}: a report is Markdown ({', '.join(_MARKDOWN[1:])}) or HTML "
+             f"({', '.join(_HTML)}); give --format to write it under another name")
     if fmt is None:  # `-o report.html` asks for HTML
-        fmt = "html" if output is not None and output.suffix.lower() in (".html", ".htm") else "md"
+        fmt = "html" if suffix in _HTML else "md"
     try:
         text = render(load_recorded(transcript_of(transcript, _read_graph)), fmt)
     except TranscriptError as exc:
@@ -44,6 +48,11 @@ def report(
     except OSError as exc:
         fail(f"{output}: cannot write: {exc.strerror}")
     err_console.print(f"report written to {output}")
+
+
+#: File name endings that say which format a report written with ``-o`` is ("" is a name without one).
+_MARKDOWN = ("", ".md", ".markdown", ".txt")
+_HTML = (".html", ".htm")
 
 
 def _read_graph(home: Path, saver: Any) -> Any:

@@ -226,7 +226,10 @@ def run_case(options: RunOptions) -> None:
     except OSError as exc:
         store.__exit__(None, None, None)
         lock.release()
-        why = "a file, expected a folder" if options.transcript_dir.is_file() else exc.strerror
+        where = options.transcript_dir
+        why = ("a file, expected a folder" if where.is_file() else
+               f"a link to {where.readlink()}, which does not exist" if where.is_symlink() and not where.exists()
+               else exc.strerror)
         fail(f"--transcript-dir {options.transcript_dir}: cannot write the transcript: {why}")
     JsonResult.run_id = run_id  # the run exists from here: an error before it names none (README: null)
     session = _session(options, tr, tpath, sdir)

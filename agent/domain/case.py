@@ -378,6 +378,8 @@ def resolve_case_path(ref: str) -> Path:
             hint = f"did you mean lab:{near[0]}? " if near else ""
             raise CaseError(f"{ref}: no such lab world; {hint}`hypoloop lab list` lists the {len(known)} known worlds")
         return path
+    if not ref.strip():
+        raise CaseError("the case is empty: expected a case file, a case's folder or lab:WORLD")
     path = Path(ref).expanduser()
     if path.is_dir():  # a case's folder stands for the case.toml in it
         if (path / "case.toml").is_file():
@@ -559,7 +561,10 @@ def case_error_text(exc: ValidationError) -> str:
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "string_too_short",
                 "finite_number"):
         return f"field '{field}': {err['msg'].lower()}{shown}{more}"
-    return f"field '{field}': {err['msg'].removeprefix('Value error, ')}{more}"
+    said = err["msg"].removeprefix("Value error, ")
+    if said.startswith("field '"):  # a validator that names its own field (a nested one): not twice
+        return f"{said}{more}"
+    return f"field '{field}': {said}{more}"
 
 
 def _check_observed_log(case_path: Path, raw: str, log: Path) -> None:
