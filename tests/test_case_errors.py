@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from clirun import run_cli
+from clirun import lab_case, run_cli
 
 from agent.domain.case import CaseError, load_case
 
@@ -296,3 +296,17 @@ def test_an_observed_log_that_is_no_log_is_one_line(tmp_path: Path, content: byt
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "field 'observed_log'" in lines[0] and expected in lines[0], lines
     assert not list((tmp_path).glob("**/*.jsonl"))  # no run was kept
+
+
+def test_host_settings_the_target_does_not_use_are_said(tmp_path: Path) -> None:
+    """`--ssh-key` with a local host and a [host.slurm] table on it were ignored without a word."""
+    world = Path(__file__).parent.parent / "lab" / "worlds" / "glm5-nvfp4-sm120" / "world.toml"
+    p = lab_case(tmp_path / "case.toml", world, model="zai-org/GLM-5-NVFP4", baseline="flags = {}",
+                 budget="experiments = 1")
+    p.write_text(p.read_text() + "[host.slurm]\ngpus = 1\n")
+    r = run_cli(tmp_path, "run", str(p), "--auto", "--json", "--ssh-key", str(tmp_path / "id"), "--transcript-dir", "tr")
+    events = [json.loads(line) for f in (tmp_path / "tr").glob("*.jsonl") for line in f.read_text().splitlines()]
+    said = [e["data"]["message"] for e in events if e["type"] == "case.warning"]
+    assert any(m.startswith("host.ssh_key (--ssh-key) is set but the host is local: it is not used") for m in said), (
+        said, r.stderr[-2000:])
+    assert any(m.startswith("[host.slurm] is set but the host is local: it is not used") for m in said), said

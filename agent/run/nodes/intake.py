@@ -47,6 +47,22 @@ from tools.signatures import Signature
 from tools.slurm import JobPending
 
 
+def unused_host_settings(case: Case) -> list[str]:
+    """One line per host setting the case's target does not use (given, so the user expects it to act): the
+    SSH ones (``--ssh-key``, ``--known-hosts``, ``--insecure-accept-host-key``, ``--remote-python``) on a
+    local host, and ``[host.slurm]`` on a target that is not ``slurm://``."""
+    host, out = case.host, []
+    if not host.target.startswith(("ssh://", "slurm://")):
+        given = [name for name, value in (("ssh_key", host.ssh_key), ("known_hosts", host.known_hosts),
+                                          ("insecure_accept_host_key", host.insecure_accept_host_key),
+                                          ("remote_python", host.remote_python)) if value]
+        out += [f"host.{name} (--{name.replace('_', '-')}) is set but the host is {host.target}: it is not used "
+                "(it is for ssh:// and slurm:// hosts)" for name in given]
+    if host.slurm is not None and not host.target.startswith("slurm://"):
+        out.append(f"[host.slurm] is set but the host is {host.target}: it is not used (it is for slurm:// hosts)")
+    return out
+
+
 class _InputError(Exception):
     """The case cannot be used as written (one line naming the file and field)."""
 
@@ -59,7 +75,7 @@ def intake(state: RunState, rt: Runtime) -> RunState:
     state = {**state, **seed}
     case = case_of(state)
     tr.redact = run_redactor(case)  # its secrets are never written (the CLI set it already; Studio not)
-    for warning in outside_warnings(case):  # named explicitly in the case file, so used; and recorded
+    for warning in outside_warnings(case) + unused_host_settings(case):  # said, and recorded
         tr.emit("case.warning", {"message": warning}, node="intake")
     tr.emit(
         "run.started",
