@@ -53,6 +53,9 @@ class Subsystem:
     bounds: re.Pattern[str] | None = None
     #: symptom classes its settings are known to cause (``implicated_by``; empty: none)
     implicated_by: frozenset[str] = frozenset()
+    #: symptom classes that implicate the user's own settings of it only, not the engine's choices
+    #: (``own_settings_implicated_by``; empty: none)
+    own_settings_implicated_by: frozenset[str] = frozenset()
     #: request features without which its code runs on the host only (``device_work_only_with``; None: any)
     device_work_only_with: frozenset[str] | None = None
     #: the start-up stage a launch must have reached for its code to have run (``runs_after_stage``)
@@ -97,10 +100,11 @@ def _load(path: Path) -> Knowledge:
     for t in data.get("model_trait", []):
         k.traits[str(t["id"])] = [str(x) for x in t.get("keys", [])]
     for i, s in enumerate(data.get("subsystem", [])):
-        unknown = [c for c in s.get("implicated_by", []) if c not in SYMPTOM_CLASSES]
-        if unknown:
-            raise SubsystemsError(f"{path}: subsystem #{i + 1}: implicated_by: {unknown[0]!r} is not a symptom "
-                                  f"class (expected one of {', '.join(SYMPTOM_CLASSES)})")
+        for key in ("implicated_by", "own_settings_implicated_by"):
+            unknown = [c for c in s.get(key, []) if c not in SYMPTOM_CLASSES]
+            if unknown:
+                raise SubsystemsError(f"{path}: subsystem #{i + 1}: {key}: {unknown[0]!r} is not a symptom "
+                                      f"class (expected one of {', '.join(SYMPTOM_CLASSES)})")
         features = s.get("device_work_only_with")
         if features is not None and (not isinstance(features, list) or any(f not in FEATURES for f in features)):
             raise SubsystemsError(f"{path}: subsystem #{i + 1}: device_work_only_with: {features!r} is not a list of "
@@ -121,6 +125,7 @@ def _load(path: Path) -> Knowledge:
                     carries_requests=bool(s.get("carries_requests", False)),
                     bounds=re.compile(s["bounds"]) if s.get("bounds") else None,
                     implicated_by=frozenset(str(c) for c in s.get("implicated_by", [])),
+                    own_settings_implicated_by=frozenset(str(c) for c in s.get("own_settings_implicated_by", [])),
                     device_work_only_with=frozenset(features) if features is not None else None,
                     runs_after_stage=str(s["runs_after_stage"]) if s.get("runs_after_stage") else None,
                 )
@@ -151,8 +156,8 @@ _KEYS = {
     "platform": ["id", "device", "gpu_vendor", "log_says", "rank_setting", "rank_setting_source", "source"],
     "model_trait": ["id", "keys", "source"],
     "subsystem": ["id", "flags", "env", "in_play_any", "modules", "modules_source", "why", "source",
-                  "carries_requests", "bounds", "implicated_by", "device_work_only_with", "runs_after_stage",
-                  "runs_after_source"],
+                  "carries_requests", "bounds", "implicated_by", "own_settings_implicated_by",
+                  "device_work_only_with", "runs_after_stage", "runs_after_source"],
     "implementation": ["flags", "values", "in_play_any", "why", "source"],
     "choice_option": ["selector", "choices", "flags", "source"],
 }

@@ -519,7 +519,7 @@ class _Implication:
         classes = set(self.inp.evidence.symptoms)
         for s in load_subsystems().subsystems:
             pattern = s.flags if name.startswith("-") else s.env
-            seen = sorted(classes & s.implicated_by)
+            seen = sorted(classes & (s.implicated_by | s.own_settings_implicated_by))
             if seen and pattern is not None and pattern.search(name):
                 return (f"the failure is {' and '.join(c.replace('_', ' ') for c in seen)}, which settings of the "
                         f"{s.id.replace('_', ' ')} subsystem are known to cause, and the user's {name} configures it")
