@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import sys
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -233,20 +234,26 @@ def drive_guarded(
         OutputWatch.stop_run = False
 
 
-def _no_space(exc: BaseException) -> str | None:
-    """What could not be written, when ``exc`` (or an exception it came from) is a full disk or quota:
-    an OSError ENOSPC/EDQUOT (the transcript, a saved result) or SQLite's "database or disk is full"
-    (the checkpoint store); else None."""
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it came from (``__cause__``, else ``__context__``), each once."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _no_space(exc: BaseException) -> str | None:
+    """What could not be written, when ``exc`` (or an exception it came from) is a full disk or quota:
+    an OSError ENOSPC/EDQUOT (the transcript, a saved result) or SQLite's "database or disk is full"
+    (the checkpoint store); else None."""
+    for current in _chain(exc):
         if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
             what = current.filename or "hypoloop's files"
             return f"cannot write {what} ({current.strerror or 'no space left on device'})"
         if isinstance(current, sqlite3.OperationalError) and "full" in str(current).lower():
             return f"cannot write the checkpoint store ({current})"
-        current = current.__cause__ or current.__context__
     return None
 
 
@@ -254,14 +261,10 @@ def _not_writable(exc: BaseException, own: tuple[str, ...]) -> str | None:
     """What could not be written, when ``exc`` (or an exception it came from) is a permission or read-only
     file system error (EACCES, EPERM, EROFS) on one of hypoloop's own files (a path starting with one of
     ``own``: the transcript, the state folder); else None."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _chain(exc):
         if isinstance(current, OSError) and current.errno in (errno.EACCES, errno.EPERM, errno.EROFS) \
                 and str(current.filename or "").startswith(own):
             return f"cannot write {current.filename} ({current.strerror})"
-        current = current.__cause__ or current.__context__
     return None
 
 

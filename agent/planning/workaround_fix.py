@@ -99,6 +99,7 @@ def is_workaround(fix_exp: Experiment, original: Baseline, hyps: list[Hypothesis
     is no workaround, as fix or as blocker."""
     change = fix_exp.change
     assert change is not None
+    outcomes = list(outcomes)  # read twice below
     if broad_blocker(original, fix_exp, outcomes):
         return True
     if required_by_error(change, outcomes):
